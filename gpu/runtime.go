@@ -1,0 +1,95 @@
+package gpu
+
+import (
+	"context"
+	"errors"
+
+	"github.com/streamdag/streamdag/topology"
+)
+
+// ErrClosed is returned by calls on a device or stream after Close.
+var ErrClosed = errors.New("gpu: device closed")
+
+// Task is one unit of work queued on a stream: a launch. Run is called
+// exactly once, on the stream's worker, after every task queued before it
+// on the same stream has returned and every event the stream was told to
+// wait on before it has fired. Run must not block on work queued later on
+// the same stream (that would deadlock the stream). A panic in Run is the
+// task's own business: the CPU device recovers it only to keep the stream
+// alive and reports it through Stream.Synchronize; executors recover
+// inside Run to attribute it.
+//
+// Passing a pointer to a long-lived struct as a Task does not allocate, so
+// launches can be queued without an allocation each.
+type Task interface {
+	Run()
+}
+
+// TaskFunc adapts a function to a Task.
+type TaskFunc func()
+
+// Run calls f.
+func (f TaskFunc) Run() { f() }
+
+// Device is where launches run: the host CPU device or a GPU. A Device owns
+// a fixed set of streams created with it.
+//
+// Implementations are safe for concurrent use. Close is idempotent: it
+// waits for every queued task to finish, stops the streams' workers (no
+// goroutine outlives it) and returns nil; later calls that queue work
+// return ErrClosed.
+type Device interface {
+	// ID is the device's identity ("cpu", "gpu0", …).
+	ID() topology.DeviceID
+	// Info returns the device's facts.
+	Info() topology.Device
+	// NumStreams is the number of streams, at least 1.
+	NumStreams() int
+	// Stream returns stream i, 0 <= i < NumStreams(). It panics for an
+	// index out of range (programmer error).
+	Stream(i int) Stream
+	// Close drains and stops every stream. See the type's doc.
+	Close() error
+}
+
+// Stream is an ordered queue of launches on one device: tasks queued on one
+// stream run one after another in queue order; tasks on different streams
+// may overlap. Methods are safe for concurrent use, but the order of tasks
+// queued concurrently from several goroutines is the order in which the
+// calls took the stream's lock.
+type Stream interface {
+	// Device is the ID of the device the stream belongs to.
+	Device() topology.DeviceID
+	// Index is the stream's index on its device.
+	Index() int
+	// Launch queues t. It never blocks on the work itself. After Close it
+	// returns ErrClosed and t is not run.
+	Launch(t Task) error
+	// LaunchBatch queues every task of ts in order, under one lock
+	// acquisition. Errors as Launch; on ErrClosed no task of ts is queued.
+	LaunchBatch(ts []Task) error
+	// Record returns an event that fires when every task queued on this
+	// stream before the call has returned.
+	Record() Event
+	// Wait makes every task queued on this stream after the call wait
+	// until e has fired. A wait that is already satisfied when the stream
+	// reaches it costs one atomic load. Waiting on an event of the same
+	// stream is a no-op. e must come from a stream of the same device.
+	// After Close it returns ErrClosed.
+	Wait(e Event) error
+	// Synchronize blocks until every task queued before the call has
+	// returned, or ctx is done (returning ctx.Err(); the tasks go on).
+	// It returns the first panic recovered from a task of this stream
+	// since the previous Synchronize, as an error, if any.
+	Synchronize(ctx context.Context) error
+}
+
+// Event marks a point in one stream's queue. It is a value (stream, sequence
+// number) and fires when that stream's count of completed tasks reaches the
+// sequence number. An event never "unfires".
+type Event interface {
+	// Done reports whether the event has fired. It never blocks.
+	Done() bool
+	// Wait blocks until the event fires or ctx is done (returning ctx.Err()).
+	Wait(ctx context.Context) error
+}
