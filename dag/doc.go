@@ -1,0 +1,20 @@
+// Package dag is the pipeline description (layer 2): kernels and buffers as
+// a gonum directed graph, their declared reads and writes, validation with
+// errors that name things, and DOT export.
+//
+// A [Graph] is built with [Graph.AddBuffer], [Graph.AddValue] and
+// [Graph.AddKernel]. Nodes are kernels and buffers; an edge buffer→kernel
+// is a read, an edge kernel→buffer a write. The graph is exposed
+// ([Graph.Directed]) so gonum's algorithms apply to it.
+//
+// Building and validating a graph is a pure description: it starts no
+// goroutine and touches no device. Builder calls never fail on the spot;
+// mistakes (a duplicate name, an unknown buffer, a range outside its buffer)
+// are recorded and reported by [Graph.Validate] together with the graph's
+// structural errors (cycles, buffers read but never written, unordered
+// writers of one byte range).
+//
+// A Graph is not safe for concurrent mutation. Once validated it may be
+// read (and executed) by several goroutines at once, as long as nobody
+// adds to it.
+package dag

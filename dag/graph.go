@@ -1,0 +1,333 @@
+package dag
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"gonum.org/v1/gonum/graph"
+	"gonum.org/v1/gonum/graph/encoding"
+	"gonum.org/v1/gonum/graph/simple"
+
+	"github.com/streamdag/streamdag/buffers"
+	"github.com/streamdag/streamdag/topology"
+)
+
+// KernelID identifies a kernel within its Graph; ids are dense from 0 in
+// the order kernels were added.
+type KernelID int64
+
+// BufferID identifies a buffer within its Graph; ids are dense from 0 in
+// the order buffers were added.
+type BufferID = buffers.ID
+
+// KernelFunc is a kernel's host code. It runs once per launch on the
+// stream the executor chose. It returns nil on success; an error (or a
+// panic, which the executor recovers) fails the launch, and every byte of
+// its write set then reads as failed. A kernel must honour ctx only for
+// long loops; the executor does not interrupt it.
+type KernelFunc func(ctx context.Context, l Launch) error
+
+// Launch is what a running kernel sees of its launch. It is valid only
+// during the KernelFunc call and only on that goroutine.
+type Launch interface {
+	// Kernel returns the kernel's name.
+	Kernel() string
+	// Device and Stream say where the launch runs.
+	Device() topology.DeviceID
+	Stream() int
+	// In returns the buffer of the kernel's i-th declared read, in
+	// declaration order. It panics when i is out of range (programmer
+	// error).
+	In(i int) *buffers.Buffer
+	// Out returns the buffer of the kernel's i-th declared write, in
+	// declaration order. It panics when i is out of range.
+	Out(i int) *buffers.Buffer
+	// Allocator is the memory allocator of the launch's device, for Arrow
+	// data the kernel builds.
+	Allocator() memory.Allocator
+}
+
+// Kernel is a declared unit of work.
+type Kernel struct {
+	ID     KernelID
+	Name   string
+	Fn     KernelFunc
+	Reads  []buffers.Binding // declared reads, in declaration order
+	Writes []buffers.Binding // declared writes, in declaration order
+	// Stream pins the kernel to a stream index of its device (modulo the
+	// device's stream count); -1 (the default) lets the executor choose.
+	Stream int
+	node   int64
+}
+
+// Buffer is a declared region of memory. A value buffer (SizeBytes 0,
+// Value true) holds one Go value, such as an Arrow record batch, instead
+// of raw bytes; for ordering and taint it counts as a single byte.
+type Buffer struct {
+	ID        BufferID
+	Name      string
+	SizeBytes int64
+	Value     bool // holds a Go value rather than SizeBytes raw bytes
+	Input     bool // supplied from outside the graph: may be read without a writer
+	node      int64
+}
+
+// extent is the number of bytes bindings of b can address: SizeBytes, or
+// 1 for a value buffer.
+func (b *Buffer) extent() int64 {
+	if b.Value {
+		return 1
+	}
+	return b.SizeBytes
+}
+
+// Whole returns the binding of every byte of b ([0, SizeBytes), or [0, 1)
+// for a value buffer).
+func (b *Buffer) Whole() buffers.Binding {
+	return buffers.Binding{Buffer: b.ID, Length: b.extent()}
+}
+
+// Graph is a pipeline: kernels and buffers, with gonum's
+// simple.DirectedGraph underneath. The zero value is not usable; call New.
+type Graph struct {
+	g        *simple.DirectedGraph
+	kernels  []*Kernel
+	buffers  []*Buffer
+	names    map[string]string // name → "kernel" or "buffer"
+	nodeKind map[int64]any     // gonum node id → *Kernel or *Buffer
+	errs     []error           // builder mistakes, reported by Validate
+	order    []KernelID        // topological order, set by a successful Validate
+}
+
+// New returns an empty graph.
+func New() *Graph {
+	return &Graph{
+		g:        simple.NewDirectedGraph(),
+		names:    map[string]string{},
+		nodeKind: map[int64]any{},
+	}
+}
+
+// BufferOption configures a buffer.
+type BufferOption func(*Buffer)
+
+// Input marks a buffer as supplied from outside the graph: it may be read
+// without any kernel writing it.
+func Input() BufferOption { return func(b *Buffer) { b.Input = true } }
+
+// AddBuffer declares a raw buffer of sizeBytes (>= 0) bytes and returns its
+// id. A duplicate or empty name or a negative size is recorded and reported
+// by Validate; the id is still valid for building.
+func (g *Graph) AddBuffer(name string, sizeBytes int64, opts ...BufferOption) BufferID {
+	if sizeBytes < 0 {
+		g.errs = append(g.errs, fmt.Errorf("dag: buffer %q: negative size %d", name, sizeBytes))
+		sizeBytes = 0
+	}
+	return g.addBuffer(&Buffer{Name: name, SizeBytes: sizeBytes}, opts)
+}
+
+// AddValue declares a buffer that holds one Go value (typically an Arrow
+// record batch) and returns its id. Errors as AddBuffer.
+func (g *Graph) AddValue(name string, opts ...BufferOption) BufferID {
+	return g.addBuffer(&Buffer{Name: name, Value: true}, opts)
+}
+
+func (g *Graph) addBuffer(b *Buffer, opts []BufferOption) BufferID {
+	for _, o := range opts {
+		o(b)
+	}
+	b.ID = BufferID(len(g.buffers))
+	g.checkName("buffer", b.Name, int64(b.ID))
+	b.node = g.g.NewNode().ID()
+	g.g.AddNode(dotNode{g, b.node})
+	g.nodeKind[b.node] = b
+	g.buffers = append(g.buffers, b)
+	g.order = nil
+	return b.ID
+}
+
+// checkName records an empty or duplicate name of the kind's node id.
+func (g *Graph) checkName(kind, name string, id int64) {
+	if name == "" {
+		g.errs = append(g.errs, fmt.Errorf("dag: %s %d has an empty name", kind, id))
+		return
+	}
+	if prev, dup := g.names[name]; dup {
+		g.errs = append(g.errs, &DuplicateError{Name: name, Kinds: [2]string{prev, kind}})
+		return
+	}
+	g.names[name] = kind
+}
+
+// KernelOption configures a kernel: its reads, writes and placement hints.
+type KernelOption func(*Graph, *Kernel)
+
+// Reads declares whole-buffer reads of ids, in order.
+func Reads(ids ...BufferID) KernelOption {
+	return func(g *Graph, k *Kernel) {
+		for _, id := range ids {
+			if b := g.bufferFor(k, id, "reads"); b != nil {
+				k.Reads = append(k.Reads, buffers.Binding{Buffer: id, Length: b.extent()})
+			}
+		}
+	}
+}
+
+// Writes declares whole-buffer writes of ids, in order.
+func Writes(ids ...BufferID) KernelOption {
+	return func(g *Graph, k *Kernel) {
+		for _, id := range ids {
+			if b := g.bufferFor(k, id, "writes"); b != nil {
+				k.Writes = append(k.Writes, buffers.Binding{Buffer: id, Length: b.extent()})
+			}
+		}
+	}
+}
+
+// ReadsRange declares a read of bytes [offset, offset+length) of buffer id.
+// A range outside the buffer is recorded and reported by Validate.
+func ReadsRange(id BufferID, offset, length int64) KernelOption {
+	return func(g *Graph, k *Kernel) {
+		if bd, ok := g.rangeFor(k, id, offset, length, "reads"); ok {
+			k.Reads = append(k.Reads, bd)
+		}
+	}
+}
+
+// WritesRange declares a write of bytes [offset, offset+length) of buffer
+// id. A range outside the buffer is recorded and reported by Validate.
+func WritesRange(id BufferID, offset, length int64) KernelOption {
+	return func(g *Graph, k *Kernel) {
+		if bd, ok := g.rangeFor(k, id, offset, length, "writes"); ok {
+			k.Writes = append(k.Writes, bd)
+		}
+	}
+}
+
+// OnStream pins the kernel to stream i of its device (taken modulo the
+// device's stream count; i >= 0).
+func OnStream(i int) KernelOption {
+	return func(g *Graph, k *Kernel) {
+		if i < 0 {
+			g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: negative stream %d", k.Name, i))
+			return
+		}
+		k.Stream = i
+	}
+}
+
+func (g *Graph) bufferFor(k *Kernel, id BufferID, verb string) *Buffer {
+	if id < 0 || int(id) >= len(g.buffers) {
+		g.errs = append(g.errs, fmt.Errorf("dag: kernel %q %s unknown buffer id %d", k.Name, verb, id))
+		return nil
+	}
+	return g.buffers[id]
+}
+
+func (g *Graph) rangeFor(k *Kernel, id BufferID, off, n int64, verb string) (buffers.Binding, bool) {
+	b := g.bufferFor(k, id, verb)
+	if b == nil {
+		return buffers.Binding{}, false
+	}
+	if off < 0 || n < 0 || off > b.extent()-n {
+		g.errs = append(g.errs, fmt.Errorf("dag: kernel %q %s [%d:%d) of buffer %q, which has %d bytes",
+			k.Name, verb, off, off+n, b.Name, b.extent()))
+		return buffers.Binding{}, false
+	}
+	return buffers.Binding{Buffer: id, Offset: off, Length: n}, true
+}
+
+// AddKernel declares a kernel named name running fn, with its reads,
+// writes and hints given as options, and returns its id. Mistakes (a
+// duplicate or empty name, a nil fn, an unknown buffer) are recorded and
+// reported by Validate.
+func (g *Graph) AddKernel(name string, fn KernelFunc, opts ...KernelOption) KernelID {
+	k := &Kernel{ID: KernelID(len(g.kernels)), Name: name, Fn: fn, Stream: -1}
+	g.checkName("kernel", name, int64(k.ID))
+	if fn == nil {
+		g.errs = append(g.errs, fmt.Errorf("dag: kernel %q has a nil function", name))
+	}
+	for _, o := range opts {
+		o(g, k)
+	}
+	k.node = g.g.NewNode().ID()
+	n := dotNode{g, k.node}
+	g.g.AddNode(n)
+	g.nodeKind[k.node] = k
+	for _, r := range k.Reads {
+		g.g.SetEdge(simple.Edge{F: dotNode{g, g.buffers[r.Buffer].node}, T: n})
+	}
+	for _, w := range k.Writes {
+		g.g.SetEdge(simple.Edge{F: n, T: dotNode{g, g.buffers[w.Buffer].node}})
+	}
+	g.kernels = append(g.kernels, k)
+	g.order = nil
+	return k.ID
+}
+
+// Kernels returns the kernels in id order. The slice is the graph's own:
+// do not modify it.
+func (g *Graph) Kernels() []*Kernel { return g.kernels }
+
+// Buffers returns the buffers in id order. The slice is the graph's own:
+// do not modify it.
+func (g *Graph) Buffers() []*Buffer { return g.buffers }
+
+// Kernel returns kernel id; it panics when id is out of range.
+func (g *Graph) Kernel(id KernelID) *Kernel { return g.kernels[id] }
+
+// Buffer returns buffer id; it panics when id is out of range.
+func (g *Graph) Buffer(id BufferID) *Buffer { return g.buffers[id] }
+
+// Directed returns the underlying gonum graph. Its nodes are kernels and
+// buffers (see NodeOf); edges are buffer→kernel for reads and
+// kernel→buffer for writes. Do not modify it.
+func (g *Graph) Directed() graph.Directed { return g.g }
+
+// NodeOf returns the *Kernel or *Buffer behind a gonum node id, or nil.
+func (g *Graph) NodeOf(id int64) any { return g.nodeKind[id] }
+
+// dotNode is a gonum node that names itself and carries DOT attributes.
+type dotNode struct {
+	g  *Graph
+	id int64
+}
+
+func (d dotNode) ID() int64 { return d.id }
+
+// DOTID returns the kernel's or buffer's name.
+func (d dotNode) DOTID() string {
+	switch v := d.g.nodeKind[d.id].(type) {
+	case *Kernel:
+		return v.Name
+	case *Buffer:
+		return v.Name
+	}
+	return ""
+}
+
+// dotEscape escapes a name for the inside of a quoted DOT label. The result
+// is also a valid Go quoted string, so gonum's encoder keeps it as it is.
+var dotEscape = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+
+// Attributes gives kernels a box shape and buffers an ellipse (inputs
+// doubled), with a size label for raw buffers.
+func (d dotNode) Attributes() []encoding.Attribute {
+	switch v := d.g.nodeKind[d.id].(type) {
+	case *Kernel:
+		return []encoding.Attribute{{Key: "shape", Value: "box"}}
+	case *Buffer:
+		shape := "ellipse"
+		if v.Input {
+			shape = "doublecircle"
+		}
+		label := dotEscape.Replace(v.Name)
+		if !v.Value {
+			label = fmt.Sprintf("%s\\n%d B", label, v.SizeBytes)
+		}
+		return []encoding.Attribute{{Key: "shape", Value: shape}, {Key: "label", Value: `"` + label + `"`}}
+	}
+	return nil
+}

@@ -1,0 +1,130 @@
+package exec
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/streamdag/streamdag/buffers"
+	"github.com/streamdag/streamdag/dag"
+	"github.com/streamdag/streamdag/failgraph"
+	"github.com/streamdag/streamdag/topology"
+)
+
+// LaunchReport is the outcome of one launch.
+type LaunchReport struct {
+	Kernel  string
+	Device  topology.DeviceID
+	Stream  int
+	Status  Status
+	Start   time.Time // zero unless the kernel ran
+	End     time.Time // zero unless the kernel ran
+	Failure failgraph.FailureID
+	// Err is the launch's error: the kernel's own error for a failed
+	// launch, the root failure's error for a skipped one, the cause for a
+	// cancelled one; nil when ok.
+	Err error
+	// Chain names, for a skipped launch, the kernels from the one that
+	// left its input unwritten back to the root kernel (newest first).
+	Chain []string
+}
+
+// Report is the outcome of one run.
+type Report struct {
+	Device   topology.DeviceID
+	Streams  int
+	Launches []LaunchReport // in plan order
+	Waits    int            // event waits inserted by the plan
+	Wall     time.Duration  // from the start of Execute until every launch returned
+}
+
+// Count returns how many launches ended with status s.
+func (r *Report) Count(s Status) int {
+	n := 0
+	for i := range r.Launches {
+		if r.Launches[i].Status == s {
+			n++
+		}
+	}
+	return n
+}
+
+// Err returns nil when every launch is ok, else the errors of the failed
+// launches (the root causes) joined, plus one error counting skipped and
+// cancelled launches.
+func (r *Report) Err() error {
+	var errs []error
+	for i := range r.Launches {
+		if l := &r.Launches[i]; l.Status == StatusFailed {
+			errs = append(errs, l.Err)
+		}
+	}
+	if n, c := r.Count(StatusSkipped), r.Count(StatusCancelled); n+c > 0 {
+		errs = append(errs, fmt.Errorf("exec: %d launches skipped, %d cancelled", n, c))
+	}
+	return errors.Join(errs...)
+}
+
+func newReport(p *Plan, states []launchState, dev topology.DeviceID, wall time.Duration) *Report {
+	rep := &Report{Device: dev, Streams: p.Streams, Launches: make([]LaunchReport, len(states)), Waits: p.Waits, Wall: wall}
+	for i := range states {
+		l := &states[i]
+		lr := LaunchReport{Kernel: l.k.Name, Device: dev, Stream: l.stream, Status: l.status,
+			Start: l.start, End: l.end, Failure: l.failure, Err: l.err}
+		if l.status == StatusSkipped {
+			if f, ok := l.run.store.Failure(l.failure); ok {
+				lr.Err = f.Root
+				lr.Chain = f.ChainFrom(l.k.Name)
+			}
+		}
+		rep.Launches[i] = lr
+	}
+	return rep
+}
+
+// Result holds a finished run's buffers and report. Buffers are read only
+// through the error graph's read check. Close releases them; a Result is
+// safe for concurrent reads.
+type Result struct {
+	Report *Report
+	graph  *dag.Graph
+	bufs   []*buffers.Buffer
+	store  *failgraph.Store
+}
+
+// Err is Report.Err.
+func (r *Result) Err() error { return r.Report.Err() }
+
+// Buffer returns buffer id when every byte of it was last written by work
+// that succeeded (or it is an input nobody overwrote). Otherwise it
+// returns a *failgraph.UnwrittenError per failure found, naming the root
+// error and the chain of kernels back to it. An unknown id is an error.
+func (r *Result) Buffer(id dag.BufferID) (*buffers.Buffer, error) {
+	if id < 0 || int(id) >= len(r.bufs) {
+		return nil, fmt.Errorf("exec: result has no buffer id %d", id)
+	}
+	if err := r.store.EnsureWritten(r.graph.Buffer(id).Whole()); err != nil {
+		return nil, err
+	}
+	return r.bufs[id], nil
+}
+
+// Value returns the value held by buffer id, through the same read check
+// as Buffer.
+func (r *Result) Value(id dag.BufferID) (any, error) {
+	b, err := r.Buffer(id)
+	if err != nil {
+		return nil, err
+	}
+	return b.Value(), nil
+}
+
+// Failures returns the run's error graph.
+func (r *Result) Failures() *failgraph.Store { return r.store }
+
+// Close releases every buffer of the run. It is idempotent.
+func (r *Result) Close() {
+	for _, b := range r.bufs {
+		b.Release()
+	}
+}
