@@ -41,6 +41,9 @@ type Launch interface {
 	// declaration order. It panics when i is out of range (programmer
 	// error).
 	In(i int) *buffers.Buffer
+	// NumIn and NumOut are the numbers of declared reads and writes.
+	NumIn() int
+	NumOut() int
 	// Out returns the buffer of the kernel's i-th declared write, in
 	// declaration order. It panics when i is out of range.
 	Out(i int) *buffers.Buffer

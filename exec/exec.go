@@ -290,4 +290,6 @@ func (l *launchState) Device() topology.DeviceID   { return l.run.device }
 func (l *launchState) Stream() int                 { return l.stream }
 func (l *launchState) In(i int) *buffers.Buffer    { return l.run.bufs[l.k.Reads[i].Buffer] }
 func (l *launchState) Out(i int) *buffers.Buffer   { return l.run.bufs[l.k.Writes[i].Buffer] }
+func (l *launchState) NumIn() int                  { return len(l.k.Reads) }
+func (l *launchState) NumOut() int                 { return len(l.k.Writes) }
 func (l *launchState) Allocator() memory.Allocator { return l.run.alloc }

@@ -1,0 +1,433 @@
+package dag_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/dag"
+)
+
+// problems returns the errors Validate joined, in order.
+func problems(t *testing.T, err error) []error {
+	t.Helper()
+	require.Error(t, err)
+	joined, ok := err.(interface{ Unwrap() []error })
+	require.True(t, ok, "Validate returned %T, want an errors.Join error", err)
+	return joined.Unwrap()
+}
+
+// typed checks that err holds an error of want's type (via errors.As) equal
+// to want, field by field.
+func typed[E error](want E) func(*testing.T, error) {
+	return func(t *testing.T, err error) {
+		t.Helper()
+		var got E
+		require.ErrorAs(t, err, &got)
+		assert.Equal(t, want, got)
+	}
+}
+
+// message checks the text of a problem that has no error type of its own.
+func message(want string) func(*testing.T, error) {
+	return func(t *testing.T, err error) {
+		t.Helper()
+		assert.EqualError(t, err, want)
+	}
+}
+
+func TestValidateProblems(t *testing.T) {
+	tests := []struct {
+		name  string
+		build func(g *dag.Graph)
+		want  func(*testing.T, error)
+	}{
+		{
+			name: "duplicate kernel names",
+			build: func(g *dag.Graph) {
+				x := g.AddBuffer("x", 8, dag.Input())
+				g.AddKernel("k", nop, dag.Reads(x))
+				g.AddKernel("k", nop, dag.Reads(x))
+			},
+			want: typed(&dag.DuplicateError{Name: "k", Kinds: [2]string{"kernel", "kernel"}}),
+		},
+		{
+			name: "kernel named like a buffer",
+			build: func(g *dag.Graph) {
+				x := g.AddBuffer("x", 8, dag.Input())
+				g.AddKernel("x", nop, dag.Reads(x))
+			},
+			want: typed(&dag.DuplicateError{Name: "x", Kinds: [2]string{"buffer", "kernel"}}),
+		},
+		{
+			name: "buffer named like a kernel",
+			build: func(g *dag.Graph) {
+				g.AddKernel("k", nop)
+				g.AddValue("k", dag.Input())
+			},
+			want: typed(&dag.DuplicateError{Name: "k", Kinds: [2]string{"kernel", "buffer"}}),
+		},
+		{
+			name: "empty kernel name",
+			build: func(g *dag.Graph) {
+				x := g.AddBuffer("x", 8, dag.Input())
+				g.AddKernel("first", nop, dag.Reads(x))
+				g.AddKernel("", nop, dag.Reads(x))
+			},
+			want: message("dag: kernel 1 has an empty name"),
+		},
+		{
+			name: "empty buffer name",
+			build: func(g *dag.Graph) {
+				g.AddKernel("k", nop)
+				g.AddBuffer("", 8, dag.Input())
+			},
+			want: message("dag: buffer 0 has an empty name"),
+		},
+		{
+			name: "nil function",
+			build: func(g *dag.Graph) {
+				g.AddKernel("k", nil)
+			},
+			want: message(`dag: kernel "k" has a nil function`),
+		},
+		{
+			name: "read of an unknown buffer id",
+			build: func(g *dag.Graph) {
+				g.AddBuffer("x", 8, dag.Input())
+				g.AddKernel("k", nop, dag.Reads(7))
+			},
+			want: message(`dag: kernel "k" reads unknown buffer id 7`),
+		},
+		{
+			name: "write range of a negative buffer id",
+			build: func(g *dag.Graph) {
+				g.AddKernel("k", nop, dag.WritesRange(-1, 0, 4))
+			},
+			want: message(`dag: kernel "k" writes unknown buffer id -1`),
+		},
+		{
+			name: "write range past the end of its buffer",
+			build: func(g *dag.Graph) {
+				x := g.AddBuffer("x", 8)
+				g.AddKernel("k", nop, dag.WritesRange(x, 4, 8))
+			},
+			want: message(`dag: kernel "k" writes [4:12) of buffer "x", which has 8 bytes`),
+		},
+		{
+			name: "read range at a negative offset",
+			build: func(g *dag.Graph) {
+				x := g.AddBuffer("x", 8, dag.Input())
+				g.AddKernel("k", nop, dag.ReadsRange(x, -2, 4))
+			},
+			want: message(`dag: kernel "k" reads [-2:2) of buffer "x", which has 8 bytes`),
+		},
+		{
+			name: "read range of two bytes of a value buffer",
+			build: func(g *dag.Graph) {
+				v := g.AddValue("batch", dag.Input())
+				g.AddKernel("k", nop, dag.ReadsRange(v, 0, 2))
+			},
+			want: message(`dag: kernel "k" reads [0:2) of buffer "batch", which has 1 bytes`),
+		},
+		{
+			name: "negative buffer size",
+			build: func(g *dag.Graph) {
+				g.AddBuffer("x", -1)
+			},
+			want: message(`dag: buffer "x": negative size -1`),
+		},
+		{
+			name: "negative stream",
+			build: func(g *dag.Graph) {
+				g.AddKernel("k", nop, dag.OnStream(-1))
+			},
+			want: message(`dag: kernel "k": negative stream -1`),
+		},
+		{
+			name: "cycle through two kernels",
+			build: func(g *dag.Graph) {
+				x := g.AddBuffer("x", 8)
+				y := g.AddBuffer("y", 8)
+				g.AddKernel("a", nop, dag.Reads(x), dag.Writes(y))
+				g.AddKernel("b", nop, dag.Reads(y), dag.Writes(x))
+			},
+			want: typed(&dag.CycleError{Path: []string{
+				"kernel a", "buffer y", "kernel b", "buffer x", "kernel a",
+			}}),
+		},
+		{
+			name: "cycle starts at its lowest kernel, not at the first node",
+			build: func(g *dag.Graph) {
+				x := g.AddBuffer("x", 8)
+				y := g.AddBuffer("y", 8)
+				g.AddKernel("b", nop, dag.Reads(y), dag.Writes(x))
+				g.AddKernel("a", nop, dag.Reads(x), dag.Writes(y))
+			},
+			want: typed(&dag.CycleError{Path: []string{
+				"kernel b", "buffer x", "kernel a", "buffer y", "kernel b",
+			}}),
+		},
+		{
+			name: "kernel reads and writes one buffer",
+			build: func(g *dag.Graph) {
+				x := g.AddBuffer("x", 8)
+				g.AddKernel("a", nop, dag.Reads(x), dag.Writes(x))
+			},
+			want: typed(&dag.CycleError{Path: []string{"kernel a", "buffer x", "kernel a"}}),
+		},
+		{
+			name: "read of a buffer nobody writes",
+			build: func(g *dag.Graph) {
+				x := g.AddBuffer("x", 8)
+				g.AddKernel("k", nop, dag.Reads(x))
+			},
+			want: typed(&dag.UnwrittenError{Kernel: "k", Buffer: "x", Offset: 0, End: 8}),
+		},
+		{
+			name: "read of a value buffer nobody writes",
+			build: func(g *dag.Graph) {
+				v := g.AddValue("batch")
+				g.AddKernel("k", nop, dag.Reads(v))
+			},
+			want: typed(&dag.UnwrittenError{Kernel: "k", Buffer: "batch", Offset: 0, End: 1}),
+		},
+		{
+			name: "partial write leaves a gap at the end",
+			build: func(g *dag.Graph) {
+				x := g.AddBuffer("x", 8)
+				g.AddKernel("w", nop, dag.WritesRange(x, 0, 4))
+				g.AddKernel("r", nop, dag.Reads(x))
+			},
+			want: typed(&dag.UnwrittenError{Kernel: "r", Buffer: "x", Offset: 4, End: 8}),
+		},
+		{
+			name: "two writes leave a gap in the middle",
+			build: func(g *dag.Graph) {
+				x := g.AddBuffer("x", 8)
+				g.AddKernel("hi", nop, dag.WritesRange(x, 6, 2))
+				g.AddKernel("lo", nop, dag.WritesRange(x, 0, 2))
+				g.AddKernel("r", nop, dag.ReadsRange(x, 1, 6))
+			},
+			want: typed(&dag.UnwrittenError{Kernel: "r", Buffer: "x", Offset: 2, End: 6}),
+		},
+		{
+			name: "unordered writers of overlapping ranges",
+			build: func(g *dag.Graph) {
+				x := g.AddBuffer("x", 8)
+				g.AddKernel("w1", nop, dag.WritesRange(x, 0, 6))
+				g.AddKernel("w2", nop, dag.WritesRange(x, 4, 4))
+			},
+			want: typed(&dag.WriteConflictError{Buffer: "x", Kernels: [2]string{"w1", "w2"}, Offset: 4, End: 6}),
+		},
+		{
+			name: "unordered writers of a whole value buffer",
+			build: func(g *dag.Graph) {
+				v := g.AddValue("batch")
+				g.AddKernel("w1", nop, dag.Writes(v))
+				g.AddKernel("w2", nop, dag.Writes(v))
+			},
+			want: typed(&dag.WriteConflictError{Buffer: "batch", Kernels: [2]string{"w1", "w2"}, Offset: 0, End: 1}),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := dag.New()
+			tt.build(g)
+			err := g.Validate()
+			errs := problems(t, err)
+			require.Len(t, errs, 1, "want exactly one problem, got: %v", err)
+			tt.want(t, errs[0])
+			tt.want(t, err) // errors.As also finds it through the join
+			assert.Nil(t, g.Order(), "Order after a failed Validate")
+		})
+	}
+}
+
+func TestValidateValid(t *testing.T) {
+	tests := []struct {
+		name  string
+		build func(g *dag.Graph)
+		order []string
+	}{
+		{
+			name:  "empty graph",
+			build: func(*dag.Graph) {},
+			order: []string{},
+		},
+		{
+			name: "input buffers need no writer",
+			build: func(g *dag.Graph) {
+				raw := g.AddBuffer("raw", 8, dag.Input())
+				v := g.AddValue("batch", dag.Input())
+				g.AddKernel("k", nop, dag.Reads(raw, v))
+			},
+			order: []string{"k"},
+		},
+		{
+			name: "writers of disjoint ranges",
+			build: func(g *dag.Graph) {
+				x := g.AddBuffer("x", 8)
+				g.AddKernel("hi", nop, dag.WritesRange(x, 4, 4))
+				g.AddKernel("lo", nop, dag.WritesRange(x, 0, 4))
+				g.AddKernel("r", nop, dag.Reads(x))
+			},
+			order: []string{"hi", "lo", "r"},
+		},
+		{
+			name: "read covered by the first of two writes",
+			build: func(g *dag.Graph) {
+				x := g.AddBuffer("x", 8)
+				g.AddKernel("lo", nop, dag.WritesRange(x, 0, 4))
+				g.AddKernel("hi", nop, dag.WritesRange(x, 4, 4))
+				g.AddKernel("r", nop, dag.ReadsRange(x, 1, 2))
+			},
+			order: []string{"lo", "hi", "r"},
+		},
+		{
+			name: "ordered writers of one buffer",
+			build: func(g *dag.Graph) {
+				b := g.AddBuffer("b", 8)
+				d := g.AddBuffer("d", 8)
+				g.AddKernel("w1", nop, dag.Writes(b, d))
+				g.AddKernel("w2", nop, dag.Reads(d), dag.Writes(b))
+			},
+			order: []string{"w1", "w2"},
+		},
+		{
+			name: "ordered writers added reader first",
+			build: func(g *dag.Graph) {
+				b := g.AddBuffer("b", 8)
+				d := g.AddBuffer("d", 8)
+				g.AddKernel("w2", nop, dag.Reads(d), dag.Writes(b))
+				g.AddKernel("w1", nop, dag.Writes(b, d))
+			},
+			order: []string{"w1", "w2"},
+		},
+		{
+			name: "empty read of an unwritten buffer",
+			build: func(g *dag.Graph) {
+				x := g.AddBuffer("x", 8)
+				g.AddKernel("k", nop, dag.ReadsRange(x, 8, 0))
+			},
+			order: []string{"k"},
+		},
+		{
+			name: "zero-size buffer",
+			build: func(g *dag.Graph) {
+				x := g.AddBuffer("x", 0)
+				g.AddKernel("k", nop, dag.Reads(x))
+			},
+			order: []string{"k"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := dag.New()
+			tt.build(g)
+			require.NoError(t, g.Validate())
+			assert.Equal(t, tt.order, orderNames(g))
+		})
+	}
+}
+
+func TestValidateMessages(t *testing.T) {
+	g := dag.New()
+	x := g.AddBuffer("x", 8)
+	g.AddKernel("w1", nop, dag.WritesRange(x, 0, 6))
+	g.AddKernel("w2", nop, dag.WritesRange(x, 4, 4))
+	g.AddKernel("x", nop, dag.ReadsRange(x, 6, 2))
+	err := g.Validate()
+	assert.EqualError(t, err, `dag: duplicate name "x" (a buffer and a kernel)`+"\n"+
+		`dag: kernels "w1" and "w2" both write bytes [4:6) of buffer "x" and neither is ordered before the other`)
+
+	g = dag.New()
+	x = g.AddBuffer("x", 8)
+	g.AddKernel("w", nop, dag.WritesRange(x, 0, 4))
+	g.AddKernel("r", nop, dag.Reads(x))
+	assert.EqualError(t, g.Validate(),
+		`dag: kernel "r" reads bytes [4:8) of buffer "x", which no kernel writes and which is not an input`)
+}
+
+func TestValidateReportsEveryCycle(t *testing.T) {
+	g := dag.New()
+	x := g.AddBuffer("x", 8)
+	y := g.AddBuffer("y", 8)
+	z := g.AddBuffer("z", 8)
+	g.AddKernel("a", nop, dag.Reads(x), dag.Writes(y))
+	g.AddKernel("self", nop, dag.Reads(z), dag.Writes(z))
+	g.AddKernel("b", nop, dag.Reads(y), dag.Writes(x))
+	g.AddKernel("after", nop, dag.Reads(y)) // downstream of a cycle, in none
+
+	var paths [][]string
+	for _, e := range problems(t, g.Validate()) {
+		var ce *dag.CycleError
+		require.ErrorAs(t, e, &ce, "every problem is a cycle, got %v", e)
+		paths = append(paths, ce.Path)
+	}
+	assert.ElementsMatch(t, [][]string{
+		{"kernel a", "buffer y", "kernel b", "buffer x", "kernel a"},
+		{"kernel self", "buffer z", "kernel self"},
+	}, paths)
+}
+
+func TestValidateLongerCycle(t *testing.T) {
+	// A three-kernel ring: the path starts at the kernel with the lowest id
+	// and follows the edges.
+	g := dag.New()
+	ab := g.AddBuffer("ab", 8)
+	bc := g.AddBuffer("bc", 8)
+	ca := g.AddBuffer("ca", 8)
+	g.AddKernel("c", nop, dag.Reads(bc), dag.Writes(ca))
+	g.AddKernel("a", nop, dag.Reads(ca), dag.Writes(ab))
+	g.AddKernel("b", nop, dag.Reads(ab), dag.Writes(bc))
+
+	var ce *dag.CycleError
+	require.ErrorAs(t, g.Validate(), &ce)
+	assert.Equal(t, []string{
+		"kernel c", "buffer ca", "kernel a", "buffer ab", "kernel b", "buffer bc", "kernel c",
+	}, ce.Path)
+	assert.EqualError(t, ce,
+		"dag: cycle: kernel c → buffer ca → kernel a → buffer ab → kernel b → buffer bc → kernel c")
+}
+
+func TestValidateBoundsProblems(t *testing.T) {
+	for _, n := range []int{10, 11, 25} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			g := dag.New()
+			for i := range n {
+				g.AddKernel(fmt.Sprintf("k%d", i), nil)
+			}
+			errs := problems(t, g.Validate())
+			if n <= 10 {
+				assert.Len(t, errs, n)
+				assert.EqualError(t, errs[n-1], fmt.Sprintf(`dag: kernel "k%d" has a nil function`, n-1))
+				return
+			}
+			require.Len(t, errs, 11)
+			for i, e := range errs[:10] {
+				assert.EqualError(t, e, fmt.Sprintf(`dag: kernel "k%d" has a nil function`, i))
+			}
+			assert.EqualError(t, errs[10], fmt.Sprintf("dag: and %d more problems", n-10))
+		})
+	}
+}
+
+func TestValidateIsRepeatable(t *testing.T) {
+	g := dag.New()
+	x := g.AddBuffer("x", 8)
+	g.AddKernel("w", nop, dag.Writes(x))
+	require.NoError(t, g.Validate())
+	require.NoError(t, g.Validate())
+	assert.Equal(t, []string{"w"}, orderNames(g))
+
+	g.AddKernel("r", nil, dag.Reads(x))
+	first := g.Validate()
+	second := g.Validate()
+	require.Error(t, first)
+	assert.Equal(t, first.Error(), second.Error(), "a builder mistake is reported on every Validate")
+	assert.EqualError(t, first, `dag: kernel "r" has a nil function`)
+	assert.Nil(t, g.Order())
+}
