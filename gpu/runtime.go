@@ -48,7 +48,8 @@ type Device interface {
 	// Stream returns stream i, 0 <= i < NumStreams(). It panics for an
 	// index out of range (programmer error).
 	Stream(i int) Stream
-	// Close drains and stops every stream. See the type's doc.
+	// Close drains and stops every stream. See the type's doc. It must not
+	// be called from a task of the device (it would wait for itself).
 	Close() error
 }
 
@@ -69,18 +70,25 @@ type Stream interface {
 	// acquisition. Errors as Launch; on ErrClosed no task of ts is queued.
 	LaunchBatch(ts []Task) error
 	// Record returns an event that fires when every task queued on this
-	// stream before the call has returned.
+	// stream before the call has returned and every wait queued before it
+	// has been satisfied (so, as in CUDA, a stream that waits on the event
+	// also waits, transitively, for the events this stream waited on).
+	// Recorded on an idle stream, the event has already fired. Record works
+	// after Close.
 	Record() Event
 	// Wait makes every task queued on this stream after the call wait
 	// until e has fired. A wait that is already satisfied when the stream
 	// reaches it costs one atomic load. Waiting on an event of the same
-	// stream is a no-op. e must come from a stream of the same device.
-	// After Close it returns ErrClosed.
+	// stream is a no-op. e must come from a stream of the same device: an
+	// event of another device (or a nil one) returns an error and queues
+	// nothing. After Close it returns ErrClosed.
 	Wait(e Event) error
 	// Synchronize blocks until every task queued before the call has
 	// returned, or ctx is done (returning ctx.Err(); the tasks go on).
 	// It returns the first panic recovered from a task of this stream
-	// since the previous Synchronize, as an error, if any.
+	// since the previous Synchronize, as an error (*PanicError on the CPU
+	// device), if any, and forgets it. It works after Close. It must not be
+	// called from a task of the same stream (it would wait for itself).
 	Synchronize(ctx context.Context) error
 }
 

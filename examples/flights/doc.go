@@ -1,0 +1,27 @@
+// Package flights is streamdag's main example pipeline: US flight delays
+// grouped by origin airport (or by hour of day), as a DAG of kernels.
+//
+// The DAG, with P partitions:
+//
+//	source[s] ─▶ filter[p] ─▶ partial[p] ─┐
+//	   (one per row group or batch range)  ├─▶ merge ─▶ sort ─▶ topk ─▶ [join ◀─ airports] ─▶ write
+//	source[s] ─▶ filter[q] ─▶ partial[q] ─┘
+//
+// source[s] reads one Parquet row group, or a range of Arrow IPC record
+// batches, through kvio. filter[p] selects the rows of its row range with
+// delay > MinDelay. partial[p] groups them by key: count, delay sum and
+// delay max. merge adds the partial groups up, sort orders them by count
+// descending then key ascending, topk keeps the first TopK (all when 0),
+// join adds each airport's name and city from airports.csv when it is
+// given (a second source), and write hands the rows to Options.Sink.
+// A source with a single large batch is split into several row ranges, so
+// its partitions run on several streams even then.
+//
+// Kernel names are those above with the partition index in brackets
+// ("filter[3]"), which is what `streamdag run flights --fail` takes.
+//
+// Key: the "origin" column (utf8 or large_utf8) when the file has one,
+// else the hour of day, floor of the "time" column (float32 or float64),
+// as an integer 0–23. delay may be any signed integer column. Rows whose
+// delay or key is null are left out.
+package flights

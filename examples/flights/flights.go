@@ -1,0 +1,549 @@
+package flights
+
+import (
+	"cmp"
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+
+	"github.com/streamdag/streamdag/dag"
+	"github.com/streamdag/streamdag/exec"
+	"github.com/streamdag/streamdag/kvio"
+)
+
+// Options configure the pipeline.
+type Options struct {
+	// MinDelay keeps rows with delay > MinDelay (minutes). Default 0.
+	MinDelay int64
+	// TopK keeps the first TopK groups; 0 keeps all.
+	TopK int
+	// Partitions is the least number of partitions wanted (default 1). A
+	// source with fewer row groups or batches than that is split into row
+	// ranges; the executor spreads partitions over its streams.
+	Partitions int
+	// Airports, when non-nil, opens airports.csv (header iata,name,city,…)
+	// for the join; it is called by the airports kernel at run time.
+	Airports func() (io.ReadCloser, error)
+	// Sink, when non-nil, receives the final rows in the write kernel.
+	Sink func([]Row) error
+}
+
+// KeyKind says what a group key is.
+type KeyKind uint8
+
+const (
+	// KeyOrigin groups by origin airport code.
+	KeyOrigin KeyKind = iota
+	// KeyHour groups by the hour of day, 0–23.
+	KeyHour
+)
+
+// Row is one group of the result.
+type Row struct {
+	Key       string  `json:"key"`        // airport code, or the hour as a decimal integer
+	Count     int64   `json:"count"`      // flights with delay > MinDelay
+	DelaySum  int64   `json:"delay_sum"`  // minutes
+	DelayMean float64 `json:"delay_mean"` // DelaySum / Count, minutes
+	DelayMax  int64   `json:"delay_max"`  // minutes
+	Name      string  `json:"name,omitempty"`
+	City      string  `json:"city,omitempty"`
+	hour      int64
+}
+
+// minSourceRows is the least number of rows a source kernel reads when
+// parts are small (IPC files of many small batches).
+const minSourceRows = 1 << 16
+
+// Pipeline is the flights DAG over one source, with the ids a caller needs
+// to read its result.
+type Pipeline struct {
+	Graph      *dag.Graph
+	Key        KeyKind
+	Partitions []Partition
+	Result     dag.BufferID // holds []Row after write
+	src        kvio.Source
+	opts       Options
+}
+
+// Partition is the work of one filter/partial pair: rows [RowLo, RowHi) of
+// the concatenated parts [PartLo, PartHi) of the source.
+type Partition struct {
+	Source         int // index of its source kernel
+	PartLo, PartHi int
+	RowLo, RowHi   int64
+}
+
+// Build returns the flights pipeline over src. It fails when src lacks a
+// signed integer "delay" column or both an "origin" and a "time" column,
+// naming the source and the columns it has.
+func Build(src kvio.Source, opts Options) (*Pipeline, error) {
+	key, err := keyOf(src.Name(), src.Schema())
+	if err != nil {
+		return nil, err
+	}
+	p := &Pipeline{Graph: dag.New(), Key: key, src: src, opts: opts}
+	g := p.Graph
+	nparts := src.NumParts()
+	want := max(opts.Partitions, 1)
+	// Sources: one per part (a Parquet row group, an IPC batch), except that
+	// consecutive small parts are grouped into ranges of at least
+	// minSourceRows rows.
+	type srcRange struct {
+		lo, hi int
+		rows   int64
+	}
+	var ranges []srcRange
+	for i := range nparts {
+		n := len(ranges)
+		if n == 0 || ranges[n-1].rows >= minSourceRows {
+			ranges = append(ranges, srcRange{lo: i, hi: i})
+			n++
+		}
+		ranges[n-1].hi = i + 1
+		ranges[n-1].rows += src.PartRows(i)
+	}
+	// A source is split into row ranges when there are fewer sources than
+	// partitions wanted.
+	splits := 1
+	if len(ranges) > 0 && len(ranges) < want {
+		splits = (want + len(ranges) - 1) / len(ranges)
+	}
+	var partials []dag.BufferID
+	for s, r := range ranges {
+		lo, hi, rows := r.lo, r.hi, r.rows
+		batches := g.AddValue(fmt.Sprintf("batches[%d]", s))
+		g.AddKernel(fmt.Sprintf("source[%d]", s), p.source(lo, hi), dag.Writes(batches))
+		for j := range splits {
+			part := Partition{Source: s, PartLo: lo, PartHi: hi, RowLo: rows * int64(j) / int64(splits), RowHi: rows * int64(j+1) / int64(splits)}
+			i := len(p.Partitions)
+			p.Partitions = append(p.Partitions, part)
+			sel := g.AddValue(fmt.Sprintf("selected[%d]", i))
+			grp := g.AddValue(fmt.Sprintf("groups[%d]", i))
+			g.AddKernel(fmt.Sprintf("filter[%d]", i), p.filter(part), dag.Reads(batches), dag.Writes(sel))
+			g.AddKernel(fmt.Sprintf("partial[%d]", i), p.partial(), dag.Reads(batches, sel), dag.Writes(grp))
+			partials = append(partials, grp)
+		}
+	}
+	merged := g.AddValue("merged")
+	sorted := g.AddValue("sorted")
+	top := g.AddValue("top")
+	g.AddKernel("merge", merge, dag.Reads(partials...), dag.Writes(merged))
+	g.AddKernel("sort", p.sort, dag.Reads(merged), dag.Writes(sorted))
+	g.AddKernel("topk", p.topk, dag.Reads(sorted), dag.Writes(top))
+	final := top
+	if opts.Airports != nil {
+		airports := g.AddValue("airport_names")
+		joined := g.AddValue("joined")
+		g.AddKernel("airports", p.airports, dag.Writes(airports))
+		g.AddKernel("join", join, dag.Reads(top, airports), dag.Writes(joined))
+		final = joined
+	}
+	p.Result = g.AddValue("result")
+	g.AddKernel("write", p.write, dag.Reads(final), dag.Writes(p.Result))
+	return p, g.Validate()
+}
+
+// Rows returns the result rows of a finished run, or the error graph's
+// read error when the result could not be computed.
+func (p *Pipeline) Rows(res *exec.Result) ([]Row, error) {
+	v, err := res.Value(p.Result)
+	if err != nil {
+		return nil, err
+	}
+	rows, ok := v.([]Row)
+	if !ok {
+		return nil, fmt.Errorf("flights: result holds %T", v)
+	}
+	return rows, nil
+}
+
+func keyOf(name string, sc *arrow.Schema) (KeyKind, error) {
+	bad := func(what string) error {
+		var have []string
+		for _, f := range sc.Fields() {
+			have = append(have, f.Name+" "+f.Type.String())
+		}
+		return fmt.Errorf("flights: %s: %s (columns: %v)", name, what, have)
+	}
+	d, ok := sc.FieldsByName("delay")
+	if !ok || !isSignedInt(d[0].Type) {
+		return 0, bad(`needs a signed integer "delay" column`)
+	}
+	if f, ok := sc.FieldsByName("origin"); ok {
+		if id := f[0].Type.ID(); id == arrow.STRING || id == arrow.LARGE_STRING || id == arrow.STRING_VIEW {
+			return KeyOrigin, nil
+		}
+		return 0, bad(`"origin" must be a string column`)
+	}
+	if f, ok := sc.FieldsByName("time"); ok {
+		if id := f[0].Type.ID(); id == arrow.FLOAT32 || id == arrow.FLOAT64 {
+			return KeyHour, nil
+		}
+		return 0, bad(`"time" must be a float column`)
+	}
+	return 0, bad(`needs an "origin" or a "time" column`)
+}
+
+func isSignedInt(t arrow.DataType) bool {
+	switch t.ID() {
+	case arrow.INT8, arrow.INT16, arrow.INT32, arrow.INT64:
+		return true
+	}
+	return false
+}
+
+// batchList is the value of a batches[s] buffer: the record batches of one
+// source, released with the buffer.
+type batchList []arrow.RecordBatch
+
+// Release releases every batch.
+func (b batchList) Release() {
+	for _, r := range b {
+		r.Release()
+	}
+}
+
+func (p *Pipeline) source(lo, hi int) dag.KernelFunc {
+	return func(ctx context.Context, l dag.Launch) error {
+		out := make(batchList, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			rec, err := p.src.ReadPart(ctx, i, l.Allocator())
+			if err != nil {
+				out.Release()
+				return err
+			}
+			out = append(out, rec)
+		}
+		return l.Out(0).Store(out)
+	}
+}
+
+// selection is the value of a selected[p] buffer: for each batch of the
+// source, the indices of the rows kept.
+type selection [][]int32
+
+func (p *Pipeline) filter(part Partition) dag.KernelFunc {
+	minDelay := p.opts.MinDelay
+	return func(_ context.Context, l dag.Launch) error {
+		batches, ok := l.In(0).Value().(batchList)
+		if !ok {
+			return fmt.Errorf("flights: %s holds %T", l.In(0).Name(), l.In(0).Value())
+		}
+		sel := make(selection, len(batches))
+		var off int64
+		for b, rec := range batches {
+			n := rec.NumRows()
+			lo, hi := max(part.RowLo-off, 0), min(part.RowHi-off, n)
+			off += n
+			if lo >= hi {
+				continue
+			}
+			delay, err := int64Column(rec, "delay")
+			if err != nil {
+				return err
+			}
+			for i := lo; i < hi; i++ {
+				if d, ok := delay(int(i)); ok && d > minDelay {
+					sel[b] = append(sel[b], int32(i))
+				}
+			}
+		}
+		return l.Out(0).Store(sel)
+	}
+}
+
+// agg accumulates one group.
+type agg struct {
+	count, sum, max int64
+}
+
+func (a *agg) add(d int64) {
+	if a.count == 0 || d > a.max {
+		a.max = d
+	}
+	a.count++
+	a.sum += d
+}
+
+func (a *agg) merge(o agg) {
+	if a.count == 0 || o.max > a.max {
+		a.max = o.max
+	}
+	a.count += o.count
+	a.sum += o.sum
+}
+
+// groups is the value of groups[p] and merged: aggregates by origin code
+// or by hour.
+type groups struct {
+	byCode map[string]*agg
+	byHour map[int64]*agg
+}
+
+func newGroups() *groups { return &groups{byCode: map[string]*agg{}, byHour: map[int64]*agg{}} }
+
+func (p *Pipeline) partial() dag.KernelFunc {
+	return func(_ context.Context, l dag.Launch) error {
+		batches, _ := l.In(0).Value().(batchList)
+		sel, ok := l.In(1).Value().(selection)
+		if !ok || len(sel) != len(batches) {
+			return fmt.Errorf("flights: %s and %s do not match", l.In(0).Name(), l.In(1).Name())
+		}
+		g := newGroups()
+		for b, rec := range batches {
+			if len(sel[b]) == 0 {
+				continue
+			}
+			delay, err := int64Column(rec, "delay")
+			if err != nil {
+				return err
+			}
+			if p.Key == KeyOrigin {
+				key, err := stringColumn(rec, "origin")
+				if err != nil {
+					return err
+				}
+				for _, i := range sel[b] {
+					k, ok := key(int(i))
+					if !ok {
+						continue
+					}
+					a := g.byCode[k]
+					if a == nil {
+						a = &agg{}
+						g.byCode[strings.Clone(k)] = a // k points into Arrow memory
+					}
+					d, _ := delay(int(i))
+					a.add(d)
+				}
+				continue
+			}
+			hour, err := hourColumn(rec, "time")
+			if err != nil {
+				return err
+			}
+			for _, i := range sel[b] {
+				h, ok := hour(int(i))
+				if !ok {
+					continue
+				}
+				a := g.byHour[h]
+				if a == nil {
+					a = &agg{}
+					g.byHour[h] = a
+				}
+				d, _ := delay(int(i))
+				a.add(d)
+			}
+		}
+		return l.Out(0).Store(g)
+	}
+}
+
+func merge(_ context.Context, l dag.Launch) error {
+	out := newGroups()
+	for i := range l.NumIn() {
+		g, ok := l.In(i).Value().(*groups)
+		if !ok {
+			return fmt.Errorf("flights: %s holds %T", l.In(i).Name(), l.In(i).Value())
+		}
+		for k, a := range g.byCode {
+			if o := out.byCode[k]; o != nil {
+				o.merge(*a)
+			} else {
+				c := *a
+				out.byCode[k] = &c
+			}
+		}
+		for k, a := range g.byHour {
+			if o := out.byHour[k]; o != nil {
+				o.merge(*a)
+			} else {
+				c := *a
+				out.byHour[k] = &c
+			}
+		}
+	}
+	return l.Out(0).Store(out)
+}
+
+func (p *Pipeline) sort(_ context.Context, l dag.Launch) error {
+	g, ok := l.In(0).Value().(*groups)
+	if !ok {
+		return fmt.Errorf("flights: %s holds %T", l.In(0).Name(), l.In(0).Value())
+	}
+	rows := make([]Row, 0, len(g.byCode)+len(g.byHour))
+	for k, a := range g.byCode {
+		rows = append(rows, newRow(k, 0, *a))
+	}
+	for h, a := range g.byHour {
+		rows = append(rows, newRow(strconv.FormatInt(h, 10), h, *a))
+	}
+	SortRows(rows, p.Key)
+	return l.Out(0).Store(rows)
+}
+
+func newRow(key string, hour int64, a agg) Row {
+	return Row{Key: key, hour: hour, Count: a.count, DelaySum: a.sum, DelayMax: a.max,
+		DelayMean: float64(a.sum) / float64(a.count)}
+}
+
+// SortRows orders rows by count descending, then key ascending (numerically
+// for hours).
+func SortRows(rows []Row, key KeyKind) {
+	slices.SortFunc(rows, func(a, b Row) int {
+		if c := cmp.Compare(b.Count, a.Count); c != 0 {
+			return c
+		}
+		if key == KeyHour {
+			return cmp.Compare(a.hour, b.hour)
+		}
+		return cmp.Compare(a.Key, b.Key)
+	})
+}
+
+func (p *Pipeline) topk(_ context.Context, l dag.Launch) error {
+	rows, ok := l.In(0).Value().([]Row)
+	if !ok {
+		return fmt.Errorf("flights: %s holds %T", l.In(0).Name(), l.In(0).Value())
+	}
+	if k := p.opts.TopK; k > 0 && k < len(rows) {
+		rows = rows[:k]
+	}
+	return l.Out(0).Store(slices.Clone(rows))
+}
+
+type airport struct{ name, city string }
+
+func (p *Pipeline) airports(_ context.Context, l dag.Launch) error {
+	rc, err := p.opts.Airports()
+	if err != nil {
+		return fmt.Errorf("flights: airports: %w", err)
+	}
+	defer rc.Close()
+	r := csv.NewReader(rc)
+	head, err := r.Read()
+	if err != nil {
+		return fmt.Errorf("flights: airports: header: %w", err)
+	}
+	col := map[string]int{}
+	for i, h := range head {
+		col[h] = i
+	}
+	iata, okI := col["iata"]
+	name, okN := col["name"]
+	city, okC := col["city"]
+	if !okI || !okN || !okC {
+		return fmt.Errorf("flights: airports: header %v lacks iata, name or city", head)
+	}
+	m := map[string]airport{}
+	for {
+		rec, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("flights: airports: %w", err)
+		}
+		m[rec[iata]] = airport{rec[name], rec[city]}
+	}
+	return l.Out(0).Store(m)
+}
+
+func join(_ context.Context, l dag.Launch) error {
+	rows, ok1 := l.In(0).Value().([]Row)
+	m, ok2 := l.In(1).Value().(map[string]airport)
+	if !ok1 || !ok2 {
+		return fmt.Errorf("flights: join inputs hold %T and %T", l.In(0).Value(), l.In(1).Value())
+	}
+	out := slices.Clone(rows)
+	for i := range out {
+		if a, ok := m[out[i].Key]; ok {
+			out[i].Name, out[i].City = a.name, a.city
+		}
+	}
+	return l.Out(0).Store(out)
+}
+
+func (p *Pipeline) write(_ context.Context, l dag.Launch) error {
+	rows, ok := l.In(0).Value().([]Row)
+	if !ok {
+		return fmt.Errorf("flights: %s holds %T", l.In(0).Name(), l.In(0).Value())
+	}
+	if p.opts.Sink != nil {
+		if err := p.opts.Sink(rows); err != nil {
+			return fmt.Errorf("flights: write: %w", err)
+		}
+	}
+	return l.Out(0).Store(rows)
+}
+
+// int64Column returns an accessor for a signed integer column: the value
+// and whether it is valid (not null).
+func int64Column(rec arrow.RecordBatch, name string) (func(int) (int64, bool), error) {
+	col, err := column(rec, name)
+	if err != nil {
+		return nil, err
+	}
+	switch a := col.(type) {
+	case *array.Int64:
+		return func(i int) (int64, bool) { return a.Value(i), a.IsValid(i) }, nil
+	case *array.Int32:
+		return func(i int) (int64, bool) { return int64(a.Value(i)), a.IsValid(i) }, nil
+	case *array.Int16:
+		return func(i int) (int64, bool) { return int64(a.Value(i)), a.IsValid(i) }, nil
+	case *array.Int8:
+		return func(i int) (int64, bool) { return int64(a.Value(i)), a.IsValid(i) }, nil
+	}
+	return nil, fmt.Errorf("flights: column %q is %s, not a signed integer", name, col.DataType())
+}
+
+// stringColumn returns an accessor for a utf8, large_utf8 or utf8_view
+// column.
+func stringColumn(rec arrow.RecordBatch, name string) (func(int) (string, bool), error) {
+	col, err := column(rec, name)
+	if err != nil {
+		return nil, err
+	}
+	switch a := col.(type) {
+	case *array.String:
+		return func(i int) (string, bool) { return a.Value(i), a.IsValid(i) }, nil
+	case *array.LargeString:
+		return func(i int) (string, bool) { return a.Value(i), a.IsValid(i) }, nil
+	case *array.StringView:
+		return func(i int) (string, bool) { return a.Value(i), a.IsValid(i) }, nil
+	}
+	return nil, fmt.Errorf("flights: column %q is %s, not a string", name, col.DataType())
+}
+
+// hourColumn returns an accessor giving floor(time) of a float column.
+func hourColumn(rec arrow.RecordBatch, name string) (func(int) (int64, bool), error) {
+	col, err := column(rec, name)
+	if err != nil {
+		return nil, err
+	}
+	switch a := col.(type) {
+	case *array.Float32:
+		return func(i int) (int64, bool) { return int64(math.Floor(float64(a.Value(i)))), a.IsValid(i) }, nil
+	case *array.Float64:
+		return func(i int) (int64, bool) { return int64(math.Floor(a.Value(i))), a.IsValid(i) }, nil
+	}
+	return nil, fmt.Errorf("flights: column %q is %s, not a float", name, col.DataType())
+}
+
+func column(rec arrow.RecordBatch, name string) (arrow.Array, error) {
+	idx := rec.Schema().FieldIndices(name)
+	if len(idx) == 0 {
+		return nil, fmt.Errorf("flights: batch has no column %q", name)
+	}
+	return rec.Column(idx[0]), nil
+}

@@ -1,0 +1,597 @@
+package gpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+
+	"github.com/streamdag/streamdag/topology"
+)
+
+// CPUOption configures NewCPU.
+type CPUOption func(*cpuOptions) error
+
+type cpuOptions struct {
+	streams int
+}
+
+// WithStreams sets the number of streams of the CPU device, that is, the
+// number of worker goroutines it runs. The default is
+// runtime.GOMAXPROCS(0) at the time NewCPU is called. n < 1 makes NewCPU
+// return an error naming n.
+func WithStreams(n int) CPUOption {
+	return func(o *cpuOptions) error {
+		if n < 1 {
+			return fmt.Errorf("gpu: WithStreams(%d): a device needs at least 1 stream", n)
+		}
+		o.streams = n
+		return nil
+	}
+}
+
+// NewCPU returns the host CPU device: ID topology.CPU, Info
+// topology.CPUDevice() (read once, here), and a fixed set of streams (see
+// WithStreams). Each stream is one worker goroutine that runs the stream's
+// queue in order; the goroutines live until Close, which the caller must
+// call. Queuing a task with Launch costs one uncontended mutex acquisition
+// and an append to a reused slice: no goroutine, channel or allocation of
+// its own (the queue's slice grows, amortised, up to the largest backlog
+// seen). LaunchBatch takes the lock once for the whole batch.
+//
+// Events are (stream, sequence number) values; every queued task and wait
+// takes one sequence number. Event.Done and a wait that has already fired
+// cost one atomic load; an unfired wait makes the waiting worker yield a
+// few times, then park until the source stream completes the entry (a
+// stream pays one extra atomic load per completed entry while nobody
+// waits on it). Record allocates its 16-byte event value when it is
+// boxed in the Event interface; Stream.Wait, Synchronize and Event.Wait
+// allocate nothing in steady state.
+//
+// A task that panics does not stop its stream: the panic is recovered and
+// returned, as a *PanicError, by the stream's next Synchronize, and later
+// tasks run. Likewise a task that calls runtime.Goexit: the worker is
+// replaced and the stream goes on.
+//
+// Close must not be called from a task of the device (it would wait for
+// itself). Nil options are ignored. NewCPU fails only on an invalid
+// option; nothing is started then.
+func NewCPU(opts ...CPUOption) (Device, error) {
+	o := cpuOptions{streams: runtime.GOMAXPROCS(0)}
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	d := &cpuDevice{info: topology.CPUDevice()}
+	d.streams = make([]*cpuStream, o.streams)
+	for i := range d.streams {
+		s := &cpuStream{dev: d, idx: i, wake: make(chan struct{}, 1), evwake: make(chan struct{}, 1)}
+		s.wmin.Store(math.MaxUint64)
+		d.streams[i] = s
+	}
+	d.wg.Add(len(d.streams))
+	for _, s := range d.streams {
+		go s.work()
+	}
+	return d, nil
+}
+
+// cpuDevice is the host CPU device. Its streams are fixed at construction.
+type cpuDevice struct {
+	info    topology.Device
+	streams []*cpuStream
+	wg      sync.WaitGroup // one count per live worker goroutine
+
+	closeMu sync.Mutex
+	closed  bool
+}
+
+var (
+	_ Device = (*cpuDevice)(nil)
+	_ Stream = (*cpuStream)(nil)
+	_ Event  = cpuEvent{}
+)
+
+// ID returns topology.CPU.
+func (d *cpuDevice) ID() topology.DeviceID { return topology.CPU }
+
+// Info returns the facts read by NewCPU.
+func (d *cpuDevice) Info() topology.Device {
+	info := d.info
+	info.CPUAffinity = append([]int(nil), d.info.CPUAffinity...)
+	return info
+}
+
+// NumStreams returns the number of streams, fixed by NewCPU.
+func (d *cpuDevice) NumStreams() int { return len(d.streams) }
+
+// Stream returns stream i; it panics when i is out of range.
+func (d *cpuDevice) Stream(i int) Stream {
+	if i < 0 || i >= len(d.streams) {
+		panic(fmt.Sprintf("gpu: cpu stream %d out of range [0, %d)", i, len(d.streams)))
+	}
+	return d.streams[i]
+}
+
+// String returns "cpu".
+func (d *cpuDevice) String() string { return "cpu" }
+
+// Close refuses new work on every stream, lets every queued task and wait
+// run, and returns once all worker goroutines have exited. Every call
+// (first or later, concurrent or not) waits for that and returns nil.
+func (d *cpuDevice) Close() error {
+	d.closeMu.Lock()
+	if !d.closed {
+		d.closed = true
+		for _, s := range d.streams {
+			s.mu.Lock()
+			s.closed = true
+			s.closedA.Store(true)
+			wake := s.sleeping
+			s.sleeping = false
+			s.mu.Unlock()
+			if wake {
+				s.wake <- struct{}{}
+			}
+		}
+	}
+	d.closeMu.Unlock()
+	d.wg.Wait()
+	return nil
+}
+
+// item is one queue entry: a task (src == nil) or a wait until src's
+// completed count reaches seq.
+type item struct {
+	task Task
+	src  *cpuStream
+	seq  uint64
+}
+
+// cpuStream is one stream of the CPU device: an ordered queue drained by
+// one worker goroutine.
+//
+// Every queue entry, task or wait, takes one sequence number: entry k (from
+// 1) is complete when done >= k. An event is (stream, k).
+type cpuStream struct {
+	dev *cpuDevice
+	idx int
+
+	// Guarded by mu.
+	mu       sync.Mutex
+	queue    []item // entries not yet taken by the worker
+	enq      uint64 // entries queued so far
+	closed   bool
+	sleeping bool // the worker is parked (or about to park) on wake
+
+	closedA atomic.Bool // closed, for lock-free readers
+
+	wake chan struct{} // 1-buffered; one send per park
+
+	// Owned by the running worker goroutine.
+	batch  []item
+	pos    int
+	evwake chan struct{} // 1-buffered; the worker's channel when it parks on an event
+
+	done atomic.Uint64 // entries completed; written only by the worker
+
+	// Waiters parked on this stream's completed count, guarded by wmu.
+	// wmin is the smallest seq among them (MaxUint64 when none), so a
+	// completion costs one extra atomic load when nobody waits.
+	wmu     sync.Mutex
+	waiters []waiter
+	wmin    atomic.Uint64
+
+	// First task panic since the last Synchronize, guarded by pmu.
+	pmu     sync.Mutex
+	panicE  *PanicError
+	panicsN int
+}
+
+type waiter struct {
+	seq uint64
+	ch  chan struct{} // 1-buffered; receives one send when done >= seq
+}
+
+// Device returns topology.CPU.
+func (s *cpuStream) Device() topology.DeviceID { return topology.CPU }
+
+// Index returns the stream's index on its device.
+func (s *cpuStream) Index() int { return s.idx }
+
+// String returns "cpu stream N".
+func (s *cpuStream) String() string { return fmt.Sprintf("cpu stream %d", s.idx) }
+
+var errNilTask = errors.New("gpu: nil task")
+
+// Launch queues t. It returns ErrClosed after Close and an error for a nil
+// t; in both cases nothing is queued.
+func (s *cpuStream) Launch(t Task) error {
+	if t == nil {
+		return fmt.Errorf("%w on %v", errNilTask, s)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.queue = append(s.queue, item{task: t})
+	s.enq++
+	wake := s.sleeping
+	s.sleeping = false
+	s.mu.Unlock()
+	if wake {
+		s.wake <- struct{}{}
+	}
+	return nil
+}
+
+// LaunchBatch queues ts in order under one lock acquisition. A nil task in
+// ts is an error naming its index, and nothing is queued.
+func (s *cpuStream) LaunchBatch(ts []Task) error {
+	for i, t := range ts {
+		if t == nil {
+			return fmt.Errorf("%w at index %d of a batch of %d on %v", errNilTask, i, len(ts), s)
+		}
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	for _, t := range ts {
+		s.queue = append(s.queue, item{task: t})
+	}
+	s.enq += uint64(len(ts))
+	wake := s.sleeping && len(ts) > 0
+	if wake {
+		s.sleeping = false
+	}
+	s.mu.Unlock()
+	if wake {
+		s.wake <- struct{}{}
+	}
+	return nil
+}
+
+// Record returns the event (s, entries queued so far). It fires at once
+// when the stream is idle. It works after Close too (the event has then
+// fired, since Close drains the queue).
+func (s *cpuStream) Record() Event {
+	s.mu.Lock()
+	seq := s.enq
+	s.mu.Unlock()
+	return cpuEvent{s: s, seq: seq}
+}
+
+// Wait queues a wait on e. An event that has already fired, or that
+// belongs to this stream, queues nothing. An event that is not from a
+// stream of this device returns an error naming it and queues nothing.
+func (s *cpuStream) Wait(e Event) error {
+	ce, ok := e.(cpuEvent)
+	if !ok || ce.s == nil {
+		if e == nil {
+			return fmt.Errorf("gpu: %v: wait on a nil event", s)
+		}
+		return fmt.Errorf("gpu: %v: cannot wait on an event of another device (%T)", s, e)
+	}
+	if ce.s.dev != s.dev {
+		return fmt.Errorf("gpu: %v: cannot wait on an event of another device (%v of a different device instance)", s, ce)
+	}
+	if ce.s == s || ce.s.done.Load() >= ce.seq {
+		// Queue order already implies it, or it has fired: nothing to
+		// queue, and no lock to take.
+		if s.closedA.Load() {
+			return ErrClosed
+		}
+		return nil
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	if ce.s.done.Load() >= ce.seq {
+		s.mu.Unlock()
+		return nil // fired since the check above
+	}
+	s.queue = append(s.queue, item{src: ce.s, seq: ce.seq})
+	s.enq++
+	wake := s.sleeping
+	s.sleeping = false
+	s.mu.Unlock()
+	if wake {
+		s.wake <- struct{}{}
+	}
+	return nil
+}
+
+// Synchronize waits until every entry queued before the call is complete,
+// then returns and clears the stream's first recovered task panic, if any.
+// It returns ctx.Err() if ctx is done first; the panic is then kept for the
+// next Synchronize. It works after Close.
+func (s *cpuStream) Synchronize(ctx context.Context) error {
+	s.mu.Lock()
+	seq := s.enq
+	s.mu.Unlock()
+	if err := s.awaitCtx(ctx, seq); err != nil {
+		return err
+	}
+	s.pmu.Lock()
+	pe := s.panicE
+	if pe != nil {
+		pe.More = s.panicsN - 1
+	}
+	s.panicE, s.panicsN = nil, 0
+	s.pmu.Unlock()
+	if pe == nil {
+		return nil
+	}
+	return pe
+}
+
+// work is the stream's worker loop. It runs the current batch from pos,
+// then swaps in the queue, parking on wake while the queue is empty. It
+// returns once the stream is closed and its queue is empty.
+func (s *cpuStream) work() {
+	defer s.dev.wg.Done()
+	for {
+		for s.pos < len(s.batch) {
+			it := s.batch[s.pos]
+			s.pos++ // before running: a replacement worker (Goexit) resumes after it
+			if it.src == nil {
+				s.run(it.task)
+			} else if it.src.done.Load() < it.seq {
+				it.src.await(it.seq, s.evwake)
+			}
+			s.complete()
+		}
+		clear(s.batch)
+		if cap(s.batch) > maxKeptBatch {
+			s.batch = nil // do not pin the memory of a one-off burst
+		}
+		s.mu.Lock()
+		for len(s.queue) == 0 {
+			if s.closed {
+				s.mu.Unlock()
+				return
+			}
+			s.sleeping = true
+			s.mu.Unlock()
+			<-s.wake
+			s.mu.Lock()
+		}
+		s.batch, s.queue = s.queue, s.batch[:0]
+		s.pos = 0
+		s.mu.Unlock()
+	}
+}
+
+// maxKeptBatch is the largest queue capacity (entries) a worker keeps for
+// reuse after draining it.
+const maxKeptBatch = 1 << 16
+
+// awaitYields is how many times a worker yields (runtime.Gosched),
+// re-checking the event, before it parks on an unfired event. Parking and
+// waking cost a few hundred ns; on a ping-pong between two streams the
+// yields cut the cost of a handoff by about a third (BenchmarkEventWait).
+const awaitYields = 4
+
+// run calls t.Run, recovering a panic into the stream's panic record. If t
+// calls runtime.Goexit, the worker goroutine cannot be saved: run records
+// it, completes the entry and starts a replacement worker that resumes the
+// batch after t.
+func (s *cpuStream) run(t Task) {
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		r := recover()
+		if r != nil {
+			s.notePanic(&PanicError{Stream: s.idx, Value: r, Stack: debug.Stack()})
+			return
+		}
+		// runtime.Goexit: this goroutine is unwinding and will exit.
+		s.notePanic(&PanicError{Stream: s.idx, Goexit: true, Stack: debug.Stack()})
+		s.complete()
+		s.dev.wg.Add(1)
+		go s.work()
+	}()
+	t.Run()
+	returned = true
+}
+
+func (s *cpuStream) notePanic(pe *PanicError) {
+	s.pmu.Lock()
+	if s.panicE == nil {
+		s.panicE = pe
+	}
+	s.panicsN++
+	s.pmu.Unlock()
+}
+
+// complete marks one more entry complete and wakes the waiters it satisfies.
+func (s *cpuStream) complete() {
+	n := s.done.Add(1)
+	if n >= s.wmin.Load() {
+		s.wakeWaiters(n)
+	}
+}
+
+func (s *cpuStream) wakeWaiters(n uint64) {
+	s.wmu.Lock()
+	minSeq := uint64(math.MaxUint64)
+	kept := s.waiters[:0]
+	for _, w := range s.waiters {
+		if w.seq <= n {
+			w.ch <- struct{}{} // 1-buffered, one send per registration: never blocks
+			continue
+		}
+		kept = append(kept, w)
+		minSeq = min(minSeq, w.seq)
+	}
+	clear(s.waiters[len(kept):])
+	s.waiters = kept
+	s.wmin.Store(minSeq)
+	s.wmu.Unlock()
+}
+
+// register adds a waiter for done >= seq and reports whether it was already
+// reached, in which case nothing stays registered. The order (publish wmin,
+// then load done) pairs with complete's (add done, then load wmin): with
+// sequentially consistent atomics at least one side sees the other, so no
+// wake-up is lost.
+func (s *cpuStream) register(seq uint64, ch chan struct{}) (reached bool) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.waiters = append(s.waiters, waiter{seq: seq, ch: ch})
+	if seq < s.wmin.Load() {
+		s.wmin.Store(seq)
+	}
+	if s.done.Load() >= seq {
+		s.removeLocked(ch)
+		return true
+	}
+	return false
+}
+
+// unregister removes ch's registration and reports whether it was still
+// there; if not, a wake-up was (or is being) sent on ch under wmu.
+func (s *cpuStream) unregister(ch chan struct{}) bool {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return s.removeLocked(ch)
+}
+
+func (s *cpuStream) removeLocked(ch chan struct{}) bool {
+	for i, w := range s.waiters {
+		if w.ch != ch {
+			continue
+		}
+		last := len(s.waiters) - 1
+		s.waiters[i] = s.waiters[last]
+		s.waiters[last] = waiter{}
+		s.waiters = s.waiters[:last]
+		minSeq := uint64(math.MaxUint64)
+		for _, w := range s.waiters {
+			minSeq = min(minSeq, w.seq)
+		}
+		s.wmin.Store(minSeq)
+		return true
+	}
+	return false
+}
+
+// await blocks until done >= seq, first yielding a few times, then parking
+// on ch (the waiting worker's own 1-buffered channel, empty on entry and on
+// return).
+func (s *cpuStream) await(seq uint64, ch chan struct{}) {
+	for range awaitYields {
+		runtime.Gosched()
+		if s.done.Load() >= seq {
+			return
+		}
+	}
+	if s.register(seq, ch) {
+		return
+	}
+	<-ch
+}
+
+// awaitCtx blocks until done >= seq or ctx is done.
+func (s *cpuStream) awaitCtx(ctx context.Context, seq uint64) error {
+	if s.done.Load() >= seq {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ch := wakeChans.Get().(chan struct{})
+	defer wakeChans.Put(ch) // empty again on every path below
+	if s.register(seq, ch) {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		if !s.unregister(ch) {
+			<-ch // fired while we were giving up; the send is already in ch
+			return nil
+		}
+		return ctx.Err()
+	}
+}
+
+// wakeChans holds empty 1-buffered channels for awaitCtx, so Synchronize
+// and Event.Wait do not allocate one per call.
+var wakeChans = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
+
+// cpuEvent is a point in a CPU stream's queue: it fires when the stream's
+// completed count reaches seq.
+type cpuEvent struct {
+	s   *cpuStream
+	seq uint64
+}
+
+// Done reports whether the event has fired: one atomic load.
+func (e cpuEvent) Done() bool { return e.s == nil || e.s.done.Load() >= e.seq }
+
+// Wait blocks until the event fires (nil) or ctx is done (ctx.Err()). An
+// event that has fired returns nil even when ctx is done.
+func (e cpuEvent) Wait(ctx context.Context) error {
+	if e.s == nil {
+		return nil
+	}
+	return e.s.awaitCtx(ctx, e.seq)
+}
+
+// String returns "cpu stream N @ seq".
+func (e cpuEvent) String() string {
+	if e.s == nil {
+		return "cpu event (none)"
+	}
+	return fmt.Sprintf("%v @ %d", e.s, e.seq)
+}
+
+// PanicError is a panic (or runtime.Goexit) recovered from a task on a CPU
+// stream, as returned by Stream.Synchronize. The stream went on running
+// later tasks.
+type PanicError struct {
+	Stream int    // index of the stream on the CPU device
+	Value  any    // the value passed to panic; nil when Goexit is true
+	Goexit bool   // the task called runtime.Goexit instead of returning
+	Stack  []byte // the task's goroutine stack when it was recovered
+	More   int    // further panics on the stream since the previous Synchronize, not kept
+}
+
+// Error returns "gpu: cpu stream N: task panicked: VALUE", plus how many
+// more panics there were. The stack is in Stack, not in the message.
+func (e *PanicError) Error() string {
+	var msg string
+	if e.Goexit {
+		msg = fmt.Sprintf("gpu: cpu stream %d: task called runtime.Goexit", e.Stream)
+	} else {
+		msg = fmt.Sprintf("gpu: cpu stream %d: task panicked: %v", e.Stream, e.Value)
+	}
+	if e.More > 0 {
+		msg += fmt.Sprintf(" (and %d more)", e.More)
+	}
+	return msg
+}
+
+// Unwrap returns Value when it is an error, so errors.Is and errors.As see
+// through the panic; otherwise nil.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}

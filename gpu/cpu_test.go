@@ -1,0 +1,398 @@
+package gpu_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/topology"
+)
+
+// newCPU returns a CPU device with n streams, closed when the test ends.
+func newCPU(t testing.TB, n int) gpu.Device {
+	t.Helper()
+	d, err := gpu.NewCPU(gpu.WithStreams(n))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, d.Close()) })
+	return d
+}
+
+func TestNewCPUOptions(t *testing.T) {
+	d, err := gpu.NewCPU()
+	require.NoError(t, err)
+	defer d.Close()
+	assert.Equal(t, runtime.GOMAXPROCS(0), d.NumStreams(), "default stream count")
+	assert.Equal(t, topology.CPU, d.ID())
+	info := d.Info()
+	assert.Equal(t, topology.CPU, info.ID)
+	assert.Equal(t, runtime.NumCPU(), info.Cores)
+	for i := range d.NumStreams() {
+		s := d.Stream(i)
+		assert.Equal(t, i, s.Index())
+		assert.Equal(t, topology.CPU, s.Device())
+	}
+
+	for _, n := range []int{0, -3} {
+		t.Run(fmt.Sprintf("streams=%d", n), func(t *testing.T) {
+			d, err := gpu.NewCPU(gpu.WithStreams(n))
+			require.Error(t, err)
+			assert.Nil(t, d)
+			assert.Contains(t, err.Error(), fmt.Sprintf("WithStreams(%d)", n))
+		})
+	}
+
+	d3 := newCPU(t, 3)
+	assert.Equal(t, 3, d3.NumStreams())
+	assert.PanicsWithValue(t, "gpu: cpu stream 3 out of range [0, 3)", func() { d3.Stream(3) })
+	assert.Panics(t, func() { d3.Stream(-1) })
+}
+
+// appendTask appends its value to a shared slice; only one stream's worker
+// touches the slice, so it needs no lock.
+type appendTask struct {
+	out *[]int
+	v   int
+}
+
+func (a *appendTask) Run() { *a.out = append(*a.out, a.v) }
+
+func TestStreamOrder(t *testing.T) {
+	d := newCPU(t, 4)
+	s := d.Stream(2)
+	var got []int
+	tasks := make([]appendTask, 1000)
+	for i := range tasks {
+		tasks[i] = appendTask{out: &got, v: i}
+		if i%3 == 0 {
+			require.NoError(t, s.Launch(&tasks[i]))
+		} else {
+			// Mix in batches of one and two.
+			require.NoError(t, s.LaunchBatch([]gpu.Task{&tasks[i]}))
+		}
+	}
+	require.NoError(t, s.Synchronize(context.Background()))
+	require.Len(t, got, 1000)
+	for i, v := range got {
+		require.Equal(t, i, v, "task %d ran at position %d", v, i)
+	}
+}
+
+func TestLaunchBatchOrderAndConcurrentLaunchers(t *testing.T) {
+	d := newCPU(t, 1)
+	s := d.Stream(0)
+	const producers, perProducer = 8, 500
+	// Each producer's own tasks must run in its own order.
+	last := make([]int, producers)
+	for i := range last {
+		last[i] = -1
+	}
+	var bad atomic.Int64
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Go(func() {
+			for i := 0; i < perProducer; i += 2 {
+				mk := func(i int) gpu.Task {
+					return gpu.TaskFunc(func() {
+						if last[p] != i-1 {
+							bad.Add(1)
+						}
+						last[p] = i
+					})
+				}
+				assert.NoError(t, s.LaunchBatch([]gpu.Task{mk(i), mk(i + 1)}))
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(t, s.Synchronize(context.Background()))
+	assert.Zero(t, bad.Load(), "tasks of one producer ran out of order")
+	for p := range producers {
+		assert.Equal(t, perProducer-1, last[p])
+	}
+}
+
+func TestCrossStreamRecordWait(t *testing.T) {
+	d := newCPU(t, 2)
+	a, b := d.Stream(0), d.Stream(1)
+	ctx := context.Background()
+	const rounds = 1000
+	var box int // written on a, read on b: -race checks the happens-before
+	seen := make([]int, 0, rounds)
+	for i := range rounds {
+		require.NoError(t, a.Launch(gpu.TaskFunc(func() {
+			if i%7 == 0 {
+				runtime.Gosched() // let b get ahead and park on the event
+			}
+			box = i + 1
+		})))
+		require.NoError(t, b.Wait(a.Record()))
+		require.NoError(t, b.Launch(gpu.TaskFunc(func() { seen = append(seen, box) })))
+		// a must not overwrite box before b read it.
+		require.NoError(t, a.Wait(b.Record()))
+	}
+	require.NoError(t, b.Synchronize(ctx))
+	require.Len(t, seen, rounds)
+	for i, v := range seen {
+		require.Equal(t, i+1, v, "round %d read a stale value", i)
+	}
+}
+
+func TestEventSemantics(t *testing.T) {
+	d := newCPU(t, 2)
+	a, b := d.Stream(0), d.Stream(1)
+	ctx := context.Background()
+
+	idle := a.Record()
+	assert.True(t, idle.Done(), "event recorded on an idle stream has fired")
+	require.NoError(t, idle.Wait(ctx))
+
+	release := make(chan struct{})
+	require.NoError(t, a.Launch(gpu.TaskFunc(func() { <-release })))
+	e := a.Record()
+	assert.False(t, e.Done())
+
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	assert.ErrorIs(t, e.Wait(cctx), context.Canceled)
+	assert.ErrorIs(t, a.Synchronize(cctx), context.Canceled)
+
+	// A wait on the same stream is a no-op, so this does not deadlock.
+	require.NoError(t, a.Wait(e))
+
+	// b waits on a's event; an event recorded on b after the wait fires
+	// only after e (waits count as queue entries, as in CUDA).
+	require.NoError(t, b.Wait(e))
+	eb := b.Record()
+	assert.False(t, eb.Done())
+
+	waitErr := make(chan error, 1)
+	go func() { waitErr <- eb.Wait(ctx) }()
+	close(release)
+	require.NoError(t, <-waitErr)
+	assert.True(t, e.Done())
+	assert.True(t, eb.Done())
+	require.NoError(t, e.Wait(cctx), "a fired event returns nil even with a done ctx")
+}
+
+func TestEventWaitDeadline(t *testing.T) {
+	d := newCPU(t, 1)
+	s := d.Stream(0)
+	release := make(chan struct{})
+	require.NoError(t, s.Launch(gpu.TaskFunc(func() { <-release })))
+	e := s.Record()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- e.Wait(ctx) }()
+	cancel()
+	assert.ErrorIs(t, <-errc, context.Canceled)
+	close(release)
+	require.NoError(t, e.Wait(context.Background()))
+}
+
+func TestCrossDeviceWait(t *testing.T) {
+	d1 := newCPU(t, 1)
+	d2 := newCPU(t, 1)
+	release := make(chan struct{})
+	defer close(release)
+	require.NoError(t, d2.Stream(0).Launch(gpu.TaskFunc(func() { <-release })))
+	err := d1.Stream(0).Wait(d2.Stream(0).Record())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "another device")
+
+	err = d1.Stream(0).Wait(foreignEvent{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "gpu_test.foreignEvent")
+
+	err = d1.Stream(0).Wait(nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "nil event")
+}
+
+type foreignEvent struct{}
+
+func (foreignEvent) Done() bool                     { return true }
+func (foreignEvent) Wait(ctx context.Context) error { return nil }
+
+func TestSynchronizeReturnsPanic(t *testing.T) {
+	d := newCPU(t, 1)
+	s := d.Stream(0)
+	ctx := context.Background()
+	boom := errors.New("boom")
+	var after atomic.Int64
+	require.NoError(t, s.Launch(gpu.TaskFunc(func() { panic(boom) })))
+	require.NoError(t, s.Launch(gpu.TaskFunc(func() { panic("second") })))
+	require.NoError(t, s.Launch(gpu.TaskFunc(func() { after.Add(1) })))
+
+	err := s.Synchronize(ctx)
+	require.Error(t, err)
+	var pe *gpu.PanicError
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, boom, pe.Value, "the first panic is kept")
+	assert.ErrorIs(t, err, boom)
+	assert.Equal(t, 1, pe.More)
+	assert.Equal(t, 0, pe.Stream)
+	assert.False(t, pe.Goexit)
+	assert.Contains(t, string(pe.Stack), "TestSynchronizeReturnsPanic")
+	assert.Equal(t, "gpu: cpu stream 0: task panicked: boom (and 1 more)", err.Error())
+	assert.Equal(t, int64(1), after.Load(), "tasks after a panic still run")
+
+	require.NoError(t, s.Synchronize(ctx), "the panic is reported once")
+	require.NoError(t, s.Launch(gpu.TaskFunc(func() { after.Add(1) })))
+	require.NoError(t, s.Synchronize(ctx))
+	assert.Equal(t, int64(2), after.Load())
+}
+
+func TestGoexitInTask(t *testing.T) {
+	d := newCPU(t, 2)
+	s := d.Stream(1)
+	var ran []int
+	require.NoError(t, s.LaunchBatch([]gpu.Task{
+		gpu.TaskFunc(func() { ran = append(ran, 1) }),
+		gpu.TaskFunc(func() { runtime.Goexit() }),
+		gpu.TaskFunc(func() { ran = append(ran, 3) }),
+	}))
+	err := s.Synchronize(context.Background())
+	var pe *gpu.PanicError
+	require.ErrorAs(t, err, &pe)
+	assert.True(t, pe.Goexit)
+	assert.Equal(t, 1, pe.Stream)
+	assert.Equal(t, []int{1, 3}, ran, "the batch goes on after the Goexit")
+	// The stream still works after its worker was replaced.
+	require.NoError(t, s.Launch(gpu.TaskFunc(func() { ran = append(ran, 4) })))
+	require.NoError(t, s.Synchronize(context.Background()))
+	assert.Equal(t, []int{1, 3, 4}, ran)
+}
+
+func TestCloseDrainsAndRefuses(t *testing.T) {
+	d, err := gpu.NewCPU(gpu.WithStreams(3))
+	require.NoError(t, err)
+	var n atomic.Int64
+	release := make(chan struct{})
+	require.NoError(t, d.Stream(0).Launch(gpu.TaskFunc(func() { <-release })))
+	for i := range 300 {
+		require.NoError(t, d.Stream(i%3).Launch(gpu.TaskFunc(func() { n.Add(1) })))
+	}
+	// Stream 1 waits on stream 0, which is blocked until release.
+	require.NoError(t, d.Stream(1).Wait(d.Stream(0).Record()))
+	require.NoError(t, d.Stream(1).Launch(gpu.TaskFunc(func() { n.Add(1) })))
+
+	closed := make(chan error, 2)
+	go func() { closed <- d.Close() }()
+	go func() { closed <- d.Close() }()
+	close(release)
+	require.NoError(t, <-closed)
+	require.NoError(t, <-closed)
+	assert.Equal(t, int64(301), n.Load(), "Close ran every queued task")
+
+	require.NoError(t, d.Close(), "Close is idempotent")
+	for i := range 3 {
+		s := d.Stream(i)
+		assert.ErrorIs(t, s.Launch(gpu.TaskFunc(func() { n.Add(1) })), gpu.ErrClosed)
+		assert.ErrorIs(t, s.LaunchBatch([]gpu.Task{gpu.TaskFunc(func() {})}), gpu.ErrClosed)
+		assert.ErrorIs(t, s.Wait(d.Stream((i+1)%3).Record()), gpu.ErrClosed)
+		assert.True(t, s.Record().Done())
+		assert.NoError(t, s.Synchronize(context.Background()))
+	}
+	assert.Equal(t, int64(301), n.Load())
+}
+
+func TestNilTask(t *testing.T) {
+	d := newCPU(t, 1)
+	s := d.Stream(0)
+	assert.Error(t, s.Launch(nil))
+	var ran atomic.Bool
+	err := s.LaunchBatch([]gpu.Task{gpu.TaskFunc(func() { ran.Store(true) }), nil})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "index 1 of a batch of 2")
+	require.NoError(t, s.Synchronize(context.Background()))
+	assert.False(t, ran.Load(), "a rejected batch queues nothing")
+}
+
+func TestTaskLaunchesFromTask(t *testing.T) {
+	// A task may queue more work on its own or another stream.
+	d := newCPU(t, 2)
+	a, b := d.Stream(0), d.Stream(1)
+	var got []int
+	require.NoError(t, a.LaunchBatch([]gpu.Task{
+		gpu.TaskFunc(func() {
+			got = append(got, 1)
+			assert.NoError(t, a.Launch(gpu.TaskFunc(func() { got = append(got, 3) })))
+			assert.NoError(t, b.Wait(a.Record()))
+		}),
+		gpu.TaskFunc(func() { got = append(got, 2) }),
+	}))
+	require.NoError(t, a.Synchronize(context.Background()))
+	require.NoError(t, a.Synchronize(context.Background()))
+	assert.Equal(t, []int{1, 2, 3}, got)
+}
+
+// TestManyStreamsStress runs a random-ish DAG of waits across streams and
+// checks every consumer sees its producer's write.
+func TestManyStreamsStress(t *testing.T) {
+	const streams, rounds = 6, 300
+	d := newCPU(t, streams)
+	vals := make([]int, streams) // vals[i] written only on stream i
+	var bad atomic.Int64
+	for r := range rounds {
+		src := r % streams
+		dst := (r*5 + 1) % streams
+		if src == dst {
+			continue
+		}
+		want := r
+		require.NoError(t, d.Stream(src).Launch(gpu.TaskFunc(func() { vals[src] = want })))
+		require.NoError(t, d.Stream(dst).Wait(d.Stream(src).Record()))
+		require.NoError(t, d.Stream(dst).Launch(gpu.TaskFunc(func() {
+			if vals[src] < want {
+				bad.Add(1)
+			}
+		})))
+		// The next writer of vals[src] must come after this read.
+		require.NoError(t, d.Stream(src).Wait(d.Stream(dst).Record()))
+	}
+	for i := range streams {
+		require.NoError(t, d.Stream(i).Synchronize(context.Background()))
+	}
+	assert.Zero(t, bad.Load())
+}
+
+type nopTask struct{ n int }
+
+func (t *nopTask) Run() { t.n++ }
+
+func TestLaunchDoesNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own")
+	}
+	d := newCPU(t, 1)
+	s := d.Stream(0)
+	task := &nopTask{}
+	ctx := context.Background()
+	// Grow both of the stream's swapped queue slices.
+	for range 4 {
+		for range 4096 {
+			require.NoError(t, s.Launch(task))
+		}
+		require.NoError(t, s.Synchronize(ctx))
+	}
+	allocs := testing.AllocsPerRun(1000, func() { _ = s.Launch(task) })
+	require.NoError(t, s.Synchronize(ctx))
+	assert.Zero(t, allocs, "allocations per Launch")
+
+	ev := s.Record()
+	allocs = testing.AllocsPerRun(1000, func() {
+		_ = s.Launch(task)
+		_ = s.Wait(ev) // fired: queues nothing
+		_ = ev.Done()
+	})
+	require.NoError(t, s.Synchronize(ctx))
+	assert.Zero(t, allocs, "allocations per Launch + satisfied Wait + Done")
+}

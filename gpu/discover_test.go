@@ -1,0 +1,234 @@
+package gpu_test
+
+import (
+	"context"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/topology"
+)
+
+func TestDiscoverMockServers(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		server *dgxa100.Server // dgxh100.Server is the same type (server.Server)
+		gpu    string
+		memMiB int64
+		cc     topology.ComputeCapability
+	}{
+		{"dgxa100", dgxa100.New(), "Mock NVIDIA A100-SXM4-40GB", 40960, topology.ComputeCapability{Major: 8, Minor: 0}},
+		{"dgxh100", dgxh100.New(), "NVIDIA H100 80GB HBM3", 81920, topology.ComputeCapability{Major: 9, Minor: 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			inv := gpu.Discover(context.Background(), gpu.WithNVML(tc.server))
+			assert.True(t, inv.NVML.Available)
+			assert.Empty(t, inv.NVML.Reason)
+			assert.Equal(t, tc.server.DriverVersion, inv.NVML.Driver)
+			assert.Equal(t, "NVML available (driver "+tc.server.DriverVersion+")", inv.NVML.String())
+			require.Len(t, inv.Devices, 9, "cpu + 8 GPUs")
+			assert.Equal(t, topology.CPU, inv.Devices[0].ID)
+			gpus := inv.GPUs()
+			require.Len(t, gpus, 8)
+			uuids := map[string]bool{}
+			for i, d := range gpus {
+				md := tc.server.Devices[i].(*dgxa100.Device)
+				assert.Equal(t, topology.GPU(i), d.ID)
+				assert.Equal(t, tc.gpu, d.Name)
+				assert.Equal(t, md.UUID, d.UUID)
+				assert.True(t, strings.HasPrefix(d.UUID, "GPU-"), d.UUID)
+				uuids[d.UUID] = true
+				assert.Equal(t, tc.memMiB<<20, d.MemoryBytes)
+				assert.Equal(t, int64(0), d.FreeMemoryBytes, "the mock reports 0 free")
+				assert.Equal(t, tc.cc, d.ComputeCapability)
+				assert.Equal(t, -1, d.NUMANode, "the mock has no GetNumaNodeId")
+				assert.Nil(t, d.CPUAffinity, "the mock has no GetCpuAffinity")
+				assert.Empty(t, d.PCIBusID, "the mock's PciInfo has no bus id")
+			}
+			assert.Len(t, uuids, 8, "UUIDs are distinct")
+			// What the mocks lack is reported, not fatal: per GPU, the
+			// empty bus id and the nil NUMA and affinity functions.
+			assert.Len(t, inv.Notes, 8*3, "%q", inv.Notes)
+			assert.Contains(t, inv.Notes, "gpu0: PCI bus id: empty")
+			assert.Contains(t, inv.Notes, "gpu7: NUMA node: panic: Device.GetNumaNodeIdFunc: method is nil but Device.GetNumaNodeId was just called")
+			assert.Contains(t, inv.Notes, "gpu7: CPU affinity: panic: Device.GetCpuAffinityFunc: method is nil but Device.GetCpuAffinity was just called")
+			assert.Len(t, tc.server.ShutdownCalls(), 1, "Shutdown after a successful Init")
+		})
+	}
+}
+
+func TestDiscoverFullFactsAndPerDeviceFailures(t *testing.T) {
+	srv := dgxa100.New()
+	for i, nd := range srv.Devices {
+		md := nd.(*dgxa100.Device)
+		md.MemoryInfo.Free = uint64(i) << 30
+		md.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
+			var p nvml.PciInfo
+			for j, c := range md.PciBusID {
+				p.BusId[j] = int8(c)
+			}
+			return p, nvml.SUCCESS
+		}
+		md.GetNumaNodeIdFunc = func() (int, nvml.Return) {
+			if i == 3 {
+				return 0, nvml.ERROR_NOT_SUPPORTED
+			}
+			return i / 4, nvml.SUCCESS
+		}
+		md.GetCpuAffinityFunc = func(n int) ([]uint, nvml.Return) {
+			assert.GreaterOrEqual(t, n, 64)
+			if i < 4 {
+				return []uint{0xf}, nvml.SUCCESS // CPUs 0-3
+			}
+			return []uint{0, 0b101}, nvml.SUCCESS // CPUs 64 and 66
+		}
+	}
+	srv.Devices[6].(*dgxa100.Device).GetNameFunc = func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }
+	getHandle := srv.DeviceGetHandleByIndexFunc
+	srv.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
+		if i == 5 {
+			return nil, nvml.ERROR_NO_PERMISSION
+		}
+		return getHandle(i)
+	}
+
+	inv := gpu.Discover(context.Background(), gpu.WithNVML(srv))
+	assert.Equal(t, []string{
+		"gpu3: NUMA node: ERROR_NOT_SUPPORTED",
+		"gpu5: handle: ERROR_NO_PERMISSION (device left out)",
+		"gpu6: name: ERROR_GPU_IS_LOST",
+	}, inv.Notes)
+	gpus := inv.GPUs()
+	require.Len(t, gpus, 7)
+	var ids []string
+	for _, d := range gpus {
+		ids = append(ids, d.ID.String())
+	}
+	assert.Equal(t, []string{"gpu0", "gpu1", "gpu2", "gpu3", "gpu4", "gpu6", "gpu7"}, ids, "indices stay sparse")
+	g1, g3, g6, g7 := gpus[1], gpus[3], gpus[5], gpus[6]
+	assert.Equal(t, "0000:01:00.0", g1.PCIBusID)
+	assert.Equal(t, 0, g1.NUMANode)
+	assert.Equal(t, []int{0, 1, 2, 3}, g1.CPUAffinity)
+	assert.Equal(t, int64(1)<<30, g1.FreeMemoryBytes)
+	assert.Equal(t, -1, g3.NUMANode, "ERROR_NOT_SUPPORTED leaves it unknown")
+	assert.Equal(t, "", g6.Name)
+	assert.Equal(t, "0000:06:00.0", g6.PCIBusID, "other facts of gpu6 are still read")
+	assert.Equal(t, 1, g7.NUMANode)
+	assert.Equal(t, []int{64, 66}, g7.CPUAffinity)
+	assert.Equal(t, int64(7)<<30, g7.FreeMemoryBytes)
+}
+
+func TestDiscoverStopsOnCancel(t *testing.T) {
+	srv := dgxh100.New()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	md := srv.Devices[2].(*dgxa100.Device) // dgxh100 uses the same server.Device type
+	getName := md.GetNameFunc
+	md.GetNameFunc = func() (string, nvml.Return) {
+		cancel() // cancel while reading gpu2
+		return getName()
+	}
+	inv := gpu.Discover(ctx, gpu.WithNVML(srv))
+	assert.True(t, inv.NVML.Available)
+	require.Len(t, inv.GPUs(), 3, "gpu0..gpu2 are kept")
+	assert.Equal(t, "NVIDIA H100 80GB HBM3", inv.GPUs()[2].Name)
+	assert.Contains(t, inv.Notes, "nvml: stopped before gpu3 of 8: context canceled")
+	assert.Len(t, srv.ShutdownCalls(), 1)
+
+	// Done before it starts: NVML is not touched at all.
+	srv2 := dgxh100.New()
+	inv = gpu.Discover(ctx, gpu.WithNVML(srv2))
+	assert.False(t, inv.NVML.Available)
+	assert.Equal(t, "nvml: not queried: context canceled", inv.NVML.Reason)
+	assert.Len(t, inv.Devices, 1)
+	assert.Empty(t, srv2.InitCalls())
+}
+
+// callCounts returns, for every method of m named XxxCalls, how many calls
+// the mock recorded.
+func callCounts(m any) map[string]int {
+	out := map[string]int{}
+	v := reflect.ValueOf(m)
+	for i := range v.NumMethod() {
+		name := v.Type().Method(i).Name
+		if !strings.HasSuffix(name, "Calls") || v.Method(i).Type().NumIn() != 0 {
+			continue
+		}
+		if n := v.Method(i).Call(nil)[0].Len(); n > 0 {
+			out[strings.TrimSuffix(name, "Calls")] = n
+		}
+	}
+	return out
+}
+
+func TestDiscoverInitFailureCallsNothingElse(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		init   func() nvml.Return
+		reason string
+	}{
+		{"library not found", func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }, "nvml: Init: ERROR_LIBRARY_NOT_FOUND"},
+		{"driver not loaded", func() nvml.Return { return nvml.ERROR_DRIVER_NOT_LOADED }, "nvml: Init: ERROR_DRIVER_NOT_LOADED"},
+		{"init panics", func() nvml.Return { panic("no symbol nvmlInit_v2") }, "nvml: Init: panic: no symbol nvmlInit_v2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Every function but Init is nil, so any other call would panic
+			// (and be recovered into a Note); the recorded calls show that
+			// none was made at all.
+			lib := &mock.Interface{InitFunc: tc.init}
+			inv := gpu.Discover(context.Background(), gpu.WithNVML(lib))
+			assert.Equal(t, map[string]int{"Init": 1}, callCounts(lib))
+			assert.False(t, inv.NVML.Available)
+			assert.Equal(t, tc.reason, inv.NVML.Reason)
+			assert.Equal(t, "NVML not available: "+tc.reason, inv.NVML.String())
+			assert.Empty(t, inv.NVML.Driver)
+			assert.Empty(t, inv.Notes)
+			require.Len(t, inv.Devices, 1)
+			assert.Equal(t, topology.CPUDevice().Name, inv.Devices[0].Name)
+			assert.Empty(t, inv.GPUs())
+		})
+	}
+}
+
+func TestDiscoverBareMockNeverPanics(t *testing.T) {
+	// Init succeeds but nothing else is implemented: everything is a Note.
+	lib := &mock.Interface{InitFunc: func() nvml.Return { return nvml.SUCCESS }}
+	inv := gpu.Discover(context.Background(), gpu.WithNVML(lib))
+	assert.True(t, inv.NVML.Available)
+	assert.Len(t, inv.Devices, 1)
+	require.Len(t, inv.Notes, 3, "%q", inv.Notes)
+	assert.True(t, strings.HasPrefix(inv.Notes[0], "nvml: driver version: panic: "), inv.Notes[0])
+	assert.True(t, strings.HasPrefix(inv.Notes[1], "nvml: device count: panic: "), inv.Notes[1])
+	assert.True(t, strings.HasPrefix(inv.Notes[2], "nvml: Shutdown: panic: "), inv.Notes[2])
+}
+
+func TestDiscoverHostDefault(t *testing.T) {
+	// The real NVML of this host, through nvml.New(). On a host without
+	// the NVIDIA library it must say so and return the CPU only; on a GPU
+	// host it must list the GPUs. Either way it must not crash.
+	inv := gpu.Discover(context.Background())
+	require.NotEmpty(t, inv.Devices)
+	assert.Equal(t, topology.CPU, inv.Devices[0].ID)
+	if inv.NVML.Available {
+		t.Logf("NVML available on this host: %v, %d GPU(s), notes %q", inv.NVML, len(inv.GPUs()), inv.Notes)
+		assert.Empty(t, inv.NVML.Reason)
+		for _, d := range inv.GPUs() {
+			assert.NotEmpty(t, d.UUID)
+			assert.Positive(t, d.MemoryBytes)
+			t.Logf("%v: %s, %d MiB, cc %v, bus %s, NUMA %d, %d CPUs near", d.ID, d.Name, d.MemoryBytes>>20, d.ComputeCapability, d.PCIBusID, d.NUMANode, len(d.CPUAffinity))
+		}
+		return
+	}
+	t.Logf("NVML not available on this host: %s", inv.NVML.Reason)
+	assert.True(t, strings.HasPrefix(inv.NVML.Reason, "nvml: Init: "), inv.NVML.Reason)
+	assert.Len(t, inv.Devices, 1)
+	assert.Empty(t, inv.Notes)
+}
