@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -103,15 +104,20 @@ func (b *Buffer) Release() {
 	}
 }
 
-// ValueAs returns b's value as a T, or an error naming the buffer and the
-// type it holds when it holds something else (or nothing).
+// ValueAs returns b's value as a T, or an error naming the buffer, the
+// type it holds ("nothing" when empty) and T when it holds something else
+// (or nothing).
 func ValueAs[T any](b *Buffer) (T, error) {
-	v, ok := b.Value().(T)
+	v := b.Value()
+	t, ok := v.(T)
 	if !ok {
-		var zero T
-		return zero, fmt.Errorf("buffers: %q holds %T, not %T", b.name, b.Value(), zero)
+		held := "nothing"
+		if v != nil {
+			held = fmt.Sprintf("%T", v)
+		}
+		return t, fmt.Errorf("buffers: %q holds %s, not %v", b.name, held, reflect.TypeFor[T]())
 	}
-	return v, nil
+	return t, nil
 }
 
 func releaseValue(v any) {
@@ -143,7 +149,7 @@ func (b Binding) Overlaps(o Binding) bool {
 		b.Offset < o.End() && o.Offset < b.End()
 }
 
-// String returns "buf[off:end)".
+// String returns "buffer ID [off:end)".
 func (b Binding) String() string {
 	return fmt.Sprintf("buffer %d [%d:%d)", b.Buffer, b.Offset, b.End())
 }

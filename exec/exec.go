@@ -107,32 +107,10 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 		return nil, err
 	}
 	states := make([]launchState, len(p.Launches))
-	events := make([]gpu.Event, len(p.Launches))
-	var submitErr error
 	for i := range p.Launches {
-		pl := &p.Launches[i]
-		states[i] = launchState{run: r, k: g.Kernel(pl.Kernel), stream: pl.Stream}
-		if submitErr != nil {
-			states[i].cancel(submitErr)
-			continue
-		}
-		st := e.dev.Stream(pl.Stream)
-		for _, w := range pl.Waits {
-			if err := st.Wait(events[w.Launch]); err != nil {
-				submitErr = fmt.Errorf("exec: wait on stream %d: %w", w.Stream, err)
-			}
-		}
-		if submitErr == nil {
-			submitErr = st.Launch(&states[i])
-		}
-		if submitErr != nil {
-			states[i].cancel(submitErr)
-			continue
-		}
-		if p.record[i] {
-			events[i] = st.Record()
-		}
+		states[i] = launchState{run: r, k: g.Kernel(p.Launches[i].Kernel), stream: p.Launches[i].Stream}
 	}
+	submitErr := e.submit(p, states)
 	// Wait for every queued launch, whatever ctx says.
 	for s := range p.Streams {
 		_ = e.dev.Stream(s).Synchronize(context.Background())
@@ -142,6 +120,67 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 		return res, submitErr
 	}
 	return res, nil
+}
+
+// submitBatch is the most launches queued on one stream under one lock;
+// launches are handed over in batches so a stream's worker does not park
+// and wake once per launch while the plan is being submitted.
+const submitBatch = 256
+
+// submit queues the plan's launches and event waits on their streams, in
+// plan order per stream. Launches are batched per stream; a batch is
+// handed over before a wait or an event record on its stream, when full,
+// and at the end. On a device error the launches not queued are marked
+// cancelled and the error is returned.
+func (e *Executor) submit(p *Plan, states []launchState) error {
+	pending := make([][]gpu.Task, p.Streams)
+	events := make([]gpu.Event, len(p.Launches))
+	var err error
+	flush := func(s int) {
+		if len(pending[s]) == 0 {
+			return
+		}
+		if err == nil {
+			if qerr := e.dev.Stream(s).LaunchBatch(pending[s]); qerr != nil {
+				err = fmt.Errorf("exec: queue on stream %d: %w", s, qerr)
+			}
+		}
+		if err != nil { // nothing of this batch was queued
+			for _, t := range pending[s] {
+				t.(*launchState).cancel(err)
+			}
+		}
+		pending[s] = pending[s][:0]
+	}
+	for i := range p.Launches {
+		pl := &p.Launches[i]
+		if err != nil {
+			states[i].cancel(err)
+			continue
+		}
+		st := e.dev.Stream(pl.Stream)
+		if len(pl.Waits) > 0 {
+			flush(pl.Stream)
+			for _, w := range pl.Waits {
+				if err == nil {
+					if werr := st.Wait(events[w.Launch]); werr != nil {
+						err = fmt.Errorf("exec: wait on stream %d: %w", w.Stream, werr)
+					}
+				}
+			}
+		}
+		pending[pl.Stream] = append(pending[pl.Stream], &states[i])
+		if p.record[i] || len(pending[pl.Stream]) == submitBatch {
+			flush(pl.Stream)
+		}
+		if p.record[i] && err == nil {
+			events[i] = st.Record()
+		}
+	}
+	for s := range pending {
+		flush(s)
+	}
+	return err
 }
 
 // run is the state one Execute shares with its launches.

@@ -193,6 +193,7 @@ func TestCancellation(t *testing.T) {
 	e := newExecutor(t, 1)
 	g := dag.New()
 	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
 	var prev dag.BufferID = -1
 	for i := range 10 {
 		b := g.AddBuffer(fmt.Sprintf("b%d", i), 1)

@@ -223,8 +223,11 @@ func (s *Store) EnsureWritten(reads ...buffers.Binding) error {
 	var errs []error
 	seen := map[FailureID]bool{}
 	for _, r := range reads {
+		if r.Length <= 0 {
+			continue
+		}
 		for _, sp := range s.spans[r.Buffer] {
-			if sp.end <= r.Offset || sp.off >= r.End() || r.Length == 0 || seen[sp.f] {
+			if sp.end <= r.Offset || sp.off >= r.End() || seen[sp.f] {
 				continue
 			}
 			seen[sp.f] = true
@@ -236,9 +239,10 @@ func (s *Store) EnsureWritten(reads ...buffers.Binding) error {
 	return errors.Join(errs...)
 }
 
-// first returns the first tainted span overlapping b. Caller holds mu.
+// first returns the first tainted span overlapping b. A binding with
+// Length <= 0 is empty and overlaps nothing. Caller holds mu.
 func (s *Store) first(b buffers.Binding) (span, bool) {
-	if b.Length == 0 {
+	if b.Length <= 0 {
 		return span{}, false
 	}
 	for _, sp := range s.spans[b.Buffer] {
@@ -250,9 +254,12 @@ func (s *Store) first(b buffers.Binding) (span, bool) {
 }
 
 // set makes bytes of b belong to failure f (0: clean), splitting the spans
-// it cuts and fusing touching spans of the same failure. Caller holds mu.
+// it cuts and fusing touching spans of the same failure. A binding with
+// Length <= 0 is empty: it changes nothing (an inverted range would
+// otherwise cut neighbours and insert a span with end < off). Caller holds
+// mu.
 func (s *Store) set(b buffers.Binding, f FailureID, by string) {
-	if b.Length == 0 {
+	if b.Length <= 0 {
 		return
 	}
 	old := s.spans[b.Buffer]

@@ -99,15 +99,20 @@ type Device struct {
 }
 
 // CPUDevice describes the host CPU device: its model name from
-// /proc/cpuinfo, its memory from /proc/meminfo and its logical CPU count
+// /proc/cpuinfo ("host CPU" when it names none, as on arm64), its memory
+// from /proc/meminfo and its logical CPU count
 // from runtime.NumCPU. Facts that cannot be read (on a non-Linux host) keep
 // their zero value; NUMANode is 0 on Linux hosts and -1 elsewhere. It never
 // fails.
 func CPUDevice() Device {
 	d := Device{ID: CPU, Name: "host CPU", NUMANode: -1, Cores: runtime.NumCPU()}
+	if runtime.GOOS == "linux" {
+		// Not tied to "model name": arm64 kernels (Grace, Graviton) leave
+		// it out of /proc/cpuinfo.
+		d.NUMANode = 0
+	}
 	if name := procField("/proc/cpuinfo", "model name"); name != "" {
 		d.Name = name
-		d.NUMANode = 0
 	}
 	if mem := procField("/proc/meminfo", "MemTotal"); mem != "" {
 		// "24607484 kB"

@@ -20,6 +20,12 @@ func newRunCmd() *cobra.Command {
 	run := &cobra.Command{
 		Use:   "run PIPELINE",
 		Short: "Run a pipeline (flights)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			return fmt.Errorf("unknown pipeline %q (known: flights)", args[0])
+		},
 	}
 	run.AddCommand(newFlightsCmd())
 	return run

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/internal/leaktest"
+	"github.com/streamdag/streamdag/internal/testdata"
+)
+
+func TestMain(m *testing.M) { leaktest.Main(m) }
+
+// cli runs the command line with args and returns its exit status, stdout
+// and stderr.
+func cli(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	root := newRoot()
+	var out, errb bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errb)
+	root.SetArgs(args)
+	err := root.Execute()
+	code := 0
+	if err != nil {
+		code = 1
+		if err == errUsage {
+			code = 2
+		} else if err != errLaunchesFailed {
+			errb.WriteString(err.Error())
+		}
+	}
+	return code, out.String(), errb.String()
+}
+
+func TestRunFlightsEmbedded(t *testing.T) {
+	dir := t.TempDir()
+	csvPath := filepath.Join(dir, "out.csv")
+	code, out, errs := cli(t, "run", "flights", "--top", "0", "--streams", "3", "--out", csvPath)
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, "hour")
+	assert.Contains(t, errs, "200000 rows")
+	f, err := os.Open(csvPath)
+	require.NoError(t, err)
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"key", "count", "delay_sum", "delay_mean", "delay_max"}, recs[0])
+	assert.Len(t, recs, 1+24, "one row per hour of day")
+}
+
+func TestRunFlightsJSONAndDOT(t *testing.T) {
+	dir := t.TempDir()
+	jsonPath, dotPath := filepath.Join(dir, "out.json"), filepath.Join(dir, "f.dot")
+	code, _, errs := cli(t, "run", "flights", "--top", "3", "--out", jsonPath, "--dot", dotPath)
+	require.Equal(t, 0, code, errs)
+	b, err := os.ReadFile(jsonPath)
+	require.NoError(t, err)
+	var rows []map[string]any
+	require.NoError(t, json.Unmarshal(b, &rows))
+	require.Len(t, rows, 3)
+	assert.Equal(t, "17", rows[0]["key"])
+	assert.EqualValues(t, 6888, rows[0]["count"])
+	dot, err := os.ReadFile(dotPath)
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(string(dot), "strict digraph flights {"))
+	assert.Contains(t, string(dot), `"filter[0]"`)
+}
+
+func TestRunFlightsAirports(t *testing.T) {
+	dir := testdata.Dir(t)
+	code, out, errs := cli(t, "run", "flights", "--input", filepath.Join(dir, "flights-231k-multibatch.arrow"),
+		"--top", "2", "--streams", "4")
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, errs, "231083 rows")
+	assert.Contains(t, out, "hour")
+}
+
+func TestBadInput(t *testing.T) {
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage.parquet")
+	require.NoError(t, os.WriteFile(garbage, []byte("this is not a parquet file at all"), 0o644))
+	empty := filepath.Join(dir, "empty.arrow")
+	require.NoError(t, os.WriteFile(empty, nil, 0o644))
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"missing file", []string{"run", "flights", "--input", filepath.Join(dir, "nope.parquet")}, 1, "nope.parquet"},
+		{"garbage file", []string{"run", "flights", "--input", garbage}, 1, "garbage.parquet"},
+		{"empty file", []string{"run", "flights", "--input", empty}, 1, "empty.arrow"},
+		{"bad out extension", []string{"run", "flights", "--out", "x.txt"}, 1, "want a .csv or .json"},
+		{"negative top", []string{"run", "flights", "--top", "-1"}, 1, "--top -1"},
+		{"zero streams", []string{"run", "flights", "--streams", "-2"}, 1, "stream"},
+		{"missing airports", []string{"run", "flights", "--airports", filepath.Join(dir, "none.csv")}, 1, "none.csv"},
+		{"unknown flag", []string{"run", "flights", "--bogus"}, 2, "unknown flag"},
+		{"unknown pipeline", []string{"run", "nosuch"}, 1, `unknown pipeline "nosuch"`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, _, errs := cli(t, c.args...)
+			assert.Equal(t, c.code, code, errs)
+			assert.Contains(t, errs, c.want)
+		})
+	}
+}
+
+func TestDevicesJSON(t *testing.T) {
+	code, out, errs := cli(t, "devices", "--json")
+	require.Equal(t, 0, code, errs)
+	var inv struct {
+		NVML struct {
+			Available bool   `json:"available"`
+			Reason    string `json:"reason"`
+		} `json:"nvml"`
+		Devices []struct {
+			ID, Kind string
+		} `json:"devices"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &inv))
+	require.NotEmpty(t, inv.Devices)
+	assert.Equal(t, "cpu", inv.Devices[0].ID)
+	if !inv.NVML.Available {
+		assert.NotEmpty(t, inv.NVML.Reason, "an unavailable NVML says why")
+	}
+}
+
+func TestVersion(t *testing.T) {
+	code, out, _ := cli(t, "version")
+	require.Equal(t, 0, code)
+	assert.True(t, strings.HasPrefix(out, "streamdag "+version))
+}
