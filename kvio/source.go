@@ -1,0 +1,213 @@
+package kvio
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"golang.org/x/sync/errgroup"
+)
+
+// Source is a columnar file cut into parts that can be decoded independently:
+// the row groups of a Parquet file or the record batches of an Arrow IPC file.
+//
+// Every method is safe for concurrent use; in particular ReadPart may run on
+// several goroutines at once, for different or equal i.
+type Source interface {
+	// Name returns the name of the underlying File.
+	Name() string
+	// Schema returns the schema of every batch ReadPart returns, after any
+	// column projection.
+	Schema() *arrow.Schema
+	// NumParts returns the number of parts.
+	NumParts() int
+	// PartRows returns the number of rows of part i, known without reading
+	// it. It panics if i is not in [0, NumParts()).
+	PartRows(i int) int64
+	// ReadPart reads and decodes part i into one record batch whose buffers
+	// come from mem. The caller owns the batch and must Release it; it stays
+	// valid after Close. ReadPart returns an error naming the file and part
+	// for i out of range, a read or decode failure (corrupt data included),
+	// ctx done, or a closed Source (wrapping ErrClosed); it then returns no
+	// batch and holds no memory of mem.
+	ReadPart(ctx context.Context, i int, mem memory.Allocator) (arrow.RecordBatch, error)
+	// Close marks the Source closed: later ReadPart calls fail with
+	// ErrClosed; reads in flight finish. It does not close the File. Close
+	// is idempotent and returns nil.
+	Close() error
+}
+
+// LoadOption configures OpenParquet, OpenIPC and OpenAuto.
+type LoadOption func(*loadConfig)
+
+type loadConfig struct {
+	columns []string // top-level column names to keep, in order; nil keeps all
+}
+
+// WithColumns keeps only the named top-level columns, in the order given.
+// Opening fails when a name is not a column of the file or is given twice.
+// With no names every column is kept, as without the option. For Parquet,
+// columns left out are not read; for Arrow IPC they are read and dropped.
+func WithColumns(names ...string) LoadOption {
+	return func(c *loadConfig) { c.columns = slices.Clone(names) }
+}
+
+// OpenAuto opens f as a Parquet file when it starts with the magic bytes
+// "PAR1" and as an Arrow IPC file when it starts with "ARROW1", with
+// OpenParquet or OpenIPC. Otherwise it returns an error naming the file and
+// quoting the first bytes found (or saying it is empty).
+func OpenAuto(ctx context.Context, f *File, opts ...LoadOption) (Source, error) {
+	head := make([]byte, min(f.Size(), 6))
+	if _, err := f.ReadAtContext(ctx, head, 0); err != nil {
+		return nil, err // names the file
+	}
+	switch {
+	case bytes.HasPrefix(head, []byte("PAR1")):
+		return OpenParquet(ctx, f, opts...)
+	case bytes.HasPrefix(head, []byte("ARROW1")):
+		return OpenIPC(ctx, f, opts...)
+	case len(head) == 0:
+		return nil, fmt.Errorf("kvio: open %s: empty file, want Parquet or Arrow IPC", f.Name())
+	}
+	return nil, fmt.Errorf("kvio: open %s: neither Parquet nor Arrow IPC: starts with %q", f.Name(), head)
+}
+
+// ReadAll reads every part of s, in parallel on at most runtime.GOMAXPROCS(0)
+// goroutines, and returns the batches in part order. The caller owns them.
+// On the first error it starts no further part, waits for the running ones,
+// releases every batch read and returns that error.
+func ReadAll(ctx context.Context, s Source, mem memory.Allocator) ([]arrow.RecordBatch, error) {
+	out := make([]arrow.RecordBatch, s.NumParts())
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	started := 0
+	for i := range out {
+		if gctx.Err() != nil {
+			break
+		}
+		started++
+		g.Go(func() error {
+			var err error
+			out[i], err = s.ReadPart(gctx, i, mem)
+			return err
+		})
+	}
+	err := g.Wait()
+	if err == nil && started < len(out) {
+		err = fmt.Errorf("kvio: read %s: %w", s.Name(), ctx.Err())
+	}
+	if err != nil {
+		for _, b := range out {
+			if b != nil {
+				b.Release()
+			}
+		}
+		return nil, err
+	}
+	return out, nil
+}
+
+// parts holds what both Source implementations share: the file, the
+// projected schema, the row count of each part, and the closed flag.
+type parts struct {
+	file   *File
+	schema *arrow.Schema
+	rows   []int64
+	closed atomic.Bool
+}
+
+func (p *parts) Name() string          { return p.file.Name() }
+func (p *parts) Schema() *arrow.Schema { return p.schema }
+func (p *parts) NumParts() int         { return len(p.rows) }
+func (p *parts) PartRows(i int) int64  { return p.rows[i] }
+
+func (p *parts) Close() error {
+	p.closed.Store(true)
+	return nil
+}
+
+// check returns the error ReadPart reports before reading part i, or nil.
+func (p *parts) check(ctx context.Context, i int) error {
+	switch {
+	case p.closed.Load():
+		return fmt.Errorf("kvio: read %s part %d: %w", p.Name(), i, ErrClosed)
+	case i < 0 || i >= len(p.rows):
+		return fmt.Errorf("kvio: read %s: part %d out of range [0, %d)", p.Name(), i, len(p.rows))
+	case ctx.Err() != nil:
+		return fmt.Errorf("kvio: read %s part %d: %w", p.Name(), i, ctx.Err())
+	}
+	return nil
+}
+
+// reader returns an io.ReaderAt (and io.Seeker) over the whole file whose
+// reads stop when ctx is done.
+func (p *parts) reader(ctx context.Context) *io.SectionReader {
+	return io.NewSectionReader(readerAtFunc(func(b []byte, off int64) (int, error) {
+		return p.file.ReadAtContext(ctx, b, off)
+	}), 0, p.file.Size())
+}
+
+// readerAtFunc adapts a function to io.ReaderAt.
+type readerAtFunc func(p []byte, off int64) (int, error)
+
+func (fn readerAtFunc) ReadAt(p []byte, off int64) (int, error) { return fn(p, off) }
+
+// project returns the indices in sc of the top-level columns names, in the
+// order given, or nil for no names.
+func project(file string, sc *arrow.Schema, names []string) ([]int, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	idx := make([]int, 0, len(names))
+	for _, name := range names {
+		i := sc.FieldIndices(name)
+		switch {
+		case len(i) == 0:
+			return nil, fmt.Errorf("kvio: open %s: unknown column %q (have %s)", file, name, fieldNames(sc))
+		case slices.Contains(idx, i[0]):
+			return nil, fmt.Errorf("kvio: open %s: column %q selected twice", file, name)
+		}
+		idx = append(idx, i[0])
+	}
+	return idx, nil
+}
+
+// fieldNames lists the first few column names of sc and how many follow.
+func fieldNames(sc *arrow.Schema) string {
+	const show = 8
+	names := make([]string, 0, show)
+	for _, f := range sc.Fields()[:min(show, sc.NumFields())] {
+		names = append(names, f.Name)
+	}
+	s := strings.Join(names, ", ")
+	if more := sc.NumFields() - show; more > 0 {
+		s += fmt.Sprintf(" and %d more", more)
+	}
+	return s
+}
+
+// safely runs fn and turns a panic raised inside it, as arrow-go does on some
+// corrupt input, into an error.
+func safely(fn func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("corrupt data: panic: %v", v)
+		}
+	}()
+	return fn()
+}
+
+func newLoadConfig(opts []LoadOption) loadConfig {
+	var c loadConfig
+	for _, o := range opts {
+		o(&c)
+	}
+	return c
+}
