@@ -2,8 +2,10 @@ package gpu
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/bits"
+	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -45,8 +47,172 @@ type Inventory struct {
 	Devices []topology.Device
 	// Notes lists what could not be learned and why, one line each, e.g.
 	// "gpu3: NUMA node: ERROR_NOT_SUPPORTED". Facts behind a note keep
-	// their zero value (NUMANode: -1).
+	// their zero value (NUMANode: -1). Failures of pair queries are folded
+	// into one note per query and error, with the first pair and a count.
 	Notes []string
+	// Links lists, per GPU in Devices order and then by link number, the
+	// NVLink links that are up (nvmlDeviceGetNvLinkState) with their
+	// remote PCI bus id (nvmlDeviceGetNvLinkRemotePciInfo_v2). Empty for
+	// GPUs without NVLink.
+	Links []NVLink
+	// P2P holds one entry per ordered pair (From != To) of the GPUs in
+	// Devices, row-major in Devices order: the P2P status for each caps
+	// index and the PCIe common-ancestor level. Use Inventory.Pair to look
+	// one up.
+	P2P []P2PPair
+	// MIG lists the MIG devices of GPUs that have MIG mode enabled.
+	MIG []MIGDevice
+}
+
+// NVLink is one NVLink link that is up.
+type NVLink struct {
+	Device topology.DeviceID // the GPU the link belongs to
+	Link   int               // link number, 0 <= Link < nvml.NVLINK_MAX_LINKS
+	// RemotePCIBusID is the bus id of the other end, e.g.
+	// "00000000:07:00.0": a GPU, or an NVSwitch; "" when NVML would not
+	// say (see Notes).
+	RemotePCIBusID string
+	// Remote is the GPU at the other end when RemotePCIBusID is the bus id
+	// of a GPU in Devices; RemoteIsGPU is false otherwise (an NVSwitch, a
+	// CPU, or unknown).
+	Remote      topology.DeviceID
+	RemoteIsGPU bool
+}
+
+// P2PStatus is NVML's answer for one P2P capability of a GPU pair
+// (nvmlGpuP2PStatus_t), with nvidia-smi topo -p2p's abbreviations.
+type P2PStatus uint8
+
+// The P2P statuses. P2PUnqueried means NVML was not asked or failed (see
+// Inventory.Notes).
+const (
+	P2PUnqueried P2PStatus = iota
+	P2POK
+	P2PChipsetNotSupported
+	P2PGPUNotSupported
+	P2PTopologyNotSupported
+	P2PDisabledByRegkey
+	P2PNotSupported
+	P2PUnknown
+)
+
+var p2pNames = [...]string{"-", "OK", "CNS", "GNS", "TNS", "DIS", "NS", "U"}
+
+// String returns nvidia-smi topo -p2p's abbreviation: "OK", "CNS", "GNS",
+// "TNS", "NS", "U", "DIS" (disabled by regkey) or "-" (not queried).
+func (s P2PStatus) String() string {
+	if int(s) < len(p2pNames) {
+		return p2pNames[s]
+	}
+	return "U"
+}
+
+func p2pFromNVML(v nvml.GpuP2PStatus) P2PStatus {
+	switch v {
+	case nvml.P2P_STATUS_OK:
+		return P2POK
+	case nvml.P2P_STATUS_CHIPSET_NOT_SUPPORTED:
+		return P2PChipsetNotSupported
+	case nvml.P2P_STATUS_GPU_NOT_SUPPORTED:
+		return P2PGPUNotSupported
+	case nvml.P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED:
+		return P2PTopologyNotSupported
+	case nvml.P2P_STATUS_DISABLED_BY_REGKEY:
+		return P2PDisabledByRegkey
+	case nvml.P2P_STATUS_NOT_SUPPORTED:
+		return P2PNotSupported
+	default:
+		return P2PUnknown
+	}
+}
+
+// AncestorLevel is the PCIe common-ancestor level of a GPU pair
+// (nvmlDeviceGetTopologyCommonAncestor), in nvidia-smi topo -m's words.
+type AncestorLevel uint8
+
+// The levels, nearest first. AncestorUnknown means NVML was not asked or
+// failed.
+const (
+	AncestorUnknown    AncestorLevel = iota
+	AncestorInternal                 // same board (multi-GPU board)
+	AncestorSingle                   // PIX: at most one PCIe bridge
+	AncestorMultiple                 // PXB: several PCIe bridges, no host bridge
+	AncestorHostBridge               // PHB: a PCIe host bridge
+	AncestorNode                     // NODE: host bridges within one NUMA node
+	AncestorSystem                   // SYS: across NUMA nodes (QPI/UPI, Infinity Fabric)
+)
+
+var ancestorNames = [...]string{"-", "BOARD", "PIX", "PXB", "PHB", "NODE", "SYS"}
+
+// String returns "PIX", "PXB", "PHB", "NODE", "SYS", "BOARD" or "-".
+func (a AncestorLevel) String() string {
+	if int(a) < len(ancestorNames) {
+		return ancestorNames[a]
+	}
+	return "-"
+}
+
+func ancestorFromNVML(l nvml.GpuTopologyLevel) AncestorLevel {
+	switch l {
+	case nvml.TOPOLOGY_INTERNAL:
+		return AncestorInternal
+	case nvml.TOPOLOGY_SINGLE:
+		return AncestorSingle
+	case nvml.TOPOLOGY_MULTIPLE:
+		return AncestorMultiple
+	case nvml.TOPOLOGY_HOSTBRIDGE:
+		return AncestorHostBridge
+	case nvml.TOPOLOGY_NODE:
+		return AncestorNode
+	case nvml.TOPOLOGY_SYSTEM:
+		return AncestorSystem
+	default:
+		return AncestorUnknown
+	}
+}
+
+// P2PPair is what NVML says about one ordered pair of GPUs.
+type P2PPair struct {
+	From, To topology.DeviceID
+	// Read, Write, NVLink and Atomics are the P2P statuses for the caps
+	// indices P2P_CAPS_INDEX_READ, _WRITE, _NVLINK and _ATOMICS.
+	Read, Write, NVLink, Atomics P2PStatus
+	// Ancestor is the PCIe common-ancestor level.
+	Ancestor AncestorLevel
+	// NVLinks is the number of NVLink links joining the pair: links of
+	// From whose remote is To, or, when there is none but NVLink P2P is
+	// OK, the links of From that end at an NVSwitch (every pair of an
+	// NVSwitch system reaches the other through all of them, as
+	// nvidia-smi topo -m shows with "NV12" on a DGX A100).
+	NVLinks int
+}
+
+// Label returns the pair's nvidia-smi topo -m label: "NV#" when NVLinks
+// > 0, else the ancestor level ("PIX", …, "SYS", or "-" when unknown).
+func (p P2PPair) Label() string {
+	if p.NVLinks > 0 {
+		return fmt.Sprintf("NV%d", p.NVLinks)
+	}
+	return p.Ancestor.String()
+}
+
+// Pair returns the entry of P2P for (from, to), and false when there is
+// none (same device, a CPU, an unknown GPU, or pairs not queried). O(len(P2P)).
+func (inv Inventory) Pair(from, to topology.DeviceID) (P2PPair, bool) {
+	for _, p := range inv.P2P {
+		if p.From == from && p.To == to {
+			return p, true
+		}
+	}
+	return P2PPair{}, false
+}
+
+// MIGDevice is one MIG device (a GPU instance slice) of a GPU in MIG mode.
+type MIGDevice struct {
+	Parent      topology.DeviceID // the physical GPU
+	Index       int               // MIG device index on the parent (nvmlDeviceGetMigDeviceHandleByIndex)
+	UUID        string            // "MIG-…"; "" when NVML would not say
+	MemoryBytes int64             // memory of the slice in bytes; 0 when unknown
 }
 
 // GPUs returns the GPU entries of Devices (all but the CPU device), in
@@ -95,9 +261,14 @@ const affinityCPUs = 4096
 //
 // Per GPU it reads the UUID, name, total and free memory (bytes), PCI bus
 // id, CUDA compute capability, NUMA node (nvmlDeviceGetNumaNodeId, only
-// when the library exports it; else -1) and CPU affinity. Discover makes
-// O(GPUs) NVML calls and is safe for concurrent use (NVML reference-counts
-// Init and Shutdown).
+// when the library exports it; else -1), CPU affinity, the NVLink links
+// that are up with their remote PCI bus ids (Inventory.Links), and MIG
+// devices when MIG mode is on (Inventory.MIG); then, for every ordered
+// pair of GPUs, the P2P status per caps index and the common-ancestor
+// level (Inventory.P2P). Calls that newer drivers added are made only when
+// the library exports their symbol (a missing symbol gets a Note, never a
+// call). Discover makes O(GPUs² + GPUs × NVLINK_MAX_LINKS) NVML calls and
+// is safe for concurrent use (NVML reference-counts Init and Shutdown).
 func Discover(ctx context.Context, opts ...DiscoverOption) (inv Inventory) {
 	var o discoverOptions
 	for _, opt := range opts {
@@ -143,12 +314,14 @@ func discoverGPUs(ctx context.Context, lib nvml.Interface, inv *Inventory) {
 	}
 	// nvmlDeviceGetNumaNodeId is recent (driver 545+); calling a symbol the
 	// library lacks would crash, so ask first.
-	numaErr := guard(func() nvml.Return {
-		if err := lib.Extensions().LookupSymbol("nvmlDeviceGetNumaNodeId"); err != nil {
-			return nvml.ERROR_FUNCTION_NOT_FOUND
+	numaErr := lookup(lib, "nvmlDeviceGetNumaNodeId")
+	syms := map[string]error{}
+	for _, name := range []string{symNvLinkState, symNvLinkRemote, symMigMode, symMigHandle, symP2P, symAncestor} {
+		if syms[name] = lookup(lib, name); syms[name] != nil {
+			note("nvml: %s: %v (not called)", name, syms[name])
 		}
-		return nvml.SUCCESS
-	})
+	}
+	var handles []nvml.Device
 	for i := range count {
 		if err := ctx.Err(); err != nil {
 			note("nvml: stopped before gpu%d of %d: %v", i, count, err)
@@ -164,7 +337,249 @@ func discoverGPUs(ctx context.Context, lib nvml.Interface, inv *Inventory) {
 			continue
 		}
 		inv.Devices = append(inv.Devices, readGPU(i, h, numaErr, note))
+		handles = append(handles, h)
 	}
+	gpus := inv.Devices[1:]
+	for k, h := range handles {
+		if err := ctx.Err(); err != nil {
+			note("nvml: stopped before the links of %v: %v", gpus[k].ID, err)
+			return
+		}
+		readLinks(gpus[k].ID, h, syms, inv, note)
+		readMIG(gpus[k].ID, h, syms, inv, note)
+	}
+	resolveLinks(inv)
+	readPairs(ctx, gpus, handles, syms, inv, note)
+}
+
+// Symbols asked of the library before their calls are made.
+const (
+	symNvLinkState  = "nvmlDeviceGetNvLinkState"
+	symNvLinkRemote = "nvmlDeviceGetNvLinkRemotePciInfo_v2"
+	symMigMode      = "nvmlDeviceGetMigMode"
+	symMigHandle    = "nvmlDeviceGetMigDeviceHandleByIndex"
+	symP2P          = "nvmlDeviceGetP2PStatus"
+	symAncestor     = "nvmlDeviceGetTopologyCommonAncestor"
+)
+
+// lookup returns nil when lib exports the symbol name, else an error.
+func lookup(lib nvml.Interface, name string) error {
+	return guard(func() nvml.Return {
+		if err := lib.Extensions().LookupSymbol(name); err != nil {
+			return nvml.ERROR_FUNCTION_NOT_FOUND
+		}
+		return nvml.SUCCESS
+	})
+}
+
+// readLinks appends the NVLink links of GPU id that are up. It stops at
+// the first link NVML says does not exist (ERROR_INVALID_ARGUMENT, or
+// ERROR_NOT_SUPPORTED: a GPU without NVLink, which is not noted).
+func readLinks(id topology.DeviceID, h nvml.Device, syms map[string]error, inv *Inventory, note func(string, ...any)) {
+	if syms[symNvLinkState] != nil {
+		return
+	}
+	for link := range nvml.NVLINK_MAX_LINKS {
+		var st nvml.EnableState
+		err := guard(func() (r nvml.Return) { st, r = h.GetNvLinkState(link); return })
+		if errors.Is(err, nvml.ERROR_INVALID_ARGUMENT) || errors.Is(err, nvml.ERROR_NOT_SUPPORTED) {
+			return
+		}
+		if err != nil {
+			note("%v: NVLink %d state: %v", id, link, err)
+			return
+		}
+		if st != nvml.FEATURE_ENABLED {
+			continue
+		}
+		l := NVLink{Device: id, Link: link}
+		if syms[symNvLinkRemote] == nil {
+			var pci nvml.PciInfo
+			if err := guard(func() (r nvml.Return) { pci, r = h.GetNvLinkRemotePciInfo(link); return }); err != nil {
+				note("%v: NVLink %d remote PCI info: %v", id, link, err)
+			} else {
+				l.RemotePCIBusID = cString(pci.BusId[:])
+			}
+		}
+		inv.Links = append(inv.Links, l)
+	}
+}
+
+// resolveLinks fills NVLink.Remote from the GPUs' bus ids.
+func resolveLinks(inv *Inventory) {
+	byBus := map[string]topology.DeviceID{}
+	for _, d := range inv.GPUs() {
+		if d.PCIBusID != "" {
+			byBus[normBusID(d.PCIBusID)] = d.ID
+		}
+	}
+	for i := range inv.Links {
+		if id, ok := byBus[normBusID(inv.Links[i].RemotePCIBusID)]; ok && inv.Links[i].RemotePCIBusID != "" {
+			inv.Links[i].Remote, inv.Links[i].RemoteIsGPU = id, true
+		}
+	}
+}
+
+// normBusID makes "0000:07:00.0" and "00000000:07:00.0" compare equal
+// (NVML's BusId has an 8-digit domain, BusIdLegacy a 4-digit one).
+func normBusID(s string) string {
+	s = strings.ToLower(s)
+	dom, rest, ok := strings.Cut(s, ":")
+	if !ok {
+		return s
+	}
+	if t := strings.TrimLeft(dom, "0"); t != "" {
+		return t + ":" + rest
+	}
+	return "0:" + rest
+}
+
+// readMIG appends the MIG devices of GPU id when its MIG mode is on.
+func readMIG(id topology.DeviceID, h nvml.Device, syms map[string]error, inv *Inventory, note func(string, ...any)) {
+	if syms[symMigMode] != nil {
+		return
+	}
+	var cur int
+	err := guard(func() (r nvml.Return) { cur, _, r = h.GetMigMode(); return })
+	if errors.Is(err, nvml.ERROR_NOT_SUPPORTED) {
+		return // not a MIG-capable GPU
+	}
+	if err != nil {
+		note("%v: MIG mode: %v", id, err)
+		return
+	}
+	if cur != nvml.DEVICE_MIG_ENABLE {
+		return
+	}
+	if syms[symMigHandle] != nil {
+		note("%v: MIG mode on, but MIG devices cannot be listed", id)
+		return
+	}
+	var n int
+	if err := guard(func() (r nvml.Return) { n, r = h.GetMaxMigDeviceCount(); return }); err != nil {
+		note("%v: MIG device count: %v", id, err)
+		return
+	}
+	for k := range min(max(n, 0), 64) {
+		var mh nvml.Device
+		err := guard(func() (r nvml.Return) { mh, r = h.GetMigDeviceHandleByIndex(k); return })
+		if errors.Is(err, nvml.ERROR_NOT_FOUND) || errors.Is(err, nvml.ERROR_INVALID_ARGUMENT) {
+			continue // an empty MIG slot
+		}
+		if err != nil || mh == nil {
+			note("%v: MIG device %d: %v", id, k, err)
+			continue
+		}
+		m := MIGDevice{Parent: id, Index: k}
+		if err := guard(func() (r nvml.Return) { m.UUID, r = mh.GetUUID(); return }); err != nil {
+			m.UUID = ""
+			note("%v: MIG device %d UUID: %v", id, k, err)
+		}
+		var mem nvml.Memory
+		if err := guard(func() (r nvml.Return) { mem, r = mh.GetMemoryInfo(); return }); err != nil {
+			note("%v: MIG device %d memory: %v", id, k, err)
+		} else {
+			m.MemoryBytes = clampInt64(mem.Total)
+		}
+		inv.MIG = append(inv.MIG, m)
+	}
+}
+
+// readPairs fills Inventory.P2P. Failures are folded: one note per query
+// and error text, naming the first pair and counting the others.
+func readPairs(ctx context.Context, gpus []topology.Device, handles []nvml.Device, syms map[string]error, inv *Inventory, note func(string, ...any)) {
+	type fold struct {
+		first string
+		n     int
+	}
+	var order []string
+	folds := map[string]*fold{}
+	fail := func(what string, from, to topology.DeviceID, err error) {
+		key := what + ": " + err.Error()
+		f := folds[key]
+		if f == nil {
+			f = &fold{first: fmt.Sprintf("%v→%v", from, to)}
+			folds[key] = f
+			order = append(order, key)
+		}
+		f.n++
+	}
+	defer func() {
+		for _, key := range order {
+			what, err, _ := strings.Cut(key, ": ")
+			f := folds[key]
+			if f.n == 1 {
+				note("p2p: %s %s: %s", what, f.first, err)
+			} else {
+				note("p2p: %s %s and %d more pairs: %s", what, f.first, f.n-1, err)
+			}
+		}
+	}()
+	caps := []struct {
+		name string
+		idx  nvml.GpuP2PCapsIndex
+		set  func(*P2PPair, P2PStatus)
+	}{
+		{"read", nvml.P2P_CAPS_INDEX_READ, func(p *P2PPair, s P2PStatus) { p.Read = s }},
+		{"write", nvml.P2P_CAPS_INDEX_WRITE, func(p *P2PPair, s P2PStatus) { p.Write = s }},
+		{"NVLink", nvml.P2P_CAPS_INDEX_NVLINK, func(p *P2PPair, s P2PStatus) { p.NVLink = s }},
+		{"atomics", nvml.P2P_CAPS_INDEX_ATOMICS, func(p *P2PPair, s P2PStatus) { p.Atomics = s }},
+	}
+	for i, hi := range handles {
+		if err := ctx.Err(); err != nil {
+			note("nvml: stopped before the pairs of %v: %v", gpus[i].ID, err)
+			return
+		}
+		for j, hj := range handles {
+			if i == j {
+				continue
+			}
+			p := P2PPair{From: gpus[i].ID, To: gpus[j].ID}
+			if syms[symP2P] == nil {
+				for _, c := range caps {
+					var st nvml.GpuP2PStatus
+					if err := guard(func() (r nvml.Return) { st, r = hi.GetP2PStatus(hj, c.idx); return }); err != nil {
+						fail(c.name+" status", p.From, p.To, err)
+					} else {
+						c.set(&p, p2pFromNVML(st))
+					}
+				}
+			}
+			if syms[symAncestor] == nil {
+				var lvl nvml.GpuTopologyLevel
+				if err := guard(func() (r nvml.Return) { lvl, r = hi.GetTopologyCommonAncestor(hj); return }); err != nil {
+					fail("common ancestor", p.From, p.To, err)
+				} else {
+					p.Ancestor = ancestorFromNVML(lvl)
+				}
+			}
+			p.NVLinks = pairLinks(inv.Links, p)
+			inv.P2P = append(inv.P2P, p)
+		}
+	}
+}
+
+// pairLinks counts the NVLink links joining p (see P2PPair.NVLinks).
+func pairLinks(links []NVLink, p P2PPair) int {
+	direct, switched := 0, 0
+	for _, l := range links {
+		if l.Device != p.From {
+			continue
+		}
+		switch {
+		case l.RemoteIsGPU && l.Remote == p.To:
+			direct++
+		case !l.RemoteIsGPU && l.RemotePCIBusID != "":
+			switched++
+		}
+	}
+	if direct > 0 {
+		return direct
+	}
+	if p.NVLink == P2POK {
+		return switched
+	}
+	return 0
 }
 
 // readGPU reads the facts of GPU i. numaErr is non-nil when

@@ -56,7 +56,13 @@ func TestDiscoverMockServers(t *testing.T) {
 			assert.Len(t, uuids, 8, "UUIDs are distinct")
 			// What the mocks lack is reported, not fatal: per GPU, the
 			// empty bus id and the nil NUMA and affinity functions.
-			assert.Len(t, inv.Notes, 8*3, "%q", inv.Notes)
+			// Per GPU also the nil NVLink state; per query the nil P2P
+			// and common-ancestor functions, folded into one note each.
+			assert.Len(t, inv.Notes, 8*4+5, "%q", inv.Notes)
+			assert.Contains(t, inv.Notes, "p2p: common ancestor gpu0→gpu1 and 55 more pairs: panic: Device.GetTopologyCommonAncestorFunc: method is nil but Device.GetTopologyCommonAncestor was just called")
+			assert.Len(t, inv.P2P, 8*7, "one entry per ordered pair, facts unknown")
+			assert.Equal(t, gpu.P2PUnqueried, inv.P2P[0].Read)
+			assert.Equal(t, "-", inv.P2P[0].Label())
 			assert.Contains(t, inv.Notes, "gpu0: PCI bus id: empty")
 			assert.Contains(t, inv.Notes, "gpu7: NUMA node: panic: Device.GetNumaNodeIdFunc: method is nil but Device.GetNumaNodeId was just called")
 			assert.Contains(t, inv.Notes, "gpu7: CPU affinity: panic: Device.GetCpuAffinityFunc: method is nil but Device.GetCpuAffinity was just called")
@@ -105,7 +111,7 @@ func TestDiscoverFullFactsAndPerDeviceFailures(t *testing.T) {
 		"gpu3: NUMA node: ERROR_NOT_SUPPORTED",
 		"gpu5: handle: ERROR_NO_PERMISSION (device left out)",
 		"gpu6: name: ERROR_GPU_IS_LOST",
-	}, inv.Notes)
+	}, inv.Notes[:3], "then the notes of the NVLink and P2P calls the mock leaves nil")
 	gpus := inv.GPUs()
 	require.Len(t, gpus, 7)
 	var ids []string

@@ -1,0 +1,852 @@
+package gpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/streamdag/streamdag/topology"
+)
+
+// The reasons of the seed GpuBackendCore (shared/seeds/GpuBackendCore.txt,
+// NOTES.md section 1), as sentinels: callers branch with errors.Is, never
+// on the text.
+var (
+	// ErrBackendAlreadyLive: NewBackend while another backend of this
+	// process is live, still draining its GPU resources, or failed closed.
+	ErrBackendAlreadyLive = errors.New("gpu: backend_already_live: another backend owns this process's devices")
+	// ErrBackendClosing: a new admission (Claim), service read (Devices)
+	// or attempt begin after Close was signalled.
+	ErrBackendClosing = errors.New("gpu: backend_closing: the backend is closing")
+	// ErrBackendCloseTimeout: CloseAndWait reached its deadline before
+	// both quiescence scopes; the *CloseError carries the facts, and
+	// cleanup goes on.
+	ErrBackendCloseTimeout = errors.New("gpu: backend_close_timeout: cleanup did not finish in time")
+	// ErrCleanupFailedClosed: a cleanup phase could not prove completion;
+	// the GPU resources are leaked on purpose and the process keeps the
+	// owner lease (no new backend in this process).
+	ErrCleanupFailedClosed = errors.New("gpu: cleanup_failed_closed: cleanup failed; the backend failed closed")
+	// ErrReentrantObservationClose: CloseAndWait called from inside an
+	// observer callback (it would wait for itself); close is not
+	// signalled.
+	ErrReentrantObservationClose = errors.New("gpu: reentrant_observation_close: close-and-wait called from an observer")
+)
+
+// DefaultCleanupSlice is the default BackendConfig.CleanupSlice.
+const DefaultCleanupSlice = 10 * time.Millisecond
+
+// BackendConfig configures NewBackend. The zero value is a valid config: a
+// backend with no GPU (CPU-only), no hooks and no observer.
+type BackendConfig struct {
+	// Devices are the GPUs the backend owns, in slot order (for example
+	// Inventory.Devices). Entries that are not GPUs (the CPU device) are
+	// skipped; a GPU ID given twice is a config error.
+	Devices []topology.Device
+	// Streams is the number of streams each GPU's startup record must
+	// show; 0 means 1; negative is a config error.
+	Streams int
+	// CleanupSlice bounds one slice of close work: each hook call gets a
+	// context that expires after it, and the coordinator re-checks its
+	// pending phase at least this often. 0 means DefaultCleanupSlice;
+	// negative is a config error.
+	CleanupSlice time.Duration
+	// RollbackWait is how long a failed NewBackend waits for its rollback
+	// cleanup before handing it to the close coordinator. 0 means
+	// CleanupSlice; negative is a config error.
+	RollbackWait time.Duration
+	// Hooks install and release the per-device resources. Nil hooks do
+	// nothing: streamdag has no CUDA device layer yet, so the default
+	// startup record says so (Runtime "none").
+	Hooks BackendHooks
+	// Observer, when set, receives every attempt report, synchronously on
+	// the goroutine that calls Attempt.Finish, while the attempt still
+	// holds its observation permit. It must not call CloseAndWait or
+	// CloseAndWaitUntil (they return ErrReentrantObservationClose); Close,
+	// CloseSnapshot and MetricsSnapshot are fine.
+	Observer func(AttemptReport)
+}
+
+// BackendHooks are the device-specific steps of a backend's life. Each is
+// optional. The close hooks run on the backend's close coordinator
+// goroutine, one bounded slice at a time: their ctx expires after
+// BackendConfig.CleanupSlice; returning an error that is ctx's error
+// (context.DeadlineExceeded) means "not done yet, call me again next
+// slice"; any other error fails the backend closed. A hook that ignores
+// ctx and blocks holds up the coordinator (and CloseAndWait times out).
+type BackendHooks struct {
+	// Install installs the resources of one GPU (context, memory manager,
+	// stream pool) on the caller's goroutine during NewBackend and returns
+	// what it installed. ctx is never done.
+	Install func(ctx context.Context, p DeviceProfile) (DeviceStartupRecord, error)
+	// Drain drains one GPU's service pools (close phase 1).
+	Drain func(ctx context.Context, id topology.DeviceID) error
+	// Release frees one installed GPU's resources (close phase 3, in
+	// reverse install order, once no GPU permit is held).
+	Release func(ctx context.Context, id topology.DeviceID) error
+}
+
+// DeviceProfile is the validated request for one GPU.
+type DeviceProfile struct {
+	Device  topology.Device
+	Streams int // streams the startup record must show, >= 1
+}
+
+// DeviceStartupRecord says what was installed on one GPU. NewBackend
+// checks every record against its DeviceProfile (same device ID, same UUID
+// when the profile has one, same stream count) before the backend is
+// published.
+type DeviceStartupRecord struct {
+	Device      string `json:"device"` // "gpu3"
+	UUID        string `json:"uuid"`
+	Name        string `json:"name"`
+	MemoryBytes int64  `json:"memory_bytes"`
+	Streams     int    `json:"streams"`
+	// Runtime names what drives the device: "none" (the default: no CUDA
+	// device layer yet, nothing runs on the GPU), or what a hook set.
+	Runtime string `json:"runtime"`
+}
+
+// BackendIdentity names one backend of this process.
+type BackendIdentity struct {
+	// ID is unique in the process and increases with each NewBackend that
+	// gets as far as claiming the owner lease (1, 2, …).
+	ID      uint64   `json:"id"`
+	Devices []string `json:"devices"` // GPU IDs in slot order
+}
+
+// CloseSnapshot is a point-in-time view of close progress (the seed's
+// close_snapshot).
+type CloseSnapshot struct {
+	Closing bool `json:"closing"`
+	// GPUResourceQuiescent: no GPU permit is held, the resources are
+	// released and the owner lease is free.
+	GPUResourceQuiescent bool `json:"gpu_resource_quiescent"`
+	// ObservationQuiescent: every begun attempt has finished and its
+	// report was delivered.
+	ObservationQuiescent     bool  `json:"observation_quiescent"`
+	ActiveGPUPermits         int64 `json:"active_gpu_permits"`
+	ActiveObservationPermits int64 `json:"active_observation_permits"`
+	CleanupFailed            bool  `json:"cleanup_failed"`
+	// CleanupDeadlineElapsedCount counts phases that a waiter's deadline
+	// caught before they completed (each phase at most once).
+	CleanupDeadlineElapsedCount int `json:"cleanup_deadline_elapsed_count"`
+	// CleanupLateSuccessCount counts such phases that completed later.
+	CleanupLateSuccessCount int `json:"cleanup_late_success_count"`
+	// Phase is the pending cleanup phase: "open" before close, then
+	// "service", "journal", "gpu_permits", "observation", "done"; or
+	// "failed".
+	Phase string `json:"phase"`
+}
+
+// CloseError is the error of CloseAndWait and CloseAndWaitUntil. Reason
+// is ErrBackendCloseTimeout or ErrCleanupFailedClosed; errors.Is matches
+// it and Err (ctx's error on a timeout, the hook's error on a failure).
+type CloseError struct {
+	Reason   error
+	Err      error
+	Snapshot CloseSnapshot // the facts when the call returned
+}
+
+// Error names the reason, the pending phase, the active permits and the cause.
+func (e *CloseError) Error() string {
+	return fmt.Sprintf("%v (phase %s, %d GPU and %d observation permits active): %v", e.Reason, e.Snapshot.Phase,
+		e.Snapshot.ActiveGPUPermits, e.Snapshot.ActiveObservationPermits, e.Err)
+}
+
+// Unwrap returns Reason and Err.
+func (e *CloseError) Unwrap() []error { return []error{e.Reason, e.Err} }
+
+// RollbackCleanup says what became of the resources a failed NewBackend
+// had installed.
+type RollbackCleanup struct {
+	Installed int `json:"installed"` // devices installed before the failure
+	// Finished: the rollback reached GPU-resource quiescence within
+	// BackendConfig.RollbackWait and the owner lease is free again.
+	Finished bool `json:"finished"`
+	// Transferred: it did not; the close coordinator goes on alone and
+	// frees the owner lease later, so a retry may briefly see
+	// ErrBackendAlreadyLive.
+	Transferred bool `json:"transferred"`
+	// Failed: the rollback cleanup failed closed (the lease is kept).
+	Failed bool `json:"failed"`
+}
+
+// ConstructionError is NewBackend's error after the owner lease was
+// claimed: Err says why (a hook error, a startup record that does not
+// match its profile), Rollback what became of the installed resources.
+type ConstructionError struct {
+	Err      error
+	Rollback RollbackCleanup
+}
+
+// Error names the cause and what became of the rollback.
+func (e *ConstructionError) Error() string {
+	state := "finished"
+	switch {
+	case e.Rollback.Failed:
+		state = "failed closed"
+	case e.Rollback.Transferred:
+		state = "handed to the close coordinator"
+	}
+	return fmt.Sprintf("%v (rollback of %d installed devices %s)", e.Err, e.Rollback.Installed, state)
+}
+
+// Unwrap returns Err.
+func (e *ConstructionError) Unwrap() error { return e.Err }
+
+// The process-wide live-backend owner lease.
+var owner struct {
+	mu   sync.Mutex
+	held bool
+}
+
+var backendSeq atomic.Uint64
+
+func claimOwner() bool {
+	owner.mu.Lock()
+	defer owner.mu.Unlock()
+	if owner.held {
+		return false
+	}
+	owner.held = true
+	return true
+}
+
+func releaseOwner() {
+	owner.mu.Lock()
+	owner.held = false
+	owner.mu.Unlock()
+}
+
+type phase uint8
+
+const (
+	phaseOpen phase = iota
+	phaseService
+	phaseJournal
+	phaseGPUPermits
+	phaseObservation
+	phaseDone
+	numPhases
+)
+
+var phaseNames = [...]string{"open", "service", "journal", "gpu_permits", "observation", "done"}
+
+// resources is the resource generation: what NewBackend installed.
+// Sessions point to it weakly; the backend drops its only strong reference
+// when phase gpu_permits releases it (or never, on a failed close).
+type resources struct {
+	pool    *Pool
+	devices []topology.Device // GPUs, slot order
+}
+
+// Backend is the process-owned GPU backend (seed: GpuBackendCore). At most
+// one is live per process (an owner lease, claimed by NewBackend and freed
+// only at GPU-resource quiescence). A *Backend is the public handle: Go has
+// no drop, so there is no "last handle" close — call Close or
+// CloseAndWait; a Backend that is never closed keeps the owner lease for
+// the life of the process. No goroutine runs before Close; after Close one
+// close coordinator goroutine runs the cleanup and exits at the end (or on
+// a failure); CloseAndWait returns only after it has exited or its ctx is
+// done.
+//
+// Lifecycle gate: Close flips the gate under the same mutex every new
+// admission (Claim), service read (Devices) and attempt begin
+// (BeginAttempt) takes, so nothing slips in after it: from then on they
+// return ErrBackendClosing, while leases and attempts already granted run
+// to completion and are waited for.
+//
+// All methods are safe for concurrent use.
+type Backend struct {
+	id      BackendIdentity
+	cfg     BackendConfig
+	records []DeviceStartupRecord
+	inv     Inventory
+
+	closeCtx    context.Context // done once Close has been signalled
+	closeSignal context.CancelFunc
+
+	mu         sync.Mutex
+	res        *resources          // nil after release
+	journal    []topology.DeviceID // the construction journal; dropped in phase journal
+	installed  []topology.DeviceID // every GPU whose Install succeeded, in order
+	changed    chan struct{}       // closed and replaced on every change
+	wake       chan struct{}       // buffered(1): wakes the coordinator
+	workerDone chan struct{}       // closed when the coordinator exits; nil before Close
+	closing    bool
+	phase      phase
+	failed     error
+	timedOut   [numPhases]bool
+	drained    map[topology.DeviceID]bool
+	released   map[topology.DeviceID]bool
+	gpuQuiet   bool
+	obsQuiet   bool
+	deadlines  int
+	late       int
+	m          counters
+	reports    []AttemptReport // newest last, at most maxReports
+	delivering map[uint64]int  // goroutine id → nesting of observer calls
+	nDeliver   atomic.Int64
+}
+
+type counters struct {
+	gen               uint64
+	gpuPermits        int64
+	obsPermits        int64
+	attemptsBegun     uint64
+	attemptsFinished  uint64
+	attemptsRefused   uint64
+	attemptsFailed    uint64
+	attemptsUnplanned uint64
+	admissions        uint64
+	admissionsRefused uint64
+	serviceRefused    uint64
+}
+
+const maxReports = 64
+
+// NewBackend validates cfg, claims the process's owner lease, installs
+// every GPU's resources (BackendHooks.Install, in slot order, on the
+// caller's goroutine), checks each startup record against its profile, and
+// publishes the backend. It starts no goroutine.
+//
+// Errors: a config error (nothing claimed); ErrBackendAlreadyLive while
+// another backend is live, draining or failed closed; a *ConstructionError
+// when an install fails or a record does not match, after rolling back
+// what was installed (see RollbackCleanup: the close coordinator takes the
+// resources over; if it does not finish within RollbackWait it goes on
+// alone and frees the owner lease later).
+func NewBackend(cfg BackendConfig) (*Backend, error) {
+	profiles, err := validate(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	if !claimOwner() {
+		return nil, ErrBackendAlreadyLive
+	}
+	b := &Backend{cfg: cfg, changed: make(chan struct{}), wake: make(chan struct{}, 1),
+		drained: map[topology.DeviceID]bool{}, released: map[topology.DeviceID]bool{}, delivering: map[uint64]int{}}
+	b.id.ID = backendSeq.Add(1)
+	b.id.Devices = []string{}
+	b.closeCtx, b.closeSignal = context.WithCancel(context.Background())
+	devs := make([]topology.Device, len(profiles))
+	for i, p := range profiles {
+		devs[i] = p.Device
+		b.id.Devices = append(b.id.Devices, p.Device.ID.String())
+	}
+	b.res = &resources{pool: NewPool(devs), devices: devs}
+	for _, p := range profiles {
+		rec, err := b.install(p)
+		if err == nil {
+			b.journal = append(b.journal, p.Device.ID)
+			b.installed = append(b.installed, p.Device.ID)
+			err = checkRecord(p, rec)
+		}
+		if err != nil {
+			return nil, b.rollback(err)
+		}
+		b.records = append(b.records, rec)
+	}
+	b.inv = Inventory{Devices: append([]topology.Device{topology.CPUDevice()}, devs...)}
+	b.inv.NVML.Reason = "not discovered (NewBackend)"
+	return b, nil
+}
+
+func validate(cfg *BackendConfig) ([]DeviceProfile, error) {
+	if cfg.Streams < 0 {
+		return nil, fmt.Errorf("gpu: BackendConfig.Streams %d: must be >= 0", cfg.Streams)
+	}
+	if cfg.Streams == 0 {
+		cfg.Streams = 1
+	}
+	if cfg.CleanupSlice < 0 || cfg.RollbackWait < 0 {
+		return nil, fmt.Errorf("gpu: BackendConfig: negative CleanupSlice %v or RollbackWait %v", cfg.CleanupSlice, cfg.RollbackWait)
+	}
+	if cfg.CleanupSlice == 0 {
+		cfg.CleanupSlice = DefaultCleanupSlice
+	}
+	if cfg.RollbackWait == 0 {
+		cfg.RollbackWait = cfg.CleanupSlice
+	}
+	var out []DeviceProfile
+	seen := map[topology.DeviceID]bool{}
+	for _, d := range cfg.Devices {
+		if d.ID.Kind != topology.KindGPU {
+			continue
+		}
+		if seen[d.ID] {
+			return nil, fmt.Errorf("gpu: BackendConfig.Devices: %v given twice", d.ID)
+		}
+		if d.ID.Index < 0 || d.MemoryBytes < 0 {
+			return nil, fmt.Errorf("gpu: BackendConfig.Devices: %v: negative index or memory", d.ID)
+		}
+		seen[d.ID] = true
+		d.CPUAffinity = append([]int(nil), d.CPUAffinity...)
+		out = append(out, DeviceProfile{Device: d, Streams: cfg.Streams})
+	}
+	return out, nil
+}
+
+// install runs the Install hook, turning a panic into an error.
+func (b *Backend) install(p DeviceProfile) (rec DeviceStartupRecord, err error) {
+	if b.cfg.Hooks.Install == nil {
+		d := p.Device
+		return DeviceStartupRecord{Device: d.ID.String(), UUID: d.UUID, Name: d.Name, MemoryBytes: d.MemoryBytes,
+			Streams: p.Streams, Runtime: "none"}, nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("gpu: install %v: panic: %v", p.Device.ID, r)
+		}
+	}()
+	rec, err = b.cfg.Hooks.Install(context.Background(), p)
+	if err != nil {
+		err = fmt.Errorf("gpu: install %v: %w", p.Device.ID, err)
+	}
+	return rec, err
+}
+
+func checkRecord(p DeviceProfile, r DeviceStartupRecord) error {
+	var bad []string
+	if r.Device != p.Device.ID.String() {
+		bad = append(bad, fmt.Sprintf("device %q", r.Device))
+	}
+	if p.Device.UUID != "" && r.UUID != p.Device.UUID {
+		bad = append(bad, fmt.Sprintf("UUID %q, want %q", r.UUID, p.Device.UUID))
+	}
+	if r.Streams != p.Streams {
+		bad = append(bad, fmt.Sprintf("%d streams, want %d", r.Streams, p.Streams))
+	}
+	if bad != nil {
+		return fmt.Errorf("gpu: startup record of %v does not match its profile: %s", p.Device.ID, strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// rollback hands a half-built backend to its close coordinator and waits
+// up to RollbackWait for GPU-resource quiescence.
+func (b *Backend) rollback(cause error) error {
+	ce := &ConstructionError{Err: cause, Rollback: RollbackCleanup{Installed: len(b.installed)}}
+	b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.RollbackWait)
+	defer cancel()
+	for {
+		b.mu.Lock()
+		quiet, failed, ch := b.gpuQuiet, b.failed != nil, b.changed
+		b.mu.Unlock()
+		switch {
+		case failed:
+			ce.Rollback.Failed = true
+			return ce
+		case quiet:
+			ce.Rollback.Finished = true
+			return ce
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			ce.Rollback.Transferred = true
+			return ce
+		}
+	}
+}
+
+// Identity returns the backend's identity. It works at any time.
+func (b *Backend) Identity() BackendIdentity {
+	id := b.id
+	id.Devices = append([]string{}, id.Devices...)
+	return id
+}
+
+// Inventory returns the inventory the backend was opened from (Open), or,
+// for NewBackend, the CPU device plus the configured GPUs with NVML.Reason
+// "not discovered (NewBackend)". Slices are shared: do not modify them.
+func (b *Backend) Inventory() Inventory { return b.inv }
+
+// StartupRecords returns one record per GPU, in slot order, as checked by
+// NewBackend. It works at any time.
+func (b *Backend) StartupRecords() []DeviceStartupRecord {
+	return append([]DeviceStartupRecord{}, b.records...)
+}
+
+// NumGPUs returns the number of GPUs the backend owns (0 on a CPU-only
+// host). It works at any time.
+func (b *Backend) NumGPUs() int { return len(b.records) }
+
+// Devices returns the GPUs of the backend's resource generation, in slot
+// order (a service read). After Close it returns ErrBackendClosing. The
+// CPUAffinity slices are shared: do not modify them.
+func (b *Backend) Devices() ([]topology.Device, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closing {
+		b.m.serviceRefused++
+		b.m.gen++
+		return nil, ErrBackendClosing
+	}
+	return append([]topology.Device{}, b.res.devices...), nil
+}
+
+// Claim admits one unit of GPU work: it waits FIFO for a lease on a free
+// GPU of the backend's pool (see Pool.Claim) and holds a GPU permit until
+// the lease is released, so close waits for it.
+//
+// Errors: ErrBackendClosing when close has been signalled before or while
+// waiting (a claim parked at close is woken and refused); ErrNoGPU at once
+// when the backend has no GPU (fall back to the CPU device); ctx.Err().
+func (b *Backend) Claim(ctx context.Context) (*Lease, error) {
+	b.mu.Lock()
+	if b.closing {
+		b.m.admissionsRefused++
+		b.m.gen++
+		b.mu.Unlock()
+		return nil, ErrBackendClosing
+	}
+	pool := b.res.pool
+	b.mu.Unlock()
+	if pool.Capacity() == 0 {
+		return nil, ErrNoGPU
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(b.closeCtx, cancel)
+	l, err := pool.Claim(wctx)
+	stop()
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil && b.closeCtx.Err() != nil {
+			b.mu.Lock()
+			b.m.admissionsRefused++
+			b.m.gen++
+			b.mu.Unlock()
+			return nil, ErrBackendClosing
+		}
+		return nil, err
+	}
+	b.mu.Lock()
+	if b.closing {
+		b.m.admissionsRefused++
+		b.m.gen++
+		b.mu.Unlock()
+		l.Release()
+		return nil, ErrBackendClosing
+	}
+	b.m.gpuPermits++
+	b.m.admissions++
+	b.m.gen++
+	b.mu.Unlock()
+	l.after = b.releaseGPUPermit
+	return l, nil
+}
+
+func (b *Backend) releaseGPUPermit() {
+	b.mu.Lock()
+	b.m.gpuPermits--
+	b.m.gen++
+	b.notifyLocked()
+	b.mu.Unlock()
+}
+
+// notifyLocked wakes every waiter and the coordinator. b.mu is held.
+func (b *Backend) notifyLocked() {
+	close(b.changed)
+	b.changed = make(chan struct{})
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Close signals close without waiting and returns true only for the
+// caller that wins the lifecycle gate; every later call returns false and
+// changes nothing. The winner starts the close coordinator goroutine,
+// which runs the cleanup in bounded slices in the seed's phase order:
+// (1) service: drain each GPU's service pools (Hooks.Drain); (2) journal:
+// the construction journal lets go of the installed resources; (3)
+// gpu_permits: wait until no GPU permit (lease from Claim) is held, then
+// release every GPU's resources in reverse install order (Hooks.Release),
+// drop the resource generation and free the owner lease (GPU-resource
+// quiescence: a new backend may now be built); (4) observation: wait until
+// every begun attempt has finished (observation quiescence).
+func (b *Backend) Close() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closing {
+		return false
+	}
+	b.closing = true
+	b.phase = phaseService
+	b.m.gen++
+	b.closeSignal()
+	b.workerDone = make(chan struct{})
+	go b.coordinate(b.workerDone)
+	b.notifyLocked()
+	return true
+}
+
+// coordinate is the close coordinator: it owns the cleanup.
+func (b *Backend) coordinate(done chan struct{}) {
+	defer close(done)
+	tick := time.NewTicker(b.cfg.CleanupSlice)
+	defer tick.Stop()
+	for {
+		b.mu.Lock()
+		ph := b.phase
+		b.mu.Unlock()
+		if ph >= phaseDone {
+			return
+		}
+		ok, err := b.step(ph)
+		b.mu.Lock()
+		if err != nil {
+			b.failed = fmt.Errorf("gpu: cleanup phase %s: %w", phaseNames[ph], err)
+			b.m.gen++
+			b.notifyLocked()
+			b.mu.Unlock()
+			return // fail closed: resources leaked, owner lease kept
+		}
+		if ok {
+			if b.timedOut[ph] {
+				b.late++
+			}
+			b.phase = ph + 1
+			b.m.gen++
+			b.notifyLocked()
+			b.mu.Unlock()
+			continue
+		}
+		b.mu.Unlock()
+		select {
+		case <-b.wake:
+		case <-tick.C:
+		}
+	}
+}
+
+// step does one bounded slice of phase ph and reports whether the phase
+// is complete.
+func (b *Backend) step(ph phase) (bool, error) {
+	switch ph {
+	case phaseService:
+		return b.eachDevice(false, b.cfg.Hooks.Drain, b.drained)
+	case phaseJournal:
+		b.mu.Lock()
+		b.journal = nil
+		b.mu.Unlock()
+		return true, nil
+	case phaseGPUPermits:
+		b.mu.Lock()
+		busy := b.m.gpuPermits > 0
+		b.mu.Unlock()
+		if busy {
+			return false, nil
+		}
+		ok, err := b.eachDevice(true, b.cfg.Hooks.Release, b.released)
+		if !ok || err != nil {
+			return ok, err
+		}
+		b.mu.Lock()
+		b.res = nil // drop the resource generation
+		b.gpuQuiet = true
+		b.mu.Unlock()
+		releaseOwner()
+		return true, nil
+	case phaseObservation:
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.m.obsPermits > 0 {
+			return false, nil
+		}
+		b.obsQuiet = true
+		return true, nil
+	}
+	return true, nil
+}
+
+// eachDevice calls hook once per GPU not yet in done (in reverse slot
+// order when reverse), each with a slice-bounded ctx. Only installed
+// devices are visited: in a rollback, those of the construction journal.
+func (b *Backend) eachDevice(reverse bool, hook func(context.Context, topology.DeviceID) error, done map[topology.DeviceID]bool) (bool, error) {
+	b.mu.Lock()
+	ids := b.installedLocked()
+	b.mu.Unlock()
+	if hook == nil {
+		return true, nil
+	}
+	all := true
+	for k := range ids {
+		id := ids[k]
+		if reverse {
+			id = ids[len(ids)-1-k]
+		}
+		if done[id] {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.CleanupSlice)
+		err := callHook(ctx, hook, id)
+		cancel()
+		switch {
+		case err == nil:
+			done[id] = true
+		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+			all = false
+		default:
+			return false, fmt.Errorf("%v: %w", id, err)
+		}
+	}
+	return all, nil
+}
+
+// installedLocked returns the IDs of the GPUs whose install succeeded,
+// in install order. b.mu is held.
+func (b *Backend) installedLocked() []topology.DeviceID {
+	return append([]topology.DeviceID(nil), b.installed...)
+}
+
+func callHook(ctx context.Context, hook func(context.Context, topology.DeviceID) error, id topology.DeviceID) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return hook(ctx, id)
+}
+
+// CloseSnapshot returns the close progress now. It works at any time,
+// also before Close and from inside an observer.
+func (b *Backend) CloseSnapshot() CloseSnapshot {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closeSnapshotLocked()
+}
+
+func (b *Backend) closeSnapshotLocked() CloseSnapshot {
+	s := CloseSnapshot{Closing: b.closing, GPUResourceQuiescent: b.gpuQuiet, ObservationQuiescent: b.obsQuiet,
+		ActiveGPUPermits: b.m.gpuPermits, ActiveObservationPermits: b.m.obsPermits, CleanupFailed: b.failed != nil,
+		CleanupDeadlineElapsedCount: b.deadlines, CleanupLateSuccessCount: b.late, Phase: phaseNames[b.phase]}
+	if b.failed != nil {
+		s.Phase = "failed"
+	}
+	return s
+}
+
+// CloseAndWait signals close (as Close) and waits until both quiescence
+// scopes are reached, cleanup fails, or ctx is done. It returns the close
+// snapshot at that moment and:
+//   - nil when both scopes are quiescent;
+//   - a *CloseError with Reason ErrBackendCloseTimeout (and ctx's error)
+//     when ctx is done first; the pending phase counts as deadline-elapsed
+//     and the cleanup goes on (a later completion counts as a late
+//     success; a later call can observe it);
+//   - a *CloseError with Reason ErrCleanupFailedClosed when a phase
+//     failed; the owner lease stays claimed for the life of the process;
+//   - ErrReentrantObservationClose, before close is signalled, when called
+//     from inside an observer callback.
+//
+// Any number of goroutines may wait at once.
+func (b *Backend) CloseAndWait(ctx context.Context) (CloseSnapshot, error) {
+	if b.inObserver() {
+		return b.CloseSnapshot(), ErrReentrantObservationClose
+	}
+	b.Close()
+	for {
+		b.mu.Lock()
+		s, failed, ch, done := b.closeSnapshotLocked(), b.failed, b.changed, b.workerDone
+		b.mu.Unlock()
+		if failed != nil {
+			<-done
+			return s, &CloseError{Reason: ErrCleanupFailedClosed, Err: failed, Snapshot: s}
+		}
+		if s.GPUResourceQuiescent && s.ObservationQuiescent {
+			<-done // the coordinator is about to exit: no goroutine outlives the wait
+			return s, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			b.mu.Lock()
+			if b.failed == nil && b.phase < phaseDone && !b.timedOut[b.phase] {
+				b.timedOut[b.phase] = true
+				b.deadlines++
+				b.m.gen++
+			}
+			s = b.closeSnapshotLocked()
+			b.mu.Unlock()
+			return s, &CloseError{Reason: ErrBackendCloseTimeout, Err: ctx.Err(), Snapshot: s}
+		}
+	}
+}
+
+// CloseAndWaitUntil is CloseAndWait against an absolute deadline.
+func (b *Backend) CloseAndWaitUntil(deadline time.Time) (CloseSnapshot, error) {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	return b.CloseAndWait(ctx)
+}
+
+// MetricsSnapshot is one coherent pull snapshot of a backend: every
+// counter and the close facts were read under one lock, and Generation
+// increases with every change to any of them (so two snapshots with the
+// same Generation show the same state). Leases and PendingClaimers come
+// from the pool's atomics and are best-effort. It marshals to JSON.
+type MetricsSnapshot struct {
+	Generation        uint64                `json:"generation"`
+	Backend           BackendIdentity       `json:"backend"`
+	StartupRecords    []DeviceStartupRecord `json:"startup_records"`
+	Admissions        uint64                `json:"admissions"`         // leases granted by Claim
+	AdmissionsRefused uint64                `json:"admissions_refused"` // Claim refused with ErrBackendClosing
+	ServiceRefused    uint64                `json:"service_reads_refused"`
+	AttemptsBegun     uint64                `json:"attempts_begun"`
+	AttemptsFinished  uint64                `json:"attempts_finished"`
+	AttemptsFailed    uint64                `json:"attempts_failed"`
+	AttemptsUnplanned uint64                `json:"attempts_unplanned"`
+	AttemptsRefused   uint64                `json:"attempts_refused"` // BeginAttempt refused: not counted as begun
+	Leases            []LeaseEntry          `json:"leases"`
+	PendingClaimers   int                   `json:"pending_claimers"`
+	Close             CloseSnapshot         `json:"close"`
+}
+
+// MetricsSnapshot returns the backend's metrics. It works at any time,
+// also after the GPU resources are released (Leases is then empty).
+func (b *Backend) MetricsSnapshot() MetricsSnapshot {
+	b.mu.Lock()
+	m := MetricsSnapshot{Generation: b.m.gen, Backend: b.Identity(), StartupRecords: b.StartupRecords(),
+		Admissions: b.m.admissions, AdmissionsRefused: b.m.admissionsRefused, ServiceRefused: b.m.serviceRefused,
+		AttemptsBegun: b.m.attemptsBegun, AttemptsFinished: b.m.attemptsFinished, AttemptsFailed: b.m.attemptsFailed,
+		AttemptsUnplanned: b.m.attemptsUnplanned, AttemptsRefused: b.m.attemptsRefused, Close: b.closeSnapshotLocked()}
+	res := b.res
+	b.mu.Unlock()
+	m.Leases = []LeaseEntry{}
+	if res != nil {
+		m.Leases = res.pool.SnapshotLeases()
+		m.PendingClaimers = res.pool.PendingClaimers()
+	}
+	return m
+}
+
+// goid returns the current goroutine's id, read from runtime.Stack's
+// header "goroutine N [". Used only to recognise a CloseAndWait made from
+// inside an observer callback.
+func goid() uint64 {
+	var buf [64]byte
+	n := runtime.Stack(buf[:], false)
+	s := strings.TrimPrefix(string(buf[:n]), "goroutine ")
+	s, _, _ = strings.Cut(s, " ")
+	id, _ := strconv.ParseUint(s, 10, 64)
+	return id
+}
+
+func (b *Backend) inObserver() bool {
+	if b.nDeliver.Load() == 0 {
+		return false
+	}
+	id := goid()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.delivering[id] > 0
+}

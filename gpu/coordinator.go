@@ -1,0 +1,642 @@
+package gpu
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/streamdag/streamdag/topology"
+)
+
+// KernelID names a kernel known to a Coordinator.
+type KernelID string
+
+// Strategy is how Coordinator.Select picks a device. The zero value is
+// StrategyLeastLoaded.
+type Strategy uint8
+
+const (
+	// StrategyLeastLoaded picks the available device with the fewest
+	// kernels; ties go to the lowest device ID.
+	StrategyLeastLoaded Strategy = iota
+	// StrategyFirstAvailable picks the first available device in ID order.
+	StrategyFirstAvailable
+	// StrategyRoundRobin cycles over the available devices, one step per
+	// Select call.
+	StrategyRoundRobin
+	// StrategyMemoryBased picks the available device with the most free
+	// memory; ties go to the lowest ID.
+	StrategyMemoryBased
+	// StrategyComputeCapability picks the available device with the
+	// highest compute capability; ties go to the lowest ID.
+	StrategyComputeCapability
+	// StrategyTopologyAware picks the available device to which moving
+	// SelectRequest.InputBytes from each of SelectRequest.Inputs costs
+	// least (topology.Topology.TransferCost); ties go to the less loaded,
+	// then the lowest ID. Without a topology or inputs it acts as
+	// StrategyLeastLoaded.
+	StrategyTopologyAware
+	// StrategyCustom asks CoordinatorConfig.Selector.
+	StrategyCustom
+)
+
+// String returns the strategy's name, e.g. "least-loaded".
+func (s Strategy) String() string {
+	switch s {
+	case StrategyLeastLoaded:
+		return "least-loaded"
+	case StrategyFirstAvailable:
+		return "first-available"
+	case StrategyRoundRobin:
+		return "round-robin"
+	case StrategyMemoryBased:
+		return "memory-based"
+	case StrategyComputeCapability:
+		return "compute-capability"
+	case StrategyTopologyAware:
+		return "topology-aware"
+	case StrategyCustom:
+		return "custom"
+	}
+	return fmt.Sprintf("strategy(%d)", int(s))
+}
+
+// Errors of the Coordinator (test with errors.Is).
+var (
+	// ErrNoSuitableDevice: no registered device is available (registered,
+	// preferred when a preference is set, under MaxKernelsPerDevice).
+	ErrNoSuitableDevice = errors.New("gpu: no suitable device")
+	// ErrDeviceNotRegistered: the device is not registered.
+	ErrDeviceNotRegistered = errors.New("gpu: device not registered")
+	// ErrKernelNotFound: the kernel is not assigned to any device.
+	ErrKernelNotFound = errors.New("gpu: kernel not found")
+	// ErrInvalidSelection: the custom selector is missing or chose an
+	// index out of range.
+	ErrInvalidSelection = errors.New("gpu: invalid device selection")
+	// ErrSameDevice: a migration whose target is its source.
+	ErrSameDevice = errors.New("gpu: migration to the same device")
+	// ErrStaleMigration: CompleteMigration for a kernel that is no longer
+	// on the request's source device.
+	ErrStaleMigration = errors.New("gpu: stale migration")
+)
+
+// DefaultMaxKernelsPerDevice is MaxKernelsPerDevice when the config leaves
+// it 0 (the seed's default).
+const DefaultMaxKernelsPerDevice = 64
+
+// CoordinatorConfig configures a Coordinator. The zero value is usable:
+// least-loaded, 64 kernels per device, P2P on, no preference, no topology.
+type CoordinatorConfig struct {
+	Strategy Strategy
+	// MaxKernelsPerDevice bounds the kernels on one device for selection
+	// and migration planning; 0 means DefaultMaxKernelsPerDevice.
+	MaxKernelsPerDevice int
+	// DisableP2P makes CanP2P false for every pair.
+	DisableP2P bool
+	// Preferred, when not empty, restricts Select to these devices.
+	Preferred []topology.DeviceID
+	// Selector is the StrategyCustom callback: given the status of the
+	// candidate devices (in ID order) it returns an index into that slice.
+	// It is called without the Coordinator's lock held, so it may call the
+	// Coordinator.
+	Selector func(candidates []DeviceStatus, req SelectRequest) int
+	// Topology is the machine's topology (CanP2P, topology-aware
+	// selection, migration routes, kernel-to-kernel placement); nil means
+	// none is known.
+	Topology *topology.Topology
+}
+
+// DeviceInfo describes a device registered with a Coordinator.
+type DeviceInfo struct {
+	ID                topology.DeviceID
+	Name              string
+	TotalMemoryBytes  int64
+	FreeMemoryBytes   int64
+	ComputeCapability topology.ComputeCapability
+}
+
+// MemoryUtilization is 1 − free/total, or 0 when total is 0.
+func (d DeviceInfo) MemoryUtilization() float64 {
+	if d.TotalMemoryBytes <= 0 {
+		return 0
+	}
+	return 1 - float64(d.FreeMemoryBytes)/float64(d.TotalMemoryBytes)
+}
+
+// DeviceStatus is a snapshot of one registered device.
+type DeviceStatus struct {
+	Info      DeviceInfo
+	Kernels   []KernelID // sorted
+	Available bool       // len(Kernels) < MaxKernelsPerDevice
+	Load      float64    // len(Kernels) / MaxKernelsPerDevice
+}
+
+// SelectRequest carries what a selection may consider.
+type SelectRequest struct {
+	// Inputs are the devices holding the kernel's inputs and InputBytes
+	// the bytes read from each (StrategyTopologyAware).
+	Inputs     []topology.DeviceID
+	InputBytes int64
+}
+
+// CoordinatorStats is a snapshot of a Coordinator's counters.
+type CoordinatorStats struct {
+	Devices          int    // registered devices
+	Kernels          int    // kernels assigned now
+	TotalMemoryBytes int64  // sum over registered devices
+	FreeMemoryBytes  int64  // sum over registered devices
+	KernelsAssigned  uint64 // Assign calls that succeeded, ever
+	Migrations       uint64 // migrations completed (CompleteMigration and Unregister plans)
+}
+
+// MigrationPlan moves one kernel off a device being unregistered.
+type MigrationPlan struct {
+	Kernel         KernelID
+	Source, Target topology.DeviceID
+}
+
+// UnregisterResult is what Unregister did: Migrations were applied (the
+// kernels are now assigned to their targets; the caller moves their state)
+// and Orphaned kernels were removed because no device could take them.
+type UnregisterResult struct {
+	Device     topology.DeviceID
+	Migrations []MigrationPlan
+	Orphaned   []KernelID
+}
+
+// MigrationRequest is a planned move of one kernel (RequestMigration).
+type MigrationRequest struct {
+	Kernel         KernelID
+	Source, Target topology.DeviceID
+	// Route and EstimatedCost are the topology's best route and time for
+	// the kernel's state bytes; zero without a topology.
+	Route         topology.Route
+	EstimatedCost time.Duration
+}
+
+// Coordinator tracks devices and the kernels assigned to them, chooses
+// devices for new kernels, and plans migrations. It is the Go form of the
+// MultiGpuCoordinator seed (see shared/seeds), with its accidental
+// behaviours fixed:
+//
+//   - Re-assigning a kernel moves it: the old device's count drops (the
+//     seed left it counted). Counts are the sizes of per-device kernel
+//     sets, so no count can underflow.
+//   - Select never returns a device that was filtered out or is full:
+//     with no available candidate every strategy returns
+//     ErrNoSuitableDevice (the seed fell back to device 0).
+//   - Ties in memory-based and compute-capability selection go to the
+//     lowest ID (the seed took the last); the custom selector's choice is
+//     checked (ErrInvalidSelection), not trusted.
+//   - Unregister updates the planned loads as it plans, so the kernels of
+//     a removed device spread out (the seed sent them all to one target);
+//     it never targets an unregistered device, and the device is removed
+//     from the registry (the seed kept it, selectable, as "(unregistered)").
+//   - CanP2P comes from the topology, not from two per-device flags.
+//   - CompleteMigration checks that the kernel is still on the source and
+//     changes nothing otherwise (the seed always decremented the source).
+//   - A topology set by the caller is never overwritten by a discovery.
+//   - One mutex guards all state; no method takes a lock twice (the seed's
+//     recursive read lock could deadlock behind a writer). Callbacks run
+//     without the lock.
+//
+// All methods are safe for concurrent use.
+type Coordinator struct {
+	cfg     CoordinatorConfig
+	max     int
+	mu      sync.Mutex
+	devices map[topology.DeviceID]DeviceInfo
+	kernels map[topology.DeviceID]map[KernelID]struct{}
+	where   map[KernelID]topology.DeviceID
+	topo    *topology.Topology
+	rr      uint64
+	stats   CoordinatorStats
+}
+
+// NewCoordinator returns an empty Coordinator. It starts no goroutine.
+func NewCoordinator(cfg CoordinatorConfig) *Coordinator {
+	c := &Coordinator{cfg: cfg, max: cfg.MaxKernelsPerDevice, devices: map[topology.DeviceID]DeviceInfo{},
+		kernels: map[topology.DeviceID]map[KernelID]struct{}{}, where: map[KernelID]topology.DeviceID{}, topo: cfg.Topology}
+	c.cfg.Preferred = slices.Clone(cfg.Preferred)
+	if c.max <= 0 {
+		c.max = DefaultMaxKernelsPerDevice
+	}
+	return c
+}
+
+// Register adds a device, or replaces the info of a registered one (its
+// kernels stay).
+func (c *Coordinator) Register(d DeviceInfo) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.devices[d.ID] = d
+	if c.kernels[d.ID] == nil {
+		c.kernels[d.ID] = map[KernelID]struct{}{}
+	}
+}
+
+// SetTopology replaces the topology (nil: none).
+func (c *Coordinator) SetTopology(t *topology.Topology) {
+	c.mu.Lock()
+	c.topo = t
+	c.mu.Unlock()
+}
+
+// Topology returns the topology, nil when none was set.
+func (c *Coordinator) Topology() *topology.Topology {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.topo
+}
+
+// ids returns the registered device IDs in order (cpu first, then GPUs by
+// index). Callers hold c.mu.
+func (c *Coordinator) ids() []topology.DeviceID {
+	ids := slices.Collect(maps.Keys(c.devices))
+	slices.SortFunc(ids, cmpID)
+	return ids
+}
+
+func cmpID(a, b topology.DeviceID) int {
+	return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Index, b.Index))
+}
+
+func (c *Coordinator) status(id topology.DeviceID) DeviceStatus {
+	ks := slices.Collect(maps.Keys(c.kernels[id]))
+	slices.Sort(ks)
+	return DeviceStatus{Info: c.devices[id], Kernels: ks, Available: len(ks) < c.max, Load: float64(len(ks)) / float64(c.max)}
+}
+
+// Devices returns the registered devices in ID order.
+func (c *Coordinator) Devices() []DeviceInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []DeviceInfo
+	for _, id := range c.ids() {
+		out = append(out, c.devices[id])
+	}
+	return out
+}
+
+// Status returns the status of every registered device, in ID order.
+func (c *Coordinator) Status() []DeviceStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []DeviceStatus
+	for _, id := range c.ids() {
+		out = append(out, c.status(id))
+	}
+	return out
+}
+
+// DeviceStatus returns the status of one device; false when it is not
+// registered.
+func (c *Coordinator) DeviceStatus(id topology.DeviceID) (DeviceStatus, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.devices[id]; !ok {
+		return DeviceStatus{}, false
+	}
+	return c.status(id), true
+}
+
+// Stats returns a snapshot of the counters.
+func (c *Coordinator) Stats() CoordinatorStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.stats
+	s.Devices, s.Kernels, s.TotalMemoryBytes, s.FreeMemoryBytes = len(c.devices), len(c.where), 0, 0
+	for _, d := range c.devices {
+		s.TotalMemoryBytes += d.TotalMemoryBytes
+		s.FreeMemoryBytes += d.FreeMemoryBytes
+	}
+	return s
+}
+
+// UpdateFreeMemory sets a device's free memory in bytes. Errors:
+// ErrDeviceNotRegistered.
+func (c *Coordinator) UpdateFreeMemory(id topology.DeviceID, freeBytes int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d, ok := c.devices[id]
+	if !ok {
+		return fmt.Errorf("%w: %s", ErrDeviceNotRegistered, id)
+	}
+	d.FreeMemoryBytes = freeBytes
+	c.devices[id] = d
+	return nil
+}
+
+// CanP2P reports whether a and b are both registered, P2P is not disabled,
+// and the topology says a copy a→b can go peer to peer. Without a
+// topology it is false.
+func (c *Coordinator) CanP2P(a, b topology.DeviceID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.canP2P(a, b)
+}
+
+func (c *Coordinator) canP2P(a, b topology.DeviceID) bool {
+	_, okA := c.devices[a]
+	_, okB := c.devices[b]
+	return okA && okB && !c.cfg.DisableP2P && c.topo != nil && c.topo.CanP2P(a, b)
+}
+
+// Assign records kernel k on device id, moving it if it was elsewhere.
+// Errors: ErrDeviceNotRegistered (nothing changes).
+func (c *Coordinator) Assign(k KernelID, id topology.DeviceID) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.devices[id]; !ok {
+		return fmt.Errorf("%w: %s (assign %s)", ErrDeviceNotRegistered, id, k)
+	}
+	c.move(k, id)
+	c.stats.KernelsAssigned++
+	return nil
+}
+
+// move puts k on id, off its old device. Callers hold c.mu.
+func (c *Coordinator) move(k KernelID, id topology.DeviceID) {
+	if old, ok := c.where[k]; ok {
+		delete(c.kernels[old], k)
+	}
+	c.where[k] = id
+	c.kernels[id][k] = struct{}{}
+}
+
+// Remove forgets kernel k; it reports whether k was assigned.
+func (c *Coordinator) Remove(k KernelID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id, ok := c.where[k]
+	if ok {
+		delete(c.kernels[id], k)
+		delete(c.where, k)
+	}
+	return ok
+}
+
+// DeviceOf returns the device of kernel k; false when k is not assigned.
+func (c *Coordinator) DeviceOf(k KernelID) (topology.DeviceID, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id, ok := c.where[k]
+	return id, ok
+}
+
+// KernelsOn returns the kernels on device id, sorted.
+func (c *Coordinator) KernelsOn(id topology.DeviceID) []KernelID {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ks := slices.Collect(maps.Keys(c.kernels[id]))
+	slices.Sort(ks)
+	return ks
+}
+
+// Select chooses a device for a new kernel by the configured strategy
+// among the available candidates: registered devices (only the Preferred
+// ones when set) holding fewer than MaxKernelsPerDevice kernels. It does
+// not assign anything. Errors: ErrNoSuitableDevice when there is no
+// candidate; ErrInvalidSelection for a missing custom selector or an
+// out-of-range choice. Time: O(devices × inputs).
+func (c *Coordinator) Select(req SelectRequest) (topology.DeviceID, error) {
+	c.mu.Lock()
+	cands := c.candidates()
+	if len(cands) == 0 {
+		c.mu.Unlock()
+		return topology.DeviceID{}, fmt.Errorf("%w: %d registered, none available", ErrNoSuitableDevice, len(c.devices))
+	}
+	if c.cfg.Strategy == StrategyCustom {
+		sel := c.cfg.Selector
+		c.mu.Unlock()
+		if sel == nil {
+			return topology.DeviceID{}, fmt.Errorf("%w: custom strategy without a selector", ErrInvalidSelection)
+		}
+		i := sel(slices.Clone(cands), req)
+		if i < 0 || i >= len(cands) {
+			return topology.DeviceID{}, fmt.Errorf("%w: selector chose %d of %d candidates", ErrInvalidSelection, i, len(cands))
+		}
+		return cands[i].Info.ID, nil
+	}
+	defer c.mu.Unlock()
+	return c.pick(cands, req), nil
+}
+
+// candidates returns the status of the available candidates in ID order.
+// Callers hold c.mu.
+func (c *Coordinator) candidates() []DeviceStatus {
+	var out []DeviceStatus
+	for _, id := range c.ids() {
+		if len(c.cfg.Preferred) > 0 && !slices.Contains(c.cfg.Preferred, id) {
+			continue
+		}
+		if s := c.status(id); s.Available {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// pick applies a built-in strategy to a non-empty candidate list. Callers
+// hold c.mu.
+func (c *Coordinator) pick(cands []DeviceStatus, req SelectRequest) topology.DeviceID {
+	best := func(better func(a, b DeviceStatus) bool) topology.DeviceID {
+		b := cands[0]
+		for _, s := range cands[1:] {
+			if better(s, b) {
+				b = s
+			}
+		}
+		return b.Info.ID
+	}
+	leastLoaded := func(a, b DeviceStatus) bool { return len(a.Kernels) < len(b.Kernels) }
+	switch c.cfg.Strategy {
+	case StrategyFirstAvailable:
+		return cands[0].Info.ID
+	case StrategyRoundRobin:
+		i := c.rr % uint64(len(cands))
+		c.rr++
+		return cands[i].Info.ID
+	case StrategyMemoryBased:
+		return best(func(a, b DeviceStatus) bool { return a.Info.FreeMemoryBytes > b.Info.FreeMemoryBytes })
+	case StrategyComputeCapability:
+		return best(func(a, b DeviceStatus) bool {
+			ca, cb := a.Info.ComputeCapability, b.Info.ComputeCapability
+			return ca.Major > cb.Major || (ca.Major == cb.Major && ca.Minor > cb.Minor)
+		})
+	case StrategyTopologyAware:
+		if c.topo == nil || len(req.Inputs) == 0 {
+			return best(leastLoaded)
+		}
+		cost := make(map[topology.DeviceID]time.Duration, len(cands))
+		for _, s := range cands {
+			var sum time.Duration
+			for _, in := range req.Inputs {
+				d, err := c.topo.TransferCost(max(req.InputBytes, 0), in, s.Info.ID)
+				if err != nil {
+					d = time.Duration(1<<63 - 1) // not in the topology: never preferred
+				}
+				if sum += d; sum < 0 {
+					sum = time.Duration(1<<63 - 1)
+				}
+			}
+			cost[s.Info.ID] = sum
+		}
+		return best(func(a, b DeviceStatus) bool {
+			ca, cb := cost[a.Info.ID], cost[b.Info.ID]
+			return ca < cb || (ca == cb && len(a.Kernels) < len(b.Kernels))
+		})
+	default:
+		return best(leastLoaded)
+	}
+}
+
+// Unregister removes device id and plans where its kernels go: each, in
+// sorted order, goes to the registered device with the fewest kernels
+// counting the ones planned so far (ties: the cheapest transfer from id
+// when a topology is set, then the lowest ID), among devices under
+// MaxKernelsPerDevice; kernels no device can take are orphaned. The plan
+// is applied before Unregister returns (the kernels are assigned to their
+// targets, orphans are removed); moving their state is the caller's job.
+// Errors: ErrDeviceNotRegistered (nothing changes).
+func (c *Coordinator) Unregister(id topology.DeviceID) (UnregisterResult, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.devices[id]; !ok {
+		return UnregisterResult{}, fmt.Errorf("%w: %s", ErrDeviceNotRegistered, id)
+	}
+	res := UnregisterResult{Device: id}
+	ks := slices.Collect(maps.Keys(c.kernels[id]))
+	slices.Sort(ks)
+	load := map[topology.DeviceID]int{}
+	var targets []topology.DeviceID
+	for _, t := range c.ids() {
+		if t != id {
+			targets = append(targets, t)
+			load[t] = len(c.kernels[t])
+		}
+	}
+	hop := func(t topology.DeviceID) time.Duration {
+		if c.topo == nil {
+			return 0
+		}
+		d, err := c.topo.TransferCost(1<<20, id, t)
+		if err != nil {
+			return time.Duration(1<<63 - 1)
+		}
+		return d
+	}
+	for _, k := range ks {
+		var best *topology.DeviceID
+		for i, t := range targets {
+			if load[t] >= c.max {
+				continue
+			}
+			if best == nil || load[t] < load[*best] || (load[t] == load[*best] && hop(t) < hop(*best)) {
+				best = &targets[i]
+			}
+		}
+		if best == nil {
+			res.Orphaned = append(res.Orphaned, k)
+			continue
+		}
+		load[*best]++
+		res.Migrations = append(res.Migrations, MigrationPlan{Kernel: k, Source: id, Target: *best})
+	}
+	for _, m := range res.Migrations {
+		c.move(m.Kernel, m.Target)
+		c.stats.Migrations++
+	}
+	for _, k := range res.Orphaned {
+		delete(c.where, k)
+	}
+	delete(c.devices, id)
+	delete(c.kernels, id)
+	return res, nil
+}
+
+// RequestMigration plans moving kernel k to target; stateBytes is the
+// size of its state, for the route and cost estimate. Nothing changes
+// until CompleteMigration. Errors: ErrKernelNotFound,
+// ErrDeviceNotRegistered (target), ErrSameDevice.
+func (c *Coordinator) RequestMigration(k KernelID, target topology.DeviceID, stateBytes int64) (MigrationRequest, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	src, ok := c.where[k]
+	if !ok {
+		return MigrationRequest{}, fmt.Errorf("%w: %s", ErrKernelNotFound, k)
+	}
+	if _, ok := c.devices[target]; !ok {
+		return MigrationRequest{}, fmt.Errorf("%w: %s (migrate %s)", ErrDeviceNotRegistered, target, k)
+	}
+	if src == target {
+		return MigrationRequest{}, fmt.Errorf("%w: %s is already on %s", ErrSameDevice, k, target)
+	}
+	req := MigrationRequest{Kernel: k, Source: src, Target: target}
+	if c.topo != nil {
+		if r, err := c.topo.Route(max(stateBytes, 0), src, target); err == nil {
+			req.Route, req.EstimatedCost = r, r.Cost
+		}
+	}
+	return req, nil
+}
+
+// CompleteMigration applies req: the kernel moves from req.Source to
+// req.Target. Errors (nothing changes): ErrKernelNotFound when the kernel
+// is gone, ErrStaleMigration when it is no longer on req.Source,
+// ErrDeviceNotRegistered when the target was unregistered meanwhile.
+func (c *Coordinator) CompleteMigration(req MigrationRequest) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	src, ok := c.where[req.Kernel]
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: %s", ErrKernelNotFound, req.Kernel)
+	case src != req.Source:
+		return fmt.Errorf("%w: %s is on %s, not %s", ErrStaleMigration, req.Kernel, src, req.Source)
+	}
+	if _, ok := c.devices[req.Target]; !ok {
+		return fmt.Errorf("%w: %s (migrate %s)", ErrDeviceNotRegistered, req.Target, req.Kernel)
+	}
+	c.move(req.Kernel, req.Target)
+	c.stats.Migrations++
+	return nil
+}
+
+// SelectForK2K chooses a device for a kernel that talks to kernel src:
+// among the available devices that src's device reaches peer to peer
+// (CanP2P), the one with the highest pair bandwidth / (load + 0.1), where
+// bandwidth is the topology's PairRoute bandwidth in GB/s and load is
+// kernels / MaxKernelsPerDevice; ties go to the lowest ID. When src is
+// unknown or has no such neighbour it falls back to Select with an empty
+// request. Errors as Select.
+func (c *Coordinator) SelectForK2K(src KernelID) (topology.DeviceID, error) {
+	c.mu.Lock()
+	dev, ok := c.where[src]
+	var bestID topology.DeviceID
+	bestScore := -1.0
+	if ok && c.topo != nil {
+		for _, s := range c.candidates() {
+			id := s.Info.ID
+			if id == dev || !c.canP2P(dev, id) {
+				continue
+			}
+			r, err := c.topo.PairRoute(64<<20, dev, id)
+			if err != nil {
+				continue
+			}
+			if score := r.BandwidthBps() / 1e9 / (s.Load + 0.1); score > bestScore {
+				bestID, bestScore = id, score
+			}
+		}
+	}
+	c.mu.Unlock()
+	if bestScore >= 0 {
+		return bestID, nil
+	}
+	return c.Select(SelectRequest{})
+}

@@ -1,0 +1,242 @@
+package gpu_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	mockgpus "github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/nvmlmock"
+	"github.com/streamdag/streamdag/topology"
+)
+
+// loadTopology reads testdata/topologies/NAME.json (copies of
+// shared/topologies) into an nvmlmock.Topology.
+func loadTopology(t *testing.T, name string) nvmlmock.Topology {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("testdata", "topologies", name+".json"))
+	require.NoError(t, err)
+	var f struct {
+		Matrix      [][]string `json:"matrix"`
+		NUMA        []int      `json:"numa"`
+		CPUAffinity []string   `json:"cpu_affinity"`
+		P2P         *struct {
+			Matrix [][]string `json:"matrix"`
+		} `json:"p2p"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &f))
+	topo := nvmlmock.Topology{Matrix: f.Matrix, NUMA: f.NUMA, CPUAffinity: f.CPUAffinity}
+	if f.P2P != nil {
+		topo.P2P = f.P2P.Matrix
+	}
+	return topo
+}
+
+func filled(t *testing.T, n int, topo nvmlmock.Topology) *server.Server {
+	t.Helper()
+	srv := dgxa100.NewWithGPUs(mockgpus.Multiple(n, mockgpus.A100_SXM4_40GB)...)
+	require.NoError(t, nvmlmock.Fill(srv, topo))
+	return srv
+}
+
+func id(i int) topology.DeviceID { return topology.GPU(i) }
+
+func TestDiscoverDGXA100NVSwitch(t *testing.T) {
+	srv, err := nvmlmock.New("dgxa100")
+	require.NoError(t, err)
+	inv := gpu.Discover(context.Background(), gpu.WithNVML(srv))
+	assert.Empty(t, inv.Notes, "every call the inventory makes is filled")
+	g := inv.GPUs()
+	require.Len(t, g, 8)
+	assert.Equal(t, "00000000:02:00.0", g[2].PCIBusID)
+	assert.Equal(t, 1, g[2].NUMANode)
+	assert.Equal(t, 32, len(g[2].CPUAffinity), "16-31,144-159")
+	assert.Equal(t, 144, g[2].CPUAffinity[16])
+	require.Len(t, inv.Links, 8*12, "12 NVLinks up per A100")
+	for _, l := range inv.Links {
+		assert.False(t, l.RemoteIsGPU, "every link ends at an NVSwitch")
+		assert.Regexp(t, `^00000000:c[0-5]:00\.0$`, l.RemotePCIBusID)
+	}
+	require.Len(t, inv.P2P, 56)
+	for _, p := range inv.P2P {
+		assert.Equal(t, [4]gpu.P2PStatus{gpu.P2POK, gpu.P2POK, gpu.P2POK, gpu.P2POK}, [4]gpu.P2PStatus{p.Read, p.Write, p.NVLink, p.Atomics})
+		assert.Equal(t, "NV12", p.Label(), "%v→%v", p.From, p.To)
+	}
+	for _, tc := range []struct {
+		from, to int
+		want     gpu.AncestorLevel
+	}{{0, 1, gpu.AncestorMultiple}, {0, 2, gpu.AncestorNode}, {0, 4, gpu.AncestorSystem}, {7, 6, gpu.AncestorMultiple}} {
+		p, ok := inv.Pair(id(tc.from), id(tc.to))
+		require.True(t, ok)
+		assert.Equal(t, tc.want, p.Ancestor, "gpu%d→gpu%d", tc.from, tc.to)
+	}
+	_, ok := inv.Pair(id(0), id(0))
+	assert.False(t, ok)
+	assert.Empty(t, inv.MIG)
+}
+
+func TestDiscoverRealTopologies(t *testing.T) {
+	t.Run("dgx1-v100 direct NVLinks", func(t *testing.T) {
+		inv := gpu.Discover(context.Background(), gpu.WithNVML(filled(t, 8, loadTopology(t, "dgx1-v100"))))
+		assert.Empty(t, inv.Notes)
+		var g0 []gpu.NVLink
+		for _, l := range inv.Links {
+			if l.Device == id(0) {
+				g0 = append(g0, l)
+			}
+		}
+		require.Len(t, g0, 6, "NV1+NV1+NV2+NV2")
+		assert.Equal(t, gpu.NVLink{Device: id(0), Link: 5, RemotePCIBusID: "00000000:04:00.0", Remote: id(4), RemoteIsGPU: true}, g0[5])
+		p, _ := inv.Pair(id(0), id(3))
+		assert.Equal(t, "NV2", p.Label())
+		assert.Equal(t, 2, p.NVLinks)
+		p, _ = inv.Pair(id(0), id(5))
+		assert.Equal(t, "SYS", p.Label())
+		assert.Equal(t, gpu.P2PNotSupported, p.NVLink)
+		assert.Equal(t, gpu.P2PChipsetNotSupported, p.Read, "the fill's estimate for SYS")
+	})
+	t.Run("pcie 2 sockets", func(t *testing.T) {
+		inv := gpu.Discover(context.Background(), gpu.WithNVML(filled(t, 8, loadTopology(t, "pcie-8gpu-2socket"))))
+		assert.Empty(t, inv.Notes, "no NVLink is not a failure")
+		assert.Empty(t, inv.Links)
+		p, _ := inv.Pair(id(2), id(3))
+		assert.Equal(t, gpu.AncestorSingle, p.Ancestor)
+		assert.Equal(t, "PIX", p.Label())
+		assert.Equal(t, gpu.P2POK, p.Read)
+		p, _ = inv.Pair(id(0), id(2))
+		assert.Equal(t, "PXB", p.Label())
+		p, _ = inv.Pair(id(3), id(4))
+		assert.Equal(t, "SYS", p.Label())
+	})
+	t.Run("rtx5090 no p2p", func(t *testing.T) {
+		inv := gpu.Discover(context.Background(), gpu.WithNVML(filled(t, 2, loadTopology(t, "rtx5090-2gpu-no-p2p"))))
+		require.Len(t, inv.P2P, 2)
+		p := inv.P2P[0]
+		assert.Equal(t, "PHB", p.Label())
+		assert.Equal(t, gpu.P2PGPUNotSupported, p.Read)
+		assert.Equal(t, "GNS", p.Write.String())
+	})
+	t.Run("a100 nvlink pairs", func(t *testing.T) {
+		inv := gpu.Discover(context.Background(), gpu.WithNVML(filled(t, 8, loadTopology(t, "a100-pcie-8gpu-nvlink-pairs"))))
+		p, _ := inv.Pair(id(6), id(7))
+		assert.Equal(t, "NV12", p.Label())
+		p, _ = inv.Pair(id(1), id(2))
+		assert.Equal(t, "NODE", p.Label())
+	})
+}
+
+func TestDiscoverNotSupportedOnOneCall(t *testing.T) {
+	srv, err := nvmlmock.New("dgxh100")
+	require.NoError(t, err)
+	d3 := srv.Devices[3].(*server.Device)
+	p2p := d3.GetP2PStatusFunc
+	d3.GetP2PStatusFunc = func(o nvml.Device, idx nvml.GpuP2PCapsIndex) (nvml.GpuP2PStatus, nvml.Return) {
+		if idx == nvml.P2P_CAPS_INDEX_ATOMICS {
+			return 0, nvml.ERROR_NOT_SUPPORTED
+		}
+		return p2p(o, idx)
+	}
+	d5 := srv.Devices[5].(*server.Device)
+	d5.GetNvLinkRemotePciInfoFunc = func(int) (nvml.PciInfo, nvml.Return) { return nvml.PciInfo{}, nvml.ERROR_NOT_SUPPORTED }
+	inv := gpu.Discover(context.Background(), gpu.WithNVML(srv))
+	assert.Contains(t, inv.Notes, "p2p: atomics status gpu3→gpu0 and 6 more pairs: ERROR_NOT_SUPPORTED")
+	assert.Contains(t, inv.Notes, "gpu5: NVLink 0 remote PCI info: ERROR_NOT_SUPPORTED")
+	assert.Len(t, inv.Notes, 1+18, "one per gpu5 link, one folded for the pairs")
+	p, _ := inv.Pair(id(3), id(1))
+	assert.Equal(t, gpu.P2PUnqueried, p.Atomics)
+	assert.Equal(t, gpu.P2POK, p.Read, "the other caps are still read")
+	p, _ = inv.Pair(id(1), id(3))
+	assert.Equal(t, gpu.P2POK, p.Atomics)
+	assert.Equal(t, "NV18", p.Label())
+	p, _ = inv.Pair(id(5), id(0))
+	assert.Equal(t, 0, p.NVLinks, "gpu5's links have no known remote end")
+	assert.Equal(t, "SYS", p.Label(), "so the label falls back to the PCIe level")
+	assert.Len(t, inv.Links, 8*18, "the links are still listed")
+}
+
+func TestDiscoverMissingSymbol(t *testing.T) {
+	srv, err := nvmlmock.New("dgxa100")
+	require.NoError(t, err)
+	srv.LookupSymbolFunc = func(name string) error {
+		switch name {
+		case "nvmlDeviceGetP2PStatus", "nvmlDeviceGetNvLinkState", "nvmlDeviceGetNumaNodeId":
+			return errors.New("undefined symbol: " + name)
+		}
+		return nil
+	}
+	inv := gpu.Discover(context.Background(), gpu.WithNVML(srv))
+	assert.Contains(t, inv.Notes, "nvml: nvmlDeviceGetP2PStatus: ERROR_FUNCTION_NOT_FOUND (not called)")
+	assert.Contains(t, inv.Notes, "nvml: nvmlDeviceGetNvLinkState: ERROR_FUNCTION_NOT_FOUND (not called)")
+	assert.Contains(t, inv.Notes, "gpu0: NUMA node: ERROR_FUNCTION_NOT_FOUND")
+	for i, d := range srv.Devices {
+		md := d.(*server.Device)
+		assert.Empty(t, md.GetP2PStatusCalls(), "gpu%d", i)
+		assert.Empty(t, md.GetNvLinkStateCalls(), "gpu%d", i)
+		assert.Empty(t, md.GetNumaNodeIdCalls(), "gpu%d", i)
+	}
+	assert.Empty(t, inv.Links)
+	require.Len(t, inv.P2P, 56)
+	assert.Equal(t, gpu.P2PUnqueried, inv.P2P[0].Read)
+	assert.Equal(t, gpu.AncestorMultiple, inv.P2P[0].Ancestor, "what is there is still read")
+}
+
+func TestDiscoverMIG(t *testing.T) {
+	srv, err := nvmlmock.New("dgxa100")
+	require.NoError(t, err)
+	d0 := srv.Devices[0].(*server.Device)
+	d0.MigMode = nvml.DEVICE_MIG_ENABLE
+	d0.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 7, nvml.SUCCESS }
+	d0.GetMigDeviceHandleByIndexFunc = func(k int) (nvml.Device, nvml.Return) {
+		if k >= 2 {
+			return nil, nvml.ERROR_NOT_FOUND
+		}
+		return &mock.Device{
+			GetUUIDFunc:       func() (string, nvml.Return) { return "MIG-" + string(rune('a'+k)), nvml.SUCCESS },
+			GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) { return nvml.Memory{Total: 5 << 30}, nvml.SUCCESS },
+		}, nvml.SUCCESS
+	}
+	// gpu1 has MIG on but the mock cannot list its devices: a note.
+	srv.Devices[1].(*server.Device).MigMode = nvml.DEVICE_MIG_ENABLE
+	// gpu2 is not MIG-capable: no note.
+	srv.Devices[2].(*server.Device).GetMigModeFunc = func() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_NOT_SUPPORTED }
+	inv := gpu.Discover(context.Background(), gpu.WithNVML(srv))
+	assert.Equal(t, []gpu.MIGDevice{
+		{Parent: id(0), Index: 0, UUID: "MIG-a", MemoryBytes: 5 << 30},
+		{Parent: id(0), Index: 1, UUID: "MIG-b", MemoryBytes: 5 << 30},
+	}, inv.MIG)
+	require.Len(t, inv.Notes, 1, "%q", inv.Notes)
+	assert.Contains(t, inv.Notes[0], "gpu1: MIG device count: panic: ")
+}
+
+func TestNVMLMockFillErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		topo nvmlmock.Topology
+		want string
+	}{
+		{"rows", nvmlmock.Topology{Matrix: [][]string{{"X"}}}, "nvmlmock: matrix has 1 rows, want 2 (one per GPU)"},
+		{"diagonal", nvmlmock.Topology{Matrix: [][]string{{"X", "PIX"}, {"PIX", "PIX"}}}, `nvmlmock: matrix row 1 column 1: "PIX" (X only on the diagonal)`},
+		{"label", nvmlmock.Topology{Matrix: [][]string{{"X", "QPI"}, {"PIX", "X"}}}, `nvmlmock: row 0 column 1: unknown PCIe level "QPI"`},
+		{"nvlink", nvmlmock.Topology{Matrix: [][]string{{"X", "NV99"}, {"NV1", "X"}}}, `nvmlmock: matrix row 0 column 1: bad NVLink label "NV99"`},
+		{"cpus", nvmlmock.Topology{Matrix: [][]string{{"X", "SYS"}, {"SYS", "X"}}, CPUAffinity: []string{"0-3", "9-2"}}, `nvmlmock: CPU affinity of GPU 1: bad CPU range "9-2" in "9-2"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := dgxa100.NewWithGPUs(mockgpus.Multiple(2, mockgpus.A100_SXM4_40GB)...)
+			assert.EqualError(t, nvmlmock.Fill(srv, tc.topo), tc.want)
+			assert.Nil(t, srv.Devices[0].(*server.Device).GetP2PStatusFunc, "left unchanged")
+		})
+	}
+	_, err := nvmlmock.New("dgx9000")
+	assert.EqualError(t, err, `nvmlmock: unknown server "dgx9000" (known: dgxa100, dgxh100)`)
+}
