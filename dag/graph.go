@@ -50,6 +50,11 @@ type Launch interface {
 	// Allocator is the memory allocator of the launch's device, for Arrow
 	// data the kernel builds.
 	Allocator() memory.Allocator
+	// Missing returns nil when read i holds bytes written by work that
+	// succeeded, else the error graph's read error naming the failure and
+	// its chain. Only an optional read (ReadsOptional) can be missing when
+	// the kernel runs: a tainted required read skips the launch.
+	Missing(i int) error
 }
 
 // Kernel is a declared unit of work.
@@ -59,6 +64,11 @@ type Kernel struct {
 	Fn     KernelFunc
 	Reads  []buffers.Binding // declared reads, in declaration order
 	Writes []buffers.Binding // declared writes, in declaration order
+	// Optional marks the reads (by index into Reads) declared with
+	// ReadsOptional: a failure upstream of them does not skip the launch;
+	// the kernel asks Launch.Missing and works with what it has. nil when
+	// every read is required.
+	Optional []bool
 	// Stream pins the kernel to a stream index of its device (modulo the
 	// device's stream count); -1 (the default) lets the executor choose.
 	Stream int
@@ -173,6 +183,9 @@ func Reads(ids ...BufferID) KernelOption {
 		for _, id := range ids {
 			if b := g.bufferFor(k, id, "reads"); b != nil {
 				k.Reads = append(k.Reads, buffers.Binding{Buffer: id, Length: b.extent()})
+				if k.Optional != nil {
+					k.Optional = append(k.Optional, false)
+				}
 			}
 		}
 	}
@@ -189,12 +202,49 @@ func Writes(ids ...BufferID) KernelOption {
 	}
 }
 
+// ReadsOptional declares whole-buffer reads of ids, in order, that the
+// kernel can do without: when one was left unwritten by failed or skipped
+// work the launch still runs, Launch.Missing(i) says what is missing and
+// why, and the kernel's output is its own responsibility (a merge that
+// reports the partitions it lost, say). Ordering is as for Reads.
+func ReadsOptional(ids ...BufferID) KernelOption {
+	return func(g *Graph, k *Kernel) {
+		for _, id := range ids {
+			if b := g.bufferFor(k, id, "reads"); b != nil {
+				if k.Optional == nil {
+					k.Optional = make([]bool, len(k.Reads))
+				}
+				k.Reads = append(k.Reads, buffers.Binding{Buffer: id, Length: b.extent()})
+				k.Optional = append(k.Optional, true)
+			}
+		}
+	}
+}
+
+// Required returns the reads that are not optional: k.Reads itself when
+// none is.
+func (k *Kernel) Required() []buffers.Binding {
+	if k.Optional == nil {
+		return k.Reads
+	}
+	var req []buffers.Binding
+	for i, r := range k.Reads {
+		if i >= len(k.Optional) || !k.Optional[i] {
+			req = append(req, r)
+		}
+	}
+	return req
+}
+
 // ReadsRange declares a read of bytes [offset, offset+length) of buffer id.
 // A range outside the buffer is recorded and reported by Validate.
 func ReadsRange(id BufferID, offset, length int64) KernelOption {
 	return func(g *Graph, k *Kernel) {
 		if bd, ok := g.rangeFor(k, id, offset, length, "reads"); ok {
 			k.Reads = append(k.Reads, bd)
+			if k.Optional != nil {
+				k.Optional = append(k.Optional, false)
+			}
 		}
 	}
 }

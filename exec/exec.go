@@ -20,17 +20,24 @@ import (
 // usable; call New. An Executor does not own its device: closing the
 // device is the caller's job, after the last Run returned.
 type Executor struct {
-	dev  gpu.Device
-	pool *buffers.Pool
+	dev     gpu.Device
+	pool    *buffers.Pool
+	backend *gpu.Backend
 }
 
 // Option configures an Executor.
 type Option func(*config)
 
 type config struct {
-	alloc  memory.Allocator
-	budget *buffers.Budget
+	alloc   memory.Allocator
+	budget  *buffers.Budget
+	backend *gpu.Backend
 }
+
+// WithBackend names the GPU backend the executor's device came from (see
+// gpu.Backend.Acquire); every Report then carries the backend's metrics
+// snapshot taken when the run ended.
+func WithBackend(b *gpu.Backend) Option { return func(c *config) { c.backend = b } }
 
 // WithAllocator makes the executor allocate buffers and kernels' Arrow
 // data through alloc (default memory.DefaultAllocator). Tests pass a
@@ -48,7 +55,7 @@ func New(dev gpu.Device, opts ...Option) *Executor {
 	for _, o := range opts {
 		o(&c)
 	}
-	return &Executor{dev: dev, pool: buffers.NewPool(dev.ID(), c.alloc, c.budget)}
+	return &Executor{dev: dev, pool: buffers.NewPool(dev.ID(), c.alloc, c.budget), backend: c.backend}
 }
 
 // Device returns the executor's device.
@@ -108,79 +115,64 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 	}
 	states := make([]launchState, len(p.Launches))
 	for i := range p.Launches {
-		states[i] = launchState{run: r, k: g.Kernel(p.Launches[i].Kernel), stream: p.Launches[i].Stream}
+		k := g.Kernel(p.Launches[i].Kernel)
+		states[i] = launchState{run: r, k: k, required: k.Required(), stream: p.Launches[i].Stream}
 	}
-	submitErr := e.submit(p, states)
+	submitErr := e.submit(p, states, r.store)
 	// Wait for every queued launch, whatever ctx says.
 	for s := range p.Streams {
 		_ = e.dev.Stream(s).Synchronize(context.Background())
 	}
+	if submitErr != nil {
+		for i := range states {
+			if states[i].status == StatusPending { // never reached a stream
+				states[i].cancel(submitErr)
+			}
+		}
+	}
 	res := &Result{graph: g, bufs: r.bufs, store: r.store, Report: newReport(p, states, e.dev.ID(), time.Since(start))}
+	if e.backend != nil {
+		m := e.backend.MetricsSnapshot()
+		res.Report.Backend = &m
+	}
 	if submitErr != nil {
 		return res, submitErr
 	}
 	return res, nil
 }
 
-// submitBatch is the most launches queued on one stream under one lock;
-// launches are handed over in batches so a stream's worker does not park
-// and wake once per launch while the plan is being submitted.
+// submitBatch is the scheduler's MaxTasks for a run: launches are handed
+// to a device stream in batches of up to this many, so the stream's worker
+// does not park and wake once per launch while the plan is submitted.
 const submitBatch = 256
 
-// submit queues the plan's launches and event waits on their streams, in
-// plan order per stream. Launches are batched per stream; a batch is
-// handed over before a wait or an event record on its stream, when full,
-// and at the end. On a device error the launches not queued are marked
-// cancelled and the error is returned.
-func (e *Executor) submit(p *Plan, states []launchState) error {
-	pending := make([][]gpu.Task, p.Streams)
+// submit registers the plan's launches with a Scheduler over the device,
+// in plan order: a launch's event waits first, then the launch, then an
+// event record when a later launch waits on it. It returns the first
+// error the device gave (a closed device); launches that never reached a
+// stream stay pending and are marked cancelled once the streams drained.
+func (e *Executor) submit(p *Plan, states []launchState, store *failgraph.Store) error {
+	sched := NewScheduler(NewDeviceBackend(e.dev), store, SchedulerOptions{MaxStreams: p.Streams, MaxTasks: submitBatch})
 	events := make([]gpu.Event, len(p.Launches))
-	var err error
-	flush := func(s int) {
-		if len(pending[s]) == 0 {
-			return
-		}
-		if err == nil {
-			if qerr := e.dev.Stream(s).LaunchBatch(pending[s]); qerr != nil {
-				err = fmt.Errorf("exec: queue on stream %d: %w", s, qerr)
-			}
-		}
-		if err != nil { // nothing of this batch was queued
-			for _, t := range pending[s] {
-				t.(*launchState).cancel(err)
-			}
-		}
-		pending[s] = pending[s][:0]
-	}
+	var errs []error
 	for i := range p.Launches {
 		pl := &p.Launches[i]
-		if err != nil {
-			states[i].cancel(err)
-			continue
+		s := StreamID(pl.Stream)
+		for _, w := range pl.Waits {
+			errs = append(errs, sched.Wait(s, events[w.Launch]))
 		}
-		st := e.dev.Stream(pl.Stream)
-		if len(pl.Waits) > 0 {
-			flush(pl.Stream)
-			for _, w := range pl.Waits {
-				if err == nil {
-					if werr := st.Wait(events[w.Launch]); werr != nil {
-						err = fmt.Errorf("exec: wait on stream %d: %w", w.Stream, werr)
-					}
-				}
-			}
+		errs = append(errs, sched.Register(s, &states[i], nil))
+		if p.record[i] {
+			ev, err := sched.Record(s)
+			events[i] = ev
+			errs = append(errs, err)
 		}
-		pending[pl.Stream] = append(pending[pl.Stream], &states[i])
-		if p.record[i] || len(pending[pl.Stream]) == submitBatch {
-			flush(pl.Stream)
-		}
-		if p.record[i] && err == nil {
-			events[i] = st.Record()
+		if len(errs) > 64 {
+			errs = []error{errors.Join(errs...)}
 		}
 	}
-	for s := range pending {
-		flush(s)
-	}
-	return err
+	errs = append(errs, sched.FlushAll())
+	return errors.Join(errs...)
 }
 
 // run is the state one Execute shares with its launches.
@@ -264,14 +256,15 @@ func (s Status) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 // launchState is one launch at run time. It is the gpu.Task queued on the
 // stream and the dag.Launch the kernel sees.
 type launchState struct {
-	run     *run
-	k       *dag.Kernel
-	stream  int
-	status  Status
-	start   time.Time
-	end     time.Time
-	failure failgraph.FailureID
-	err     error
+	run      *run
+	k        *dag.Kernel
+	required []buffers.Binding // the reads whose taint skips the launch
+	stream   int
+	status   Status
+	start    time.Time
+	end      time.Time
+	failure  failgraph.FailureID
+	err      error
 }
 
 var (
@@ -279,42 +272,44 @@ var (
 	_ dag.Launch = (*launchState)(nil)
 )
 
-// ErrPanic wraps the value of a panic recovered from a kernel.
-var ErrPanic = errors.New("kernel panicked")
-
-// Run settles the launch: cancelled, skipped, or run and then ok/failed.
+// Run settles the launch: cancelled, skipped, or run inside a failgraph
+// write scope and then ok or failed.
 func (l *launchState) Run() {
 	r := l.run
 	if err := r.ctx.Err(); err != nil {
 		l.cancel(err)
 		return
 	}
-	if id, skip := r.store.SkipIfTainted(l.k.Name, l.k.Reads, l.k.Writes); skip {
+	if id, skip := r.store.SkipIfTainted(l.k.Name, l.required, l.k.Writes); skip {
 		l.status, l.failure = StatusSkipped, id
 		return
 	}
+	scope := r.store.Enter(l.k.Name, l.k.Writes)
 	l.start = time.Now()
-	err := l.call()
+	torn, err := l.call()
 	l.end = time.Now()
-	if err != nil {
-		l.status, l.err = StatusFailed, err
-		l.failure = r.store.Fail(l.k.Name, err, l.k.Writes)
-		return
+	switch {
+	case torn != nil:
+		l.status, l.err = StatusFailed, fmt.Errorf("exec: %w", torn)
+		l.failure = scope.ExitPanic(torn.Value, torn.Stack)
+	case err != nil:
+		l.status, l.err = StatusFailed, fmt.Errorf("exec: kernel %q: %w", l.k.Name, err)
+		l.failure = scope.Exit(l.err)
+	default:
+		l.status = StatusOK
+		scope.Exit(nil)
 	}
-	l.status = StatusOK
-	r.store.Written(l.k.Writes)
 }
 
-func (l *launchState) call() (err error) {
+// call runs the kernel, turning a panic into a TornDownError with the
+// value and stack.
+func (l *launchState) call() (torn *failgraph.TornDownError, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = fmt.Errorf("exec: kernel %q: %w: %v\n%s", l.k.Name, ErrPanic, v, debug.Stack())
+			torn = &failgraph.TornDownError{Kernel: l.k.Name, Value: v, Stack: debug.Stack()}
 		}
 	}()
-	if err := l.k.Fn(l.run.ctx, l); err != nil {
-		return fmt.Errorf("exec: kernel %q: %w", l.k.Name, err)
-	}
-	return nil
+	return nil, l.k.Fn(l.run.ctx, l)
 }
 
 // cancel marks the launch cancelled and taints its writes with the run's
@@ -324,11 +319,14 @@ func (l *launchState) cancel(cause error) {
 	l.failure = l.run.store.Cancel(l.k.Name, cause, l.k.Writes)
 }
 
-func (l *launchState) Kernel() string              { return l.k.Name }
-func (l *launchState) Device() topology.DeviceID   { return l.run.device }
-func (l *launchState) Stream() int                 { return l.stream }
-func (l *launchState) In(i int) *buffers.Buffer    { return l.run.bufs[l.k.Reads[i].Buffer] }
-func (l *launchState) Out(i int) *buffers.Buffer   { return l.run.bufs[l.k.Writes[i].Buffer] }
-func (l *launchState) NumIn() int                  { return len(l.k.Reads) }
-func (l *launchState) NumOut() int                 { return len(l.k.Writes) }
+func (l *launchState) Kernel() string            { return l.k.Name }
+func (l *launchState) Device() topology.DeviceID { return l.run.device }
+func (l *launchState) Stream() int               { return l.stream }
+func (l *launchState) In(i int) *buffers.Buffer  { return l.run.bufs[l.k.Reads[i].Buffer] }
+func (l *launchState) Out(i int) *buffers.Buffer { return l.run.bufs[l.k.Writes[i].Buffer] }
+func (l *launchState) NumIn() int                { return len(l.k.Reads) }
+func (l *launchState) NumOut() int               { return len(l.k.Writes) }
+func (l *launchState) Missing(i int) error {
+	return l.run.store.EnsureWritten(l.k.Reads[i])
+}
 func (l *launchState) Allocator() memory.Allocator { return l.run.alloc }

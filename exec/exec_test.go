@@ -156,7 +156,7 @@ func TestFailureSkipsExactlyDependents(t *testing.T) {
 			root := status["source[1]"]
 			require.Equal(t, exec.StatusFailed, root.Status)
 			if mode == "panic" {
-				assert.ErrorIs(t, root.Err, exec.ErrPanic)
+				assert.ErrorIs(t, root.Err, failgraph.ErrTornDown)
 				assert.ErrorContains(t, root.Err, "kaboom")
 			} else {
 				assert.ErrorIs(t, root.Err, boom)

@@ -1,13 +1,16 @@
 package exec
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/streamdag/streamdag/buffers"
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/failgraph"
+	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -36,6 +39,9 @@ type Report struct {
 	Launches []LaunchReport // in plan order
 	Waits    int            // event waits inserted by the plan
 	Wall     time.Duration  // from the start of Execute until every launch returned
+	// Backend is the GPU backend's metrics snapshot at the end of the run,
+	// when the executor was given one (WithBackend).
+	Backend *gpu.MetricsSnapshot
 }
 
 // Count returns how many launches ended with status s.
@@ -127,4 +133,56 @@ func (r *Result) Close() {
 	for _, b := range r.bufs {
 		b.Release()
 	}
+}
+
+// MarshalJSON writes the report as
+//
+//	{"launches":[{"kernel","device","stream","status","failure","error","chain":[...]}],
+//	 "waits":N,"wall_ns":N,"device":"cpu","streams":N,"backend":{…}}
+//
+// failure is 0 and error "" for ok launches; error is the first line of
+// the launch's error (a panic's stack is left out).
+func (r *Report) MarshalJSON() ([]byte, error) {
+	type launch struct {
+		Kernel  string   `json:"kernel"`
+		Device  string   `json:"device"`
+		Stream  int      `json:"stream"`
+		Status  Status   `json:"status"`
+		Failure uint64   `json:"failure"`
+		Error   string   `json:"error"`
+		Chain   []string `json:"chain"`
+		StartNs int64    `json:"start_ns"` // since the run's first start; 0 when the kernel did not run
+		EndNs   int64    `json:"end_ns"`
+	}
+	out := struct {
+		Launches []launch             `json:"launches"`
+		Waits    int                  `json:"waits"`
+		WallNs   int64                `json:"wall_ns"`
+		Device   string               `json:"device"`
+		Streams  int                  `json:"streams"`
+		Backend  *gpu.MetricsSnapshot `json:"backend,omitempty"`
+	}{Launches: make([]launch, len(r.Launches)), Waits: r.Waits, WallNs: r.Wall.Nanoseconds(), Device: r.Device.String(),
+		Streams: r.Streams, Backend: r.Backend}
+	var t0 time.Time
+	for i := range r.Launches {
+		if s := r.Launches[i].Start; !s.IsZero() && (t0.IsZero() || s.Before(t0)) {
+			t0 = s
+		}
+	}
+	for i := range r.Launches {
+		l := &r.Launches[i]
+		j := launch{Kernel: l.Kernel, Device: l.Device.String(), Stream: l.Stream, Status: l.Status,
+			Failure: uint64(l.Failure), Chain: l.Chain}
+		if j.Chain == nil {
+			j.Chain = []string{}
+		}
+		if l.Err != nil {
+			j.Error, _, _ = strings.Cut(l.Err.Error(), "\n")
+		}
+		if !l.Start.IsZero() {
+			j.StartNs, j.EndNs = l.Start.Sub(t0).Nanoseconds(), l.End.Sub(t0).Nanoseconds()
+		}
+		out.Launches[i] = j
+	}
+	return json.Marshal(out)
 }

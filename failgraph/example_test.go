@@ -25,7 +25,36 @@ func ExampleStore() {
 	s.Written([]buffers.Binding{raw, clean}) // a retry succeeded
 	fmt.Println(s.EnsureWritten(clean), s.Len())
 	// Output:
-	// filter skipped by failure 1
-	// failgraph: clean was not written: failure #1: filter ← load: short read
+	// filter skipped by failure #1
+	// failgraph: clean was not written: failure #1 (claims 2 allocations): filter ← load: short read
 	// <nil> 0
+}
+
+// A write scope around a launch: success releases the write set, a panic
+// leaves it "torn down" with the panic value.
+func ExampleStore_Enter() {
+	s := failgraph.New(func(buffers.ID) string { return "out" })
+	out := []buffers.Binding{{Buffer: 0, Offset: 0, Length: 64}}
+
+	run := func(kernel string, body func()) failgraph.FailureID {
+		sc := s.Enter(kernel, out)
+		defer func() {
+			if v := recover(); v != nil {
+				sc.ExitPanic(v, nil)
+			}
+		}()
+		body()
+		return sc.Exit(nil)
+	}
+	run("scale", func() { panic("bad shape") })
+	err := s.EnsureWritten(out...)
+	fmt.Println(errors.Is(err, failgraph.ErrTornDown))
+	fmt.Println(err)
+
+	run("scale", func() {}) // the retry writes the same bytes
+	fmt.Println(s.EnsureWritten(out...), s.Empty())
+	// Output:
+	// true
+	// failgraph: out was not written: failure #1 (claims 1 allocations): scale: failgraph: torn down: kernel "scale" panicked: bad shape
+	// <nil> true
 }

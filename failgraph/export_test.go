@@ -6,7 +6,6 @@ import "github.com/streamdag/streamdag/buffers"
 type Span struct {
 	Off, End int64
 	Failure  FailureID
-	By       string
 }
 
 // Spans returns the tainted spans of buffer id, in offset order.
@@ -15,18 +14,18 @@ func (s *Store) Spans(id buffers.ID) []Span {
 	defer s.mu.Unlock()
 	var out []Span
 	for _, sp := range s.spans[id] {
-		out = append(out, Span{Off: sp.off, End: sp.end, Failure: sp.f, By: sp.by})
+		out = append(out, Span{Off: sp.off, End: sp.end, Failure: sp.f})
 	}
 	return out
 }
 
-// Counts returns the lock-free span counter and the number of spans the
-// store actually holds, which must agree.
-func (s *Store) Counts() (counter int64, spans int) {
+// Counts returns the lock-free taint counter and what the store actually
+// holds (spans plus unallocated records), which must agree.
+func (s *Store) Counts() (counter int64, held int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, sps := range s.spans {
-		spans += len(sps)
+		held += len(sps)
 	}
-	return s.tainted.Load(), spans
+	return s.tainted.Load(), held + len(s.unalloc)
 }

@@ -12,41 +12,105 @@ import (
 	"github.com/streamdag/streamdag/buffers"
 )
 
-// FailureID identifies a failure within a Store. Ids are minted in order
-// from 1 and never reused; 0 means "no failure".
+// FailureID identifies a failure within a Store. Ids are 64-bit, minted in
+// order from 1 and never reused (a reused id would let one scope's cleanup
+// drop another's node); 0 means "no failure". Printed as "#N".
 type FailureID uint64
+
+// String returns "#N".
+func (id FailureID) String() string { return fmt.Sprintf("#%d", uint64(id)) }
+
+// MaxSkipRecords is how many skip records a failure keeps: the newest 16,
+// as CubeCL's ErrorGraph does; older ones are dropped and only counted.
+const MaxSkipRecords = 16
 
 // Skip records one launch skipped because a read was tainted by a failure.
 type Skip struct {
-	Kernel string // the skipped kernel
-	Needed string // the buffer whose tainted bytes it needed
-	From   string // the kernel that left those bytes tainted (the root kernel, or an earlier skip)
+	Kernel   string       // the skipped kernel
+	Needed   buffers.ID   // the buffer whose tainted bytes it needed
+	Produced []buffers.ID // the buffers it would have written (they take the failure)
 }
 
-// Failure is a node of the error graph: a root error and what it caused.
+// Failure is a copy of one node of the error graph.
 type Failure struct {
 	ID     FailureID
 	Kernel string // the kernel whose launch raised Root
 	Root   error
-	Skips  []Skip // launches skipped because of this failure, in the order they were skipped
+	// Allocations is how many buffers hold at least one byte of this
+	// failure (an unallocated buffer counts as one).
+	Allocations int
+	// Skips are the newest skip records (at most MaxSkipRecords), oldest
+	// first; TotalSkips counts every skip, dropped ones included.
+	Skips      []Skip
+	TotalSkips int
+}
+
+// Dropped returns how many skip records were dropped by the cap.
+func (f *Failure) Dropped() int { return f.TotalSkips - len(f.Skips) }
+
+// ChainFrom returns the path from kernel back to the root: the kernels
+// whose outputs kernel's skip needed, newest first, ending with the root
+// kernel (omitted when no kernel raised the root, as for memory that was
+// never allocated). It uses kernel's newest skip record; for the root
+// kernel itself, or a kernel with no record (dropped by the cap), it
+// returns just the root kernel.
+func (f *Failure) ChainFrom(kernel string) []string {
+	for i := len(f.Skips) - 1; i >= 0; i-- {
+		if f.Skips[i].Kernel == kernel {
+			return f.walk(f.Skips[i].Needed, i)
+		}
+	}
+	return []string{f.Kernel}
+}
+
+// walk follows CubeCL's report: among the records before upper, take the
+// last one that produced target; name its kernel; continue from the buffer
+// it needed. The root kernel ends the chain.
+func (f *Failure) walk(target buffers.ID, upper int) []string {
+	var chain []string
+	for {
+		i := upper - 1
+		for ; i >= 0 && !slices.Contains(f.Skips[i].Produced, target); i-- {
+		}
+		if i < 0 {
+			break
+		}
+		chain = append(chain, f.Skips[i].Kernel)
+		target, upper = f.Skips[i].Needed, i
+	}
+	if f.Kernel == "" {
+		return chain
+	}
+	return append(chain, f.Kernel)
+}
+
+// node is a failure in the graph.
+type node struct {
+	kernel string
+	root   error
+	tagged int    // allocations holding at least one byte of it
+	skips  []Skip // newest MaxSkipRecords, oldest first
+	total  int
 }
 
 // span is a tainted byte range [off, end) of one buffer.
 type span struct {
 	off, end int64
 	f        FailureID
-	by       string // kernel that left it tainted
 }
 
-// Store is the error graph of one run. The zero value is not usable; call
-// New.
+// Store is the error graph of one device (or one run). The zero value is
+// not usable; call New. A Store is safe for concurrent use; its clean-path
+// calls (Written, SkipIfTainted, EnsureWritten and a scope's Exit when
+// nothing is tainted) take no lock and allocate nothing.
 type Store struct {
-	tainted atomic.Int64 // number of spans; 0 means the clean path needs no lock
+	tainted atomic.Int64 // spans + unallocated records: 0 means clean, no lock needed
 
 	mu       sync.Mutex
 	next     FailureID
-	failures map[FailureID]*Failure
-	spans    map[buffers.ID][]span // sorted by off, non-overlapping
+	failures map[FailureID]*node
+	spans    map[buffers.ID][]span    // sorted by off, disjoint
+	unalloc  map[buffers.ID]FailureID // buffers whose reservation failed (0: no failure known)
 	names    func(buffers.ID) string
 	cancel   FailureID // the store's "cancelled" failure while it is in the graph
 }
@@ -57,51 +121,105 @@ func New(names func(buffers.ID) string) *Store {
 	if names == nil {
 		names = func(id buffers.ID) string { return fmt.Sprintf("buffer %d", id) }
 	}
-	return &Store{failures: map[FailureID]*Failure{}, spans: map[buffers.ID][]span{}, names: names}
+	return &Store{failures: map[FailureID]*node{}, spans: map[buffers.ID][]span{},
+		unalloc: map[buffers.ID]FailureID{}, names: names}
+}
+
+// mint adds a failure node with no bytes yet. Caller holds mu and must
+// taint something with it or prune it.
+func (s *Store) mint(kernel string, err error) FailureID {
+	s.next++
+	s.failures[s.next] = &node{kernel: kernel, root: err}
+	return s.next
+}
+
+// prune drops failure id when no allocation holds it. Caller holds mu.
+func (s *Store) prune(id FailureID) {
+	if n, ok := s.failures[id]; ok && n.tagged <= 0 {
+		delete(s.failures, id)
+	}
 }
 
 // Fail mints a new failure for err raised by kernel and taints every
-// binding of writes with it. It returns the new id.
+// binding of writes with it ("set, not add": the bytes leave whatever
+// failure held them). It returns the new id; a failure that taints no
+// byte (empty writes) leaves the graph at once, but its id stays spent.
 func (s *Store) Fail(kernel string, err error, writes []buffers.Binding) FailureID {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.next++
-	id := s.next
-	s.failures[id] = &Failure{ID: id, Kernel: kernel, Root: err}
+	id := s.mint(kernel, err)
 	for _, w := range writes {
-		s.set(w, id, kernel)
+		s.set(w, id)
 	}
-	s.gc()
+	s.prune(id)
 	return id
 }
 
 // SkipIfTainted is the pre-launch check. It finds the first tainted byte
-// of reads (in declaration order; empty bindings find nothing). When there
+// of reads (in declaration order; empty bindings find nothing; a buffer
+// whose reservation failed counts as tainted by that failure). When there
 // is none it returns (0, false) and records nothing. Otherwise the launch
-// of kernel is to be skipped: the skip is recorded on the root failure that
-// holds that byte (with the buffer it needed and the kernel that left it
-// tainted), every binding of writes takes that same failure (no new id),
-// and it returns (root, true). Without any taint it costs one atomic load.
+// of kernel is to be skipped: the skip is recorded on the ROOT failure
+// (kernel, the buffer it needed, the buffers it would have written), every
+// binding of writes takes that same failure (no new id), and it returns
+// (root, true). Without any taint it costs one atomic load.
 func (s *Store) SkipIfTainted(kernel string, reads, writes []buffers.Binding) (FailureID, bool) {
-	if s.tainted.Load() == 0 {
+	if s.tainted.Load() == 0 { // the clean path, small enough to inline
 		return 0, false
 	}
+	return s.skipIfTainted(kernel, reads, writes)
+}
+
+func (s *Store) skipIfTainted(kernel string, reads, writes []buffers.Binding) (FailureID, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range reads {
-		sp, found := s.first(r)
+		f, found := s.first(r)
 		if !found {
 			continue
 		}
-		f := s.failures[sp.f]
-		f.Skips = append(f.Skips, Skip{Kernel: kernel, Needed: s.names(r.Buffer), From: sp.by})
-		for _, w := range writes {
-			s.set(w, sp.f, kernel)
+		if f == 0 { // never allocated, no failure known: give it one
+			f = s.mint("", fmt.Errorf("%s: %w", s.names(r.Buffer), ErrNeverAllocated))
+			s.unalloc[r.Buffer] = f
+			s.failures[f].tagged++
 		}
-		s.gc()
-		return sp.f, true
+		n := s.failures[f]
+		rec := Skip{Kernel: kernel, Needed: r.Buffer}
+		for _, w := range writes {
+			if !slices.Contains(rec.Produced, w.Buffer) {
+				rec.Produced = append(rec.Produced, w.Buffer)
+			}
+		}
+		if len(n.skips) == MaxSkipRecords {
+			n.skips = append(n.skips[:0], n.skips[1:]...)
+		}
+		n.skips = append(n.skips, rec)
+		n.total++
+		for _, w := range writes {
+			s.set(w, f)
+		}
+		return f, true
 	}
 	return 0, false
+}
+
+// Written releases exactly the bytes of writes: they were last written by
+// work that succeeded. A partial write releases only what it covered; a
+// failure left with no byte leaves the graph. Without any taint it costs
+// one atomic load.
+func (s *Store) Written(writes []buffers.Binding) {
+	if s.tainted.Load() == 0 { // the clean path, small enough to inline
+		return
+	}
+	s.written(writes)
+}
+
+func (s *Store) written(writes []buffers.Binding) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range writes {
+		s.set(w, 0)
+	}
 }
 
 // Cancel taints writes of kernel, a launch that never started because the
@@ -112,29 +230,56 @@ func (s *Store) Cancel(kernel string, cause error, writes []buffers.Binding) Fai
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.failures[s.cancel]; !ok {
-		s.next++
-		s.cancel = s.next
-		s.failures[s.cancel] = &Failure{ID: s.cancel, Kernel: kernel, Root: fmt.Errorf("failgraph: run cancelled: %w", cause)}
+		s.cancel = s.mint(kernel, fmt.Errorf("failgraph: run cancelled: %w", cause))
 	}
 	for _, w := range writes {
-		s.set(w, s.cancel, kernel)
+		s.set(w, s.cancel)
 	}
-	s.gc()
-	return s.cancel
+	id := s.cancel
+	s.prune(id)
+	return id
 }
 
-// Written releases exactly the bytes of writes: they were written by work
-// that succeeded. Without any taint it costs one atomic load.
-func (s *Store) Written(writes []buffers.Binding) {
+// FailUnallocated records that the reservation of buffer id failed with
+// err (raised while preparing kernel's launch, or "" for the run): reads of
+// it return that failure until Allocated is called. With a nil err the
+// buffer reads as "never allocated". It returns the failure's id (0 for a
+// nil err).
+func (s *Store) FailUnallocated(kernel string, id buffers.ID, err error) FailureID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dropUnalloc(id)
+	var f FailureID
+	if err != nil {
+		f = s.mint(kernel, err)
+		s.failures[f].tagged++
+	}
+	s.unalloc[id] = f
+	s.tainted.Add(1)
+	return f
+}
+
+// Allocated forgets an unallocated record of buffer id.
+func (s *Store) Allocated(id buffers.ID) {
 	if s.tainted.Load() == 0 {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, w := range writes {
-		s.set(w, 0, "")
+	s.dropUnalloc(id)
+}
+
+func (s *Store) dropUnalloc(id buffers.ID) {
+	f, ok := s.unalloc[id]
+	if !ok {
+		return
 	}
-	s.gc()
+	delete(s.unalloc, id)
+	s.tainted.Add(-1)
+	if n := s.failures[f]; n != nil {
+		n.tagged--
+		s.prune(f)
+	}
 }
 
 // Failure returns a copy of failure id, or false when it is not (or no
@@ -142,13 +287,31 @@ func (s *Store) Written(writes []buffers.Binding) {
 func (s *Store) Failure(id FailureID) (Failure, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f, ok := s.failures[id]
+	n, ok := s.failures[id]
 	if !ok {
 		return Failure{}, false
 	}
-	c := *f
-	c.Skips = slices.Clone(f.Skips)
-	return c, true
+	return n.copy(id), true
+}
+
+func (n *node) copy(id FailureID) Failure {
+	skips := make([]Skip, len(n.skips))
+	for i, k := range n.skips {
+		skips[i] = Skip{Kernel: k.Kernel, Needed: k.Needed, Produced: slices.Clone(k.Produced)}
+	}
+	return Failure{ID: id, Kernel: n.kernel, Root: n.root, Allocations: n.tagged, Skips: skips, TotalSkips: n.total}
+}
+
+// Failures returns a copy of every failure in the graph, in id order.
+func (s *Store) Failures() []Failure {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Failure, 0, len(s.failures))
+	for id, n := range s.failures {
+		out = append(out, n.copy(id))
+	}
+	slices.SortFunc(out, func(a, b Failure) int { return cmp.Compare(a.ID, b.ID) })
+	return out
 }
 
 // Len returns the number of failures in the graph.
@@ -158,111 +321,129 @@ func (s *Store) Len() int {
 	return len(s.failures)
 }
 
-// Chain returns the kernels from the one that left binding b tainted back
-// to the root kernel: newest first, the root last. It is empty when b is
-// clean.
-func (s *Store) Chain(b buffers.Binding) (FailureID, []string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sp, ok := s.first(b)
-	if !ok {
-		return 0, nil
-	}
-	return sp.f, s.chain(sp)
-}
-
-func (s *Store) chain(sp span) []string {
-	return append([]string{sp.by}, s.failures[sp.f].ChainFrom(sp.by)...)
-}
-
-// ChainFrom returns the kernels that left kernel's input unwritten, back to
-// the root: for a skipped kernel, the kernel whose output it needed, then
-// that kernel's own source if it was skipped too, and so on, ending with
-// f.Kernel. It is empty for the root kernel itself or a kernel f never
-// skipped.
-func (f *Failure) ChainFrom(kernel string) []string {
-	var chain []string
-	for cur := kernel; cur != f.Kernel && len(chain) < len(f.Skips); {
-		i := slices.IndexFunc(f.Skips, func(k Skip) bool { return k.Kernel == cur })
-		if i < 0 {
-			break
-		}
-		cur = f.Skips[i].From
-		chain = append(chain, cur)
-	}
-	return chain
-}
+// Empty reports whether nothing is tainted (the graph then holds no
+// failure). It costs one atomic load.
+func (s *Store) Empty() bool { return s.tainted.Load() == 0 }
 
 // UnwrittenError is returned by EnsureWritten when a read covers bytes
 // that failed or skipped work left unwritten.
 type UnwrittenError struct {
-	Failure FailureID
-	Buffer  string   // the buffer read
-	Chain   []string // kernels from the one that left the bytes unwritten back to the root, newest first
-	Kernel  string   // the root kernel
-	Root    error    // the root error
+	Failure     FailureID
+	Buffer      string // the buffer read
+	Allocations int    // how many buffers the failure claims
+	// Chain names the kernels from the one that should have written the
+	// buffer back to the root: skipped kernels newest first, the root
+	// kernel last (none when no kernel raised the root, as for memory
+	// that was never allocated).
+	Chain   []string
+	Kernel  string // the root kernel
+	Root    error  // the root error
+	Dropped int    // older skip records dropped by the cap: the chain may stop before the root
 }
 
 func (e *UnwrittenError) Error() string {
-	return fmt.Sprintf("failgraph: %s was not written: failure #%d: %s: %v",
-		e.Buffer, e.Failure, strings.Join(e.Chain, " ← "), e.Root)
+	var b strings.Builder
+	fmt.Fprintf(&b, "failgraph: %s was not written: failure %s (claims %d allocations): ",
+		e.Buffer, e.Failure, e.Allocations)
+	if len(e.Chain) > 0 {
+		fmt.Fprintf(&b, "%s: ", strings.Join(e.Chain, " ← "))
+	}
+	fmt.Fprintf(&b, "%v", e.Root)
+	if e.Dropped > 0 {
+		fmt.Fprintf(&b, " (%d older skip records were dropped; the chain may stop before the root)", e.Dropped)
+	}
+	return b.String()
 }
 
 // Unwrap returns the root error.
 func (e *UnwrittenError) Unwrap() error { return e.Root }
 
-// EnsureWritten returns nil when every byte of reads was last written by
-// work that succeeded, or one *UnwrittenError per failure found (joined,
-// de-duplicated, in discovery order).
+// ErrNeverAllocated is matched (errors.Is) by reads of a buffer whose
+// reservation failed with no failure recorded.
+var ErrNeverAllocated = errors.New("failgraph: memory was never allocated: the reservation behind it failed")
+
+// EnsureWritten is the read check: it returns nil when every byte of reads
+// was last written by work that succeeded, else one *UnwrittenError per
+// failure found (joined with errors.Join, de-duplicated by failure id, in
+// discovery order), and an ErrNeverAllocated error per buffer never
+// allocated. Without any taint it costs one atomic load.
 func (s *Store) EnsureWritten(reads ...buffers.Binding) error {
-	if s.tainted.Load() == 0 {
+	if s.tainted.Load() == 0 { // the clean path, small enough to inline
 		return nil
 	}
+	return s.ensureWritten(reads)
+}
+
+func (s *Store) ensureWritten(reads []buffers.Binding) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var errs []error
 	seen := map[FailureID]bool{}
+	never := map[buffers.ID]bool{} // never-allocated buffers already reported
+	report := func(f FailureID, b buffers.ID) {
+		if seen[f] {
+			return
+		}
+		seen[f] = true
+		n := s.failures[f]
+		errs = append(errs, &UnwrittenError{Failure: f, Buffer: s.names(b), Allocations: n.tagged,
+			Chain:  (&Failure{Kernel: n.kernel, Skips: n.skips}).walk(b, len(n.skips)),
+			Kernel: n.kernel, Root: n.root, Dropped: n.total - len(n.skips)})
+	}
 	for _, r := range reads {
 		if r.Length <= 0 {
 			continue
 		}
-		for _, sp := range s.spans[r.Buffer] {
-			if sp.end <= r.Offset || sp.off >= r.End() || seen[sp.f] {
-				continue
+		if f, ok := s.unalloc[r.Buffer]; ok {
+			if f == 0 {
+				if !never[r.Buffer] {
+					never[r.Buffer] = true
+					errs = append(errs, fmt.Errorf("failgraph: %s: %w", s.names(r.Buffer), ErrNeverAllocated))
+				}
+			} else {
+				report(f, r.Buffer)
 			}
-			seen[sp.f] = true
-			f := s.failures[sp.f]
-			errs = append(errs, &UnwrittenError{Failure: sp.f, Buffer: s.names(r.Buffer),
-				Chain: s.chain(sp), Kernel: f.Kernel, Root: f.Root})
+			continue
+		}
+		for _, sp := range s.spans[r.Buffer] {
+			if sp.end > r.Offset && sp.off < r.End() {
+				report(sp.f, r.Buffer)
+			}
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// first returns the first tainted span overlapping b. A binding with
-// Length <= 0 is empty and overlaps nothing. Caller holds mu.
-func (s *Store) first(b buffers.Binding) (span, bool) {
+// first returns the failure of the first tainted byte of b (its lowest
+// offset), or of its buffer's failed reservation. Caller holds mu.
+func (s *Store) first(b buffers.Binding) (FailureID, bool) {
 	if b.Length <= 0 {
-		return span{}, false
+		return 0, false
+	}
+	if f, ok := s.unalloc[b.Buffer]; ok {
+		return f, true
 	}
 	for _, sp := range s.spans[b.Buffer] {
 		if sp.end > b.Offset && sp.off < b.End() {
-			return sp, true
+			return sp.f, true
 		}
 	}
-	return span{}, false
+	return 0, false
 }
 
-// set makes bytes of b belong to failure f (0: clean), splitting the spans
-// it cuts and fusing touching spans of the same failure. A binding with
-// Length <= 0 is empty: it changes nothing (an inverted range would
-// otherwise cut neighbours and insert a span with end < off). Caller holds
-// mu.
-func (s *Store) set(b buffers.Binding, f FailureID, by string) {
+// set makes the bytes of b belong to failure f (0: clean): "set, not add".
+// It splits the spans it cuts, fuses touching or overlapping spans of one
+// failure, keeps each failure's allocation count, and prunes failures left
+// with no allocation (other than f). Caller holds mu.
+func (s *Store) set(b buffers.Binding, f FailureID) {
 	if b.Length <= 0 {
 		return
 	}
 	old := s.spans[b.Buffer]
+	if len(old) == 0 && f == 0 {
+		return
+	}
+	before := holders(old)
 	out := make([]span, 0, len(old)+2)
 	for _, sp := range old {
 		if sp.end <= b.Offset || sp.off >= b.End() {
@@ -270,20 +451,20 @@ func (s *Store) set(b buffers.Binding, f FailureID, by string) {
 			continue
 		}
 		if sp.off < b.Offset {
-			out = append(out, span{sp.off, b.Offset, sp.f, sp.by})
+			out = append(out, span{sp.off, b.Offset, sp.f})
 		}
 		if sp.end > b.End() {
-			out = append(out, span{b.End(), sp.end, sp.f, sp.by})
+			out = append(out, span{b.End(), sp.end, sp.f})
 		}
 	}
 	if f != 0 {
-		out = append(out, span{b.Offset, b.End(), f, by})
+		out = append(out, span{b.Offset, b.End(), f})
 	}
 	slices.SortFunc(out, func(x, y span) int { return cmp.Compare(x.off, y.off) })
 	fused := out[:0]
 	for _, sp := range out {
-		if n := len(fused); n > 0 && fused[n-1].f == sp.f && fused[n-1].by == sp.by && fused[n-1].end == sp.off {
-			fused[n-1].end = sp.end
+		if n := len(fused); n > 0 && fused[n-1].f == sp.f && fused[n-1].end >= sp.off {
+			fused[n-1].end = max(fused[n-1].end, sp.end)
 			continue
 		}
 		fused = append(fused, sp)
@@ -294,19 +475,31 @@ func (s *Store) set(b buffers.Binding, f FailureID, by string) {
 	} else {
 		s.spans[b.Buffer] = fused
 	}
+	after := holders(fused)
+	for _, id := range after {
+		if !slices.Contains(before, id) {
+			s.failures[id].tagged++
+		}
+	}
+	for _, id := range before {
+		if !slices.Contains(after, id) {
+			if n := s.failures[id]; n != nil {
+				n.tagged--
+				if id != f {
+					s.prune(id)
+				}
+			}
+		}
+	}
 }
 
-// gc removes failures that hold no byte any more. Caller holds mu.
-func (s *Store) gc() {
-	live := map[FailureID]bool{}
-	for _, spans := range s.spans {
-		for _, sp := range spans {
-			live[sp.f] = true
+// holders returns the distinct failures of spans.
+func holders(spans []span) []FailureID {
+	var ids []FailureID
+	for _, sp := range spans {
+		if !slices.Contains(ids, sp.f) {
+			ids = append(ids, sp.f)
 		}
 	}
-	for id := range s.failures {
-		if !live[id] {
-			delete(s.failures, id)
-		}
-	}
+	return ids
 }
