@@ -3,7 +3,6 @@ package bench_test
 import (
 	"context"
 	"math"
-	"path/filepath"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -24,7 +23,7 @@ import (
 // columns already decoded (no I/O, no decode): the ratio is what decoding
 // and scheduling cost on top of the arithmetic.
 func BenchmarkFlights(b *testing.B) {
-	path := filepath.Join(testdata.Dir(b), "flights-3m.parquet")
+	path := testdata.File(b, "flights-3m.parquet")
 	ctx := context.Background()
 	const rows = 3_000_000
 
@@ -41,7 +40,7 @@ func BenchmarkFlights(b *testing.B) {
 			require.NoError(b, err)
 			out, err := flights.Run(ctx, e, src, flights.Options{})
 			require.NoError(b, err)
-			require.NotEmpty(b, out.Rows)
+			require.NotEmpty(b, out.Table.Rows)
 			src.Close()
 			f.Close()
 		}

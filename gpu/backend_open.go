@@ -2,6 +2,8 @@ package gpu
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
@@ -40,4 +42,51 @@ func Open(ctx context.Context, cfg OpenConfig) (*Backend, error) {
 	}
 	b.inv = inv
 	return b, nil
+}
+
+// Acquired is the device a run executes on, from Backend.Acquire.
+type Acquired struct {
+	// Device runs the launches.
+	Device Device
+	// Lease is the GPU lease the run holds, or nil when it runs on the
+	// CPU device.
+	Lease *Lease
+	// Why says, when Device is the CPU device, why no GPU is used.
+	Why string
+}
+
+// Release closes the device and releases the lease. It is idempotent.
+func (a *Acquired) Release() {
+	if a.Device != nil {
+		_ = a.Device.Close()
+		a.Device = nil
+	}
+	a.Lease.Release()
+}
+
+// Acquire gives a run its device through the backend, the same way on
+// every host: it claims a GPU lease (FIFO, waiting while every GPU is
+// leased), and runs on that GPU. streamdag has no CUDA stream runtime
+// yet, so a claimed lease is released at once and the run goes to the
+// CPU device, saying so in Why; on a CPU-only host Claim answers ErrNoGPU
+// at once and the run goes to the CPU device too. opts configure the CPU
+// device. Errors: ErrBackendClosing, ctx.Err(), or NewCPU's option errors.
+func (b *Backend) Acquire(ctx context.Context, opts ...CPUOption) (*Acquired, error) {
+	a := &Acquired{}
+	lease, err := b.Claim(ctx)
+	switch {
+	case errors.Is(err, ErrNoGPU):
+		a.Why = "no GPU: " + b.inv.NVML.String()
+	case err != nil:
+		return nil, err
+	default:
+		a.Why = fmt.Sprintf("%s leased, but GPU execution is not implemented yet (no CUDA stream runtime): running on the CPU device", lease.Device().ID)
+		lease.Release()
+	}
+	dev, err := NewCPU(opts...)
+	if err != nil {
+		return nil, err
+	}
+	a.Device = dev
+	return a, nil
 }

@@ -20,14 +20,18 @@ type cpuOptions struct {
 	streams int
 }
 
+// MaxCPUStreams bounds WithStreams: each stream is a worker goroutine, and
+// a stream count far above the core count only adds queues to align.
+const MaxCPUStreams = 1024
+
 // WithStreams sets the number of streams of the CPU device, that is, the
 // number of worker goroutines it runs. The default is
-// runtime.GOMAXPROCS(0) at the time NewCPU is called. n < 1 makes NewCPU
-// return an error naming n.
+// runtime.GOMAXPROCS(0) at the time NewCPU is called. n outside
+// [1, MaxCPUStreams] makes NewCPU return an error naming n.
 func WithStreams(n int) CPUOption {
 	return func(o *cpuOptions) error {
-		if n < 1 {
-			return fmt.Errorf("gpu: WithStreams(%d): a device needs at least 1 stream", n)
+		if n < 1 || n > MaxCPUStreams {
+			return fmt.Errorf("gpu: WithStreams(%d): a CPU device has 1 to %d streams", n, MaxCPUStreams)
 		}
 		o.streams = n
 		return nil

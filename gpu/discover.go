@@ -26,10 +26,10 @@ type NVMLStatus struct {
 }
 
 // String returns "NVML available (driver 550.54.15)" or
-// "NVML not available: REASON".
+// "NVML unavailable (…): REASON".
 func (s NVMLStatus) String() string {
 	if !s.Available {
-		return "NVML not available: " + s.Reason
+		return "NVML unavailable (no NVIDIA driver library found, or it failed to start): " + s.Reason
 	}
 	if s.Driver == "" {
 		return "NVML available (driver unknown)"

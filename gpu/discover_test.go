@@ -194,7 +194,7 @@ func TestDiscoverInitFailureCallsNothingElse(t *testing.T) {
 			assert.Equal(t, map[string]int{"Init": 1}, callCounts(lib))
 			assert.False(t, inv.NVML.Available)
 			assert.Equal(t, tc.reason, inv.NVML.Reason)
-			assert.Equal(t, "NVML not available: "+tc.reason, inv.NVML.String())
+			assert.Equal(t, "NVML unavailable (no NVIDIA driver library found, or it failed to start): "+tc.reason, inv.NVML.String())
 			assert.Empty(t, inv.NVML.Driver)
 			assert.Empty(t, inv.Notes)
 			require.Len(t, inv.Devices, 1)

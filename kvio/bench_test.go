@@ -2,7 +2,6 @@ package kvio_test
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -17,7 +16,7 @@ import (
 // with kvio and reads the row groups with ReadAll; "sequential", the
 // baseline, is pqarrow's plain ReadTable on an os.File.
 func BenchmarkReadParquet(b *testing.B) {
-	path := filepath.Join(testdata.Dir(b), "flights-3m.parquet")
+	path := testdata.File(b, "flights-3m.parquet")
 	st, err := os.Stat(path)
 	if err != nil {
 		b.Fatal(err)

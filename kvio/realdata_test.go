@@ -2,7 +2,6 @@ package kvio_test
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -35,7 +34,7 @@ func sumInt64(t testing.TB, chunks ...arrow.Array) int64 {
 }
 
 func TestRealParquet(t *testing.T) {
-	path := filepath.Join(testdata.Dir(t), "flights-3m.parquet")
+	path := testdata.File(t, "flights-3m.parquet")
 	mem := leaktest.Allocator(t)
 	s := openSource(t, path, kvio.OpenAuto)
 
@@ -70,7 +69,7 @@ func TestRealParquet(t *testing.T) {
 }
 
 func TestRealParquetColumns(t *testing.T) {
-	path := filepath.Join(testdata.Dir(t), "flights-3m.parquet")
+	path := testdata.File(t, "flights-3m.parquet")
 	mem := leaktest.Allocator(t)
 	s := openSource(t, path, kvio.OpenParquet, kvio.WithColumns("origin", "delay"))
 	assert.Equal(t, []string{"origin", "delay"}, fieldNames(s.Schema()))
@@ -83,7 +82,6 @@ func TestRealParquetColumns(t *testing.T) {
 }
 
 func TestRealIPC(t *testing.T) {
-	dir := testdata.Dir(t)
 	tests := []struct {
 		file  string
 		parts int
@@ -95,7 +93,7 @@ func TestRealIPC(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
 			mem := leaktest.Allocator(t)
-			s := openSource(t, filepath.Join(dir, tc.file), kvio.OpenAuto)
+			s := openSource(t, testdata.File(t, tc.file), kvio.OpenAuto)
 			require.Equal(t, tc.parts, s.NumParts())
 			assert.Equal(t, []string{"delay", "distance", "time"}, fieldNames(s.Schema()))
 			batches, err := kvio.ReadAll(t.Context(), s, mem)

@@ -3,42 +3,103 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/nvmlmock"
 )
 
 func newDevicesCmd() *cobra.Command {
 	var asJSON bool
+	var mockName string
 	cmd := &cobra.Command{
 		Use:   "devices",
 		Short: "List the devices streamdag can use (the CPU, and GPUs through NVML)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			inv := gpu.Discover(cmd.Context())
+			var opts []gpu.DiscoverOption
+			if mockName != "" {
+				srv, err := nvmlmock.New(mockName)
+				if err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "streamdag: --nvml-mock: %v\n", err)
+					return errUsage
+				}
+				opts = append(opts, gpu.WithNVML(srv))
+			}
+			inv := gpu.Discover(cmd.Context(), opts...)
 			if asJSON {
 				return writeDevicesJSON(cmd, inv)
 			}
-			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(w, "ID\tKIND\tNAME\tMEMORY\tCC\tPCI BUS ID\tNUMA")
-			for _, d := range inv.Devices {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%.1f GiB\t%s\t%s\t%s\n", d.ID, d.ID.Kind, d.Name,
-					float64(d.MemoryBytes)/(1<<30), dash(d.ComputeCapability.String()), dash(d.PCIBusID), numa(d.NUMANode))
-			}
-			if err := w.Flush(); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "NVML: %s\n", inv.NVML)
-			for _, n := range inv.Notes {
-				fmt.Fprintf(cmd.OutOrStdout(), "note: %s\n", n)
-			}
-			return nil
+			return writeDevicesTable(cmd.OutOrStdout(), inv)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "write the inventory as JSON")
+	cmd.Flags().StringVar(&mockName, "nvml-mock", "", "use go-nvml's mock server NAME ("+strings.Join(nvmlmock.Names, ", ")+") instead of this host's NVML (demos and tests; no GPU is used)")
+	_ = cmd.Flags().MarkHidden("nvml-mock")
 	return cmd
+}
+
+func writeDevicesTable(out io.Writer, inv gpu.Inventory) error {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tKIND\tNAME\tMEMORY\tCC\tPCI BUS ID\tNUMA\tNVLINKS")
+	links := map[string]int{}
+	for _, l := range inv.Links {
+		links[l.Device.String()]++
+	}
+	for _, d := range inv.Devices {
+		nv := "-"
+		if n := links[d.ID.String()]; n > 0 {
+			nv = fmt.Sprint(n)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%.1f GiB\t%s\t%s\t%s\t%s\n", d.ID, d.ID.Kind, d.Name,
+			float64(d.MemoryBytes)/(1<<30), dash(d.ComputeCapability.String()), dash(d.PCIBusID), numa(d.NUMANode), nv)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "NVML: %s\n", inv.NVML)
+	if gpus := inv.GPUs(); len(gpus) > 1 && len(inv.P2P) > 0 {
+		fmt.Fprintln(out, "\nP2P matrix (as nvidia-smi topo -m: NV# = NVLink links, else the PCIe common ancestor;")
+		fmt.Fprintln(out, "then the P2P read/write status: OK, CNS chipset / GNS GPU / TNS topology not supported, NS, U, - unknown):")
+		w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		fmt.Fprint(w, "")
+		for _, g := range gpus {
+			fmt.Fprintf(w, "\t%s", g.ID)
+		}
+		fmt.Fprintln(w)
+		for _, a := range gpus {
+			fmt.Fprint(w, a.ID)
+			for _, b := range gpus {
+				cell := "X"
+				if p, ok := inv.Pair(a.ID, b.ID); ok {
+					rw := p.Read.String()
+					if p.Write != p.Read {
+						rw += "/" + p.Write.String()
+					}
+					cell = p.Label() + " " + rw
+				}
+				fmt.Fprintf(w, "\t%s", cell)
+			}
+			fmt.Fprintln(w)
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(inv.MIG) > 0 {
+		fmt.Fprintln(out)
+		for _, m := range inv.MIG {
+			fmt.Fprintf(out, "MIG: %s/%d %s %.1f GiB\n", m.Parent, m.Index, m.UUID, float64(m.MemoryBytes)/(1<<30))
+		}
+	}
+	for _, n := range inv.Notes {
+		fmt.Fprintf(out, "note: %s\n", n)
+	}
+	return nil
 }
 
 type jsonDevice struct {
@@ -52,6 +113,20 @@ type jsonDevice struct {
 	NUMANode          int    `json:"numa_node"`
 }
 
+// jsonPair is one ordered GPU pair of the optional "p2p" section, present
+// only when NVML answered for at least two GPUs.
+type jsonPair struct {
+	From     string `json:"from"`
+	To       string `json:"to"`
+	Label    string `json:"label"` // "NV12", "PIX", …, "SYS", "-"
+	NVLinks  int    `json:"nvlinks"`
+	Read     string `json:"read"` // "OK", "CNS", "GNS", "TNS", "NS", "U", "-"
+	Write    string `json:"write"`
+	NVLink   string `json:"nvlink"`
+	Atomics  string `json:"atomics"`
+	Ancestor string `json:"ancestor"`
+}
+
 func writeDevicesJSON(cmd *cobra.Command, inv gpu.Inventory) error {
 	out := struct {
 		NVML struct {
@@ -60,6 +135,7 @@ func writeDevicesJSON(cmd *cobra.Command, inv gpu.Inventory) error {
 			Driver    string `json:"driver"`
 		} `json:"nvml"`
 		Devices []jsonDevice `json:"devices"`
+		P2P     []jsonPair   `json:"p2p,omitempty"`
 	}{}
 	out.NVML.Available, out.NVML.Reason, out.NVML.Driver = inv.NVML.Available, inv.NVML.Reason, inv.NVML.Driver
 	out.Devices = []jsonDevice{}
@@ -67,6 +143,11 @@ func writeDevicesJSON(cmd *cobra.Command, inv gpu.Inventory) error {
 		out.Devices = append(out.Devices, jsonDevice{ID: d.ID.String(), Kind: d.ID.Kind.String(), Name: d.Name,
 			UUID: d.UUID, MemoryBytes: d.MemoryBytes, ComputeCapability: d.ComputeCapability.String(),
 			PCIBusID: d.PCIBusID, NUMANode: d.NUMANode})
+	}
+	for _, p := range inv.P2P {
+		out.P2P = append(out.P2P, jsonPair{From: p.From.String(), To: p.To.String(), Label: p.Label(), NVLinks: p.NVLinks,
+			Read: p.Read.String(), Write: p.Write.String(), NVLink: p.NVLink.String(), Atomics: p.Atomics.String(),
+			Ancestor: p.Ancestor.String()})
 	}
 	enc := json.NewEncoder(cmd.OutOrStdout())
 	enc.SetIndent("", "  ")

@@ -52,9 +52,9 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		fmt.Fprintf(c.ErrOrStderr(), "streamdag: %v\n%s", err, c.UsageString())
+		fmt.Fprintf(c.ErrOrStderr(), "streamdag: %v (see '%s --help')\n", err, c.CommandPath())
 		return errUsage
 	})
-	root.AddCommand(newRunCmd(), newDevicesCmd(), newVersionCmd())
+	root.AddCommand(newRunCmd(), newDevicesCmd(), newTopoCmd(), newVersionCmd())
 	return root
 }

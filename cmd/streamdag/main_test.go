@@ -74,9 +74,8 @@ func TestRunFlightsJSONAndDOT(t *testing.T) {
 	assert.Contains(t, string(dot), `"filter[0]"`)
 }
 
-func TestRunFlightsAirports(t *testing.T) {
-	dir := testdata.Dir(t)
-	code, out, errs := cli(t, "run", "flights", "--input", filepath.Join(dir, "flights-231k-multibatch.arrow"),
+func TestRunFlightsMultibatch(t *testing.T) {
+	code, out, errs := cli(t, "run", "flights", "--input", testdata.File(t, "flights-231k-multibatch.arrow"),
 		"--top", "2", "--streams", "4")
 	require.Equal(t, 0, code, errs)
 	assert.Contains(t, errs, "231083 rows")
@@ -138,4 +137,83 @@ func TestVersion(t *testing.T) {
 	code, out, _ := cli(t, "version")
 	require.Equal(t, 0, code)
 	assert.True(t, strings.HasPrefix(out, "streamdag "+version))
+}
+
+func TestRunFlightsFailInjection(t *testing.T) {
+	for _, mode := range []string{"", ":panic"} {
+		t.Run("mode="+mode, func(t *testing.T) {
+			dir := t.TempDir()
+			rep, edot := filepath.Join(dir, "r.json"), filepath.Join(dir, "e.dot")
+			code, out, errs := cli(t, "run", "flights", "--streams", "3", "--top", "0", "--fail", "filter[1]"+mode,
+				"--report", rep, "--errors-dot", edot)
+			require.Equal(t, 1, code, errs)
+			assert.Contains(t, out, "hour", "the partial result is printed")
+			assert.Contains(t, errs, "PARTIAL RESULT: 1 of 3 partitions lost")
+			var r struct {
+				Launches []struct {
+					Kernel, Status, Error string
+					Failure               uint64
+					Chain                 []string
+				}
+				Waits int `json:"waits"`
+			}
+			b, err := os.ReadFile(rep)
+			require.NoError(t, err)
+			require.NoError(t, json.Unmarshal(b, &r))
+			byName := map[string]int{}
+			for i, l := range r.Launches {
+				byName[l.Kernel] = i
+			}
+			root := r.Launches[byName["filter[1]"]]
+			assert.Equal(t, "failed", root.Status)
+			assert.NotZero(t, root.Failure)
+			assert.Contains(t, root.Error, "injected failure")
+			skipped := r.Launches[byName["partial[1]"]]
+			assert.Equal(t, "skipped", skipped.Status)
+			assert.Equal(t, root.Failure, skipped.Failure)
+			assert.Equal(t, []string{"filter[1]"}, skipped.Chain)
+			for _, k := range []string{"filter[0]", "partial[0]", "filter[2]", "partial[2]", "merge", "sort", "topk", "write"} {
+				assert.Equal(t, "ok", r.Launches[byName[k]].Status, k)
+			}
+			dot, err := os.ReadFile(edot)
+			require.NoError(t, err)
+			assert.Contains(t, string(dot), `"kernel partial[1]"`)
+		})
+	}
+}
+
+func TestRunFlightsFailUnknownKernel(t *testing.T) {
+	code, _, errs := cli(t, "run", "flights", "--fail", "nosuch")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errs, `no kernel "nosuch"`)
+	code, _, errs = cli(t, "run", "flights", "--fail", "merge:explode")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errs, "KERNEL:panic")
+}
+
+func TestRunFlightsMetricsAndQuiet(t *testing.T) {
+	dir := t.TempDir()
+	metrics, rep := filepath.Join(dir, "m.json"), filepath.Join(dir, "r.json")
+	code, out, errs := cli(t, "run", "flights", "--quiet", "--top", "1", "--metrics", metrics, "--report", rep)
+	require.Equal(t, 0, code, errs)
+	assert.Empty(t, errs, "--quiet prints no summary")
+	assert.Contains(t, out, "17")
+	var m struct {
+		Generation uint64 `json:"generation"`
+		Leases     []any  `json:"leases"`
+		Close      struct {
+			Closing bool `json:"closing"`
+		} `json:"close"`
+	}
+	b, err := os.ReadFile(metrics)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &m))
+	assert.Empty(t, m.Leases, "no GPU on a CPU-only host")
+	var r struct {
+		Backend *json.RawMessage `json:"backend"`
+	}
+	b, err = os.ReadFile(rep)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &r))
+	assert.NotNil(t, r.Backend, "the run report carries the backend's metrics")
 }

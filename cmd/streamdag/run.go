@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -32,9 +34,12 @@ func newRunCmd() *cobra.Command {
 }
 
 type flightsFlags struct {
-	input, airports, out, dot string
-	minDelay                  int64
-	top, streams              int
+	input, airports, out, dot  string
+	report, errorsDot, metrics string
+	fail                       []string
+	quiet                      bool
+	minDelay                   int64
+	top, streams               int
 }
 
 func newFlightsCmd() *cobra.Command {
@@ -56,15 +61,28 @@ With no --input it runs on the 200,000-row sample embedded in the binary
 	fl.StringVar(&f.airports, "airports", "", "airports.csv (iata,name,city,…) to add names and cities")
 	fl.Int64Var(&f.minDelay, "min-delay", 0, "keep flights with delay > N minutes")
 	fl.IntVar(&f.top, "top", 10, "print the K groups with the most flights; 0 prints all")
-	fl.IntVar(&f.streams, "streams", 0, "CPU streams (default GOMAXPROCS)")
+	fl.IntVar(&f.streams, "streams", 0, "CPU streams, 1 to 1024 (0: GOMAXPROCS)")
 	fl.StringVar(&f.out, "out", "", "also write the result to FILE.csv or FILE.json")
 	fl.StringVar(&f.dot, "dot", "", "write the pipeline DAG as Graphviz DOT to FILE")
+	fl.StringVar(&f.report, "report", "", "write the run report (every launch: status, failure, error, chain) as JSON to FILE")
+	fl.BoolVar(&f.quiet, "quiet", false, "print only the result table and errors (no run summary)")
+	fl.StringVar(&f.metrics, "metrics", "", "write the GPU backend's metrics snapshot as JSON to FILE")
+	fl.StringVar(&f.errorsDot, "errors-dot", "", "write the error graph (failures, skipped kernels, tainted buffers) as DOT to FILE")
+	fl.StringArrayVar(&f.fail, "fail", nil, "make kernel KERNEL fail (KERNEL:panic to panic), e.g. 'filter[3]'; repeatable")
 	return cmd
 }
 
 func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	ctx := cmd.Context()
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	if f.streams < 0 || f.streams > gpu.MaxCPUStreams {
+		return fmt.Errorf("--streams %d: want 1 to %d, or 0 for GOMAXPROCS", f.streams, gpu.MaxCPUStreams)
+	}
+	if f.out != "" {
+		if st, err := os.Stat(filepath.Dir(f.out)); err != nil || !st.IsDir() {
+			return fmt.Errorf("--out %s: no directory %s", f.out, filepath.Dir(f.out))
+		}
+	}
 	if f.top < 0 {
 		return fmt.Errorf("--top %d: must be 0 (all) or more", f.top)
 	}
@@ -83,11 +101,17 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	if f.streams != 0 {
 		copts = append(copts, gpu.WithStreams(f.streams))
 	}
-	dev, err := gpu.NewCPU(copts...)
+	backend, err := gpu.Open(ctx, gpu.OpenConfig{})
 	if err != nil {
 		return err
 	}
-	defer dev.Close()
+	defer backend.CloseAndWait(context.WithoutCancel(ctx))
+	acq, err := backend.Acquire(ctx, copts...)
+	if err != nil {
+		return err
+	}
+	defer acq.Release()
+	dev := acq.Device
 
 	var file *kvio.File
 	if f.input == "" {
@@ -114,11 +138,20 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		opts.Airports = func() (io.ReadCloser, error) { return os.Open(path) }
 	}
 	if format != "" {
-		opts.Sink = func(rows []flights.Row) error { return writeOut(f.out, format, rows, f.airports != "") }
+		opts.Sink = func(t *flights.Table) error { return writeOut(f.out, format, t.Rows, f.airports != "") }
 	}
 	p, err := flights.Build(src, opts)
 	if err != nil {
 		return err
+	}
+	for _, spec := range f.fail {
+		name, mode, _ := strings.Cut(spec, ":")
+		if mode != "" && mode != "panic" {
+			return fmt.Errorf("--fail %s: want KERNEL or KERNEL:panic", spec)
+		}
+		if err := p.Graph.InjectFailure(name, mode == "panic"); err != nil {
+			return fmt.Errorf("--fail %s: %w", spec, err)
+		}
 	}
 	if f.dot != "" {
 		dot, err := p.Graph.MarshalDOT("flights")
@@ -129,16 +162,16 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 			return err
 		}
 	}
-	e := exec.New(dev)
+	e := exec.New(dev, exec.WithBackend(backend))
 	res, err := e.Run(ctx, p.Graph)
 	if err != nil {
 		return err
 	}
 	defer res.Close()
 	rep := res.Report
-	rows, readErr := p.Rows(res)
+	table, readErr := p.Result(res)
 	if readErr == nil {
-		if err := flights.WriteTable(stdout, rows, p.Key, f.airports != ""); err != nil {
+		if err := flights.WriteTable(stdout, table.Rows, p.Key, f.airports != ""); err != nil {
 			return err
 		}
 	}
@@ -146,25 +179,67 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	for i := range src.NumParts() {
 		nrows += src.PartRows(i)
 	}
-	fmt.Fprintf(stderr, "%s: %d rows in %d partitions, %d launches on %d streams of %s, %d event waits, %v (%.1f M rows/s)\n",
-		src.Name(), nrows, len(p.Partitions), len(rep.Launches), rep.Streams, rep.Device, rep.Waits,
-		rep.Wall.Round(time.Microsecond), float64(nrows)/rep.Wall.Seconds()/1e6)
-	if err := rep.Err(); err != nil {
-		for _, l := range rep.Launches {
-			if l.Status == exec.StatusFailed || l.Status == exec.StatusSkipped {
-				fmt.Fprintf(stderr, "  %s: %s (failure #%d)", l.Kernel, l.Status, l.Failure)
-				if len(l.Chain) > 0 {
-					fmt.Fprintf(stderr, " ← %s", strings.Join(l.Chain, " ← "))
-				}
-				fmt.Fprintf(stderr, ": %v\n", firstLine(l.Err))
-			}
-		}
-		if readErr != nil {
-			fmt.Fprintf(stderr, "no result: %v\n", firstLine(readErr))
-		}
-		return errLaunchesFailed
+	if !f.quiet {
+		fmt.Fprintf(stderr, "%s: %d rows in %s, %s on %s of %s, %s, %v (%.1f M rows/s)\n",
+			src.Name(), nrows, plural(len(p.Partitions), "partition"), plural(len(rep.Launches), "launch"),
+			plural(rep.Streams, "stream"), rep.Device, plural(rep.Waits, "event wait"),
+			rep.Wall.Round(time.Microsecond), float64(nrows)/rep.Wall.Seconds()/1e6)
+		fmt.Fprintf(stderr, "device %s: %s\n", dev.ID(), acq.Why)
 	}
-	return readErr
+	if f.report != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(f.report, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	if f.metrics != "" {
+		b, err := json.MarshalIndent(backend.MetricsSnapshot(), "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(f.metrics, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	if f.errorsDot != "" {
+		dot, err := res.Failures().MarshalDOT()
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(f.errorsDot, append(dot, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	if rep.Err() == nil && readErr == nil {
+		return nil
+	}
+	for _, l := range rep.Launches {
+		if l.Status == exec.StatusFailed || l.Status == exec.StatusSkipped || l.Status == exec.StatusCancelled {
+			fmt.Fprintf(stderr, "  %s: %s (failure %s)", l.Kernel, l.Status, l.Failure)
+			if l.Status == exec.StatusSkipped {
+				fmt.Fprintf(stderr, " ← %s", strings.Join(l.Chain, " ← "))
+			}
+			fmt.Fprintf(stderr, ": %v\n", firstLine(l.Err))
+		}
+	}
+	switch {
+	case readErr != nil:
+		fmt.Fprintf(stderr, "no result: %v\n", firstLine(readErr))
+	case len(table.Lost) > 0:
+		var lost int64
+		for _, l := range table.Lost {
+			lost += l.Rows
+		}
+		fmt.Fprintf(stderr, "PARTIAL RESULT: %d of %d partitions lost (%d of %d rows are not counted above):\n",
+			len(table.Lost), len(p.Partitions), lost, nrows)
+		for _, l := range table.Lost {
+			fmt.Fprintf(stderr, "  %s\n", l)
+		}
+	}
+	return errLaunchesFailed
 }
 
 func writeOut(path, format string, rows []flights.Row, withNames bool) error {
@@ -191,4 +266,15 @@ func firstLine(err error) string {
 	}
 	s, _, _ := strings.Cut(err.Error(), "\n")
 	return s
+}
+
+// plural returns "1 stream", "2 streams", "3 launches".
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	if strings.HasSuffix(word, "ch") || strings.HasSuffix(word, "s") {
+		return fmt.Sprintf("%d %ses", n, word)
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }

@@ -33,8 +33,8 @@ type Options struct {
 	// Airports, when non-nil, opens airports.csv (header iata,name,city,…)
 	// for the join; it is called by the airports kernel at run time.
 	Airports func() (io.ReadCloser, error)
-	// Sink, when non-nil, receives the final rows in the write kernel.
-	Sink func([]Row) error
+	// Sink, when non-nil, receives the final table in the write kernel.
+	Sink func(*Table) error
 }
 
 // KeyKind says what a group key is.
@@ -69,7 +69,7 @@ type Pipeline struct {
 	Graph      *dag.Graph
 	Key        KeyKind
 	Partitions []Partition
-	Result     dag.BufferID // holds []Row after write
+	Output     dag.BufferID // holds *Table after write
 	src        kvio.Source
 	opts       Options
 }
@@ -89,6 +89,9 @@ func Build(src kvio.Source, opts Options) (*Pipeline, error) {
 	key, err := keyOf(src.Name(), src.Schema())
 	if err != nil {
 		return nil, err
+	}
+	if key == KeyHour && opts.Airports != nil {
+		return nil, fmt.Errorf("flights: %s has no origin column, so there are no airport codes to join airports.csv on (it is grouped by hour)", src.Name())
 	}
 	p := &Pipeline{Graph: dag.New(), Key: key, src: src, opts: opts}
 	g := p.Graph
@@ -136,7 +139,7 @@ func Build(src kvio.Source, opts Options) (*Pipeline, error) {
 	merged := g.AddValue("merged")
 	sorted := g.AddValue("sorted")
 	top := g.AddValue("top")
-	g.AddKernel("merge", merge, dag.Reads(partials...), dag.Writes(merged))
+	g.AddKernel("merge", p.merge, dag.ReadsOptional(partials...), dag.Writes(merged))
 	g.AddKernel("sort", p.sort, dag.Reads(merged), dag.Writes(sorted))
 	g.AddKernel("topk", p.topk, dag.Reads(sorted), dag.Writes(top))
 	final := top
@@ -147,23 +150,51 @@ func Build(src kvio.Source, opts Options) (*Pipeline, error) {
 		g.AddKernel("join", join, dag.Reads(top, airports), dag.Writes(joined))
 		final = joined
 	}
-	p.Result = g.AddValue("result")
-	g.AddKernel("write", p.write, dag.Reads(final), dag.Writes(p.Result))
+	p.Output = g.AddValue("result")
+	g.AddKernel("write", p.write, dag.Reads(final), dag.Writes(p.Output))
 	return p, g.Validate()
 }
 
-// Rows returns the result rows of a finished run, or the error graph's
-// read error when the result could not be computed.
-func (p *Pipeline) Rows(res *exec.Result) ([]Row, error) {
-	v, err := res.Value(p.Result)
+// Table is the pipeline's result: the rows, and the partitions whose
+// rows are missing from them because their launches failed.
+type Table struct {
+	Rows []Row
+	Lost []Loss
+}
+
+// Loss is one partition whose rows did not reach the result.
+type Loss struct {
+	Partition int
+	Part      Partition
+	Rows      int64 // rows of the partition, all lost
+	Err       error // the error graph's read error: failure, chain, root error
+}
+
+// String describes the loss on one line.
+func (l Loss) String() string {
+	msg, _, _ := strings.Cut(l.Err.Error(), "\n")
+	parts := fmt.Sprintf("part %d", l.Part.PartLo)
+	if l.Part.PartHi-l.Part.PartLo > 1 {
+		parts = fmt.Sprintf("parts %d–%d", l.Part.PartLo, l.Part.PartHi-1)
+	}
+	return fmt.Sprintf("partition %d: %d rows lost (rows [%d, %d) of %s): %s",
+		l.Partition, l.Rows, l.Part.RowLo, l.Part.RowHi, parts, msg)
+}
+
+// Result returns the result of a finished run: the rows (all of them, or
+// those of the partitions that ran when some failed, with Lost saying
+// which), or the error graph's read error when no result could be
+// computed at all.
+func (p *Pipeline) Result(res *exec.Result) (*Table, error) {
+	v, err := res.Value(p.Output)
 	if err != nil {
 		return nil, err
 	}
-	rows, ok := v.([]Row)
+	t, ok := v.(*Table)
 	if !ok {
 		return nil, fmt.Errorf("flights: result holds %T", v)
 	}
-	return rows, nil
+	return t, nil
 }
 
 func keyOf(name string, sc *arrow.Schema) (KeyKind, error) {
@@ -287,6 +318,7 @@ func (a *agg) merge(o agg) {
 type groups struct {
 	byCode map[string]*agg
 	byHour map[int64]*agg
+	lost   []Loss
 }
 
 func newGroups() *groups { return &groups{byCode: map[string]*agg{}, byHour: map[int64]*agg{}} }
@@ -349,9 +381,14 @@ func (p *Pipeline) partial() dag.KernelFunc {
 	}
 }
 
-func merge(_ context.Context, l dag.Launch) error {
+func (p *Pipeline) merge(_ context.Context, l dag.Launch) error {
 	out := newGroups()
 	for i := range l.NumIn() {
+		if err := l.Missing(i); err != nil {
+			part := p.Partitions[i]
+			out.lost = append(out.lost, Loss{Partition: i, Part: part, Rows: part.RowHi - part.RowLo, Err: err})
+			continue
+		}
 		g, ok := l.In(i).Value().(*groups)
 		if !ok {
 			return fmt.Errorf("flights: %s holds %T", l.In(i).Name(), l.In(i).Value())
@@ -389,7 +426,7 @@ func (p *Pipeline) sort(_ context.Context, l dag.Launch) error {
 		rows = append(rows, newRow(strconv.FormatInt(h, 10), h, *a))
 	}
 	SortRows(rows, p.Key)
-	return l.Out(0).Store(rows)
+	return l.Out(0).Store(&Table{Rows: rows, Lost: g.lost})
 }
 
 func newRow(key string, hour int64, a agg) Row {
@@ -412,14 +449,15 @@ func SortRows(rows []Row, key KeyKind) {
 }
 
 func (p *Pipeline) topk(_ context.Context, l dag.Launch) error {
-	rows, ok := l.In(0).Value().([]Row)
+	t, ok := l.In(0).Value().(*Table)
 	if !ok {
 		return fmt.Errorf("flights: %s holds %T", l.In(0).Name(), l.In(0).Value())
 	}
+	rows := t.Rows
 	if k := p.opts.TopK; k > 0 && k < len(rows) {
 		rows = rows[:k]
 	}
-	return l.Out(0).Store(slices.Clone(rows))
+	return l.Out(0).Store(&Table{Rows: slices.Clone(rows), Lost: t.Lost})
 }
 
 type airport struct{ name, city string }
@@ -443,7 +481,7 @@ func (p *Pipeline) airports(_ context.Context, l dag.Launch) error {
 	name, okN := col["name"]
 	city, okC := col["city"]
 	if !okI || !okN || !okC {
-		return fmt.Errorf("flights: airports: header %v lacks iata, name or city", head)
+		return fmt.Errorf("flights: airports: header %.60q lacks iata, name or city columns: not an airports.csv", strings.Join(head, ","))
 	}
 	m := map[string]airport{}
 	for {
@@ -460,31 +498,31 @@ func (p *Pipeline) airports(_ context.Context, l dag.Launch) error {
 }
 
 func join(_ context.Context, l dag.Launch) error {
-	rows, ok1 := l.In(0).Value().([]Row)
+	t, ok1 := l.In(0).Value().(*Table)
 	m, ok2 := l.In(1).Value().(map[string]airport)
 	if !ok1 || !ok2 {
 		return fmt.Errorf("flights: join inputs hold %T and %T", l.In(0).Value(), l.In(1).Value())
 	}
-	out := slices.Clone(rows)
+	out := slices.Clone(t.Rows)
 	for i := range out {
 		if a, ok := m[out[i].Key]; ok {
 			out[i].Name, out[i].City = a.name, a.city
 		}
 	}
-	return l.Out(0).Store(out)
+	return l.Out(0).Store(&Table{Rows: out, Lost: t.Lost})
 }
 
 func (p *Pipeline) write(_ context.Context, l dag.Launch) error {
-	rows, ok := l.In(0).Value().([]Row)
+	t, ok := l.In(0).Value().(*Table)
 	if !ok {
 		return fmt.Errorf("flights: %s holds %T", l.In(0).Name(), l.In(0).Value())
 	}
 	if p.opts.Sink != nil {
-		if err := p.opts.Sink(rows); err != nil {
+		if err := p.opts.Sink(t); err != nil {
 			return fmt.Errorf("flights: write: %w", err)
 		}
 	}
-	return l.Out(0).Store(rows)
+	return l.Out(0).Store(t)
 }
 
 // int64Column returns an accessor for a signed integer column: the value

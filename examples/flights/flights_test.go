@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 
@@ -113,7 +112,6 @@ func readIPC(t *testing.T, path string) []arrow.RecordBatch {
 }
 
 func TestFlightsMatchesReference(t *testing.T) {
-	dir := testdata.Dir(t)
 	inputs := []struct {
 		name    string
 		read    func(*testing.T, string) []arrow.RecordBatch
@@ -124,47 +122,55 @@ func TestFlightsMatchesReference(t *testing.T) {
 		{"flights-200k.arrow", readIPC, []int{1, 3, 8}},
 	}
 	for _, in := range inputs {
-		path := filepath.Join(dir, in.name)
-		recs := in.read(t, path)
-		defer func() {
-			for _, r := range recs {
-				r.Release()
-			}
-		}()
-		for _, minDelay := range []int64{0, 30, -1000} {
-			want := reference(t, recs, minDelay)
-			for _, streams := range in.streams {
-				t.Run(fmt.Sprintf("%s/min=%d/streams=%d", in.name, minDelay, streams), func(t *testing.T) {
-					dev, err := gpu.NewCPU(gpu.WithStreams(streams))
-					require.NoError(t, err)
-					defer dev.Close()
-					mem := leaktest.Allocator(t)
-					e := exec.New(dev, exec.WithAllocator(mem))
-					f, err := kvio.Open(path)
-					require.NoError(t, err)
-					defer f.Close()
-					src, err := kvio.OpenAuto(t.Context(), f)
-					require.NoError(t, err)
-					defer src.Close()
-					out, err := flights.Run(t.Context(), e, src, flights.Options{MinDelay: minDelay})
-					require.NoError(t, err)
-					require.NoError(t, out.Report.Err())
-					if streams > 1 {
-						assert.Positive(t, out.Report.Waits, "partitions on several streams need event waits")
+		t.Run(in.name, func(t *testing.T) {
+			path := testdata.File(t, in.name)
+			recs := in.read(t, path)
+			defer func() {
+				for _, r := range recs {
+					r.Release()
+				}
+			}()
+			testAgainstReference(t, path, recs, in.streams)
+		})
+	}
+}
+
+func testAgainstReference(t *testing.T, path string, recs []arrow.RecordBatch, streamCounts []int) {
+	for _, minDelay := range []int64{0, 30, -1000} {
+		want := reference(t, recs, minDelay)
+		for _, streams := range streamCounts {
+			t.Run(fmt.Sprintf("min=%d/streams=%d", minDelay, streams), func(t *testing.T) {
+				dev, err := gpu.NewCPU(gpu.WithStreams(streams))
+				require.NoError(t, err)
+				defer dev.Close()
+				mem := leaktest.Allocator(t)
+				e := exec.New(dev, exec.WithAllocator(mem))
+				f, err := kvio.Open(path)
+				require.NoError(t, err)
+				defer f.Close()
+				src, err := kvio.OpenAuto(t.Context(), f)
+				require.NoError(t, err)
+				defer src.Close()
+				out, err := flights.Run(t.Context(), e, src, flights.Options{MinDelay: minDelay})
+				require.NoError(t, err)
+				require.NoError(t, out.Report.Err())
+				if streams > 1 {
+					assert.Positive(t, out.Report.Waits, "partitions on several streams need event waits")
+				}
+				require.NotNil(t, out.Table)
+				require.Empty(t, out.Table.Lost)
+				require.Len(t, out.Table.Rows, len(want))
+				for i, r := range out.Table.Rows {
+					w := want[r.Key]
+					assert.Equal(t, w.Count, r.Count, r.Key)
+					assert.Equal(t, w.DelaySum, r.DelaySum, r.Key)
+					assert.Equal(t, w.DelayMax, r.DelayMax, r.Key)
+					assert.InDelta(t, float64(w.DelaySum)/float64(w.Count), r.DelayMean, 1e-9, r.Key)
+					if i > 0 {
+						assert.GreaterOrEqual(t, out.Table.Rows[i-1].Count, r.Count, "sorted by count")
 					}
-					require.Len(t, out.Rows, len(want))
-					for i, r := range out.Rows {
-						w := want[r.Key]
-						assert.Equal(t, w.Count, r.Count, r.Key)
-						assert.Equal(t, w.DelaySum, r.DelaySum, r.Key)
-						assert.Equal(t, w.DelayMax, r.DelayMax, r.Key)
-						assert.InDelta(t, float64(w.DelaySum)/float64(w.Count), r.DelayMean, 1e-9, r.Key)
-						if i > 0 {
-							assert.GreaterOrEqual(t, out.Rows[i-1].Count, r.Count, "sorted by count")
-						}
-					}
-				})
-			}
+				}
+			})
 		}
 	}
 }

@@ -11,15 +11,16 @@ import (
 // Output is the outcome of Run.
 type Output struct {
 	Pipeline *Pipeline
-	Rows     []Row        // nil when the result could not be computed
+	Table    *Table       // nil when no result could be computed
 	Report   *exec.Report // every launch's outcome
 }
 
 // Run builds the pipeline over src with opts.Partitions defaulting to the
 // executor device's stream count, runs it on e, and returns the rows and
 // the report. A launch failure is not an error of Run: the Report says
-// what failed and Rows is nil with err set to the read error that names
-// the root cause. Errors that stop the run before any launch (a bad
+// what failed, and the Table holds the rows of the partitions that ran
+// with Table.Lost naming the others; when no result could be computed
+// at all, Table is nil and err is the read error naming the root cause. Errors that stop the run before any launch (a bad
 // schema, an over-budget buffer) are returned with a nil Output.
 func Run(ctx context.Context, e *exec.Executor, src kvio.Source, opts Options) (*Output, error) {
 	if opts.Partitions == 0 {
@@ -35,6 +36,6 @@ func Run(ctx context.Context, e *exec.Executor, src kvio.Source, opts Options) (
 	}
 	defer res.Close()
 	out := &Output{Pipeline: p, Report: res.Report}
-	out.Rows, err = p.Rows(res)
+	out.Table, err = p.Result(res)
 	return out, err
 }

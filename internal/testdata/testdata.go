@@ -51,3 +51,18 @@ func find() (string, error) {
 		dir = parent
 	}
 }
+
+// File returns the path of data set name (e.g. "flights-3m.parquet") in
+// Dir. When that file is missing it skips the test with a message naming
+// it, or fails the test when the environment variable CI is set.
+func File(t testing.TB, name string) string {
+	t.Helper()
+	path := filepath.Join(Dir(t), name)
+	if _, err := os.Stat(path); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("testdata: data set %s missing: %v", name, err)
+		}
+		t.Skipf("testdata: data set %s missing (see README): %v", name, err)
+	}
+	return path
+}

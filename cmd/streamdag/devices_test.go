@@ -1,0 +1,83 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+type devicesJSON struct {
+	NVML struct {
+		Available bool   `json:"available"`
+		Reason    string `json:"reason"`
+		Driver    string `json:"driver"`
+	} `json:"nvml"`
+	Devices []map[string]any `json:"devices"`
+	P2P     []map[string]any `json:"p2p"`
+}
+
+func TestDevicesHost(t *testing.T) {
+	code, out, errs := cli(t, "devices")
+	require.Equal(t, 0, code, errs)
+	assert.True(t, strings.HasPrefix(out, "ID "), out)
+	assert.Contains(t, out, "\ncpu ")
+	assert.Contains(t, out, "NVML: NVML ")
+
+	code, out, errs = cli(t, "devices", "--json")
+	require.Equal(t, 0, code, errs)
+	var j devicesJSON
+	require.NoError(t, json.Unmarshal([]byte(out), &j))
+	require.NotEmpty(t, j.Devices)
+	assert.Equal(t, "cpu", j.Devices[0]["id"])
+	keys := []string{}
+	for k := range j.Devices[0] {
+		keys = append(keys, k)
+	}
+	assert.ElementsMatch(t, []string{"id", "kind", "name", "uuid", "memory_bytes", "compute_capability", "pci_bus_id", "numa_node"}, keys)
+	if !j.NVML.Available {
+		// This machine has no GPU: CPU only, and why.
+		assert.True(t, strings.HasPrefix(j.NVML.Reason, "nvml: Init: "), j.NVML.Reason)
+		assert.Len(t, j.Devices, 1)
+		assert.NotContains(t, out, `"p2p"`, "the p2p section appears only with GPUs")
+	}
+}
+
+func TestDevicesNVMLMock(t *testing.T) {
+	code, out, errs := cli(t, "devices", "--nvml-mock", "dgxa100")
+	require.Equal(t, 0, code, errs)
+	assert.Equal(t, 8, strings.Count(out, "Mock NVIDIA A100-SXM4-40GB"), out)
+	assert.Contains(t, out, "NVML: NVML available (driver 550.54.15)")
+	assert.Contains(t, out, "P2P matrix")
+	assert.Contains(t, out, "\ngpu0  X        NV12 OK")
+	assert.Equal(t, 56, strings.Count(out, "NV12 OK"))
+	assert.NotContains(t, out, "note:", "the filled mock answers every call")
+
+	code, out, errs = cli(t, "devices", "--nvml-mock", "dgxh100", "--json")
+	require.Equal(t, 0, code, errs)
+	var j devicesJSON
+	require.NoError(t, json.Unmarshal([]byte(out), &j))
+	assert.True(t, j.NVML.Available)
+	require.Len(t, j.Devices, 9)
+	assert.Equal(t, "gpu7", j.Devices[8]["id"])
+	assert.Equal(t, "9.0", j.Devices[8]["compute_capability"])
+	assert.Equal(t, "00000000:07:00.0", j.Devices[8]["pci_bus_id"])
+	require.Len(t, j.P2P, 56)
+	assert.Equal(t, map[string]any{"from": "gpu0", "to": "gpu1", "label": "NV18", "nvlinks": float64(18), "read": "OK",
+		"write": "OK", "nvlink": "OK", "atomics": "OK", "ancestor": "NODE"}, j.P2P[0])
+}
+
+func TestDevicesNVMLMockUnknown(t *testing.T) {
+	code, _, errs := cli(t, "devices", "--nvml-mock", "dgx1")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errs, `unknown server "dgx1" (known: dgxa100, dgxh100)`)
+}
+
+func TestDevicesFlagHidden(t *testing.T) {
+	code, out, _ := cli(t, "devices", "--help")
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, "--json")
+	assert.NotContains(t, out, "nvml-mock")
+}
