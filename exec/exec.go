@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -117,6 +118,11 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 	for i := range p.Launches {
 		k := g.Kernel(p.Launches[i].Kernel)
 		states[i] = launchState{run: r, k: k, required: k.Required(), stream: p.Launches[i].Stream}
+		for _, w := range k.Writes {
+			if r.bufs[w.Buffer] == nil { // its reservation failed: check it like a tainted read
+				states[i].required = append(slices.Clip(states[i].required), w)
+			}
+		}
 	}
 	submitErr := e.submit(p, states, r.store)
 	// Wait for every queued launch, whatever ctx says.
@@ -188,9 +194,18 @@ func (r *run) allocate(ctx context.Context, pool *buffers.Pool, g *dag.Graph, in
 	r.bufs = make([]*buffers.Buffer, len(g.Buffers()))
 	for i, b := range g.Buffers() {
 		buf, err := pool.Allocate(ctx, b.ID, b.Name, b.SizeBytes)
+		if errors.Is(err, buffers.ErrOverBudget) {
+			// The reservation can never succeed: the buffer reads as this
+			// failure, launches that would write it are skipped with it,
+			// and unrelated branches run on.
+			r.store.FailUnallocated("allocate "+b.Name, b.ID, fmt.Errorf("exec: %w", err))
+			continue
+		}
 		if err != nil {
 			for _, done := range r.bufs[:i] {
-				done.Release()
+				if done != nil {
+					done.Release()
+				}
 			}
 			releaseInputs(inputs)
 			return fmt.Errorf("exec: %w", err)
@@ -198,12 +213,14 @@ func (r *run) allocate(ctx context.Context, pool *buffers.Pool, g *dag.Graph, in
 		r.bufs[i] = buf
 	}
 	for id, v := range inputs {
-		if id < 0 || int(id) >= len(r.bufs) {
+		if id < 0 || int(id) >= len(r.bufs) || r.bufs[id] == nil {
 			for _, b := range r.bufs {
-				b.Release()
+				if b != nil {
+					b.Release()
+				}
 			}
 			releaseInputs(inputs)
-			return fmt.Errorf("exec: input for unknown buffer id %d", id)
+			return fmt.Errorf("exec: input for unknown or unallocated buffer id %d", id)
 		}
 		if err := r.bufs[id].Store(v); err != nil {
 			return err

@@ -131,7 +131,9 @@ func (r *Result) Failures() *failgraph.Store { return r.store }
 // Close releases every buffer of the run. It is idempotent.
 func (r *Result) Close() {
 	for _, b := range r.bufs {
-		b.Release()
+		if b != nil {
+			b.Release()
+		}
 	}
 }
 
