@@ -61,15 +61,8 @@ func (s *Store) Enter(kernel string, writes []buffers.Binding) Scope {
 // and taints the write set with it. It returns the failure id (0 on
 // success).
 func (sc Scope) Exit(err error) FailureID {
-	if err == nil && sc.s.tainted.Load() == 0 { // the clean path, small enough to inline
-		return 0
-	}
-	return sc.exit(err)
-}
-
-func (sc Scope) exit(err error) FailureID {
 	if err == nil {
-		sc.s.written(sc.writes)
+		sc.s.Written(sc.writes)
 		return 0
 	}
 	return sc.s.Fail(sc.kernel, err, sc.writes)

@@ -164,7 +164,7 @@ func (s *Store) Fail(kernel string, err error, writes []buffers.Binding) Failure
 // binding of writes takes that same failure (no new id), and it returns
 // (root, true). Without any taint it costs one atomic load.
 func (s *Store) SkipIfTainted(kernel string, reads, writes []buffers.Binding) (FailureID, bool) {
-	if s.tainted.Load() == 0 { // the clean path, small enough to inline
+	if s.tainted.Load() == 0 { // the clean path
 		return 0, false
 	}
 	return s.skipIfTainted(kernel, reads, writes)
