@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"gonum.org/v1/gonum/graph"
@@ -72,7 +73,11 @@ type Kernel struct {
 	// Stream pins the kernel to a stream index of its device (modulo the
 	// device's stream count); -1 (the default) lets the executor choose.
 	Stream int
-	node   int64
+	// Placement hints (see OnDevice, PreferDevice, Estimate).
+	Device   *topology.DeviceID // pinned device, or nil
+	Prefer   *topology.DeviceID // preferred device, or nil
+	Estimate time.Duration      // estimated compute time of one launch; 0: unknown
+	node     int64
 }
 
 // Buffer is a declared region of memory. A value buffer (SizeBytes 0,
@@ -84,7 +89,10 @@ type Buffer struct {
 	SizeBytes int64
 	Value     bool // holds a Go value rather than SizeBytes raw bytes
 	Input     bool // supplied from outside the graph: may be read without a writer
-	node      int64
+	// SizeHint is the expected size in bytes of a value buffer's value
+	// (for placement's transfer costs); 0 when unknown. See SizeHint.
+	SizeHint int64
+	node     int64
 }
 
 // extent is the number of bytes bindings of b can address: SizeBytes, or

@@ -1,0 +1,71 @@
+package topology
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"path"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+//go:embed machines/*.json
+var machineFiles embed.FS
+
+// Machines returns the names of the embedded real machines
+// (machines/*.json: dgx-a100, dgx1-v100, …), sorted.
+func Machines() []string {
+	entries, _ := machineFiles.ReadDir("machines")
+	var names []string
+	for _, e := range entries {
+		if name, ok := strings.CutSuffix(e.Name(), ".json"); ok {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Machine is an embedded real machine: its facts, the GPU model its
+// description names (SpecFromName; DefaultSpec when it names none), and
+// the GPU memory the description gives ("V100-SXM2-16GB"), or 0.
+type Machine struct {
+	Name        string
+	Description string
+	Facts       Facts
+	Spec        GPUSpec
+	SpecFound   bool  // the description named a known model
+	MemoryBytes int64 // per GPU, from the description; 0 when it gives none
+}
+
+var memRE = regexp.MustCompile(`(\d+)\s*GB`)
+
+// LoadMachine returns the embedded machine name (see Machines). An
+// unknown name is an error listing the known ones.
+func LoadMachine(name string) (Machine, error) {
+	b, err := machineFiles.ReadFile(path.Join("machines", name+".json"))
+	if err != nil {
+		return Machine{}, fmt.Errorf("topology: no machine %q (known: %s)", name, strings.Join(Machines(), ", "))
+	}
+	facts, err := ParseJSON(bytes.NewReader(b))
+	if err != nil {
+		return Machine{}, fmt.Errorf("topology: machine %s: %w", name, err)
+	}
+	var meta struct {
+		Description string `json:"description"`
+	}
+	_ = json.Unmarshal(b, &meta) // ParseJSON accepted the file
+	m := Machine{Name: name, Description: meta.Description, Facts: facts, Spec: DefaultSpec}
+	if s, ok := SpecByName(meta.Description); ok {
+		m.Spec, m.SpecFound = s, true
+	}
+	if sub := memRE.FindStringSubmatch(meta.Description); sub != nil {
+		if gb, err := strconv.ParseInt(sub[1], 10, 64); err == nil {
+			m.MemoryBytes = gb << 30
+		}
+	}
+	return m, nil
+}

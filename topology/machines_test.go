@@ -1,0 +1,33 @@
+package topology_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/topology"
+)
+
+func TestMachines(t *testing.T) {
+	names := topology.Machines()
+	assert.Contains(t, names, "dgx1-v100")
+	assert.Contains(t, names, "rtx5090-2gpu-no-p2p")
+	for _, n := range names {
+		m, err := topology.LoadMachine(n)
+		require.NoError(t, err, n)
+		assert.NotEmpty(t, m.Facts.GPUs, n)
+		topo, err := topology.New(m.Facts, topology.WithGPUSpec(m.Spec))
+		require.NoError(t, err, n)
+		assert.Len(t, topo.GPUs(), len(m.Facts.GPUs))
+	}
+	m, err := topology.LoadMachine("dgx1-v100")
+	require.NoError(t, err)
+	assert.Equal(t, "V100", m.Spec.Name)
+	assert.True(t, m.SpecFound)
+	assert.Equal(t, int64(16)<<30, m.MemoryBytes)
+	assert.Len(t, m.Facts.GPUs, 8)
+
+	_, err = topology.LoadMachine("nosuch")
+	assert.ErrorContains(t, err, `no machine "nosuch" (known: `)
+}
