@@ -17,23 +17,31 @@ import (
 	"github.com/streamdag/streamdag/topology"
 )
 
-// Executor plans and runs graphs on one device. The zero value is not
-// usable; call New. An Executor does not own its device: closing the
-// device is the caller's job, after the last Run returned.
+// Executor plans and runs graphs on one device, or on several (NewMulti)
+// with placement by a cost model and copies between them. The zero value
+// is not usable; call New or NewMulti. An Executor does not own its
+// devices: closing them is the caller's job, after the last Run returned.
 type Executor struct {
-	dev     gpu.Device
-	pool    *buffers.Pool
-	backend *gpu.Backend
+	devs      []gpu.Device
+	pools     []*buffers.Pool
+	topo      *topology.Topology
+	placement Placement
+	backend   *gpu.Backend
 }
 
 // Option configures an Executor.
 type Option func(*config)
 
 type config struct {
-	alloc   memory.Allocator
-	budget  *buffers.Budget
-	backend *gpu.Backend
+	alloc     memory.Allocator
+	budget    *buffers.Budget
+	backend   *gpu.Backend
+	placement Placement
 }
+
+// WithPlacement sets a multi-device executor's placement strategy
+// (default PlaceHEFT).
+func WithPlacement(p Placement) Option { return func(c *config) { c.placement = p } }
 
 // WithBackend names the GPU backend the executor's device came from (see
 // gpu.Backend.Acquire); every Report then carries the backend's metrics
@@ -45,22 +53,58 @@ func WithBackend(b *gpu.Backend) Option { return func(c *config) { c.backend = b
 // memory.CheckedAllocator to assert that a run leaks no byte.
 func WithAllocator(alloc memory.Allocator) Option { return func(c *config) { c.alloc = alloc } }
 
-// WithBudget limits the bytes of raw buffers a run allocates on the device
-// (default buffers.DefaultBudgetBytes). A buffer larger than the whole
-// budget fails the run before any launch.
+// WithBudget limits the bytes of raw buffers a run allocates on the
+// device (default: the device's memory when its facts give it, else
+// buffers.DefaultBudgetBytes); on a multi-device executor it is shared by
+// all devices. A buffer larger than the whole budget can never be
+// reserved: it reads as an unallocated failure (see Execute).
 func WithBudget(b *buffers.Budget) Option { return func(c *config) { c.budget = b } }
 
 // New returns an executor for dev.
 func New(dev gpu.Device, opts ...Option) *Executor {
+	e, _ := NewMulti([]gpu.Device{dev}, nil, opts...) // one device: nothing can fail
+	return e
+}
+
+// NewMulti returns an executor over devs (at least one; all with the same
+// stream count), placing kernels by topo's transfer costs (nil: transfers
+// cost nothing in the model). Each device gets its own buffer pool, whose
+// budget is the device's memory when its facts give it (simulated GPUs
+// carry their model's memory). Errors: no devices, duplicate IDs, or
+// devices with different stream counts.
+func NewMulti(devs []gpu.Device, topo *topology.Topology, opts ...Option) (*Executor, error) {
+	if len(devs) == 0 {
+		return nil, errors.New("exec: an executor needs a device")
+	}
 	var c config
 	for _, o := range opts {
 		o(&c)
 	}
-	return &Executor{dev: dev, pool: buffers.NewPool(dev.ID(), c.alloc, c.budget), backend: c.backend}
+	e := &Executor{devs: devs, topo: topo, placement: c.placement, backend: c.backend}
+	seen := map[topology.DeviceID]bool{}
+	for _, d := range devs {
+		if seen[d.ID()] {
+			return nil, fmt.Errorf("exec: device %s given twice", d.ID())
+		}
+		seen[d.ID()] = true
+		if d.NumStreams() != devs[0].NumStreams() {
+			return nil, fmt.Errorf("exec: %s has %d streams, %s has %d: devices must have the same stream count",
+				d.ID(), d.NumStreams(), devs[0].ID(), devs[0].NumStreams())
+		}
+		budget := c.budget
+		if budget == nil && d.Info().MemoryBytes > 0 && d.ID().Kind == topology.KindGPU {
+			budget = buffers.NewBudget(d.Info().MemoryBytes)
+		}
+		e.pools = append(e.pools, buffers.NewPool(d.ID(), c.alloc, budget))
+	}
+	return e, nil
 }
 
-// Device returns the executor's device.
-func (e *Executor) Device() gpu.Device { return e.dev }
+// Device returns the executor's first device (its only one, for New).
+func (e *Executor) Device() gpu.Device { return e.devs[0] }
+
+// Devices returns the executor's devices, by index.
+func (e *Executor) Devices() []gpu.Device { return slices.Clone(e.devs) }
 
 // RunOption configures one run.
 type RunOption func(*runConfig)
@@ -100,25 +144,35 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 	for _, o := range opts {
 		o(&rc)
 	}
-	if p.Streams > e.dev.NumStreams() {
-		return nil, fmt.Errorf("exec: plan uses %d streams, device %s has %d", p.Streams, e.dev.ID(), e.dev.NumStreams())
+	if len(p.Devices) != len(e.devs) || p.Streams > e.devs[0].NumStreams() {
+		return nil, fmt.Errorf("exec: plan for %d devices × %d streams, executor has %d × %d",
+			len(p.Devices), p.Streams, len(e.devs), e.devs[0].NumStreams())
 	}
 	start := time.Now()
 	g := p.Graph
 	r := &run{
-		ctx:    ctx,
-		device: e.dev.ID(),
-		alloc:  e.pool.Allocator(),
-		store:  failgraph.New(func(id buffers.ID) string { return g.Buffer(id).Name }),
+		ctx:   ctx,
+		plan:  p,
+		devs:  p.Devices,
+		alloc: e.pools[0].Allocator(),
+		store: failgraph.New(func(id buffers.ID) string { return p.Buffers[id].Name }),
 	}
-	if err := r.allocate(ctx, e.pool, g, rc.inputs); err != nil {
+	if err := r.allocate(ctx, e.pools, rc.inputs); err != nil {
 		return nil, err
 	}
 	states := make([]launchState, len(p.Launches))
 	for i := range p.Launches {
-		k := g.Kernel(p.Launches[i].Kernel)
-		states[i] = launchState{run: r, k: k, required: k.Required(), stream: p.Launches[i].Stream}
-		for _, w := range k.Writes {
+		l := &p.Launches[i]
+		states[i] = launchState{run: r, op: l, required: l.Reads, stream: l.Stream}
+		if l.kernel != nil && l.kernel.Optional != nil {
+			states[i].required = nil
+			for j, rd := range l.Reads {
+				if j >= len(l.kernel.Optional) || !l.kernel.Optional[j] {
+					states[i].required = append(states[i].required, rd)
+				}
+			}
+		}
+		for _, w := range l.Writes {
 			if r.bufs[w.Buffer] == nil { // its reservation failed: check it like a tainted read
 				states[i].required = append(slices.Clip(states[i].required), w)
 			}
@@ -126,8 +180,10 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 	}
 	submitErr := e.submit(p, states, r.store)
 	// Wait for every queued launch, whatever ctx says.
-	for s := range p.Streams {
-		_ = e.dev.Stream(s).Synchronize(context.Background())
+	for _, d := range e.devs {
+		for s := range p.Streams {
+			_ = d.Stream(s).Synchronize(context.Background())
+		}
 	}
 	if submitErr != nil {
 		for i := range states {
@@ -136,7 +192,7 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 			}
 		}
 	}
-	res := &Result{graph: g, bufs: r.bufs, store: r.store, Report: newReport(p, states, e.dev.ID(), time.Since(start))}
+	res := &Result{graph: g, bufs: r.bufs, store: r.store, Report: newReport(p, states, e.topo, time.Since(start))}
 	if e.backend != nil {
 		m := e.backend.MetricsSnapshot()
 		res.Report.Backend = &m
@@ -158,12 +214,12 @@ const submitBatch = 256
 // error the device gave (a closed device); launches that never reached a
 // stream stay pending and are marked cancelled once the streams drained.
 func (e *Executor) submit(p *Plan, states []launchState, store *failgraph.Store) error {
-	sched := NewScheduler(NewDeviceBackend(e.dev), store, SchedulerOptions{MaxStreams: p.Streams, MaxTasks: submitBatch})
+	sched := NewScheduler(newMultiBackend(e.devs, p.Streams), store, SchedulerOptions{MaxStreams: len(e.devs) * p.Streams, MaxTasks: submitBatch})
 	events := make([]gpu.Event, len(p.Launches))
 	var errs []error
 	for i := range p.Launches {
 		pl := &p.Launches[i]
-		s := StreamID(pl.Stream)
+		s := StreamID(p.GlobalStream(i))
 		for _, w := range pl.Waits {
 			errs = append(errs, sched.Wait(s, events[w.Launch]))
 		}
@@ -183,22 +239,24 @@ func (e *Executor) submit(p *Plan, states []launchState, store *failgraph.Store)
 
 // run is the state one Execute shares with its launches.
 type run struct {
-	ctx    context.Context
-	device topology.DeviceID
-	alloc  memory.Allocator
-	store  *failgraph.Store
-	bufs   []*buffers.Buffer
+	ctx   context.Context
+	plan  *Plan
+	devs  []topology.DeviceID
+	alloc memory.Allocator
+	store *failgraph.Store
+	bufs  []*buffers.Buffer // by plan buffer id: the graph's, then replicas
 }
 
-func (r *run) allocate(ctx context.Context, pool *buffers.Pool, g *dag.Graph, inputs map[dag.BufferID]any) error {
-	r.bufs = make([]*buffers.Buffer, len(g.Buffers()))
-	for i, b := range g.Buffers() {
-		buf, err := pool.Allocate(ctx, b.ID, b.Name, b.SizeBytes)
+// allocate reserves every planned buffer on its device's pool.
+func (r *run) allocate(ctx context.Context, pools []*buffers.Pool, inputs map[dag.BufferID]any) error {
+	r.bufs = make([]*buffers.Buffer, len(r.plan.Buffers))
+	for i, b := range r.plan.Buffers {
+		buf, err := pools[b.Device].Allocate(ctx, buffers.ID(i), b.Name, b.SizeBytes)
 		if errors.Is(err, buffers.ErrOverBudget) {
 			// The reservation can never succeed: the buffer reads as this
 			// failure, launches that would write it are skipped with it,
 			// and unrelated branches run on.
-			r.store.FailUnallocated("allocate "+b.Name, b.ID, fmt.Errorf("exec: %w", err))
+			r.store.FailUnallocated("allocate "+b.Name, buffers.ID(i), fmt.Errorf("exec: %w", err))
 			continue
 		}
 		if err != nil {
@@ -213,7 +271,7 @@ func (r *run) allocate(ctx context.Context, pool *buffers.Pool, g *dag.Graph, in
 		r.bufs[i] = buf
 	}
 	for id, v := range inputs {
-		if id < 0 || int(id) >= len(r.bufs) || r.bufs[id] == nil {
+		if id < 0 || int(id) >= len(r.plan.Graph.Buffers()) || r.bufs[id] == nil {
 			for _, b := range r.bufs {
 				if b != nil {
 					b.Release()
@@ -274,7 +332,7 @@ func (s Status) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 // stream and the dag.Launch the kernel sees.
 type launchState struct {
 	run      *run
-	k        *dag.Kernel
+	op       *PlannedLaunch
 	required []buffers.Binding // the reads whose taint skips the launch
 	stream   int
 	status   Status
@@ -282,6 +340,7 @@ type launchState struct {
 	end      time.Time
 	failure  failgraph.FailureID
 	err      error
+	copied   int64 // bytes a copy launch moved
 }
 
 var (
@@ -297,11 +356,11 @@ func (l *launchState) Run() {
 		l.cancel(err)
 		return
 	}
-	if id, skip := r.store.SkipIfTainted(l.k.Name, l.required, l.k.Writes); skip {
+	if id, skip := r.store.SkipIfTainted(l.op.Name, l.required, l.op.Writes); skip {
 		l.status, l.failure = StatusSkipped, id
 		return
 	}
-	scope := r.store.Enter(l.k.Name, l.k.Writes)
+	scope := r.store.Enter(l.op.Name, l.op.Writes)
 	l.start = time.Now()
 	torn, err := l.call()
 	l.end = time.Now()
@@ -310,7 +369,7 @@ func (l *launchState) Run() {
 		l.status, l.err = StatusFailed, fmt.Errorf("exec: %w", torn)
 		l.failure = scope.ExitPanic(torn.Value, torn.Stack)
 	case err != nil:
-		l.status, l.err = StatusFailed, fmt.Errorf("exec: kernel %q: %w", l.k.Name, err)
+		l.status, l.err = StatusFailed, fmt.Errorf("exec: kernel %q: %w", l.op.Name, err)
 		l.failure = scope.Exit(l.err)
 	default:
 		l.status = StatusOK
@@ -318,32 +377,36 @@ func (l *launchState) Run() {
 	}
 }
 
-// call runs the kernel, turning a panic into a TornDownError with the
-// value and stack.
+// call runs the kernel (or the copy), turning a panic into a
+// TornDownError with the value and stack.
 func (l *launchState) call() (torn *failgraph.TornDownError, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			torn = &failgraph.TornDownError{Kernel: l.k.Name, Value: v, Stack: debug.Stack()}
+			torn = &failgraph.TornDownError{Kernel: l.op.Name, Value: v, Stack: debug.Stack()}
 		}
 	}()
-	return nil, l.k.Fn(l.run.ctx, l)
+	if l.op.Copy != nil {
+		l.copied, err = copyBuffer(l.Out(0), l.In(0), l.run.alloc)
+		return nil, err
+	}
+	return nil, l.op.fn(l.run.ctx, l)
 }
 
 // cancel marks the launch cancelled and taints its writes with the run's
 // single "cancelled" failure.
 func (l *launchState) cancel(cause error) {
 	l.status, l.err = StatusCancelled, cause
-	l.failure = l.run.store.Cancel(l.k.Name, cause, l.k.Writes)
+	l.failure = l.run.store.Cancel(l.op.Name, cause, l.op.Writes)
 }
 
-func (l *launchState) Kernel() string            { return l.k.Name }
-func (l *launchState) Device() topology.DeviceID { return l.run.device }
+func (l *launchState) Kernel() string            { return l.op.Name }
+func (l *launchState) Device() topology.DeviceID { return l.run.devs[l.op.Device] }
 func (l *launchState) Stream() int               { return l.stream }
-func (l *launchState) In(i int) *buffers.Buffer  { return l.run.bufs[l.k.Reads[i].Buffer] }
-func (l *launchState) Out(i int) *buffers.Buffer { return l.run.bufs[l.k.Writes[i].Buffer] }
-func (l *launchState) NumIn() int                { return len(l.k.Reads) }
-func (l *launchState) NumOut() int               { return len(l.k.Writes) }
+func (l *launchState) In(i int) *buffers.Buffer  { return l.run.bufs[l.op.Reads[i].Buffer] }
+func (l *launchState) Out(i int) *buffers.Buffer { return l.run.bufs[l.op.Writes[i].Buffer] }
+func (l *launchState) NumIn() int                { return len(l.op.Reads) }
+func (l *launchState) NumOut() int               { return len(l.op.Writes) }
 func (l *launchState) Missing(i int) error {
-	return l.run.store.EnsureWritten(l.k.Reads[i])
+	return l.run.store.EnsureWritten(l.op.Reads[i])
 }
 func (l *launchState) Allocator() memory.Allocator { return l.run.alloc }

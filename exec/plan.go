@@ -7,102 +7,209 @@ import (
 
 	"github.com/streamdag/streamdag/buffers"
 	"github.com/streamdag/streamdag/dag"
+	"github.com/streamdag/streamdag/topology"
 )
 
 // Wait is one event wait in a plan: before its launch runs, stream Stream
-// must have completed Seq launches.
+// (a global stream index, Device×StreamsPerDevice + stream) must have
+// completed Seq launches.
 type Wait struct {
 	Stream int
 	Seq    int
 	Launch int // plan index of the launch that brings Stream to Seq
 }
 
-// PlannedLaunch is one launch of a plan.
-type PlannedLaunch struct {
-	Kernel dag.KernelID
-	Stream int    // stream index on the device
-	Seq    int    // the stream's completed-launch count once this launch has run (1-based position)
-	Waits  []Wait // event waits queued before the launch (at most one per other stream)
-	Deps   []int  // plan indices of the launches it has a hazard with, on any stream
+// Copy describes a copy launch: buffer Buffer, written on device From,
+// copied whole into its replica on device To for the launches there that
+// read it.
+type Copy struct {
+	Buffer   dag.BufferID
+	From, To int   // device indices
+	Bytes    int64 // estimated bytes (raw size or size hint); the run measures the real count
 }
 
-// Plan is an executable schedule of a graph on one device.
+// PlannedLaunch is one launch of a plan: a kernel of the graph, or a copy
+// of a buffer to another device.
+type PlannedLaunch struct {
+	Kernel dag.KernelID // -1 for a copy
+	Name   string       // the kernel's name, or "copy BUF gpuA→gpuB"
+	Device int          // index into the executor's devices
+	Stream int          // stream index on its device
+	Seq    int          // the stream's completed-launch count once this launch has run (1-based position)
+	Waits  []Wait       // event waits queued before the launch (at most one per other stream)
+	Deps   []int        // plan indices of the launches it has a hazard with, on any stream
+	// Reads and Writes are the kernel's bindings, with reads of buffers
+	// that live on another device redirected to their replica on this one.
+	Reads, Writes []buffers.Binding
+	Copy          *Copy // non-nil for a copy launch
+	fn            dag.KernelFunc
+	kernel        *dag.Kernel
+}
+
+// PlannedBuffer is a buffer of a plan: one of the graph's (same id), or a
+// replica of one on another device (ids after the graph's).
+type PlannedBuffer struct {
+	Name      string
+	SizeBytes int64
+	Value     bool
+	Device    int          // index into the executor's devices
+	Of        dag.BufferID // the graph's buffer it is (or replicates)
+}
+
+// Plan is an executable schedule of a graph on the executor's devices.
 type Plan struct {
 	Graph    *dag.Graph
-	Streams  int             // number of streams used (the device's stream count)
-	Launches []PlannedLaunch // in submission order (a topological order)
-	Waits    int             // event waits inserted
-	Hazards  int             // cross-stream hazards found (Waits <= Hazards)
-	record   []bool          // record[i]: an event must be recorded after launch i
+	Devices  []topology.DeviceID // the executor's devices, by index
+	Streams  int                 // streams per device
+	Launches []PlannedLaunch     // in submission order (a topological order)
+	Buffers  []PlannedBuffer     // the graph's buffers, then replicas
+	Waits    int                 // event waits inserted
+	Hazards  int                 // cross-stream hazards found (Waits <= Hazards)
+	Copies   int                 // copy launches inserted
+	// Placement is the device chosen for each kernel (by kernel id) and
+	// the cost model's figures for it.
+	Placement PlacementResult
+	record    []bool // record[i]: an event must be recorded after launch i
 }
 
-// Plan validates g and returns a plan on the executor's device. Errors are
-// those of g.Validate. Planning is O(V + E + H), where H counts buffer
-// accesses scanned for hazards, and allocates per-launch vector clocks of
-// the stream count.
+// Plan validates g and returns a plan on the executor's devices: kernels
+// placed by the executor's placement strategy (all on the only device of
+// a single-device executor), copy launches for reads across devices,
+// streams assigned per device, and event waits only where a hazard
+// crosses streams. Errors: g.Validate's, and a pinned device the executor
+// does not have or that contradicts where the buffers it writes live.
+// Planning is O(V + E + H) plus placement (O(V·D) estimates for HEFT),
+// where H counts buffer accesses scanned for hazards.
 func (e *Executor) Plan(g *dag.Graph) (*Plan, error) {
 	if err := g.Validate(); err != nil {
 		return nil, err
 	}
-	return planOn(g, e.dev.NumStreams()), nil
+	ids := make([]topology.DeviceID, len(e.devs))
+	for i, d := range e.devs {
+		ids[i] = d.ID()
+	}
+	var pl PlacementResult
+	if len(e.devs) == 1 {
+		pl = PlacementResult{Device: make([]int, len(g.Kernels()))}
+		for _, k := range g.Kernels() {
+			if k.Device != nil && *k.Device != ids[0] {
+				return nil, fmt.Errorf("exec: kernel %q is pinned to %s, the executor has only %s", k.Name, *k.Device, ids[0])
+			}
+		}
+	} else {
+		var err error
+		pl, err = Place(g, ids, e.devs[0].NumStreams(), e.topo, e.placement)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return planOn(g, ids, e.devs[0].NumStreams(), pl), nil
 }
 
-func planOn(g *dag.Graph, nstreams int) *Plan {
+func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementResult) *Plan {
 	order := g.Order()
 	kernels := g.Kernels()
-	p := &Plan{Graph: g, Streams: nstreams, Launches: make([]PlannedLaunch, len(order)), record: make([]bool, len(order))}
-	pos := make([]int, len(kernels)) // kernel id → plan index
-	for i, k := range order {
-		pos[k] = i
+	p := &Plan{Graph: g, Devices: devs, Streams: nstreams, Placement: pl}
+	for _, b := range g.Buffers() {
+		p.Buffers = append(p.Buffers, PlannedBuffer{Name: b.Name, SizeBytes: b.SizeBytes, Value: b.Value, Of: b.ID})
 	}
+	// A buffer lives where its first writer runs (placement keeps every
+	// writer of a buffer on one device); inputs live on device 0.
+	written := make([]bool, len(p.Buffers))
+	for _, kid := range order {
+		for _, w := range kernels[kid].Writes {
+			if !written[w.Buffer] {
+				written[w.Buffer] = true
+				p.Buffers[w.Buffer].Device = pl.Device[kid]
+			}
+		}
+	}
+	replica := map[[2]int]buffers.ID{} // (buffer, device) → replica id
+	for _, kid := range order {
+		k := kernels[kid]
+		d := pl.Device[kid]
+		reads, cloned := k.Reads, false
+		for i, r := range k.Reads {
+			home := p.Buffers[r.Buffer].Device
+			if home == d {
+				continue
+			}
+			key := [2]int{int(r.Buffer), d}
+			rep, ok := replica[key]
+			if !ok {
+				src := p.Buffers[r.Buffer]
+				rep = buffers.ID(len(p.Buffers))
+				replica[key] = rep
+				p.Buffers = append(p.Buffers, PlannedBuffer{Name: src.Name + "@" + devs[d].String(),
+					SizeBytes: src.SizeBytes, Value: src.Value, Device: d, Of: r.Buffer})
+				whole := g.Buffer(r.Buffer).Whole()
+				c := &Copy{Buffer: r.Buffer, From: home, To: d, Bytes: g.Buffer(r.Buffer).TransferBytes()}
+				p.Launches = append(p.Launches, PlannedLaunch{Kernel: -1, Device: d, Copy: c,
+					Name:  fmt.Sprintf("copy %s %s→%s", src.Name, devs[home], devs[d]),
+					Reads: []buffers.Binding{whole}, Writes: []buffers.Binding{{Buffer: rep, Length: whole.Length}}})
+				p.Copies++
+			}
+			if !cloned {
+				reads, cloned = slices.Clone(k.Reads), true
+			}
+			reads[i].Buffer = rep
+		}
+		p.Launches = append(p.Launches, PlannedLaunch{Kernel: kid, Name: k.Name, Device: d, Reads: reads,
+			Writes: k.Writes, fn: k.Fn, kernel: k})
+	}
+	n := len(p.Launches)
+	p.record = make([]bool, n)
 
 	// Hazards, in plan order.
-	haz := newHazards(len(g.Buffers()), len(order))
-	for i, kid := range order {
-		k := kernels[kid]
-		p.Launches[i] = PlannedLaunch{Kernel: kid, Deps: haz.access(i, k.Reads, k.Writes)}
+	haz := newHazards(len(p.Buffers), n)
+	for i := range p.Launches {
+		p.Launches[i].Deps = haz.access(i, p.Launches[i].Reads, p.Launches[i].Writes)
 	}
 
-	// Stream assignment: chains stay on one stream.
-	load := make([]int, nstreams)
-	continued := make([]bool, len(order)) // continued[i]: a successor took launch i's stream
-	stream := make([]int, len(order))
-	for i, kid := range order {
+	// Stream assignment per device: chains stay on one stream.
+	load := make([]int, len(devs)*nstreams)
+	continued := make([]bool, n) // continued[i]: a successor took launch i's stream
+	gstream := make([]int, n)    // global stream index
+	for i := range p.Launches {
+		l := &p.Launches[i]
+		base := l.Device * nstreams
 		s := -1
-		if k := kernels[kid]; k.Stream >= 0 {
-			s = k.Stream % nstreams
+		if l.kernel != nil && l.kernel.Stream >= 0 {
+			s = base + l.kernel.Stream%nstreams
 		} else {
-			for _, d := range p.Launches[i].Deps {
-				if !continued[d] {
+			for _, d := range l.Deps {
+				if !continued[d] && p.Launches[d].Device == l.Device {
 					continued[d] = true
-					s = stream[d]
+					s = gstream[d]
 					break
 				}
 			}
 			if s < 0 {
-				s = argmin(load)
+				s = base + argmin(load[base:base+nstreams])
 			}
 		}
-		stream[i] = s
+		gstream[i] = s
 		load[s]++
-		p.Launches[i].Stream = s
-		p.Launches[i].Seq = load[s]
+		l.Stream = s - base
+		l.Seq = load[s]
 	}
 
-	// Alignment with vector clocks: clock[s][t] is the number of launches
-	// of stream t that stream s is known to have waited for.
-	clock := make([][]int, nstreams)
+	// Alignment with vector clocks over global streams: clock[s][t] is the
+	// number of launches of stream t that stream s is known to have
+	// waited for.
+	ns := len(devs) * nstreams
+	clock := make([][]int, ns)
 	for s := range clock {
-		clock[s] = make([]int, nstreams)
+		clock[s] = make([]int, ns)
 	}
-	after := make([]int, len(order)*nstreams) // clock of launch i's stream right after it
+	after := make([]int, n*ns) // clock of launch i's stream right after it
 	for i := range p.Launches {
 		l := &p.Launches[i]
-		s := l.Stream
+		s := gstream[i]
 		deps := slices.Clone(l.Deps)
 		slices.SortFunc(deps, func(a, b int) int { return cmp.Compare(b, a) }) // newest first: its wait covers older ones
 		for _, d := range deps {
-			t, seq := p.Launches[d].Stream, p.Launches[d].Seq
+			t, seq := gstream[d], p.Launches[d].Seq
 			if t == s {
 				continue
 			}
@@ -113,15 +220,19 @@ func planOn(g *dag.Graph, nstreams int) *Plan {
 			l.Waits = append(l.Waits, Wait{Stream: t, Seq: seq, Launch: d})
 			p.record[d] = true
 			p.Waits++
-			for u, c := range after[d*nstreams : (d+1)*nstreams] {
+			for u, c := range after[d*ns : (d+1)*ns] {
 				clock[s][u] = max(clock[s][u], c)
 			}
 		}
 		clock[s][s] = l.Seq
-		copy(after[i*nstreams:], clock[s])
+		copy(after[i*ns:], clock[s])
 	}
 	return p
 }
+
+// GlobalStream returns launch i's stream as a global index:
+// Device×Streams + Stream.
+func (p *Plan) GlobalStream(i int) int { return p.Launches[i].Device*p.Streams + p.Launches[i].Stream }
 
 func argmin(xs []int) int {
 	best := 0
@@ -203,6 +314,10 @@ func dropCovered(as []access, w buffers.Binding, self int) []access {
 
 // String summarises the plan: launches, streams, waits.
 func (p *Plan) String() string {
-	return fmt.Sprintf("plan: %d launches on %d streams, %d event waits for %d cross-stream hazards",
-		len(p.Launches), p.Streams, p.Waits, p.Hazards)
+	if len(p.Devices) == 1 {
+		return fmt.Sprintf("plan: %d launches on %d streams, %d event waits for %d cross-stream hazards",
+			len(p.Launches), p.Streams, p.Waits, p.Hazards)
+	}
+	return fmt.Sprintf("plan: %d launches on %d devices × %d streams, %d event waits for %d cross-stream hazards, %d copies",
+		len(p.Launches), len(p.Devices), p.Streams, p.Waits, p.Hazards, p.Copies)
 }

@@ -32,13 +32,35 @@ type LaunchReport struct {
 	Chain []string
 }
 
+// CopyReport is one copy launch of a run: a buffer moved to a replica on
+// another device, with the time the topology models for it.
+type CopyReport struct {
+	Buffer   string
+	From, To topology.DeviceID
+	Bytes    int64         // bytes actually copied (0 when the copy did not run)
+	Modeled  time.Duration // topology.TransferCost of Bytes; 0 without a topology
+	Route    string        // "direct", "via gpuN" or "via host"
+	Link     string        // the link kind of the pair: "NV2", "SYS", … ("" without a topology)
+	ViaHost  bool          // the copy is staged through host memory (no P2P path)
+	Status   Status
+}
+
 // Report is the outcome of one run.
 type Report struct {
-	Device   topology.DeviceID
-	Streams  int
+	Device   topology.DeviceID // the first device
+	Devices  []topology.DeviceID
+	Streams  int            // per device
 	Launches []LaunchReport // in plan order
 	Waits    int            // event waits inserted by the plan
 	Wall     time.Duration  // from the start of Execute until every launch returned
+	// Copies lists the copy launches between devices; BytesByLink sums
+	// their bytes by link kind ("NV2", "PIX", "SYS", "host" when staged).
+	Copies      []CopyReport
+	BytesByLink map[string]int64
+	// Makespan is the modeled finish time of the placement (compute
+	// estimates and modeled transfers), for multi-device runs.
+	Makespan  time.Duration
+	Placement string
 	// Backend is the GPU backend's metrics snapshot at the end of the run,
 	// when the executor was given one (WithBackend).
 	Backend *gpu.MetricsSnapshot
@@ -71,21 +93,58 @@ func (r *Report) Err() error {
 	return errors.Join(errs...)
 }
 
-func newReport(p *Plan, states []launchState, dev topology.DeviceID, wall time.Duration) *Report {
-	rep := &Report{Device: dev, Streams: p.Streams, Launches: make([]LaunchReport, len(states)), Waits: p.Waits, Wall: wall}
+func newReport(p *Plan, states []launchState, topo *topology.Topology, wall time.Duration) *Report {
+	rep := &Report{Device: p.Devices[0], Devices: p.Devices, Streams: p.Streams, Launches: make([]LaunchReport, len(states)),
+		Waits: p.Waits, Wall: wall, BytesByLink: map[string]int64{}}
+	if len(p.Devices) > 1 {
+		rep.Makespan, rep.Placement = p.Placement.Makespan, p.Placement.Strategy.String()
+	}
 	for i := range states {
 		l := &states[i]
-		lr := LaunchReport{Kernel: l.k.Name, Device: dev, Stream: l.stream, Status: l.status,
+		lr := LaunchReport{Kernel: l.op.Name, Device: p.Devices[l.op.Device], Stream: l.stream, Status: l.status,
 			Start: l.start, End: l.end, Failure: l.failure, Err: l.err}
 		if l.status == StatusSkipped {
 			if f, ok := l.run.store.Failure(l.failure); ok {
 				lr.Err = f.Root
-				lr.Chain = f.ChainFrom(l.k.Name)
+				lr.Chain = f.ChainFrom(l.op.Name)
 			}
 		}
 		rep.Launches[i] = lr
+		if c := l.op.Copy; c != nil {
+			rep.Copies = append(rep.Copies, copyReport(p, topo, c, l))
+			cr := rep.Copies[len(rep.Copies)-1]
+			link := cr.Link
+			if cr.ViaHost {
+				link = "host"
+			}
+			rep.BytesByLink[link] += cr.Bytes
+		}
 	}
 	return rep
+}
+
+func copyReport(p *Plan, topo *topology.Topology, c *Copy, l *launchState) CopyReport {
+	from, to := p.Devices[c.From], p.Devices[c.To]
+	cr := CopyReport{Buffer: p.Graph.Buffer(c.Buffer).Name, From: from, To: to, Bytes: l.copied, Status: l.status, Route: "direct"}
+	if topo == nil {
+		return cr
+	}
+	if link, ok := topo.Link(from, to); ok {
+		cr.Link = link.Kind.String()
+		if link.Kind == topology.LinkNVLink {
+			cr.Link = fmt.Sprintf("NV%d", link.NVLinks)
+		}
+	}
+	if r, err := topo.Route(cr.Bytes, from, to); err == nil {
+		cr.Modeled = r.Cost
+		switch r.Kind {
+		case topology.RouteViaHost:
+			cr.Route, cr.ViaHost = "via host", true
+		case topology.RouteViaGPU:
+			cr.Route = "via " + r.Path[1].String()
+		}
+	}
+	return cr
 }
 
 // Result holds a finished run's buffers and report. Buffers are read only

@@ -1,0 +1,480 @@
+package exec
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/streamdag/streamdag/dag"
+	"github.com/streamdag/streamdag/topology"
+)
+
+// Placement is how a multi-device executor chooses each kernel's device.
+type Placement uint8
+
+const (
+	// PlaceHEFT is list scheduling by upward rank with earliest finish
+	// time (HEFT: Topcuoglu, Hariri and Wu, "Performance-effective and
+	// low-complexity task scheduling for heterogeneous computing", IEEE
+	// TPDS 13(3), 2002; the non-insertion variant), over the cost model
+	// below. The default.
+	//
+	// HEFT is greedy: with transfers that dwarf compute it spreads work
+	// that later pays to come back. So its result is then improved by
+	// local search over the same model (start from the best of HEFT and
+	// every single-device placement; move one kernel at a time while the
+	// makespan drops), for graphs of up to LocalSearchLimit kernels.
+	PlaceHEFT Placement = iota
+	// PlaceRoundRobin deals kernels to devices in turn (a baseline).
+	PlaceRoundRobin
+	// PlaceLeastLoaded gives each kernel the device with the least
+	// estimated compute so far, ignoring transfers (a baseline).
+	PlaceLeastLoaded
+)
+
+// String returns "heft", "round-robin" or "least-loaded".
+func (p Placement) String() string {
+	switch p {
+	case PlaceHEFT:
+		return "heft"
+	case PlaceRoundRobin:
+		return "round-robin"
+	case PlaceLeastLoaded:
+		return "least-loaded"
+	}
+	return fmt.Sprintf("placement(%d)", p)
+}
+
+// DefaultEstimate is the compute estimate of a kernel that gives none
+// (dag.Estimate).
+const DefaultEstimate = 10 * time.Microsecond
+
+// PlacementResult is a placement and what the cost model says of it.
+type PlacementResult struct {
+	Strategy Placement
+	Device   []int // device index per kernel id
+	// Makespan is the modeled finish time of the last kernel: compute
+	// estimates on Streams lanes per device, plus transfers between
+	// devices at the topology's cost (TransferCost), each buffer copied
+	// once per device that reads it.
+	Makespan time.Duration
+	// Transfer is the modeled time of all copies, summed; BytesMoved their
+	// bytes (raw sizes and value size hints).
+	Transfer   time.Duration
+	BytesMoved int64
+}
+
+// Place chooses a device for every kernel of the validated graph g among
+// devs (lanes streams each) with strategy, by the cost model: estimated
+// compute time (dag.Estimate, DefaultEstimate when absent) + bytes moved
+// (raw sizes, dag.SizeHint for values) × the topology's transfer cost +
+// load (the lanes' availability). topo may be nil: transfers then cost
+// nothing. Pins (dag.OnDevice) are obeyed; every writer of one buffer goes
+// to the same device (where the buffer lives); a preference
+// (dag.PreferDevice) wins when it finishes within one estimate of the
+// best. Errors: an unvalidated graph, a pin to a device not in devs, pins
+// that split a buffer's writers.
+func Place(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *topology.Topology, strategy Placement) (PlacementResult, error) {
+	m, err := newModel(g, devs, lanes, topo)
+	if err != nil {
+		return PlacementResult{}, err
+	}
+	st := m.newState()
+	load := make([]time.Duration, len(devs))
+	for i, k := range m.prio {
+		cands := m.candidates(st, k)
+		if len(cands) == 0 {
+			return PlacementResult{}, m.conflict(st, k)
+		}
+		best := cands[0]
+		switch strategy {
+		case PlaceRoundRobin:
+			best = cands[i%len(cands)]
+			if slices.Contains(cands, i%len(devs)) {
+				best = i % len(devs)
+			}
+		case PlaceLeastLoaded:
+			for _, d := range cands {
+				if load[d] < load[best] {
+					best = d
+				}
+			}
+		default:
+			bestFin := time.Duration(-1)
+			for _, d := range cands {
+				if fin := st.finish(k, d); bestFin < 0 || fin < bestFin {
+					best, bestFin = d, fin
+				}
+			}
+			if pref := m.prefer[k]; pref >= 0 && pref != best && slices.Contains(cands, pref) &&
+				st.finish(k, pref) <= bestFin+m.w[k] {
+				best = pref
+			}
+		}
+		load[best] += m.w[k]
+		st.commit(k, best)
+	}
+	res := st.result(strategy)
+	if strategy == PlaceHEFT && len(m.prio) <= LocalSearchLimit && len(devs) > 1 {
+		res = m.improve(res)
+	}
+	return res, nil
+}
+
+// LocalSearchLimit is the largest graph (in kernels) whose HEFT placement
+// is improved by local search.
+const LocalSearchLimit = 2000
+
+// evaluate schedules the assignment dev (per kernel id) with the model;
+// ok is false when it breaks a pin or splits a buffer's writers.
+func (m *model) evaluate(dev []int) (*state, bool) {
+	st := m.newState()
+	for _, k := range m.prio {
+		if !slices.Contains(m.candidates(st, k), dev[k]) {
+			return nil, false
+		}
+		st.commit(k, dev[k])
+	}
+	return st, true
+}
+
+// better orders schedules by makespan, then total transfer.
+func better(a, b *state) bool {
+	return a.makespan < b.makespan || a.makespan == b.makespan && a.transfer < b.transfer
+}
+
+// improve starts from the best of start and every single-device
+// placement and moves one kernel at a time to another device while that
+// shortens the modeled schedule (at most 20 passes).
+func (m *model) improve(start PlacementResult) PlacementResult {
+	best, ok := m.evaluate(start.Device)
+	if !ok {
+		return start
+	}
+	for d := range m.devs {
+		one := make([]int, len(m.w))
+		for i := range one {
+			one[i] = d
+		}
+		if st, ok := m.evaluate(one); ok && better(st, best) {
+			best = st
+		}
+	}
+	dev := slices.Clone(best.dev)
+	for range 20 {
+		moved := false
+		for _, k := range m.prio {
+			orig := dev[k]
+			for d := range m.devs {
+				if d == orig {
+					continue
+				}
+				dev[k] = d
+				if st, ok := m.evaluate(dev); ok && better(st, best) {
+					best, orig, moved = st, d, true
+				}
+			}
+			dev[k] = orig
+		}
+		if !moved {
+			break
+		}
+	}
+	return best.result(PlaceHEFT)
+}
+
+// OptimalPlacement returns the placement with the least modeled makespan
+// over every assignment of kernels to devices (kernels scheduled in the
+// same upward-rank order as HEFT), by branch and bound. It is exponential
+// in the kernel count: meant for small graphs (up to about 8 kernels), to
+// measure how far a heuristic is from the optimum. Errors as Place, and
+// more than 12 kernels.
+func OptimalPlacement(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *topology.Topology) (PlacementResult, error) {
+	if len(g.Kernels()) > 12 {
+		return PlacementResult{}, fmt.Errorf("exec: optimal placement of %d kernels: at most 12", len(g.Kernels()))
+	}
+	m, err := newModel(g, devs, lanes, topo)
+	if err != nil {
+		return PlacementResult{}, err
+	}
+	var best *state
+	var dfs func(i int, st *state)
+	dfs = func(i int, st *state) {
+		if best != nil && st.makespan >= best.makespan {
+			return
+		}
+		if i == len(m.prio) {
+			best = st
+			return
+		}
+		k := m.prio[i]
+		for _, d := range m.candidates(st, k) {
+			next := st.clone()
+			next.commit(k, d)
+			dfs(i+1, next)
+		}
+	}
+	dfs(0, m.newState())
+	if best == nil {
+		return PlacementResult{}, errors.New("exec: no feasible placement (pins split a buffer's writers)")
+	}
+	return best.result(PlaceHEFT), nil
+}
+
+// model is the cost model of one graph on one set of devices.
+type model struct {
+	g      *dag.Graph
+	devs   []topology.DeviceID
+	lanes  int
+	topo   *topology.Topology
+	w      []time.Duration // compute estimate per kernel
+	prio   []dag.KernelID  // upward-rank order
+	pin    []int           // pinned device per kernel, or -1
+	prefer []int
+	cost   map[[3]int64]time.Duration // (bytes, src, dst) → transfer cost
+}
+
+func newModel(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *topology.Topology) (*model, error) {
+	order := g.Order()
+	if order == nil && len(g.Kernels()) > 0 {
+		return nil, errors.New("exec: placement needs a validated graph")
+	}
+	if len(devs) == 0 || lanes < 1 {
+		return nil, fmt.Errorf("exec: placement on %d devices × %d lanes", len(devs), lanes)
+	}
+	ks := g.Kernels()
+	m := &model{g: g, devs: devs, lanes: lanes, topo: topo, w: make([]time.Duration, len(ks)),
+		pin: make([]int, len(ks)), prefer: make([]int, len(ks)), cost: map[[3]int64]time.Duration{}}
+	index := func(id topology.DeviceID) int { return slices.Index(devs, id) }
+	for _, k := range ks {
+		m.w[k.ID] = k.Estimate
+		if m.w[k.ID] == 0 {
+			m.w[k.ID] = DefaultEstimate
+		}
+		m.pin[k.ID], m.prefer[k.ID] = -1, -1
+		if k.Device != nil {
+			if m.pin[k.ID] = index(*k.Device); m.pin[k.ID] < 0 {
+				return nil, fmt.Errorf("exec: kernel %q is pinned to %s, which is not among the executor's devices %v", k.Name, *k.Device, devs)
+			}
+		}
+		if k.Prefer != nil {
+			m.prefer[k.ID] = index(*k.Prefer)
+		}
+	}
+	// Upward rank: w + max over successors (average transfer + rank).
+	succ := make([][]dag.KernelID, len(ks))
+	for k, ps := range g.Predecessors() {
+		for _, p := range ps {
+			succ[p] = append(succ[p], dag.KernelID(k))
+		}
+	}
+	rank := make([]time.Duration, len(ks))
+	for i := len(order) - 1; i >= 0; i-- {
+		k := order[i]
+		var best time.Duration
+		for _, s := range succ[k] {
+			best = max(best, m.avgTransfer(m.edgeBytes(k, s))+rank[s])
+		}
+		rank[k] = m.w[k] + best
+	}
+	pos := make([]int, len(ks))
+	for i, k := range order {
+		pos[k] = i
+	}
+	m.prio = slices.Clone(order)
+	slices.SortStableFunc(m.prio, func(a, b dag.KernelID) int {
+		if c := cmp.Compare(rank[b], rank[a]); c != 0 {
+			return c
+		}
+		return cmp.Compare(pos[a], pos[b])
+	})
+	// A higher rank always precedes its successors (w > 0), so prio is a
+	// topological order.
+	return m, nil
+}
+
+// edgeBytes is what kernel s reads of what kernel p writes.
+func (m *model) edgeBytes(p, s dag.KernelID) int64 {
+	var n int64
+	for _, r := range m.g.Kernel(s).Reads {
+		for _, w := range m.g.Kernel(p).Writes {
+			if w.Buffer == r.Buffer {
+				n += m.g.Buffer(r.Buffer).TransferBytes()
+				break
+			}
+		}
+	}
+	return n
+}
+
+// transfer is the modeled cost of moving bytes from device a to b.
+func (m *model) transfer(bytes int64, a, b int) time.Duration {
+	if a == b || m.topo == nil {
+		return 0
+	}
+	key := [3]int64{bytes, int64(a), int64(b)}
+	if c, ok := m.cost[key]; ok {
+		return c
+	}
+	c, err := m.topo.TransferCost(bytes, m.devs[a], m.devs[b])
+	if err != nil {
+		c = 0 // a device the topology does not know: no modeled cost
+	}
+	m.cost[key] = c
+	return c
+}
+
+// avgTransfer is the mean transfer cost of bytes over ordered device pairs.
+func (m *model) avgTransfer(bytes int64) time.Duration {
+	if len(m.devs) < 2 || m.topo == nil {
+		return 0
+	}
+	var sum time.Duration
+	for a := range m.devs {
+		for b := range m.devs {
+			if a != b {
+				sum += m.transfer(bytes, a, b)
+			}
+		}
+	}
+	return sum / time.Duration(len(m.devs)*(len(m.devs)-1))
+}
+
+// state is a partial schedule.
+type state struct {
+	m        *model
+	dev      []int           // device per kernel, -1 while unplaced
+	fin      []time.Duration // finish per kernel
+	lanes    [][]time.Duration
+	arrive   map[[2]int]time.Duration // (buffer, device) → when its copy there is complete
+	home     []int                    // device per buffer, -1 while unwritten
+	bufFin   []time.Duration          // latest finish among the buffer's placed writers
+	makespan time.Duration
+	transfer time.Duration
+	bytes    int64
+}
+
+func (m *model) newState() *state {
+	st := &state{m: m, dev: make([]int, len(m.w)), fin: make([]time.Duration, len(m.w)),
+		lanes: make([][]time.Duration, len(m.devs)), arrive: map[[2]int]time.Duration{},
+		home: make([]int, len(m.g.Buffers())), bufFin: make([]time.Duration, len(m.g.Buffers()))}
+	for i := range st.dev {
+		st.dev[i] = -1
+	}
+	for i := range st.home {
+		st.home[i] = -1
+	}
+	for d := range st.lanes {
+		st.lanes[d] = make([]time.Duration, m.lanes)
+	}
+	return st
+}
+
+func (st *state) clone() *state {
+	c := *st
+	c.dev, c.fin, c.home, c.bufFin = slices.Clone(st.dev), slices.Clone(st.fin), slices.Clone(st.home), slices.Clone(st.bufFin)
+	c.lanes = make([][]time.Duration, len(st.lanes))
+	for d := range st.lanes {
+		c.lanes[d] = slices.Clone(st.lanes[d])
+	}
+	c.arrive = make(map[[2]int]time.Duration, len(st.arrive))
+	for k, v := range st.arrive {
+		c.arrive[k] = v
+	}
+	return &c
+}
+
+// candidates returns the devices k may go to: its pin, or the device of a
+// buffer it writes that already has a writer, else all.
+func (m *model) candidates(st *state, k dag.KernelID) []int {
+	forced := m.pin[k]
+	for _, w := range m.g.Kernel(k).Writes {
+		if h := st.home[w.Buffer]; h >= 0 {
+			if forced >= 0 && forced != h {
+				return nil
+			}
+			forced = h
+		}
+	}
+	if forced >= 0 {
+		return []int{forced}
+	}
+	all := make([]int, len(m.devs))
+	for d := range all {
+		all[d] = d
+	}
+	return all
+}
+
+func (m *model) conflict(st *state, k dag.KernelID) error {
+	return fmt.Errorf("exec: kernel %q cannot be placed: its pin and the buffers it writes live on different devices", m.g.Kernel(k).Name)
+}
+
+// ready returns when k's inputs are on d, and the transfers it starts.
+func (st *state) ready(k dag.KernelID, d int) (ready, transfer time.Duration, bytes int64) {
+	m := st.m
+	for _, r := range m.g.Kernel(k).Reads {
+		h := st.home[r.Buffer]
+		if h < 0 {
+			continue // an input: free
+		}
+		wfin := st.bufferReady(int(r.Buffer))
+		if h == d {
+			ready = max(ready, wfin)
+			continue
+		}
+		if at, ok := st.arrive[[2]int{int(r.Buffer), d}]; ok {
+			ready = max(ready, at)
+			continue
+		}
+		n := m.g.Buffer(r.Buffer).TransferBytes()
+		c := m.transfer(n, h, d)
+		ready = max(ready, wfin+c)
+		transfer += c
+		bytes += n
+	}
+	return ready, transfer, bytes
+}
+
+// bufferReady is when every placed writer of b has finished.
+func (st *state) bufferReady(b int) time.Duration { return st.bufFin[b] }
+
+// finish is k's earliest finish time on d.
+func (st *state) finish(k dag.KernelID, d int) time.Duration {
+	ready, _, _ := st.ready(k, d)
+	lane := slices.Min(st.lanes[d])
+	return max(ready, lane) + st.m.w[k]
+}
+
+// commit places k on d.
+func (st *state) commit(k dag.KernelID, d int) {
+	m := st.m
+	ready, transfer, bytes := st.ready(k, d)
+	for _, r := range m.g.Kernel(k).Reads {
+		if h := st.home[r.Buffer]; h >= 0 && h != d {
+			key := [2]int{int(r.Buffer), d}
+			if _, ok := st.arrive[key]; !ok {
+				st.arrive[key] = st.bufferReady(int(r.Buffer)) + m.transfer(m.g.Buffer(r.Buffer).TransferBytes(), h, d)
+			}
+		}
+	}
+	li := slices.Index(st.lanes[d], slices.Min(st.lanes[d]))
+	fin := max(ready, st.lanes[d][li]) + m.w[k]
+	st.lanes[d][li] = fin
+	st.dev[k], st.fin[k] = d, fin
+	for _, w := range m.g.Kernel(k).Writes {
+		if st.home[w.Buffer] < 0 {
+			st.home[w.Buffer] = d
+		}
+		st.bufFin[w.Buffer] = max(st.bufFin[w.Buffer], fin)
+	}
+	st.makespan = max(st.makespan, fin)
+	st.transfer += transfer
+	st.bytes += bytes
+}
+
+func (st *state) result(s Placement) PlacementResult {
+	return PlacementResult{Strategy: s, Device: slices.Clone(st.dev), Makespan: st.makespan, Transfer: st.transfer, BytesMoved: st.bytes}
+}
