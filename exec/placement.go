@@ -23,9 +23,11 @@ const (
 	//
 	// HEFT is greedy: with transfers that dwarf compute it spreads work
 	// that later pays to come back. So its result is then improved by
-	// local search over the same model (start from the best of HEFT and
-	// every single-device placement; move one kernel at a time while the
-	// makespan drops), for graphs of up to LocalSearchLimit kernels.
+	// local search over the same model, from HEFT's placement and a few
+	// others (every single-device one, round-robin, least-loaded): move
+	// one kernel at a time while the makespan drops, and two at a time on
+	// graphs of up to 16 kernels. Graphs of more than LocalSearchLimit
+	// kernels keep plain HEFT.
 	PlaceHEFT Placement = iota
 	// PlaceRoundRobin deals kernels to devices in turn (a baseline).
 	PlaceRoundRobin
@@ -145,25 +147,61 @@ func better(a, b *state) bool {
 	return a.makespan < b.makespan || a.makespan == b.makespan && a.transfer < b.transfer
 }
 
-// improve starts from the best of start and every single-device
-// placement and moves one kernel at a time to another device while that
-// shortens the modeled schedule (at most 20 passes).
+// improve runs local search from several starting placements and returns
+// the best schedule found. Small graphs (up to pairMoveLimit kernels)
+// start from start, every single-device placement, and the round-robin
+// and least-loaded ones (which spread work single moves could not split);
+// larger ones from start and the best single-device placement.
 func (m *model) improve(start PlacementResult) PlacementResult {
-	best, ok := m.evaluate(start.Device)
-	if !ok {
-		return start
-	}
+	starts := [][]int{start.Device}
+	var bestOne *state // the best single-device placement
 	for d := range m.devs {
 		one := make([]int, len(m.w))
 		for i := range one {
 			one[i] = d
 		}
-		if st, ok := m.evaluate(one); ok && better(st, best) {
+		if len(m.prio) <= pairMoveLimit {
+			starts = append(starts, one)
+		} else if st, ok := m.evaluate(one); ok && (bestOne == nil || better(st, bestOne)) {
+			bestOne = st
+		}
+	}
+	if bestOne != nil {
+		starts = append(starts, bestOne.dev)
+	}
+	if len(m.prio) <= pairMoveLimit {
+		for _, s := range []Placement{PlaceRoundRobin, PlaceLeastLoaded} {
+			if r, err := Place(m.g, m.devs, m.lanes, m.topo, s); err == nil {
+				starts = append(starts, r.Device)
+			}
+		}
+	}
+	var best *state
+	for _, s := range starts {
+		st, ok := m.evaluate(s)
+		if !ok {
+			continue
+		}
+		st = m.localSearch(st)
+		if best == nil || better(st, best) {
 			best = st
 		}
 	}
+	if best == nil {
+		return start
+	}
+	return best.result(PlaceHEFT)
+}
+
+// localSearch improves st by single and (on small graphs) pair moves:
+// at most 20 passes on small graphs, 3 on larger ones.
+func (m *model) localSearch(best *state) *state {
 	dev := slices.Clone(best.dev)
-	for range 20 {
+	passes := 20
+	if len(m.prio) > pairMoveLimit {
+		passes = 3
+	}
+	for range passes {
 		moved := false
 		for _, k := range m.prio {
 			orig := dev[k]
@@ -178,11 +216,42 @@ func (m *model) improve(start PlacementResult) PlacementResult {
 			}
 			dev[k] = orig
 		}
+		// Moving one kernel of a branch alone only adds transfers; on small
+		// graphs also try moving two kernels together.
+		if !moved && len(m.prio) <= pairMoveLimit {
+			moved = m.pairMove(dev, &best)
+		}
 		if !moved {
 			break
 		}
 	}
-	return best.result(PlaceHEFT)
+	return best
+}
+
+// pairMoveLimit is the largest graph (in kernels) on which local search
+// also tries moving two kernels at once (O(V²·D) schedules a pass).
+const pairMoveLimit = 16
+
+// pairMove applies the first move of two kernels to one device that
+// shortens the schedule; it reports whether it found one.
+func (m *model) pairMove(dev []int, best **state) bool {
+	for i, a := range m.prio {
+		for _, b := range m.prio[i+1:] {
+			oa, ob := dev[a], dev[b]
+			for d := range m.devs {
+				if d == oa && d == ob {
+					continue
+				}
+				dev[a], dev[b] = d, d
+				if st, ok := m.evaluate(dev); ok && better(st, *best) {
+					*best = st
+					return true
+				}
+			}
+			dev[a], dev[b] = oa, ob
+		}
+	}
+	return false
 }
 
 // OptimalPlacement returns the placement with the least modeled makespan

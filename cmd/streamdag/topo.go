@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -97,19 +95,13 @@ func runTopo(cmd *cobra.Command, o topoOptions) error {
 	var source string
 	var notes []string
 	if o.file != "" {
-		b, err := os.ReadFile(o.file)
+		m, err := loadMachine(o.file)
 		if err != nil {
 			return err
 		}
-		if bytes.HasPrefix(bytes.TrimSpace(b), []byte("{")) {
-			facts, err = topology.ParseJSON(bytes.NewReader(b))
-			source = filepath.Base(o.file) + " (JSON)"
-		} else {
-			facts, err = topology.ParseMatrix(bytes.NewReader(b))
-			source = filepath.Base(o.file) + " (nvidia-smi topo -m)"
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", o.file, err)
+		facts, source = m.facts, m.source
+		if o.gpuName == "" && m.spec != nil {
+			opts = append(opts, topology.WithGPUSpec(*m.spec)) // the model the machine's description names
 		}
 	} else {
 		inv := gpu.Discover(cmd.Context())
@@ -188,6 +180,9 @@ type topoReport struct {
 func specNote(origin topology.SpecOrigin, gpuFlag string) string {
 	switch origin {
 	case topology.SpecFromOption:
+		if gpuFlag == "" {
+			return "the machine's description"
+		}
 		return "--gpu " + gpuFlag
 	case topology.SpecDefault:
 		return "default (nothing names the GPU model; set --gpu)"

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/streamdag/streamdag/exec"
+	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/topology"
+)
+
+// defaultSimStreams is the stream count of each simulated GPU when
+// --streams is not given.
+const defaultSimStreams = 2
+
+// runDevices gives a run its devices. With no --topology, the device comes
+// from the GPU backend (gpu.Backend.Acquire: a GPU lease, or the CPU device
+// with the reason). With --topology, the run gets one simulated GPU per GPU
+// of that machine (gpu.NewSim), with the machine's topology for placement.
+// release frees what it took; why says what the run runs on.
+func runDevices(ctx context.Context, backend *gpu.Backend, topoSpec string, streams int, copts []gpu.CPUOption) (
+	devs []gpu.Device, topo *topology.Topology, why string, release func(), err error) {
+	if topoSpec == "" {
+		acq, err := backend.Acquire(ctx, copts...)
+		if err != nil {
+			return nil, nil, "", nil, err
+		}
+		return []gpu.Device{acq.Device}, nil, acq.Device.ID().String() + ": " + acq.Why, acq.Release, nil
+	}
+	m, err := loadMachine(topoSpec)
+	if err != nil {
+		return nil, nil, "", nil, fmt.Errorf("--topology: %w", err)
+	}
+	var opts []topology.Option
+	if m.spec != nil {
+		opts = append(opts, topology.WithGPUSpec(*m.spec))
+	}
+	topo, err = topology.New(m.facts, opts...)
+	if err != nil {
+		return nil, nil, "", nil, fmt.Errorf("--topology %s: %w", topoSpec, err)
+	}
+	gpus := topo.GPUs()
+	for i := range gpus {
+		if gpus[i].MemoryBytes == 0 {
+			gpus[i].MemoryBytes = m.memory
+		}
+	}
+	if streams == 0 {
+		streams = defaultSimStreams
+	}
+	set, err := gpu.NewSim(gpus, streams)
+	if err != nil {
+		return nil, nil, "", nil, fmt.Errorf("--topology %s: %w", topoSpec, err)
+	}
+	spec := topology.DefaultSpec.Name + " (default model)"
+	if m.spec != nil {
+		spec = m.spec.Name
+	}
+	why = fmt.Sprintf("%d simulated %s GPUs of %s; kernels run on CPU streams, copies between GPUs are real copies timed by the topology model",
+		len(gpus), spec, m.source)
+	return set.Devices(), topo, why, func() { _ = set.Close() }, nil
+}
+
+// placementSummary is one line on the placement and copies of a
+// multi-device run.
+func placementSummary(p *exec.Plan, rep *exec.Report) string {
+	used := map[int]bool{}
+	for _, d := range p.Placement.Device {
+		used[d] = true
+	}
+	var links []string
+	for k, n := range rep.BytesByLink {
+		links = append(links, fmt.Sprintf("%s %.1f MB", k, float64(n)/1e6))
+	}
+	slices.Sort(links)
+	via := 0
+	for _, c := range rep.Copies {
+		if c.ViaHost {
+			via++
+		}
+	}
+	var modeled float64
+	for _, c := range rep.Copies {
+		modeled += c.Modeled.Seconds()
+	}
+	return fmt.Sprintf("placement %s: %d of %d GPUs used, modeled makespan %v, %d copies (%s), %d through the host, modeled copy time %.3f ms",
+		rep.Placement, len(used), len(p.Devices), rep.Makespan, len(rep.Copies), strings.Join(links, ", "), via, modeled*1e3)
+}
+
+// devicesLabel names the devices of a run: "cpu", or "8 devices (gpu0…gpu7)".
+func devicesLabel(ids []topology.DeviceID) string {
+	if len(ids) == 1 {
+		return ids[0].String()
+	}
+	return fmt.Sprintf("each of %d devices (%s…%s)", len(ids), ids[0], ids[len(ids)-1])
+}

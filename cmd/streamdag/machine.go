@@ -1,0 +1,53 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/streamdag/streamdag/topology"
+)
+
+// machine is a topology read for the CLI: from "sim:NAME" (an embedded
+// real machine, topology.Machines) or a file of `nvidia-smi topo -m` text
+// or a JSON description.
+type machine struct {
+	facts  topology.Facts
+	source string            // what was read, for output
+	spec   *topology.GPUSpec // the GPU model the source names, if any
+	memory int64             // per-GPU memory the source gives, or 0
+}
+
+// loadMachine reads spec ("sim:NAME" or a path). Errors name the file (or
+// the machine) and, for bad text, the line and column.
+func loadMachine(spec string) (machine, error) {
+	if name, ok := strings.CutPrefix(spec, "sim:"); ok {
+		m, err := topology.LoadMachine(name)
+		if err != nil {
+			return machine{}, err
+		}
+		out := machine{facts: m.Facts, source: "sim:" + name + " (" + m.Description + ")", memory: m.MemoryBytes}
+		if m.SpecFound {
+			out.spec = &m.Spec
+		}
+		return out, nil
+	}
+	b, err := os.ReadFile(spec)
+	if err != nil {
+		return machine{}, err
+	}
+	var out machine
+	if bytes.HasPrefix(bytes.TrimSpace(b), []byte("{")) {
+		out.facts, err = topology.ParseJSON(bytes.NewReader(b))
+		out.source = filepath.Base(spec) + " (JSON)"
+	} else {
+		out.facts, err = topology.ParseMatrix(bytes.NewReader(b))
+		out.source = filepath.Base(spec) + " (nvidia-smi topo -m)"
+	}
+	if err != nil {
+		return machine{}, fmt.Errorf("%s: %w", spec, err)
+	}
+	return out, nil
+}
