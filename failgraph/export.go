@@ -99,8 +99,13 @@ func (s *Store) Graph() graph.Directed {
 				g.SetEdge(g.NewEdge(fn, buffer(b, id)))
 			}
 		}
+		skipNode := map[string]*Node{} // one node per skipped kernel of this failure
 		for _, k := range n.skips {
-			kn := add(&Node{Kind: NodeSkip, Label: k.Kernel, Failure: id})
+			kn, ok := skipNode[k.Kernel]
+			if !ok {
+				kn = add(&Node{Kind: NodeSkip, Label: k.Kernel, Failure: id})
+				skipNode[k.Kernel] = kn
+			}
 			g.SetEdge(g.NewEdge(buffer(k.Needed, id), kn))
 			for _, p := range k.Produced {
 				if p != k.Needed {
