@@ -1,16 +1,33 @@
 // Package kvio reads files into memory the way NVIDIA KvikIO does, and loads
 // Arrow IPC and Parquet files into Arrow record batches.
 //
-// # Reads
+// # Reads and writes
 //
-// A [File] wraps an operating-system file ([Open]) or any io.ReaderAt
-// ([NewFile]). [File.ReadAt] and [File.ReadAtContext] run a read of at most
-// the task size (default 4 MiB, [DefaultTaskSizeBytes]) inline on the caller;
-// a larger read is split into task-size chunks that run, in file order, on a
-// pool of at most [Options.NumThreads] goroutines shared by every read of the
-// File. Each chunk repeats the underlying ReadAt until its range is full, and
+// A [File] wraps an operating-system file ([Open], [OpenFile]) or any
+// io.ReaderAt ([NewFile]). Its settings are KvikIO's, with KvikIO's names,
+// meanings and defaults ([Options], [Settings]): compat mode (auto), thread
+// count (1), task size (4 MiB), GDS threshold (1 MiB), bounce buffer
+// (16 MiB), each also read from its KVIKIO_* environment variable; an
+// invalid value is an error naming the variable and the value. [Describe]
+// states the settings in force in one line, and [Mode] what the compat mode
+// resolves to: libcufile is looked up at run time with purego (no cgo), and
+// while kvio has no cuFile path, auto resolves to POSIX and says why, and
+// compat mode off fails ([ErrNoCuFile]).
+//
+// [File.ReadAsync] and [File.WriteAsync] return a [Future] whose Wait(ctx)
+// gives the byte count and error; [File.ReadAt], [File.ReadAtContext] and
+// [File.WriteAt] wait for one. A request of at most the GDS threshold runs
+// inline on the caller; a larger one is split into task-size chunks that
+// run, in file order, on a pool of [Options.NumThreads] goroutines shared by
+// every request of the File, and on the goroutine waiting for it. Each chunk
+// repeats the underlying transfer until its range is done, retrying EINTR;
 // a read that meets the end of the file fails with a [*ShortReadError] that
-// names the file, the offset and the byte counts.
+// names the file, the offset and the byte counts. Cancellation skips the
+// chunks not yet started and waits for the running ones. With
+// [WithDirectIO], the page-aligned middle of a chunk goes through O_DIRECT,
+// head and tail buffered, and a file system that refuses O_DIRECT leaves the
+// File buffered ([File.DirectIO]); [PageAllocator] and [AlignedBytes] give
+// buffers aligned for it.
 //
 // # Loaders
 //
@@ -23,6 +40,10 @@
 // come through the File, so a large column chunk is itself read in parallel.
 // Strings load as Arrow gives them, utf8 or large_utf8.
 //
+// [WithColumns] projects columns, [WithBudget] charges the bytes ReadPart
+// allocates to a buffers.Budget, and [WithMmap] decodes Arrow IPC files from
+// a read-only mapping.
+//
 // Empty, truncated and corrupt files fail with an error naming the file (and
 // the part, for a part), never a panic: panics raised by arrow-go on corrupt
 // input are recovered and turned into errors.
@@ -30,8 +51,9 @@
 // # Layer and concurrency
 //
 // kvio is layer 3 of streamdag (see design.md): it may import buffers, gpu and
-// dag, and imports none of them today. Every exported method of File and of
-// the Sources is safe for concurrent use. No goroutine outlives the call that
-// started it. Batches returned by ReadPart and ReadAll belong to the caller,
+// dag, and imports buffers. Every exported method of File, Future and the
+// Sources is safe for concurrent use. Every goroutine kvio starts belongs to
+// a Future and ends before the Future is done; File.Close waits for the
+// Futures in flight, Source.Close for the ReadPart calls. Batches returned by ReadPart and ReadAll belong to the caller,
 // who releases them; they stay valid after the Source and the File close.
 package kvio

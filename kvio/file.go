@@ -7,14 +7,19 @@ import (
 	"io"
 	"os"
 	"sync"
+	"sync/atomic"
+	"syscall"
 
-	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
 )
 
-// ErrClosed is returned, wrapped with the file name, by reads on a [File]
+// ErrClosed is returned, wrapped with the file name, by requests on a [File]
 // after [File.Close].
 var ErrClosed = errors.New("kvio: file closed")
+
+// ErrNotWritable is returned, wrapped with the file name, by writes on a
+// File whose reader is not an io.WriterAt.
+var ErrNotWritable = errors.New("kvio: file not writable")
 
 // ShortReadError reports that a read reached the end of the file before it
 // filled the caller's buffer.
@@ -35,36 +40,61 @@ func (e *ShortReadError) Error() string {
 // holds for a short read.
 func (e *ShortReadError) Unwrap() error { return io.ErrUnexpectedEOF }
 
-// File reads one file, or any io.ReaderAt, KvikIO-style: a large read is
-// split into task-size chunks that run in parallel on a pool of at most
-// Options.NumThreads goroutines shared by all reads of the File.
+// File reads and writes one file, or any io.ReaderAt, KvikIO-style: a
+// request of more than Options.GDSThresholdBytes is split into task-size
+// chunks that run in file order on a pool of Options.NumThreads goroutines
+// shared by all requests on the File (and on the goroutine waiting for the
+// request; see Options.NumThreads).
 //
-// A File is safe for concurrent use by several goroutines. Its methods start
-// no goroutine that outlives the call.
+// A File is safe for concurrent use by several goroutines. Every goroutine it
+// starts belongs to a request ([Future]) and ends before the Future is done;
+// Close waits for every request in flight.
 type File struct {
-	name string
-	r    io.ReaderAt
-	own  *os.File // the file Open opened, closed by Close; nil for NewFile
-	size int64
-	opts Options
-	sem  *semaphore.Weighted // slots for chunk reads, Options.NumThreads of them
+	name   string
+	r      io.ReaderAt
+	w      io.WriterAt // nil when r is not an io.WriterAt
+	own    *os.File    // the file Open or OpenFile opened, closed by Close
+	direct *directFile // O_DIRECT twin of own; nil when not asked for or refused
+	why    string      // why direct is nil although asked for, or ""
+	size   atomic.Int64
+	opts   Options
+	mode   Resolution
+	sem    *semaphore.Weighted // the pool: Options.NumThreads slots
 
-	mu     sync.RWMutex // held for reading by every read, for writing by Close
-	closed bool
+	mu       sync.Mutex // guards closed and the Add of inflight
+	closed   bool
+	inflight sync.WaitGroup
 }
 
-var _ io.ReaderAt = (*File)(nil)
+var (
+	_ io.ReaderAt = (*File)(nil)
+	_ io.WriterAt = (*File)(nil)
+)
 
-// Open opens the file at path for reading. Name returns path as given; Size
-// is the size of the file when opened. It returns an error from an invalid
-// Option (opening nothing) or from os.Open and Stat. Close the File to close
-// the operating-system file.
+// Open opens the file at path for reading; it is OpenFile(path, os.O_RDONLY,
+// 0, opts...).
 func Open(path string, opts ...Option) (*File, error) {
+	return OpenFile(path, os.O_RDONLY, 0, opts...)
+}
+
+// OpenFile opens the file at path with os.OpenFile's flag and perm. Name
+// returns path as given; Size is the size of the file when opened, and grows
+// with writes past it. It returns an error, opening nothing, for an invalid
+// Option or KVIKIO_* variable, or compat mode off (ErrNoCuFile); or the
+// error of os.OpenFile or Stat. With Options.DirectIORead or DirectIOWrite
+// it also opens the file with O_DIRECT; a file system that refuses that
+// (EINVAL) leaves the File buffered, as File.DirectIO reports. Close the
+// File to close the operating-system files.
+func OpenFile(path string, flag int, perm os.FileMode, opts ...Option) (*File, error) {
 	o, err := newOptions(opts)
 	if err != nil {
 		return nil, err
 	}
-	osf, err := os.Open(path)
+	mode, err := Resolve(o.CompatMode)
+	if err != nil {
+		return nil, fmt.Errorf("kvio: open %s: %w", path, err)
+	}
+	osf, err := os.OpenFile(path, flag, perm)
 	if err != nil {
 		return nil, fmt.Errorf("kvio: %w", err)
 	}
@@ -73,14 +103,21 @@ func Open(path string, opts ...Option) (*File, error) {
 		return nil, errors.Join(fmt.Errorf("kvio: %w", err), osf.Close())
 	}
 	f := newFile(path, osf, st.Size(), o)
-	f.own = osf
+	f.own, f.mode = osf, mode
+	if o.DirectIORead || o.DirectIOWrite {
+		// O_CREATE and O_TRUNC were done by the first open.
+		f.direct, f.why = openDirect(path, flag&^(os.O_CREATE|os.O_TRUNC|os.O_EXCL))
+	}
 	return f, nil
 }
 
-// NewFile returns a File that reads the first sizeBytes bytes of r, which
-// must be safe for concurrent ReadAt calls (os.File and bytes.Reader are).
-// name identifies r in errors. The File does not own r: Close leaves it
-// open. It returns an error for a negative sizeBytes or an invalid Option.
+// NewFile returns a File over the first sizeBytes bytes of r, which must be
+// safe for concurrent ReadAt calls (os.File and bytes.Reader are). When r is
+// also an io.WriterAt the File can write (safe for concurrent WriteAt calls
+// on distinct ranges, as os.File is). name identifies r in errors. The File
+// does not own r: Close leaves it open. Compat mode and direct I/O do not
+// apply. It returns an error for a negative sizeBytes or an invalid Option
+// or KVIKIO_* variable.
 func NewFile(name string, r io.ReaderAt, sizeBytes int64, opts ...Option) (*File, error) {
 	if sizeBytes < 0 {
 		return nil, fmt.Errorf("kvio: NewFile %s: negative size %d bytes", name, sizeBytes)
@@ -89,37 +126,66 @@ func NewFile(name string, r io.ReaderAt, sizeBytes int64, opts ...Option) (*File
 	if err != nil {
 		return nil, err
 	}
-	return newFile(name, r, sizeBytes, o), nil
+	f := newFile(name, r, sizeBytes, o)
+	f.mode = Resolution{Mode: o.CompatMode, Reason: "not an operating-system file"}
+	return f, nil
 }
 
 func newFile(name string, r io.ReaderAt, size int64, o Options) *File {
-	return &File{name: name, r: r, size: size, opts: o, sem: semaphore.NewWeighted(int64(o.NumThreads))}
+	f := &File{name: name, r: r, opts: o, sem: semaphore.NewWeighted(int64(o.NumThreads))}
+	f.w, _ = r.(io.WriterAt)
+	f.size.Store(size)
+	return f
 }
 
 // Name returns the name the File was opened with.
 func (f *File) Name() string { return f.name }
 
-// Size returns the size of the file in bytes, as known when it was opened;
-// reads end there.
-func (f *File) Size() int64 { return f.size }
+// Size returns the size of the file in bytes: as known when it was opened,
+// grown by the File's own writes past it. Reads end there.
+func (f *File) Size() int64 { return f.size.Load() }
 
-// Options returns the settings in effect, defaults filled in.
+// Options returns the settings in effect: defaults, environment and options.
 func (f *File) Options() Options { return f.opts }
 
-// Close waits for reads in flight, then closes the operating-system file if
-// Open opened it. Later reads return an error wrapping ErrClosed. Close is
-// idempotent: calls after the first return nil.
+// Mode returns what the File's compat mode resolved to when it was opened.
+func (f *File) Mode() Resolution { return f.mode }
+
+// DirectIO reports whether the aligned middle of large requests goes
+// through O_DIRECT now, and when it does not although Options asked for it,
+// why: the open was refused ("O_DIRECT refused: invalid argument", as some
+// file systems answer), or a direct request failed with EINVAL and the File
+// fell back to buffered I/O for good.
+func (f *File) DirectIO() (on bool, why string) {
+	if f.direct == nil {
+		return false, f.why
+	}
+	if why := f.direct.disabled.Load(); why != nil {
+		return false, *why
+	}
+	return true, ""
+}
+
+// Close waits for the requests in flight, then closes the operating-system
+// files if Open or OpenFile opened them. Later requests fail with an error
+// wrapping ErrClosed. Close is idempotent: calls after the first return nil.
 func (f *File) Close() error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if f.closed {
+		f.mu.Unlock()
 		return nil
 	}
 	f.closed = true
-	if f.own != nil {
-		return f.own.Close()
+	f.mu.Unlock()
+	f.inflight.Wait()
+	var errs []error
+	if f.direct != nil {
+		errs = append(errs, f.direct.f.Close())
 	}
-	return nil
+	if f.own != nil {
+		errs = append(errs, f.own.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // ReadAt reads len(p) bytes at offset off; it is ReadAtContext without
@@ -128,108 +194,168 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	return f.ReadAtContext(context.Background(), p, off)
 }
 
-// ReadAtContext reads len(p) bytes into p starting at byte offset off.
-//
-// A read of at most Options.TaskSizeBytes runs inline on the caller. A larger
-// one is split into task-size chunks, issued in file order onto the File's
-// pool of Options.NumThreads workers; each chunk repeats the underlying
-// ReadAt until its range is full (the Go runtime already retries EINTR).
-// It returns when every chunk it started has finished. Only [0, Size) is
-// read: bytes past Size count as past the end of the file.
-//
-// n is the number of bytes read contiguously from off. When n < len(p) the
-// error is non-nil: a *ShortReadError when the file ends before off+len(p);
-// an error naming the file and offset that wraps the underlying error (the
-// first one, after which no new chunk starts); or, when ctx is done, one
-// wrapping ctx.Err(): chunks not yet started are skipped, running ones are
-// waited for. A read that has finished every chunk returns nil even if ctx
-// is done by then.
+// ReadAtContext reads len(p) bytes into p starting at byte offset off, and
+// returns when done: it is ReadAsync(ctx, p, off).Wait(ctx), without the
+// Future when the read runs inline.
 func (f *File) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
+	if int64(len(p)) <= f.opts.GDSThresholdBytes {
+		if err := f.begin(ctx, opRead, off); err != nil {
+			return 0, err
+		}
+		defer f.inflight.Done()
+		return f.inline(opRead, p, off)
+	}
+	return f.ReadAsync(ctx, p, off).Wait(ctx)
+}
+
+// WriteAt writes len(p) bytes at offset off; it is WriteAsync(ctx,p,off)
+// waited for without cancellation. It implements io.WriterAt.
+func (f *File) WriteAt(p []byte, off int64) (int, error) {
+	ctx := context.Background()
+	return f.WriteAsync(ctx, p, off).Wait(ctx)
+}
+
+// ReadAsync starts reading len(p) bytes into p at byte offset off and
+// returns its Future. Only [0, Size) is read: bytes past Size count as past
+// the end of the file. p must not be touched until the Future is done.
+//
+// A read of at most Options.GDSThresholdBytes runs inline, before ReadAsync
+// returns. A larger one is split into chunks of Options.TaskSizeBytes,
+// claimed in file order by the File's pool and by goroutines in
+// Future.Wait; each chunk repeats the underlying read until its range is
+// full, retrying EINTR. The Future's result: n, the bytes read contiguously
+// from off, and, when n < len(p), an error: a *ShortReadError (file,
+// offset, wanted, got) when the file ends first; the first failure, naming
+// the file and the offset, after which no new chunk starts; or, when ctx
+// (or the ctx of a Wait) is done first, an error wrapping its cause: chunks
+// not yet started are skipped, running ones are waited for. A read that
+// has finished every chunk succeeds even if ctx is done by then.
+// Reads on a closed File, or at a negative offset, fail at once.
+func (f *File) ReadAsync(ctx context.Context, p []byte, off int64) *Future {
+	return f.start(ctx, opRead, p, off)
+}
+
+// WriteAsync starts writing p at byte offset off and returns its Future;
+// it splits, schedules and cancels like ReadAsync. p must not be touched
+// until the Future is done. The Future's n is the bytes written
+// contiguously from off; when n < len(p) its error names the file and the
+// offset of the first failure, or wraps ErrNotWritable, ErrClosed or the
+// context's cause. Writes past Size grow it.
+func (f *File) WriteAsync(ctx context.Context, p []byte, off int64) *Future {
+	return f.start(ctx, opWrite, p, off)
+}
+
+type opKind int
+
+const (
+	opRead opKind = iota
+	opWrite
+)
+
+func (k opKind) String() string {
+	if k == opWrite {
+		return "write"
+	}
+	return "read"
+}
+
+// begin registers a request in flight, or returns why it cannot start.
+// The caller calls f.inflight.Done when it ends.
+func (f *File) begin(ctx context.Context, op opKind, off int64) error {
 	if off < 0 {
-		return 0, fmt.Errorf("kvio: read %s at %d: negative offset", f.name, off)
+		return fmt.Errorf("kvio: %s %s at %d: negative offset", op, f.name, off)
 	}
-	f.mu.RLock()
-	defer f.mu.RUnlock()
+	if op == opWrite && f.w == nil {
+		return fmt.Errorf("kvio: write %s: %w", f.name, ErrNotWritable)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.closed {
-		return 0, fmt.Errorf("kvio: read %s: %w", f.name, ErrClosed)
+		return fmt.Errorf("kvio: %s %s: %w", op, f.name, ErrClosed)
 	}
-	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("kvio: read %s at %d: %w", f.name, off, err)
+	if err := context.Cause(ctx); err != nil {
+		return fmt.Errorf("kvio: %s %s at %d: %w", op, f.name, off, err)
 	}
+	f.inflight.Add(1)
+	return nil
+}
+
+// inline performs a whole request on the calling goroutine.
+func (f *File) inline(op opKind, p []byte, off int64) (int, error) {
 	want := len(p)
-	p = p[:min(int64(want), max(f.size-off, 0))]
-	var (
-		n, got int // bytes read contiguously from off, and in all
-		err    error
-	)
-	if int64(len(p)) <= f.opts.TaskSizeBytes {
-		n, err = f.readFull(p, off)
-		got = n
-	} else {
-		n, got, err = f.readChunks(ctx, p, off)
+	if op == opRead {
+		p = p[:min(int64(want), max(f.Size()-off, 0))]
 	}
+	n, err := f.rw(op, p, off)
 	if err == nil && n < want {
-		err = &ShortReadError{File: f.name, Offset: off, Want: int64(want), Got: int64(got)}
+		err = &ShortReadError{File: f.name, Offset: off, Want: int64(want), Got: int64(n)}
 	}
 	return n, err
 }
 
-// readChunks is the parallel path of ReadAtContext. It returns the bytes
-// read contiguously from off, the bytes read in all, and the first error.
-func (f *File) readChunks(ctx context.Context, p []byte, off int64) (n, got int, err error) {
-	task := int(f.opts.TaskSizeBytes)
-	counts := make([]int, (len(p)+task-1)/task) // bytes read by each chunk
-	g, gctx := errgroup.WithContext(ctx)
-	started := 0
-	for i := range counts {
-		if f.sem.Acquire(gctx, 1) != nil {
-			break
-		}
-		if gctx.Err() != nil { // Acquire may succeed when gctx is done
-			f.sem.Release(1)
-			break
-		}
-		started++
-		start := i * task
-		chunk := p[start:min(start+task, len(p))]
-		g.Go(func() error {
-			defer f.sem.Release(1)
-			var err error
-			counts[i], err = f.readFull(chunk, off+int64(start))
-			return err
-		})
-	}
-	err = g.Wait()
-	if err == nil && started < len(counts) {
-		err = fmt.Errorf("kvio: read %s at %d: %w", f.name, off, ctx.Err())
-	}
-
-	contiguous := true
-	for i, c := range counts {
-		got += c
-		if contiguous {
-			n += c
-			contiguous = c == min(task, len(p)-i*task)
+// rw performs one chunk: the whole range, retrying partial transfers and
+// EINTR; the aligned middle through O_DIRECT when enabled for op. A read
+// returns fewer than len(p) bytes and a nil error at end of file.
+func (f *File) rw(op opKind, p []byte, off int64) (int, error) {
+	if d := f.direct; d != nil && (op == opRead && f.opts.DirectIORead || op == opWrite && f.opts.DirectIOWrite) {
+		if lo, hi, ok := d.middle(p, off); ok {
+			n, err := f.buffered(op, p[:lo], off)
+			if err != nil || n < lo {
+				return n, err
+			}
+			m, err := d.rw(op, p[lo:hi], off+int64(lo))
+			n += m
+			if err != nil || m < hi-lo {
+				if errors.Is(err, errDirectRefused) { // fell back: finish buffered
+					k, err := f.buffered(op, p[n:], off+int64(n))
+					return n + k, err
+				}
+				return n, err
+			}
+			k, err := f.buffered(op, p[hi:], off+int64(hi))
+			return n + k, err
 		}
 	}
-	return n, got, err
+	return f.buffered(op, p, off)
 }
 
-// readFull repeats the underlying ReadAt until p is full or the file ends.
-// It returns fewer than len(p) bytes and a nil error at end of file.
-func (f *File) readFull(p []byte, off int64) (int, error) {
+// buffered repeats the underlying ReadAt or WriteAt until p is done,
+// retrying EINTR.
+func (f *File) buffered(op opKind, p []byte, off int64) (int, error) {
 	n := 0
 	for n < len(p) {
-		m, err := f.r.ReadAt(p[n:], off+int64(n))
+		var (
+			m   int
+			err error
+		)
+		if op == opRead {
+			m, err = f.r.ReadAt(p[n:], off+int64(n))
+		} else {
+			m, err = f.w.WriteAt(p[n:], off+int64(n))
+		}
 		n += m
 		switch {
-		case n == len(p), errors.Is(err, io.EOF):
+		case n == len(p):
 			return n, nil
+		case op == opRead && errors.Is(err, io.EOF):
+			return n, nil
+		case errors.Is(err, syscall.EINTR):
+			continue
 		case err != nil:
-			return n, fmt.Errorf("kvio: read %s at %d: %w", f.name, off+int64(n), err)
+			return n, fmt.Errorf("kvio: %s %s at %d: %w", op, f.name, off+int64(n), err)
 		case m == 0:
-			return n, fmt.Errorf("kvio: read %s at %d: %w", f.name, off+int64(n), io.ErrNoProgress)
+			return n, fmt.Errorf("kvio: %s %s at %d: %w", op, f.name, off+int64(n), io.ErrNoProgress)
 		}
 	}
 	return n, nil
+}
+
+// grow raises the size to end after a write.
+func (f *File) grow(end int64) {
+	for {
+		s := f.size.Load()
+		if end <= s || f.size.CompareAndSwap(s, end) {
+			return
+		}
+	}
 }

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -80,7 +79,7 @@ func TestReadAtChunks(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			log := &callLog{data: data, maxBytes: tc.maxBytes}
-			f, err := kvio.NewFile("mem", log, int64(len(data)), kvio.WithTaskSize(tc.task), kvio.WithThreads(tc.threads))
+			f, err := kvio.NewFile("mem", log, int64(len(data)), kvio.WithTaskSize(tc.task), kvio.WithThreads(tc.threads), kvio.WithGDSThreshold(tc.task))
 			require.NoError(t, err)
 			defer f.Close()
 
@@ -90,7 +89,7 @@ func TestReadAtChunks(t *testing.T) {
 			assert.Equal(t, tc.n, n)
 			assert.Equal(t, data[tc.off:tc.off+tc.n], p)
 			assert.Len(t, log.calls, tc.wantCalls)
-			assert.LessOrEqual(t, int(log.peak.Load()), tc.threads, "calls in flight")
+			assert.LessOrEqual(t, int(log.peak.Load()), tc.threads+1, "calls in flight: the pool and the waiting caller")
 			for _, c := range log.calls {
 				assert.LessOrEqual(t, c[1], tc.task, "call at %d longer than a task", c[0])
 			}
@@ -103,10 +102,10 @@ func TestReadAtRandom(t *testing.T) {
 	const seed = 42
 	rng := rand.New(rand.NewPCG(seed, seed))
 	for i := range 300 {
-		task, threads := 1+rng.Int64N(64), 1+rng.IntN(4)
+		task, threads, threshold := 1+rng.Int64N(64), 1+rng.IntN(4), rng.Int64N(128)
 		off := rng.IntN(len(data))
 		n := rng.IntN(len(data) - off + 1)
-		f, err := kvio.NewFile("mem", bytes.NewReader(data), int64(len(data)), kvio.WithTaskSize(task), kvio.WithThreads(threads))
+		f, err := kvio.NewFile("mem", bytes.NewReader(data), int64(len(data)), kvio.WithTaskSize(task), kvio.WithThreads(threads), kvio.WithGDSThreshold(threshold))
 		require.NoError(t, err)
 		p := make([]byte, n)
 		got, err := f.ReadAt(p, int64(off))
@@ -120,7 +119,7 @@ func TestReadAtRandom(t *testing.T) {
 func TestReadAtShort(t *testing.T) {
 	data := pattern(1000)
 	for _, task := range []int64{7, kvio.DefaultTaskSizeBytes} {
-		f, err := kvio.NewFile("flights.parquet", bytes.NewReader(data), int64(len(data)), kvio.WithTaskSize(task))
+		f, err := kvio.NewFile("flights.parquet", bytes.NewReader(data), int64(len(data)), kvio.WithTaskSize(task), kvio.WithGDSThreshold(task))
 		require.NoError(t, err)
 		p := make([]byte, 100)
 		n, err := f.ReadAt(p, 950)
@@ -143,7 +142,7 @@ func TestReadAtSize(t *testing.T) {
 	data := pattern(1000)
 	for _, task := range []int64{7, kvio.DefaultTaskSizeBytes} {
 		// The File ends before the data: reads stop at Size.
-		f, err := kvio.NewFile("head", bytes.NewReader(data), 900, kvio.WithTaskSize(task))
+		f, err := kvio.NewFile("head", bytes.NewReader(data), 900, kvio.WithTaskSize(task), kvio.WithGDSThreshold(task))
 		require.NoError(t, err)
 		p := make([]byte, 100)
 		n, err := f.ReadAt(p, 850)
@@ -153,7 +152,7 @@ func TestReadAtSize(t *testing.T) {
 
 		// The data ends before the File (a file that shrank): the
 		// underlying EOF makes the short read.
-		f, err = kvio.NewFile("shrunk", bytes.NewReader(data), 2000, kvio.WithTaskSize(task))
+		f, err = kvio.NewFile("shrunk", bytes.NewReader(data), 2000, kvio.WithTaskSize(task), kvio.WithGDSThreshold(task))
 		require.NoError(t, err)
 		n, err = f.ReadAt(p, 950)
 		assert.Equal(t, 50, n, "task %d", task)
@@ -187,7 +186,7 @@ func (r failAt) ReadAt(p []byte, off int64) (int, error) {
 func TestReadAtError(t *testing.T) {
 	data := pattern(1000)
 	for _, task := range []int64{10, kvio.DefaultTaskSizeBytes} {
-		f, err := kvio.NewFile("disk", failAt{data: data, bad: 505}, int64(len(data)), kvio.WithTaskSize(task), kvio.WithThreads(1))
+		f, err := kvio.NewFile("disk", failAt{data: data, bad: 505}, int64(len(data)), kvio.WithTaskSize(task), kvio.WithThreads(1), kvio.WithGDSThreshold(task))
 		require.NoError(t, err)
 		p := make([]byte, 1000)
 		n, err := f.ReadAt(p, 0)
@@ -198,56 +197,83 @@ func TestReadAtError(t *testing.T) {
 	}
 }
 
-// gate blocks its first ReadAt until release is closed.
+// gate blocks every ReadAt at offset blockAt until release is closed, and
+// counts the calls.
 type gate struct {
-	data     []byte
-	started  chan struct{}
-	release  chan struct{}
-	calls    atomic.Int32
-	firstOne sync.Once
+	data    []byte
+	blockAt int64
+	started chan struct{} // closed when the blocking call starts
+	release chan struct{}
+	calls   atomic.Int32
 }
 
 func (g *gate) ReadAt(p []byte, off int64) (int, error) {
 	g.calls.Add(1)
-	g.firstOne.Do(func() {
+	if off == g.blockAt {
 		close(g.started)
 		<-g.release
-	})
+	}
 	return bytes.NewReader(g.data).ReadAt(p, off)
 }
 
 func TestReadAtContextCancel(t *testing.T) {
-	g := &gate{data: pattern(100), started: make(chan struct{}), release: make(chan struct{})}
-	f, err := kvio.NewFile("gate", g, 100, kvio.WithTaskSize(10), kvio.WithThreads(1))
+	// One pool thread and no caller help (ReadAsync, no Wait until the
+	// end): the pool's single chunk in flight blocks, the request is
+	// canceled, and no later chunk starts.
+	g := &gate{data: pattern(100), blockAt: 0, started: make(chan struct{}), release: make(chan struct{})}
+	f, err := kvio.NewFile("gate", g, 100, kvio.WithTaskSize(10), kvio.WithThreads(1), kvio.WithGDSThreshold(0))
 	require.NoError(t, err)
 	defer f.Close()
 
 	ctx, cancel := context.WithCancel(t.Context())
-	type result struct {
-		n   int
-		err error
-	}
-	done := make(chan result)
-	go func() {
-		n, err := f.ReadAtContext(ctx, make([]byte, 100), 0)
-		done <- result{n, err}
-	}()
+	fu := f.ReadAsync(ctx, make([]byte, 100), 0)
 	<-g.started
 	cancel()
 	close(g.release)
-	r := <-done
-	assert.ErrorIs(t, r.err, context.Canceled)
-	assert.Equal(t, 10, r.n, "the running chunk finishes")
+	<-fu.Done()
+	n, err := fu.Wait(t.Context())
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.ErrorContains(t, err, "kvio: read gate at 0: context canceled")
+	assert.Equal(t, 10, n, "the running chunk finishes")
 	assert.Equal(t, int32(1), g.calls.Load(), "no chunk starts after cancellation")
 
-	n, err := f.ReadAtContext(ctx, make([]byte, 5), 0)
-	assert.ErrorIs(t, err, context.Canceled, "inline read with a done context")
+	n, err = f.ReadAtContext(ctx, make([]byte, 5), 0)
+	assert.ErrorIs(t, err, context.Canceled, "read with a done context")
 	assert.Zero(t, n)
+}
+
+func TestWaitCancel(t *testing.T) {
+	// Future a holds the File's one pool thread; b's chunks wait for it.
+	// A Wait on b with a done ctx cancels b before any chunk of it starts,
+	// with that ctx's cause.
+	g := &gate{data: pattern(100), blockAt: 0, started: make(chan struct{}), release: make(chan struct{})}
+	f, err := kvio.NewFile("gate", g, 100, kvio.WithTaskSize(10), kvio.WithThreads(1), kvio.WithGDSThreshold(0))
+	require.NoError(t, err)
+	defer f.Close()
+	a := f.ReadAsync(t.Context(), make([]byte, 10), 0)
+	<-g.started
+	b := f.ReadAsync(t.Context(), make([]byte, 90), 10)
+
+	ctx, cancel := context.WithCancelCause(t.Context())
+	cancel(errDisk)
+	n, err := b.Wait(ctx)
+	assert.ErrorIs(t, err, errDisk, "Wait's cause")
+	assert.EqualError(t, err, "kvio: read gate at 10: disk on fire")
+	assert.Zero(t, n)
+	n2, err2 := b.Wait(t.Context())
+	assert.Equal(t, n, n2, "Wait returns the same result again")
+	assert.Equal(t, err, err2)
+
+	close(g.release)
+	n, err = a.Wait(t.Context())
+	assert.NoError(t, err)
+	assert.Equal(t, 10, n)
+	assert.Equal(t, int32(1), g.calls.Load(), "b read nothing")
 }
 
 func TestReadAtSharedPool(t *testing.T) {
 	log := &callLog{data: pattern(1 << 16)}
-	f, err := kvio.NewFile("mem", log, 1<<16, kvio.WithTaskSize(100), kvio.WithThreads(2))
+	f, err := kvio.NewFile("mem", log, 1<<16, kvio.WithTaskSize(100), kvio.WithThreads(2), kvio.WithGDSThreshold(100))
 	require.NoError(t, err)
 	defer f.Close()
 	var wg sync.WaitGroup
@@ -260,38 +286,7 @@ func TestReadAtSharedPool(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	assert.LessOrEqual(t, int(log.peak.Load()), 2, "chunks in flight across concurrent reads")
-}
-
-func TestOptions(t *testing.T) {
-	f, err := kvio.NewFile("mem", bytes.NewReader(nil), 0)
-	require.NoError(t, err)
-	assert.Equal(t, kvio.Options{TaskSizeBytes: 4 << 20, NumThreads: runtime.GOMAXPROCS(0)}, f.Options())
-
-	f, err = kvio.NewFile("mem", bytes.NewReader(nil), 0, kvio.WithTaskSize(7), kvio.WithThreads(3))
-	require.NoError(t, err)
-	assert.Equal(t, kvio.Options{TaskSizeBytes: 7, NumThreads: 3}, f.Options())
-
-	invalid := []struct {
-		name string
-		opt  kvio.Option
-		want string
-	}{
-		{"zero task size", kvio.WithTaskSize(0), "kvio: WithTaskSize(0): task size must be positive"},
-		{"negative task size", kvio.WithTaskSize(-4096), "kvio: WithTaskSize(-4096): task size must be positive"},
-		{"zero threads", kvio.WithThreads(0), "kvio: WithThreads(0): thread count must be positive"},
-		{"negative threads", kvio.WithThreads(-2), "kvio: WithThreads(-2): thread count must be positive"},
-	}
-	for _, tc := range invalid {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := kvio.NewFile("mem", bytes.NewReader(nil), 0, tc.opt)
-			assert.EqualError(t, err, tc.want)
-			_, err = kvio.Open(filepath.Join(t.TempDir(), "absent"), tc.opt)
-			assert.EqualError(t, err, tc.want, "options are checked before opening")
-		})
-	}
-	_, err = kvio.NewFile("mem", bytes.NewReader(nil), -1)
-	assert.EqualError(t, err, "kvio: NewFile mem: negative size -1 bytes")
+	assert.LessOrEqual(t, int(log.peak.Load()), 2+4, "chunks in flight across concurrent reads: the pool and the 4 callers")
 }
 
 func TestOpenClose(t *testing.T) {

@@ -1,7 +1,9 @@
 package kvio
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -18,7 +20,9 @@ import (
 // to a batch) and closes it before returning.
 type ipcSource struct {
 	parts
-	cols []int // indices of the projected columns in the file; nil for all
+	cols   []int  // indices of the projected columns in the file; nil for all
+	mapped []byte // the file mapped by WithMmap, or nil
+	dicts  bool   // the schema has dictionary-encoded fields
 }
 
 var _ Source = (*ipcSource)(nil)
@@ -32,17 +36,24 @@ var _ Source = (*ipcSource)(nil)
 // batch bodies are not size-limited beyond the file size; their metadata is
 // limited to ipc's default of 64 MiB.
 //
+// WithBudget and WithMmap apply.
+//
 // It returns an error naming the file for an empty, truncated or corrupt
-// file, an unknown column, or a failed read.
+// file, an unknown column, a failed read, or a failed mmap.
 func OpenIPC(ctx context.Context, f *File, opts ...LoadOption) (Source, error) {
 	cfg := newLoadConfig(opts)
-	s := &ipcSource{parts: parts{file: f}}
+	s := &ipcSource{parts: parts{file: f, budget: cfg.budget}}
 	var full *arrow.Schema
 	err := safely(func() error {
 		// Check the footer before arrow-go parses it.
 		var err error
 		if s.rows, err = ipcFooter(ctx, f); err != nil {
 			return err
+		}
+		if cfg.mmap {
+			if s.mapped, err = mapFile(f); err != nil {
+				return err
+			}
 		}
 		r, err := s.open(ctx, memory.DefaultAllocator)
 		if err != nil {
@@ -56,10 +67,14 @@ func OpenIPC(ctx context.Context, f *File, opts ...LoadOption) (Source, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("kvio: open %s: %w", f.Name(), err)
+		return nil, errors.Join(fmt.Errorf("kvio: open %s: %w", f.Name(), err), s.unmap())
 	}
 	if s.cols, err = project(f.Name(), full, cfg.columns); err != nil {
-		return nil, err
+		return nil, errors.Join(err, s.unmap())
+	}
+	s.onClose = s.unmap
+	for _, fd := range full.Fields() {
+		s.dicts = s.dicts || hasDictionary(fd.Type)
 	}
 	s.schema = full
 	if s.cols != nil {
@@ -73,41 +88,126 @@ func OpenIPC(ctx context.Context, f *File, opts ...LoadOption) (Source, error) {
 	return s, nil
 }
 
-// open returns a new ipc.FileReader over the file that allocates from mem.
+// open returns a new ipc.FileReader over the file, or over its mapping,
+// that allocates from mem.
 func (s *ipcSource) open(ctx context.Context, mem memory.Allocator) (*ipc.FileReader, error) {
+	if s.mapped != nil {
+		return ipc.NewFileReader(bytes.NewReader(s.mapped), ipc.WithAllocator(mem), ipc.WithBodySizeLimit(0))
+	}
 	return ipc.NewFileReader(s.reader(ctx), ipc.WithAllocator(mem), ipc.WithBodySizeLimit(0))
+}
+
+// unmap removes the mapping, if any.
+func (s *ipcSource) unmap() error {
+	if s.mapped == nil {
+		return nil
+	}
+	m := s.mapped
+	s.mapped = nil
+	return unmapFile(s.Name(), m)
 }
 
 // ReadPart reads record batch i; see Source.
 func (s *ipcSource) ReadPart(ctx context.Context, i int, mem memory.Allocator) (arrow.RecordBatch, error) {
-	if err := s.check(ctx, i); err != nil {
-		return nil, err
-	}
-	var rec arrow.RecordBatch
-	err := safely(func() error {
-		r, err := s.open(ctx, mem)
+	return s.readPart(ctx, i, mem, func(mem memory.Allocator) (arrow.RecordBatch, error) {
+		var (
+			r   *ipc.FileReader
+			err error
+		)
+		zeroCopy := s.mapped != nil && !s.dicts
+		if zeroCopy {
+			// The batch's buffers point into the mapping; copyBatch
+			// moves the projected columns into mem.
+			r, err = ipc.NewMappedFileReader(s.mapped, ipc.WithAllocator(mem), ipc.WithBodySizeLimit(0))
+		} else {
+			r, err = s.open(ctx, mem)
+		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 		defer r.Close()
 		all, err := r.RecordBatchAt(i)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if s.cols == nil {
-			rec = all
-			return nil
+		if s.cols == nil && !zeroCopy {
+			return all, nil
 		}
 		defer all.Release()
 		cols := make([]arrow.Array, len(s.cols))
 		for j, c := range s.cols {
 			cols[j] = all.Column(c)
 		}
-		rec = array.NewRecordBatch(s.schema, cols, all.NumRows())
-		return nil
+		if s.cols == nil {
+			cols = all.Columns()
+		}
+		if zeroCopy {
+			return copyBatch(s.schema, cols, all.NumRows(), mem), nil
+		}
+		return array.NewRecordBatch(s.schema, cols, all.NumRows()), nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("kvio: read %s part %d: %w", s.Name(), i, err)
+}
+
+// hasDictionary reports whether t is, or nests, a dictionary type.
+func hasDictionary(t arrow.DataType) bool {
+	switch t := t.(type) {
+	case *arrow.DictionaryType:
+		return true
+	case arrow.NestedType:
+		for _, f := range t.Fields() {
+			if hasDictionary(f.Type) {
+				return true
+			}
+		}
 	}
-	return rec, nil
+	return false
+}
+
+// copyBatch returns a record batch of schema whose columns are deep copies
+// of cols, every buffer allocated from mem.
+func copyBatch(schema *arrow.Schema, cols []arrow.Array, rows int64, mem memory.Allocator) arrow.RecordBatch {
+	out := make([]arrow.Array, len(cols))
+	for j, c := range cols {
+		d := copyData(c.Data(), mem)
+		out[j] = array.MakeFromData(d)
+		d.Release()
+	}
+	rec := array.NewRecordBatch(schema, out, rows)
+	for _, c := range out {
+		c.Release()
+	}
+	return rec
+}
+
+// copyData deep-copies d (buffers, children and dictionary) into mem.
+func copyData(d arrow.ArrayData, mem memory.Allocator) arrow.ArrayData {
+	bufs := make([]*memory.Buffer, len(d.Buffers()))
+	for k, b := range d.Buffers() {
+		if b == nil {
+			continue
+		}
+		nb := memory.NewResizableBuffer(mem)
+		nb.Resize(b.Len())
+		copy(nb.Bytes(), b.Bytes())
+		bufs[k] = nb
+	}
+	children := make([]arrow.ArrayData, len(d.Children()))
+	for k, c := range d.Children() {
+		children[k] = copyData(c, mem)
+	}
+	out := array.NewData(d.DataType(), d.Len(), bufs, children, d.NullN(), d.Offset())
+	for _, b := range bufs {
+		if b != nil {
+			b.Release()
+		}
+	}
+	for _, c := range children {
+		c.Release()
+	}
+	if dict, ok := d.Dictionary().(*array.Data); ok && dict != nil { // a typed nil when absent
+		dc := copyData(dict, mem)
+		out.SetDictionary(dc)
+		dc.Release()
+	}
+	return out
 }

@@ -32,14 +32,14 @@ var _ Source = (*parquetSource)(nil)
 // each ReadPart then reads one row group through f (a large column chunk is
 // one read, split in parallel by f) and decodes it with arrow-go's pqarrow.
 // The parts are the row groups; WithColumns selects top-level columns, and
-// the others are not read.
+// the others are not read. WithBudget applies; WithMmap is ignored.
 //
 // It returns an error naming the file for an empty, truncated or corrupt
 // file, an unknown column, or a failed read. The footer, and buffers used
 // while decoding, live on the Go heap, not in the allocator of ReadPart.
 func OpenParquet(ctx context.Context, f *File, opts ...LoadOption) (Source, error) {
 	cfg := newLoadConfig(opts)
-	s := &parquetSource{parts: parts{file: f}}
+	s := &parquetSource{parts: parts{file: f, budget: cfg.budget}}
 	var (
 		fr   *pqarrow.FileReader
 		full *arrow.Schema
@@ -151,31 +151,22 @@ func appendLeaves(leaves []int, field *pqarrow.SchemaField) []int {
 
 // ReadPart reads row group i; see Source.
 func (s *parquetSource) ReadPart(ctx context.Context, i int, mem memory.Allocator) (arrow.RecordBatch, error) {
-	if err := s.check(ctx, i); err != nil {
-		return nil, err
-	}
-	var rec arrow.RecordBatch
-	err := safely(func() error {
+	return s.readPart(ctx, i, mem, func(mem memory.Allocator) (arrow.RecordBatch, error) {
 		pf, err := file.NewParquetReader(s.reader(ctx), file.WithMetadata(s.meta))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{}, mem)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		tbl, err := fr.ReadRowGroups(ctx, s.leaves, []int{i})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		defer tbl.Release()
-		rec, err = tableBatch(tbl, mem)
-		return err
+		return tableBatch(tbl, mem)
 	})
-	if err != nil {
-		return nil, fmt.Errorf("kvio: read %s part %d: %w", s.Name(), i, err)
-	}
-	return rec, nil
 }
 
 // tableBatch returns tbl as one record batch, concatenating a column's chunks

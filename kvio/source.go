@@ -8,11 +8,13 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync/atomic"
+	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/streamdag/streamdag/buffers"
 )
 
 // Source is a columnar file cut into parts that can be decoded independently:
@@ -38,9 +40,11 @@ type Source interface {
 	// ctx done, or a closed Source (wrapping ErrClosed); it then returns no
 	// batch and holds no memory of mem.
 	ReadPart(ctx context.Context, i int, mem memory.Allocator) (arrow.RecordBatch, error)
-	// Close marks the Source closed: later ReadPart calls fail with
-	// ErrClosed; reads in flight finish. It does not close the File. Close
-	// is idempotent and returns nil.
+	// Close marks the Source closed, so later ReadPart calls fail with
+	// ErrClosed, waits for the ReadPart calls in flight, and releases what
+	// the Source holds (a WithMmap mapping). It does not close the File.
+	// Close is idempotent; it returns nil, or the munmap error the first
+	// time.
 	Close() error
 }
 
@@ -48,7 +52,38 @@ type Source interface {
 type LoadOption func(*loadConfig)
 
 type loadConfig struct {
-	columns []string // top-level column names to keep, in order; nil keeps all
+	columns []string        // top-level column names to keep, in order; nil keeps all
+	budget  *buffers.Budget // charged for every byte ReadPart allocates; nil for none
+	mmap    bool            // map Arrow IPC files instead of reading them
+}
+
+// WithBudget charges every byte that ReadPart allocates from its allocator
+// to budget, from the allocation until the returned batch's buffers are
+// released: batches held by the caller keep their bytes charged. An
+// allocation that does not fit in the bytes free at that moment fails the
+// ReadPart at once (it does not wait, so parts decoded in parallel cannot
+// deadlock holding halves of the budget) with an error naming the file and
+// part that wraps buffers.ErrOverBudget; whatever the part had allocated is
+// then freed and returned to the budget. Scratch memory that arrow-go takes
+// from the Go heap while decoding (decompression buffers, the Parquet
+// footer) is not charged. A nil budget charges nothing, as without the
+// option.
+func WithBudget(budget *buffers.Budget) LoadOption {
+	return func(c *loadConfig) { c.budget = budget }
+}
+
+// WithMmap makes OpenIPC (and OpenAuto, for an Arrow IPC file) map the file
+// into memory with mmap(2), read-only, instead of reading it through the
+// File: ReadPart then decodes a record batch straight from the mapping (no
+// read system call, and only the projected columns are touched) and copies
+// its buffers into the caller's allocator, so batches keep the ownership and
+// lifetime of the pread path. Files with dictionary-encoded columns are
+// decoded from the mapping through arrow-go's copying reader (its mapped
+// reader does not load dictionaries). The mapping is removed by Close, after
+// the ReadPart calls in flight. OpenIPC fails when the File was not opened
+// by Open or OpenFile, or mmap fails. OpenParquet ignores the option.
+func WithMmap() LoadOption {
+	return func(c *loadConfig) { c.mmap = true }
 }
 
 // WithColumns keeps only the named top-level columns, in the order given.
@@ -115,12 +150,18 @@ func ReadAll(ctx context.Context, s Source, mem memory.Allocator) ([]arrow.Recor
 }
 
 // parts holds what both Source implementations share: the file, the
-// projected schema, the row count of each part, and the closed flag.
+// projected schema, the row count of each part, the budget, and the closed
+// flag with the ReadPart calls in flight.
 type parts struct {
-	file   *File
-	schema *arrow.Schema
-	rows   []int64
-	closed atomic.Bool
+	file    *File
+	schema  *arrow.Schema
+	rows    []int64
+	budget  *buffers.Budget
+	onClose func() error // run once by Close after the reads in flight; may be nil
+
+	mu       sync.Mutex // guards closed and the Add of inflight
+	closed   bool
+	inflight sync.WaitGroup
 }
 
 func (p *parts) Name() string          { return p.file.Name() }
@@ -129,21 +170,64 @@ func (p *parts) NumParts() int         { return len(p.rows) }
 func (p *parts) PartRows(i int) int64  { return p.rows[i] }
 
 func (p *parts) Close() error {
-	p.closed.Store(true)
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.mu.Unlock()
+	p.inflight.Wait()
+	if p.onClose != nil {
+		return p.onClose()
+	}
 	return nil
 }
 
-// check returns the error ReadPart reports before reading part i, or nil.
-func (p *parts) check(ctx context.Context, i int) error {
+// begin returns the error ReadPart reports before reading part i, or
+// registers the read in flight; the caller then calls p.inflight.Done.
+func (p *parts) begin(ctx context.Context, i int) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	switch {
-	case p.closed.Load():
+	case p.closed:
 		return fmt.Errorf("kvio: read %s part %d: %w", p.Name(), i, ErrClosed)
 	case i < 0 || i >= len(p.rows):
 		return fmt.Errorf("kvio: read %s: part %d out of range [0, %d)", p.Name(), i, len(p.rows))
 	case ctx.Err() != nil:
 		return fmt.Errorf("kvio: read %s part %d: %w", p.Name(), i, ctx.Err())
 	}
+	p.inflight.Add(1)
 	return nil
+}
+
+// readPart runs decode for part i with the budget applied to mem: it
+// registers the read, recovers arrow-go's panics, and on failure frees what
+// decode allocated and left behind, returning it to the budget.
+func (p *parts) readPart(ctx context.Context, i int, mem memory.Allocator, decode func(memory.Allocator) (arrow.RecordBatch, error)) (arrow.RecordBatch, error) {
+	if err := p.begin(ctx, i); err != nil {
+		return nil, err
+	}
+	defer p.inflight.Done()
+	var ba *budgetAllocator
+	if p.budget != nil {
+		ba = newBudgetAllocator(mem, p.budget)
+		mem = ba
+	}
+	var rec arrow.RecordBatch
+	err := safely(func() (err error) {
+		rec, err = decode(mem)
+		return err
+	})
+	if err != nil {
+		if ba != nil {
+			if refused := ba.abandon(); refused != nil {
+				err = refused // pqarrow recovers panics itself, hiding ours
+			}
+		}
+		return nil, fmt.Errorf("kvio: read %s part %d: %w", p.Name(), i, err)
+	}
+	return rec, nil
 }
 
 // reader returns an io.ReaderAt (and io.Seeker) over the whole file whose
@@ -194,10 +278,15 @@ func fieldNames(sc *arrow.Schema) string {
 }
 
 // safely runs fn and turns a panic raised inside it, as arrow-go does on some
-// corrupt input, into an error.
+// corrupt input, into an error; a budgetAllocator's over-budget panic
+// becomes its error.
 func safely(fn func() error) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
+			if ob, ok := v.(overBudget); ok {
+				err = ob.err
+				return
+			}
 			err = fmt.Errorf("corrupt data: panic: %v", v)
 		}
 	}()
