@@ -2,7 +2,8 @@ package bench
 
 import (
 	"context"
-	"fmt"
+	"math/rand/v2"
+	"strconv"
 
 	"github.com/streamdag/streamdag/dag"
 )
@@ -23,6 +24,21 @@ var Shapes = []Shape{
 	{"wavefront-100x100", func(fn dag.KernelFunc) *dag.Graph { return Wavefront(100, fn) }},
 }
 
+// RandomDAG is the large shape: a seeded random DAG of 1,000,000 kernels
+// (see Random); it is measured on its own, not in the four-shape average.
+var RandomDAG = Shape{"random-1m", func(fn dag.KernelFunc) *dag.Graph { return Random(1_000_000, RandomSeed, fn) }}
+
+// RandomSeed is the seed of RandomDAG.
+const RandomSeed = 20240601
+
+// name returns prefix followed by i in decimal.
+func name(prefix string, i int) string { return prefix + strconv.Itoa(i) }
+
+// name2 returns prefix, i, "_", j.
+func name2(prefix string, i, j int) string {
+	return prefix + strconv.Itoa(i) + "_" + strconv.Itoa(j)
+}
+
 // Empty is a kernel that does nothing.
 func Empty(context.Context, dag.Launch) error { return nil }
 
@@ -31,12 +47,12 @@ func Chain(n int, fn dag.KernelFunc) *dag.Graph {
 	g := dag.New()
 	prev := dag.BufferID(-1)
 	for i := range n {
-		out := g.AddValue(fmt.Sprintf("b%d", i))
+		out := g.AddValue(name("b", i))
 		opts := []dag.KernelOption{dag.Writes(out)}
 		if prev >= 0 {
 			opts = append(opts, dag.Reads(prev))
 		}
-		g.AddKernel(fmt.Sprintf("k%d", i), fn, opts...)
+		g.AddKernel(name("k", i), fn, opts...)
 		prev = out
 	}
 	return g
@@ -50,8 +66,8 @@ func FanOutIn(n int, fn dag.KernelFunc) *dag.Graph {
 	g.AddKernel("source", fn, dag.Writes(src))
 	outs := make([]dag.BufferID, n)
 	for i := range n {
-		outs[i] = g.AddValue(fmt.Sprintf("w%d", i))
-		g.AddKernel(fmt.Sprintf("worker%d", i), fn, dag.Reads(src), dag.Writes(outs[i]))
+		outs[i] = g.AddValue(name("w", i))
+		g.AddKernel(name("worker", i), fn, dag.Reads(src), dag.Writes(outs[i]))
 	}
 	g.AddKernel("sink", fn, dag.Reads(outs...))
 	return g
@@ -66,12 +82,12 @@ func Tree(depth int, fn dag.KernelFunc) *dag.Graph {
 	bufs := make([]dag.BufferID, n)
 	// Node i has children 2i+1 and 2i+2; build leaves first.
 	for i := n - 1; i >= 0; i-- {
-		bufs[i] = g.AddValue(fmt.Sprintf("t%d", i))
+		bufs[i] = g.AddValue(name("t", i))
 		opts := []dag.KernelOption{dag.Writes(bufs[i])}
 		if l := 2*i + 1; l < n {
 			opts = append(opts, dag.Reads(bufs[l], bufs[l+1]))
 		}
-		g.AddKernel(fmt.Sprintf("node%d", i), fn, opts...)
+		g.AddKernel(name("node", i), fn, opts...)
 	}
 	return g
 }
@@ -82,7 +98,7 @@ func Wavefront(n int, fn dag.KernelFunc) *dag.Graph {
 	bufs := make([]dag.BufferID, n*n)
 	for i := range n {
 		for j := range n {
-			bufs[i*n+j] = g.AddValue(fmt.Sprintf("c%d_%d", i, j))
+			bufs[i*n+j] = g.AddValue(name2("c", i, j))
 			opts := []dag.KernelOption{dag.Writes(bufs[i*n+j])}
 			if i > 0 {
 				opts = append(opts, dag.Reads(bufs[(i-1)*n+j]))
@@ -90,7 +106,45 @@ func Wavefront(n int, fn dag.KernelFunc) *dag.Graph {
 			if j > 0 {
 				opts = append(opts, dag.Reads(bufs[i*n+j-1]))
 			}
-			g.AddKernel(fmt.Sprintf("cell%d_%d", i, j), fn, opts...)
+			g.AddKernel(name2("cell", i, j), fn, opts...)
+		}
+	}
+	return g
+}
+
+// RandomWindow is how far back a kernel of Random may read: its inputs
+// are outputs of the previous RandomWindow kernels.
+const RandomWindow = 1000
+
+// Random returns a seeded random DAG of n kernels: kernel i writes value
+// buffer i and reads 0, 1 or 2 (uniformly) distinct outputs chosen
+// uniformly among the RandomWindow kernels before it, so the graph is wide
+// (on average about a third of a window of kernels are ready at once) and
+// every edge is local, like a pipeline unrolled over many batches. The same
+// (n, seed) gives the same graph.
+func Random(n int, seed uint64, fn dag.KernelFunc) *dag.Graph {
+	g := dag.New()
+	rng := rand.New(rand.NewPCG(seed, seed))
+	var reads [2]dag.BufferID
+	for i := range n {
+		out := g.AddValue(name("r", i))
+		nr := 0
+		if i > 0 {
+			want := rng.IntN(3)
+			lo := max(0, i-RandomWindow)
+			for range want {
+				b := dag.BufferID(lo + rng.IntN(i-lo))
+				if nr == 1 && reads[0] == b {
+					continue
+				}
+				reads[nr] = b
+				nr++
+			}
+		}
+		if nr == 0 {
+			g.AddKernel(name("rk", i), fn, dag.Writes(out))
+		} else {
+			g.AddKernel(name("rk", i), fn, dag.Reads(reads[:nr]...), dag.Writes(out))
 		}
 	}
 	return g

@@ -2,8 +2,12 @@ package bench_test
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamdag/streamdag/bench"
@@ -32,67 +36,104 @@ func TestShapes(t *testing.T) {
 	}
 }
 
-// seqLaunch is the minimal dag.Launch the sequential walk hands kernels.
-type seqLaunch struct {
-	dag.Launch
-	k *dag.Kernel
+func TestRandomIsSeededAndValid(t *testing.T) {
+	a, b := bench.Random(5000, 7, bench.Empty), bench.Random(5000, 7, bench.Empty)
+	require.NoError(t, a.Validate())
+	require.NoError(t, b.Validate())
+	assert.Equal(t, a.Predecessors(), b.Predecessors(), "same seed, same graph")
+	c := bench.Random(5000, 8, bench.Empty)
+	assert.NotEqual(t, a.Predecessors(), c.Predecessors(), "another seed, another graph")
+	edges, roots := 0, 0
+	for k, ps := range a.Predecessors() {
+		edges += len(ps)
+		if len(ps) == 0 {
+			roots++
+		}
+		for _, p := range ps {
+			assert.Less(t, int(p), k)
+			assert.LessOrEqual(t, k-int(p), bench.RandomWindow)
+		}
+	}
+	assert.InDelta(t, 5000, edges, 500, "about one read per kernel on average")
+	assert.InDelta(t, 5000/3, roots, 300, "a third of the kernels read nothing")
 }
 
-func (l *seqLaunch) Kernel() string { return l.k.Name }
+// smallShapes are small versions of every shape, for tests.
+var smallShapes = []bench.Shape{
+	{Name: "chain", Build: func(fn dag.KernelFunc) *dag.Graph { return bench.Chain(200, fn) }},
+	{Name: "fanout", Build: func(fn dag.KernelFunc) *dag.Graph { return bench.FanOutIn(200, fn) }},
+	{Name: "tree", Build: func(fn dag.KernelFunc) *dag.Graph { return bench.Tree(7, fn) }},
+	{Name: "wavefront", Build: func(fn dag.KernelFunc) *dag.Graph { return bench.Wavefront(12, fn) }},
+	{Name: "random", Build: func(fn dag.KernelFunc) *dag.Graph { return bench.Random(3000, 1, fn) }},
+}
 
-// BenchmarkShapes measures executor overhead per launch with empty
-// kernels: "streamdag" executes a prepared plan (buffers allocated, launches
-// queued on 2 streams, waits, error-graph settling, report), "plan+run"
-// adds planning, and "sequential" walks the same graph in topological
-// order on one goroutine — the floor.
-func BenchmarkShapes(b *testing.B) {
-	dev, err := gpu.NewCPU()
-	require.NoError(b, err)
-	defer dev.Close()
-	e := exec.New(dev)
-	ctx := context.Background()
-	for _, s := range bench.Shapes {
-		g := s.Build(bench.Empty)
-		require.NoError(b, g.Validate())
-		n := float64(len(g.Kernels()))
-		b.Run(s.Name+"/sequential", func(b *testing.B) {
-			order := g.Order()
-			var l seqLaunch
-			b.ReportAllocs()
-			for b.Loop() {
-				for _, id := range order {
-					l.k = g.Kernel(id)
-					if err := l.k.Fn(ctx, &l); err != nil {
-						b.Fatal(err)
+// TestRunners checks that every runner runs every kernel exactly once and
+// only after all of its predecessors, twice in a row (runs are reusable).
+func TestRunners(t *testing.T) {
+	for _, s := range smallShapes {
+		for _, r := range bench.Runners {
+			t.Run(s.Name+"/"+r.Name, func(t *testing.T) {
+				g := s.Build(bench.Empty)
+				require.NoError(t, g.Validate())
+				preds := g.Predecessors()
+				ran := make([]atomic.Int32, len(g.Kernels()))
+				var bad atomic.Int32
+				for _, k := range g.Kernels() {
+					k.Fn = func(context.Context, dag.Launch) error {
+						for _, p := range preds[k.ID] {
+							if ran[p].Load() != ran[k.ID].Load()+1 {
+								bad.Add(1)
+							}
+						}
+						ran[k.ID].Add(1)
+						return nil
 					}
 				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/launch")
-		})
-		b.Run(s.Name+"/streamdag", func(b *testing.B) {
-			p, err := e.Plan(g)
-			require.NoError(b, err)
-			b.ReportAllocs()
-			for b.Loop() {
-				res, err := e.Execute(ctx, p)
-				if err != nil {
-					b.Fatal(err)
+				run, done, err := r.Prepare(g)
+				require.NoError(t, err)
+				defer done()
+				for i := range 2 {
+					require.NoError(t, run())
+					for k := range ran {
+						require.EqualValues(t, i+1, ran[k].Load(), "kernel %d runs once per run", k)
+					}
 				}
-				res.Close()
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/launch")
-			b.ReportMetric(float64(p.Waits), "waits")
-		})
-		b.Run(s.Name+"/plan+run", func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				res, err := e.Run(ctx, g)
-				if err != nil {
-					b.Fatal(err)
-				}
-				res.Close()
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/launch")
+				assert.Zero(t, bad.Load(), "no kernel ran before a predecessor")
+			})
+		}
+	}
+}
+
+func TestRunnersReturnKernelErrors(t *testing.T) {
+	for _, r := range bench.Runners {
+		t.Run(r.Name, func(t *testing.T) {
+			g := bench.FanOutIn(10, bench.Empty)
+			g.Kernels()[3].Fn = func(context.Context, dag.Launch) error { return fmt.Errorf("boom") }
+			require.NoError(t, g.Validate())
+			run, done, err := r.Prepare(g)
+			require.NoError(t, err)
+			defer done()
+			assert.Error(t, run(), "the failure of kernel 3 is reported")
 		})
 	}
+}
+
+func TestSpinWork(t *testing.T) {
+	n := bench.SpinIterations()
+	require.Positive(t, n)
+	assert.Equal(t, n, bench.SpinIterations(), "calibrated once")
+	require.NoError(t, bench.SpinWork().Kernel(t.Context(), bench.NopLaunch{}))
+}
+
+func TestMeasureAndWaitCost(t *testing.T) {
+	calls := 0
+	st, err := bench.Measure(func() error { calls++; return nil }, 3, 5, 0)
+	require.NoError(t, err)
+	assert.Equal(t, 3, st.Runs)
+	assert.Equal(t, 4, calls, "one warm-up run")
+	waits, _, same, alt, err := bench.WaitCost(50, time.Millisecond)
+	require.NoError(t, err)
+	assert.Equal(t, 49, waits, "every launch of the alternating chain waits on the other stream")
+	assert.Positive(t, same.Runs)
+	assert.Positive(t, alt.Runs)
 }

@@ -7,5 +7,5 @@ import "gonum.org/v1/gonum/graph/encoding/dot"
 // buffer→kernel for reads and kernel→buffer for writes. The output is
 // deterministic for a given graph. name is the DOT graph's name.
 func (g *Graph) MarshalDOT(name string) ([]byte, error) {
-	return dot.Marshal(g.g, name, "", "  ")
+	return dot.Marshal(g.directed(), name, "", "  ")
 }

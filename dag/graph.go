@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -111,24 +112,56 @@ func (b *Buffer) Whole() buffers.Binding {
 }
 
 // Graph is a pipeline: kernels and buffers, with gonum's
-// simple.DirectedGraph underneath. The zero value is not usable; call New.
+// simple.DirectedGraph underneath (see Directed). The zero value is not
+// usable; call New.
+//
+// The graph's own store is compact slices (kernels, buffers, and the
+// gonum node id of each: nodes are numbered in the order they were added);
+// the gonum graph is built from them on first use (Directed, MarshalDOT,
+// a cycle report) and brought up to date incrementally after later
+// additions, so building a large pipeline costs no map insertion per edge.
+// A Graph is not safe for concurrent mutation; concurrent calls of
+// Directed and the read-only accessors are safe.
 type Graph struct {
-	g        *simple.DirectedGraph
-	kernels  []*Kernel
-	buffers  []*Buffer
-	names    map[string]string // name → "kernel" or "buffer"
-	nodeKind map[int64]any     // gonum node id → *Kernel or *Buffer
-	errs     []error           // builder mistakes, reported by Validate
-	order    []KernelID        // topological order, set by a successful Validate
+	mu      sync.Mutex            // guards dg and synced
+	dg      *simple.DirectedGraph // nil until first needed
+	synced  int                   // nodes[:synced] are in dg with their edges
+	kernels []*Kernel
+	buffers []*Buffer
+	nodes   []any      // gonum node id → *Kernel or *Buffer
+	errs    []error    // builder mistakes, reported by Validate
+	order   []KernelID // topological order, set by a successful Validate
 }
 
 // New returns an empty graph.
 func New() *Graph {
-	return &Graph{
-		g:        simple.NewDirectedGraph(),
-		names:    map[string]string{},
-		nodeKind: map[int64]any{},
+	return &Graph{}
+}
+
+// directed returns the gonum graph with every node and edge added so far.
+func (g *Graph) directed() *simple.DirectedGraph {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.dg == nil {
+		g.dg = simple.NewDirectedGraph()
 	}
+	for ; g.synced < len(g.nodes); g.synced++ {
+		id := int64(g.synced)
+		n := dotNode{g, id}
+		g.dg.AddNode(n)
+		k, ok := g.nodes[id].(*Kernel)
+		if !ok {
+			continue
+		}
+		// A kernel's buffers were added before it: their nodes are in dg.
+		for _, r := range k.Reads {
+			g.dg.SetEdge(simple.Edge{F: dotNode{g, g.buffers[r.Buffer].node}, T: n})
+		}
+		for _, w := range k.Writes {
+			g.dg.SetEdge(simple.Edge{F: n, T: dotNode{g, g.buffers[w.Buffer].node}})
+		}
+	}
+	return g.dg
 }
 
 // BufferOption configures a buffer.
@@ -161,25 +194,52 @@ func (g *Graph) addBuffer(b *Buffer, opts []BufferOption) BufferID {
 	}
 	b.ID = BufferID(len(g.buffers))
 	g.checkName("buffer", b.Name, int64(b.ID))
-	b.node = g.g.NewNode().ID()
-	g.g.AddNode(dotNode{g, b.node})
-	g.nodeKind[b.node] = b
+	b.node = int64(len(g.nodes))
+	g.nodes = append(g.nodes, b)
 	g.buffers = append(g.buffers, b)
 	g.order = nil
 	return b.ID
 }
 
-// checkName records an empty or duplicate name of the kind's node id.
+// checkName records an empty name of the kind's id. Duplicate names are
+// found by Validate (see duplicates), which keeps building free of a map
+// insertion per name.
 func (g *Graph) checkName(kind, name string, id int64) {
 	if name == "" {
 		g.errs = append(g.errs, fmt.Errorf("dag: %s %d has an empty name", kind, id))
-		return
 	}
-	if prev, dup := g.names[name]; dup {
-		g.errs = append(g.errs, &DuplicateError{Name: name, Kinds: [2]string{prev, kind}})
-		return
+}
+
+// duplicates returns a DuplicateError for every kernel or buffer whose
+// non-empty name an earlier-added one already holds, in the order they
+// were added. O(V) with one presized map.
+func (g *Graph) duplicates() []error {
+	seen := make(map[string]int, len(g.nodes)) // name → node id of its first holder
+	var errs []error
+	for id, n := range g.nodes {
+		kind, name := nodeKindName(n)
+		if name == "" {
+			continue
+		}
+		if prev, dup := seen[name]; dup {
+			pk, _ := nodeKindName(g.nodes[prev])
+			errs = append(errs, &DuplicateError{Name: name, Kinds: [2]string{pk, kind}})
+			continue
+		}
+		seen[name] = id
 	}
-	g.names[name] = kind
+	return errs
+}
+
+// nodeKindName returns "kernel" or "buffer" and the name of n.
+func nodeKindName(n any) (kind, name string) {
+	switch v := n.(type) {
+	case *Kernel:
+		return "kernel", v.Name
+	case *Buffer:
+		return "buffer", v.Name
+	}
+	return "", ""
 }
 
 // KernelOption configures a kernel: its reads, writes and placement hints.
@@ -313,16 +373,8 @@ func (g *Graph) AddKernel(name string, fn KernelFunc, opts ...KernelOption) Kern
 	for _, o := range opts {
 		o(g, k)
 	}
-	k.node = g.g.NewNode().ID()
-	n := dotNode{g, k.node}
-	g.g.AddNode(n)
-	g.nodeKind[k.node] = k
-	for _, r := range k.Reads {
-		g.g.SetEdge(simple.Edge{F: dotNode{g, g.buffers[r.Buffer].node}, T: n})
-	}
-	for _, w := range k.Writes {
-		g.g.SetEdge(simple.Edge{F: n, T: dotNode{g, g.buffers[w.Buffer].node}})
-	}
+	k.node = int64(len(g.nodes))
+	g.nodes = append(g.nodes, k)
 	g.kernels = append(g.kernels, k)
 	g.order = nil
 	return k.ID
@@ -345,10 +397,19 @@ func (g *Graph) Buffer(id BufferID) *Buffer { return g.buffers[id] }
 // Directed returns the underlying gonum graph. Its nodes are kernels and
 // buffers (see NodeOf); edges are buffer→kernel for reads and
 // kernel→buffer for writes. Do not modify it.
-func (g *Graph) Directed() graph.Directed { return g.g }
+//
+// The gonum graph is built on the first call, O(V + E), and extended on a
+// later call with what was added since; calls are safe for concurrent use
+// with each other (not with additions).
+func (g *Graph) Directed() graph.Directed { return g.directed() }
 
 // NodeOf returns the *Kernel or *Buffer behind a gonum node id, or nil.
-func (g *Graph) NodeOf(id int64) any { return g.nodeKind[id] }
+func (g *Graph) NodeOf(id int64) any {
+	if id < 0 || id >= int64(len(g.nodes)) {
+		return nil
+	}
+	return g.nodes[id]
+}
 
 // dotNode is a gonum node that names itself and carries DOT attributes.
 type dotNode struct {
@@ -360,7 +421,7 @@ func (d dotNode) ID() int64 { return d.id }
 
 // DOTID returns the kernel's or buffer's name.
 func (d dotNode) DOTID() string {
-	switch v := d.g.nodeKind[d.id].(type) {
+	switch v := d.g.NodeOf(d.id).(type) {
 	case *Kernel:
 		return v.Name
 	case *Buffer:
@@ -376,7 +437,7 @@ var dotEscape = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
 // Attributes gives kernels a box shape and buffers an ellipse (inputs
 // doubled), with a size label for raw buffers.
 func (d dotNode) Attributes() []encoding.Attribute {
-	switch v := d.g.nodeKind[d.id].(type) {
+	switch v := d.g.NodeOf(d.id).(type) {
 	case *Kernel:
 		return []encoding.Attribute{{Key: "shape", Value: "box"}}
 	case *Buffer:

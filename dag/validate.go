@@ -75,7 +75,7 @@ const maxReported = 10
 // Order returns nil. It is O((V + E) log V) plus, for buffers with several
 // writers, a reachability search per overlapping pair.
 func (g *Graph) Validate() error {
-	errs := slices.Clone(g.errs)
+	errs := append(slices.Clone(g.errs), g.duplicates()...)
 	succ, order := g.kernelOrder()
 	if len(order) < len(g.kernels) {
 		errs = append(errs, g.cycles()...)
@@ -187,7 +187,7 @@ func (h *idHeap) Pop() any {
 // component of the kernel–buffer graph (Tarjan, via gonum).
 func (g *Graph) cycles() []error {
 	var errs []error
-	for _, comp := range topo.TarjanSCC(g.g) {
+	for _, comp := range topo.TarjanSCC(g.directed()) {
 		if len(comp) < 2 {
 			continue
 		}
@@ -198,7 +198,7 @@ func (g *Graph) cycles() []error {
 		start := int64(-1)
 		for _, n := range comp {
 			in[n.ID()] = true
-			if _, ok := g.nodeKind[n.ID()].(*Kernel); ok && (start < 0 || n.ID() < start) {
+			if _, ok := g.NodeOf(n.ID()).(*Kernel); ok && (start < 0 || n.ID() < start) {
 				start = n.ID()
 			}
 		}
@@ -215,7 +215,7 @@ func (g *Graph) cyclePath(start int64, in map[int64]bool) []string {
 	for len(queue) > 0 {
 		u := queue[0]
 		queue = queue[1:]
-		it := g.g.From(u)
+		it := g.directed().From(u)
 		var next []int64
 		for it.Next() {
 			next = append(next, it.Node().ID())
@@ -248,7 +248,7 @@ func (g *Graph) cyclePath(start int64, in map[int64]bool) []string {
 }
 
 func (g *Graph) describe(node int64) string {
-	switch v := g.nodeKind[node].(type) {
+	switch v := g.NodeOf(node).(type) {
 	case *Kernel:
 		return "kernel " + v.Name
 	case *Buffer:

@@ -111,6 +111,7 @@ type RunOption func(*runConfig)
 
 type runConfig struct {
 	inputs map[dag.BufferID]any
+	loss   *LossSpec
 }
 
 // WithInput stores v into input buffer id before the run starts; the
@@ -148,18 +149,46 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 		return nil, fmt.Errorf("exec: plan for %d devices × %d streams, executor has %d × %d",
 			len(p.Devices), p.Streams, len(e.devs), e.devs[0].NumStreams())
 	}
+	var loss *deviceLoss
+	if rc.loss != nil {
+		var err error
+		if loss, err = newDeviceLoss(p, *rc.loss); err != nil {
+			releaseInputs(rc.inputs)
+			return nil, err
+		}
+	}
 	start := time.Now()
-	g := p.Graph
 	r := &run{
 		ctx:   ctx,
 		plan:  p,
 		devs:  p.Devices,
 		alloc: e.pools[0].Allocator(),
 		store: failgraph.New(func(id buffers.ID) string { return p.Buffers[id].Name }),
+		loss:  loss,
 	}
-	if err := r.allocate(ctx, e.pools, rc.inputs); err != nil {
+	if err := r.allocate(ctx, e.pools, nil, rc.inputs); err != nil {
 		return nil, err
 	}
+	states, submitErr := e.launch(p, r)
+	rep := newReport(p, states, e.topo, 0)
+	res := &Result{graph: p.Graph, bufs: r.bufs, store: r.store, Report: rep}
+	if submitErr == nil && loss != nil && loss.lost.Load() {
+		res, submitErr = e.recover(ctx, p, r, states, rep)
+	}
+	res.Report.Wall = time.Since(start)
+	if e.backend != nil {
+		m := e.backend.MetricsSnapshot()
+		res.Report.Backend = &m
+	}
+	if submitErr != nil {
+		return res, submitErr
+	}
+	return res, nil
+}
+
+// launch queues plan p's launches for run r, waits for all of them, and
+// returns their states.
+func (e *Executor) launch(p *Plan, r *run) ([]launchState, error) {
 	states := make([]launchState, len(p.Launches))
 	for i := range p.Launches {
 		l := &p.Launches[i]
@@ -192,15 +221,7 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 			}
 		}
 	}
-	res := &Result{graph: g, bufs: r.bufs, store: r.store, Report: newReport(p, states, e.topo, time.Since(start))}
-	if e.backend != nil {
-		m := e.backend.MetricsSnapshot()
-		res.Report.Backend = &m
-	}
-	if submitErr != nil {
-		return res, submitErr
-	}
-	return res, nil
+	return states, submitErr
 }
 
 // submitBatch is the scheduler's MaxTasks for a run: launches are handed
@@ -245,12 +266,18 @@ type run struct {
 	alloc memory.Allocator
 	store *failgraph.Store
 	bufs  []*buffers.Buffer // by plan buffer id: the graph's, then replicas
+	loss  *deviceLoss       // nil unless a device is to be lost during the run
 }
 
-// allocate reserves every planned buffer on its device's pool.
-func (r *run) allocate(ctx context.Context, pools []*buffers.Pool, inputs map[dag.BufferID]any) error {
+// allocate reserves every planned buffer on its device's pool, except
+// those carried over from an earlier phase (carried[i] non-nil).
+func (r *run) allocate(ctx context.Context, pools []*buffers.Pool, carried []*buffers.Buffer, inputs map[dag.BufferID]any) error {
 	r.bufs = make([]*buffers.Buffer, len(r.plan.Buffers))
 	for i, b := range r.plan.Buffers {
+		if i < len(carried) && carried[i] != nil {
+			r.bufs[i] = carried[i]
+			continue
+		}
 		buf, err := pools[b.Device].Allocate(ctx, buffers.ID(i), b.Name, b.SizeBytes)
 		if errors.Is(err, buffers.ErrOverBudget) {
 			// The reservation can never succeed: the buffer reads as this
@@ -313,11 +340,16 @@ const (
 	// StatusCancelled: ctx was done (or the device refused work) before
 	// the launch started.
 	StatusCancelled
+	// StatusLost: the launch's device was lost (or its work superseded by
+	// the recovery that followed): the recovery phase's launches say how
+	// it ended.
+	StatusLost
 )
 
-var statusNames = [...]string{"pending", "ok", "failed", "skipped", "cancelled"}
+var statusNames = [...]string{"pending", "ok", "failed", "skipped", "cancelled", "lost"}
 
-// String returns "ok", "failed", "skipped", "cancelled" or "pending".
+// String returns "ok", "failed", "skipped", "cancelled", "lost" or
+// "pending".
 func (s Status) String() string {
 	if int(s) < len(statusNames) {
 		return statusNames[s]
@@ -341,6 +373,7 @@ type launchState struct {
 	failure  failgraph.FailureID
 	err      error
 	copied   int64 // bytes a copy launch moved
+	degraded bool  // it ran while an optional read was missing
 }
 
 var (
@@ -352,6 +385,14 @@ var (
 // write scope and then ok or failed.
 func (l *launchState) Run() {
 	r := l.run
+	if r.loss != nil {
+		defer r.loss.settled()
+		if r.loss.hits(l.op) {
+			l.cancel(r.loss.err)
+			l.status = StatusLost
+			return
+		}
+	}
 	if err := r.ctx.Err(); err != nil {
 		l.cancel(err)
 		return
@@ -359,6 +400,9 @@ func (l *launchState) Run() {
 	if id, skip := r.store.SkipIfTainted(l.op.Name, l.required, l.op.Writes); skip {
 		l.status, l.failure = StatusSkipped, id
 		return
+	}
+	if l.op.kernel != nil && l.op.kernel.Optional != nil && len(l.required) < len(l.op.Reads) {
+		l.degraded = r.store.EnsureWritten(l.op.Reads...) != nil
 	}
 	scope := r.store.Enter(l.op.Name, l.op.Writes)
 	l.start = time.Now()

@@ -103,15 +103,29 @@ func (e *Executor) Plan(g *dag.Graph) (*Plan, error) {
 			return nil, err
 		}
 	}
-	return planOn(g, ids, e.devs[0].NumStreams(), pl), nil
+	return planOn(g, ids, e.devs[0].NumStreams(), pl, nil), nil
 }
 
-func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementResult) *Plan {
+// subset restricts planOn to some kernels (a recovery plan): only run[k]
+// kernels get launches, and buffers no included kernel writes live on
+// home[b] (where a surviving copy is), -1 when unknown.
+type subset struct {
+	run  []bool
+	home []int
+}
+
+func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementResult, sub *subset) *Plan {
 	order := g.Order()
 	kernels := g.Kernels()
+	if sub != nil {
+		order = slices.DeleteFunc(slices.Clone(order), func(k dag.KernelID) bool { return !sub.run[k] })
+	}
 	p := &Plan{Graph: g, Devices: devs, Streams: nstreams, Placement: pl}
 	for _, b := range g.Buffers() {
 		p.Buffers = append(p.Buffers, PlannedBuffer{Name: b.Name, SizeBytes: b.SizeBytes, Value: b.Value, Of: b.ID})
+		if sub != nil && sub.home[b.ID] >= 0 {
+			p.Buffers[b.ID].Device = sub.home[b.ID]
+		}
 	}
 	// A buffer lives where its first writer runs (placement keeps every
 	// writer of a buffer on one device); inputs live on device 0.

@@ -61,6 +61,14 @@ type Report struct {
 	// estimates and modeled transfers), for multi-device runs.
 	Makespan  time.Duration
 	Placement string
+	// Lost is the device lost during the run (WithDeviceLoss), or nil;
+	// Migrations lists the kernels moved off it and Reruns the kernels
+	// that had succeeded but ran again because their output was lost with
+	// the device. Launches then holds both phases: the first phase's
+	// superseded launches have status lost.
+	Lost       *topology.DeviceID
+	Migrations []Migration
+	Reruns     []string
 	// Backend is the GPU backend's metrics snapshot at the end of the run,
 	// when the executor was given one (WithBackend).
 	Backend *gpu.MetricsSnapshot
@@ -87,7 +95,7 @@ func (r *Report) Err() error {
 			errs = append(errs, l.Err)
 		}
 	}
-	if n, c := r.Count(StatusSkipped), r.Count(StatusCancelled); n+c > 0 {
+	if n, c := r.Count(StatusSkipped), r.Count(StatusCancelled); n+c > 0 { // lost launches were redone
 		errs = append(errs, fmt.Errorf("exec: %d launches skipped, %d cancelled", n, c))
 	}
 	return errors.Join(errs...)
@@ -222,8 +230,18 @@ func (r *Report) MarshalJSON() ([]byte, error) {
 		Device   string               `json:"device"`
 		Streams  int                  `json:"streams"`
 		Backend  *gpu.MetricsSnapshot `json:"backend,omitempty"`
+		Lost     string               `json:"lost_device,omitempty"`
+		Migrate  []map[string]string  `json:"migrations,omitempty"`
+		Reruns   []string             `json:"reruns,omitempty"`
 	}{Launches: make([]launch, len(r.Launches)), Waits: r.Waits, WallNs: r.Wall.Nanoseconds(), Device: r.Device.String(),
 		Streams: r.Streams, Backend: r.Backend}
+	if r.Lost != nil {
+		out.Lost = r.Lost.String()
+	}
+	for _, m := range r.Migrations {
+		out.Migrate = append(out.Migrate, map[string]string{"kernel": m.Kernel, "from": m.From.String(), "to": m.To.String()})
+	}
+	out.Reruns = r.Reruns
 	var t0 time.Time
 	for i := range r.Launches {
 		if s := r.Launches[i].Start; !s.IsZero() && (t0.IsZero() || s.Before(t0)) {

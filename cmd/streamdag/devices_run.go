@@ -96,3 +96,17 @@ func devicesLabel(ids []topology.DeviceID) string {
 	}
 	return fmt.Sprintf("each of %d devices (%s…%s)", len(ids), ids[0], ids[len(ids)-1])
 }
+
+// lossSummary says what a run that lost a device did about it.
+func lossSummary(rep *exec.Report) string {
+	var moves []string
+	for _, m := range rep.Migrations {
+		moves = append(moves, fmt.Sprintf("%s %s→%s", m.Kernel, m.From, m.To))
+	}
+	reruns := "none"
+	if len(rep.Reruns) > 0 {
+		reruns = strings.Join(rep.Reruns, ", ")
+	}
+	return fmt.Sprintf("lost %s: %d kernels migrated (%s); re-run because their output was lost: %s",
+		*rep.Lost, len(rep.Migrations), strings.Join(moves, ", "), reruns)
+}

@@ -2,6 +2,8 @@
 //
 //	streamdag run flights [--input FILE] [--airports FILE] [--min-delay N] [--top K]
 //	                      [--streams N] [--out FILE.csv|FILE.json] [--dot FILE]
+//	                      [--trace FILE.json] [--json] [--quiet]
+//	streamdag graph [--in plan.dot] [--out FILE.svg|FILE.png]
 //	streamdag devices [--json]
 //	streamdag version
 //
@@ -55,6 +57,6 @@ func newRoot() *cobra.Command {
 		fmt.Fprintf(c.ErrOrStderr(), "streamdag: %v (see '%s --help')\n", err, c.CommandPath())
 		return errUsage
 	})
-	root.AddCommand(newRunCmd(), newDevicesCmd(), newTopoCmd(), newVersionCmd())
+	root.AddCommand(newRunCmd(), newDevicesCmd(), newTopoCmd(), newGraphCmd(), newVersionCmd())
 	return root
 }

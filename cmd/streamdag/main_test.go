@@ -70,8 +70,8 @@ func TestRunFlightsJSONAndDOT(t *testing.T) {
 	assert.EqualValues(t, 6888, rows[0]["count"])
 	dot, err := os.ReadFile(dotPath)
 	require.NoError(t, err)
-	assert.True(t, strings.HasPrefix(string(dot), "strict digraph flights {"))
-	assert.Contains(t, string(dot), `"filter[0]"`)
+	assert.True(t, strings.HasPrefix(string(dot), "digraph plan {"), "--dot writes the plan")
+	assert.Contains(t, string(dot), `label="filter[0]\n`)
 }
 
 func TestRunFlightsMultibatch(t *testing.T) {
@@ -216,4 +216,59 @@ func TestRunFlightsMetricsAndQuiet(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(b, &r))
 	assert.NotNil(t, r.Backend, "the run report carries the backend's metrics")
+}
+
+// The flights pipeline on 8 simulated V100s of a DGX-1 gives the same
+// result as on the CPU device, with copies between GPUs in the report.
+func TestRunFlightsOnSimulatedGPUs(t *testing.T) {
+	dir := t.TempDir()
+	cpu, sim, rep := filepath.Join(dir, "cpu.csv"), filepath.Join(dir, "sim.csv"), filepath.Join(dir, "r.json")
+	code, _, errs := cli(t, "run", "flights", "--top", "0", "--out", cpu)
+	require.Equal(t, 0, code, errs)
+	code, _, errs = cli(t, "run", "flights", "--top", "0", "--out", sim, "--topology", "sim:dgx1-v100", "--report", rep)
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, errs, "8 simulated V100 GPUs")
+	assert.Contains(t, errs, "placement heft")
+	a, err := os.ReadFile(cpu)
+	require.NoError(t, err)
+	b, err := os.ReadFile(sim)
+	require.NoError(t, err)
+	assert.Equal(t, string(a), string(b))
+	var r struct {
+		Launches []struct{ Kernel, Device string }
+	}
+	raw, err := os.ReadFile(rep)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(raw, &r))
+	devices := map[string]bool{}
+	for _, l := range r.Launches {
+		devices[l.Device] = true
+	}
+	assert.Greater(t, len(devices), 1, "work spread over several simulated GPUs")
+
+	code, _, errs = cli(t, "run", "flights", "--topology", "sim:nosuch")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errs, `no machine "nosuch"`)
+}
+
+// Losing a simulated GPU half-way through the run recovers: the result is
+// the same as on the CPU device, and the summary names the migrations.
+func TestRunFlightsLoseDevice(t *testing.T) {
+	dir := t.TempDir()
+	cpu, lost := filepath.Join(dir, "cpu.csv"), filepath.Join(dir, "lost.csv")
+	code, _, errs := cli(t, "run", "flights", "--top", "0", "--out", cpu)
+	require.Equal(t, 0, code, errs)
+	for _, at := range []string{"0%", "50%"} {
+		code, _, errs = cli(t, "run", "flights", "--top", "0", "--out", lost, "--topology", "sim:dgx1-v100", "--lose-device", "gpu3@"+at)
+		require.Equal(t, 0, code, errs)
+		assert.Contains(t, errs, "lost gpu3:")
+		a, err := os.ReadFile(cpu)
+		require.NoError(t, err)
+		b, err := os.ReadFile(lost)
+		require.NoError(t, err)
+		assert.Equal(t, string(a), string(b), "lost at %s", at)
+	}
+	code, _, errs = cli(t, "run", "flights", "--topology", "sim:dgx1-v100", "--lose-device", "gpu3")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errs, "DEVICE@PERCENT")
 }

@@ -34,12 +34,13 @@ func newRunCmd() *cobra.Command {
 }
 
 type flightsFlags struct {
-	input, airports, out, dot  string
-	report, errorsDot, metrics string
-	fail                       []string
-	quiet                      bool
-	minDelay                   int64
-	top, streams               int
+	input, airports, out, dot   string
+	report, errorsDot, metrics  string
+	fail                        []string
+	quiet, jsonOut              bool
+	trace, topology, loseDevice string
+	minDelay                    int64
+	top, streams                int
 }
 
 func newFlightsCmd() *cobra.Command {
@@ -63,8 +64,12 @@ With no --input it runs on the 200,000-row sample embedded in the binary
 	fl.IntVar(&f.top, "top", 10, "print the K groups with the most flights; 0 prints all")
 	fl.IntVar(&f.streams, "streams", 0, "CPU streams, 1 to 1024 (0: GOMAXPROCS)")
 	fl.StringVar(&f.out, "out", "", "also write the result to FILE.csv or FILE.json")
-	fl.StringVar(&f.dot, "dot", "", "write the pipeline DAG as Graphviz DOT to FILE")
+	fl.StringVar(&f.dot, "dot", "", "write the plan (devices, streams, kernels, buffers, event waits) as Graphviz DOT to FILE; render it with 'streamdag graph'")
+	fl.StringVar(&f.trace, "trace", "", "write a Chrome/Perfetto trace of the run (a track per stream) as JSON to FILE")
+	fl.BoolVar(&f.jsonOut, "json", false, "write the result and a run summary as JSON on stdout instead of the table")
 	fl.StringVar(&f.report, "report", "", "write the run report (every launch: status, failure, error, chain) as JSON to FILE")
+	fl.StringVar(&f.topology, "topology", "", "run on simulated GPUs of a machine: sim:NAME (dgx1-v100, dgx-a100, …) or an nvidia-smi topo -m / JSON file")
+	fl.StringVar(&f.loseDevice, "lose-device", "", "with --topology: lose a simulated GPU part-way, e.g. gpu3@50% (after half the launches), and recover")
 	fl.BoolVar(&f.quiet, "quiet", false, "print only the result table and errors (no run summary)")
 	fl.StringVar(&f.metrics, "metrics", "", "write the GPU backend's metrics snapshot as JSON to FILE")
 	fl.StringVar(&f.errorsDot, "errors-dot", "", "write the error graph (failures, skipped kernels, tainted buffers) as DOT to FILE")
@@ -106,12 +111,12 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		return err
 	}
 	defer backend.CloseAndWait(context.WithoutCancel(ctx))
-	acq, err := backend.Acquire(ctx, copts...)
+	devs, topo, why, release, err := runDevices(ctx, backend, f.topology, f.streams, copts)
 	if err != nil {
 		return err
 	}
-	defer acq.Release()
-	dev := acq.Device
+	defer release()
+	dev := devs[0]
 
 	var file *kvio.File
 	if f.input == "" {
@@ -129,7 +134,7 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	}
 	defer src.Close()
 
-	opts := flights.Options{MinDelay: f.minDelay, TopK: f.top, Partitions: dev.NumStreams()}
+	opts := flights.Options{MinDelay: f.minDelay, TopK: f.top, Partitions: len(devs) * dev.NumStreams()}
 	if f.airports != "" {
 		path := f.airports
 		if _, err := os.Stat(path); err != nil {
@@ -153,24 +158,41 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 			return fmt.Errorf("--fail %s: %w", spec, err)
 		}
 	}
+	var bar *progress
+	if showProgress(stderr, f.quiet, os.Getenv) {
+		bar = countLaunches(p.Graph)
+	}
+	e, err := exec.NewMulti(devs, topo, exec.WithBackend(backend))
+	if err != nil {
+		return err
+	}
+	plan, err := e.Plan(p.Graph)
+	if err != nil {
+		return err
+	}
 	if f.dot != "" {
-		dot, err := p.Graph.MarshalDOT("flights")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(f.dot, append(dot, '\n'), 0o644); err != nil {
+		if err := writePlanDOT(f.dot, plan); err != nil {
 			return err
 		}
 	}
-	e := exec.New(dev, exec.WithBackend(backend))
-	res, err := e.Run(ctx, p.Graph)
+	bar.start(stderr, "flights", progressDelay)
+	var runOpts []exec.RunOption
+	if f.loseDevice != "" {
+		spec, err := exec.ParseLossSpec(f.loseDevice)
+		if err != nil {
+			return fmt.Errorf("--lose-device: %w", err)
+		}
+		runOpts = append(runOpts, exec.WithDeviceLoss(spec.Device, spec.After))
+	}
+	res, err := e.Execute(ctx, plan, runOpts...)
+	bar.Stop()
 	if err != nil {
 		return err
 	}
 	defer res.Close()
 	rep := res.Report
 	table, readErr := p.Result(res)
-	if readErr == nil {
+	if readErr == nil && !f.jsonOut {
 		if err := flights.WriteTable(stdout, table.Rows, p.Key, f.airports != ""); err != nil {
 			return err
 		}
@@ -179,12 +201,29 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	for i := range src.NumParts() {
 		nrows += src.PartRows(i)
 	}
+	if f.jsonOut {
+		if err := writeRunJSON(stdout, src.Name(), nrows, len(p.Partitions), table, readErr, rep); err != nil {
+			return err
+		}
+	}
+	if f.trace != "" {
+		if err := writeTraceFile(f.trace, plan, rep); err != nil {
+			return err
+		}
+	}
 	if !f.quiet {
 		fmt.Fprintf(stderr, "%s: %d rows in %s, %s on %s of %s, %s, %v (%.1f M rows/s)\n",
 			src.Name(), nrows, plural(len(p.Partitions), "partition"), plural(len(rep.Launches), "launch"),
-			plural(rep.Streams, "stream"), rep.Device, plural(rep.Waits, "event wait"),
+			plural(rep.Streams, "stream"), devicesLabel(rep.Devices), plural(rep.Waits, "event wait"),
 			rep.Wall.Round(time.Microsecond), float64(nrows)/rep.Wall.Seconds()/1e6)
-		fmt.Fprintf(stderr, "device %s: %s\n", dev.ID(), acq.Why)
+		fmt.Fprintf(stderr, "devices: %s\n", why)
+		if len(devs) > 1 {
+			fmt.Fprintln(stderr, placementSummary(plan, rep))
+		}
+		if rep.Lost != nil {
+			fmt.Fprintln(stderr, lossSummary(rep))
+		}
+		fmt.Fprintln(stderr, kvio.Describe())
 	}
 	if f.report != "" {
 		b, err := json.MarshalIndent(rep, "", "  ")
@@ -213,7 +252,7 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 			return err
 		}
 	}
-	if rep.Err() == nil && readErr == nil {
+	if rep.Err() == nil && readErr == nil && len(table.Lost) == 0 {
 		return nil
 	}
 	for _, l := range rep.Launches {

@@ -1,0 +1,89 @@
+package bench_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/bench"
+	"github.com/streamdag/streamdag/dag"
+)
+
+// benchRunners measures every runner on g (built with w's kernels): one
+// sub-benchmark per runner, reporting ns/launch and launches/s.
+func benchRunners(b *testing.B, g *dag.Graph) {
+	require.NoError(b, g.Validate())
+	n := float64(len(g.Kernels()))
+	for _, r := range bench.Runners {
+		b.Run(r.Name, func(b *testing.B) {
+			run, done, err := r.Prepare(g)
+			require.NoError(b, err)
+			defer done()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := run(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N) / n
+			b.ReportMetric(ns, "ns/launch")
+			b.ReportMetric(1e9/ns, "launches/s")
+		})
+	}
+}
+
+// BenchmarkShapes runs every shape with empty and ~0.5 µs kernels under
+// every runner (sequential floor, streamdag, goroutine per task, errgroup,
+// go-taskflow): go test -run '^$' -bench Shapes ./bench/
+func BenchmarkShapes(b *testing.B) {
+	for _, w := range []bench.Work{bench.EmptyWork, bench.SpinWork()} {
+		for _, s := range bench.Shapes {
+			b.Run(s.Name+"/"+w.Name, func(b *testing.B) { benchRunners(b, s.Build(w.Kernel)) })
+		}
+	}
+}
+
+// BenchmarkRandom1M runs the random DAG of 1,000,000 empty kernels under
+// every runner (a few seconds per runner; the graph takes about as long
+// to build).
+func BenchmarkRandom1M(b *testing.B) {
+	benchRunners(b, bench.RandomDAG.Build(bench.Empty))
+}
+
+// BenchmarkBuild measures building each shape's graph (AddValue and
+// AddKernel per kernel, names included), and validating it, per kernel.
+func BenchmarkBuild(b *testing.B) {
+	for _, s := range append(bench.Shapes[:len(bench.Shapes):len(bench.Shapes)], bench.RandomDAG) {
+		b.Run(s.Name+"/build", func(b *testing.B) {
+			var g *dag.Graph
+			b.ReportAllocs()
+			for b.Loop() {
+				g = s.Build(bench.Empty)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(g.Kernels())), "ns/kernel")
+		})
+		b.Run(s.Name+"/validate", func(b *testing.B) {
+			g := s.Build(bench.Empty)
+			n := float64(len(g.Kernels()))
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := g.Validate(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/kernel")
+		})
+	}
+}
+
+// BenchmarkWaits reports the cost of one cross-stream event wait (see
+// bench.WaitCost): a 10k chain pinned to one stream against the same
+// chain alternating between two streams.
+func BenchmarkWaits(b *testing.B) {
+	for b.Loop() {
+		waits, ns, _, _, err := bench.WaitCost(10_000, 200*1e6)
+		require.NoError(b, err)
+		b.ReportMetric(float64(waits), "waits")
+		b.ReportMetric(ns, "ns/wait")
+	}
+}

@@ -1,0 +1,411 @@
+// Command report runs streamdag's executor benchmarks beside their
+// baselines and writes the results to a folder:
+//
+//	go run ./bench/cmd/report [-out bench/results] [-min-time 300ms] [-skip-1m]
+//
+// For every shape of bench.Shapes and bench.RandomDAG, with empty kernels
+// and with ~0.5 µs spinning kernels, it measures every bench.Runner
+// (sequential walk, streamdag, goroutine per task, errgroup, go-taskflow):
+// ns per launch, launches/s, allocations per launch, and the ratios to the
+// sequential walk and to go-taskflow. It also measures graph build and
+// validation per kernel, counts the event waits each plan inserts, and
+// measures what one cross-stream wait costs (bench.WaitCost).
+//
+// It writes results.md (the tables and the targets, met or not),
+// results.json (every figure), and PNG charts: ns-per-launch-empty.png,
+// ns-per-launch-spin.png (log scale, one line per runner) and build.png.
+// On a 2-core machine it takes about two to four minutes.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+
+	"github.com/streamdag/streamdag/bench"
+	"github.com/streamdag/streamdag/dag"
+	"github.com/streamdag/streamdag/exec"
+	"github.com/streamdag/streamdag/gpu"
+)
+
+// Targets of the executor (empty kernels, 2 cores).
+const (
+	targetVsSequential = 6.0  // streamdag ns/launch at most this × sequential, averaged over the four shapes
+	targetVsTaskflow   = 10.0 // and at least this × faster than go-taskflow
+	targetLaunchesPerS = 20e6 // on the 1M-kernel random DAG
+	targetBuildNs      = 150  // graph build ns per kernel
+)
+
+// Result is one runner on one shape with one kind of kernel.
+type Result struct {
+	Shape, Work, Runner string
+	Kernels             int
+	Runs                int
+	NsPerLaunch         float64
+	CPUNsPerLaunch      float64 // process CPU time (all threads) per launch
+	LaunchesPerS        float64
+	AllocsPerLaunch     float64
+	BytesPerLaunch      float64
+	VsSequential        float64 // NsPerLaunch / the sequential walk's
+}
+
+// Build is the cost of building and validating one shape's graph.
+type Build struct {
+	Shape                        string
+	Kernels                      int
+	BuildNsPerKernel             float64
+	BuildCPUNsPerKernel          float64
+	BuildAllocsPerKernel         float64
+	ValidateNsPerKernel          float64
+	PlanNsPerKernel              float64
+	Waits, Hazards, Streams, Ops int
+}
+
+// Report is everything results.json holds.
+type Report struct {
+	Machine      map[string]string
+	Results      []Result
+	Builds       []Build
+	WaitChain    int
+	Waits        int
+	NsPerWait    float64
+	SameStreamNs float64 // ns/launch of the chain on one stream
+	AltStreamNs  float64 // ns/launch of the chain alternating streams
+	Elapsed      time.Duration
+}
+
+func main() {
+	out := flag.String("out", filepath.Join("bench", "results"), "folder for results.md, results.json and the PNG charts")
+	minTime := flag.Duration("min-time", 300*time.Millisecond, "least time measured per runner and shape (at least 3 runs)")
+	skip1M := flag.Bool("skip-1m", false, "leave out the 1,000,000-kernel random DAG")
+	flag.Parse()
+	if err := run(*out, *minTime, *skip1M, os.Stderr); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(out string, minTime time.Duration, skip1M bool, logw io.Writer) error {
+	start := time.Now()
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	rep := Report{Machine: machine()}
+	shapes := bench.Shapes
+	if !skip1M {
+		shapes = append(shapes[:len(shapes):len(shapes)], bench.RandomDAG)
+	}
+	works := []bench.Work{bench.EmptyWork, bench.SpinWork()}
+	fmt.Fprintf(logw, "spin kernel: %d iterations ≈ %v\n", bench.SpinIterations(), bench.SpinTarget)
+	for _, s := range shapes {
+		b, err := measureBuild(s)
+		if err != nil {
+			return err
+		}
+		rep.Builds = append(rep.Builds, b)
+		fmt.Fprintf(logw, "%-18s build %6.0f ns/kernel, validate %6.0f, plan %6.0f; %d waits for %d hazards\n",
+			s.Name, b.BuildNsPerKernel, b.ValidateNsPerKernel, b.PlanNsPerKernel, b.Waits, b.Hazards)
+		for _, w := range works {
+			g := s.Build(w.Kernel)
+			if err := g.Validate(); err != nil {
+				return err
+			}
+			n := len(g.Kernels())
+			minRuns, maxRuns, mt := 3, 1000, minTime
+			if n > 100_000 {
+				minRuns, maxRuns, mt = 2, 2, 0
+			}
+			var seq float64
+			for _, r := range bench.Runners {
+				runFn, done, err := r.Prepare(g)
+				if err != nil {
+					return fmt.Errorf("%s/%s/%s: %w", s.Name, w.Name, r.Name, err)
+				}
+				st, err := bench.Measure(runFn, minRuns, maxRuns, mt)
+				done()
+				if err != nil {
+					return fmt.Errorf("%s/%s/%s: %w", s.Name, w.Name, r.Name, err)
+				}
+				res := Result{Shape: s.Name, Work: w.Name, Runner: r.Name, Kernels: n, Runs: st.Runs,
+					NsPerLaunch: st.PerLaunch(n), CPUNsPerLaunch: st.CPUNsPerOp / float64(n), AllocsPerLaunch: st.AllocsPerOp / float64(n),
+					BytesPerLaunch: st.BytesPerOp / float64(n)}
+				res.LaunchesPerS = 1e9 / res.NsPerLaunch
+				if r.Name == "sequential" {
+					seq = res.NsPerLaunch
+				}
+				res.VsSequential = res.NsPerLaunch / seq
+				rep.Results = append(rep.Results, res)
+				fmt.Fprintf(logw, "%-18s %-10s %-10s %9.1f ns/launch (cpu %9.1f) %7.2f allocs/launch %8.1f× seq (%d runs)\n",
+					s.Name, w.Name, r.Name, res.NsPerLaunch, res.CPUNsPerLaunch, res.AllocsPerLaunch, res.VsSequential, st.Runs)
+				runtime.GC()
+			}
+		}
+	}
+	const chain = 10_000
+	waits, perWait, same, alt, err := bench.WaitCost(chain, minTime)
+	if err != nil {
+		return err
+	}
+	rep.WaitChain, rep.Waits, rep.NsPerWait = chain, waits, perWait
+	rep.SameStreamNs, rep.AltStreamNs = same.NsPerOp/chain, alt.NsPerOp/chain
+	fmt.Fprintf(logw, "event waits: %d waits, %.0f ns per wait\n", waits, perWait)
+	rep.Elapsed = time.Since(start)
+
+	if err := writeJSON(filepath.Join(out, "results.json"), rep); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(out, "results.md"), []byte(markdown(rep)), 0o644); err != nil {
+		return err
+	}
+	for _, w := range works {
+		if err := chartLaunches(rep, w.Name, filepath.Join(out, "ns-per-launch-"+strings.SplitN(w.Name, "-", 2)[0]+".png")); err != nil {
+			return err
+		}
+	}
+	if err := chartBuild(rep, filepath.Join(out, "build.png")); err != nil {
+		return err
+	}
+	fmt.Fprintf(logw, "wrote %s in %v\n", out, rep.Elapsed.Round(time.Second))
+	return nil
+}
+
+// measureBuild times building (3 runs, the fastest), validating and
+// planning the shape with empty kernels.
+func measureBuild(s bench.Shape) (Build, error) {
+	var g *dag.Graph
+	st, err := bench.Measure(func() error { g = s.Build(bench.Empty); return nil }, 3, 3, 0)
+	if err != nil {
+		return Build{}, err
+	}
+	n := len(g.Kernels())
+	b := Build{Shape: s.Name, Kernels: n, BuildNsPerKernel: st.PerLaunch(n), BuildCPUNsPerKernel: st.CPUNsPerOp / float64(n),
+		BuildAllocsPerKernel: st.AllocsPerOp / float64(n)}
+	st, err = bench.Measure(g.Validate, 3, 3, 0)
+	if err != nil {
+		return Build{}, err
+	}
+	b.ValidateNsPerKernel = st.PerLaunch(n)
+	dev, err := gpu.NewCPU()
+	if err != nil {
+		return Build{}, err
+	}
+	defer dev.Close()
+	e := exec.New(dev)
+	var p *exec.Plan
+	st, err = bench.Measure(func() (err error) { p, err = e.Plan(g); return err }, 3, 3, 0)
+	if err != nil {
+		return Build{}, err
+	}
+	b.PlanNsPerKernel = st.PerLaunch(n) - b.ValidateNsPerKernel // Plan validates first
+	b.Waits, b.Hazards, b.Streams, b.Ops = p.Waits, p.Hazards, p.Streams, len(p.Launches)
+	return b, nil
+}
+
+// machine describes where the report ran.
+func machine() map[string]string {
+	m := map[string]string{
+		"os": runtime.GOOS, "arch": runtime.GOARCH, "go": runtime.Version(),
+		"cpus": fmt.Sprint(runtime.NumCPU()), "gomaxprocs": fmt.Sprint(runtime.GOMAXPROCS(0)),
+		"date": time.Now().UTC().Format("2006-01-02 15:04 UTC"),
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m["cpu"] = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "github.com/noneback/go-taskflow" {
+				m["taskflow"] = d.Version
+			}
+		}
+	}
+	return m
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+func find(rep Report, shape, work, runner string) (Result, bool) {
+	for _, r := range rep.Results {
+		if r.Shape == shape && r.Work == work && r.Runner == runner {
+			return r, true
+		}
+	}
+	return Result{}, false
+}
+
+func met(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "**not met**"
+}
+
+// markdown renders the report's tables.
+func markdown(rep Report) string {
+	var b strings.Builder
+	m := rep.Machine
+	fmt.Fprintf(&b, "Machine: %s, %s CPUs (GOMAXPROCS %s), %s/%s, %s, go-taskflow %s; %s; report took %v.\n\n",
+		m["cpu"], m["cpus"], m["gomaxprocs"], m["os"], m["arch"], m["go"], m["taskflow"], m["date"], rep.Elapsed.Round(time.Second))
+
+	// Targets.
+	var sumSeq, sumTF float64
+	n := 0
+	for _, s := range bench.Shapes {
+		sd, ok1 := find(rep, s.Name, "empty", "streamdag")
+		tf, ok2 := find(rep, s.Name, "empty", "taskflow")
+		if ok1 && ok2 {
+			sumSeq += sd.VsSequential
+			sumTF += tf.NsPerLaunch / sd.NsPerLaunch
+			n++
+		}
+	}
+	b.WriteString("| target (empty kernels) | goal | measured | |\n|---|---|---|---|\n")
+	if n > 0 {
+		avgSeq, avgTF := sumSeq/float64(n), sumTF/float64(n)
+		fmt.Fprintf(&b, "| streamdag vs sequential walk, mean of the 4 shapes' ratios | ≤ %.0f× | %.1f× | %s |\n", targetVsSequential, avgSeq, met(avgSeq <= targetVsSequential))
+		fmt.Fprintf(&b, "| go-taskflow vs streamdag, mean of the 4 shapes' ratios | ≥ %.0f× | %.1f× | %s |\n", targetVsTaskflow, avgTF, met(avgTF >= targetVsTaskflow))
+	}
+	if r, ok := find(rep, bench.RandomDAG.Name, "empty", "streamdag"); ok {
+		fmt.Fprintf(&b, "| random DAG of 1M kernels | ≥ %.0fM launches/s | %.2fM launches/s | %s |\n", targetLaunchesPerS/1e6, r.LaunchesPerS/1e6, met(r.LaunchesPerS >= targetLaunchesPerS))
+	}
+	var worst float64
+	for _, bd := range rep.Builds {
+		worst = max(worst, bd.BuildNsPerKernel)
+	}
+	fmt.Fprintf(&b, "| graph build, worst shape | ≤ %d ns/kernel | %.0f ns/kernel | %s |\n\n", targetBuildNs, worst, met(worst <= targetBuildNs))
+
+	for _, w := range []string{"empty", "spin-0.5us"} {
+		fmt.Fprintf(&b, "Kernels: %s. ns/launch (× sequential walk); allocations per launch in brackets.\n\n", w)
+		b.WriteString("| shape | kernels |")
+		for _, r := range bench.Runners {
+			fmt.Fprintf(&b, " %s |", r.Name)
+		}
+		b.WriteString(" streamdag launches/s | streamdag CPU ns/launch | taskflow ÷ streamdag |\n|---|---:|")
+		for range bench.Runners {
+			b.WriteString("---:|")
+		}
+		b.WriteString("---:|---:|---:|\n")
+		for _, s := range append(bench.Shapes[:len(bench.Shapes):len(bench.Shapes)], bench.RandomDAG) {
+			sd, ok := find(rep, s.Name, w, "streamdag")
+			if !ok {
+				continue
+			}
+			fmt.Fprintf(&b, "| %s | %d |", s.Name, sd.Kernels)
+			for _, r := range bench.Runners {
+				x, _ := find(rep, s.Name, w, r.Name)
+				if r.Name == "sequential" {
+					fmt.Fprintf(&b, " %.1f [%.1f] |", x.NsPerLaunch, x.AllocsPerLaunch)
+				} else {
+					fmt.Fprintf(&b, " %.0f (%.0f×) [%.1f] |", x.NsPerLaunch, x.VsSequential, x.AllocsPerLaunch)
+				}
+			}
+			tf, _ := find(rep, s.Name, w, "taskflow")
+			fmt.Fprintf(&b, " %.2fM | %.0f | %.1f× |\n", sd.LaunchesPerS/1e6, sd.CPUNsPerLaunch, tf.NsPerLaunch/sd.NsPerLaunch)
+		}
+		b.WriteString("\n")
+	}
+
+	b.WriteString("Graph build (AddValue + AddKernel per kernel, names included), validation and planning, per kernel; event waits the plan inserts (GOMAXPROCS streams).\n\n")
+	b.WriteString("| shape | kernels | build ns | build CPU ns | build allocs | validate ns | plan ns | cross-stream hazards | event waits |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, bd := range rep.Builds {
+		fmt.Fprintf(&b, "| %s | %d | %.0f | %.0f | %.1f | %.0f | %.0f | %d | %d |\n", bd.Shape, bd.Kernels, bd.BuildNsPerKernel,
+			bd.BuildCPUNsPerKernel, bd.BuildAllocsPerKernel, bd.ValidateNsPerKernel, bd.PlanNsPerKernel, bd.Hazards, bd.Waits)
+	}
+	fmt.Fprintf(&b, "\nCross-stream waits: a chain of %d empty kernels costs %.0f ns/launch on one stream and %.0f ns/launch alternating between two streams (%d waits): **%.0f ns per wait** (a handoff between stream workers).\n",
+		rep.WaitChain, rep.SameStreamNs, rep.AltStreamNs, rep.Waits, rep.NsPerWait)
+	return b.String()
+}
+
+// chartLaunches draws ns/launch per shape (x) for every runner (a line
+// each), log scale.
+func chartLaunches(rep Report, work, path string) error {
+	p := plot.New()
+	p.Title.Text = "ns per launch, " + work + " kernels (log scale; lower is better)"
+	p.Y.Label.Text = "ns/launch"
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	var names []string
+	for _, s := range append(bench.Shapes[:len(bench.Shapes):len(bench.Shapes)], bench.RandomDAG) {
+		if _, ok := find(rep, s.Name, work, "streamdag"); ok {
+			names = append(names, s.Name)
+		}
+	}
+	for i, r := range bench.Runners {
+		pts := make(plotter.XYs, 0, len(names))
+		for x, s := range names {
+			if res, ok := find(rep, s, work, r.Name); ok && res.NsPerLaunch > 0 {
+				pts = append(pts, plotter.XY{X: float64(x), Y: res.NsPerLaunch})
+			}
+		}
+		l, sc, err := plotter.NewLinePoints(pts)
+		if err != nil {
+			return err
+		}
+		l.Color, sc.Color = plotutil.Color(i), plotutil.Color(i)
+		sc.Shape = plotutil.Shape(i)
+		l.Width = vg.Points(1.5)
+		p.Add(l, sc)
+		p.Legend.Add(r.Name, l, sc)
+	}
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.NominalX(names...)
+	p.Add(plotter.NewGrid())
+	return p.Save(22*vg.Centimeter, 13*vg.Centimeter, path)
+}
+
+// chartBuild draws build, validate and plan ns per kernel per shape.
+func chartBuild(rep Report, path string) error {
+	p := plot.New()
+	p.Title.Text = "graph build, validate and plan: ns per kernel"
+	p.Y.Label.Text = "ns/kernel"
+	names := make([]string, len(rep.Builds))
+	series := [3]plotter.Values{}
+	for i, b := range rep.Builds {
+		names[i] = b.Shape
+		series[0] = append(series[0], b.BuildNsPerKernel)
+		series[1] = append(series[1], b.ValidateNsPerKernel)
+		series[2] = append(series[2], max(b.PlanNsPerKernel, 0))
+	}
+	w := vg.Points(14)
+	for i, label := range []string{"build", "validate", "plan"} {
+		bars, err := plotter.NewBarChart(series[i], w)
+		if err != nil {
+			return err
+		}
+		bars.Color = plotutil.Color(i)
+		bars.LineStyle.Width = 0
+		bars.Offset = vg.Length(i-1) * w
+		p.Add(bars)
+		p.Legend.Add(label, bars)
+	}
+	target := plotter.NewFunction(func(float64) float64 { return targetBuildNs })
+	target.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	p.Add(target)
+	p.Legend.Add(fmt.Sprintf("build target %d ns", targetBuildNs), target)
+	p.Legend.Top = true
+	p.NominalX(names...)
+	return p.Save(22*vg.Centimeter, 12*vg.Centimeter, path)
+}

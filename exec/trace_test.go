@@ -1,0 +1,285 @@
+package exec_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/dag"
+	"github.com/streamdag/streamdag/exec"
+	"github.com/streamdag/streamdag/topology"
+)
+
+// traceGraph is a fan-out/fan-in over two streams with one failing branch:
+// src → w0..w3 → sink, plus bad → after (skipped).
+func traceGraph() *dag.Graph {
+	g := dag.New()
+	src := g.AddBuffer("src", 64)
+	g.AddKernel("source", nop, dag.Writes(src))
+	var outs []dag.BufferID
+	for i := range 4 {
+		o := g.AddBuffer(fmt.Sprintf("w%d", i), 8)
+		outs = append(outs, o)
+		g.AddKernel(fmt.Sprintf("work%d", i), nop, dag.Reads(src), dag.Writes(o))
+	}
+	sum := g.AddBuffer("sum", 8)
+	g.AddKernel("sink", nop, dag.Reads(outs...), dag.Writes(sum))
+	bad := g.AddValue("bad")
+	g.AddKernel("fails", func(context.Context, dag.Launch) error { return errors.New("boom\nsecond line") }, dag.Writes(bad))
+	g.AddKernel("after", nop, dag.Reads(bad), dag.Writes(g.AddValue("after_out")))
+	return g
+}
+
+// traceFile is the JSON object WriteTrace writes.
+type traceFile struct {
+	DisplayTimeUnit string           `json:"displayTimeUnit"`
+	TraceEvents     []map[string]any `json:"traceEvents"`
+	OtherData       map[string]any   `json:"otherData"`
+}
+
+// checkTraceFormat checks events against the trace-event format: the
+// fields each phase requires, time order per track, and flow ids that
+// pair one "s" with one "f", each bound to a launch event of its track.
+// It returns the number of flows.
+func checkTraceFormat(t *testing.T, tf traceFile) int {
+	t.Helper()
+	type track struct{ pid, tid float64 }
+	last := map[track]float64{}
+	slices := map[track][][2]float64{} // [ts, end] of "X" and "i" events
+	starts, finishes := map[float64]int{}, map[float64]int{}
+	num := func(e map[string]any, key string) float64 {
+		v, ok := e[key].(float64)
+		require.True(t, ok, "event %v: %q must be a number", e, key)
+		return v
+	}
+	str := func(e map[string]any, key string) string {
+		v, ok := e[key].(string)
+		require.True(t, ok, "event %v: %q must be a string", e, key)
+		return v
+	}
+	metaDone := false
+	for _, e := range tf.TraceEvents {
+		ph := str(e, "ph")
+		str(e, "name")
+		num(e, "pid")
+		if ph == "M" {
+			require.False(t, metaDone, "metadata events come first")
+			args, ok := e["args"].(map[string]any)
+			require.True(t, ok, "metadata %v has args", e)
+			switch e["name"] {
+			case "process_name", "thread_name":
+				assert.NotEmpty(t, args["name"])
+			case "process_sort_index", "thread_sort_index":
+				assert.Contains(t, args, "sort_index")
+			default:
+				t.Errorf("unknown metadata %v", e)
+			}
+			if e["name"] == "thread_name" || e["name"] == "thread_sort_index" {
+				num(e, "tid")
+			}
+			continue
+		}
+		metaDone = true
+		tr := track{num(e, "pid"), num(e, "tid")}
+		ts := num(e, "ts")
+		assert.GreaterOrEqual(t, ts, last[tr], "ts is monotonic on track %v: %v", tr, e)
+		last[tr] = ts
+		switch ph {
+		case "X":
+			dur := num(e, "dur")
+			assert.GreaterOrEqual(t, dur, 0.0)
+			args := e["args"].(map[string]any)
+			for _, k := range []string{"kernel", "status", "failure", "error"} {
+				assert.Contains(t, args, k, "X event %v", e)
+			}
+			slices[tr] = append(slices[tr], [2]float64{ts, ts + dur})
+		case "i":
+			assert.Equal(t, "t", str(e, "s"), "instant events are thread-scoped")
+			slices[tr] = append(slices[tr], [2]float64{ts, ts})
+		case "s", "f":
+			id := num(e, "id")
+			str(e, "cat")
+			if ph == "s" {
+				starts[id]++
+			} else {
+				finishes[id]++
+				assert.Equal(t, "e", e["bp"], "f binds to its enclosing slice")
+			}
+			enclosed := false
+			for _, s := range slices[tr] {
+				enclosed = enclosed || (s[0] <= ts && ts <= s[1])
+			}
+			assert.True(t, enclosed, "flow event %v lies on a launch of its track", e)
+		default:
+			t.Errorf("unexpected phase %q in %v", ph, e)
+		}
+	}
+	assert.Equal(t, len(starts), len(finishes), "every flow has both ends")
+	for id, n := range starts {
+		assert.Equal(t, 1, n, "flow %v starts once", id)
+		assert.Equal(t, 1, finishes[id], "flow %v finishes once", id)
+	}
+	return len(starts)
+}
+
+func TestWriteTrace(t *testing.T) {
+	e := newExecutor(t, 2)
+	g := traceGraph()
+	p, err := e.Plan(g)
+	require.NoError(t, err)
+	require.Positive(t, p.Waits, "the fan-in crosses streams")
+	res, err := e.Execute(t.Context(), p)
+	require.NoError(t, err)
+	defer res.Close()
+
+	var buf bytes.Buffer
+	require.NoError(t, exec.WriteTrace(&buf, p, res.Report))
+	var tf traceFile
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &tf), buf.String())
+	assert.Equal(t, p.Waits, checkTraceFormat(t, tf), "one flow arrow per event wait")
+	assert.EqualValues(t, len(p.Launches), tf.OtherData["launches"])
+
+	names := map[string]bool{}
+	byKernel := map[string]map[string]any{}
+	for _, ev := range tf.TraceEvents {
+		if ev["name"] == "thread_name" {
+			names[ev["args"].(map[string]any)["name"].(string)] = true
+		}
+		if ev["ph"] == "X" || ev["ph"] == "i" {
+			byKernel[ev["name"].(string)] = ev
+		}
+	}
+	assert.Equal(t, map[string]bool{"cpu stream 0": true, "cpu stream 1": true}, names)
+	require.Len(t, byKernel, len(p.Launches), "one event per launch")
+
+	fails := byKernel["fails"]
+	assert.Equal(t, "X", fails["ph"])
+	assert.Equal(t, "terrible", fails["cname"])
+	assert.Equal(t, "launch,failed", fails["cat"])
+	fargs := fails["args"].(map[string]any)
+	assert.Equal(t, "failed", fargs["status"])
+	assert.Equal(t, `exec: kernel "fails": boom`, fargs["error"], "first line only")
+	assert.NotZero(t, fargs["failure"])
+
+	after := byKernel["after"]
+	assert.Equal(t, "i", after["ph"], "a skipped launch is an instant")
+	assert.Equal(t, "launch,skipped", after["cat"])
+	aargs := after["args"].(map[string]any)
+	assert.Equal(t, "skipped", aargs["status"])
+	assert.Equal(t, fargs["failure"], aargs["failure"], "the skip carries the root failure")
+	assert.Equal(t, "fails", aargs["chain"])
+
+	ok := byKernel["sink"]
+	assert.Equal(t, "launch", ok["cat"])
+	assert.EqualValues(t, 32, ok["args"].(map[string]any)["read_bytes"])
+	assert.EqualValues(t, 8, ok["args"].(map[string]any)["write_bytes"])
+}
+
+func TestWriteTraceWithoutPlan(t *testing.T) {
+	e := newExecutor(t, 2)
+	res, err := e.Run(t.Context(), traceGraph())
+	require.NoError(t, err)
+	defer res.Close()
+	var buf bytes.Buffer
+	require.NoError(t, res.Report.WriteTrace(&buf))
+	var tf traceFile
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &tf))
+	assert.Equal(t, 0, checkTraceFormat(t, tf), "no plan, no arrows")
+}
+
+func TestWriteTraceCancelled(t *testing.T) {
+	e := newExecutor(t, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	g := dag.New()
+	a, b := g.AddValue("a"), g.AddValue("b")
+	g.AddKernel("cancels", func(context.Context, dag.Launch) error { cancel(); return nil }, dag.Writes(a))
+	g.AddKernel("next", nop, dag.Reads(a), dag.Writes(b))
+	g.AddKernel("last", nop, dag.Reads(b), dag.Writes(g.AddValue("c")))
+	res, err := e.Run(ctx, g)
+	require.NoError(t, err)
+	defer res.Close()
+	evs, err := exec.TraceEvents(nil, res.Report)
+	require.NoError(t, err)
+	n := 0
+	for _, ev := range evs {
+		if ev.Ph == "i" {
+			n++
+			assert.Equal(t, "launch,cancelled", ev.Cat)
+			assert.Equal(t, "cancelled", ev.Args["status"])
+		}
+	}
+	assert.Equal(t, 2, n, "the launches after the cancel are instants")
+}
+
+func TestWriteTracePlanMismatch(t *testing.T) {
+	e := newExecutor(t, 2)
+	res, err := e.Run(t.Context(), traceGraph())
+	require.NoError(t, err)
+	defer res.Close()
+	other, err := e.Plan(bench1())
+	require.NoError(t, err)
+	err = exec.WriteTrace(&bytes.Buffer{}, other, res.Report)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "plan has 1 launches, report 8")
+}
+
+func bench1() *dag.Graph {
+	g := dag.New()
+	g.AddKernel("only", nop, dag.Writes(g.AddValue("v")))
+	return g
+}
+
+// On several (simulated) GPUs, a copy launch is its own slice on the
+// destination device, and the wait that orders it after its producer
+// crosses processes.
+func TestWriteTraceAndDOTAcrossDevices(t *testing.T) {
+	e, _ := simMachine(t, "dgx1-v100", 2)
+	g := dag.New()
+	x := g.AddBuffer("x", 4096)
+	g.AddKernel("produce", nop, dag.Writes(x), dag.OnDevice(topology.GPU(0)))
+	g.AddKernel("consume", nop, dag.Reads(x), dag.Writes(g.AddBuffer("y", 8)), dag.OnDevice(topology.GPU(3)))
+	p, err := e.Plan(g)
+	require.NoError(t, err)
+	require.Equal(t, 1, p.Copies)
+	res, err := e.Execute(t.Context(), p)
+	require.NoError(t, err)
+	defer res.Close()
+	require.NoError(t, res.Err())
+
+	var buf bytes.Buffer
+	require.NoError(t, exec.WriteTrace(&buf, p, res.Report))
+	var tf traceFile
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &tf))
+	flows := checkTraceFormat(t, tf)
+	assert.Equal(t, p.Waits, flows)
+	procs := map[string]bool{}
+	var copyEv map[string]any
+	for _, ev := range tf.TraceEvents {
+		if ev["name"] == "process_name" {
+			procs[ev["args"].(map[string]any)["name"].(string)] = true
+		}
+		if ev["cat"] == "launch,copy" {
+			copyEv = ev
+		}
+	}
+	assert.Equal(t, map[string]bool{"gpu0": true, "gpu3": true}, procs, "only devices that ran launches")
+	require.NotNil(t, copyEv, "the copy is a slice")
+	args := copyEv["args"].(map[string]any)
+	assert.Equal(t, "gpu0", args["copy_from"])
+	assert.Equal(t, "gpu3", args["copy_to"])
+	assert.EqualValues(t, 4096, args["copy_bytes"])
+
+	dot, err := p.MarshalDOT()
+	require.NoError(t, err)
+	s := string(dot)
+	assert.Contains(t, s, `subgraph "cluster_gpu0" {`)
+	assert.Contains(t, s, `subgraph "cluster_gpu3_s0" {`)
+	assert.Contains(t, s, "shape=cds", "the copy launch")
+	assert.Contains(t, s, `label="x@gpu3\n4096 B"`, "the replica lives on gpu3")
+}
