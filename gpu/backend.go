@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
 	"strconv"
 	"strings"
@@ -268,6 +269,8 @@ type Backend struct {
 	cfg     BackendConfig
 	records []DeviceStartupRecord
 	inv     Inventory
+
+	procConfig map[string]string // guarded by mu; see SetProcessConfig
 
 	closeCtx    context.Context // done once Close has been signalled
 	closeSignal context.CancelFunc
@@ -809,13 +812,32 @@ type MetricsSnapshot struct {
 	Leases            []LeaseEntry          `json:"leases"`
 	PendingClaimers   int                   `json:"pending_claimers"`
 	Close             CloseSnapshot         `json:"close"`
+	// ProcessConfig is the process configuration recorded with
+	// SetProcessConfig (the I/O layer's settings in force, say), by
+	// component.
+	ProcessConfig map[string]string `json:"process_config,omitempty"`
+}
+
+// SetProcessConfig records the configuration a component of the process
+// runs with (e.g. "kvio": the compat mode, threads, task size and
+// thresholds in force), so that metrics snapshots report it, as
+// GpuBackendCore reports KvikIO's process configuration. Safe for
+// concurrent use; a later call for the same component replaces it.
+func (b *Backend) SetProcessConfig(component, config string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.procConfig == nil {
+		b.procConfig = map[string]string{}
+	}
+	b.procConfig[component] = config
+	b.m.gen++
 }
 
 // MetricsSnapshot returns the backend's metrics. It works at any time,
 // also after the GPU resources are released (Leases is then empty).
 func (b *Backend) MetricsSnapshot() MetricsSnapshot {
 	b.mu.Lock()
-	m := MetricsSnapshot{Generation: b.m.gen, Backend: b.Identity(), StartupRecords: b.StartupRecords(),
+	m := MetricsSnapshot{Generation: b.m.gen, Backend: b.Identity(), StartupRecords: b.StartupRecords(), ProcessConfig: maps.Clone(b.procConfig),
 		Admissions: b.m.admissions, AdmissionsRefused: b.m.admissionsRefused, ServiceRefused: b.m.serviceRefused,
 		AttemptsBegun: b.m.attemptsBegun, AttemptsFinished: b.m.attemptsFinished, AttemptsFailed: b.m.attemptsFailed,
 		AttemptsUnplanned: b.m.attemptsUnplanned, AttemptsRefused: b.m.attemptsRefused, Close: b.closeSnapshotLocked()}

@@ -2,9 +2,12 @@
 //
 //	streamdag run flights [--input FILE] [--airports FILE] [--min-delay N] [--top K]
 //	                      [--streams N] [--out FILE.csv|FILE.json] [--dot FILE]
-//	                      [--trace FILE.json] [--json] [--quiet]
+//	                      [--trace FILE.json] [--report FILE.json] [--metrics FILE.json]
+//	                      [--errors-dot FILE] [--fail KERNEL[:panic]]... [--json] [--quiet]
+//	                      [--topology sim:NAME|FILE [--lose-device gpuN@P%]]
 //	streamdag graph [--in plan.dot] [--out FILE.svg|FILE.png]
 //	streamdag devices [--json]
+//	streamdag topo [--file topo.txt|sim:NAME] [--p2p p2p.txt] [--gpu NAME] [--json]
 //	streamdag version
 //
 // Exit status: 0 on success, 1 when a launch failed or a command failed,

@@ -199,9 +199,10 @@ func TestRunFlightsMetricsAndQuiet(t *testing.T) {
 	assert.Empty(t, errs, "--quiet prints no summary")
 	assert.Contains(t, out, "17")
 	var m struct {
-		Generation uint64 `json:"generation"`
-		Leases     []any  `json:"leases"`
-		Close      struct {
+		Generation    uint64            `json:"generation"`
+		Leases        []any             `json:"leases"`
+		ProcessConfig map[string]string `json:"process_config"`
+		Close         struct {
 			Closing bool `json:"closing"`
 		} `json:"close"`
 	}
@@ -209,6 +210,7 @@ func TestRunFlightsMetricsAndQuiet(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(b, &m))
 	assert.Empty(t, m.Leases, "no GPU on a CPU-only host")
+	assert.Contains(t, m.ProcessConfig["kvio"], "compat mode auto", "kvio's settings are recorded with the backend")
 	var r struct {
 		Backend *json.RawMessage `json:"backend"`
 	}

@@ -111,6 +111,7 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		return err
 	}
 	defer backend.CloseAndWait(context.WithoutCancel(ctx))
+	backend.SetProcessConfig("kvio", kvio.Describe())
 	devs, topo, why, release, err := runDevices(ctx, backend, f.topology, f.streams, copts)
 	if err != nil {
 		return err
