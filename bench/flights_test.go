@@ -47,29 +47,7 @@ func BenchmarkFlights(b *testing.B) {
 		b.ReportMetric(rows*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
 	})
 
-	b.Run("sequential-loop", func(b *testing.B) {
-		f, err := kvio.Open(path)
-		require.NoError(b, err)
-		defer f.Close()
-		src, err := kvio.OpenAuto(ctx, f)
-		require.NoError(b, err)
-		defer src.Close()
-		recs, err := kvio.ReadAll(ctx, src, memory.DefaultAllocator)
-		require.NoError(b, err)
-		defer func() {
-			for _, r := range recs {
-				r.Release()
-			}
-		}()
-		b.ReportAllocs()
-		for b.Loop() {
-			groups := sequential(recs, 0)
-			if len(groups) == 0 {
-				b.Fatal("no groups")
-			}
-		}
-		b.ReportMetric(rows*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
-	})
+	b.Run("sequential-loop", func(b *testing.B) { benchSequentialLoop(b, path) })
 }
 
 type agg struct{ count, sum, max int64 }
@@ -110,4 +88,35 @@ func sequential(recs []arrow.RecordBatch, minDelay int64) []flights.Row {
 	}
 	flights.SortRows(rows, flights.KeyOrigin)
 	return rows
+}
+
+// benchSequentialLoop is the baseline of the flights benchmarks: the file
+// at path decoded once, outside the timer, then one plain loop over its
+// columns per iteration.
+func benchSequentialLoop(b *testing.B, path string) {
+	ctx := context.Background()
+	f, err := kvio.Open(path)
+	require.NoError(b, err)
+	defer f.Close()
+	src, err := kvio.OpenAuto(ctx, f)
+	require.NoError(b, err)
+	defer src.Close()
+	recs, err := kvio.ReadAll(ctx, src, memory.DefaultAllocator)
+	require.NoError(b, err)
+	defer func() {
+		for _, r := range recs {
+			r.Release()
+		}
+	}()
+	var rows int64
+	for _, r := range recs {
+		rows += r.NumRows()
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if len(sequential(recs, 0)) == 0 {
+			b.Fatal("no groups")
+		}
+	}
+	b.ReportMetric(float64(rows)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
 }

@@ -206,26 +206,5 @@ func BenchmarkFlightsFrom(b *testing.B) {
 	run("parquet", pq)
 	run("ipc", arrowPath)
 	run("ipc-mmap", arrowPath, kvio.WithMmap())
-	b.Run("sequential-loop", func(b *testing.B) {
-		f, err := kvio.Open(arrowPath)
-		require.NoError(b, err)
-		defer f.Close()
-		src, err := kvio.OpenAuto(ctx, f)
-		require.NoError(b, err)
-		defer src.Close()
-		recs, err := kvio.ReadAll(ctx, src, memory.DefaultAllocator)
-		require.NoError(b, err)
-		defer func() {
-			for _, r := range recs {
-				r.Release()
-			}
-		}()
-		b.ReportAllocs()
-		for b.Loop() {
-			if len(sequential(recs, 0)) == 0 {
-				b.Fatal("no groups")
-			}
-		}
-		b.ReportMetric(rows*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
-	})
+	b.Run("sequential-loop", func(b *testing.B) { benchSequentialLoop(b, arrowPath) })
 }

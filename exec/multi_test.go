@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamdag/streamdag/bench"
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/failgraph"
@@ -193,7 +194,7 @@ func TestHEFTNearOptimal(t *testing.T) {
 		var ratio float64
 		const dags = 10
 		for seed := range uint64(dags) {
-			g := RandomPlacementDAG(rand.New(rand.NewPCG(seed, seed)), 6)
+			g := bench.RandomPlacementDAG(rand.New(rand.NewPCG(seed, seed)), 6)
 			require.NoError(t, g.Validate())
 			h, err := exec.Place(g, ids, 1, topo, exec.PlaceHEFT)
 			require.NoError(t, err)
@@ -205,22 +206,4 @@ func TestHEFTNearOptimal(t *testing.T) {
 		t.Logf("%s: HEFT / optimum makespan = %.3f on average", machine, ratio/dags)
 		assert.LessOrEqual(t, ratio/dags, 1.05, machine)
 	}
-}
-
-// RandomPlacementDAG is a seeded random DAG of n kernels with compute
-// estimates of 0.1–2 ms and raw buffers of 1–512 MiB.
-func RandomPlacementDAG(rng *rand.Rand, n int) *dag.Graph {
-	g := dag.New()
-	out := make([]dag.BufferID, n)
-	for i := range n {
-		out[i] = g.AddBuffer(fmt.Sprint("b", i), int64(1+rng.IntN(512))<<20)
-		opts := []dag.KernelOption{dag.Writes(out[i]), dag.Estimate(time.Duration(100+rng.IntN(1900)) * time.Microsecond)}
-		for j := range i {
-			if rng.IntN(3) == 0 {
-				opts = append(opts, dag.Reads(out[j]))
-			}
-		}
-		g.AddKernel(fmt.Sprint("k", i), nop, opts...)
-	}
-	return g
 }

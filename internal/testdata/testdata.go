@@ -1,6 +1,7 @@
 // Package testdata locates the fixtures that streamdag's tests read from
 // outside the repository, such as the real data sets (flights-3m.parquet,
-// flights-200k.arrow, …) that are too large to commit.
+// flights-200k.arrow, …) that are too large to commit, and real machines'
+// topologies.
 package testdata
 
 import (
@@ -19,37 +20,16 @@ import (
 // the test instead, so CI never passes by skipping.
 func Dir(t testing.TB) string {
 	t.Helper()
-	dir, err := find()
-	if err == nil {
-		_, err = os.Stat(dir)
-	}
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("testdata: no data sets (set STREAMDAG_DATA): %v", err)
-		}
-		t.Skipf("testdata: no data sets (set STREAMDAG_DATA): %v", err)
-	}
-	return dir
+	return shared(t, "STREAMDAG_DATA", "data", "data sets")
 }
 
-func find() (string, error) {
-	if dir := os.Getenv("STREAMDAG_DATA"); dir != "" {
-		return dir, nil
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, "..", "shared", "data"), nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
+// Topologies returns the directory of the example machine topologies
+// (nvidia-smi topo -m / -p2p outputs and their JSON twins):
+// $STREAMDAG_TOPOLOGIES when set, else <root>/../shared/topologies. It
+// skips or fails as Dir does.
+func Topologies(t testing.TB) string {
+	t.Helper()
+	return shared(t, "STREAMDAG_TOPOLOGIES", "topologies", "topologies")
 }
 
 // File returns the path of data set name (e.g. "flights-3m.parquet") in
@@ -59,10 +39,49 @@ func File(t testing.TB, name string) string {
 	t.Helper()
 	path := filepath.Join(Dir(t), name)
 	if _, err := os.Stat(path); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("testdata: data set %s missing: %v", name, err)
-		}
-		t.Skipf("testdata: data set %s missing (see README): %v", name, err)
+		missing(t, "testdata: data set "+name+" missing (see README): %v", err)
 	}
 	return path
+}
+
+// shared returns $env, or <root>/../shared/sub, skipping (failing under
+// CI) when it does not exist.
+func shared(t testing.TB, env, sub, what string) string {
+	t.Helper()
+	dir, err := find(env, sub)
+	if err == nil {
+		_, err = os.Stat(dir)
+	}
+	if err != nil {
+		missing(t, "testdata: no "+what+" (set "+env+"): %v", err)
+	}
+	return dir
+}
+
+func missing(t testing.TB, format string, err error) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatalf(format, err)
+	}
+	t.Skipf(format, err)
+}
+
+func find(env, sub string) (string, error) {
+	if dir := os.Getenv(env); dir != "" {
+		return dir, nil
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return filepath.Join(dir, "..", "shared", sub), nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
 }
