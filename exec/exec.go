@@ -238,23 +238,25 @@ func (e *Executor) submit(p *Plan, states []launchState, store *failgraph.Store)
 	sched := NewScheduler(newMultiBackend(e.devs, p.Streams), store, SchedulerOptions{MaxStreams: len(e.devs) * p.Streams, MaxTasks: submitBatch})
 	events := make([]gpu.Event, len(p.Launches))
 	var errs []error
+	keep := func(err error) { // the first few errors; the launches that missed a stream say the rest
+		if err != nil && len(errs) < 8 {
+			errs = append(errs, err)
+		}
+	}
 	for i := range p.Launches {
 		pl := &p.Launches[i]
 		s := StreamID(p.GlobalStream(i))
 		for _, w := range pl.Waits {
-			errs = append(errs, sched.Wait(s, events[w.Launch]))
+			keep(sched.Wait(s, events[w.Launch]))
 		}
-		errs = append(errs, sched.Register(s, &states[i], nil))
+		keep(sched.Register(s, &states[i], nil))
 		if p.record[i] {
 			ev, err := sched.Record(s)
 			events[i] = ev
-			errs = append(errs, err)
-		}
-		if len(errs) > 64 {
-			errs = []error{errors.Join(errs...)}
+			keep(err)
 		}
 	}
-	errs = append(errs, sched.FlushAll())
+	keep(sched.FlushAll())
 	return errors.Join(errs...)
 }
 
