@@ -45,3 +45,26 @@ func TestAcquire(t *testing.T) {
 		}
 	})
 }
+
+// The inventory of the dgxa100 mock becomes topology facts with NV12
+// pairs and P2P OK, from which a topology routes every pair directly.
+func TestInventoryFacts(t *testing.T) {
+	lib, err := nvmlmock.New("dgxa100")
+	require.NoError(t, err)
+	inv := gpu.Discover(t.Context(), gpu.WithNVML(lib))
+	f := inv.Facts()
+	require.Len(t, f.GPUs, 8)
+	require.Len(t, f.Pairs, 8)
+	p := f.Pairs[0][5]
+	assert.Equal(t, topology.LinkNVLink, p.Kind)
+	assert.Equal(t, 12, p.NVLinks)
+	assert.Equal(t, topology.P2POK, p.P2P.Read)
+	topo, err := topology.New(f)
+	require.NoError(t, err)
+	r, err := topo.Route(1<<20, topology.GPU(0), topology.GPU(5))
+	require.NoError(t, err)
+	assert.Equal(t, topology.RouteDirect, r.Kind)
+
+	cpuOnly := gpu.Discover(t.Context(), gpu.WithNVML(nil)).Facts()
+	assert.Nil(t, cpuOnly.Pairs)
+}

@@ -106,10 +106,9 @@ func runTopo(cmd *cobra.Command, o topoOptions) error {
 	} else {
 		inv := gpu.Discover(cmd.Context())
 		source = "this machine's inventory (" + inv.NVML.String() + ")"
-		facts.Host = inv.Devices[0]
-		facts.GPUs = inv.GPUs()
-		if len(facts.GPUs) > 0 {
-			notes = append(notes, "the inventory does not describe links between GPUs yet: every pair is 'none' (copies through the host) unless --file gives nvidia-smi topo -m")
+		facts = inv.Facts()
+		if len(facts.GPUs) > 1 && facts.Pairs == nil {
+			notes = append(notes, "NVML did not describe the links between GPUs: every pair is 'none' (copies through the host) unless --file gives nvidia-smi topo -m")
 		}
 	}
 	if o.p2p != "" {
