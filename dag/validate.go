@@ -19,6 +19,7 @@ type DuplicateError struct {
 	Kinds [2]string // "kernel" or "buffer": the first holder, then the newcomer
 }
 
+// Error names the duplicate and both holders.
 func (e *DuplicateError) Error() string {
 	return fmt.Sprintf("dag: duplicate name %q (a %s and a %s)", e.Name, e.Kinds[0], e.Kinds[1])
 }
@@ -30,6 +31,7 @@ type CycleError struct {
 	Path []string
 }
 
+// Error lists the cycle.
 func (e *CycleError) Error() string {
 	return "dag: cycle: " + strings.Join(e.Path, " → ")
 }
@@ -41,6 +43,7 @@ type UnwrittenError struct {
 	Offset, End    int64 // the first unwritten byte range of the read
 }
 
+// Error names the kernel, the buffer and the unwritten range.
 func (e *UnwrittenError) Error() string {
 	return fmt.Sprintf("dag: kernel %q reads bytes [%d:%d) of buffer %q, which no kernel writes and which is not an input",
 		e.Kernel, e.Offset, e.End, e.Buffer)
@@ -54,6 +57,7 @@ type WriteConflictError struct {
 	Offset, End int64 // the overlap
 }
 
+// Error names both kernels, the buffer and the overlap.
 func (e *WriteConflictError) Error() string {
 	return fmt.Sprintf("dag: kernels %q and %q both write bytes [%d:%d) of buffer %q and neither is ordered before the other",
 		e.Kernels[0], e.Kernels[1], e.Offset, e.End, e.Buffer)

@@ -19,6 +19,7 @@ type TornDownError struct {
 	Stack  []byte // the goroutine's stack at the panic
 }
 
+// Error names the kernel and the panic value.
 func (e *TornDownError) Error() string {
 	return fmt.Sprintf("failgraph: torn down: kernel %q panicked: %v", e.Kernel, e.Value)
 }

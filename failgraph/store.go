@@ -341,6 +341,8 @@ type UnwrittenError struct {
 	Dropped int    // older skip records dropped by the cap: the chain may stop before the root
 }
 
+// Error names the buffer, the failure, its chain and root error, and any
+// dropped skip records.
 func (e *UnwrittenError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "failgraph: %s was not written: failure %s (claims %d allocations): ",
