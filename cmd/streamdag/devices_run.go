@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/gpu"
@@ -85,8 +86,9 @@ func placementSummary(p *exec.Plan, rep *exec.Report) string {
 	for _, c := range rep.Copies {
 		modeled += c.Modeled.Seconds()
 	}
-	return fmt.Sprintf("placement %s: %d of %d GPUs used, modeled makespan %v, %d copies (%s), %d through the host, modeled copy time %.3f ms",
-		rep.Placement, len(used), len(p.Devices), rep.Makespan, len(rep.Copies), strings.Join(links, ", "), via, modeled*1e3)
+	return fmt.Sprintf("placement %s: %d of %d GPUs used, modeled makespan %v, %s (%s), %d through the host, modeled copy time %.3f ms",
+		rep.Placement, len(used), len(p.Devices), rep.Makespan.Round(time.Microsecond), plural(len(rep.Copies), "copy"),
+		strings.Join(links, ", "), via, modeled*1e3)
 }
 
 // devicesLabel names the devices of a run: "cpu", or "8 devices (gpu0…gpu7)".
@@ -107,6 +109,6 @@ func lossSummary(rep *exec.Report) string {
 	if len(rep.Reruns) > 0 {
 		reruns = strings.Join(rep.Reruns, ", ")
 	}
-	return fmt.Sprintf("lost %s: %d kernels migrated (%s); re-run because their output was lost: %s",
-		*rep.Lost, len(rep.Migrations), strings.Join(moves, ", "), reruns)
+	return fmt.Sprintf("lost %s: %s moved off it (%s); re-run because their output was lost with it: %s",
+		*rep.Lost, plural(len(rep.Migrations), "kernel"), strings.Join(moves, ", "), reruns)
 }

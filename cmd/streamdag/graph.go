@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"golang.org/x/term"
 	"io"
 	"os"
 	osexec "os/exec"
@@ -61,6 +62,9 @@ func renderGraph(stdin io.Reader, stdout io.Writer, in, out, format string) erro
 	var src []byte
 	var err error
 	if in == "" {
+		if f, ok := stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+			return errors.New("no --in FILE, and standard input is a terminal: pass --in plan.dot or pipe DOT in")
+		}
 		src, err = io.ReadAll(stdin)
 	} else {
 		src, err = os.ReadFile(in)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -179,6 +180,9 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	bar.start(stderr, "flights", progressDelay)
 	var runOpts []exec.RunOption
 	if f.loseDevice != "" {
+		if f.topology == "" {
+			return errors.New("--lose-device needs --topology: only simulated GPUs can be lost")
+		}
 		spec, err := exec.ParseLossSpec(f.loseDevice)
 		if err != nil {
 			return fmt.Errorf("--lose-device: %w", err)
@@ -308,13 +312,16 @@ func firstLine(err error) string {
 	return s
 }
 
-// plural returns "1 stream", "2 streams", "3 launches".
+// plural returns "1 stream", "2 streams", "3 launches", "4 copies".
 func plural(n int, word string) string {
 	if n == 1 {
 		return "1 " + word
 	}
-	if strings.HasSuffix(word, "ch") || strings.HasSuffix(word, "s") {
+	switch {
+	case strings.HasSuffix(word, "ch") || strings.HasSuffix(word, "s"):
 		return fmt.Sprintf("%d %ses", n, word)
+	case strings.HasSuffix(word, "py"): // copy → copies
+		return fmt.Sprintf("%d %sies", n, strings.TrimSuffix(word, "y"))
 	}
 	return fmt.Sprintf("%d %ss", n, word)
 }
