@@ -233,6 +233,26 @@ func (p *Pool) Allocator() memory.Allocator { return p.alloc }
 // Budget returns the pool's byte budget.
 func (p *Pool) Budget() *Budget { return p.budget }
 
+// ValueSpec names one value-only buffer for AllocateValues.
+type ValueSpec struct {
+	ID   ID
+	Name string
+}
+
+// AllocateValues returns value-only buffers (SizeBytes 0, holding one Go
+// value each) for specs, in order. They take no bytes of the budget and
+// are carved from one allocation, so a run with many small values does
+// not allocate once per buffer. Each is released on its own (Release).
+func (p *Pool) AllocateValues(specs []ValueSpec) []*Buffer {
+	slab := make([]Buffer, len(specs))
+	out := make([]*Buffer, len(specs))
+	for i, s := range specs {
+		slab[i] = Buffer{id: s.ID, name: s.Name, device: p.device, pool: p}
+		out[i] = &slab[i]
+	}
+	return out
+}
+
 // Allocate returns a zeroed buffer of sizeBytes (>= 0) named name, waiting
 // for budget as Budget.Acquire does. Errors: a negative size; ErrOverBudget
 // (wrapped, naming the buffer) when sizeBytes exceeds the whole budget;

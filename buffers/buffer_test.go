@@ -383,3 +383,20 @@ func TestPoolConcurrent(t *testing.T) {
 	assert.True(t, budget.TryAcquire(2*size))
 	budget.Release(2 * size)
 }
+
+func TestAllocateValues(t *testing.T) {
+	mem := leaktest.Allocator(t)
+	pool := buffers.NewPool(topology.CPU, mem, buffers.NewBudget(16))
+	bufs := pool.AllocateValues([]buffers.ValueSpec{{ID: 3, Name: "a"}, {ID: 7, Name: "b"}})
+	require.Len(t, bufs, 2)
+	assert.Equal(t, buffers.ID(7), bufs[1].ID())
+	assert.Equal(t, "b", bufs[1].Name())
+	assert.Zero(t, bufs[0].SizeBytes())
+	assert.Nil(t, bufs[0].Bytes())
+	require.NoError(t, bufs[0].Store(42))
+	assert.Equal(t, 42, bufs[0].Value())
+	bufs[0].Release()
+	bufs[0].Release()
+	assert.ErrorIs(t, bufs[0].Store(1), buffers.ErrReleased)
+	assert.True(t, pool.Budget().TryAcquire(16), "values take no budget")
+}

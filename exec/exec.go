@@ -275,9 +275,26 @@ type run struct {
 // those carried over from an earlier phase (carried[i] non-nil).
 func (r *run) allocate(ctx context.Context, pools []*buffers.Pool, carried []*buffers.Buffer, inputs map[dag.BufferID]any) error {
 	r.bufs = make([]*buffers.Buffer, len(r.plan.Buffers))
+	// Value buffers take no bytes: carve them from one slab per device.
+	values := make([][]buffers.ValueSpec, len(pools))
+	where := make([][]int, len(pools))
+	for i, b := range r.plan.Buffers {
+		if b.SizeBytes == 0 && (i >= len(carried) || carried[i] == nil) {
+			values[b.Device] = append(values[b.Device], buffers.ValueSpec{ID: buffers.ID(i), Name: b.Name})
+			where[b.Device] = append(where[b.Device], i)
+		}
+	}
+	for d, specs := range values {
+		for j, buf := range pools[d].AllocateValues(specs) {
+			r.bufs[where[d][j]] = buf
+		}
+	}
 	for i, b := range r.plan.Buffers {
 		if i < len(carried) && carried[i] != nil {
 			r.bufs[i] = carried[i]
+			continue
+		}
+		if r.bufs[i] != nil {
 			continue
 		}
 		buf, err := pools[b.Device].Allocate(ctx, buffers.ID(i), b.Name, b.SizeBytes)
