@@ -14,9 +14,6 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/stretchr/testify/require"
 
-	"github.com/streamdag/streamdag/examples/flights"
-	"github.com/streamdag/streamdag/exec"
-	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/internal/testdata"
 	"github.com/streamdag/streamdag/kvio"
 )
@@ -180,28 +177,9 @@ func flightsIPC(b *testing.B, src string) string {
 func BenchmarkFlightsFrom(b *testing.B) {
 	pq := testdata.File(b, "flights-3m.parquet")
 	arrowPath := flightsIPC(b, pq)
-	ctx := context.Background()
 	const rows = 3_000_000
 	run := func(name, path string, opts ...kvio.LoadOption) {
-		b.Run(name, func(b *testing.B) {
-			dev, err := gpu.NewCPU()
-			require.NoError(b, err)
-			defer dev.Close()
-			e := exec.New(dev)
-			b.ReportAllocs()
-			for b.Loop() {
-				f, err := kvio.Open(path)
-				require.NoError(b, err)
-				src, err := kvio.OpenAuto(ctx, f, opts...)
-				require.NoError(b, err)
-				out, err := flights.Run(ctx, e, src, flights.Options{})
-				require.NoError(b, err)
-				require.NotEmpty(b, out.Table.Rows)
-				require.NoError(b, src.Close())
-				require.NoError(b, f.Close())
-			}
-			b.ReportMetric(rows*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
-		})
+		b.Run(name, func(b *testing.B) { benchFlightsRun(b, path, opts...) })
 	}
 	run("parquet", pq)
 	run("ipc", arrowPath)

@@ -94,18 +94,7 @@ func checkEdge(t *testing.T, batches []arrow.RecordBatch) int {
 
 func writeEdgeIPC(t testing.TB, sizes ...int) []byte {
 	t.Helper()
-	var buf bytes.Buffer
-	w, err := ipc.NewFileWriter(&buf, ipc.WithSchema(edgeSchema))
-	require.NoError(t, err)
-	start := 0
-	for _, n := range sizes {
-		rec := edgeBatch(start, n)
-		require.NoError(t, w.Write(rec))
-		rec.Release()
-		start += n
-	}
-	require.NoError(t, w.Close())
-	return buf.Bytes()
+	return ipcBytes(t, edgeSchema, edgeBatch, sizes...)
 }
 
 func writeEdgeParquet(t testing.TB, rows, groupRows int) []byte {

@@ -68,20 +68,27 @@ func writeParquet(t testing.TB, rows, groupRows int) string {
 // and returns the path.
 func writeIPC(t testing.TB, sizes ...int) string {
 	t.Helper()
+	path := filepath.Join(t.TempDir(), "test.arrow")
+	require.NoError(t, os.WriteFile(path, ipcBytes(t, testSchema, testBatch, sizes...), 0o600))
+	return path
+}
+
+// ipcBytes writes one record batch of batch(start, n) per entry of sizes
+// as an Arrow IPC file in memory.
+func ipcBytes(t testing.TB, sc *arrow.Schema, batch func(start, n int) arrow.RecordBatch, sizes ...int) []byte {
+	t.Helper()
 	var buf bytes.Buffer
-	w, err := ipc.NewFileWriter(&buf, ipc.WithSchema(testSchema))
+	w, err := ipc.NewFileWriter(&buf, ipc.WithSchema(sc))
 	require.NoError(t, err)
 	start := 0
 	for _, n := range sizes {
-		rec := testBatch(start, n)
+		rec := batch(start, n)
 		require.NoError(t, w.Write(rec))
 		rec.Release()
 		start += n
 	}
 	require.NoError(t, w.Close())
-	path := filepath.Join(t.TempDir(), "test.arrow")
-	require.NoError(t, os.WriteFile(path, buf.Bytes(), 0o600))
-	return path
+	return buf.Bytes()
 }
 
 // str returns element i of a utf8 or large_utf8 array.
