@@ -80,49 +80,27 @@ type NVLink struct {
 }
 
 // P2PStatus is NVML's answer for one P2P capability of a GPU pair
-// (nvmlGpuP2PStatus_t), with nvidia-smi topo -p2p's abbreviations.
-type P2PStatus uint8
-
-// The P2P statuses. P2PUnqueried means NVML was not asked or failed (see
-// Inventory.Notes).
-const (
-	P2PUnqueried P2PStatus = iota
-	P2POK
-	P2PChipsetNotSupported
-	P2PGPUNotSupported
-	P2PTopologyNotSupported
-	P2PDisabledByRegkey
-	P2PNotSupported
-	P2PUnknown
-)
-
-var p2pNames = [...]string{"-", "OK", "CNS", "GNS", "TNS", "DIS", "NS", "U"}
-
-// String returns nvidia-smi topo -p2p's abbreviation: "OK", "CNS", "GNS",
-// "TNS", "NS", "U", "DIS" (disabled by regkey) or "-" (not queried).
-func (s P2PStatus) String() string {
-	if int(s) < len(p2pNames) {
-		return p2pNames[s]
-	}
-	return "U"
-}
+// (nvmlGpuP2PStatus_t): topology's status type, so inventory and topology
+// speak of P2P the same way. topology.P2PNotReported means NVML was not
+// asked or failed (see Inventory.Notes).
+type P2PStatus = topology.P2PStatus
 
 func p2pFromNVML(v nvml.GpuP2PStatus) P2PStatus {
 	switch v {
 	case nvml.P2P_STATUS_OK:
-		return P2POK
+		return topology.P2POK
 	case nvml.P2P_STATUS_CHIPSET_NOT_SUPPORTED:
-		return P2PChipsetNotSupported
+		return topology.P2PChipsetNotSupported
 	case nvml.P2P_STATUS_GPU_NOT_SUPPORTED:
-		return P2PGPUNotSupported
+		return topology.P2PGPUNotSupported
 	case nvml.P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED:
-		return P2PTopologyNotSupported
+		return topology.P2PTopologyNotSupported
 	case nvml.P2P_STATUS_DISABLED_BY_REGKEY:
-		return P2PDisabledByRegkey
+		return topology.P2PDisabledByRegKey
 	case nvml.P2P_STATUS_NOT_SUPPORTED:
-		return P2PNotSupported
+		return topology.P2PNotSupported
 	default:
-		return P2PUnknown
+		return topology.P2PUnknown
 	}
 }
 
@@ -576,7 +554,7 @@ func pairLinks(links []NVLink, p P2PPair) int {
 	if direct > 0 {
 		return direct
 	}
-	if p.NVLink == P2POK {
+	if p.NVLink == topology.P2POK {
 		return switched
 	}
 	return 0

@@ -61,7 +61,7 @@ func TestDiscoverMockServers(t *testing.T) {
 			assert.Len(t, inv.Notes, 8*4+5, "%q", inv.Notes)
 			assert.Contains(t, inv.Notes, "p2p: common ancestor gpu0→gpu1 and 55 more pairs: panic: Device.GetTopologyCommonAncestorFunc: method is nil but Device.GetTopologyCommonAncestor was just called")
 			assert.Len(t, inv.P2P, 8*7, "one entry per ordered pair, facts unknown")
-			assert.Equal(t, gpu.P2PUnqueried, inv.P2P[0].Read)
+			assert.Equal(t, topology.P2PNotReported, inv.P2P[0].Read)
 			assert.Equal(t, "-", inv.P2P[0].Label())
 			assert.Contains(t, inv.Notes, "gpu0: PCI bus id: empty")
 			assert.Contains(t, inv.Notes, "gpu7: NUMA node: panic: Device.GetNumaNodeIdFunc: method is nil but Device.GetNumaNodeId was just called")

@@ -70,7 +70,7 @@ func TestDiscoverDGXA100NVSwitch(t *testing.T) {
 	}
 	require.Len(t, inv.P2P, 56)
 	for _, p := range inv.P2P {
-		assert.Equal(t, [4]gpu.P2PStatus{gpu.P2POK, gpu.P2POK, gpu.P2POK, gpu.P2POK}, [4]gpu.P2PStatus{p.Read, p.Write, p.NVLink, p.Atomics})
+		assert.Equal(t, [4]topology.P2PStatus{topology.P2POK, topology.P2POK, topology.P2POK, topology.P2POK}, [4]topology.P2PStatus{p.Read, p.Write, p.NVLink, p.Atomics})
 		assert.Equal(t, "NV12", p.Label(), "%v→%v", p.From, p.To)
 	}
 	for _, tc := range []struct {
@@ -103,8 +103,8 @@ func TestDiscoverRealTopologies(t *testing.T) {
 		assert.Equal(t, 2, p.NVLinks)
 		p, _ = inv.Pair(id(0), id(5))
 		assert.Equal(t, "SYS", p.Label())
-		assert.Equal(t, gpu.P2PNotSupported, p.NVLink)
-		assert.Equal(t, gpu.P2PChipsetNotSupported, p.Read, "the fill's estimate for SYS")
+		assert.Equal(t, topology.P2PNotSupported, p.NVLink)
+		assert.Equal(t, topology.P2PChipsetNotSupported, p.Read, "the fill's estimate for SYS")
 	})
 	t.Run("pcie 2 sockets", func(t *testing.T) {
 		inv := gpu.Discover(context.Background(), gpu.WithNVML(filled(t, 8, loadTopology(t, "pcie-8gpu-2socket"))))
@@ -113,7 +113,7 @@ func TestDiscoverRealTopologies(t *testing.T) {
 		p, _ := inv.Pair(id(2), id(3))
 		assert.Equal(t, gpu.AncestorSingle, p.Ancestor)
 		assert.Equal(t, "PIX", p.Label())
-		assert.Equal(t, gpu.P2POK, p.Read)
+		assert.Equal(t, topology.P2POK, p.Read)
 		p, _ = inv.Pair(id(0), id(2))
 		assert.Equal(t, "PXB", p.Label())
 		p, _ = inv.Pair(id(3), id(4))
@@ -124,7 +124,7 @@ func TestDiscoverRealTopologies(t *testing.T) {
 		require.Len(t, inv.P2P, 2)
 		p := inv.P2P[0]
 		assert.Equal(t, "PHB", p.Label())
-		assert.Equal(t, gpu.P2PGPUNotSupported, p.Read)
+		assert.Equal(t, topology.P2PGPUNotSupported, p.Read)
 		assert.Equal(t, "GNS", p.Write.String())
 	})
 	t.Run("a100 nvlink pairs", func(t *testing.T) {
@@ -154,10 +154,10 @@ func TestDiscoverNotSupportedOnOneCall(t *testing.T) {
 	assert.Contains(t, inv.Notes, "gpu5: NVLink 0 remote PCI info: ERROR_NOT_SUPPORTED")
 	assert.Len(t, inv.Notes, 1+18, "one per gpu5 link, one folded for the pairs")
 	p, _ := inv.Pair(id(3), id(1))
-	assert.Equal(t, gpu.P2PUnqueried, p.Atomics)
-	assert.Equal(t, gpu.P2POK, p.Read, "the other caps are still read")
+	assert.Equal(t, topology.P2PNotReported, p.Atomics)
+	assert.Equal(t, topology.P2POK, p.Read, "the other caps are still read")
 	p, _ = inv.Pair(id(1), id(3))
-	assert.Equal(t, gpu.P2POK, p.Atomics)
+	assert.Equal(t, topology.P2POK, p.Atomics)
 	assert.Equal(t, "NV18", p.Label())
 	p, _ = inv.Pair(id(5), id(0))
 	assert.Equal(t, 0, p.NVLinks, "gpu5's links have no known remote end")
@@ -187,7 +187,7 @@ func TestDiscoverMissingSymbol(t *testing.T) {
 	}
 	assert.Empty(t, inv.Links)
 	require.Len(t, inv.P2P, 56)
-	assert.Equal(t, gpu.P2PUnqueried, inv.P2P[0].Read)
+	assert.Equal(t, topology.P2PNotReported, inv.P2P[0].Read)
 	assert.Equal(t, gpu.AncestorMultiple, inv.P2P[0].Ancestor, "what is there is still read")
 }
 

@@ -27,13 +27,6 @@ func (inv Inventory) Facts() topology.Facts {
 	index := func(id topology.DeviceID) int {
 		return slices.IndexFunc(f.GPUs, func(d topology.Device) bool { return d.ID == id })
 	}
-	status := func(s P2PStatus) topology.P2PStatus {
-		t, err := topology.ParseP2PStatus(s.String())
-		if err != nil {
-			return topology.P2PNotReported
-		}
-		return t
-	}
 	for _, p := range inv.P2P {
 		i, j := index(p.From), index(p.To)
 		if i < 0 || j < 0 {
@@ -43,7 +36,7 @@ func (inv Inventory) Facts() topology.Facts {
 		if kind, n, err := topology.ParseLinkLabel(p.Label()); err == nil {
 			pair.Kind, pair.NVLinks = kind, n
 		}
-		pair.P2P = topology.P2P{Read: status(p.Read), Write: status(p.Write), NVLink: status(p.NVLink), Atomics: status(p.Atomics)}
+		pair.P2P = topology.P2P{Read: p.Read, Write: p.Write, NVLink: p.NVLink, Atomics: p.Atomics}
 		f.Pairs[i][j] = pair
 	}
 	return f
