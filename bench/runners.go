@@ -122,7 +122,8 @@ type Runner struct {
 }
 
 // Runners are the executors compared, floor first: the sequential walk,
-// streamdag (a prepared plan on the CPU device with GOMAXPROCS streams),
+// streamdag (a prepared plan on the CPU device with GOMAXPROCS streams,
+// launch timing off), streamdag-timed (the same with launch timing on),
 // one goroutine per kernel waiting on its predecessors' channels,
 // errgroup (a goroutine started per kernel once its last predecessor
 // finished, through atomic counters), and go-taskflow v1.2.0 (its
@@ -130,6 +131,7 @@ type Runner struct {
 var Runners = []Runner{
 	{"sequential", prepareSequential},
 	{"streamdag", prepareStreamdag},
+	{"streamdag-timed", prepareStreamdagTimed},
 	{"goroutines", prepareGoroutines},
 	{"errgroup", prepareErrgroup},
 	{"taskflow", prepareTaskflow},
@@ -171,17 +173,28 @@ func prepareSequential(g *dag.Graph) (func() error, func(), error) {
 	}, func() {}, nil
 }
 
-// prepareStreamdag plans g once on a CPU device with GOMAXPROCS streams;
-// each run is Executor.Execute (buffers allocated, launches queued with
-// their event waits, every launch settled through the error graph, the
-// report built), a check that every launch is ok (Result.Err otherwise)
-// and Result.Close.
+// prepareStreamdag plans g once on a CPU device with GOMAXPROCS streams,
+// launch timing off (exec.WithLaunchTiming); each run is Executor.Execute
+// (buffers reserved, every stream handed its launch list with its event
+// waits, every launch settled through the error graph, the report built),
+// a check that every launch is ok (Result.Err otherwise) and
+// Result.Close.
 func prepareStreamdag(g *dag.Graph) (func() error, func(), error) {
+	return prepareStreamdagWith(g, exec.WithLaunchTiming(false))
+}
+
+// prepareStreamdagTimed is prepareStreamdag with launch timing on (the
+// executor's default): every launch's start and end are in the report.
+func prepareStreamdagTimed(g *dag.Graph) (func() error, func(), error) {
+	return prepareStreamdagWith(g)
+}
+
+func prepareStreamdagWith(g *dag.Graph, opts ...exec.Option) (func() error, func(), error) {
 	dev, err := gpu.NewCPU()
 	if err != nil {
 		return nil, nil, err
 	}
-	e := exec.New(dev)
+	e := exec.New(dev, opts...)
 	p, err := e.Plan(g)
 	if err != nil {
 		dev.Close()
@@ -194,7 +207,7 @@ func prepareStreamdag(g *dag.Graph) (func() error, func(), error) {
 			return err
 		}
 		defer res.Close()
-		if res.Report.Count(exec.StatusOK) != len(res.Report.Launches) {
+		if res.Report.Count(exec.StatusOK) != res.Report.NumLaunches() {
 			return res.Err()
 		}
 		return nil

@@ -35,7 +35,7 @@ func TestOverBudgetBufferIsAnUnallocatedFailure(t *testing.T) {
 	defer res.Close()
 	assert.False(t, ran)
 	assert.True(t, otherRan)
-	k := res.Report.Launches[0]
+	k := res.Report.Launches()[0]
 	assert.Equal(t, exec.StatusSkipped, k.Status)
 	assert.ErrorIs(t, k.Err, buffers.ErrOverBudget)
 	assert.Equal(t, []string{"allocate big"}, k.Chain)

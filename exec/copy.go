@@ -8,7 +8,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/streamdag/streamdag/buffers"
-	"github.com/streamdag/streamdag/gpu"
 )
 
 // Copier is implemented by values of value buffers that can cross
@@ -96,25 +95,4 @@ func copyArray(a arrow.Array, mem memory.Allocator) (arrow.Array, int64, error) 
 	}
 	walk(out.Data())
 	return out, n, nil
-}
-
-// multiBackend drives the streams of several devices as one scheduler
-// backend: slot g is stream g mod S of device g / S.
-type multiBackend struct {
-	devs    []gpu.Device
-	streams int
-}
-
-func newMultiBackend(devs []gpu.Device, streams int) *multiBackend {
-	return &multiBackend{devs: devs, streams: streams}
-}
-
-func (b *multiBackend) Concurrent() bool { return true }
-
-func (b *multiBackend) NewStream(slot int) (BackendStream, error) {
-	d := slot / b.streams
-	if slot < 0 || d >= len(b.devs) {
-		return nil, fmt.Errorf("exec: slot %d out of range for %d devices × %d streams", slot, len(b.devs), b.streams)
-	}
-	return &deviceStream{st: b.devs[d].Stream(slot % b.streams), staged: make([]gpu.Task, 0, 64)}, nil
 }

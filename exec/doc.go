@@ -1,19 +1,31 @@
 // Package exec plans and runs a dag.Graph on a device (layer 3).
 //
-// Planning ([Executor.Plan]) takes the graph's topological order, assigns
-// each kernel a stream (a chain stays on one stream: a kernel continues the
-// stream of the first predecessor whose stream no other successor has
-// continued; other kernels go to the least-loaded stream), and then aligns
-// the streams: a launch waits on an event of another stream only when a
+// Planning ([Executor.Plan]) orders the kernels as a list schedule:
+// among the kernels whose hazards are satisfied, the one with the longest
+// path to the end of the graph goes first (HEFT's upward rank), so that
+// independent work at the same depth (the cells of one anti-diagonal of a
+// wavefront) is interleaved; every pair of kernels with a hazard keeps the
+// order [dag.Graph.Order] gives it. It then assigns each kernel a stream
+// (a chain stays on one stream: a kernel continues the stream of a
+// predecessor whose stream no other successor has continued, the
+// least-loaded such stream; other kernels go to the least-loaded stream),
+// and aligns the streams: a launch waits on an event of another stream only when a
 // read-after-write, write-after-read or write-after-write hazard on
 // overlapping bytes crosses streams and no earlier wait already covers it.
 // Coverage is tracked with per-stream vector clocks, so a wait on a launch
 // also covers everything that launch itself waited for. The number of
 // waits is part of the plan.
 //
-// Running ([Executor.Execute], [Executor.Run]) allocates the graph's
-// buffers, queues every launch on its stream with its event waits, and
-// settles each launch through the error graph (package failgraph): a
+// Running ([Executor.Execute], [Executor.Run]) reserves the graph's raw
+// buffers (value buffers are made on first use) and hands each device
+// stream its whole launch list at once, as one task on the stream. An
+// event is a (stream, count) pair: a stream publishes its progress after
+// each launch another stream waits on, a wait that is already satisfied
+// costs one atomic load (none when an earlier load already saw enough),
+// and only an unsatisfied one spins briefly, yields, then parks. Per
+// launch there is no goroutine, channel, lock or allocation on the clean
+// path, and with [WithLaunchTiming](false) no clock reading either. Each
+// launch is settled through the error graph (package failgraph): a
 // launch whose reads are tainted is skipped and passes the root failure on
 // to its writes; a kernel error or panic fails the launch and taints its
 // writes; unrelated branches run on. When ctx is cancelled, launches not
@@ -24,7 +36,8 @@
 // The [Result] gives buffer contents only through the error graph's read
 // check, so failed work can never be read as if it succeeded, and a
 // [Report] per run: every launch with kernel, device, stream, status,
-// start, end, error and chain; the waits inserted and the wall time.
+// start, end, error and chain (built on first use from a status byte and
+// two clock readings per launch); the waits inserted and the wall time.
 //
 // An Executor is safe for concurrent use; each Run has its own buffers and
 // error graph.

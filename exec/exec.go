@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -27,12 +28,14 @@ type Executor struct {
 	topo      *topology.Topology
 	placement Placement
 	backend   *gpu.Backend
+	timing    bool
 }
 
 // Option configures an Executor.
 type Option func(*config)
 
 type config struct {
+	noTiming  bool
 	alloc     memory.Allocator
 	budget    *buffers.Budget
 	backend   *gpu.Backend
@@ -42,6 +45,16 @@ type config struct {
 // WithPlacement sets a multi-device executor's placement strategy
 // (default PlaceHEFT).
 func WithPlacement(p Placement) Option { return func(c *config) { c.placement = p } }
+
+// WithLaunchTiming turns the per-launch clock readings on (the default)
+// or off. With timing, every launch's Start and End are in the report (a
+// launch that directly follows another on its stream starts when that one
+// ended, so a launch costs one clock reading); without it they are zero
+// and a launch costs no clock reading at all, which matters for kernels
+// of a few hundred ns or less. Like CUDA's cudaEventDisableTiming, it
+// trades visibility for launch overhead; the run's Wall is measured
+// either way.
+func WithLaunchTiming(on bool) Option { return func(c *config) { c.noTiming = !on } }
 
 // WithBackend names the GPU backend the executor's device came from (see
 // gpu.Backend.Acquire); every Report then carries the backend's metrics
@@ -80,7 +93,7 @@ func NewMulti(devs []gpu.Device, topo *topology.Topology, opts ...Option) (*Exec
 	for _, o := range opts {
 		o(&c)
 	}
-	e := &Executor{devs: devs, topo: topo, placement: c.placement, backend: c.backend}
+	e := &Executor{devs: devs, topo: topo, placement: c.placement, backend: c.backend, timing: !c.noTiming}
 	seen := map[topology.DeviceID]bool{}
 	for _, d := range devs {
 		if seen[d.ID()] {
@@ -162,18 +175,19 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 		ctx:   ctx,
 		plan:  p,
 		devs:  p.Devices,
+		pools: e.pools,
 		alloc: e.pools[0].Allocator(),
 		store: failgraph.New(func(id buffers.ID) string { return p.Buffers[id].Name }),
 		loss:  loss,
 	}
-	if err := r.allocate(ctx, e.pools, nil, rc.inputs); err != nil {
+	if err := r.allocate(ctx, nil, rc.inputs); err != nil {
 		return nil, err
 	}
-	states, submitErr := e.launch(p, r)
-	rep := newReport(p, states, e.topo, 0)
-	res := &Result{graph: p.Graph, bufs: r.bufs, store: r.store, Report: rep}
+	submitErr := r.execute(e.devs, e.timing)
+	rep := newReport(p, r.out, r.store, e.topo)
+	res := &Result{graph: p.Graph, run: r, store: r.store, Report: rep}
 	if submitErr == nil && loss != nil && loss.lost.Load() {
-		res, submitErr = e.recover(ctx, p, r, states, rep)
+		res, submitErr = e.recover(ctx, p, r, rep)
 	}
 	res.Report.Wall = time.Since(start)
 	if e.backend != nil {
@@ -186,151 +200,154 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 	return res, nil
 }
 
-// launch queues plan p's launches for run r, waits for all of them, and
-// returns their states.
-func (e *Executor) launch(p *Plan, r *run) ([]launchState, error) {
-	states := make([]launchState, len(p.Launches))
-	for i := range p.Launches {
-		l := &p.Launches[i]
-		states[i] = launchState{run: r, op: l, required: l.Reads, stream: l.Stream}
-		if l.kernel != nil && l.kernel.Optional != nil {
-			states[i].required = nil
-			for j, rd := range l.Reads {
-				if j >= len(l.kernel.Optional) || !l.kernel.Optional[j] {
-					states[i].required = append(states[i].required, rd)
-				}
-			}
-		}
-		for _, w := range l.Writes {
-			if r.bufs[w.Buffer] == nil { // its reservation failed: check it like a tainted read
-				states[i].required = append(slices.Clip(states[i].required), w)
-			}
-		}
-	}
-	submitErr := e.submit(p, states, r.store)
-	// Wait for every queued launch, whatever ctx says.
-	for _, d := range e.devs {
-		for s := range p.Streams {
-			_ = d.Stream(s).Synchronize(context.Background())
-		}
-	}
-	if submitErr != nil {
-		for i := range states {
-			if states[i].status == StatusPending { // never reached a stream
-				states[i].cancel(submitErr)
-			}
-		}
-	}
-	return states, submitErr
-}
-
-// submitBatch is the scheduler's MaxTasks for a run: launches are handed
-// to a device stream in batches of up to this many, so the stream's worker
-// does not park and wake once per launch while the plan is submitted.
-const submitBatch = 256
-
-// submit registers the plan's launches with a Scheduler over the device,
-// in plan order: a launch's event waits first, then the launch, then an
-// event record when a later launch waits on it. It returns the first
-// error the device gave (a closed device); launches that never reached a
-// stream stay pending and are marked cancelled once the streams drained.
-func (e *Executor) submit(p *Plan, states []launchState, store *failgraph.Store) error {
-	sched := NewScheduler(newMultiBackend(e.devs, p.Streams), store, SchedulerOptions{MaxStreams: len(e.devs) * p.Streams, MaxTasks: submitBatch})
-	events := make([]gpu.Event, len(p.Launches))
-	var errs []error
-	keep := func(err error) { // the first few errors; the launches that missed a stream say the rest
-		if err != nil && len(errs) < 8 {
-			errs = append(errs, err)
-		}
-	}
-	for i := range p.Launches {
-		pl := &p.Launches[i]
-		s := StreamID(p.GlobalStream(i))
-		for _, w := range pl.Waits {
-			keep(sched.Wait(s, events[w.Launch]))
-		}
-		keep(sched.Register(s, &states[i], nil))
-		if p.record[i] {
-			ev, err := sched.Record(s)
-			events[i] = ev
-			keep(err)
-		}
-	}
-	keep(sched.FlushAll())
-	return errors.Join(errs...)
-}
-
-// run is the state one Execute shares with its launches.
+// run is the state one Execute (or one recovery phase) shares with its
+// launches.
 type run struct {
-	ctx   context.Context
-	plan  *Plan
-	devs  []topology.DeviceID
-	alloc memory.Allocator
-	store *failgraph.Store
-	bufs  []*buffers.Buffer // by plan buffer id: the graph's, then replicas
-	loss  *deviceLoss       // nil unless a device is to be lost during the run
+	ctx     context.Context
+	plan    *Plan
+	devs    []topology.DeviceID
+	pools   []*buffers.Pool
+	alloc   memory.Allocator
+	store   *failgraph.Store
+	loss    *deviceLoss  // nil unless a device is to be lost during the run
+	unalloc *unallocated // nil unless a reservation failed
+	slow    bool         // every launch takes the full checks (ctx can be cancelled, a loss or failed reservation)
+
+	// bufs holds the run's buffers by plan buffer id: the graph's, then
+	// replicas. Raw buffers are reserved before the run starts; value
+	// buffers take no bytes and are made on first use (buffer).
+	bufs []atomic.Pointer[buffers.Buffer]
+	made atomic.Int32 // value buffers made (or carried over) in bufs
+
+	out      *outcomes
+	progress []counter // by global stream: launches settled
+	wg       sync.WaitGroup
+	mu       sync.Mutex // guards cond's parking and internal
+	cond     *sync.Cond
+	parked   atomic.Int32
+	internal error
 }
 
-// allocate reserves every planned buffer on its device's pool, except
-// those carried over from an earlier phase (carried[i] non-nil).
-func (r *run) allocate(ctx context.Context, pools []*buffers.Pool, carried []*buffers.Buffer, inputs map[dag.BufferID]any) error {
-	r.bufs = make([]*buffers.Buffer, len(r.plan.Buffers))
-	// Value buffers take no bytes: carve them from one slab per device.
-	values := make([][]buffers.ValueSpec, len(pools))
-	where := make([][]int, len(pools))
-	for i, b := range r.plan.Buffers {
-		if b.SizeBytes == 0 && (i >= len(carried) || carried[i] == nil) {
-			values[b.Device] = append(values[b.Device], buffers.ValueSpec{ID: buffers.ID(i), Name: b.Name})
-			where[b.Device] = append(where[b.Device], i)
+// buffer returns plan buffer id, making a value buffer on first use; nil
+// for a raw buffer whose reservation failed. It is safe for concurrent
+// use.
+func (r *run) buffer(id buffers.ID) *buffers.Buffer {
+	slot := &r.bufs[id]
+	if b := slot.Load(); b != nil || r.unalloc != nil && r.unalloc.bufs[id] {
+		return b
+	}
+	pb := &r.plan.Buffers[id]
+	if pb.SizeBytes != 0 {
+		return nil
+	}
+	b := r.pools[pb.Device].AllocateValues([]buffers.ValueSpec{{ID: id, Name: pb.Name}})[0]
+	if !slot.CompareAndSwap(nil, b) {
+		b.Release()
+		return slot.Load()
+	}
+	r.made.Add(1)
+	return b
+}
+
+// allocate reserves every planned raw buffer on its device's pool, except
+// those carried over from an earlier phase (carried[i] non-nil), and
+// stores inputs.
+func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs map[dag.BufferID]any) error {
+	r.bufs = r.plan.bufSlots()
+	for i, b := range carried {
+		if b != nil {
+			r.bufs[i].Store(b)
+			r.made.Add(1)
 		}
 	}
-	for d, specs := range values {
-		for j, buf := range pools[d].AllocateValues(specs) {
-			r.bufs[where[d][j]] = buf
-		}
-	}
-	for i, b := range r.plan.Buffers {
-		if i < len(carried) && carried[i] != nil {
-			r.bufs[i] = carried[i]
+	for _, i := range r.plan.compiled().raw { // value buffers are made on first use
+		b := &r.plan.Buffers[i]
+		if int(i) < len(carried) && carried[i] != nil {
 			continue
 		}
-		if r.bufs[i] != nil {
-			continue
-		}
-		buf, err := pools[b.Device].Allocate(ctx, buffers.ID(i), b.Name, b.SizeBytes)
+		buf, err := r.pools[b.Device].Allocate(ctx, buffers.ID(i), b.Name, b.SizeBytes)
 		if errors.Is(err, buffers.ErrOverBudget) {
 			// The reservation can never succeed: the buffer reads as this
 			// failure, launches that would write it are skipped with it,
 			// and unrelated branches run on.
 			r.store.FailUnallocated("allocate "+b.Name, buffers.ID(i), fmt.Errorf("exec: %w", err))
+			if r.unalloc == nil {
+				r.unalloc = &unallocated{bufs: make([]bool, len(r.plan.Buffers))}
+			}
+			r.unalloc.bufs[i] = true
 			continue
 		}
 		if err != nil {
-			for _, done := range r.bufs[:i] {
-				if done != nil {
-					done.Release()
-				}
-			}
+			r.release()
 			releaseInputs(inputs)
 			return fmt.Errorf("exec: %w", err)
 		}
-		r.bufs[i] = buf
+		r.bufs[i].Store(buf)
 	}
 	for id, v := range inputs {
-		if id < 0 || int(id) >= len(r.plan.Graph.Buffers()) || r.bufs[id] == nil {
-			for _, b := range r.bufs {
-				if b != nil {
-					b.Release()
-				}
-			}
+		if id < 0 || int(id) >= len(r.plan.Graph.Buffers()) || r.buffer(buffers.ID(id)) == nil {
+			r.release()
 			releaseInputs(inputs)
 			return fmt.Errorf("exec: input for unknown or unallocated buffer id %d", id)
 		}
-		if err := r.bufs[id].Store(v); err != nil {
+		if err := r.buffer(buffers.ID(id)).Store(v); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// release releases every buffer the run holds and hands its slots back
+// to the plan for the next run; the run has no buffers after it.
+func (r *run) release() {
+	if r.bufs == nil {
+		return
+	}
+	drop := func(i int) {
+		if r.bufs[i].Load() == nil { // a plain load: most value buffers were never made
+			return
+		}
+		if b := r.bufs[i].Swap(nil); b != nil {
+			b.Release()
+		}
+	}
+	if r.made.Load() > 0 {
+		for i := range r.bufs {
+			drop(i)
+		}
+	} else { // only raw buffers can be there
+		for _, i := range r.plan.compiled().raw {
+			drop(int(i))
+		}
+	}
+	r.plan.putSlots(r.bufs)
+	r.bufs = nil
+}
+
+// keptSlots is how many closed runs' buffer slots a plan keeps for reuse.
+const keptSlots = 2
+
+// bufSlots returns empty buffer slots for a run of p: one per planned
+// buffer, reused from an earlier run's Result.Close when there is one.
+func (p *Plan) bufSlots() []atomic.Pointer[buffers.Buffer] {
+	p.slotsMu.Lock()
+	defer p.slotsMu.Unlock()
+	if n := len(p.slots); n > 0 {
+		s := p.slots[n-1]
+		p.slots[n-1] = nil
+		p.slots = p.slots[:n-1]
+		return s
+	}
+	return make([]atomic.Pointer[buffers.Buffer], len(p.Buffers))
+}
+
+// putSlots keeps s (all nil) for a later run, up to keptSlots of them.
+func (p *Plan) putSlots(s []atomic.Pointer[buffers.Buffer]) {
+	p.slotsMu.Lock()
+	defer p.slotsMu.Unlock()
+	if len(p.slots) < keptSlots {
+		p.slots = append(p.slots, s)
+	}
 }
 
 // releaseInputs drops the references to input values handed to a run
@@ -378,98 +395,3 @@ func (s Status) String() string {
 
 // MarshalText encodes the status as its String.
 func (s Status) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
-
-// launchState is one launch at run time. It is the gpu.Task queued on the
-// stream and the dag.Launch the kernel sees.
-type launchState struct {
-	run      *run
-	op       *PlannedLaunch
-	required []buffers.Binding // the reads whose taint skips the launch
-	stream   int
-	status   Status
-	start    time.Time
-	end      time.Time
-	failure  failgraph.FailureID
-	err      error
-	copied   int64 // bytes a copy launch moved
-	degraded bool  // it ran while an optional read was missing
-}
-
-var (
-	_ gpu.Task   = (*launchState)(nil)
-	_ dag.Launch = (*launchState)(nil)
-)
-
-// Run settles the launch: cancelled, skipped, or run inside a failgraph
-// write scope and then ok or failed.
-func (l *launchState) Run() {
-	r := l.run
-	if r.loss != nil {
-		defer r.loss.settled()
-		if r.loss.hits(l.op) {
-			l.cancel(r.loss.err)
-			l.status = StatusLost
-			return
-		}
-	}
-	if err := r.ctx.Err(); err != nil {
-		l.cancel(err)
-		return
-	}
-	if id, skip := r.store.SkipIfTainted(l.op.Name, l.required, l.op.Writes); skip {
-		l.status, l.failure = StatusSkipped, id
-		return
-	}
-	if l.op.kernel != nil && l.op.kernel.Optional != nil && len(l.required) < len(l.op.Reads) {
-		l.degraded = r.store.EnsureWritten(l.op.Reads...) != nil
-	}
-	scope := r.store.Enter(l.op.Name, l.op.Writes)
-	l.start = time.Now()
-	torn, err := l.call()
-	l.end = time.Now()
-	switch {
-	case torn != nil:
-		l.status, l.err = StatusFailed, fmt.Errorf("exec: %w", torn)
-		l.failure = scope.ExitPanic(torn.Value, torn.Stack)
-	case err != nil:
-		l.status, l.err = StatusFailed, fmt.Errorf("exec: kernel %q: %w", l.op.Name, err)
-		l.failure = scope.Exit(l.err)
-	default:
-		l.status = StatusOK
-		scope.Exit(nil)
-	}
-}
-
-// call runs the kernel (or the copy), turning a panic into a
-// TornDownError with the value and stack.
-func (l *launchState) call() (torn *failgraph.TornDownError, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			torn = &failgraph.TornDownError{Kernel: l.op.Name, Value: v, Stack: debug.Stack()}
-		}
-	}()
-	if l.op.Copy != nil {
-		l.copied, err = copyBuffer(l.Out(0), l.In(0), l.run.alloc)
-		return nil, err
-	}
-	return nil, l.op.fn(l.run.ctx, l)
-}
-
-// cancel marks the launch cancelled and taints its writes with the run's
-// single "cancelled" failure.
-func (l *launchState) cancel(cause error) {
-	l.status, l.err = StatusCancelled, cause
-	l.failure = l.run.store.Cancel(l.op.Name, cause, l.op.Writes)
-}
-
-func (l *launchState) Kernel() string            { return l.op.Name }
-func (l *launchState) Device() topology.DeviceID { return l.run.devs[l.op.Device] }
-func (l *launchState) Stream() int               { return l.stream }
-func (l *launchState) In(i int) *buffers.Buffer  { return l.run.bufs[l.op.Reads[i].Buffer] }
-func (l *launchState) Out(i int) *buffers.Buffer { return l.run.bufs[l.op.Writes[i].Buffer] }
-func (l *launchState) NumIn() int                { return len(l.op.Reads) }
-func (l *launchState) NumOut() int               { return len(l.op.Writes) }
-func (l *launchState) Missing(i int) error {
-	return l.run.store.EnsureWritten(l.op.Reads[i])
-}
-func (l *launchState) Allocator() memory.Allocator { return l.run.alloc }

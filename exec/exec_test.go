@@ -150,7 +150,7 @@ func TestFailureSkipsExactlyDependents(t *testing.T) {
 			require.NoError(t, err)
 			defer res.Close()
 			status := map[string]exec.LaunchReport{}
-			for _, l := range res.Report.Launches {
+			for _, l := range res.Report.Launches() {
 				status[l.Kernel] = l
 			}
 			root := status["source[1]"]
@@ -213,9 +213,9 @@ func TestCancellation(t *testing.T) {
 	defer res.Close()
 	assert.Equal(t, 4, res.Report.Count(exec.StatusOK))
 	assert.Equal(t, 6, res.Report.Count(exec.StatusCancelled))
-	for _, l := range res.Report.Launches[4:] {
+	for _, l := range res.Report.Launches()[4:] {
 		assert.ErrorIs(t, l.Err, context.Canceled)
-		assert.Equal(t, res.Report.Launches[4].Failure, l.Failure, "one cancelled failure per run")
+		assert.Equal(t, res.Report.Launches()[4].Failure, l.Failure, "one cancelled failure per run")
 	}
 	_, err = res.Buffer(prev)
 	assert.ErrorIs(t, err, context.Canceled)

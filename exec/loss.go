@@ -111,7 +111,7 @@ type Migration struct {
 // recover runs the second phase of a run that lost a device: it re-runs
 // every kernel that did not finish, and the producers of buffers that are
 // needed but were lost with the device, on the surviving devices.
-func (e *Executor) recover(ctx context.Context, p1 *Plan, r1 *run, states1 []launchState, rep1 *Report) (*Result, error) {
+func (e *Executor) recover(ctx context.Context, p1 *Plan, r1 *run, rep1 *Report) (*Result, error) {
 	g := p1.Graph
 	loss := r1.loss
 	nb := len(g.Buffers())
@@ -123,13 +123,13 @@ func (e *Executor) recover(ctx context.Context, p1 *Plan, r1 *run, states1 []lau
 	for b := range nb {
 		home[b] = -1
 		for i, pb := range p1.Buffers {
-			if pb.Of != dag.BufferID(b) || pb.Device == loss.dev || r1.bufs[i] == nil {
+			if pb.Of != dag.BufferID(b) || pb.Device == loss.dev || r1.buffer(buffers.ID(i)) == nil {
 				continue
 			}
 			whole := g.Buffer(dag.BufferID(b)).Whole()
 			whole.Buffer = buffers.ID(i)
 			if r1.store.EnsureWritten(whole) == nil {
-				carried[b], home[b] = r1.bufs[i], pb.Device
+				carried[b], home[b] = r1.buffer(buffers.ID(i)), pb.Device
 				break
 			}
 		}
@@ -137,10 +137,11 @@ func (e *Executor) recover(ctx context.Context, p1 *Plan, r1 *run, states1 []lau
 	// Which kernels run again: those that did not succeed, and the
 	// writers of needed buffers that did not survive, to a fixpoint.
 	ok := make([]bool, len(ks))
-	for i := range states1 {
+	for i := range r1.out.status {
+		st := r1.out.get(i)
 		// A kernel that ran without some optional input (lost with the
 		// device) produced a degraded result: it runs again too.
-		if k := p1.Launches[i].kernel; k != nil && states1[i].status == StatusOK && !states1[i].degraded {
+		if k := p1.Launches[i].kernel; k != nil && st == StatusOK && !r1.out.detail(i).degraded {
 			ok[k.ID] = true
 		}
 	}
@@ -239,14 +240,14 @@ func (e *Executor) recover(ctx context.Context, p1 *Plan, r1 *run, states1 []lau
 
 	// Memory of the first phase that is not carried over is released;
 	// what was on the lost device is gone.
-	for _, b := range r1.bufs {
-		if b != nil && !slices.Contains(carried, b) {
+	for i := range r1.bufs {
+		if b := r1.bufs[i].Load(); b != nil && !slices.Contains(carried, b) {
 			b.Release()
 		}
 	}
-	r2 := &run{ctx: ctx, plan: p2, devs: p2.Devices, alloc: r1.alloc,
+	r2 := &run{ctx: ctx, plan: p2, devs: p2.Devices, pools: e.pools, alloc: r1.alloc,
 		store: failgraph.New(func(id buffers.ID) string { return p2.Buffers[id].Name })}
-	if err := r2.allocate(ctx, e.pools, carried, nil); err != nil {
+	if err := r2.allocate(ctx, carried, nil); err != nil {
 		return nil, err
 	}
 	// Buffers that neither survived nor get a writer again (inputs that
@@ -266,20 +267,20 @@ func (e *Executor) recover(ctx context.Context, p1 *Plan, r1 *run, states1 []lau
 	for _, k := range cannot {
 		r2.store.Fail(k.Name, fmt.Errorf("exec: kernel %q is pinned to %s, which was lost: %w", k.Name, loss.id, ErrDeviceLost), k.Writes)
 	}
-	states2, submitErr := e.launch(p2, r2)
-	rep2 := newReport(p2, states2, e.topo, 0)
+	submitErr := r2.execute(e.devs, e.timing)
+	rep2 := newReport(p2, r2.out, r2.store, e.topo)
 
 	// First-phase launches whose work the recovery redid, and copies that
 	// did not finish, are marked lost: the second phase says how they
 	// ended.
 	rep := rep1
-	for i := range rep.Launches {
+	for i := range r1.out.status {
 		k := p1.Launches[i].kernel
-		if k != nil && rerun[k.ID] || k == nil && rep.Launches[i].Status != StatusOK {
-			rep.Launches[i].Status = StatusLost
+		if k != nil && rerun[k.ID] || k == nil && r1.out.get(i) != StatusOK {
+			r1.out.set(i, StatusLost)
 		}
 	}
-	rep.Launches = append(rep.Launches, rep2.Launches...)
+	rep.phases = append(rep.phases, rep2.phases...)
 	rep.Copies = append(rep.Copies, rep2.Copies...)
 	for k, n := range rep2.BytesByLink {
 		rep.BytesByLink[k] += n
@@ -293,5 +294,5 @@ func (e *Executor) recover(ctx context.Context, p1 *Plan, r1 *run, states1 []lau
 			rep.Reruns = append(rep.Reruns, k.Name)
 		}
 	}
-	return &Result{graph: g, bufs: r2.bufs, store: r2.store, Report: rep}, submitErr
+	return &Result{graph: g, run: r2, store: r2.store, Report: rep}, submitErr
 }

@@ -73,7 +73,7 @@ func TestDeviceLossRecovers(t *testing.T) {
 				assert.NotEmpty(t, res.Report.Migrations, "round-robin placed kernels on gpu3")
 			}
 			final := map[string]exec.LaunchReport{} // each kernel's last launch
-			for _, l := range res.Report.Launches {
+			for _, l := range res.Report.Launches() {
 				final[l.Kernel] = l
 			}
 			for _, k := range g.Kernels() {

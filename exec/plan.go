@@ -4,6 +4,9 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/streamdag/streamdag/buffers"
 	"github.com/streamdag/streamdag/dag"
@@ -70,6 +73,11 @@ type Plan struct {
 	// the cost model's figures for it.
 	Placement PlacementResult
 	record    []bool // record[i]: an event must be recorded after launch i
+
+	compileOnce sync.Once
+	comp        *compiled // the stream lists, built on the first run
+	slotsMu     sync.Mutex
+	slots       [][]atomic.Pointer[buffers.Buffer] // buffer slots of closed runs, all nil, for reuse
 }
 
 // Plan validates g and returns a plan on the executor's devices: kernels
@@ -120,6 +128,7 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementRe
 	if sub != nil {
 		order = slices.DeleteFunc(slices.Clone(order), func(k dag.KernelID) bool { return !sub.run[k] })
 	}
+	order = launchOrder(g, order, len(g.Buffers()))
 	p := &Plan{Graph: g, Devices: devs, Streams: nstreams, Placement: pl}
 	for _, b := range g.Buffers() {
 		p.Buffers = append(p.Buffers, PlannedBuffer{Name: b.Name, SizeBytes: b.SizeBytes, Value: b.Value, Of: b.ID})
@@ -191,12 +200,18 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementRe
 		if l.kernel != nil && l.kernel.Stream >= 0 {
 			s = base + l.kernel.Stream%nstreams
 		} else {
+			// Continue a dependency's chain: the one whose stream has the
+			// fewest launches, so chains that merge do not pile up on one
+			// stream.
+			pick := -1
 			for _, d := range l.Deps {
-				if !continued[d] && p.Launches[d].Device == l.Device {
-					continued[d] = true
-					s = gstream[d]
-					break
+				if !continued[d] && p.Launches[d].Device == l.Device && (pick < 0 || load[gstream[d]] < load[gstream[pick]]) {
+					pick = d
 				}
+			}
+			if pick >= 0 {
+				continued[pick] = true
+				s = gstream[pick]
 			}
 			if s < 0 {
 				s = base + argmin(load[base:base+nstreams])
@@ -256,6 +271,121 @@ func argmin(xs []int) int {
 		}
 	}
 	return best
+}
+
+// defaultLaunchCost is the cost, in µs, launchOrder gives a kernel
+// without an Estimate when it ranks kernels by their longest path to the
+// end of the graph.
+const defaultLaunchCost = 1.0
+
+// launchOrder returns order (a topological order of the kernels, as
+// g.Order gives it) re-sequenced for submission: a list schedule that,
+// among the kernels whose hazards are all satisfied, takes the one with
+// the longest path to the end of the graph first (its upward rank, the
+// priority of HEFT, Topcuoglu, Hariri and Wu 2002), ties by position in
+// order. Every pair of kernels with a hazard (read-after-write,
+// write-after-read, write-after-write on overlapping bytes) keeps its
+// relative order, so every read sees the same writes as in order; only
+// independent kernels move, which lets the plan interleave independent
+// work (the cells of one anti-diagonal of a wavefront, say) across
+// streams. nbuf is the graph's buffer count. O(V + E + H) plus a heap.
+func launchOrder(g *dag.Graph, order []dag.KernelID, nbuf int) []dag.KernelID {
+	n := len(order)
+	if n < 3 {
+		return order
+	}
+	kernels := g.Kernels()
+	haz := newHazards(nbuf, n)
+	deps := make([][]int, n) // by position in order
+	for i, kid := range order {
+		deps[i] = haz.access(i, kernels[kid].Reads, kernels[kid].Writes)
+	}
+	succs := make([][]int32, n)
+	indeg := make([]int32, n)
+	for i, ds := range deps {
+		indeg[i] = int32(len(ds))
+		for _, d := range ds {
+			succs[d] = append(succs[d], int32(i))
+		}
+	}
+	rank := make([]float64, n)
+	for i := n - 1; i >= 0; i-- {
+		r := 0.0
+		for _, s := range succs[i] {
+			r = max(r, rank[s])
+		}
+		c := defaultLaunchCost
+		if e := kernels[order[i]].Estimate; e > 0 {
+			c = float64(e) / float64(time.Microsecond)
+		}
+		rank[i] = r + c
+	}
+	h := &rankHeap{rank: rank}
+	for i := range n {
+		if indeg[i] == 0 {
+			h.push(int32(i))
+		}
+	}
+	out := make([]dag.KernelID, 0, n)
+	for h.len() > 0 {
+		i := h.pop()
+		out = append(out, order[i])
+		for _, s := range succs[i] {
+			if indeg[s]--; indeg[s] == 0 {
+				h.push(s)
+			}
+		}
+	}
+	return out
+}
+
+// rankHeap is a max-heap of positions by rank, ties by smaller position.
+type rankHeap struct {
+	rank []float64
+	xs   []int32
+}
+
+func (h *rankHeap) len() int { return len(h.xs) }
+
+func (h *rankHeap) less(a, b int32) bool {
+	if h.rank[a] != h.rank[b] {
+		return h.rank[a] > h.rank[b]
+	}
+	return a < b
+}
+
+func (h *rankHeap) push(x int32) {
+	h.xs = append(h.xs, x)
+	for i := len(h.xs) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !h.less(h.xs[i], h.xs[p]) {
+			break
+		}
+		h.xs[i], h.xs[p] = h.xs[p], h.xs[i]
+		i = p
+	}
+}
+
+func (h *rankHeap) pop() int32 {
+	top := h.xs[0]
+	last := len(h.xs) - 1
+	h.xs[0] = h.xs[last]
+	h.xs = h.xs[:last]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < len(h.xs) && h.less(h.xs[l], h.xs[m]) {
+			m = l
+		}
+		if r < len(h.xs) && h.less(h.xs[r], h.xs[m]) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		h.xs[i], h.xs[m] = h.xs[m], h.xs[i]
+		i = m
+	}
+	return top
 }
 
 // hazards tracks, per buffer, the accesses that a later access may

@@ -79,7 +79,7 @@ func TestRandomDAGWithFailures(t *testing.T) {
 				}
 			}
 			byKernel := make(map[string]exec.LaunchReport, n)
-			for _, l := range res.Report.Launches {
+			for _, l := range res.Report.Launches() {
 				byKernel[l.Kernel] = l
 			}
 			failureOf := map[int]uint64{}

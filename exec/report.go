@@ -1,10 +1,12 @@
 package exec
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/streamdag/streamdag/buffers"
@@ -46,13 +48,17 @@ type CopyReport struct {
 }
 
 // Report is the outcome of one run.
+//
+// Per-launch outcomes are kept compactly while the run goes (a status
+// byte per launch, plus two clock readings with launch timing) and
+// expanded into LaunchReports on the first call of Launches, so a run
+// whose caller only counts statuses pays for nothing else.
 type Report struct {
-	Device   topology.DeviceID // the first device
-	Devices  []topology.DeviceID
-	Streams  int            // per device
-	Launches []LaunchReport // in plan order
-	Waits    int            // event waits inserted by the plan
-	Wall     time.Duration  // from the start of Execute until every launch returned
+	Device  topology.DeviceID // the first device
+	Devices []topology.DeviceID
+	Streams int           // per device
+	Waits   int           // event waits inserted by the plan
+	Wall    time.Duration // from the start of Execute until every launch returned
 	// Copies lists the copy launches between devices; BytesByLink sums
 	// their bytes by link kind ("NV2", "PIX", "SYS", "host" when staged).
 	Copies      []CopyReport
@@ -72,15 +78,57 @@ type Report struct {
 	// Backend is the GPU backend's metrics snapshot at the end of the run,
 	// when the executor was given one (WithBackend).
 	Backend *gpu.MetricsSnapshot
+
+	phases []*outcomes // the run's phases, in order
+	once   sync.Once
+	built  []LaunchReport
+}
+
+// NumLaunches returns how many launches the run had (both phases after a
+// device loss), without building Launches.
+func (r *Report) NumLaunches() int {
+	n := 0
+	for _, o := range r.phases {
+		n += len(o.status)
+	}
+	return n
+}
+
+// Launches returns every launch's outcome in plan order (after a device
+// loss: the first phase's launches, then the recovery's). It is built on
+// the first call and shared by later ones: callers must not modify it.
+// Safe for concurrent use.
+func (r *Report) Launches() []LaunchReport {
+	r.once.Do(func() {
+		r.built = make([]LaunchReport, 0, r.NumLaunches())
+		for _, o := range r.phases {
+			for i := range o.status {
+				r.built = append(r.built, o.report(i)) // by plan index
+			}
+		}
+	})
+	return r.built
+}
+
+// report expands launch i of o.
+func (o *outcomes) report(i int) LaunchReport {
+	p := o.plan
+	op := &p.Launches[i]
+	x := o.detail(i)
+	lr := LaunchReport{Kernel: op.Name, Device: p.Devices[op.Device], Stream: op.Stream, Status: o.get(i),
+		Failure: x.failure, Err: x.err, Chain: x.chain}
+	if o.times != nil && (lr.Status == StatusOK || lr.Status == StatusFailed) {
+		k := int(o.slot[i])
+		lr.Start, lr.End = o.base.Add(time.Duration(o.times[2*k])), o.base.Add(time.Duration(o.times[2*k+1]))
+	}
+	return lr
 }
 
 // Count returns how many launches ended with status s.
 func (r *Report) Count(s Status) int {
 	n := 0
-	for i := range r.Launches {
-		if r.Launches[i].Status == s {
-			n++
-		}
+	for _, o := range r.phases {
+		n += bytes.Count(o.status, []byte{byte(s)})
 	}
 	return n
 }
@@ -90,9 +138,11 @@ func (r *Report) Count(s Status) int {
 // cancelled launches.
 func (r *Report) Err() error {
 	var errs []error
-	for i := range r.Launches {
-		if l := &r.Launches[i]; l.Status == StatusFailed {
-			errs = append(errs, l.Err)
+	for _, o := range r.phases {
+		for i := range o.status {
+			if o.get(i) == StatusFailed {
+				errs = append(errs, o.detail(i).err)
+			}
 		}
 	}
 	if n, c := r.Count(StatusSkipped), r.Count(StatusCancelled); n+c > 0 { // lost launches were redone
@@ -101,39 +151,43 @@ func (r *Report) Err() error {
 	return errors.Join(errs...)
 }
 
-func newReport(p *Plan, states []launchState, topo *topology.Topology, wall time.Duration) *Report {
-	rep := &Report{Device: p.Devices[0], Devices: p.Devices, Streams: p.Streams, Launches: make([]LaunchReport, len(states)),
-		Waits: p.Waits, Wall: wall, BytesByLink: map[string]int64{}}
+// newReport builds the report of one run phase. Skipped launches get
+// their root error and chain now, while the error graph still holds
+// their failure.
+func newReport(p *Plan, o *outcomes, store *failgraph.Store, topo *topology.Topology) *Report {
+	rep := &Report{Device: p.Devices[0], Devices: p.Devices, Streams: p.Streams,
+		Waits: p.Waits, BytesByLink: map[string]int64{}, phases: []*outcomes{o}}
 	if len(p.Devices) > 1 {
 		rep.Makespan, rep.Placement = p.Placement.Makespan, p.Placement.Strategy.String()
 	}
-	for i := range states {
-		l := &states[i]
-		lr := LaunchReport{Kernel: l.op.Name, Device: p.Devices[l.op.Device], Stream: l.stream, Status: l.status,
-			Start: l.start, End: l.end, Failure: l.failure, Err: l.err}
-		if l.status == StatusSkipped {
-			if f, ok := l.run.store.Failure(l.failure); ok {
-				lr.Err = f.Root
-				lr.Chain = f.ChainFrom(l.op.Name)
-			}
+	for i, x := range o.extra {
+		if o.get(i) != StatusSkipped {
+			continue
 		}
-		rep.Launches[i] = lr
-		if c := l.op.Copy; c != nil {
-			rep.Copies = append(rep.Copies, copyReport(p, topo, c, l))
-			cr := rep.Copies[len(rep.Copies)-1]
-			link := cr.Link
-			if cr.ViaHost {
-				link = "host"
+		if f, ok := store.Failure(x.failure); ok {
+			x.err = f.Root
+			x.chain = f.ChainFrom(p.Launches[i].Name)
+		}
+	}
+	if p.Copies > 0 {
+		for i := range p.Launches {
+			if c := p.Launches[i].Copy; c != nil {
+				cr := copyReport(p, topo, c, o.detail(i).copied, o.get(i))
+				rep.Copies = append(rep.Copies, cr)
+				link := cr.Link
+				if cr.ViaHost {
+					link = "host"
+				}
+				rep.BytesByLink[link] += cr.Bytes
 			}
-			rep.BytesByLink[link] += cr.Bytes
 		}
 	}
 	return rep
 }
 
-func copyReport(p *Plan, topo *topology.Topology, c *Copy, l *launchState) CopyReport {
+func copyReport(p *Plan, topo *topology.Topology, c *Copy, copied int64, status Status) CopyReport {
 	from, to := p.Devices[c.From], p.Devices[c.To]
-	cr := CopyReport{Buffer: p.Graph.Buffer(c.Buffer).Name, From: from, To: to, Bytes: l.copied, Status: l.status, Route: "direct"}
+	cr := CopyReport{Buffer: p.Graph.Buffer(c.Buffer).Name, From: from, To: to, Bytes: copied, Status: status, Route: "direct"}
 	if topo == nil {
 		return cr
 	}
@@ -161,7 +215,7 @@ func copyReport(p *Plan, topo *topology.Topology, c *Copy, l *launchState) CopyR
 type Result struct {
 	Report *Report
 	graph  *dag.Graph
-	bufs   []*buffers.Buffer
+	run    *run
 	store  *failgraph.Store
 }
 
@@ -173,13 +227,16 @@ func (r *Result) Err() error { return r.Report.Err() }
 // returns a *failgraph.UnwrittenError per failure found, naming the root
 // error and the chain of kernels back to it. An unknown id is an error.
 func (r *Result) Buffer(id dag.BufferID) (*buffers.Buffer, error) {
-	if id < 0 || int(id) >= len(r.bufs) {
+	if id < 0 || int(id) >= len(r.graph.Buffers()) {
 		return nil, fmt.Errorf("exec: result has no buffer id %d", id)
+	}
+	if r.run.bufs == nil {
+		return nil, fmt.Errorf("exec: buffer %q: %w", r.graph.Buffer(id).Name, ErrResultClosed)
 	}
 	if err := r.store.EnsureWritten(r.graph.Buffer(id).Whole()); err != nil {
 		return nil, err
 	}
-	return r.bufs[id], nil
+	return r.run.buffer(buffers.ID(id)), nil
 }
 
 // Value returns the value held by buffer id, through the same read check
@@ -195,14 +252,14 @@ func (r *Result) Value(id dag.BufferID) (any, error) {
 // Failures returns the run's error graph.
 func (r *Result) Failures() *failgraph.Store { return r.store }
 
-// Close releases every buffer of the run. It is idempotent.
-func (r *Result) Close() {
-	for _, b := range r.bufs {
-		if b != nil {
-			b.Release()
-		}
-	}
-}
+// Close releases every buffer of the run; Buffer and Value then return
+// ErrResultClosed. It is idempotent, and must not run concurrently with
+// Buffer or Value.
+func (r *Result) Close() { r.run.release() }
+
+// ErrResultClosed is returned (wrapped, naming the buffer) by Buffer and
+// Value after Close.
+var ErrResultClosed = errors.New("result closed")
 
 // MarshalJSON writes the report as
 //
@@ -233,7 +290,7 @@ func (r *Report) MarshalJSON() ([]byte, error) {
 		Lost     string               `json:"lost_device,omitempty"`
 		Migrate  []map[string]string  `json:"migrations,omitempty"`
 		Reruns   []string             `json:"reruns,omitempty"`
-	}{Launches: make([]launch, len(r.Launches)), Waits: r.Waits, WallNs: r.Wall.Nanoseconds(), Device: r.Device.String(),
+	}{Launches: make([]launch, r.NumLaunches()), Waits: r.Waits, WallNs: r.Wall.Nanoseconds(), Device: r.Device.String(),
 		Streams: r.Streams, Backend: r.Backend}
 	if r.Lost != nil {
 		out.Lost = r.Lost.String()
@@ -242,14 +299,15 @@ func (r *Report) MarshalJSON() ([]byte, error) {
 		out.Migrate = append(out.Migrate, map[string]string{"kernel": m.Kernel, "from": m.From.String(), "to": m.To.String()})
 	}
 	out.Reruns = r.Reruns
+	ls := r.Launches()
 	var t0 time.Time
-	for i := range r.Launches {
-		if s := r.Launches[i].Start; !s.IsZero() && (t0.IsZero() || s.Before(t0)) {
+	for i := range ls {
+		if s := ls[i].Start; !s.IsZero() && (t0.IsZero() || s.Before(t0)) {
 			t0 = s
 		}
 	}
-	for i := range r.Launches {
-		l := &r.Launches[i]
+	for i := range ls {
+		l := &ls[i]
 		j := launch{Kernel: l.Kernel, Device: l.Device.String(), Stream: l.Stream, Status: l.Status,
 			Failure: uint64(l.Failure), Chain: l.Chain}
 		if j.Chain == nil {

@@ -75,7 +75,7 @@ func (r *Report) WriteTrace(w io.Writer) error { return WriteTrace(w, nil, r) }
 // (category "launch,skipped" / "launch,cancelled") placed where their
 // stream reached them, with the chain back to the root failure in args.
 //
-// When p is the plan r was run from (len(p.Launches) == len(r.Launches)),
+// When p is the plan r was run from (len(p.Launches) == len(r.Launches())),
 // every event wait of the plan becomes a flow arrow ("s" on the launch
 // waited for, "f" bound to the waiting launch), so the trace shows why a
 // stream stalled. A p of another length is an error; a nil p gives no
@@ -104,7 +104,7 @@ func WriteTrace(w io.Writer, p *Plan, r *Report) error {
 		bw.Write(b)
 	}
 	other, err := json.Marshal(map[string]any{
-		"device": r.Device.String(), "streams": r.Streams, "launches": len(r.Launches),
+		"device": r.Device.String(), "streams": r.Streams, "launches": len(r.Launches()),
 		"waits": r.Waits, "wall_ns": r.Wall.Nanoseconds(),
 	})
 	if err != nil {
@@ -126,15 +126,15 @@ type traceTrack struct {
 // every track's events in time order (tracks ordered by device, then
 // stream). See WriteTrace for p.
 func TraceEvents(p *Plan, r *Report) ([]TraceEvent, error) {
-	if p != nil && len(p.Launches) != len(r.Launches) {
-		return nil, fmt.Errorf("exec: trace: plan has %d launches, report %d", len(p.Launches), len(r.Launches))
+	if p != nil && len(p.Launches) != len(r.Launches()) {
+		return nil, fmt.Errorf("exec: trace: plan has %d launches, report %d", len(p.Launches), len(r.Launches()))
 	}
 	// Processes: the report's first device, and every device with a
 	// launch, in the report's device order; pid = position+1. Every
 	// stream of those devices gets a track.
 	used := map[topology.DeviceID]bool{r.Device: true}
-	for i := range r.Launches {
-		used[r.Launches[i].Device] = true
+	for i := range r.Launches() {
+		used[r.Launches()[i].Device] = true
 	}
 	var devs []topology.DeviceID
 	for _, d := range append([]topology.DeviceID{r.Device}, r.Devices...) {
@@ -142,8 +142,8 @@ func TraceEvents(p *Plan, r *Report) ([]TraceEvent, error) {
 			devs = append(devs, d)
 		}
 	}
-	for i := range r.Launches { // devices the report does not list
-		if d := r.Launches[i].Device; !slices.Contains(devs, d) {
+	for i := range r.Launches() { // devices the report does not list
+		if d := r.Launches()[i].Device; !slices.Contains(devs, d) {
 			devs = append(devs, d)
 		}
 	}
@@ -155,8 +155,8 @@ func TraceEvents(p *Plan, r *Report) ([]TraceEvent, error) {
 			tracks[traceTrack{d, s}] = true
 		}
 	}
-	for i := range r.Launches {
-		tracks[traceTrack{r.Launches[i].Device, r.Launches[i].Stream}] = true
+	for i := range r.Launches() {
+		tracks[traceTrack{r.Launches()[i].Device, r.Launches()[i].Stream}] = true
 	}
 
 	var events []TraceEvent
@@ -182,8 +182,8 @@ func TraceEvents(p *Plan, r *Report) ([]TraceEvent, error) {
 	meta := len(events)
 
 	var t0 time.Time
-	for i := range r.Launches {
-		if s := r.Launches[i].Start; !s.IsZero() && (t0.IsZero() || s.Before(t0)) {
+	for i := range r.Launches() {
+		if s := r.Launches()[i].Start; !s.IsZero() && (t0.IsZero() || s.Before(t0)) {
 			t0 = s
 		}
 	}
@@ -191,10 +191,10 @@ func TraceEvents(p *Plan, r *Report) ([]TraceEvent, error) {
 
 	// at[i] is where launch i sits on its track: its start, or for a launch
 	// that never ran, the end of the last launch its stream ran before it.
-	at := make([]float64, len(r.Launches))
+	at := make([]float64, len(r.Launches()))
 	cursor := map[traceTrack]float64{}
-	for i := range r.Launches {
-		l := &r.Launches[i]
+	for i := range r.Launches() {
+		l := &r.Launches()[i]
 		tr := traceTrack{l.Device, l.Stream}
 		pid, tid := pids[l.Device], l.Stream+1
 		args := map[string]any{"kernel": l.Kernel, "status": l.Status.String(), "failure": uint64(l.Failure),
@@ -241,11 +241,11 @@ func TraceEvents(p *Plan, r *Report) ([]TraceEvent, error) {
 		var id uint64
 		for i := range p.Launches {
 			for _, wt := range p.Launches[i].Waits {
-				if wt.Launch < 0 || wt.Launch >= len(r.Launches) {
-					return nil, fmt.Errorf("exec: trace: launch %d waits on launch %d of %d", i, wt.Launch, len(r.Launches))
+				if wt.Launch < 0 || wt.Launch >= len(r.Launches()) {
+					return nil, fmt.Errorf("exec: trace: launch %d waits on launch %d of %d", i, wt.Launch, len(r.Launches()))
 				}
 				id++
-				src, dst := &r.Launches[wt.Launch], &r.Launches[i]
+				src, dst := &r.Launches()[wt.Launch], &r.Launches()[i]
 				args := map[string]any{"stream": wt.Stream, "seq": wt.Seq}
 				// "s" at the start of the source slice (inside it, so it binds
 				// to it), "f" bound to the enclosing slice of the waiting launch.

@@ -218,7 +218,7 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	}
 	if !f.quiet {
 		fmt.Fprintf(stderr, "%s: %d rows in %s, %s on %s of %s, %s, %v (%.1f M rows/s)\n",
-			src.Name(), nrows, plural(len(p.Partitions), "partition"), plural(len(rep.Launches), "launch"),
+			src.Name(), nrows, plural(len(p.Partitions), "partition"), plural(len(rep.Launches()), "launch"),
 			plural(rep.Streams, "stream"), devicesLabel(rep.Devices), plural(rep.Waits, "event wait"),
 			rep.Wall.Round(time.Microsecond), float64(nrows)/rep.Wall.Seconds()/1e6)
 		fmt.Fprintf(stderr, "devices: %s\n", why)
@@ -260,7 +260,7 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	if rep.Err() == nil && readErr == nil && len(table.Lost) == 0 {
 		return nil
 	}
-	for _, l := range rep.Launches {
+	for _, l := range rep.Launches() {
 		if l.Status == exec.StatusFailed || l.Status == exec.StatusSkipped || l.Status == exec.StatusCancelled {
 			fmt.Fprintf(stderr, "  %s: %s (failure %s)", l.Kernel, l.Status, l.Failure)
 			if l.Status == exec.StatusSkipped {

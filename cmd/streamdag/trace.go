@@ -181,7 +181,7 @@ type launchResult struct {
 // nil when readErr says why there is no result.
 func writeRunJSON(w io.Writer, input string, nrows int64, partitions int, table *flights.Table, readErr error, rep *exec.Report) error {
 	s := runSummary{Pipeline: "flights", Input: input, Rows: []flights.Row{}, Lost: []string{}, Problems: []launchResult{},
-		Summary: runFigures{InputRows: nrows, Partitions: partitions, Launches: len(rep.Launches), Streams: rep.Streams,
+		Summary: runFigures{InputRows: nrows, Partitions: partitions, Launches: len(rep.Launches()), Streams: rep.Streams,
 			Device: rep.Device.String(), EventWaits: rep.Waits, WallNs: rep.Wall.Nanoseconds(),
 			OK: rep.Count(exec.StatusOK), Failed: rep.Count(exec.StatusFailed), Skipped: rep.Count(exec.StatusSkipped),
 			Cancelled: rep.Count(exec.StatusCancelled)}}
@@ -197,7 +197,7 @@ func writeRunJSON(w io.Writer, input string, nrows int64, partitions int, table 
 	if readErr != nil {
 		s.Error = firstLine(readErr)
 	}
-	for _, l := range rep.Launches {
+	for _, l := range rep.Launches() {
 		if l.Status == exec.StatusOK {
 			continue
 		}

@@ -1,0 +1,533 @@
+package exec
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/streamdag/streamdag/buffers"
+	"github.com/streamdag/streamdag/dag"
+	"github.com/streamdag/streamdag/failgraph"
+	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/topology"
+)
+
+// The run engine. A plan is known ahead, so each device stream is handed
+// its whole launch list at once, as one task (a streamRun) queued on the
+// stream: the stream's worker runs the list in order. An event is a
+// (stream, count) pair: stream t's progress counter is the number of its
+// launches that have settled in this run, and a wait for (t, n) is
+// satisfied once the counter reaches n. A satisfied wait costs one atomic
+// load; an unsatisfied one spins briefly, yields, then parks on the run's
+// condition variable, which a stream broadcasts on only while somebody is
+// parked. Per launch there is no goroutine, channel, lock or allocation
+// on the clean path.
+
+// compiled is the part of a plan's execution that does not change from
+// run to run: each global stream's launches in order, as compact records
+// laid out in the order the stream runs them, and each launch's required
+// reads (those whose taint skips it; optional reads excluded).
+type compiled struct {
+	lists    [][]hotLaunch
+	base     []int    // by global stream: where its launches' slots start
+	slot     []int32  // by plan index: the launch's slot in a run's outcomes (stream-major, so streams write apart)
+	waits    [][]Wait // by global stream: the waits of its launches, in order
+	required [][]buffers.Binding
+	raw      []int32 // plan buffers with bytes (reserved before a run); the rest are values
+}
+
+// hotLaunch is what a stream reads to run one launch on the clean path;
+// the rest is in the plan's PlannedLaunch.
+type hotLaunch struct {
+	fn     dag.KernelFunc // nil for a copy
+	idx    int32          // plan index
+	waits  int32          // end of its waits in the stream's waits (they start where the previous launch's end)
+	option bool           // some read is optional
+	record bool           // another stream waits on it: publish the stream's progress after it
+}
+
+// compiled returns p's launch lists, built once per plan.
+func (p *Plan) compiled() *compiled {
+	p.compileOnce.Do(func() {
+		ns := len(p.Devices) * p.Streams
+		c := &compiled{lists: make([][]hotLaunch, ns), waits: make([][]Wait, ns), required: make([][]buffers.Binding, len(p.Launches))}
+		for i := range p.Launches {
+			gs := p.GlobalStream(i)
+			l := &p.Launches[i]
+			c.waits[gs] = append(c.waits[gs], l.Waits...)
+			h := hotLaunch{fn: l.fn, idx: int32(i), waits: int32(len(c.waits[gs])), record: p.record[i]}
+			c.required[i] = l.Reads
+			if l.kernel != nil && l.kernel.Optional != nil {
+				h.option = true
+				c.required[i] = nil
+				for j, rd := range l.Reads {
+					if j >= len(l.kernel.Optional) || !l.kernel.Optional[j] {
+						c.required[i] = append(c.required[i], rd)
+					}
+				}
+			}
+			c.lists[gs] = append(c.lists[gs], h)
+		}
+		for i := range p.Buffers {
+			if p.Buffers[i].SizeBytes != 0 {
+				c.raw = append(c.raw, int32(i))
+			}
+		}
+		c.base = make([]int, ns)
+		c.slot = make([]int32, len(p.Launches))
+		n := 0
+		for gs, list := range c.lists {
+			c.base[gs] = n
+			for j, h := range list {
+				c.slot[h.idx] = int32(n + j)
+			}
+			n += len(list)
+		}
+		p.comp = c
+	})
+	return p.comp
+}
+
+// counter is a stream's progress counter, alone on its cache line so
+// streams on different cores do not slow each other down.
+type counter struct {
+	n atomic.Uint64
+	_ [56]byte
+}
+
+// Spin and yield budget of an unsatisfied wait before it parks: on a
+// busy pipeline the producing stream is usually a few launches away, so a
+// short spin saves the park and wake (a few hundred ns each).
+const (
+	waitSpins  = 256
+	waitYields = 8
+)
+
+// await blocks until stream t's progress reaches n, and returns the
+// progress it saw (>= n).
+func (r *run) await(t int, n uint64) uint64 {
+	c := &r.progress[t].n
+	for range waitSpins {
+		if v := c.Load(); v >= n {
+			return v
+		}
+	}
+	for range waitYields {
+		runtime.Gosched()
+		if v := c.Load(); v >= n {
+			return v
+		}
+	}
+	r.mu.Lock()
+	r.parked.Add(1)
+	v := c.Load()
+	for ; v < n; v = c.Load() {
+		r.cond.Wait()
+	}
+	r.parked.Add(-1)
+	r.mu.Unlock()
+	return v
+}
+
+// publish sets stream gs's progress to n and wakes parked waiters. The
+// order (store, then load parked) pairs with await's (add parked, then
+// load the counter): one side always sees the other, so no wake is lost.
+func (r *run) publish(gs int, n uint64) {
+	r.progress[gs].n.Store(n)
+	if r.parked.Load() != 0 {
+		r.mu.Lock()
+		r.cond.Broadcast()
+		r.mu.Unlock()
+	}
+}
+
+// outcomes are the launches' results of one run phase, by plan index. A
+// launch's slot is written only by the stream that runs it; the rare
+// details (errors, failures, copied bytes) go to extra under mu.
+type outcomes struct {
+	plan   *Plan
+	base   time.Time // the run's start; times are offsets from it
+	slot   []int32   // by plan index: the launch's slot in status and times
+	status []byte    // Status by slot
+	times  []int64   // start, end per slot (ns since base); nil without launch timing
+	mu     sync.Mutex
+	extra  map[int]*launchExtra
+}
+
+// launchExtra is what a launch that did not simply succeed leaves behind.
+type launchExtra struct {
+	failure  failgraph.FailureID
+	err      error
+	chain    []string
+	copied   int64 // bytes a copy launch moved
+	degraded bool  // it ran while an optional read was missing
+}
+
+func newOutcomes(p *Plan, base time.Time, timing bool) *outcomes {
+	o := &outcomes{plan: p, base: base, slot: p.compiled().slot, status: make([]byte, len(p.Launches)), extra: map[int]*launchExtra{}}
+	if timing {
+		o.times = make([]int64, 2*len(p.Launches))
+	}
+	return o
+}
+
+// get returns launch i's status.
+func (o *outcomes) get(i int) Status { return Status(o.status[o.slot[i]]) }
+
+// set sets launch i's status.
+func (o *outcomes) set(i int, s Status) { o.status[o.slot[i]] = byte(s) }
+
+// note records detail for launch i.
+func (o *outcomes) note(i int, f func(x *launchExtra)) {
+	o.mu.Lock()
+	x := o.extra[i]
+	if x == nil {
+		x = &launchExtra{}
+		o.extra[i] = x
+	}
+	f(x)
+	o.mu.Unlock()
+}
+
+// detail returns launch i's details (zero when it has none). It is read
+// after the run.
+func (o *outcomes) detail(i int) launchExtra {
+	if x := o.extra[i]; x != nil {
+		return *x
+	}
+	return launchExtra{}
+}
+
+// streamRun is one stream's launch list in one run: the gpu.Task queued
+// on the stream. It is also the dag.Launch its kernels see, pointed at
+// the launch running now.
+type streamRun struct {
+	r     *run
+	gs    int // global stream
+	base  int // its first slot in the run's outcomes
+	list  []hotLaunch
+	waits []Wait
+	seen  []uint64 // by global stream: the progress this stream last saw
+	pos   int      // next launch to run
+	cur   int      // plan index of the launch running now
+	last  int64    // end of the previous launch (ns since base), with timing
+	fresh bool     // the next launch reads the clock at its start
+}
+
+var (
+	_ gpu.Task   = (*streamRun)(nil)
+	_ dag.Launch = (*streamRun)(nil)
+)
+
+// Run runs the stream's launches in order. A kernel that panics fails its
+// launch; one that calls runtime.Goexit takes the worker goroutine with
+// it, so the rest of the list goes on in a new goroutine (the run still
+// waits for it). A bug here that panics cancels the rest of the list, so
+// no other stream waits forever.
+func (b *streamRun) Run() {
+	finished := false
+	defer func() {
+		if finished {
+			return
+		}
+		if v := recover(); v != nil {
+			b.r.noteInternal(fmt.Errorf("exec: internal error on stream %d: %v\n%s", b.gs, v, debug.Stack()))
+			b.cancelRest(errInternal)
+			return
+		}
+		// runtime.Goexit in a kernel: the launch settled in call.
+		b.r.publish(b.gs, uint64(b.pos))
+		go b.Run()
+	}()
+	b.loop()
+	finished = true
+	b.r.wg.Done()
+}
+
+var errInternal = errors.New("exec: the stream stopped on an internal error")
+
+// cancelRest settles every launch from pos as cancelled with cause and
+// marks the stream done.
+func (b *streamRun) cancelRest(cause error) {
+	for b.pos < len(b.list) {
+		i := int(b.list[b.pos].idx)
+		b.pos++
+		b.r.cancel(i, &b.r.plan.Launches[i], cause)
+	}
+	b.r.publish(b.gs, uint64(len(b.list)))
+	b.r.wg.Done()
+}
+
+// loop runs the list to its end: stretches of launches under one
+// recovery each, so a launch costs no defer of its own.
+func (b *streamRun) loop() {
+	b.fresh = true
+	for b.pos < len(b.list) {
+		b.stretch()
+	}
+}
+
+// stretch runs launches from pos until the list ends or a kernel panics.
+// A panic fails the running launch with a TornDownError carrying the
+// value and stack, and ends the stretch; runtime.Goexit fails it the same
+// way (nothing after the kernel runs then; Run goes on with the rest).
+func (b *streamRun) stretch() {
+	r := b.r
+	p := r.plan
+	o := r.out
+	req := p.compiled().required
+	done := r.ctx.Done()
+	running := -1 // the launch whose kernel is running now
+	defer func() {
+		if running < 0 {
+			return
+		}
+		v := recover()
+		if v == nil {
+			v = "runtime.Goexit"
+		}
+		i := running
+		op := &p.Launches[i]
+		if o.times != nil {
+			b.last = int64(time.Since(o.base))
+			o.times[2*int(o.slot[i])+1] = b.last
+		}
+		torn := &failgraph.TornDownError{Kernel: op.Name, Value: v, Stack: debug.Stack()}
+		id := r.store.Fail(op.Name, torn, op.Writes)
+		o.set(i, StatusFailed)
+		o.note(i, func(x *launchExtra) { x.failure, x.err = id, fmt.Errorf("exec: %w", torn) })
+		b.fresh = true
+		if r.loss != nil {
+			r.loss.settled()
+		}
+		r.publish(b.gs, uint64(b.pos))
+	}()
+	status := o.status[b.base:]
+	var times []int64
+	if o.times != nil {
+		times = o.times[2*b.base:]
+	}
+	wfrom := 0
+	if b.pos > 0 {
+		wfrom = int(b.list[b.pos-1].waits)
+	}
+	store, slow, ctx, list, waits, seen := r.store, r.slow, r.ctx, b.list, b.waits, b.seen
+	for b.pos < len(list) {
+		h := &list[b.pos]
+		i := int(h.idx)
+		b.pos++
+		for _, w := range waits[wfrom:h.waits] {
+			// seen caches the other streams' progress: a wait it covers
+			// costs no load of a cache line another core keeps writing.
+			if need := uint64(w.Seq); seen[w.Stream] < need {
+				if seen[w.Stream] = r.progress[w.Stream].n.Load(); seen[w.Stream] < need {
+					seen[w.Stream] = r.await(w.Stream, need)
+					b.fresh = true
+				}
+			}
+		}
+		wfrom = int(h.waits)
+		if slow || !store.Empty() || h.option {
+			if !b.ready(i, &p.Launches[i], req[i], done, o) {
+				if h.record {
+					r.publish(b.gs, uint64(b.pos))
+				}
+				continue
+			}
+		}
+		b.cur = i
+		k := b.pos - 1 // the launch's slot, from the stream's base
+		if times != nil {
+			start := b.last
+			if b.fresh {
+				start = int64(time.Since(o.base))
+				b.fresh = false
+			}
+			times[2*k] = start
+		}
+		running = i
+		var err error
+		if h.fn != nil {
+			err = h.fn(ctx, b)
+		} else {
+			err = b.copy(i)
+		}
+		running = -1
+		if times != nil {
+			b.last = int64(time.Since(o.base))
+			times[2*k+1] = b.last
+		}
+		if err != nil {
+			op := &p.Launches[i]
+			status[k] = byte(StatusFailed)
+			err = fmt.Errorf("exec: kernel %q: %w", op.Name, err)
+			id := store.Fail(op.Name, err, op.Writes)
+			o.note(i, func(x *launchExtra) { x.failure, x.err = id, err })
+		} else {
+			status[k] = byte(StatusOK)
+			if !store.Empty() {
+				store.Written(p.Launches[i].Writes)
+			}
+		}
+		if slow && r.loss != nil {
+			r.loss.settled()
+		}
+		if h.record {
+			r.publish(b.gs, uint64(b.pos))
+		}
+	}
+	r.publish(b.gs, uint64(b.pos))
+}
+
+// ready decides whether launch i runs: it is lost with its device,
+// cancelled (ctx done) or skipped (a required read is tainted), each
+// recorded here, or it runs (true). A launch that does not run counts as
+// settled for a device loss here; one that runs, once it has.
+func (b *streamRun) ready(i int, op *PlannedLaunch, required []buffers.Binding, done <-chan struct{}, o *outcomes) bool {
+	r := b.r
+	if r.loss != nil && r.loss.hits(op) {
+		r.cancel(i, op, r.loss.err)
+		o.set(i, StatusLost)
+		r.loss.settled()
+		b.fresh = true
+		return false
+	}
+	if done != nil {
+		select {
+		case <-done:
+			r.cancel(i, op, r.ctx.Err())
+			b.settledNotRun()
+			return false
+		default:
+		}
+	}
+	if r.unalloc != nil {
+		required = r.unalloc.required(i, required, op.Writes)
+	}
+	if id, skip := r.store.SkipIfTainted(op.Name, required, op.Writes); skip {
+		o.set(i, StatusSkipped)
+		o.note(i, func(x *launchExtra) { x.failure = id })
+		b.settledNotRun()
+		return false
+	}
+	if op.kernel != nil && op.kernel.Optional != nil && len(required) < len(op.Reads) {
+		if r.store.EnsureWritten(op.Reads...) != nil {
+			o.note(i, func(x *launchExtra) { x.degraded = true })
+		}
+	}
+	return true
+}
+
+// settledNotRun accounts for a launch that settled without running.
+func (b *streamRun) settledNotRun() {
+	if b.r.loss != nil {
+		b.r.loss.settled()
+	}
+	b.fresh = true
+}
+
+// copy runs copy launch i: the buffer into its replica.
+func (b *streamRun) copy(i int) error {
+	n, err := copyBuffer(b.Out(0), b.In(0), b.r.alloc)
+	b.r.out.note(i, func(x *launchExtra) { x.copied = n })
+	return err
+}
+
+// cancel marks launch i cancelled and taints its writes with the run's
+// single "cancelled" failure.
+func (r *run) cancel(i int, op *PlannedLaunch, cause error) {
+	r.out.set(i, StatusCancelled)
+	id := r.store.Cancel(op.Name, cause, op.Writes)
+	r.out.note(i, func(x *launchExtra) { x.failure, x.err = id, cause })
+}
+
+// noteInternal keeps the first internal error of the run.
+func (r *run) noteInternal(err error) {
+	r.mu.Lock()
+	if r.internal == nil {
+		r.internal = err
+	}
+	r.mu.Unlock()
+}
+
+// enqueueMu makes a run's queueing of its stream lists atomic with respect
+// to other runs': every run's lists then sit in the same order on every
+// stream they share, so a list can only wait on lists queued before it and
+// runs sharing devices cannot deadlock.
+var enqueueMu sync.Mutex
+
+// execute runs the plan's launches on devs and returns once every launch
+// has settled. It returns the first error a device gave when queueing (a
+// closed device); the launches of a list that could not be queued are
+// cancelled with it.
+func (r *run) execute(devs []gpu.Device, timing bool) error {
+	p := r.plan
+	c := p.compiled()
+	r.out = newOutcomes(p, time.Now(), timing)
+	r.progress = make([]counter, len(c.lists))
+	r.cond = sync.NewCond(&r.mu)
+	r.slow = r.ctx.Done() != nil || r.loss != nil || r.unalloc != nil
+	runs := make([]streamRun, len(c.lists))
+	var errs []error
+	enqueueMu.Lock()
+	for gs, list := range c.lists {
+		if len(list) == 0 {
+			continue
+		}
+		b := &runs[gs]
+		*b = streamRun{r: r, gs: gs, list: list, waits: c.waits[gs], base: c.base[gs]}
+		if len(b.waits) > 0 {
+			b.seen = make([]uint64, len(c.lists))
+		}
+		r.wg.Add(1)
+		if err := devs[gs/p.Streams].Stream(gs % p.Streams).Launch(b); err != nil {
+			errs = append(errs, fmt.Errorf("exec: %v stream %d: %w", devs[gs/p.Streams].ID(), gs%p.Streams, err))
+			b.cancelRest(err)
+		}
+	}
+	enqueueMu.Unlock()
+	r.wg.Wait()
+	if r.internal != nil {
+		errs = append(errs, r.internal)
+	}
+	return errors.Join(errs...)
+}
+
+// unallocated lists the buffers whose reservation failed in a run: a
+// launch that writes one is skipped like one with a tainted read.
+type unallocated struct {
+	bufs []bool
+}
+
+// required returns launch i's required reads plus its writes of
+// unallocated buffers.
+func (u *unallocated) required(_ int, required, writes []buffers.Binding) []buffers.Binding {
+	for _, w := range writes {
+		if u.bufs[w.Buffer] {
+			required = append(slices.Clip(required), w)
+		}
+	}
+	return required
+}
+
+// The dag.Launch view of the launch running now.
+
+func (b *streamRun) op() *PlannedLaunch        { return &b.r.plan.Launches[b.cur] }
+func (b *streamRun) Kernel() string            { return b.op().Name }
+func (b *streamRun) Device() topology.DeviceID { return b.r.devs[b.op().Device] }
+func (b *streamRun) Stream() int               { return b.op().Stream }
+func (b *streamRun) In(i int) *buffers.Buffer  { return b.r.buffer(b.op().Reads[i].Buffer) }
+func (b *streamRun) Out(i int) *buffers.Buffer { return b.r.buffer(b.op().Writes[i].Buffer) }
+func (b *streamRun) NumIn() int                { return len(b.op().Reads) }
+func (b *streamRun) NumOut() int               { return len(b.op().Writes) }
+func (b *streamRun) Missing(i int) error {
+	return b.r.store.EnsureWritten(b.op().Reads[i])
+}
+func (b *streamRun) Allocator() memory.Allocator { return b.r.alloc }
