@@ -5,7 +5,8 @@
 //
 // For every shape of bench.Shapes and bench.RandomDAG, with empty kernels
 // and with ~0.5 µs spinning kernels, it measures every bench.Runner
-// (sequential walk, streamdag, goroutine per task, errgroup, go-taskflow):
+// (sequential walk, streamdag with launch timing off, streamdag-timed with
+// it on, goroutine per task, errgroup, go-taskflow):
 // ns per launch, launches/s, allocations per launch, and the ratios to the
 // sequential walk and to go-taskflow. It also measures graph build and
 // validation per kernel, counts the event waits each plan inserts, and
@@ -297,7 +298,7 @@ func markdown(rep Report) string {
 	fmt.Fprintf(&b, "| graph build, worst shape | ≤ %d ns/kernel | %.0f ns/kernel | %s |\n\n", targetBuildNs, worst, met(worst <= targetBuildNs))
 
 	for _, w := range []string{"empty", "spin-0.5us"} {
-		fmt.Fprintf(&b, "Kernels: %s. ns/launch (× sequential walk); allocations per launch in brackets.\n\n", w)
+		fmt.Fprintf(&b, "Kernels: %s. ns/launch (× sequential walk); allocations per launch in brackets. streamdag runs with launch timing off (exec.WithLaunchTiming(false)), streamdag-timed with it on (the default: one clock reading per launch).\n\n", w)
 		b.WriteString("| shape | kernels |")
 		for _, r := range bench.Runners {
 			fmt.Fprintf(&b, " %s |", r.Name)
