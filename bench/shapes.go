@@ -31,12 +31,17 @@ var RandomDAG = Shape{"random-1m", func(fn dag.KernelFunc) *dag.Graph { return R
 // RandomSeed is the seed of RandomDAG.
 const RandomSeed = 20240601
 
-// name returns prefix followed by i in decimal.
-func name(prefix string, i int) string { return prefix + strconv.Itoa(i) }
+// name returns prefix followed by i in decimal, in one allocation.
+func name(prefix string, i int) string {
+	var buf [32]byte
+	return string(strconv.AppendInt(append(buf[:0], prefix...), int64(i), 10))
+}
 
-// name2 returns prefix, i, "_", j.
+// name2 returns prefix, i, "_", j, in one allocation.
 func name2(prefix string, i, j int) string {
-	return prefix + strconv.Itoa(i) + "_" + strconv.Itoa(j)
+	var buf [32]byte
+	b := strconv.AppendInt(append(buf[:0], prefix...), int64(i), 10)
+	return string(strconv.AppendInt(append(b, '_'), int64(j), 10))
 }
 
 // Empty is a kernel that does nothing.
@@ -45,14 +50,15 @@ func Empty(context.Context, dag.Launch) error { return nil }
 // Chain returns n kernels, each reading its predecessor's output.
 func Chain(n int, fn dag.KernelFunc) *dag.Graph {
 	g := dag.New()
+	g.Grow(n, n)
 	prev := dag.BufferID(-1)
 	for i := range n {
 		out := g.AddValue(name("b", i))
-		opts := []dag.KernelOption{dag.Writes(out)}
 		if prev >= 0 {
-			opts = append(opts, dag.Reads(prev))
+			g.AddKernel(name("k", i), fn, dag.Writes(out), dag.Reads(prev))
+		} else {
+			g.AddKernel(name("k", i), fn, dag.Writes(out))
 		}
-		g.AddKernel(name("k", i), fn, opts...)
 		prev = out
 	}
 	return g
@@ -62,6 +68,7 @@ func Chain(n int, fn dag.KernelFunc) *dag.Graph {
 // all workers: n+2 kernels.
 func FanOutIn(n int, fn dag.KernelFunc) *dag.Graph {
 	g := dag.New()
+	g.Grow(n+2, n+1)
 	src := g.AddValue("src")
 	g.AddKernel("source", fn, dag.Writes(src))
 	outs := make([]dag.BufferID, n)
@@ -79,15 +86,16 @@ func FanOutIn(n int, fn dag.KernelFunc) *dag.Graph {
 func Tree(depth int, fn dag.KernelFunc) *dag.Graph {
 	g := dag.New()
 	n := 1<<depth - 1
+	g.Grow(n, n)
 	bufs := make([]dag.BufferID, n)
 	// Node i has children 2i+1 and 2i+2; build leaves first.
 	for i := n - 1; i >= 0; i-- {
 		bufs[i] = g.AddValue(name("t", i))
-		opts := []dag.KernelOption{dag.Writes(bufs[i])}
 		if l := 2*i + 1; l < n {
-			opts = append(opts, dag.Reads(bufs[l], bufs[l+1]))
+			g.AddKernel(name("node", i), fn, dag.Writes(bufs[i]), dag.Reads(bufs[l], bufs[l+1]))
+		} else {
+			g.AddKernel(name("node", i), fn, dag.Writes(bufs[i]))
 		}
-		g.AddKernel(name("node", i), fn, opts...)
 	}
 	return g
 }
@@ -95,18 +103,21 @@ func Tree(depth int, fn dag.KernelFunc) *dag.Graph {
 // Wavefront returns an n×n grid; cell (i, j) reads (i-1, j) and (i, j-1).
 func Wavefront(n int, fn dag.KernelFunc) *dag.Graph {
 	g := dag.New()
+	g.Grow(n*n, n*n)
 	bufs := make([]dag.BufferID, n*n)
 	for i := range n {
 		for j := range n {
 			bufs[i*n+j] = g.AddValue(name2("c", i, j))
-			opts := []dag.KernelOption{dag.Writes(bufs[i*n+j])}
+			// At most three options, in a fixed array: no allocation.
+			opts := [3]dag.KernelOption{dag.Writes(bufs[i*n+j])}
+			nopt := 1
 			if i > 0 {
-				opts = append(opts, dag.Reads(bufs[(i-1)*n+j]))
+				opts[nopt], nopt = dag.Reads(bufs[(i-1)*n+j]), nopt+1
 			}
 			if j > 0 {
-				opts = append(opts, dag.Reads(bufs[i*n+j-1]))
+				opts[nopt], nopt = dag.Reads(bufs[i*n+j-1]), nopt+1
 			}
-			g.AddKernel(name2("cell", i, j), fn, opts...)
+			g.AddKernel(name2("cell", i, j), fn, opts[:nopt]...)
 		}
 	}
 	return g
@@ -124,6 +135,7 @@ const RandomWindow = 1000
 // (n, seed) gives the same graph.
 func Random(n int, seed uint64, fn dag.KernelFunc) *dag.Graph {
 	g := dag.New()
+	g.Grow(n, n)
 	rng := rand.New(rand.NewPCG(seed, seed))
 	var reads [2]dag.BufferID
 	for i := range n {

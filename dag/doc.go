@@ -14,6 +14,14 @@
 // structural errors (cycles, buffers read but never written, unordered
 // writers of one byte range).
 //
+// Building is cheap enough for graphs of millions of kernels. A
+// [KernelOption] is a plain value (making one allocates nothing), and a
+// graph keeps its kernels, buffers and their bindings in arenas of its
+// own, so AddValue and AddKernel allocate nothing per call, amortised;
+// [Graph.Grow] presizes a graph whose size is known. The gonum graph is
+// built only when first asked for, and Validate works in a few flat
+// arrays.
+//
 // A Graph is not safe for concurrent mutation. Once validated it may be
 // read (and executed) by several goroutines at once, as long as nobody
 // adds to it.

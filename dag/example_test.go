@@ -57,3 +57,22 @@ func ExampleGraph_Validate() {
 	// dag: cycle: kernel a → buffer y → kernel b → buffer x → kernel a
 	// 5 nodes on the path
 }
+
+// A graph whose size is known ahead: Grow makes room for every kernel and
+// buffer at once, then each stage reads the previous stage's batch.
+func ExampleGraph_Grow() {
+	const stages = 4
+	g := dag.New()
+	g.Grow(stages, stages)
+	run := func(context.Context, dag.Launch) error { return nil }
+	prev := g.AddValue("batch0")
+	g.AddKernel("stage0", run, dag.Writes(prev))
+	for i := 1; i < stages; i++ {
+		out := g.AddValue(fmt.Sprintf("batch%d", i))
+		g.AddKernel(fmt.Sprintf("stage%d", i), run, dag.Reads(prev), dag.Writes(out))
+		prev = out
+	}
+	fmt.Println(g.Validate(), len(g.Kernels()), g.Order())
+	// Output:
+	// <nil> 4 [0 1 2 3]
+}

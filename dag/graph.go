@@ -3,6 +3,7 @@ package dag
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -59,13 +60,19 @@ type Launch interface {
 	Missing(i int) error
 }
 
-// Kernel is a declared unit of work.
+// Kernel is a declared unit of work. Kernels live in their graph's arena
+// (see Graph): a *Kernel stays valid, at the same address, for the life of
+// the graph.
 type Kernel struct {
-	ID     KernelID
-	Name   string
-	Fn     KernelFunc
-	Reads  []buffers.Binding // declared reads, in declaration order
-	Writes []buffers.Binding // declared writes, in declaration order
+	ID   KernelID
+	Name string
+	Fn   KernelFunc
+	// Reads and Writes are the declared reads and writes, in declaration
+	// order; nil when there are none. They are windows of the graph's
+	// binding arena with capacity equal to length, so an append copies
+	// rather than overwriting another kernel's bindings.
+	Reads  []buffers.Binding
+	Writes []buffers.Binding
 	// Optional marks the reads (by index into Reads) declared with
 	// ReadsOptional: a failure upstream of them does not skip the launch;
 	// the kernel asks Launch.Missing and works with what it has. nil when
@@ -78,12 +85,12 @@ type Kernel struct {
 	Device   *topology.DeviceID // pinned device, or nil
 	Prefer   *topology.DeviceID // preferred device, or nil
 	Estimate time.Duration      // estimated compute time of one launch; 0: unknown
-	node     int64
 }
 
 // Buffer is a declared region of memory. A value buffer (SizeBytes 0,
 // Value true) holds one Go value, such as an Arrow record batch, instead
-// of raw bytes; for ordering and taint it counts as a single byte.
+// of raw bytes; for ordering and taint it counts as a single byte. Buffers
+// live in their graph's arena, like kernels.
 type Buffer struct {
 	ID        BufferID
 	Name      string
@@ -93,7 +100,6 @@ type Buffer struct {
 	// SizeHint is the expected size in bytes of a value buffer's value
 	// (for placement's transfer costs); 0 when unknown. See SizeHint.
 	SizeHint int64
-	node     int64
 }
 
 // extent is the number of bytes bindings of b can address: SizeBytes, or
@@ -115,27 +121,122 @@ func (b *Buffer) Whole() buffers.Binding {
 // simple.DirectedGraph underneath (see Directed). The zero value is not
 // usable; call New.
 //
-// The graph's own store is compact slices (kernels, buffers, and the
-// gonum node id of each: nodes are numbered in the order they were added);
-// the gonum graph is built from them on first use (Directed, MarshalDOT,
-// a cycle report) and brought up to date incrementally after later
-// additions, so building a large pipeline costs no map insertion per edge.
-// A Graph is not safe for concurrent mutation; concurrent calls of
-// Directed and the read-only accessors are safe.
+// The graph's own store is compact: kernels, buffers and the bindings of
+// every declared read and write live in arenas of chunks owned by the
+// graph, so adding a kernel or a buffer allocates nothing of its own
+// (amortised: one chunk per up to 1024 kernels or buffers, or per 4096
+// bindings, or none after Grow); a *Kernel or *Buffer kept after the graph
+// is dropped keeps its chunk alive. Gonum node ids are numbered in the
+// order kernels and buffers were added. The gonum graph is built from the
+// store on first use (Directed, MarshalDOT, a cycle report) and brought up
+// to date incrementally after later additions, so building a large
+// pipeline costs no map insertion per edge or per name (duplicate names
+// are found by Validate). A Graph is not safe for concurrent mutation;
+// concurrent calls of Directed and the read-only accessors are safe.
 type Graph struct {
-	mu      sync.Mutex            // guards dg and synced
+	mu      sync.Mutex            // guards dg, synced and bufNode
 	dg      *simple.DirectedGraph // nil until first needed
 	synced  int                   // nodes[:synced] are in dg with their edges
+	bufNode []int64               // gonum node id of each buffer in dg
 	kernels []*Kernel
 	buffers []*Buffer
-	nodes   []any      // gonum node id → *Kernel or *Buffer
+	nodes   []nodeRef  // gonum node id → kernel or buffer
 	errs    []error    // builder mistakes, reported by Validate
 	order   []KernelID // topological order, set by a successful Validate
+
+	// Arenas: the current chunk of each; a full chunk is left to the
+	// items and slices that point into it and a new one is started.
+	kernelChunk  []Kernel
+	bufferChunk  []Buffer
+	bindingChunk []buffers.Binding
+}
+
+// nodeRef is what a gonum node id stands for: a kernel id (>= 0) or the
+// bitwise complement of a buffer id (< 0).
+type nodeRef int64
+
+// Arena chunk sizes, in items: a graph's first kernel or buffer chunk
+// holds chunkMin items and each later one as many as the graph already
+// has, up to chunkMax; binding chunks double from chunkMin up to
+// bindingChunkMax. So a small graph stays small and a large one allocates
+// once per chunkMax items.
+const (
+	chunkMin        = 8
+	chunkMax        = 1024
+	bindingChunkMax = 4096
+)
+
+// chunkLen is the length of the next arena chunk for a graph holding n
+// items, at least need.
+func chunkLen(n, need, most int) int {
+	return max(min(max(n, chunkMin), most), need)
+}
+
+// push appends v to s, doubling the capacity when s is full: append grows
+// a large slice by only a quarter, which copies each element about four
+// times over while a graph grows.
+func push[S ~[]E, E any](s S, v E) S {
+	if len(s) == cap(s) {
+		s = slices.Grow(s, max(len(s), chunkMin))
+	}
+	return append(s, v)
 }
 
 // New returns an empty graph.
 func New() *Graph {
 	return &Graph{}
+}
+
+// Grow makes room for kernels more kernels and buffers more buffers, so
+// that adding them costs no reallocation of the graph's own arrays: like
+// slices.Grow, it is a hint for building a graph whose size is known
+// ahead, and building without it gives the same graph. The declared reads
+// and writes still take arena chunks as they come. Grow allocates
+// O(kernels + buffers) bytes at once; it panics if kernels or buffers is
+// negative.
+func (g *Graph) Grow(kernels, buffers int) {
+	if kernels < 0 || buffers < 0 {
+		panic(fmt.Sprintf("dag: Graph.Grow(%d, %d): negative count", kernels, buffers))
+	}
+	g.kernels = slices.Grow(g.kernels, kernels)
+	g.buffers = slices.Grow(g.buffers, buffers)
+	g.nodes = slices.Grow(g.nodes, kernels+buffers)
+	if free := cap(g.kernelChunk) - len(g.kernelChunk); free < kernels {
+		g.kernelChunk = make([]Kernel, 0, kernels)
+	}
+	if free := cap(g.bufferChunk) - len(g.bufferChunk); free < buffers {
+		g.bufferChunk = make([]Buffer, 0, buffers)
+	}
+}
+
+// newKernel returns a zeroed kernel from the arena.
+func (g *Graph) newKernel() *Kernel {
+	if len(g.kernelChunk) == cap(g.kernelChunk) {
+		g.kernelChunk = make([]Kernel, 0, chunkLen(len(g.kernels), 1, chunkMax))
+	}
+	g.kernelChunk = g.kernelChunk[:len(g.kernelChunk)+1]
+	return &g.kernelChunk[len(g.kernelChunk)-1]
+}
+
+// newBuffer returns a zeroed buffer from the arena.
+func (g *Graph) newBuffer() *Buffer {
+	if len(g.bufferChunk) == cap(g.bufferChunk) {
+		g.bufferChunk = make([]Buffer, 0, chunkLen(len(g.buffers), 1, chunkMax))
+	}
+	g.bufferChunk = g.bufferChunk[:len(g.bufferChunk)+1]
+	return &g.bufferChunk[len(g.bufferChunk)-1]
+}
+
+// newBindings returns n contiguous bindings from the arena, with length and
+// capacity n, so that an append by a user copies instead of overwriting a
+// neighbour.
+func (g *Graph) newBindings(n int) []buffers.Binding {
+	if cap(g.bindingChunk)-len(g.bindingChunk) < n {
+		g.bindingChunk = make([]buffers.Binding, 0, chunkLen(len(g.bindingChunk)*2, n, bindingChunkMax))
+	}
+	i := len(g.bindingChunk)
+	g.bindingChunk = g.bindingChunk[:i+n]
+	return g.bindingChunk[i : i+n : i+n]
 }
 
 // directed returns the gonum graph with every node and edge added so far.
@@ -149,16 +250,18 @@ func (g *Graph) directed() *simple.DirectedGraph {
 		id := int64(g.synced)
 		n := dotNode{g, id}
 		g.dg.AddNode(n)
-		k, ok := g.nodes[id].(*Kernel)
-		if !ok {
+		ref := g.nodes[id]
+		if ref < 0 {
+			g.bufNode = append(g.bufNode, id)
 			continue
 		}
+		k := g.kernels[ref]
 		// A kernel's buffers were added before it: their nodes are in dg.
 		for _, r := range k.Reads {
-			g.dg.SetEdge(simple.Edge{F: dotNode{g, g.buffers[r.Buffer].node}, T: n})
+			g.dg.SetEdge(simple.Edge{F: dotNode{g, g.bufNode[r.Buffer]}, T: n})
 		}
 		for _, w := range k.Writes {
-			g.dg.SetEdge(simple.Edge{F: n, T: dotNode{g, g.buffers[w.Buffer].node}})
+			g.dg.SetEdge(simple.Edge{F: n, T: dotNode{g, g.bufNode[w.Buffer]}})
 		}
 	}
 	return g.dg
@@ -169,23 +272,30 @@ type BufferOption func(*Buffer)
 
 // Input marks a buffer as supplied from outside the graph: it may be read
 // without any kernel writing it.
-func Input() BufferOption { return func(b *Buffer) { b.Input = true } }
+func Input() BufferOption { return markInput }
+
+func markInput(b *Buffer) { b.Input = true }
 
 // AddBuffer declares a raw buffer of sizeBytes (>= 0) bytes and returns its
 // id. A duplicate or empty name or a negative size is recorded and reported
-// by Validate; the id is still valid for building.
+// by Validate; the id is still valid for building. O(1) amortised; apart
+// from recording a mistake it allocates nothing of its own (see Graph).
 func (g *Graph) AddBuffer(name string, sizeBytes int64, opts ...BufferOption) BufferID {
 	if sizeBytes < 0 {
 		g.errs = append(g.errs, fmt.Errorf("dag: buffer %q: negative size %d", name, sizeBytes))
 		sizeBytes = 0
 	}
-	return g.addBuffer(&Buffer{Name: name, SizeBytes: sizeBytes}, opts)
+	b := g.newBuffer()
+	b.Name, b.SizeBytes = name, sizeBytes
+	return g.addBuffer(b, opts)
 }
 
 // AddValue declares a buffer that holds one Go value (typically an Arrow
-// record batch) and returns its id. Errors as AddBuffer.
+// record batch) and returns its id. Mistakes and cost as AddBuffer.
 func (g *Graph) AddValue(name string, opts ...BufferOption) BufferID {
-	return g.addBuffer(&Buffer{Name: name, Value: true}, opts)
+	b := g.newBuffer()
+	b.Name, b.Value = name, true
+	return g.addBuffer(b, opts)
 }
 
 func (g *Graph) addBuffer(b *Buffer, opts []BufferOption) BufferID {
@@ -193,10 +303,11 @@ func (g *Graph) addBuffer(b *Buffer, opts []BufferOption) BufferID {
 		o(b)
 	}
 	b.ID = BufferID(len(g.buffers))
-	g.checkName("buffer", b.Name, int64(b.ID))
-	b.node = int64(len(g.nodes))
-	g.nodes = append(g.nodes, b)
-	g.buffers = append(g.buffers, b)
+	if b.Name == "" {
+		g.checkName("buffer", b.Name, int64(b.ID))
+	}
+	g.nodes = push(g.nodes, ^nodeRef(b.ID))
+	g.buffers = push(g.buffers, b)
 	g.order = nil
 	return b.ID
 }
@@ -210,83 +321,12 @@ func (g *Graph) checkName(kind, name string, id int64) {
 	}
 }
 
-// duplicates returns a DuplicateError for every kernel or buffer whose
-// non-empty name an earlier-added one already holds, in the order they
-// were added. O(V) with one presized map.
-func (g *Graph) duplicates() []error {
-	seen := make(map[string]int, len(g.nodes)) // name → node id of its first holder
-	var errs []error
-	for id, n := range g.nodes {
-		kind, name := nodeKindName(n)
-		if name == "" {
-			continue
-		}
-		if prev, dup := seen[name]; dup {
-			pk, _ := nodeKindName(g.nodes[prev])
-			errs = append(errs, &DuplicateError{Name: name, Kinds: [2]string{pk, kind}})
-			continue
-		}
-		seen[name] = id
+// nodeKindName returns "kernel" or "buffer" and the name of the node ref.
+func (g *Graph) nodeKindName(ref nodeRef) (kind, name string) {
+	if ref >= 0 {
+		return "kernel", g.kernels[ref].Name
 	}
-	return errs
-}
-
-// nodeKindName returns "kernel" or "buffer" and the name of n.
-func nodeKindName(n any) (kind, name string) {
-	switch v := n.(type) {
-	case *Kernel:
-		return "kernel", v.Name
-	case *Buffer:
-		return "buffer", v.Name
-	}
-	return "", ""
-}
-
-// KernelOption configures a kernel: its reads, writes and placement hints.
-type KernelOption func(*Graph, *Kernel)
-
-// Reads declares whole-buffer reads of ids, in order.
-func Reads(ids ...BufferID) KernelOption {
-	return func(g *Graph, k *Kernel) {
-		for _, id := range ids {
-			if b := g.bufferFor(k, id, "reads"); b != nil {
-				k.Reads = append(k.Reads, buffers.Binding{Buffer: id, Length: b.extent()})
-				if k.Optional != nil {
-					k.Optional = append(k.Optional, false)
-				}
-			}
-		}
-	}
-}
-
-// Writes declares whole-buffer writes of ids, in order.
-func Writes(ids ...BufferID) KernelOption {
-	return func(g *Graph, k *Kernel) {
-		for _, id := range ids {
-			if b := g.bufferFor(k, id, "writes"); b != nil {
-				k.Writes = append(k.Writes, buffers.Binding{Buffer: id, Length: b.extent()})
-			}
-		}
-	}
-}
-
-// ReadsOptional declares whole-buffer reads of ids, in order, that the
-// kernel can do without: when one was left unwritten by failed or skipped
-// work the launch still runs, Launch.Missing(i) says what is missing and
-// why, and the kernel's output is its own responsibility (a merge that
-// reports the partitions it lost, say). Ordering is as for Reads.
-func ReadsOptional(ids ...BufferID) KernelOption {
-	return func(g *Graph, k *Kernel) {
-		for _, id := range ids {
-			if b := g.bufferFor(k, id, "reads"); b != nil {
-				if k.Optional == nil {
-					k.Optional = make([]bool, len(k.Reads))
-				}
-				k.Reads = append(k.Reads, buffers.Binding{Buffer: id, Length: b.extent()})
-				k.Optional = append(k.Optional, true)
-			}
-		}
-	}
+	return "buffer", g.buffers[^ref].Name
 }
 
 // Required returns the reads that are not optional: k.Reads itself when
@@ -302,41 +342,6 @@ func (k *Kernel) Required() []buffers.Binding {
 		}
 	}
 	return req
-}
-
-// ReadsRange declares a read of bytes [offset, offset+length) of buffer id.
-// A range outside the buffer is recorded and reported by Validate.
-func ReadsRange(id BufferID, offset, length int64) KernelOption {
-	return func(g *Graph, k *Kernel) {
-		if bd, ok := g.rangeFor(k, id, offset, length, "reads"); ok {
-			k.Reads = append(k.Reads, bd)
-			if k.Optional != nil {
-				k.Optional = append(k.Optional, false)
-			}
-		}
-	}
-}
-
-// WritesRange declares a write of bytes [offset, offset+length) of buffer
-// id. A range outside the buffer is recorded and reported by Validate.
-func WritesRange(id BufferID, offset, length int64) KernelOption {
-	return func(g *Graph, k *Kernel) {
-		if bd, ok := g.rangeFor(k, id, offset, length, "writes"); ok {
-			k.Writes = append(k.Writes, bd)
-		}
-	}
-}
-
-// OnStream pins the kernel to stream i of its device (taken modulo the
-// device's stream count; i >= 0).
-func OnStream(i int) KernelOption {
-	return func(g *Graph, k *Kernel) {
-		if i < 0 {
-			g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: negative stream %d", k.Name, i))
-			return
-		}
-		k.Stream = i
-	}
 }
 
 func (g *Graph) bufferFor(k *Kernel, id BufferID, verb string) *Buffer {
@@ -361,23 +366,181 @@ func (g *Graph) rangeFor(k *Kernel, id BufferID, off, n int64, verb string) (buf
 }
 
 // AddKernel declares a kernel named name running fn, with its reads,
-// writes and hints given as options, and returns its id. Mistakes (a
-// duplicate or empty name, a nil fn, an unknown buffer) are recorded and
-// reported by Validate.
+// writes and hints given as options (applied in order), and returns its
+// id. Mistakes (a duplicate or empty name, a nil fn, an unknown buffer, a
+// range outside its buffer, a negative stream or estimate) are recorded and
+// reported by Validate; the id is still valid.
+//
+// The kernel's Reads and Writes are copied into the graph's arena: opts
+// and the id slices in them may be reused once AddKernel returns. It takes
+// time linear in the number of options and declared bindings; apart from
+// recording a mistake it allocates nothing of its own (amortised, see
+// Graph) unless the kernel has optional reads or a device hint.
 func (g *Graph) AddKernel(name string, fn KernelFunc, opts ...KernelOption) KernelID {
-	k := &Kernel{ID: KernelID(len(g.kernels)), Name: name, Fn: fn, Stream: -1}
-	g.checkName("kernel", name, int64(k.ID))
-	if fn == nil {
-		g.errs = append(g.errs, fmt.Errorf("dag: kernel %q has a nil function", name))
+	k := g.newKernel()
+	k.ID, k.Name, k.Fn, k.Stream = KernelID(len(g.kernels)), name, fn, -1
+	if name == "" || fn == nil {
+		g.kernelMistakes(k)
 	}
-	for _, o := range opts {
-		o(g, k)
+	// The common case, whole-buffer reads and writes only, is done here;
+	// any other option takes the general path.
+	nr, nw := 0, 0
+	for i := range opts {
+		switch o := &opts[i]; o.kind {
+		case optReads:
+			nr += len(o.ids)
+		case optWrites:
+			nw += len(o.ids)
+		case optNone:
+		default:
+			nr = -1
+		}
+		if nr < 0 {
+			break
+		}
 	}
-	k.node = int64(len(g.nodes))
-	g.nodes = append(g.nodes, k)
-	g.kernels = append(g.kernels, k)
+	if nr < 0 {
+		g.applyOptions(k, opts)
+	} else if nr+nw > 0 {
+		// Reads fill bd from the front, writes from nr on.
+		bd := g.newBindings(nr + nw)
+		r, w := 0, nr
+		for i := range opts {
+			o := &opts[i]
+			for _, id := range o.ids {
+				if uint64(id) >= uint64(len(g.buffers)) {
+					g.unknownBuffer(k, id, o.kind)
+					continue
+				}
+				b := buffers.Binding{Buffer: id, Length: g.buffers[id].extent()}
+				if o.kind == optReads {
+					bd[r], r = b, r+1
+				} else {
+					bd[w], w = b, w+1
+				}
+			}
+		}
+		if r > 0 {
+			k.Reads = bd[:r:r]
+		}
+		if w > nr {
+			k.Writes = bd[nr:w:w]
+		}
+	}
+	g.nodes = push(g.nodes, nodeRef(k.ID))
+	g.kernels = push(g.kernels, k)
 	g.order = nil
 	return k.ID
+}
+
+// kernelMistakes records an empty name or a nil function of k.
+func (g *Graph) kernelMistakes(k *Kernel) {
+	g.checkName("kernel", k.Name, int64(k.ID))
+	if k.Fn == nil {
+		g.errs = append(g.errs, fmt.Errorf("dag: kernel %q has a nil function", k.Name))
+	}
+}
+
+// unknownBuffer records that k reads or writes (by kind) an id that is not
+// a buffer.
+func (g *Graph) unknownBuffer(k *Kernel, id BufferID, kind optKind) {
+	verb := "writes"
+	if kind == optReads || kind == optReadsOptional || kind == optReadsRange {
+		verb = "reads"
+	}
+	g.errs = append(g.errs, fmt.Errorf("dag: kernel %q %s unknown buffer id %d", k.Name, verb, id))
+}
+
+// applyOptions applies any options to k, in order.
+func (g *Graph) applyOptions(k *Kernel, opts []KernelOption) {
+	// Count the bindings so reads and writes each take one contiguous
+	// run of the arena.
+	nr, nw, optional := 0, 0, false
+	for i := range opts {
+		switch o := &opts[i]; o.kind {
+		case optReads:
+			nr += len(o.ids)
+		case optReadsOptional:
+			nr += len(o.ids)
+			optional = true
+		case optReadsRange:
+			nr++
+		case optWrites:
+			nw += len(o.ids)
+		case optWritesRange:
+			nw++
+		}
+	}
+	var reads, writes []buffers.Binding
+	if nr+nw > 0 {
+		bd := g.newBindings(nr + nw)
+		reads, writes = bd[:0:nr], bd[nr:nr]
+	}
+	var opt []bool // per read, when some read may be optional
+	if optional {
+		opt = make([]bool, 0, nr)
+	}
+	anyOptional := false
+	for i := range opts {
+		switch o := &opts[i]; o.kind {
+		case optReads, optReadsOptional:
+			isOpt := o.kind == optReadsOptional
+			for _, id := range o.ids {
+				if b := g.bufferFor(k, id, "reads"); b != nil {
+					reads = append(reads, buffers.Binding{Buffer: id, Length: b.extent()})
+					if optional {
+						opt = append(opt, isOpt)
+						anyOptional = anyOptional || isOpt
+					}
+				}
+			}
+		case optReadsRange:
+			if bd, ok := g.rangeFor(k, BufferID(o.id), o.a, o.b, "reads"); ok {
+				reads = append(reads, bd)
+				if optional {
+					opt = append(opt, false)
+				}
+			}
+		case optWrites:
+			for _, id := range o.ids {
+				if b := g.bufferFor(k, id, "writes"); b != nil {
+					writes = append(writes, buffers.Binding{Buffer: id, Length: b.extent()})
+				}
+			}
+		case optWritesRange:
+			if bd, ok := g.rangeFor(k, BufferID(o.id), o.a, o.b, "writes"); ok {
+				writes = append(writes, bd)
+			}
+		case optStream:
+			if o.a < 0 {
+				g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: negative stream %d", k.Name, o.a))
+				continue
+			}
+			k.Stream = int(o.a)
+		case optDevice, optPrefer:
+			d := &topology.DeviceID{Kind: topology.Kind(o.id), Index: int(o.a)}
+			if o.kind == optDevice {
+				k.Device = d
+			} else {
+				k.Prefer = d
+			}
+		case optEstimate:
+			if d := time.Duration(o.a); d < 0 {
+				g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: negative estimate %v", k.Name, d))
+				continue
+			}
+			k.Estimate = time.Duration(o.a)
+		}
+	}
+	if len(reads) > 0 {
+		k.Reads = reads[:len(reads):len(reads)]
+	}
+	if len(writes) > 0 {
+		k.Writes = writes[:len(writes):len(writes)]
+	}
+	if anyOptional {
+		k.Optional = opt
+	}
 }
 
 // Kernels returns the kernels in id order. The slice is the graph's own:
@@ -408,7 +571,10 @@ func (g *Graph) NodeOf(id int64) any {
 	if id < 0 || id >= int64(len(g.nodes)) {
 		return nil
 	}
-	return g.nodes[id]
+	if ref := g.nodes[id]; ref >= 0 {
+		return g.kernels[ref]
+	}
+	return g.buffers[^g.nodes[id]]
 }
 
 // dotNode is a gonum node that names itself and carries DOT attributes.

@@ -2,9 +2,10 @@ package dag
 
 import (
 	"cmp"
-	"container/heap"
 	"errors"
 	"fmt"
+	"hash/maphash"
+	"math"
 	"slices"
 	"strings"
 
@@ -76,19 +77,26 @@ const maxReported = 10
 // kernels (*WriteConflictError). Use errors.As to get the typed errors.
 //
 // On success it fixes the topological order returned by Order; on failure
-// Order returns nil. It is O((V + E) log V) plus, for buffers with several
-// writers, a reachability search per overlapping pair.
+// Order returns nil. It is O(V + E) when every kernel reads only buffers
+// whose writers were added before it (the usual way of building), else
+// O((V + E) log V); plus, for buffers with several writers, a
+// reachability search per overlapping pair, and O(W log W) to sort the
+// W writes of such buffers once. It works in a few flat arrays (no slice
+// per kernel or buffer and no map): about a dozen allocations whatever
+// the graph's size.
 func (g *Graph) Validate() error {
 	errs := append(slices.Clone(g.errs), g.duplicates()...)
-	succ, order := g.kernelOrder()
+	x := g.newIndex()
+	unwritten, forward := x.checkReads()
+	order := x.kernelOrder(forward)
 	if len(order) < len(g.kernels) {
 		errs = append(errs, g.cycles()...)
 	} else {
 		g.order = order
 	}
-	errs = append(errs, g.unwritten()...)
+	errs = append(errs, unwritten...)
 	if len(order) == len(g.kernels) {
-		errs = append(errs, g.conflicts(succ)...)
+		errs = append(errs, x.conflicts()...)
 	}
 	if len(errs) > maxReported {
 		n := len(errs) - maxReported
@@ -109,82 +117,312 @@ func (g *Graph) Validate() error {
 func (g *Graph) Order() []KernelID { return g.order }
 
 // Predecessors returns, for every kernel, the kernels that write a buffer
-// it reads (in id order, without duplicates). O(V + E).
+// it reads (in id order, without duplicates; nil for none). The lists are
+// windows of one array: the result takes three allocations whatever the
+// graph's size. O(V + E) plus the sorting of each list that is not already
+// in order.
 func (g *Graph) Predecessors() [][]KernelID {
-	writers := g.writersByBuffer()
+	x := g.newIndex()
+	x.buildPreds()
+	flat := make([]KernelID, len(x.pAt))
+	for i, p := range x.pAt {
+		flat[i] = KernelID(p)
+	}
 	preds := make([][]KernelID, len(g.kernels))
-	seen := make([]KernelID, len(g.kernels)) // seen[w] == k+1: w already a predecessor of k
-	for _, k := range g.kernels {
-		for _, r := range k.Reads {
-			for _, w := range writers[r.Buffer] {
-				if seen[w] != k.ID+1 {
-					seen[w] = k.ID + 1
-					preds[k.ID] = append(preds[k.ID], w)
-				}
-			}
+	for k := range preds {
+		if lo, hi := x.pOff[k], x.pOff[k+1]; lo < hi {
+			preds[k] = flat[lo:hi:hi]
 		}
-		slices.Sort(preds[k.ID])
 	}
 	return preds
 }
 
-func (g *Graph) writersByBuffer() [][]KernelID {
-	w := make([][]KernelID, len(g.buffers))
+// duplicates returns a DuplicateError for every kernel or buffer whose
+// non-empty name an earlier-added one already holds, in the order they
+// were added. O(V): the names are hashed in one pass and partitioned by
+// their hash's high bits, and each partition (a few thousand names) is
+// checked with a small open-addressing table of node ids that stays in
+// cache, where one table (or map) for every name would take a cache miss
+// per name on a large graph.
+func (g *Graph) duplicates() []error {
+	const partLen = 4096 // names per partition, on average
+	n := len(g.nodes)
+	bits := 0
+	for n>>bits > partLen {
+		bits++
+	}
+	shift := uint(64 - bits) // partition = hash >> shift (0 when bits == 0)
+	// Hash every name; 0 marks an empty name (a real hash is odd).
+	seed := maphash.MakeSeed()
+	hashes := make([]uint64, n)
+	counts := make([]int32, 1<<bits+1)
+	for id, ref := range g.nodes {
+		if _, name := g.nodeKindName(ref); name != "" {
+			h := maphash.String(seed, name) | 1
+			hashes[id] = h
+			counts[h>>shift+1]++
+		}
+	}
+	for p := range 1 << bits {
+		counts[p+1] += counts[p]
+	}
+	// Node ids by partition, ascending within each.
+	ids := make([]int32, counts[1<<bits])
+	fill := slices.Clone(counts[:1<<bits])
+	for id, h := range hashes {
+		if h != 0 {
+			p := h >> shift
+			ids[fill[p]] = int32(id)
+			fill[p]++
+		}
+	}
+	type dup struct{ id, prev int32 }
+	var dups []dup
+	var table []int32 // node id+1 per slot; 0: empty
+	for p := range 1 << bits {
+		part := ids[counts[p]:counts[p+1]]
+		size := 16
+		for size < 2*len(part) {
+			size *= 2
+		}
+		if cap(table) < size {
+			table = make([]int32, size)
+		}
+		table = table[:size]
+		clear(table)
+		mask := uint64(size - 1)
+		for _, id := range part {
+			h := hashes[id]
+			for i := (h >> 1) & mask; ; i = (i + 1) & mask { // bit 0 is always set
+				prev := table[i] - 1
+				if prev < 0 {
+					table[i] = id + 1
+					break
+				}
+				if hashes[prev] != h {
+					continue
+				}
+				_, pname := g.nodeKindName(g.nodes[prev])
+				if _, name := g.nodeKindName(g.nodes[id]); pname == name {
+					dups = append(dups, dup{id, prev})
+					break
+				}
+			}
+		}
+	}
+	slices.SortFunc(dups, func(a, b dup) int { return cmp.Compare(a.id, b.id) })
+	var errs []error
+	for _, d := range dups {
+		kind, name := g.nodeKindName(g.nodes[d.id])
+		pk, _ := g.nodeKindName(g.nodes[d.prev])
+		errs = append(errs, &DuplicateError{Name: name, Kinds: [2]string{pk, kind}})
+	}
+	return errs
+}
+
+// index is the kernel-level structure Validate and Predecessors work on,
+// in flat arrays of compressed rows (row i of off/at is at[off[i]:off[i+1]])
+// and int32 kernel ids and offsets, so a check allocates a few arrays
+// whatever the graph's size. It assumes fewer than 2^31 kernels, buffers
+// and declared writes, which would take well over 50 GB to declare.
+type index struct {
+	g     *Graph
+	reads int     // declared reads of all kernels
+	wOff  []int32 // per buffer, into wAt
+	wAt   []write // writes of each buffer, by kernel id, then declaration order
+	sure  []span  // per buffer, a range every read inside of which is written (or an input); set by checkReads
+	pOff  []int32 // per kernel, into pAt; nil until buildPreds
+	pAt   []int32 // predecessors of each kernel, ascending
+	sOff  []int32 // per kernel, into sAt; nil until buildSuccs
+	sAt   []int32 // successors of each kernel, ascending
+	pos   []int32 // position of each kernel in the order; nil: the identity
+	mark  []int32 // scratch per kernel for ordered
+	stamp int32   // current mark of ordered
+	covLo []int32 // per buffer, into cov; nil until buildCoverage
+	covHi []int32
+	cov   []span  // union of each buffer's non-empty writes
+	stack []int32 // scratch for ordered
+}
+
+// write is one declared write: the kernel and its binding.
+type write struct {
+	k  int32
+	bd buffers.Binding
+}
+
+// span is a byte range [off, end).
+type span struct{ off, end int64 }
+
+// newIndex indexes the writes of g by buffer. O(V + E).
+func (g *Graph) newIndex() *index {
+	x := &index{g: g, wOff: make([]int32, len(g.buffers)+1)}
+	nw := 0
 	for _, k := range g.kernels {
-		for _, b := range k.Writes {
-			if n := len(w[b.Buffer]); n == 0 || w[b.Buffer][n-1] != k.ID {
-				w[b.Buffer] = append(w[b.Buffer], k.ID)
-			}
+		x.reads += len(k.Reads)
+		nw += len(k.Writes)
+		for _, w := range k.Writes {
+			x.wOff[w.Buffer+1]++
 		}
 	}
-	return w
-}
-
-// kernelOrder runs Kahn's algorithm over the kernel graph (writer → reader
-// through a buffer), taking the ready kernel with the lowest id first, and
-// returns the successor lists and the order; the order is short when there
-// is a cycle. O((V + E) log V).
-func (g *Graph) kernelOrder() (succ [][]KernelID, order []KernelID) {
-	preds := g.Predecessors()
-	succ = make([][]KernelID, len(g.kernels))
-	indeg := make([]int, len(g.kernels))
-	for k, ps := range preds {
-		indeg[k] = len(ps)
-		for _, p := range ps {
-			succ[p] = append(succ[p], KernelID(k))
+	for b := range g.buffers {
+		x.wOff[b+1] += x.wOff[b]
+	}
+	// Fill each row from its start, leaving wOff[b] at the row's end,
+	// then shift the offsets back into place.
+	x.wAt = make([]write, nw)
+	for _, k := range g.kernels {
+		for _, w := range k.Writes {
+			x.wAt[x.wOff[w.Buffer]] = write{int32(k.ID), w}
+			x.wOff[w.Buffer]++
 		}
 	}
-	ready := &idHeap{}
-	for k, d := range indeg {
-		if d == 0 {
-			*ready = append(*ready, KernelID(k)) // ascending: already a heap
-		}
-	}
-	order = make([]KernelID, 0, len(g.kernels))
-	for ready.Len() > 0 {
-		k := heap.Pop(ready).(KernelID)
-		order = append(order, k)
-		for _, s := range succ[k] {
-			if indeg[s]--; indeg[s] == 0 {
-				heap.Push(ready, s)
-			}
-		}
-	}
-	return succ, order
-}
-
-// idHeap is a min-heap of kernel ids (container/heap).
-type idHeap []KernelID
-
-func (h idHeap) Len() int           { return len(h) }
-func (h idHeap) Less(i, j int) bool { return h[i] < h[j] }
-func (h idHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *idHeap) Push(x any)        { *h = append(*h, x.(KernelID)) }
-func (h *idHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
+	copy(x.wOff[1:], x.wOff[:len(g.buffers)])
+	x.wOff[0] = 0
 	return x
+}
+
+// writes returns the writes of buffer b.
+func (x *index) writes(b BufferID) []write { return x.wAt[x.wOff[b]:x.wOff[b+1]] }
+
+// buildPreds fills the predecessor rows: for each kernel, the distinct
+// writers of the buffers it reads, ascending.
+func (x *index) buildPreds() {
+	if x.pOff != nil {
+		return
+	}
+	n := len(x.g.kernels)
+	x.pOff = make([]int32, n+1)
+	at := make([]int32, 0, x.reads)
+	seen := make([]int32, n) // seen[w] == k+1: w is already a predecessor of k
+	for k, kern := range x.g.kernels {
+		start := len(at)
+		for _, r := range kern.Reads {
+			for _, w := range x.writes(r.Buffer) {
+				if seen[w.k] != int32(k)+1 {
+					seen[w.k] = int32(k) + 1
+					at = append(at, w.k)
+				}
+			}
+		}
+		if row := at[start:]; len(row) > 1 && !slices.IsSorted(row) {
+			slices.Sort(row)
+		}
+		x.pOff[k+1] = int32(len(at))
+	}
+	x.pAt = at
+}
+
+// buildSuccs fills the successor rows from the predecessor rows; each row
+// is ascending because kernels are visited in id order.
+func (x *index) buildSuccs() {
+	if x.sOff != nil {
+		return
+	}
+	x.buildPreds()
+	n := len(x.g.kernels)
+	x.sOff = make([]int32, n+1)
+	for _, p := range x.pAt {
+		x.sOff[p+1]++
+	}
+	for k := range n {
+		x.sOff[k+1] += x.sOff[k]
+	}
+	x.sAt = make([]int32, len(x.pAt))
+	for k := range n {
+		for _, p := range x.pAt[x.pOff[k]:x.pOff[k+1]] {
+			x.sAt[x.sOff[p]] = int32(k)
+			x.sOff[p]++
+		}
+	}
+	copy(x.sOff[1:], x.sOff[:n])
+	x.sOff[0] = 0
+}
+
+// succs returns the successors of kernel k.
+func (x *index) succs(k int32) []int32 { return x.sAt[x.sOff[k]:x.sOff[k+1]] }
+
+// kernelOrder returns the topological order of the kernel graph (writer
+// before reader through a buffer) that takes the ready kernel with the
+// lowest id first; it is short when there is a cycle. forward says that
+// every kernel reads only buffers whose writers all have lower ids (see
+// checkReads): then that order is the identity (the lowest kernel not yet
+// ordered has all its predecessors before it, so it is ready and the
+// lowest ready) and there is no cycle, O(V). Otherwise it runs Kahn's
+// algorithm with a binary heap, O((V + E) log V).
+func (x *index) kernelOrder(forward bool) []KernelID {
+	n := len(x.g.kernels)
+	order := make([]KernelID, 0, n)
+	if forward {
+		for k := range n {
+			order = append(order, KernelID(k))
+		}
+		return order
+	}
+	x.buildSuccs()
+	indeg := make([]int32, n)
+	var ready minHeap
+	for k := range n {
+		if indeg[k] = x.pOff[k+1] - x.pOff[k]; indeg[k] == 0 {
+			ready = append(ready, int32(k)) // ascending: already a heap
+		}
+	}
+	x.pos = make([]int32, n)
+	for len(ready) > 0 {
+		k := ready.pop()
+		x.pos[k] = int32(len(order))
+		order = append(order, KernelID(k))
+		for _, s := range x.succs(k) {
+			if indeg[s]--; indeg[s] == 0 {
+				ready.push(s)
+			}
+		}
+	}
+	return order
+}
+
+// minHeap is a binary min-heap of kernel ids.
+type minHeap []int32
+
+func (h *minHeap) push(v int32) {
+	s := append(*h, v)
+	i := len(s) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if s[p] <= v {
+			break
+		}
+		s[i] = s[p]
+		i = p
+	}
+	s[i] = v
+	*h = s
+}
+
+func (h *minHeap) pop() int32 {
+	s := *h
+	top, n := s[0], len(s)-1
+	v := s[n]
+	s = s[:n]
+	i := 0
+	for {
+		c := 2*i + 1
+		if c >= n {
+			break
+		}
+		if c+1 < n && s[c+1] < s[c] {
+			c++
+		}
+		if v <= s[c] {
+			break
+		}
+		s[i] = s[c]
+		i = c
+	}
+	if n > 0 {
+		s[i] = v
+	}
+	*h = s
+	return top
 }
 
 // cycles returns one CycleError per non-trivial strongly connected
@@ -261,79 +499,149 @@ func (g *Graph) describe(node int64) string {
 	return fmt.Sprintf("node %d", node)
 }
 
-// unwritten returns an UnwrittenError for each read of a non-input buffer
-// whose range is not covered by the union of that buffer's writes.
-func (g *Graph) unwritten() []error {
-	writes := make([][]buffers.Binding, len(g.buffers))
-	for _, k := range g.kernels {
-		for _, w := range k.Writes {
-			writes[w.Buffer] = append(writes[w.Buffer], w)
+// checkReads returns an UnwrittenError for each read of a non-input
+// buffer whose range is not covered by the union of that buffer's writes,
+// in kernel id order, then read order; and whether the graph is forward:
+// every read buffer's writers have lower ids than its reader. O(1) per
+// read of a buffer with at most one write, O(log W) otherwise.
+func (x *index) checkReads() (errs []error, forward bool) {
+	// An input needs no writer; a buffer with one write has that write's
+	// range written. Other reads take the full check.
+	x.sure = make([]span, len(x.g.buffers))
+	for b, buf := range x.g.buffers {
+		if buf.Input {
+			x.sure[b] = span{math.MinInt64, math.MaxInt64}
+		} else if lo, hi := x.wOff[b], x.wOff[b+1]; hi-lo == 1 && x.wAt[lo].bd.Length > 0 {
+			x.sure[b] = span{x.wAt[lo].bd.Offset, x.wAt[lo].bd.End()}
 		}
 	}
-	var errs []error
-	for _, k := range g.kernels {
-		for _, r := range k.Reads {
-			b := g.buffers[r.Buffer]
-			if b.Input {
+	forward = true
+	for k, kern := range x.g.kernels {
+		for _, r := range kern.Reads {
+			// A buffer's writes are by kernel id: the last is its
+			// highest writer.
+			if end := x.wOff[r.Buffer+1]; end > x.wOff[r.Buffer] && x.wAt[end-1].k >= int32(k) {
+				forward = false
+			}
+			if s := x.sure[r.Buffer]; r.Offset >= s.off && r.End() <= s.end {
 				continue
 			}
-			if off, end, ok := firstGap(r, writes[r.Buffer]); ok {
-				errs = append(errs, &UnwrittenError{Kernel: k.Name, Buffer: b.Name, Offset: off, End: end})
+			if err := x.unwritten(kern, r); err != nil {
+				errs = append(errs, err)
 			}
 		}
 	}
-	return errs
+	return errs, forward
 }
 
-// firstGap returns the first byte range of r not covered by ws.
-func firstGap(r buffers.Binding, ws []buffers.Binding) (off, end int64, ok bool) {
-	ws = slices.Clone(ws)
-	slices.SortFunc(ws, func(a, b buffers.Binding) int { return cmp.Compare(a.Offset, b.Offset) })
-	pos := r.Offset
-	for _, w := range ws {
-		if pos >= r.End() {
-			break
-		}
-		if w.Length == 0 || w.End() <= pos {
-			continue
-		}
-		if w.Offset > pos {
-			return pos, min(w.Offset, r.End()), true
-		}
-		pos = w.End()
+// unwritten returns an UnwrittenError when read r of kernel k is of a
+// non-input buffer and not covered by the union of its writes, else nil.
+func (x *index) unwritten(k *Kernel, r buffers.Binding) error {
+	b := x.g.buffers[r.Buffer]
+	if b.Input {
+		return nil
 	}
-	if pos < r.End() {
-		return pos, r.End(), true
+	var off, end int64
+	var gap bool
+	switch ws := x.writes(r.Buffer); len(ws) {
+	case 0:
+		off, end, gap = firstGap(r, nil)
+	case 1:
+		var one [1]span
+		cov := one[:0]
+		if w := ws[0].bd; w.Length > 0 {
+			cov = append(cov, span{w.Offset, w.End()})
+		}
+		off, end, gap = firstGap(r, cov)
+	default:
+		x.buildCoverage()
+		off, end, gap = firstGap(r, x.cov[x.covLo[r.Buffer]:x.covHi[r.Buffer]])
 	}
-	return 0, 0, false
+	if !gap {
+		return nil
+	}
+	return &UnwrittenError{Kernel: k.Name, Buffer: b.Name, Offset: off, End: end}
+}
+
+// buildCoverage fills, for every buffer, the union of its non-empty writes
+// as ascending, disjoint, non-adjacent spans.
+func (x *index) buildCoverage() {
+	if x.covLo != nil {
+		return
+	}
+	nb := len(x.g.buffers)
+	x.covLo, x.covHi = make([]int32, nb), make([]int32, nb)
+	x.cov = make([]span, 0, len(x.wAt))
+	for b := range nb {
+		start := len(x.cov)
+		for _, w := range x.writes(BufferID(b)) {
+			if w.bd.Length > 0 {
+				x.cov = append(x.cov, span{w.bd.Offset, w.bd.End()})
+			}
+		}
+		row := x.cov[start:]
+		if len(row) > 1 {
+			slices.SortFunc(row, func(a, b span) int { return cmp.Compare(a.off, b.off) })
+			fused := row[:1]
+			for _, s := range row[1:] {
+				if last := &fused[len(fused)-1]; s.off <= last.end {
+					last.end = max(last.end, s.end)
+				} else {
+					fused = append(fused, s)
+				}
+			}
+			x.cov = x.cov[:start+len(fused)]
+		}
+		x.covLo[b], x.covHi[b] = int32(start), int32(len(x.cov))
+	}
+}
+
+// firstGap returns the first byte range of r not covered by cov, whose
+// spans are ascending, disjoint and non-adjacent. O(log len(cov)).
+func firstGap(r buffers.Binding, cov []span) (off, end int64, ok bool) {
+	pos, rend := r.Offset, r.End()
+	if pos >= rend {
+		return 0, 0, false
+	}
+	// The first span that ends after pos.
+	i, _ := slices.BinarySearchFunc(cov, pos, func(s span, p int64) int {
+		if s.end <= p {
+			return -1
+		}
+		return 1
+	})
+	if i < len(cov) && cov[i].off <= pos {
+		pos = cov[i].end // the next span starts after a gap
+		i++
+	}
+	if pos >= rend {
+		return 0, 0, false
+	}
+	if i < len(cov) {
+		rend = min(rend, cov[i].off)
+	}
+	return pos, rend, true
 }
 
 // conflicts returns a WriteConflictError for every pair of kernels writing
-// overlapping bytes of one buffer with no path between them.
-func (g *Graph) conflicts(succ [][]KernelID) []error {
-	type write struct {
-		k  KernelID
-		bd buffers.Binding
-	}
-	byBuf := make([][]write, len(g.buffers))
-	for _, k := range g.kernels {
-		for _, w := range k.Writes {
-			byBuf[w.Buffer] = append(byBuf[w.Buffer], write{k.ID, w})
-		}
-	}
+// overlapping bytes of one buffer with no path between them, by buffer,
+// then by the pair's writes in kernel id order. It needs the order from
+// kernelOrder of an acyclic graph.
+func (x *index) conflicts() []error {
 	var errs []error
-	for b, ws := range byBuf {
+	for b := range x.g.buffers {
+		ws := x.writes(BufferID(b))
 		for i := 0; i < len(ws); i++ {
 			for j := i + 1; j < len(ws); j++ {
-				x, y := ws[i], ws[j]
-				if x.k == y.k || !x.bd.Overlaps(y.bd) || reaches(succ, x.k, y.k) || reaches(succ, y.k, x.k) {
+				u, v := ws[i], ws[j]
+				if u.k == v.k || !u.bd.Overlaps(v.bd) || x.ordered(u.k, v.k) {
 					continue
 				}
 				errs = append(errs, &WriteConflictError{
-					Buffer:  g.buffers[b].Name,
-					Kernels: [2]string{g.kernels[x.k].Name, g.kernels[y.k].Name},
-					Offset:  max(x.bd.Offset, y.bd.Offset),
-					End:     min(x.bd.End(), y.bd.End()),
+					Buffer:  x.g.buffers[b].Name,
+					Kernels: [2]string{x.g.kernels[u.k].Name, x.g.kernels[v.k].Name},
+					Offset:  max(u.bd.Offset, v.bd.Offset),
+					End:     min(u.bd.End(), v.bd.End()),
 				})
 			}
 		}
@@ -341,22 +649,45 @@ func (g *Graph) conflicts(succ [][]KernelID) []error {
 	return errs
 }
 
-// reaches reports whether there is a path from a to b in the kernel graph.
-func reaches(succ [][]KernelID, a, b KernelID) bool {
-	seen := map[KernelID]bool{a: true}
-	stack := []KernelID{a}
-	for len(stack) > 0 {
+// position returns the place of kernel k in the topological order.
+func (x *index) position(k int32) int32 {
+	if x.pos == nil {
+		return k
+	}
+	return x.pos[k]
+}
+
+// ordered reports whether there is a path between kernels a and b in
+// either direction. Only the kernel earlier in the topological order can
+// reach the other, and only through kernels placed before the other, so
+// one depth-first search, pruned by position, decides.
+func (x *index) ordered(a, b int32) bool {
+	if x.position(a) > x.position(b) {
+		a, b = b, a
+	}
+	x.buildSuccs()
+	if x.mark == nil || x.stamp == math.MaxInt32 {
+		x.mark, x.stamp = make([]int32, len(x.g.kernels)), 0
+	}
+	x.stamp++
+	limit := x.position(b)
+	x.mark[a] = x.stamp
+	stack := append(x.stack[:0], a)
+	found := false
+	for len(stack) > 0 && !found {
 		u := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		for _, v := range succ[u] {
+		for _, v := range x.succs(u) {
 			if v == b {
-				return true
+				found = true
+				break
 			}
-			if !seen[v] {
-				seen[v] = true
+			if x.mark[v] != x.stamp && x.position(v) < limit {
+				x.mark[v] = x.stamp
 				stack = append(stack, v)
 			}
 		}
 	}
-	return false
+	x.stack = stack[:0]
+	return found
 }

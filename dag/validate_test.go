@@ -431,3 +431,128 @@ func TestValidateIsRepeatable(t *testing.T) {
 	assert.EqualError(t, first, `dag: kernel "r" has a nil function`)
 	assert.Nil(t, g.Order())
 }
+
+func TestValidateManyWritersOfOneBuffer(t *testing.T) {
+	// Writers w0..w9 of one buffer are ordered by a chain of tokens, added
+	// in reverse so the order is not the id order; one more writer, loose,
+	// is ordered with nobody and overlaps w3's and w4's ranges.
+	g := dag.New()
+	x := g.AddBuffer("x", 100)
+	tok := make([]dag.BufferID, 10)
+	for i := range tok {
+		tok[i] = g.AddValue(name("t", i))
+	}
+	for i := 9; i >= 0; i-- {
+		opts := []dag.KernelOption{dag.WritesRange(x, int64(10*i), 10), dag.Writes(tok[i])}
+		if i > 0 {
+			opts = append(opts, dag.Reads(tok[i-1]))
+		}
+		g.AddKernel(name("w", i), nop, opts...)
+	}
+	g.AddKernel("loose", nop, dag.WritesRange(x, 35, 10))
+	g.AddKernel("again", nop, dag.Reads(tok[9]), dag.WritesRange(x, 0, 100))
+	g.AddKernel("r", nop, dag.Reads(x))
+
+	errs := problems(t, g.Validate())
+	var got []dag.WriteConflictError
+	for _, e := range errs {
+		var wc *dag.WriteConflictError
+		require.ErrorAs(t, e, &wc, "only conflicts, got %v", e)
+		got = append(got, *wc)
+	}
+	// "again" comes after every wN through the token chain, so it
+	// conflicts only with "loose". Pairs come in write order (kernel ids).
+	assert.Equal(t, []dag.WriteConflictError{
+		{Buffer: "x", Kernels: [2]string{"w4", "loose"}, Offset: 40, End: 45},
+		{Buffer: "x", Kernels: [2]string{"w3", "loose"}, Offset: 35, End: 40},
+		{Buffer: "x", Kernels: [2]string{"loose", "again"}, Offset: 35, End: 45},
+	}, got)
+}
+
+func TestValidateCoverageOfManyWrites(t *testing.T) {
+	tests := []struct {
+		name   string
+		writes [][2]int64 // offset, length, added in this order
+		read   [2]int64
+		gap    [2]int64 // {0, 0}: none
+	}{
+		{"adjacent writes fuse", [][2]int64{{4, 4}, {0, 4}, {8, 8}}, [2]int64{0, 16}, [2]int64{}},
+		{"overlapping writes fuse", [][2]int64{{6, 10}, {0, 8}}, [2]int64{2, 12}, [2]int64{}},
+		{"gap before the first write", [][2]int64{{4, 4}, {10, 6}}, [2]int64{0, 16}, [2]int64{0, 4}},
+		{"gap between writes", [][2]int64{{10, 6}, {0, 4}}, [2]int64{2, 12}, [2]int64{4, 10}},
+		{"gap after the last write", [][2]int64{{0, 4}, {4, 4}}, [2]int64{6, 10}, [2]int64{8, 16}},
+		{"empty writes cover nothing", [][2]int64{{0, 0}, {4, 0}, {0, 2}}, [2]int64{0, 4}, [2]int64{2, 4}},
+		{"read inside one write of many", [][2]int64{{0, 2}, {4, 12}}, [2]int64{5, 3}, [2]int64{}},
+		{"empty read needs nothing", [][2]int64{{0, 2}, {6, 2}}, [2]int64{4, 0}, [2]int64{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := dag.New()
+			x := g.AddBuffer("x", 16)
+			done := g.AddValue("done")
+			var opts []dag.KernelOption
+			for i, w := range tt.writes {
+				// Each writer is a kernel of its own, ordered one after
+				// another through token buffers so no write conflicts.
+				tok := g.AddValue(name("tok", i))
+				o := []dag.KernelOption{dag.WritesRange(x, w[0], w[1]), dag.Writes(tok)}
+				o = append(o, opts...)
+				g.AddKernel(name("w", i), nop, o...)
+				opts = []dag.KernelOption{dag.Reads(tok)}
+			}
+			g.AddKernel("r", nop, append(opts, dag.ReadsRange(x, tt.read[0], tt.read[1]), dag.Writes(done))...)
+			err := g.Validate()
+			if tt.gap == [2]int64{} {
+				require.NoError(t, err)
+				return
+			}
+			errs := problems(t, err)
+			require.Len(t, errs, 1)
+			typed(&dag.UnwrittenError{Kernel: "r", Buffer: "x", Offset: tt.gap[0], End: tt.gap[1]})(t, errs[0])
+		})
+	}
+}
+
+func TestValidateDuplicatesAmongManyNames(t *testing.T) {
+	g := dag.New()
+	for i := range 5000 {
+		g.AddValue(name("v", i), dag.Input())
+	}
+	g.AddKernel("v4321", nop)
+	g.AddValue("v17", dag.Input())
+	g.AddKernel("k", nop)
+	g.AddKernel("k", nop)
+	errs := problems(t, g.Validate())
+	require.Len(t, errs, 3)
+	typed(&dag.DuplicateError{Name: "v4321", Kinds: [2]string{"buffer", "kernel"}})(t, errs[0])
+	typed(&dag.DuplicateError{Name: "v17", Kinds: [2]string{"buffer", "buffer"}})(t, errs[1])
+	typed(&dag.DuplicateError{Name: "k", Kinds: [2]string{"kernel", "kernel"}})(t, errs[2])
+}
+
+func TestValidateOrderOfALargeGraphAddedBackwards(t *testing.T) {
+	// A chain added sink first: every kernel reads a buffer written by a
+	// later one, so Validate takes the general (heap) path.
+	const n = 2000
+	g := dag.New()
+	bufs := make([]dag.BufferID, n)
+	for i := range bufs {
+		bufs[i] = g.AddValue(name("b", i))
+	}
+	for i := n - 1; i >= 0; i-- {
+		opts := []dag.KernelOption{dag.Writes(bufs[i])}
+		if i > 0 {
+			opts = append(opts, dag.Reads(bufs[i-1]))
+		}
+		g.AddKernel(name("k", i), nop, opts...)
+	}
+	require.NoError(t, g.Validate())
+	order := g.Order()
+	require.Len(t, order, n)
+	for i, id := range order {
+		assert.Equal(t, dag.KernelID(n-1-i), id)
+	}
+	preds := g.Predecessors()
+	assert.Nil(t, preds[n-1])
+	assert.Equal(t, []dag.KernelID{n - 1}, preds[n-2])
+	assert.Equal(t, len(preds[0]), cap(preds[0]), "each list is a capped window")
+}

@@ -1,0 +1,74 @@
+package dag
+
+// KernelOption configures a kernel in AddKernel: its reads, writes and
+// placement hints. Options are small values made by Reads, Writes,
+// ReadsOptional, ReadsRange, WritesRange, OnStream, OnDevice,
+// PreferDevice and Estimate. AddKernel applies them in order, so reads
+// and writes keep their declaration order across several options, and of
+// two hints of one kind the later wins.
+//
+// Making an option allocates nothing of its own: Reads(a, b) keeps its
+// variadic id slice, which AddKernel copies into the graph. Passed
+// straight to AddKernel (or held in a fixed-size array), options and their
+// ids stay on the caller's stack; appended to a slice that grows, they
+// move to the heap like any appended value. An option is an immutable
+// value; it may be kept, copied and reused for any number of kernels of
+// any graph, from any goroutine (as long as the id slice given to Reads,
+// Writes or ReadsOptional is not changed meanwhile). The zero
+// KernelOption does nothing.
+type KernelOption struct {
+	kind optKind
+	ids  []BufferID // optReads, optReadsOptional, optWrites
+	id   int64      // buffer id of a range; device kind of a device hint
+	a, b int64      // range offset and length; stream; device index; estimate in ns
+}
+
+// optKind says what a KernelOption declares.
+type optKind uint8
+
+const (
+	optNone optKind = iota
+	optReads
+	optReadsOptional
+	optReadsRange
+	optWrites
+	optWritesRange
+	optStream
+	optDevice
+	optPrefer
+	optEstimate
+)
+
+// Reads declares whole-buffer reads of ids, in order. An id that is not a
+// buffer of the graph is recorded and reported by Validate.
+func Reads(ids ...BufferID) KernelOption { return KernelOption{kind: optReads, ids: ids} }
+
+// Writes declares whole-buffer writes of ids, in order. An id that is not
+// a buffer of the graph is recorded and reported by Validate.
+func Writes(ids ...BufferID) KernelOption { return KernelOption{kind: optWrites, ids: ids} }
+
+// ReadsOptional declares whole-buffer reads of ids, in order, that the
+// kernel can do without: when one was left unwritten by failed or skipped
+// work the launch still runs, Launch.Missing(i) says what is missing and
+// why, and the kernel's output is its own responsibility (a merge that
+// reports the partitions it lost, say). Ordering is as for Reads.
+func ReadsOptional(ids ...BufferID) KernelOption {
+	return KernelOption{kind: optReadsOptional, ids: ids}
+}
+
+// ReadsRange declares a read of bytes [offset, offset+length) of buffer id.
+// A range outside the buffer is recorded and reported by Validate.
+func ReadsRange(id BufferID, offset, length int64) KernelOption {
+	return KernelOption{kind: optReadsRange, id: int64(id), a: offset, b: length}
+}
+
+// WritesRange declares a write of bytes [offset, offset+length) of buffer
+// id. A range outside the buffer is recorded and reported by Validate.
+func WritesRange(id BufferID, offset, length int64) KernelOption {
+	return KernelOption{kind: optWritesRange, id: int64(id), a: offset, b: length}
+}
+
+// OnStream pins the kernel to stream i of its device (taken modulo the
+// device's stream count; i >= 0). A negative i is recorded and reported by
+// Validate.
+func OnStream(i int) KernelOption { return KernelOption{kind: optStream, a: int64(i)} }
