@@ -50,15 +50,30 @@ func LoadMachine(name string) (Machine, error) {
 	if err != nil {
 		return Machine{}, fmt.Errorf("topology: no machine %q (known: %s)", name, strings.Join(Machines(), ", "))
 	}
-	facts, err := ParseJSON(bytes.NewReader(b))
+	m, err := ParseMachine(b)
 	if err != nil {
 		return Machine{}, fmt.Errorf("topology: machine %s: %w", name, err)
 	}
+	m.Name = name
+	return m, nil
+}
+
+// ParseMachine reads a machine description in the JSON form ParseJSON
+// takes, as LoadMachine reads an embedded one: the facts, plus the GPU
+// model and memory its "description" names (when its "gpu" field does not
+// name the model, the description can). Name is the file's "name" field.
+// Errors are ParseJSON's.
+func ParseMachine(b []byte) (Machine, error) {
+	facts, err := ParseJSON(bytes.NewReader(b))
+	if err != nil {
+		return Machine{}, err
+	}
 	var meta struct {
+		Name        string `json:"name"`
 		Description string `json:"description"`
 	}
 	_ = json.Unmarshal(b, &meta) // ParseJSON accepted the file
-	m := Machine{Name: name, Description: meta.Description, Facts: facts, Spec: DefaultSpec}
+	m := Machine{Name: meta.Name, Description: meta.Description, Facts: facts, Spec: DefaultSpec}
 	if s, ok := SpecByName(meta.Description); ok {
 		m.Spec, m.SpecFound = s, true
 	}

@@ -1,11 +1,14 @@
 package topology_test
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamdag/streamdag/internal/testdata"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -30,4 +33,24 @@ func TestMachines(t *testing.T) {
 
 	_, err = topology.LoadMachine("nosuch")
 	assert.ErrorContains(t, err, `no machine "nosuch" (known: `)
+}
+
+// A machine's JSON file reads as its embedded copy does: same facts, GPU
+// model and memory, from the description.
+func TestParseMachineMatchesEmbedded(t *testing.T) {
+	dir := testdata.Topologies(t)
+	for _, name := range topology.Machines() {
+		b, err := os.ReadFile(filepath.Join(dir, name+".json"))
+		if err != nil {
+			t.Logf("%s: no shared JSON twin: %v", name, err)
+			continue
+		}
+		got, err := topology.ParseMachine(b)
+		require.NoError(t, err, name)
+		want, err := topology.LoadMachine(name)
+		require.NoError(t, err, name)
+		assert.Equal(t, want, got, name)
+	}
+	_, err := topology.ParseMachine([]byte(`{"gpus": 2, "matrix": [["X"]]}`))
+	assert.Error(t, err)
 }

@@ -40,8 +40,14 @@ func loadMachine(spec string) (machine, error) {
 	}
 	var out machine
 	if bytes.HasPrefix(bytes.TrimSpace(b), []byte("{")) {
-		out.facts, err = topology.ParseJSON(bytes.NewReader(b))
-		out.source = filepath.Base(spec) + " (JSON)"
+		// Read as an embedded machine is: the description can name the
+		// GPU model and memory.
+		var m topology.Machine
+		m, err = topology.ParseMachine(b)
+		out.facts, out.memory, out.source = m.Facts, m.MemoryBytes, filepath.Base(spec)+" (JSON)"
+		if m.SpecFound {
+			out.spec = &m.Spec
+		}
 	} else {
 		out.facts, err = topology.ParseMatrix(bytes.NewReader(b))
 		out.source = filepath.Base(spec) + " (nvidia-smi topo -m)"

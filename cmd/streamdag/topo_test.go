@@ -98,7 +98,7 @@ func TestTopoRTX5090NoP2P(t *testing.T) {
 	require.Equal(t, 0, code, errs)
 	assert.Contains(t, out, "gpu0→cpu→gpu1")
 	assert.Contains(t, out, "no (GNS)")
-	assert.Contains(t, out, "gpu model: A100 from default")
+	assert.Contains(t, out, "gpu model: RTX5090 from the machine's description", "the description names the model, as for sim:")
 }
 
 func TestTopoText(t *testing.T) {
