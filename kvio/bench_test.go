@@ -13,8 +13,9 @@ import (
 )
 
 // BenchmarkReadParquet reads flights-3m.parquet whole: "parallel" opens it
-// with kvio and reads the row groups with ReadAll; "sequential", the
-// baseline, is pqarrow's plain ReadTable on an os.File.
+// with kvio and reads it with ReadAll, one batch per row group, its column
+// chunks shared among GOMAXPROCS goroutines; "sequential", the baseline, is
+// pqarrow's plain ReadTable on an os.File.
 func BenchmarkReadParquet(b *testing.B) {
 	path := testdata.File(b, "flights-3m.parquet")
 	st, err := os.Stat(path)

@@ -19,7 +19,10 @@
 // [File.WriteAt] wait for one. A request of at most the GDS threshold runs
 // inline on the caller; a larger one is split into task-size chunks that
 // run, in file order, on a pool of [Options.NumThreads] goroutines shared by
-// every request of the File, and on the goroutine waiting for it. Each chunk
+// every request of the File, and on the goroutine waiting for it. Where the
+// page cache can be asked first (Linux), a warm read uses no more
+// goroutines than there are CPUs to copy with, and a cold one up to
+// NumThreads (see [Options.NumThreads]). Each chunk
 // repeats the underlying transfer until its range is done, retrying EINTR;
 // a read that meets the end of the file fails with a [*ShortReadError] that
 // names the file, the offset and the byte counts. Cancellation skips the
@@ -36,8 +39,13 @@
 // Arrow IPC file ([OpenIPC]); [OpenAuto] tells them apart by their magic
 // bytes. [Source.ReadPart] decodes one part into an arrow.RecordBatch whose
 // memory comes from the caller's allocator, and may be called from several
-// goroutines at once; [ReadAll] reads every part that way. The bytes of a part
-// come through the File, so a large column chunk is itself read in parallel.
+// goroutines at once; [ReadAll] reads every part, in parallel. For Parquet,
+// ReadAll shares out column chunks rather than whole row groups, reading
+// runs of row groups of one column with one reader and splitting the
+// longest run when a goroutine runs out of work, so every goroutine stays
+// busy to the end even when the file has few row groups. The bytes of a
+// part come through the File, so a large column chunk is itself read in
+// parallel.
 // Strings load as Arrow gives them, utf8 or large_utf8.
 //
 // [WithColumns] projects columns, [WithBudget] charges the bytes ReadPart

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -55,6 +56,7 @@ type File struct {
 	w      io.WriterAt // nil when r is not an io.WriterAt
 	own    *os.File    // the file Open or OpenFile opened, closed by Close
 	direct *directFile // O_DIRECT twin of own; nil when not asked for or refused
+	cached *cachedFile // reads of own's cached pages only; nil where unsupported
 	why    string      // why direct is nil although asked for, or ""
 	size   atomic.Int64
 	opts   Options
@@ -104,6 +106,9 @@ func OpenFile(path string, flag int, perm os.FileMode, opts ...Option) (*File, e
 	}
 	f := newFile(path, osf, st.Size(), o)
 	f.own, f.mode = osf, mode
+	if flag&(os.O_RDONLY|os.O_WRONLY|os.O_RDWR) != os.O_WRONLY {
+		f.cached = newCachedFile(int(osf.Fd()))
+	}
 	if o.DirectIORead || o.DirectIOWrite {
 		// O_CREATE and O_TRUNC were done by the first open.
 		f.direct, f.why = openDirect(path, flag&^(os.O_CREATE|os.O_TRUNC|os.O_EXCL))
@@ -349,6 +354,19 @@ func (f *File) buffered(op opKind, p []byte, off int64) (int, error) {
 	}
 	return n, nil
 }
+
+// probes reports whether the pool tells reads that wait for the device
+// from copies of cached pages (see Options.NumThreads): for a file from
+// Open or OpenFile on Linux whose file system accepts RWF_NOWAIT, unless
+// reads go through O_DIRECT.
+func (f *File) probes() bool {
+	return f.cached != nil && !f.cached.disabled.Load() && !(f.direct != nil && f.opts.DirectIORead && f.direct.disabled.Load() == nil)
+}
+
+// cpuWorkers is the most pool goroutines of one request that copy cached
+// pages at once: GOMAXPROCS less one, for the goroutine waiting for the
+// request, which helps; at least one.
+func cpuWorkers() int { return max(1, runtime.GOMAXPROCS(0)-1) }
 
 // grow raises the size to end after a write.
 func (f *File) grow(end int64) {

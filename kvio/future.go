@@ -18,14 +18,15 @@ type Future struct {
 	task   int
 	ctx    context.Context // the request's; canceled by a Wait's ctx too
 	cancel context.CancelCauseFunc
-	stop   context.CancelFunc // stops the feeder once every chunk is claimed
+	slots  context.Context    // done once no chunk is left to claim: ends waits for a pool slot
+	stop   context.CancelFunc // cancels slots
 	done   chan struct{}
 
 	mu      sync.Mutex
 	counts  []int // bytes transferred by each chunk that ran
 	next    int   // next chunk to claim
 	running int   // chunks being transferred
-	feeding bool  // the feeder goroutine has not exited
+	workers int   // pool goroutines of the request that have not exited
 	failed  error // first chunk failure
 	n       int   // result, set before done is closed
 	err     error
@@ -51,34 +52,78 @@ func (f *File) start(ctx context.Context, op opKind, p []byte, off int64) *Futur
 	if op == opRead {
 		fu.p = p[:min(int64(len(p)), max(f.Size()-off, 0))]
 	}
-	fu.counts = make([]int, (len(fu.p)+fu.task-1)/fu.task)
+	chunks := (len(fu.p) + fu.task - 1) / fu.task
+	fu.counts = make([]int, chunks)
 	fu.ctx, fu.cancel = context.WithCancelCause(ctx)
-	feedCtx, stop := context.WithCancel(fu.ctx)
-	fu.stop = stop
-	fu.feeding = true
-	go fu.feed(feedCtx)
+	fu.slots, fu.stop = context.WithCancel(fu.ctx)
+	// One goroutine per pool slot the request can use, not one per chunk;
+	// where reads can tell cached pages from the device, only as many as
+	// can copy cached pages at once, more joining while reads wait for the
+	// device (see Options.NumThreads).
+	fu.workers = min(f.opts.NumThreads, chunks)
+	if f.probes() {
+		fu.workers = min(fu.workers, cpuWorkers())
+	}
+	if chunks == 0 {
+		fu.mu.Lock()
+		fu.maybeDone()
+		fu.mu.Unlock()
+		return fu
+	}
+	for range fu.workers {
+		go fu.work()
+	}
 	return fu
 }
 
-// feed hands chunks, in file order, to pool goroutines as slots free up.
-func (fu *Future) feed(ctx context.Context) {
+// work runs chunks of the request, in file order, each while holding one of
+// the File's pool slots, until none is left to claim, or until a chunk
+// found all its pages cached while more goroutines than cpuWorkers run.
+func (fu *Future) work() {
 	sem := fu.file.sem
-	for sem.Acquire(ctx, 1) == nil {
+	for sem.Acquire(fu.slots, 1) == nil {
 		i := fu.claim()
 		if i < 0 {
 			sem.Release(1)
 			break
 		}
-		go func() {
-			n, err := fu.run(i)
-			sem.Release(1)
-			fu.finish(i, n, err)
-		}()
+		n, cached, err := fu.run(i)
+		sem.Release(1)
+		fu.finish(i, n, err)
+		if cached && fu.shrink() {
+			return
+		}
 	}
 	fu.mu.Lock()
-	fu.feeding = false
+	fu.workers--
 	fu.maybeDone()
 	fu.mu.Unlock()
+}
+
+// blocking is called by a goroutine about to wait for the device: it starts
+// one more pool goroutine, up to Options.NumThreads, while chunks are left
+// to claim, so the device keeps as many reads in flight as the pool allows.
+func (fu *Future) blocking() {
+	fu.mu.Lock()
+	defer fu.mu.Unlock()
+	if fu.workers < fu.file.opts.NumThreads && fu.next < len(fu.counts) && fu.failed == nil && fu.slots.Err() == nil {
+		fu.workers++
+		go fu.work()
+	}
+}
+
+// shrink ends the calling pool goroutine, returning true, when more than
+// cpuWorkers run: those added while reads waited for the device are not
+// needed to copy cached pages.
+func (fu *Future) shrink() bool {
+	fu.mu.Lock()
+	defer fu.mu.Unlock()
+	if fu.workers <= cpuWorkers() {
+		return false
+	}
+	fu.workers--
+	fu.maybeDone()
+	return true
 }
 
 // claim returns the next chunk to run, or -1 when none is left or the
@@ -98,10 +143,25 @@ func (fu *Future) claim() int {
 	return i
 }
 
-// run transfers chunk i.
-func (fu *Future) run(i int) (int, error) {
+// run transfers chunk i; cached reports that the page cache held all of it.
+// Where the File probes, a read first copies what the page cache holds
+// without waiting (RWF_NOWAIT); when that is not all, it calls blocking and
+// reads the rest the ordinary way.
+func (fu *Future) run(i int) (n int, cached bool, err error) {
 	start := i * fu.task
-	return fu.file.rw(fu.op, fu.p[start:min(start+fu.task, len(fu.p))], fu.off+int64(start))
+	p := fu.p[start:min(start+fu.task, len(fu.p))]
+	off := fu.off + int64(start)
+	f := fu.file
+	if fu.op == opRead && f.probes() {
+		var eof bool
+		n, eof = f.cached.read(p, off)
+		if eof || n == len(p) {
+			return n, true, nil
+		}
+		fu.blocking()
+	}
+	m, err := f.rw(fu.op, p[n:], off+int64(n))
+	return n + m, false, err
 }
 
 // finish records the outcome of chunk i.
@@ -120,7 +180,7 @@ func (fu *Future) finish(i, n int, err error) {
 // maybeDone completes the Future when nothing runs and nothing will; fu.mu
 // is held.
 func (fu *Future) maybeDone() {
-	if fu.feeding || fu.running > 0 || isClosed(fu.done) {
+	if fu.workers > 0 || fu.running > 0 || isClosed(fu.done) {
 		return
 	}
 	got, contiguous := 0, true
@@ -174,7 +234,7 @@ func (fu *Future) Wait(ctx context.Context) (int, error) {
 		unhook := context.AfterFunc(ctx, func() { fu.cancel(context.Cause(ctx)) })
 		defer unhook()
 		for i := fu.claim(); i >= 0; i = fu.claim() {
-			n, err := fu.run(i)
+			n, _, err := fu.run(i)
 			fu.finish(i, n, err)
 		}
 	}

@@ -111,6 +111,21 @@ type Options struct {
 	// different goroutines (the row groups that different source kernels
 	// decode) still proceed in parallel, one per caller: one pool thread
 	// never serializes the loaders.
+	//
+	// A request starts its pool goroutines itself, one per slot it can
+	// use, not one per chunk. For a file from Open or OpenFile on Linux
+	// (amd64, arm64, riscv64, loong64), a chunk first copies what the
+	// page cache holds (preadv2 with RWF_NOWAIT) and only the rest waits
+	// for the device; then a request starts at most GOMAXPROCS-1 pool
+	// goroutines (at least one), because copying cached pages keeps a CPU
+	// busy and more copies at once than the CPUs beside the waiting
+	// goroutine share the same CPUs and memory bandwidth: a larger
+	// NumThreads does not make a warm read slower. A chunk that has to wait
+	// for the device starts one more, up to NumThreads, so that reads
+	// which miss the cache keep up to NumThreads requests queued on the
+	// device; the extra goroutines end after a chunk that was all cached.
+	// Other readers (NewFile, or a file system that refuses RWF_NOWAIT)
+	// give no such signal and get NumThreads goroutines at once.
 	NumThreads int
 	// TaskSizeBytes is the chunk size in bytes into which a request larger
 	// than GDSThresholdBytes is split (KVIKIO_TASK_SIZE). Default 4 MiB.

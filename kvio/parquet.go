@@ -5,6 +5,10 @@ import (
 	"encoding/base64"
 	"fmt"
 
+	"runtime"
+	"slices"
+	"sync"
+
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -15,28 +19,44 @@ import (
 
 // parquetSource reads the row groups of a Parquet file.
 //
-// Only the parsed footer is shared between ReadPart calls, read-only; each
-// call builds its own file.Reader and pqarrow.FileReader over it, because a
-// pqarrow.FileReader allocates from the allocator it was made with and reads
-// through a reader fixed at construction (so one per call also lets the call
-// carry its ctx down to the reads).
+// Only the parsed footer is shared, read-only. A pqarrow.FileReader
+// allocates from the allocator it was made with and reads through a reader
+// fixed at construction (which carries the ctx of the call down to the
+// reads), so each ReadPart call, and each goroutine of a ReadAll call, makes
+// its own over the shared footer.
 type parquetSource struct {
 	parts
 	meta   *metadata.FileMetaData
-	leaves []int // Parquet leaf columns to read, in output column order
+	fields []pqColumn // the output columns, in output order
+}
+
+// pqColumn is one output column: a top-level field of the file.
+type pqColumn struct {
+	field  int          // index in pqarrow's schema manifest
+	leaves map[int]bool // its Parquet leaf columns; read-only once built
 }
 
 var _ Source = (*parquetSource)(nil)
 
+// pqArrowProps are the pqarrow read settings of every reader: arrays of
+// variable-width columns get a data buffer sized from the row group's
+// metadata before decoding, instead of growing from empty by doubling.
+var pqArrowProps = pqarrow.ArrowReadProperties{PreAllocBinaryData: true}
+
 // OpenParquet opens f as a Parquet file: it reads and parses the footer, and
 // each ReadPart then reads one row group through f (a large column chunk is
-// one read, split in parallel by f) and decodes it with arrow-go's pqarrow.
-// The parts are the row groups; WithColumns selects top-level columns, and
-// the others are not read. WithBudget applies; WithMmap is ignored.
+// one read, split in parallel by f) and decodes it with arrow-go's pqarrow,
+// one column after the other. ReadAll on the Source decodes the file's
+// column chunks on several goroutines (see ReadAll). The parts are the row
+// groups; WithColumns selects top-level columns, and the others are not
+// read. WithBudget applies; WithMmap is ignored.
 //
 // It returns an error naming the file for an empty, truncated or corrupt
-// file, an unknown column, or a failed read. The footer, and buffers used
-// while decoding, live on the Go heap, not in the allocator of ReadPart.
+// file (including a chunk of a column that repeats nothing whose value
+// count differs from its row group's row count), an unknown column, or a
+// failed read. The footer, and
+// buffers used while decoding (compressed and decompressed pages, decoded
+// dictionaries), live on the Go heap, not in the allocator of ReadPart.
 func OpenParquet(ctx context.Context, f *File, opts ...LoadOption) (Source, error) {
 	cfg := newLoadConfig(opts)
 	s := &parquetSource{parts: parts{file: f, budget: cfg.budget}}
@@ -59,7 +79,7 @@ func OpenParquet(ctx context.Context, f *File, opts ...LoadOption) (Source, erro
 		if err := checkArrowSchema(s.meta); err != nil {
 			return err
 		}
-		if fr, err = pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{}, memory.DefaultAllocator); err != nil {
+		if fr, err = pqarrow.NewFileReader(pf, pqArrowProps, memory.DefaultAllocator); err != nil {
 			return err
 		}
 		full, err = fr.Schema()
@@ -79,9 +99,13 @@ func OpenParquet(ctx context.Context, f *File, opts ...LoadOption) (Source, erro
 		}
 	}
 	fields := make([]arrow.Field, len(cols))
+	s.fields = make([]pqColumn, len(cols))
 	for j, c := range cols {
 		fields[j] = *fr.Manifest.Fields[c].Field
-		s.leaves = appendLeaves(s.leaves, &fr.Manifest.Fields[c])
+		s.fields[j] = pqColumn{field: c, leaves: map[int]bool{}}
+		for _, leaf := range appendLeaves(nil, &fr.Manifest.Fields[c]) {
+			s.fields[j].leaves[leaf] = true
+		}
 	}
 	s.schema = arrow.NewSchema(fields, fr.Manifest.SchemaMeta)
 	s.rows = make([]int64, s.meta.NumRowGroups())
@@ -92,8 +116,8 @@ func OpenParquet(ctx context.Context, f *File, opts ...LoadOption) (Source, erro
 }
 
 // checkChunks returns an error for a column chunk that the footer places
-// outside the file: arrow-go would allocate the claimed length before
-// finding out.
+// outside the file (arrow-go would allocate the claimed length before
+// finding out), or whose value count cannot be its row group's row count.
 func checkChunks(meta *metadata.FileMetaData, size int64) error {
 	for rg := range meta.NumRowGroups() {
 		rgm := meta.RowGroup(rg)
@@ -108,6 +132,12 @@ func checkChunks(meta *metadata.FileMetaData, size int64) error {
 			}
 			if start < 0 || n < 0 || start > size-n {
 				return fmt.Errorf("row group %d column %d: chunk of %d bytes at %d lies outside the file of %d bytes", rg, c, n, start, size)
+			}
+			// A column that repeats nothing has one value (or null) per
+			// row; readRun relies on it to cut a column read across row
+			// groups at the right rows.
+			if meta.Schema.Column(c).MaxRepetitionLevel() == 0 && col.NumValues() != rgm.NumRows() {
+				return fmt.Errorf("row group %d column %d: %d values for %d rows", rg, c, col.NumValues(), rgm.NumRows())
 			}
 		}
 	}
@@ -149,52 +179,292 @@ func appendLeaves(leaves []int, field *pqarrow.SchemaField) []int {
 	return leaves
 }
 
-// ReadPart reads row group i; see Source.
+// ReadPart reads row group i, one column after the other; see Source.
 func (s *parquetSource) ReadPart(ctx context.Context, i int, mem memory.Allocator) (arrow.RecordBatch, error) {
 	return s.readPart(ctx, i, mem, func(mem memory.Allocator) (arrow.RecordBatch, error) {
-		pf, err := file.NewParquetReader(s.reader(ctx), file.WithMetadata(s.meta))
+		fr, err := s.newReader(ctx, mem)
 		if err != nil {
 			return nil, err
 		}
-		fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{}, mem)
-		if err != nil {
-			return nil, err
+		cols := make([]arrow.Array, len(s.fields))
+		for j := range s.fields {
+			taken := false
+			next := func() int {
+				if taken {
+					return -1
+				}
+				taken = true
+				return i
+			}
+			if _, err := s.readRun(ctx, fr, mem, j, i, i+1, next, func(_ int, a arrow.Array) { cols[j] = a }); err != nil {
+				releaseAll(cols)
+				return nil, err
+			}
 		}
-		tbl, err := fr.ReadRowGroups(ctx, s.leaves, []int{i})
-		if err != nil {
-			return nil, err
-		}
-		defer tbl.Release()
-		return tableBatch(tbl, mem)
+		return s.batch(i, cols), nil
 	})
 }
 
-// tableBatch returns tbl as one record batch, concatenating a column's chunks
-// into mem when it has several.
-func tableBatch(tbl arrow.Table, mem memory.Allocator) (arrow.RecordBatch, error) {
-	cols := make([]arrow.Array, tbl.NumCols())
-	defer func() {
-		for _, c := range cols {
-			if c != nil {
-				c.Release()
+// newReader returns a pqarrow.FileReader over the shared footer whose reads
+// go through the File and stop when ctx is done, and whose arrays come
+// from mem.
+func (s *parquetSource) newReader(ctx context.Context, mem memory.Allocator) (*pqarrow.FileReader, error) {
+	pf, err := file.NewParquetReader(s.reader(ctx), file.WithMetadata(s.meta))
+	if err != nil {
+		return nil, err
+	}
+	return pqarrow.NewFileReader(pf, pqArrowProps, mem)
+}
+
+// readRun reads row groups of output column j with one pqarrow column
+// reader over [lo, hi), so the reader's scratch buffers (levels, decoded
+// values) serve every row group after the first: next returns each row
+// group to read, in order from lo, and -1 to stop, which may come before
+// hi. It hands put one array per row group; put owns it. fr allocates from
+// mem. On failure it returns the row group being read and the error; the
+// arrays already put stay with put's owner. It recovers arrow-go's panics
+// (corrupt data, a budget refusal).
+//
+// One reader over several row groups needs each chunk to hold exactly its
+// row group's rows: checkChunks ensures it for columns that repeat
+// nothing, and oneArray verifies the row count of every array.
+func (s *parquetSource) readRun(ctx context.Context, fr *pqarrow.FileReader, mem memory.Allocator, j, lo, hi int, next func() int, put func(rg int, a arrow.Array)) (int, error) {
+	rg := lo
+	err := safely(func() error {
+		var cr *pqarrow.ColumnReader
+		defer func() {
+			if cr != nil {
+				cr.Release()
 			}
-		}
-	}()
-	for j := range cols {
-		col := tbl.Column(j)
-		switch chunks := col.Data().Chunks(); len(chunks) {
-		case 0:
-			cols[j] = array.MakeArrayOfNull(mem, col.DataType(), 0)
-		case 1:
-			chunks[0].Retain()
-			cols[j] = chunks[0]
-		default:
-			c, err := array.Concatenate(chunks, mem)
+		}()
+		for rg = next(); rg >= 0; rg = next() {
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			if cr == nil { // only now: a run may end before its first row group
+				rgs := make([]int, hi-lo)
+				for k := range rgs {
+					rgs[k] = lo + k
+				}
+				var err error
+				if cr, err = fr.GetFieldReader(ctx, s.fields[j].field, s.fields[j].leaves, rgs); err != nil {
+					return err
+				}
+				if cr == nil {
+					return fmt.Errorf("column %q has no leaf to read", s.schema.Field(j).Name)
+				}
+			}
+			ch, err := cr.NextBatch(s.rows[rg])
 			if err != nil {
-				return nil, err
+				if ch != nil {
+					ch.Release()
+				}
+				return err
 			}
-			cols[j] = c
+			a, err := oneArray(ch, s.rows[rg], mem)
+			if err != nil {
+				return err
+			}
+			put(rg, a)
+		}
+		return nil
+	})
+	return rg, err
+}
+
+// oneArray returns the chunks of ch, which holds one column of one row
+// group, as one array of rows elements, and releases ch. Concatenating
+// several chunks (a binary column of more than 2 GiB of data) allocates
+// from mem.
+func oneArray(ch *arrow.Chunked, rows int64, mem memory.Allocator) (arrow.Array, error) {
+	defer ch.Release()
+	if int64(ch.Len()) != rows {
+		return nil, fmt.Errorf("column %s: read %d rows, want %d", ch.DataType(), ch.Len(), rows)
+	}
+	switch chunks := ch.Chunks(); len(chunks) {
+	case 0:
+		return array.MakeArrayOfNull(mem, ch.DataType(), 0), nil
+	case 1:
+		chunks[0].Retain()
+		return chunks[0], nil
+	default:
+		return array.Concatenate(chunks, mem)
+	}
+}
+
+// batch returns row group rg's batch of the arrays cols, one per output
+// column, taking over the caller's references to them.
+func (s *parquetSource) batch(rg int, cols []arrow.Array) arrow.RecordBatch {
+	b := array.NewRecordBatch(s.schema, cols, s.rows[rg])
+	releaseAll(cols)
+	return b
+}
+
+// releaseAll releases the non-nil arrays of as.
+func releaseAll(as []arrow.Array) {
+	for _, a := range as {
+		if a != nil {
+			a.Release()
 		}
 	}
-	return array.NewRecordBatch(tbl.Schema(), cols, tbl.NumRows()), nil
+}
+
+// readAll reads every row group; see ReadAll.
+//
+// The work is the column chunks, output column × row group. A goroutine
+// takes the next column not yet started, in output order, and reads its
+// row groups in order with one column reader; when every column has
+// started, it splits the run with the most row groups left and takes the
+// rear half, as in work-stealing schedulers that split ranges. So each
+// column is read in a few long runs, each reader's scratch buffers
+// (levels, decoded values) serving many row groups, yet no goroutine idles
+// while another has more than the row group in hand left to read.
+func (s *parquetSource) readAll(ctx context.Context, mem memory.Allocator) ([]arrow.RecordBatch, error) {
+	if err := s.beginAll(ctx); err != nil {
+		return nil, err
+	}
+	defer s.inflight.Done()
+	nrg, ncol := len(s.rows), len(s.fields)
+	out := make([]arrow.RecordBatch, nrg)
+	if nrg*ncol == 0 {
+		for rg := range out {
+			out[rg] = s.batch(rg, nil)
+		}
+		return out, nil
+	}
+
+	alloc := mem
+	var ba *budgetAllocator
+	if s.budget != nil {
+		ba = newBudgetAllocator(mem, s.budget)
+		alloc = ba
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	cols := make([]arrow.Array, nrg*ncol) // row group rg's arrays are cols[rg*ncol : (rg+1)*ncol]
+	sched := &runs{nrg: nrg, ncol: ncol}
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), nrg*ncol) {
+		wg.Go(func() {
+			var fr *pqarrow.FileReader
+			for r, hi := sched.claim(ctx); r != nil; r, hi = sched.claim(ctx) {
+				if fr == nil {
+					var err error
+					if err = safely(func() error { fr, err = s.newReader(ctx, alloc); return err }); err != nil {
+						sched.fail(r.lo, err, cancel)
+						return
+					}
+				}
+				// r.j and r.lo are fixed; r.hi, as claimed, bounds the run,
+				// which a thief may shorten while it is read.
+				j := r.j
+				next := func() int { return sched.next(r) }
+				if rg, err := s.readRun(ctx, fr, alloc, j, r.lo, hi, next, func(rg int, a arrow.Array) { cols[rg*ncol+j] = a }); err != nil {
+					sched.fail(rg, err, cancel)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	err := sched.failed
+	if err == nil && !sched.finished() {
+		err = context.Cause(ctx)
+	}
+	if err != nil {
+		releaseAll(cols)
+		if ba != nil {
+			if refused := ba.abandon(); refused != nil {
+				err = refused // pqarrow recovers panics itself, hiding ours
+			}
+		}
+		if sched.failed == nil {
+			return nil, fmt.Errorf("kvio: read %s: %w", s.Name(), err)
+		}
+		return nil, fmt.Errorf("kvio: read %s part %d: %w", s.Name(), sched.badPart, err)
+	}
+	for rg := range out {
+		out[rg] = s.batch(rg, cols[rg*ncol:(rg+1)*ncol])
+	}
+	return out, nil
+}
+
+// runs is the schedule of a readAll: the runs of row groups of one column
+// that goroutines read. Safe for concurrent use.
+type runs struct {
+	nrg, ncol int
+
+	mu      sync.Mutex
+	started int    // columns started
+	active  []*run // runs with row groups not yet taken
+	failed  error  // the first failure
+	badPart int    // the row group that failed
+}
+
+// run is the row groups [lo, hi) of output column j, read in order by one
+// goroutine; next is the first one it has not taken. Guarded by runs.mu.
+type run struct {
+	j, lo, hi, next int
+}
+
+// claim returns a new run for the calling goroutine and its end as
+// claimed, or nil when none is left, the read failed, or ctx is done.
+func (rs *runs) claim(ctx context.Context) (*run, int) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.failed != nil || ctx.Err() != nil {
+		return nil, 0
+	}
+	if rs.started < rs.ncol {
+		r := &run{j: rs.started, lo: 0, hi: rs.nrg}
+		rs.started++
+		rs.active = append(rs.active, r)
+		return r, r.hi
+	}
+	// Split the run with the most row groups not yet taken.
+	var victim *run
+	for _, r := range rs.active {
+		if victim == nil || r.hi-r.next > victim.hi-victim.next {
+			victim = r
+		}
+	}
+	if victim == nil || victim.hi == victim.next {
+		return nil, 0
+	}
+	mid := victim.hi - (victim.hi-victim.next+1)/2
+	r := &run{j: victim.j, lo: mid, hi: victim.hi, next: mid}
+	victim.hi = mid
+	rs.active = append(rs.active, r)
+	return r, r.hi
+}
+
+// next takes the next row group of r for its goroutine, or returns -1 when
+// r is done, or the read failed.
+func (rs *runs) next(r *run) int {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if r.next >= r.hi || rs.failed != nil {
+		rs.active = slices.DeleteFunc(rs.active, func(a *run) bool { return a == r })
+		return -1
+	}
+	r.next++
+	return r.next - 1
+}
+
+// fail records the first failure, at row group rg, and cancels the read.
+func (rs *runs) fail(rg int, err error, cancel context.CancelCauseFunc) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.failed == nil {
+		rs.failed, rs.badPart = err, rg
+		cancel(err)
+	}
+}
+
+// finished reports whether every run was read to its end.
+func (rs *runs) finished() bool {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.started == rs.ncol && len(rs.active) == 0
 }

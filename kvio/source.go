@@ -115,10 +115,22 @@ func OpenAuto(ctx context.Context, f *File, opts ...LoadOption) (Source, error) 
 }
 
 // ReadAll reads every part of s, in parallel on at most runtime.GOMAXPROCS(0)
-// goroutines, and returns the batches in part order. The caller owns them.
-// On the first error it starts no further part, waits for the running ones,
-// releases every batch read and returns that error.
+// goroutines, and returns the batches in part order, each as ReadPart would
+// return it. The caller owns them. On the first error it starts no further
+// work, waits for the running work, releases every batch read and returns
+// that error, which names the part for a failed part.
+//
+// For a Source from OpenParquet (or OpenAuto on a Parquet file) the unit of
+// work is a column chunk, not a whole row group: the goroutines share the
+// file's column chunks, each reading runs of consecutive row groups of one
+// column with one reader (see OpenParquet), so a file with few row groups
+// still keeps every goroutine busy to the end. With WithBudget, every byte
+// of the call is charged to the budget as ReadPart charges it, and a refused
+// allocation fails the whole call, freeing what it allocated.
 func ReadAll(ctx context.Context, s Source, mem memory.Allocator) ([]arrow.RecordBatch, error) {
+	if ps, ok := s.(*parquetSource); ok {
+		return ps.readAll(ctx, mem)
+	}
 	out := make([]arrow.RecordBatch, s.NumParts())
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(runtime.GOMAXPROCS(0))
@@ -196,6 +208,22 @@ func (p *parts) begin(ctx context.Context, i int) error {
 		return fmt.Errorf("kvio: read %s: part %d out of range [0, %d)", p.Name(), i, len(p.rows))
 	case ctx.Err() != nil:
 		return fmt.Errorf("kvio: read %s part %d: %w", p.Name(), i, ctx.Err())
+	}
+	p.inflight.Add(1)
+	return nil
+}
+
+// beginAll is begin for a call that reads every part: it returns the
+// error of a closed Source or a done ctx, or registers the call in flight;
+// the caller then calls p.inflight.Done.
+func (p *parts) beginAll(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.closed:
+		return fmt.Errorf("kvio: read %s: %w", p.Name(), ErrClosed)
+	case ctx.Err() != nil:
+		return fmt.Errorf("kvio: read %s: %w", p.Name(), ctx.Err())
 	}
 	p.inflight.Add(1)
 	return nil
