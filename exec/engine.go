@@ -409,7 +409,7 @@ func (b *streamRun) ready(i int, op *PlannedLaunch, required []buffers.Binding, 
 		}
 	}
 	if r.unalloc != nil {
-		required = r.unalloc.required(i, required, op.Writes)
+		required = r.unalloc.required(required, op.Writes)
 	}
 	if id, skip := r.store.SkipIfTainted(op.Name, required, op.Writes); skip {
 		o.set(i, StatusSkipped)
@@ -506,9 +506,9 @@ type unallocated struct {
 	bufs []bool
 }
 
-// required returns launch i's required reads plus its writes of
+// required returns a launch's required reads plus its writes of
 // unallocated buffers.
-func (u *unallocated) required(_ int, required, writes []buffers.Binding) []buffers.Binding {
+func (u *unallocated) required(required, writes []buffers.Binding) []buffers.Binding {
 	for _, w := range writes {
 		if u.bufs[w.Buffer] {
 			required = append(slices.Clip(required), w)
