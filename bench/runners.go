@@ -146,7 +146,7 @@ func structure(g *dag.Graph) (fns []dag.KernelFunc, preds, succs [][]dag.KernelI
 			succs[p] = append(succs[p], dag.KernelID(k))
 		}
 	}
-	fns = make([]dag.KernelFunc, len(g.Kernels()))
+	fns = make([]dag.KernelFunc, g.NumKernels())
 	for i, k := range g.Kernels() {
 		fns[i] = k.Fn
 	}
@@ -160,12 +160,12 @@ func prepareSequential(g *dag.Graph) (func() error, func(), error) {
 		return nil, nil, err
 	}
 	order := g.Order()
-	ks := g.Kernels()
+	fns, _, _ := structure(g)
 	ctx := context.Background()
 	var l NopLaunch
 	return func() error {
 		for _, id := range order {
-			if err := ks[id].Fn(ctx, l); err != nil {
+			if err := fns[id](ctx, l); err != nil {
 				return err
 			}
 		}
@@ -301,7 +301,7 @@ func prepareTaskflow(g *dag.Graph) (func() error, func(), error) {
 	tasks := make([]*gtf.Task, len(fns))
 	var failed atomic.Pointer[error]
 	for k, fn := range fns {
-		tasks[k] = tf.NewTask(g.Kernel(dag.KernelID(k)).Name, func() {
+		tasks[k] = tf.NewTask(g.KernelName(dag.KernelID(k)), func() {
 			if err := fn(ctx, NopLaunch{}); err != nil {
 				failed.CompareAndSwap(nil, &err)
 			}

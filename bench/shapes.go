@@ -31,17 +31,25 @@ var RandomDAG = Shape{"random-1m", func(fn dag.KernelFunc) *dag.Graph { return R
 // RandomSeed is the seed of RandomDAG.
 const RandomSeed = 20240601
 
-// name returns prefix followed by i in decimal, in one allocation.
+// name returns prefix followed by i in decimal. It is inlined, and the
+// graph copies the names it is given, so passed straight to AddValue or
+// AddKernel the string stays on the caller's stack: no allocation.
 func name(prefix string, i int) string {
 	var buf [32]byte
 	return string(strconv.AppendInt(append(buf[:0], prefix...), int64(i), 10))
 }
 
-// name2 returns prefix, i, "_", j, in one allocation.
+// name2 returns prefix, i, "_", j; like name, it is inlined so the string
+// need not leave the caller's stack.
 func name2(prefix string, i, j int) string {
 	var buf [32]byte
-	b := strconv.AppendInt(append(buf[:0], prefix...), int64(i), 10)
-	return string(strconv.AppendInt(append(b, '_'), int64(j), 10))
+	return string(appendPair(append(buf[:0], prefix...), i, j))
+}
+
+// appendPair appends i, "_", j to b.
+func appendPair(b []byte, i, j int) []byte {
+	b = strconv.AppendInt(b, int64(i), 10)
+	return strconv.AppendInt(append(b, '_'), int64(j), 10)
 }
 
 // Empty is a kernel that does nothing.

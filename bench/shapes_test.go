@@ -27,7 +27,7 @@ func TestShapes(t *testing.T) {
 	for _, s := range bench.Shapes {
 		g := s.Build(bench.Empty)
 		require.NoError(t, g.Validate(), s.Name)
-		require.Len(t, g.Kernels(), want[s.Name], s.Name)
+		require.Equal(t, want[s.Name], g.NumKernels(), s.Name)
 		res, err := e.Run(t.Context(), g)
 		require.NoError(t, err)
 		require.NoError(t, res.Err())
@@ -76,18 +76,18 @@ func TestRunners(t *testing.T) {
 				g := s.Build(bench.Empty)
 				require.NoError(t, g.Validate())
 				preds := g.Predecessors()
-				ran := make([]atomic.Int32, len(g.Kernels()))
+				ran := make([]atomic.Int32, g.NumKernels())
 				var bad atomic.Int32
-				for _, k := range g.Kernels() {
-					k.Fn = func(context.Context, dag.Launch) error {
-						for _, p := range preds[k.ID] {
-							if ran[p].Load() != ran[k.ID].Load()+1 {
+				for id := range g.NumKernels() {
+					g.SetFunc(dag.KernelID(id), func(context.Context, dag.Launch) error {
+						for _, p := range preds[id] {
+							if ran[p].Load() != ran[id].Load()+1 {
 								bad.Add(1)
 							}
 						}
-						ran[k.ID].Add(1)
+						ran[id].Add(1)
 						return nil
-					}
+					})
 				}
 				run, done, err := r.Prepare(g)
 				require.NoError(t, err)
@@ -108,7 +108,7 @@ func TestRunnersReturnKernelErrors(t *testing.T) {
 	for _, r := range bench.Runners {
 		t.Run(r.Name, func(t *testing.T) {
 			g := bench.FanOutIn(10, bench.Empty)
-			g.Kernels()[3].Fn = func(context.Context, dag.Launch) error { return fmt.Errorf("boom") }
+			g.SetFunc(3, func(context.Context, dag.Launch) error { return fmt.Errorf("boom") })
 			require.NoError(t, g.Validate())
 			run, done, err := r.Prepare(g)
 			require.NoError(t, err)

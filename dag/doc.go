@@ -15,11 +15,15 @@
 // writers of one byte range).
 //
 // Building is cheap enough for graphs of millions of kernels. A
-// [KernelOption] is a plain value (making one allocates nothing), and a
-// graph keeps its kernels, buffers and their bindings in arenas of its
-// own, so AddValue and AddKernel allocate nothing per call, amortised;
-// [Graph.Grow] presizes a graph whose size is known. The gonum graph is
-// built only when first asked for, and Validate works in a few flat
+// [KernelOption] or [BufferOption] is a plain value (making one allocates
+// nothing). A graph stores kernels and buffers as small records without
+// pointers (24 and 16 bytes) and copies names and bindings into arenas of
+// its own, so AddValue and AddKernel allocate nothing per call, amortised,
+// a name formatted on the caller's stack may stay there, and the garbage
+// collector has next to nothing to scan in a large graph. [Graph.Grow]
+// presizes a graph whose size is known. [Graph.Kernel] and [Graph.Buffer]
+// return read-only views made from the records on demand. The gonum graph
+// is built only when first asked for, and Validate works in a few flat
 // arrays.
 //
 // A Graph is not safe for concurrent mutation. Once validated it may be

@@ -72,7 +72,7 @@ func ExampleGraph_Grow() {
 		g.AddKernel(fmt.Sprintf("stage%d", i), run, dag.Reads(prev), dag.Writes(out))
 		prev = out
 	}
-	fmt.Println(g.Validate(), len(g.Kernels()), g.Order())
+	fmt.Println(g.Validate(), g.NumKernels(), g.Order())
 	// Output:
 	// <nil> 4 [0 1 2 3]
 }

@@ -3,10 +3,12 @@ package dag
 import (
 	"context"
 	"fmt"
+	"iter"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"gonum.org/v1/gonum/graph"
@@ -60,9 +62,11 @@ type Launch interface {
 	Missing(i int) error
 }
 
-// Kernel is a declared unit of work. Kernels live in their graph's arena
-// (see Graph): a *Kernel stays valid, at the same address, for the life of
-// the graph.
+// Kernel is a declared unit of work, as Graph.Kernel and Graph.Kernels
+// return it: a read-only view, made on each call without allocating, of
+// what the graph stores. Its Name and slices point into the graph's own
+// arenas and stay valid (and unchanged) for the life of the graph; do not
+// modify them.
 type Kernel struct {
 	ID   KernelID
 	Name string
@@ -87,10 +91,11 @@ type Kernel struct {
 	Estimate time.Duration      // estimated compute time of one launch; 0: unknown
 }
 
-// Buffer is a declared region of memory. A value buffer (SizeBytes 0,
-// Value true) holds one Go value, such as an Arrow record batch, instead
-// of raw bytes; for ordering and taint it counts as a single byte. Buffers
-// live in their graph's arena, like kernels.
+// Buffer is a declared region of memory, as Graph.Buffer and Graph.Buffers
+// return it: a read-only view made on each call without allocating. A
+// value buffer (SizeBytes 0, Value true) holds one Go value, such as an
+// Arrow record batch, instead of raw bytes; for ordering and taint it
+// counts as a single byte.
 type Buffer struct {
 	ID        BufferID
 	Name      string
@@ -104,7 +109,7 @@ type Buffer struct {
 
 // extent is the number of bytes bindings of b can address: SizeBytes, or
 // 1 for a value buffer.
-func (b *Buffer) extent() int64 {
+func (b Buffer) extent() int64 {
 	if b.Value {
 		return 1
 	}
@@ -113,7 +118,7 @@ func (b *Buffer) extent() int64 {
 
 // Whole returns the binding of every byte of b ([0, SizeBytes), or [0, 1)
 // for a value buffer).
-func (b *Buffer) Whole() buffers.Binding {
+func (b Buffer) Whole() buffers.Binding {
 	return buffers.Binding{Buffer: b.ID, Length: b.extent()}
 }
 
@@ -121,55 +126,115 @@ func (b *Buffer) Whole() buffers.Binding {
 // simple.DirectedGraph underneath (see Directed). The zero value is not
 // usable; call New.
 //
-// The graph's own store is compact: kernels, buffers and the bindings of
-// every declared read and write live in arenas of chunks owned by the
-// graph, so adding a kernel or a buffer allocates nothing of its own
-// (amortised: one chunk per up to 1024 kernels or buffers, or per 4096
-// bindings, or none after Grow); a *Kernel or *Buffer kept after the graph
-// is dropped keeps its chunk alive. Gonum node ids are numbered in the
-// order kernels and buffers were added. The gonum graph is built from the
-// store on first use (Directed, MarshalDOT, a cycle report) and brought up
-// to date incrementally after later additions, so building a large
-// pipeline costs no map insertion per edge or per name (duplicate names
-// are found by Validate). A Graph is not safe for concurrent mutation;
-// concurrent calls of Directed and the read-only accessors are safe.
+// The graph's own store is compact and holds no pointer per kernel or
+// buffer except each kernel's function: kernels and buffers are records
+// of a few integers in two arrays (24 and 16 bytes), their names are
+// copied into one byte arena per kind, and the bindings of every declared
+// read and write into chunks of a binding arena (24 bytes each). So adding
+// a kernel or a buffer allocates nothing of its own (amortised: the arrays
+// and name arenas double, a binding chunk holds up to 4096 bindings; Grow
+// presizes the arrays), and the garbage collector has next to nothing to
+// scan in even a very large graph. Kernel and Buffer are
+// views made from the records on demand. Gonum node ids are numbered in
+// the order kernels and buffers were added. The gonum graph is built from
+// the store on first use (Directed, MarshalDOT, a cycle report) and
+// brought up to date incrementally after later additions, so building a
+// large pipeline costs no map insertion per edge or per name (duplicate
+// names are found by Validate). A graph holds fewer than 2^31 kernels and
+// buffers together.
+//
+// A Graph is not safe for concurrent mutation; concurrent calls of
+// Directed and the read-only accessors are safe.
 type Graph struct {
 	mu      sync.Mutex            // guards dg, synced and bufNode
 	dg      *simple.DirectedGraph // nil until first needed
 	synced  int                   // nodes[:synced] are in dg with their edges
 	bufNode []int64               // gonum node id of each buffer in dg
-	kernels []*Kernel
-	buffers []*Buffer
-	nodes   []nodeRef  // gonum node id → kernel or buffer
-	errs    []error    // builder mistakes, reported by Validate
-	order   []KernelID // topological order, set by a successful Validate
 
-	// Arenas: the current chunk of each; a full chunk is left to the
-	// items and slices that point into it and a new one is started.
-	kernelChunk  []Kernel
-	bufferChunk  []Buffer
-	bindingChunk []buffers.Binding
+	krecs  []kernelRec
+	fns    []KernelFunc // per kernel
+	extras []kernelExtra
+	brecs  []bufferRec
+	nodes  []nodeRef  // gonum node id → kernel or buffer
+	hints  []int64    // SizeHint of the buffers that have one
+	errs   []error    // builder mistakes, reported by Validate
+	order  []KernelID // topological order, set by a successful Validate
+
+	// Names: the kernels' and the buffers' names, each kind's one after
+	// the other (name i ends where name i+1 starts). An arena that grows
+	// is copied, and strings already handed out keep the old copy.
+	knames, bnames []byte
+
+	// Binding arena: every chunk, each at its full length, so a kernel's
+	// chunk index finds it; the last is the one being filled, up to
+	// bindUsed.
+	bindChunks [][]buffers.Binding
+	bindUsed   int
 }
+
+// kernelRec is the stored form of a kernel: 24 bytes, no pointer.
+type kernelRec struct {
+	name  uint32 // start of the name in knames
+	bind  bindRef
+	extra uint32 // 1 + index into Graph.extras; 0: none
+}
+
+// kernelExtra holds a kernel's rarely given declarations: optional reads,
+// a stream pin and placement hints.
+type kernelExtra struct {
+	optional       []bool
+	stream         int // 1 + the pinned stream; 0: the executor chooses
+	device, prefer *topology.DeviceID
+	estimate       time.Duration
+}
+
+// bufferRec is the stored form of a buffer: 16 bytes, no pointer.
+type bufferRec struct {
+	name  uint32 // start of the name in bnames
+	flags uint32 // bufValue, bufInput, and from bit bufHintShift 1 + index into Graph.hints
+	size  int64  // SizeBytes
+}
+
+const (
+	bufValue = 1 << iota
+	bufInput
+
+	bufHintShift = 2
+)
+
+// extent is as Buffer.extent.
+func (r *bufferRec) extent() int64 {
+	if r.flags&bufValue != 0 {
+		return 1
+	}
+	return r.size
+}
+
+// bindRef locates a kernel's bindings in the binding arena: nr reads from
+// off, then nw writes, in chunk.
+type bindRef struct{ chunk, off, nr, nw uint32 }
 
 // nodeRef is what a gonum node id stands for: a kernel id (>= 0) or the
 // bitwise complement of a buffer id (< 0).
-type nodeRef int64
+type nodeRef int32
 
-// Arena chunk sizes, in items: a graph's first kernel or buffer chunk
-// holds chunkMin items and each later one as many as the graph already
-// has, up to chunkMax; binding chunks double from chunkMin up to
-// bindingChunkMax. So a small graph stays small and a large one allocates
-// once per chunkMax items.
+// Arena chunk sizes: a graph's first chunk is small and each later one
+// twice the last, up to the maximum; an item larger than that gets a
+// chunk of its own size. So a small graph stays small and a large one
+// allocates once per maximum-size chunk.
 const (
 	chunkMin        = 8
-	chunkMax        = 1024
 	bindingChunkMax = 4096
 )
 
-// chunkLen is the length of the next arena chunk for a graph holding n
-// items, at least need.
-func chunkLen(n, need, most int) int {
-	return max(min(max(n, chunkMin), most), need)
+// maxNames is the most bytes of names of one kind a graph holds: name
+// offsets are 32-bit.
+const maxNames = 1<<32 - 1
+
+// chunkLen is the length of the next arena chunk after one of last items,
+// at least need.
+func chunkLen(last, need, least, most int) int {
+	return max(min(max(2*last, least), most), need)
 }
 
 // push appends v to s, doubling the capacity when s is full: append grows
@@ -190,53 +255,102 @@ func New() *Graph {
 // Grow makes room for kernels more kernels and buffers more buffers, so
 // that adding them costs no reallocation of the graph's own arrays: like
 // slices.Grow, it is a hint for building a graph whose size is known
-// ahead, and building without it gives the same graph. The declared reads
-// and writes still take arena chunks as they come. Grow allocates
-// O(kernels + buffers) bytes at once; it panics if kernels or buffers is
-// negative.
+// ahead, and building without it gives the same graph. Names and the
+// declared reads and writes still take arena chunks as they come. Grow
+// allocates about 40 bytes per kernel and 28 per buffer at once (records
+// and 8 bytes of name each); it panics if kernels or buffers is negative.
 func (g *Graph) Grow(kernels, buffers int) {
 	if kernels < 0 || buffers < 0 {
 		panic(fmt.Sprintf("dag: Graph.Grow(%d, %d): negative count", kernels, buffers))
 	}
-	g.kernels = slices.Grow(g.kernels, kernels)
-	g.buffers = slices.Grow(g.buffers, buffers)
+	g.krecs = slices.Grow(g.krecs, kernels)
+	g.fns = slices.Grow(g.fns, kernels)
+	g.brecs = slices.Grow(g.brecs, buffers)
 	g.nodes = slices.Grow(g.nodes, kernels+buffers)
-	if free := cap(g.kernelChunk) - len(g.kernelChunk); free < kernels {
-		g.kernelChunk = make([]Kernel, 0, kernels)
-	}
-	if free := cap(g.bufferChunk) - len(g.bufferChunk); free < buffers {
-		g.bufferChunk = make([]Buffer, 0, buffers)
-	}
+	g.knames = slices.Grow(g.knames, 8*kernels)
+	g.bnames = slices.Grow(g.bnames, 8*buffers)
 }
 
-// newKernel returns a zeroed kernel from the arena.
-func (g *Graph) newKernel() *Kernel {
-	if len(g.kernelChunk) == cap(g.kernelChunk) {
-		g.kernelChunk = make([]Kernel, 0, chunkLen(len(g.kernels), 1, chunkMax))
+// putName appends s to the name arena a and returns s's start in it. It
+// does not keep s, so a name formatted into a stack buffer by the caller
+// stays there. Names past maxNames bytes are recorded as a mistake and
+// dropped (the name reads as empty).
+func (g *Graph) putName(a *[]byte, s string) uint32 {
+	n := len(*a)
+	if len(s) == 0 {
+		return uint32(n)
 	}
-	g.kernelChunk = g.kernelChunk[:len(g.kernelChunk)+1]
-	return &g.kernelChunk[len(g.kernelChunk)-1]
+	if n+len(s) > maxNames {
+		g.errs = append(g.errs, fmt.Errorf("dag: names past %d bytes: %q dropped", maxNames, strings.Clone(s)))
+		return uint32(n)
+	}
+	if cap(*a)-n < len(s) {
+		*a = slices.Grow(*a, max(n, len(s), 256))
+	}
+	*a = append(*a, s...)
+	return uint32(n)
 }
 
-// newBuffer returns a zeroed buffer from the arena.
-func (g *Graph) newBuffer() *Buffer {
-	if len(g.bufferChunk) == cap(g.bufferChunk) {
-		g.bufferChunk = make([]Buffer, 0, chunkLen(len(g.buffers), 1, chunkMax))
+// arenaString returns bytes [start, end) of arena a as a string (no copy).
+func arenaString(a []byte, start, end uint32) string {
+	if start == end {
+		return ""
 	}
-	g.bufferChunk = g.bufferChunk[:len(g.bufferChunk)+1]
-	return &g.bufferChunk[len(g.bufferChunk)-1]
+	return unsafe.String(&a[start], end-start)
 }
 
-// newBindings returns n contiguous bindings from the arena, with length and
-// capacity n, so that an append by a user copies instead of overwriting a
-// neighbour.
-func (g *Graph) newBindings(n int) []buffers.Binding {
-	if cap(g.bindingChunk)-len(g.bindingChunk) < n {
-		g.bindingChunk = make([]buffers.Binding, 0, chunkLen(len(g.bindingChunk)*2, n, bindingChunkMax))
+// kernelName returns the name of kernel k.
+func (g *Graph) kernelName(k int) string {
+	end := uint32(len(g.knames))
+	if k+1 < len(g.krecs) {
+		end = g.krecs[k+1].name
 	}
-	i := len(g.bindingChunk)
-	g.bindingChunk = g.bindingChunk[:i+n]
-	return g.bindingChunk[i : i+n : i+n]
+	return arenaString(g.knames, g.krecs[k].name, end)
+}
+
+// bufferName returns the name of buffer b.
+func (g *Graph) bufferName(b int) string {
+	end := uint32(len(g.bnames))
+	if b+1 < len(g.brecs) {
+		end = g.brecs[b+1].name
+	}
+	return arenaString(g.bnames, g.brecs[b].name, end)
+}
+
+// newBindings returns n contiguous bindings from the arena and their
+// place: chunk and offset.
+func (g *Graph) newBindings(n int) (bd []buffers.Binding, chunk, off uint32) {
+	if len(g.bindChunks) == 0 || len(g.bindChunks[len(g.bindChunks)-1])-g.bindUsed < n {
+		last := 0
+		if len(g.bindChunks) > 0 {
+			last = len(g.bindChunks[len(g.bindChunks)-1])
+		}
+		g.bindChunks = append(g.bindChunks, make([]buffers.Binding, chunkLen(last, n, chunkMin, bindingChunkMax)))
+		g.bindUsed = 0
+	}
+	c := len(g.bindChunks) - 1
+	i := g.bindUsed
+	g.bindUsed += n
+	return g.bindChunks[c][i : i+n : i+n], uint32(c), uint32(i)
+}
+
+// reads and writes return the bindings of kernel record r, with capacity
+// equal to length; nil for none.
+func (g *Graph) reads(r *kernelRec) []buffers.Binding {
+	if r.bind.nr == 0 {
+		return nil
+	}
+	lo, hi := r.bind.off, r.bind.off+r.bind.nr
+	return g.bindChunks[r.bind.chunk][lo:hi:hi]
+}
+
+func (g *Graph) writes(r *kernelRec) []buffers.Binding {
+	if r.bind.nw == 0 {
+		return nil
+	}
+	lo := r.bind.off + r.bind.nr
+	hi := lo + r.bind.nw
+	return g.bindChunks[r.bind.chunk][lo:hi:hi]
 }
 
 // directed returns the gonum graph with every node and edge added so far.
@@ -255,61 +369,76 @@ func (g *Graph) directed() *simple.DirectedGraph {
 			g.bufNode = append(g.bufNode, id)
 			continue
 		}
-		k := g.kernels[ref]
+		r := &g.krecs[ref]
 		// A kernel's buffers were added before it: their nodes are in dg.
-		for _, r := range k.Reads {
-			g.dg.SetEdge(simple.Edge{F: dotNode{g, g.bufNode[r.Buffer]}, T: n})
+		for _, b := range g.reads(r) {
+			g.dg.SetEdge(simple.Edge{F: dotNode{g, g.bufNode[b.Buffer]}, T: n})
 		}
-		for _, w := range k.Writes {
-			g.dg.SetEdge(simple.Edge{F: n, T: dotNode{g, g.bufNode[w.Buffer]}})
+		for _, b := range g.writes(r) {
+			g.dg.SetEdge(simple.Edge{F: n, T: dotNode{g, g.bufNode[b.Buffer]}})
 		}
 	}
 	return g.dg
 }
 
-// BufferOption configures a buffer.
-type BufferOption func(*Buffer)
+// BufferOption configures a buffer in AddBuffer or AddValue: Input or
+// SizeHint. Like KernelOption it is a small immutable value; the zero
+// BufferOption does nothing.
+type BufferOption struct {
+	kind uint8 // bufOptInput, bufOptSizeHint
+	n    int64
+}
+
+const (
+	bufOptNone = iota
+	bufOptInput
+	bufOptSizeHint
+)
 
 // Input marks a buffer as supplied from outside the graph: it may be read
 // without any kernel writing it.
-func Input() BufferOption { return markInput }
-
-func markInput(b *Buffer) { b.Input = true }
+func Input() BufferOption { return BufferOption{kind: bufOptInput} }
 
 // AddBuffer declares a raw buffer of sizeBytes (>= 0) bytes and returns its
 // id. A duplicate or empty name or a negative size is recorded and reported
-// by Validate; the id is still valid for building. O(1) amortised; apart
-// from recording a mistake it allocates nothing of its own (see Graph).
+// by Validate; the id is still valid for building. The name is copied into
+// the graph. O(1) amortised; apart from recording a mistake it allocates
+// nothing of its own (see Graph).
 func (g *Graph) AddBuffer(name string, sizeBytes int64, opts ...BufferOption) BufferID {
 	if sizeBytes < 0 {
-		g.errs = append(g.errs, fmt.Errorf("dag: buffer %q: negative size %d", name, sizeBytes))
+		g.errs = append(g.errs, fmt.Errorf("dag: buffer %q: negative size %d", strings.Clone(name), sizeBytes))
 		sizeBytes = 0
 	}
-	b := g.newBuffer()
-	b.Name, b.SizeBytes = name, sizeBytes
-	return g.addBuffer(b, opts)
+	return g.addBuffer(bufferRec{name: g.putName(&g.bnames, name), size: sizeBytes}, opts)
 }
 
 // AddValue declares a buffer that holds one Go value (typically an Arrow
 // record batch) and returns its id. Mistakes and cost as AddBuffer.
 func (g *Graph) AddValue(name string, opts ...BufferOption) BufferID {
-	b := g.newBuffer()
-	b.Name, b.Value = name, true
-	return g.addBuffer(b, opts)
+	return g.addBuffer(bufferRec{name: g.putName(&g.bnames, name), flags: bufValue}, opts)
 }
 
-func (g *Graph) addBuffer(b *Buffer, opts []BufferOption) BufferID {
+func (g *Graph) addBuffer(r bufferRec, opts []BufferOption) BufferID {
 	for _, o := range opts {
-		o(b)
+		switch o.kind {
+		case bufOptInput:
+			r.flags |= bufInput
+		case bufOptSizeHint:
+			if r.flags>>bufHintShift == 0 {
+				g.hints = append(g.hints, 0)
+				r.flags |= uint32(len(g.hints)) << bufHintShift
+			}
+			g.hints[r.flags>>bufHintShift-1] = o.n
+		}
 	}
-	b.ID = BufferID(len(g.buffers))
-	if b.Name == "" {
-		g.checkName("buffer", b.Name, int64(b.ID))
+	id := BufferID(len(g.brecs))
+	if r.name == uint32(len(g.bnames)) {
+		g.checkName("buffer", "", int64(id))
 	}
-	g.nodes = push(g.nodes, ^nodeRef(b.ID))
-	g.buffers = push(g.buffers, b)
+	g.nodes = push(g.nodes, ^nodeRef(id))
+	g.brecs = push(g.brecs, r)
 	g.order = nil
-	return b.ID
+	return id
 }
 
 // checkName records an empty name of the kind's id. Duplicate names are
@@ -324,14 +453,14 @@ func (g *Graph) checkName(kind, name string, id int64) {
 // nodeKindName returns "kernel" or "buffer" and the name of the node ref.
 func (g *Graph) nodeKindName(ref nodeRef) (kind, name string) {
 	if ref >= 0 {
-		return "kernel", g.kernels[ref].Name
+		return "kernel", g.kernelName(int(ref))
 	}
-	return "buffer", g.buffers[^ref].Name
+	return "buffer", g.bufferName(int(^ref))
 }
 
 // Required returns the reads that are not optional: k.Reads itself when
 // none is.
-func (k *Kernel) Required() []buffers.Binding {
+func (k Kernel) Required() []buffers.Binding {
 	if k.Optional == nil {
 		return k.Reads
 	}
@@ -344,22 +473,24 @@ func (k *Kernel) Required() []buffers.Binding {
 	return req
 }
 
-func (g *Graph) bufferFor(k *Kernel, id BufferID, verb string) *Buffer {
-	if id < 0 || int(id) >= len(g.buffers) {
-		g.errs = append(g.errs, fmt.Errorf("dag: kernel %q %s unknown buffer id %d", k.Name, verb, id))
+// bufferFor returns the record of buffer id, or records that kernel k
+// reads or writes (verb) an unknown id and returns nil.
+func (g *Graph) bufferFor(k KernelID, id BufferID, verb string) *bufferRec {
+	if id < 0 || int(id) >= len(g.brecs) {
+		g.errs = append(g.errs, fmt.Errorf("dag: kernel %q %s unknown buffer id %d", g.KernelName(k), verb, id))
 		return nil
 	}
-	return g.buffers[id]
+	return &g.brecs[id]
 }
 
-func (g *Graph) rangeFor(k *Kernel, id BufferID, off, n int64, verb string) (buffers.Binding, bool) {
+func (g *Graph) rangeFor(k KernelID, id BufferID, off, n int64, verb string) (buffers.Binding, bool) {
 	b := g.bufferFor(k, id, verb)
 	if b == nil {
 		return buffers.Binding{}, false
 	}
 	if off < 0 || n < 0 || off > b.extent()-n {
 		g.errs = append(g.errs, fmt.Errorf("dag: kernel %q %s [%d:%d) of buffer %q, which has %d bytes",
-			k.Name, verb, off, off+n, b.Name, b.extent()))
+			g.KernelName(k), verb, off, off+n, g.bufferName(int(id)), b.extent()))
 		return buffers.Binding{}, false
 	}
 	return buffers.Binding{Buffer: id, Offset: off, Length: n}, true
@@ -371,16 +502,19 @@ func (g *Graph) rangeFor(k *Kernel, id BufferID, off, n int64, verb string) (buf
 // range outside its buffer, a negative stream or estimate) are recorded and
 // reported by Validate; the id is still valid.
 //
-// The kernel's Reads and Writes are copied into the graph's arena: opts
-// and the id slices in them may be reused once AddKernel returns. It takes
-// time linear in the number of options and declared bindings; apart from
-// recording a mistake it allocates nothing of its own (amortised, see
-// Graph) unless the kernel has optional reads or a device hint.
+// The name and the kernel's reads and writes are copied into the graph's
+// arenas: name, opts and the id slices in them may be reused once
+// AddKernel returns (and a name formatted into a stack buffer need not
+// leave it). It takes time linear in the number of options and declared
+// bindings; apart from recording a mistake it allocates nothing of its
+// own (amortised, see Graph) unless the kernel has optional reads or a
+// device hint or estimate.
 func (g *Graph) AddKernel(name string, fn KernelFunc, opts ...KernelOption) KernelID {
-	k := g.newKernel()
-	k.ID, k.Name, k.Fn, k.Stream = KernelID(len(g.kernels)), name, fn, -1
-	if name == "" || fn == nil {
-		g.kernelMistakes(k)
+	id := KernelID(len(g.krecs))
+	g.krecs = push(g.krecs, kernelRec{name: g.putName(&g.knames, name)})
+	g.fns = push(g.fns, fn)
+	if name == "" {
+		g.checkName("kernel", "", int64(id))
 	}
 	// The common case, whole-buffer reads and writes only, is done here;
 	// any other option takes the general path.
@@ -400,59 +534,48 @@ func (g *Graph) AddKernel(name string, fn KernelFunc, opts ...KernelOption) Kern
 		}
 	}
 	if nr < 0 {
-		g.applyOptions(k, opts)
+		g.applyOptions(id, opts)
 	} else if nr+nw > 0 {
 		// Reads fill bd from the front, writes from nr on.
-		bd := g.newBindings(nr + nw)
+		bd, chunk, off := g.newBindings(nr + nw)
 		r, w := 0, nr
 		for i := range opts {
 			o := &opts[i]
-			for _, id := range o.ids {
-				if uint64(id) >= uint64(len(g.buffers)) {
-					g.unknownBuffer(k, id, o.kind)
+			for _, b := range o.ids {
+				if uint64(b) >= uint64(len(g.brecs)) {
+					g.unknownBuffer(id, b, o.kind)
 					continue
 				}
-				b := buffers.Binding{Buffer: id, Length: g.buffers[id].extent()}
+				x := buffers.Binding{Buffer: b, Length: g.brecs[b].extent()}
 				if o.kind == optReads {
-					bd[r], r = b, r+1
+					bd[r], r = x, r+1
 				} else {
-					bd[w], w = b, w+1
+					bd[w], w = x, w+1
 				}
 			}
 		}
-		if r > 0 {
-			k.Reads = bd[:r:r]
+		if r < nr { // unknown reads: close the gap
+			copy(bd[r:], bd[nr:w])
 		}
-		if w > nr {
-			k.Writes = bd[nr:w:w]
-		}
+		g.krecs[id].bind = bindRef{chunk: chunk, off: off, nr: uint32(r), nw: uint32(w - nr)}
 	}
-	g.nodes = push(g.nodes, nodeRef(k.ID))
-	g.kernels = push(g.kernels, k)
+	g.nodes = push(g.nodes, nodeRef(id))
 	g.order = nil
-	return k.ID
+	return id
 }
 
-// kernelMistakes records an empty name or a nil function of k.
-func (g *Graph) kernelMistakes(k *Kernel) {
-	g.checkName("kernel", k.Name, int64(k.ID))
-	if k.Fn == nil {
-		g.errs = append(g.errs, fmt.Errorf("dag: kernel %q has a nil function", k.Name))
-	}
-}
-
-// unknownBuffer records that k reads or writes (by kind) an id that is not
-// a buffer.
-func (g *Graph) unknownBuffer(k *Kernel, id BufferID, kind optKind) {
+// unknownBuffer records that kernel k reads or writes (by kind) an id
+// that is not a buffer.
+func (g *Graph) unknownBuffer(k KernelID, id BufferID, kind optKind) {
 	verb := "writes"
 	if kind == optReads || kind == optReadsOptional || kind == optReadsRange {
 		verb = "reads"
 	}
-	g.errs = append(g.errs, fmt.Errorf("dag: kernel %q %s unknown buffer id %d", k.Name, verb, id))
+	g.errs = append(g.errs, fmt.Errorf("dag: kernel %q %s unknown buffer id %d", g.KernelName(k), verb, id))
 }
 
-// applyOptions applies any options to k, in order.
-func (g *Graph) applyOptions(k *Kernel, opts []KernelOption) {
+// applyOptions applies any options to kernel k, in order.
+func (g *Graph) applyOptions(k KernelID, opts []KernelOption) {
 	// Count the bindings so reads and writes each take one contiguous
 	// run of the arena.
 	nr, nw, optional := 0, 0, false
@@ -471,15 +594,17 @@ func (g *Graph) applyOptions(k *Kernel, opts []KernelOption) {
 			nw++
 		}
 	}
-	var reads, writes []buffers.Binding
+	var bd, reads, writes []buffers.Binding
+	var chunk, off uint32
 	if nr+nw > 0 {
-		bd := g.newBindings(nr + nw)
+		bd, chunk, off = g.newBindings(nr + nw)
 		reads, writes = bd[:0:nr], bd[nr:nr]
 	}
 	var opt []bool // per read, when some read may be optional
 	if optional {
 		opt = make([]bool, 0, nr)
 	}
+	var ex kernelExtra
 	anyOptional := false
 	for i := range opts {
 		switch o := &opts[i]; o.kind {
@@ -513,49 +638,115 @@ func (g *Graph) applyOptions(k *Kernel, opts []KernelOption) {
 			}
 		case optStream:
 			if o.a < 0 {
-				g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: negative stream %d", k.Name, o.a))
+				g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: negative stream %d", g.KernelName(k), o.a))
 				continue
 			}
-			k.Stream = int(o.a)
+			ex.stream = int(o.a) + 1
 		case optDevice, optPrefer:
 			d := &topology.DeviceID{Kind: topology.Kind(o.id), Index: int(o.a)}
 			if o.kind == optDevice {
-				k.Device = d
+				ex.device = d
 			} else {
-				k.Prefer = d
+				ex.prefer = d
 			}
 		case optEstimate:
 			if d := time.Duration(o.a); d < 0 {
-				g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: negative estimate %v", k.Name, d))
+				g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: negative estimate %v", g.KernelName(k), d))
 				continue
 			}
-			k.Estimate = time.Duration(o.a)
+			ex.estimate = time.Duration(o.a)
 		}
 	}
-	if len(reads) > 0 {
-		k.Reads = reads[:len(reads):len(reads)]
+	if len(reads) < nr && len(writes) > 0 { // unknown reads: close the gap
+		copy(bd[len(reads):], writes)
 	}
-	if len(writes) > 0 {
-		k.Writes = writes[:len(writes):len(writes)]
-	}
+	g.krecs[k].bind = bindRef{chunk: chunk, off: off, nr: uint32(len(reads)), nw: uint32(len(writes))}
 	if anyOptional {
-		k.Optional = opt
+		ex.optional = opt
+	}
+	if ex.optional != nil || ex.stream != 0 || ex.device != nil || ex.prefer != nil || ex.estimate != 0 {
+		g.extras = append(g.extras, ex)
+		g.krecs[k].extra = uint32(len(g.extras))
 	}
 }
 
-// Kernels returns the kernels in id order. The slice is the graph's own:
-// do not modify it.
-func (g *Graph) Kernels() []*Kernel { return g.kernels }
+// NumKernels returns the number of kernels.
+func (g *Graph) NumKernels() int { return len(g.krecs) }
 
-// Buffers returns the buffers in id order. The slice is the graph's own:
-// do not modify it.
-func (g *Graph) Buffers() []*Buffer { return g.buffers }
+// NumBuffers returns the number of buffers.
+func (g *Graph) NumBuffers() int { return len(g.brecs) }
 
-// Kernel returns kernel id; it panics when id is out of range.
-func (g *Graph) Kernel(id KernelID) *Kernel { return g.kernels[id] }
+// Kernel returns the view of kernel id; it panics when id is out of range.
+// O(1), no allocation.
+func (g *Graph) Kernel(id KernelID) Kernel {
+	r := &g.krecs[id]
+	k := Kernel{ID: id, Name: g.kernelName(int(id)), Fn: g.fns[id], Reads: g.reads(r), Writes: g.writes(r), Stream: -1}
+	if r.extra != 0 {
+		ex := &g.extras[r.extra-1]
+		k.Optional, k.Stream, k.Device, k.Prefer, k.Estimate = ex.optional, ex.stream-1, ex.device, ex.prefer, ex.estimate
+	}
+	return k
+}
 
-// Buffer returns buffer id; it panics when id is out of range.
-func (g *Graph) Buffer(id BufferID) *Buffer { return g.buffers[id] }
+// KernelName returns the name of kernel id without making its whole view;
+// it panics when id is out of range.
+func (g *Graph) KernelName(id KernelID) string {
+	_ = g.krecs[id] // panics out of range
+	return g.kernelName(int(id))
+}
+
+// KernelReads and KernelWrites return the declared reads and writes of
+// kernel id (as Kernel.Reads and Kernel.Writes) without making its whole
+// view; they panic when id is out of range.
+func (g *Graph) KernelReads(id KernelID) []buffers.Binding { return g.reads(&g.krecs[id]) }
+
+// KernelWrites: see KernelReads.
+func (g *Graph) KernelWrites(id KernelID) []buffers.Binding { return g.writes(&g.krecs[id]) }
+
+// SetFunc replaces the function of kernel id (as InjectFailure does); it
+// panics when id is out of range. Like the other mutations it must not
+// run concurrently with anything else on g, such as a run of g.
+// A nil fn is reported by Validate.
+func (g *Graph) SetFunc(id KernelID, fn KernelFunc) {
+	g.fns[id] = fn
+	g.order = nil
+}
+
+// Kernels yields every kernel's id and view, in id order. Adding to the
+// graph while iterating is not allowed.
+func (g *Graph) Kernels() iter.Seq2[KernelID, Kernel] {
+	return func(yield func(KernelID, Kernel) bool) {
+		for id := range g.krecs {
+			if !yield(KernelID(id), g.Kernel(KernelID(id))) {
+				return
+			}
+		}
+	}
+}
+
+// Buffer returns the view of buffer id; it panics when id is out of range.
+// O(1), no allocation.
+func (g *Graph) Buffer(id BufferID) Buffer {
+	r := &g.brecs[id]
+	b := Buffer{ID: id, Name: g.bufferName(int(id)), SizeBytes: r.size, Value: r.flags&bufValue != 0,
+		Input: r.flags&bufInput != 0}
+	if h := r.flags >> bufHintShift; h != 0 {
+		b.SizeHint = g.hints[h-1]
+	}
+	return b
+}
+
+// Buffers yields every buffer's id and view, in id order. Adding to the
+// graph while iterating is not allowed.
+func (g *Graph) Buffers() iter.Seq2[BufferID, Buffer] {
+	return func(yield func(BufferID, Buffer) bool) {
+		for id := range g.brecs {
+			if !yield(BufferID(id), g.Buffer(BufferID(id))) {
+				return
+			}
+		}
+	}
+}
 
 // Directed returns the underlying gonum graph. Its nodes are kernels and
 // buffers (see NodeOf); edges are buffer→kernel for reads and
@@ -566,15 +757,16 @@ func (g *Graph) Buffer(id BufferID) *Buffer { return g.buffers[id] }
 // with each other (not with additions).
 func (g *Graph) Directed() graph.Directed { return g.directed() }
 
-// NodeOf returns the *Kernel or *Buffer behind a gonum node id, or nil.
+// NodeOf returns the Kernel or Buffer view behind a gonum node id, or nil.
+// The view is boxed in the interface: one allocation per call.
 func (g *Graph) NodeOf(id int64) any {
 	if id < 0 || id >= int64(len(g.nodes)) {
 		return nil
 	}
 	if ref := g.nodes[id]; ref >= 0 {
-		return g.kernels[ref]
+		return g.Kernel(KernelID(ref))
 	}
-	return g.buffers[^g.nodes[id]]
+	return g.Buffer(BufferID(^g.nodes[id]))
 }
 
 // dotNode is a gonum node that names itself and carries DOT attributes.
@@ -587,13 +779,8 @@ func (d dotNode) ID() int64 { return d.id }
 
 // DOTID returns the kernel's or buffer's name.
 func (d dotNode) DOTID() string {
-	switch v := d.g.NodeOf(d.id).(type) {
-	case *Kernel:
-		return v.Name
-	case *Buffer:
-		return v.Name
-	}
-	return ""
+	_, name := d.g.nodeKindName(d.g.nodes[d.id])
+	return name
 }
 
 // dotEscape escapes a name for the inside of a quoted DOT label. The result
@@ -604,9 +791,9 @@ var dotEscape = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
 // doubled), with a size label for raw buffers.
 func (d dotNode) Attributes() []encoding.Attribute {
 	switch v := d.g.NodeOf(d.id).(type) {
-	case *Kernel:
+	case Kernel:
 		return []encoding.Attribute{{Key: "shape", Value: "box"}}
-	case *Buffer:
+	case Buffer:
 		shape := "ellipse"
 		if v.Input {
 			shape = "doublecircle"

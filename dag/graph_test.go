@@ -158,9 +158,10 @@ func TestBuilder(t *testing.T) {
 	assert.Equal(t, dag.BufferID(2), out)
 	assert.Equal(t, dag.KernelID(1), p)
 
-	assert.Equal(t, &dag.Buffer{ID: in, Name: "in", SizeBytes: 16, Input: true}, withoutNode(g.Buffer(in)))
-	assert.Equal(t, &dag.Buffer{ID: v, Name: "batch", Value: true}, withoutNode(g.Buffer(v)))
-	assert.Equal(t, []*dag.Buffer{g.Buffer(0), g.Buffer(1), g.Buffer(2)}, g.Buffers())
+	assert.Equal(t, dag.Buffer{ID: in, Name: "in", SizeBytes: 16, Input: true}, g.Buffer(in))
+	assert.Equal(t, dag.Buffer{ID: v, Name: "batch", Value: true}, g.Buffer(v))
+	assert.Equal(t, []dag.Buffer{g.Buffer(0), g.Buffer(1), g.Buffer(2)}, buffersOf(g))
+	assert.Equal(t, 3, g.NumBuffers())
 	assert.Equal(t, buffers.Binding{Buffer: in, Length: 16}, g.Buffer(in).Whole())
 	assert.Equal(t, buffers.Binding{Buffer: v, Length: 1}, g.Buffer(v).Whole(), "a value buffer counts as one byte")
 
@@ -176,22 +177,35 @@ func TestBuilder(t *testing.T) {
 	assert.Equal(t, 3, pk.Stream)
 	assert.Equal(t, []buffers.Binding{{Buffer: v, Length: 1}}, pk.Reads)
 	assert.Equal(t, []buffers.Binding{{Buffer: out, Offset: 2, Length: 4}}, pk.Writes)
-	assert.Equal(t, []*dag.Kernel{kk, pk}, g.Kernels())
+	assert.Equal(t, 2, g.NumKernels())
+	var ids []dag.KernelID
+	var names []string
+	for id, k := range g.Kernels() {
+		ids, names = append(ids, id), append(names, k.Name)
+	}
+	assert.Equal(t, []dag.KernelID{k, p}, ids)
+	assert.Equal(t, []string{"k", "p"}, names)
+	assert.Equal(t, "p", g.KernelName(p))
+	assert.Equal(t, pk.Reads, g.KernelReads(p))
+	assert.Equal(t, pk.Writes, g.KernelWrites(p))
 }
 
-// withoutNode copies a buffer's exported fields, so tests can compare
-// against a literal.
-func withoutNode(b *dag.Buffer) *dag.Buffer {
-	return &dag.Buffer{ID: b.ID, Name: b.Name, SizeBytes: b.SizeBytes, Value: b.Value, Input: b.Input}
+// buffersOf returns the views of g's buffers, in id order.
+func buffersOf(g *dag.Graph) []dag.Buffer {
+	var bs []dag.Buffer
+	for _, b := range g.Buffers() {
+		bs = append(bs, b)
+	}
+	return bs
 }
 
 // nodeName names a node of g.Directed() "kernel NAME" or "buffer NAME".
 func nodeName(t *testing.T, g *dag.Graph, n graph.Node) string {
 	t.Helper()
 	switch v := g.NodeOf(n.ID()).(type) {
-	case *dag.Kernel:
+	case dag.Kernel:
 		return "kernel " + v.Name
-	case *dag.Buffer:
+	case dag.Buffer:
 		return "buffer " + v.Name
 	}
 	t.Fatalf("node %d is neither a kernel nor a buffer", n.ID())
@@ -256,7 +270,7 @@ func TestDirectedGonumTopoSort(t *testing.T) {
 	// Kernels in gonum's order agree with Validate's: src first, join last.
 	var kernels []string
 	for _, n := range sorted {
-		if k, ok := g.NodeOf(n.ID()).(*dag.Kernel); ok {
+		if k, ok := g.NodeOf(n.ID()).(dag.Kernel); ok {
 			kernels = append(kernels, k.Name)
 		}
 	}

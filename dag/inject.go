@@ -10,14 +10,15 @@ import (
 // ErrInjected is the root error of a failure injected with InjectFailure.
 var ErrInjected = errors.New("injected failure")
 
-// KernelByName returns the kernel named name, or false. O(kernels).
-func (g *Graph) KernelByName(name string) (*Kernel, bool) {
-	for _, k := range g.kernels {
-		if k.Name == name {
-			return k, true
+// KernelByName returns the id of the first kernel named name, or false.
+// O(kernels).
+func (g *Graph) KernelByName(name string) (KernelID, bool) {
+	for id := range g.krecs {
+		if g.kernelName(id) == name {
+			return KernelID(id), true
 		}
 	}
-	return nil, false
+	return -1, false
 }
 
 // InjectFailure replaces the function of the kernel named name with one
@@ -28,20 +29,20 @@ func (g *Graph) InjectFailure(name string, panics bool) error {
 	k, ok := g.KernelByName(name)
 	if !ok {
 		names := make([]string, 0, 8)
-		for _, k := range g.kernels[:min(len(g.kernels), 8)] {
-			names = append(names, k.Name)
+		for id := range min(len(g.krecs), 8) {
+			names = append(names, g.KernelName(KernelID(id)))
 		}
 		more := ""
-		if len(g.kernels) > len(names) {
-			more = fmt.Sprintf(", … (%d kernels)", len(g.kernels))
+		if len(g.krecs) > len(names) {
+			more = fmt.Sprintf(", … (%d kernels)", len(g.krecs))
 		}
 		return fmt.Errorf("dag: no kernel %q to fail (kernels: %s%s)", name, strings.Join(names, ", "), more)
 	}
 	err := ErrInjected
 	if panics {
-		k.Fn = func(context.Context, Launch) error { panic(err) }
+		g.SetFunc(k, func(context.Context, Launch) error { panic(err) })
 	} else {
-		k.Fn = func(context.Context, Launch) error { return err }
+		g.SetFunc(k, func(context.Context, Launch) error { return err })
 	}
 	return nil
 }

@@ -26,11 +26,11 @@ func Estimate(d time.Duration) KernelOption { return KernelOption{kind: optEstim
 
 // SizeHint gives a value buffer's expected size in bytes, for placement's
 // transfer costs (raw buffers use their SizeBytes).
-func SizeHint(bytes int64) BufferOption { return func(b *Buffer) { b.SizeHint = max(bytes, 0) } }
+func SizeHint(bytes int64) BufferOption { return BufferOption{kind: bufOptSizeHint, n: max(bytes, 0)} }
 
 // TransferBytes is what placement counts for moving b across devices:
 // SizeBytes for a raw buffer, SizeHint for a value buffer.
-func (b *Buffer) TransferBytes() int64 {
+func (b Buffer) TransferBytes() int64 {
 	if b.Value {
 		return b.SizeHint
 	}

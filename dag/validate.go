@@ -85,17 +85,18 @@ const maxReported = 10
 // per kernel or buffer and no map): about a dozen allocations whatever
 // the graph's size.
 func (g *Graph) Validate() error {
-	errs := append(slices.Clone(g.errs), g.duplicates()...)
+	errs := append(slices.Clone(g.errs), g.nilFuncs()...)
+	errs = append(errs, g.duplicates()...)
 	x := g.newIndex()
 	unwritten, forward := x.checkReads()
 	order := x.kernelOrder(forward)
-	if len(order) < len(g.kernels) {
+	if len(order) < len(g.krecs) {
 		errs = append(errs, g.cycles()...)
 	} else {
 		g.order = order
 	}
 	errs = append(errs, unwritten...)
-	if len(order) == len(g.kernels) {
+	if len(order) == len(g.krecs) {
 		errs = append(errs, x.conflicts()...)
 	}
 	if len(errs) > maxReported {
@@ -128,7 +129,7 @@ func (g *Graph) Predecessors() [][]KernelID {
 	for i, p := range x.pAt {
 		flat[i] = KernelID(p)
 	}
-	preds := make([][]KernelID, len(g.kernels))
+	preds := make([][]KernelID, len(g.krecs))
 	for k := range preds {
 		if lo, hi := x.pOff[k], x.pOff[k+1]; lo < hi {
 			preds[k] = flat[lo:hi:hi]
@@ -220,6 +221,18 @@ func (g *Graph) duplicates() []error {
 	return errs
 }
 
+// nilFuncs returns an error for every kernel without a function, in id
+// order.
+func (g *Graph) nilFuncs() []error {
+	var errs []error
+	for k, fn := range g.fns {
+		if fn == nil {
+			errs = append(errs, fmt.Errorf("dag: kernel %q has a nil function", g.KernelName(KernelID(k))))
+		}
+	}
+	return errs
+}
+
 // index is the kernel-level structure Validate and Predecessors work on,
 // in flat arrays of compressed rows (row i of off/at is at[off[i]:off[i+1]])
 // and int32 kernel ids and offsets, so a check allocates a few arrays
@@ -255,28 +268,29 @@ type span struct{ off, end int64 }
 
 // newIndex indexes the writes of g by buffer. O(V + E).
 func (g *Graph) newIndex() *index {
-	x := &index{g: g, wOff: make([]int32, len(g.buffers)+1)}
+	x := &index{g: g, wOff: make([]int32, len(g.brecs)+1)}
 	nw := 0
-	for _, k := range g.kernels {
-		x.reads += len(k.Reads)
-		nw += len(k.Writes)
-		for _, w := range k.Writes {
+	for k := range g.krecs {
+		r := &g.krecs[k]
+		x.reads += int(r.bind.nr)
+		nw += int(r.bind.nw)
+		for _, w := range g.writes(r) {
 			x.wOff[w.Buffer+1]++
 		}
 	}
-	for b := range g.buffers {
+	for b := range g.brecs {
 		x.wOff[b+1] += x.wOff[b]
 	}
 	// Fill each row from its start, leaving wOff[b] at the row's end,
 	// then shift the offsets back into place.
 	x.wAt = make([]write, nw)
-	for _, k := range g.kernels {
-		for _, w := range k.Writes {
-			x.wAt[x.wOff[w.Buffer]] = write{int32(k.ID), w}
+	for k := range g.krecs {
+		for _, w := range g.writes(&g.krecs[k]) {
+			x.wAt[x.wOff[w.Buffer]] = write{int32(k), w}
 			x.wOff[w.Buffer]++
 		}
 	}
-	copy(x.wOff[1:], x.wOff[:len(g.buffers)])
+	copy(x.wOff[1:], x.wOff[:len(g.brecs)])
 	x.wOff[0] = 0
 	return x
 }
@@ -290,13 +304,13 @@ func (x *index) buildPreds() {
 	if x.pOff != nil {
 		return
 	}
-	n := len(x.g.kernels)
+	n := len(x.g.krecs)
 	x.pOff = make([]int32, n+1)
 	at := make([]int32, 0, x.reads)
 	seen := make([]int32, n) // seen[w] == k+1: w is already a predecessor of k
-	for k, kern := range x.g.kernels {
+	for k := range x.g.krecs {
 		start := len(at)
-		for _, r := range kern.Reads {
+		for _, r := range x.g.reads(&x.g.krecs[k]) {
 			for _, w := range x.writes(r.Buffer) {
 				if seen[w.k] != int32(k)+1 {
 					seen[w.k] = int32(k) + 1
@@ -319,7 +333,7 @@ func (x *index) buildSuccs() {
 		return
 	}
 	x.buildPreds()
-	n := len(x.g.kernels)
+	n := len(x.g.krecs)
 	x.sOff = make([]int32, n+1)
 	for _, p := range x.pAt {
 		x.sOff[p+1]++
@@ -350,7 +364,7 @@ func (x *index) succs(k int32) []int32 { return x.sAt[x.sOff[k]:x.sOff[k+1]] }
 // lowest ready) and there is no cycle, O(V). Otherwise it runs Kahn's
 // algorithm with a binary heap, O((V + E) log V).
 func (x *index) kernelOrder(forward bool) []KernelID {
-	n := len(x.g.kernels)
+	n := len(x.g.krecs)
 	order := make([]KernelID, 0, n)
 	if forward {
 		for k := range n {
@@ -440,7 +454,7 @@ func (g *Graph) cycles() []error {
 		start := int64(-1)
 		for _, n := range comp {
 			in[n.ID()] = true
-			if _, ok := g.NodeOf(n.ID()).(*Kernel); ok && (start < 0 || n.ID() < start) {
+			if g.nodes[n.ID()] >= 0 && (start < 0 || n.ID() < start) {
 				start = n.ID()
 			}
 		}
@@ -490,13 +504,11 @@ func (g *Graph) cyclePath(start int64, in map[int64]bool) []string {
 }
 
 func (g *Graph) describe(node int64) string {
-	switch v := g.NodeOf(node).(type) {
-	case *Kernel:
-		return "kernel " + v.Name
-	case *Buffer:
-		return "buffer " + v.Name
+	if node < 0 || node >= int64(len(g.nodes)) {
+		return fmt.Sprintf("node %d", node)
 	}
-	return fmt.Sprintf("node %d", node)
+	kind, name := g.nodeKindName(g.nodes[node])
+	return kind + " " + name
 }
 
 // checkReads returns an UnwrittenError for each read of a non-input
@@ -507,17 +519,17 @@ func (g *Graph) describe(node int64) string {
 func (x *index) checkReads() (errs []error, forward bool) {
 	// An input needs no writer; a buffer with one write has that write's
 	// range written. Other reads take the full check.
-	x.sure = make([]span, len(x.g.buffers))
-	for b, buf := range x.g.buffers {
-		if buf.Input {
+	x.sure = make([]span, len(x.g.brecs))
+	for b := range x.g.brecs {
+		if x.g.brecs[b].flags&bufInput != 0 {
 			x.sure[b] = span{math.MinInt64, math.MaxInt64}
 		} else if lo, hi := x.wOff[b], x.wOff[b+1]; hi-lo == 1 && x.wAt[lo].bd.Length > 0 {
 			x.sure[b] = span{x.wAt[lo].bd.Offset, x.wAt[lo].bd.End()}
 		}
 	}
 	forward = true
-	for k, kern := range x.g.kernels {
-		for _, r := range kern.Reads {
+	for k := range x.g.krecs {
+		for _, r := range x.g.reads(&x.g.krecs[k]) {
 			// A buffer's writes are by kernel id: the last is its
 			// highest writer.
 			if end := x.wOff[r.Buffer+1]; end > x.wOff[r.Buffer] && x.wAt[end-1].k >= int32(k) {
@@ -526,7 +538,7 @@ func (x *index) checkReads() (errs []error, forward bool) {
 			if s := x.sure[r.Buffer]; r.Offset >= s.off && r.End() <= s.end {
 				continue
 			}
-			if err := x.unwritten(kern, r); err != nil {
+			if err := x.unwritten(KernelID(k), r); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -536,9 +548,9 @@ func (x *index) checkReads() (errs []error, forward bool) {
 
 // unwritten returns an UnwrittenError when read r of kernel k is of a
 // non-input buffer and not covered by the union of its writes, else nil.
-func (x *index) unwritten(k *Kernel, r buffers.Binding) error {
-	b := x.g.buffers[r.Buffer]
-	if b.Input {
+func (x *index) unwritten(k KernelID, r buffers.Binding) error {
+	b := &x.g.brecs[r.Buffer]
+	if b.flags&bufInput != 0 {
 		return nil
 	}
 	var off, end int64
@@ -560,7 +572,7 @@ func (x *index) unwritten(k *Kernel, r buffers.Binding) error {
 	if !gap {
 		return nil
 	}
-	return &UnwrittenError{Kernel: k.Name, Buffer: b.Name, Offset: off, End: end}
+	return &UnwrittenError{Kernel: x.g.KernelName(k), Buffer: x.g.bufferName(int(r.Buffer)), Offset: off, End: end}
 }
 
 // buildCoverage fills, for every buffer, the union of its non-empty writes
@@ -569,7 +581,7 @@ func (x *index) buildCoverage() {
 	if x.covLo != nil {
 		return
 	}
-	nb := len(x.g.buffers)
+	nb := len(x.g.brecs)
 	x.covLo, x.covHi = make([]int32, nb), make([]int32, nb)
 	x.cov = make([]span, 0, len(x.wAt))
 	for b := range nb {
@@ -629,7 +641,7 @@ func firstGap(r buffers.Binding, cov []span) (off, end int64, ok bool) {
 // kernelOrder of an acyclic graph.
 func (x *index) conflicts() []error {
 	var errs []error
-	for b := range x.g.buffers {
+	for b := range x.g.brecs {
 		ws := x.writes(BufferID(b))
 		for i := 0; i < len(ws); i++ {
 			for j := i + 1; j < len(ws); j++ {
@@ -638,8 +650,8 @@ func (x *index) conflicts() []error {
 					continue
 				}
 				errs = append(errs, &WriteConflictError{
-					Buffer:  x.g.buffers[b].Name,
-					Kernels: [2]string{x.g.kernels[u.k].Name, x.g.kernels[v.k].Name},
+					Buffer:  x.g.bufferName(b),
+					Kernels: [2]string{x.g.KernelName(KernelID(u.k)), x.g.KernelName(KernelID(v.k))},
 					Offset:  max(u.bd.Offset, v.bd.Offset),
 					End:     min(u.bd.End(), v.bd.End()),
 				})
@@ -667,7 +679,7 @@ func (x *index) ordered(a, b int32) bool {
 	}
 	x.buildSuccs()
 	if x.mark == nil || x.stamp == math.MaxInt32 {
-		x.mark, x.stamp = make([]int32, len(x.g.kernels)), 0
+		x.mark, x.stamp = make([]int32, len(x.g.krecs)), 0
 	}
 	x.stamp++
 	limit := x.position(b)

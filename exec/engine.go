@@ -64,11 +64,11 @@ func (p *Plan) compiled() *compiled {
 			c.waits[gs] = append(c.waits[gs], l.Waits...)
 			h := hotLaunch{fn: l.fn, idx: int32(i), waits: int32(len(c.waits[gs])), record: p.record[i]}
 			c.required[i] = l.Reads
-			if l.kernel != nil && l.kernel.Optional != nil {
+			if l.optional != nil {
 				h.option = true
 				c.required[i] = nil
 				for j, rd := range l.Reads {
-					if j >= len(l.kernel.Optional) || !l.kernel.Optional[j] {
+					if j >= len(l.optional) || !l.optional[j] {
 						c.required[i] = append(c.required[i], rd)
 					}
 				}
@@ -417,7 +417,7 @@ func (b *streamRun) ready(i int, op *PlannedLaunch, required []buffers.Binding, 
 		b.settledNotRun()
 		return false
 	}
-	if op.kernel != nil && op.kernel.Optional != nil && len(required) < len(op.Reads) {
+	if op.optional != nil && len(required) < len(op.Reads) {
 		if r.store.EnsureWritten(op.Reads...) != nil {
 			o.note(i, func(x *launchExtra) { x.degraded = true })
 		}

@@ -285,7 +285,7 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 		r.bufs[i].Store(buf)
 	}
 	for id, v := range inputs {
-		if id < 0 || int(id) >= len(r.plan.Graph.Buffers()) || r.buffer(buffers.ID(id)) == nil {
+		if id < 0 || int(id) >= r.plan.Graph.NumBuffers() || r.buffer(buffers.ID(id)) == nil {
 			r.release()
 			releaseInputs(inputs)
 			return fmt.Errorf("exec: input for unknown or unallocated buffer id %d", id)

@@ -114,8 +114,11 @@ type Migration struct {
 func (e *Executor) recover(ctx context.Context, p1 *Plan, r1 *run, rep1 *Report) (*Result, error) {
 	g := p1.Graph
 	loss := r1.loss
-	nb := len(g.Buffers())
-	ks := g.Kernels()
+	nb := g.NumBuffers()
+	ks := make([]dag.Kernel, 0, g.NumKernels())
+	for _, k := range g.Kernels() {
+		ks = append(ks, k)
+	}
 
 	// Which buffers survive, and where: a clean copy off the lost device.
 	carried := make([]*buffers.Buffer, nb)
@@ -141,8 +144,8 @@ func (e *Executor) recover(ctx context.Context, p1 *Plan, r1 *run, rep1 *Report)
 		st := r1.out.get(i)
 		// A kernel that ran without some optional input (lost with the
 		// device) produced a degraded result: it runs again too.
-		if k := p1.Launches[i].kernel; k != nil && st == StatusOK && !r1.out.detail(i).degraded {
-			ok[k.ID] = true
+		if k := p1.Launches[i].Kernel; k >= 0 && st == StatusOK && !r1.out.detail(i).degraded {
+			ok[k] = true
 		}
 	}
 	readers := make([]int, nb)
@@ -205,12 +208,13 @@ func (e *Executor) recover(ctx context.Context, p1 *Plan, r1 *run, rep1 *Report)
 	}
 	pl := PlacementResult{Strategy: p1.Placement.Strategy, Device: slices.Clone(p1.Placement.Device)}
 	var migrations []Migration
-	var cannot []*dag.Kernel
+	var cannot []dag.Kernel
 	for _, m := range un.Migrations {
-		k, _ := g.KernelByName(string(m.Kernel))
-		if k == nil || !rerun[k.ID] {
+		id, found := g.KernelByName(string(m.Kernel))
+		if !found || !rerun[id] {
 			continue
 		}
+		k := ks[id]
 		if k.Device != nil && *k.Device == loss.id {
 			cannot = append(cannot, k)
 			rerun[k.ID] = false // it cannot run anywhere: it fails below
@@ -233,8 +237,8 @@ func (e *Executor) recover(ctx context.Context, p1 *Plan, r1 *run, rep1 *Report)
 		}
 	}
 	for i := range migrations { // where they went after the co-location rule
-		k, _ := g.KernelByName(migrations[i].Kernel)
-		migrations[i].To = p1.Devices[pl.Device[k.ID]]
+		id, _ := g.KernelByName(migrations[i].Kernel)
+		migrations[i].To = p1.Devices[pl.Device[id]]
 	}
 	p2 := planOn(g, p1.Devices, p1.Streams, pl, &subset{run: rerun, home: home})
 
@@ -275,8 +279,8 @@ func (e *Executor) recover(ctx context.Context, p1 *Plan, r1 *run, rep1 *Report)
 	// ended.
 	rep := rep1
 	for i := range r1.out.status {
-		k := p1.Launches[i].kernel
-		if k != nil && rerun[k.ID] || k == nil && r1.out.get(i) != StatusOK {
+		k := p1.Launches[i].Kernel
+		if k >= 0 && rerun[k] || k < 0 && r1.out.get(i) != StatusOK {
 			r1.out.set(i, StatusLost)
 		}
 	}

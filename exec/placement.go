@@ -261,8 +261,8 @@ func (m *model) pairMove(dev []int, best **state) bool {
 // measure how far a heuristic is from the optimum. Errors as Place, and
 // more than 12 kernels.
 func OptimalPlacement(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *topology.Topology) (PlacementResult, error) {
-	if len(g.Kernels()) > 12 {
-		return PlacementResult{}, fmt.Errorf("exec: optimal placement of %d kernels: at most 12", len(g.Kernels()))
+	if g.NumKernels() > 12 {
+		return PlacementResult{}, fmt.Errorf("exec: optimal placement of %d kernels: at most 12", g.NumKernels())
 	}
 	m, err := newModel(g, devs, lanes, topo)
 	if err != nil {
@@ -307,17 +307,17 @@ type model struct {
 
 func newModel(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *topology.Topology) (*model, error) {
 	order := g.Order()
-	if order == nil && len(g.Kernels()) > 0 {
+	if order == nil && g.NumKernels() > 0 {
 		return nil, errors.New("exec: placement needs a validated graph")
 	}
 	if len(devs) == 0 || lanes < 1 {
 		return nil, fmt.Errorf("exec: placement on %d devices × %d lanes", len(devs), lanes)
 	}
-	ks := g.Kernels()
-	m := &model{g: g, devs: devs, lanes: lanes, topo: topo, w: make([]time.Duration, len(ks)),
-		pin: make([]int, len(ks)), prefer: make([]int, len(ks)), cost: map[[3]int64]time.Duration{}}
+	nk := g.NumKernels()
+	m := &model{g: g, devs: devs, lanes: lanes, topo: topo, w: make([]time.Duration, nk),
+		pin: make([]int, nk), prefer: make([]int, nk), cost: map[[3]int64]time.Duration{}}
 	index := func(id topology.DeviceID) int { return slices.Index(devs, id) }
-	for _, k := range ks {
+	for _, k := range g.Kernels() {
 		m.w[k.ID] = k.Estimate
 		if m.w[k.ID] == 0 {
 			m.w[k.ID] = DefaultEstimate
@@ -333,13 +333,13 @@ func newModel(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *topology.
 		}
 	}
 	// Upward rank: w + max over successors (average transfer + rank).
-	succ := make([][]dag.KernelID, len(ks))
+	succ := make([][]dag.KernelID, nk)
 	for k, ps := range g.Predecessors() {
 		for _, p := range ps {
 			succ[p] = append(succ[p], dag.KernelID(k))
 		}
 	}
-	rank := make([]time.Duration, len(ks))
+	rank := make([]time.Duration, nk)
 	for i := len(order) - 1; i >= 0; i-- {
 		k := order[i]
 		var best time.Duration
@@ -348,7 +348,7 @@ func newModel(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *topology.
 		}
 		rank[k] = m.w[k] + best
 	}
-	pos := make([]int, len(ks))
+	pos := make([]int, nk)
 	for i, k := range order {
 		pos[k] = i
 	}
@@ -367,8 +367,8 @@ func newModel(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *topology.
 // edgeBytes is what kernel s reads of what kernel p writes.
 func (m *model) edgeBytes(p, s dag.KernelID) int64 {
 	var n int64
-	for _, r := range m.g.Kernel(s).Reads {
-		for _, w := range m.g.Kernel(p).Writes {
+	for _, r := range m.g.KernelReads(s) {
+		for _, w := range m.g.KernelWrites(p) {
 			if w.Buffer == r.Buffer {
 				n += m.g.Buffer(r.Buffer).TransferBytes()
 				break
@@ -428,7 +428,7 @@ type state struct {
 func (m *model) newState() *state {
 	st := &state{m: m, dev: make([]int, len(m.w)), fin: make([]time.Duration, len(m.w)),
 		lanes: make([][]time.Duration, len(m.devs)), arrive: map[[2]int]time.Duration{},
-		home: make([]int, len(m.g.Buffers())), bufFin: make([]time.Duration, len(m.g.Buffers()))}
+		home: make([]int, m.g.NumBuffers()), bufFin: make([]time.Duration, m.g.NumBuffers())}
 	for i := range st.dev {
 		st.dev[i] = -1
 	}
@@ -459,7 +459,7 @@ func (st *state) clone() *state {
 // buffer it writes that already has a writer, else all.
 func (m *model) candidates(st *state, k dag.KernelID) []int {
 	forced := m.pin[k]
-	for _, w := range m.g.Kernel(k).Writes {
+	for _, w := range m.g.KernelWrites(k) {
 		if h := st.home[w.Buffer]; h >= 0 {
 			if forced >= 0 && forced != h {
 				return nil
@@ -478,13 +478,13 @@ func (m *model) candidates(st *state, k dag.KernelID) []int {
 }
 
 func (m *model) conflict(st *state, k dag.KernelID) error {
-	return fmt.Errorf("exec: kernel %q cannot be placed: its pin and the buffers it writes live on different devices", m.g.Kernel(k).Name)
+	return fmt.Errorf("exec: kernel %q cannot be placed: its pin and the buffers it writes live on different devices", m.g.KernelName(k))
 }
 
 // ready returns when k's inputs are on d, and the transfers it starts.
 func (st *state) ready(k dag.KernelID, d int) (ready, transfer time.Duration, bytes int64) {
 	m := st.m
-	for _, r := range m.g.Kernel(k).Reads {
+	for _, r := range m.g.KernelReads(k) {
 		h := st.home[r.Buffer]
 		if h < 0 {
 			continue // an input: free
@@ -521,7 +521,7 @@ func (st *state) finish(k dag.KernelID, d int) time.Duration {
 func (st *state) commit(k dag.KernelID, d int) {
 	m := st.m
 	ready, transfer, bytes := st.ready(k, d)
-	for _, r := range m.g.Kernel(k).Reads {
+	for _, r := range m.g.KernelReads(k) {
 		if h := st.home[r.Buffer]; h >= 0 && h != d {
 			key := [2]int{int(r.Buffer), d}
 			if _, ok := st.arrive[key]; !ok {
@@ -533,7 +533,7 @@ func (st *state) commit(k dag.KernelID, d int) {
 	fin := max(ready, st.lanes[d][li]) + m.w[k]
 	st.lanes[d][li] = fin
 	st.dev[k], st.fin[k] = d, fin
-	for _, w := range m.g.Kernel(k).Writes {
+	for _, w := range m.g.KernelWrites(k) {
 		if st.home[w.Buffer] < 0 {
 			st.home[w.Buffer] = d
 		}

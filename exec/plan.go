@@ -46,7 +46,8 @@ type PlannedLaunch struct {
 	Reads, Writes []buffers.Binding
 	Copy          *Copy // non-nil for a copy launch
 	fn            dag.KernelFunc
-	kernel        *dag.Kernel
+	optional      []bool // the kernel's Optional
+	pin           int    // the kernel's Stream: -1 unpinned
 }
 
 // PlannedBuffer is a buffer of a plan: one of the graph's (same id), or a
@@ -98,7 +99,7 @@ func (e *Executor) Plan(g *dag.Graph) (*Plan, error) {
 	}
 	var pl PlacementResult
 	if len(e.devs) == 1 {
-		pl = PlacementResult{Device: make([]int, len(g.Kernels()))}
+		pl = PlacementResult{Device: make([]int, g.NumKernels())}
 		for _, k := range g.Kernels() {
 			if k.Device != nil && *k.Device != ids[0] {
 				return nil, fmt.Errorf("exec: kernel %q is pinned to %s, the executor has only %s", k.Name, *k.Device, ids[0])
@@ -124,11 +125,10 @@ type subset struct {
 
 func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementResult, sub *subset) *Plan {
 	order := g.Order()
-	kernels := g.Kernels()
 	if sub != nil {
 		order = slices.DeleteFunc(slices.Clone(order), func(k dag.KernelID) bool { return !sub.run[k] })
 	}
-	order = launchOrder(g, order, len(g.Buffers()))
+	order = launchOrder(g, order, g.NumBuffers())
 	p := &Plan{Graph: g, Devices: devs, Streams: nstreams, Placement: pl}
 	for _, b := range g.Buffers() {
 		p.Buffers = append(p.Buffers, PlannedBuffer{Name: b.Name, SizeBytes: b.SizeBytes, Value: b.Value, Of: b.ID})
@@ -140,7 +140,7 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementRe
 	// writer of a buffer on one device); inputs live on device 0.
 	written := make([]bool, len(p.Buffers))
 	for _, kid := range order {
-		for _, w := range kernels[kid].Writes {
+		for _, w := range g.KernelWrites(kid) {
 			if !written[w.Buffer] {
 				written[w.Buffer] = true
 				p.Buffers[w.Buffer].Device = pl.Device[kid]
@@ -149,7 +149,7 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementRe
 	}
 	replica := map[[2]int]buffers.ID{} // (buffer, device) → replica id
 	for _, kid := range order {
-		k := kernels[kid]
+		k := g.Kernel(kid)
 		d := pl.Device[kid]
 		reads, cloned := k.Reads, false
 		for i, r := range k.Reads {
@@ -178,7 +178,7 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementRe
 			reads[i].Buffer = rep
 		}
 		p.Launches = append(p.Launches, PlannedLaunch{Kernel: kid, Name: k.Name, Device: d, Reads: reads,
-			Writes: k.Writes, fn: k.Fn, kernel: k})
+			Writes: k.Writes, fn: k.Fn, optional: k.Optional, pin: k.Stream})
 	}
 	n := len(p.Launches)
 	p.record = make([]bool, n)
@@ -197,8 +197,8 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementRe
 		l := &p.Launches[i]
 		base := l.Device * nstreams
 		s := -1
-		if l.kernel != nil && l.kernel.Stream >= 0 {
-			s = base + l.kernel.Stream%nstreams
+		if l.Kernel >= 0 && l.pin >= 0 {
+			s = base + l.pin%nstreams
 		} else {
 			// Continue a dependency's chain: the one whose stream has the
 			// fewest launches, so chains that merge do not pile up on one
@@ -294,11 +294,10 @@ func launchOrder(g *dag.Graph, order []dag.KernelID, nbuf int) []dag.KernelID {
 	if n < 3 {
 		return order
 	}
-	kernels := g.Kernels()
 	haz := newHazards(nbuf, n)
 	deps := make([][]int, n) // by position in order
 	for i, kid := range order {
-		deps[i] = haz.access(i, kernels[kid].Reads, kernels[kid].Writes)
+		deps[i] = haz.access(i, g.KernelReads(kid), g.KernelWrites(kid))
 	}
 	succs := make([][]int32, n)
 	indeg := make([]int32, n)
@@ -315,7 +314,7 @@ func launchOrder(g *dag.Graph, order []dag.KernelID, nbuf int) []dag.KernelID {
 			r = max(r, rank[s])
 		}
 		c := defaultLaunchCost
-		if e := kernels[order[i]].Estimate; e > 0 {
+		if e := g.Kernel(order[i]).Estimate; e > 0 {
 			c = float64(e) / float64(time.Microsecond)
 		}
 		rank[i] = r + c

@@ -69,7 +69,7 @@ func (p *Plan) MarshalDOT() ([]byte, error) {
 				continue
 			}
 			shape := "ellipse"
-			if id < len(g.Buffers()) && g.Buffer(bd.Of).Input {
+			if id < g.NumBuffers() && g.Buffer(bd.Of).Input {
 				shape = "doublecircle"
 			}
 			label := dotLabel(bd.Name)

@@ -227,7 +227,7 @@ func (r *Result) Err() error { return r.Report.Err() }
 // returns a *failgraph.UnwrittenError per failure found, naming the root
 // error and the chain of kernels back to it. An unknown id is an error.
 func (r *Result) Buffer(id dag.BufferID) (*buffers.Buffer, error) {
-	if id < 0 || int(id) >= len(r.graph.Buffers()) {
+	if id < 0 || int(id) >= r.graph.NumBuffers() {
 		return nil, fmt.Errorf("exec: result has no buffer id %d", id)
 	}
 	if r.run.bufs == nil {

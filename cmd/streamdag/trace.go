@@ -75,13 +75,13 @@ type progress struct {
 // the launches that ran (a skipped launch is counted when the bar
 // finishes). Call it before planning: a plan may copy the functions.
 func countLaunches(g *dag.Graph) *progress {
-	p := &progress{total: len(g.Kernels())}
-	for _, k := range g.Kernels() {
+	p := &progress{total: g.NumKernels()}
+	for id, k := range g.Kernels() {
 		fn := k.Fn
-		k.Fn = func(ctx context.Context, l dag.Launch) error {
+		g.SetFunc(id, func(ctx context.Context, l dag.Launch) error {
 			defer p.done.Add(1)
 			return fn(ctx, l)
-		}
+		})
 	}
 	return p
 }

@@ -123,7 +123,7 @@ func run(out string, minTime time.Duration, skip1M bool, logw io.Writer) error {
 			if err := g.Validate(); err != nil {
 				return err
 			}
-			n := len(g.Kernels())
+			n := g.NumKernels()
 			minRuns, maxRuns, mt := 3, 1000, minTime
 			if n > 100_000 {
 				minRuns, maxRuns, mt = 2, 2, 0
@@ -182,15 +182,15 @@ func run(out string, minTime time.Duration, skip1M bool, logw io.Writer) error {
 	return nil
 }
 
-// measureBuild times building (3 runs, the fastest), validating and
-// planning the shape with empty kernels.
+// measureBuild times building, validating and planning the shape with
+// empty kernels: the mean of 3 runs each.
 func measureBuild(s bench.Shape) (Build, error) {
 	var g *dag.Graph
 	st, err := bench.Measure(func() error { g = s.Build(bench.Empty); return nil }, 3, 3, 0)
 	if err != nil {
 		return Build{}, err
 	}
-	n := len(g.Kernels())
+	n := g.NumKernels()
 	b := Build{Shape: s.Name, Kernels: n, BuildNsPerKernel: st.PerLaunch(n), BuildCPUNsPerKernel: st.CPUNsPerOp / float64(n),
 		BuildAllocsPerKernel: st.AllocsPerOp / float64(n)}
 	st, err = bench.Measure(g.Validate, 3, 3, 0)

@@ -1,0 +1,159 @@
+package dag_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/buffers"
+	"github.com/streamdag/streamdag/dag"
+)
+
+func TestNamesAreCopied(t *testing.T) {
+	g := dag.New()
+	buf := []byte("first")
+	// A string over a buffer the caller reuses: the graph must keep its
+	// own copy.
+	b := g.AddValue(unsafe.String(&buf[0], len(buf)))
+	k := g.AddKernel(unsafe.String(&buf[0], len(buf))+"-k", nop, dag.Writes(b))
+	copy(buf, "XXXXX")
+	assert.Equal(t, "first", g.Buffer(b).Name)
+	assert.Equal(t, "first-k", g.KernelName(k))
+}
+
+func TestNamesSurviveArenaGrowth(t *testing.T) {
+	g := dag.New()
+	long := strings.Repeat("n", 100_000) // longer than any arena growth step
+	var names []string
+	var early []string // names read before the arena grew
+	for i := range 5000 {
+		n := "k" + strconv.Itoa(i)
+		if i == 1234 {
+			n = long
+		}
+		if i%7 == 0 {
+			n = "" // an empty name is a mistake, and reads as empty
+		}
+		b := g.AddValue("b" + strconv.Itoa(i))
+		g.AddKernel(n, nop, dag.Writes(b))
+		names = append(names, n)
+		if i < 10 {
+			early = append(early, g.KernelName(dag.KernelID(i)))
+		}
+	}
+	for i, n := range names {
+		require.Equal(t, n, g.KernelName(dag.KernelID(i)), "kernel %d", i)
+		require.Equal(t, n, g.Kernel(dag.KernelID(i)).Name)
+		require.Equal(t, "b"+strconv.Itoa(i), g.Buffer(dag.BufferID(i)).Name)
+	}
+	assert.Equal(t, names[:10], early, "names handed out before the arena grew stay valid")
+	err := g.Validate()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "dag: kernel 0 has an empty name")
+	assert.Contains(t, err.Error(), "dag: kernel 7 has an empty name")
+}
+
+func TestUnknownReadKeepsWrites(t *testing.T) {
+	g := dag.New()
+	a := g.AddValue("a")
+	out := g.AddBuffer("out", 16)
+	// Fast path (whole-buffer options only) and general path (a range).
+	fast := g.AddKernel("fast", nop, dag.Reads(a, 99), dag.Writes(out))
+	general := g.AddKernel("general", nop, dag.Reads(a), dag.ReadsRange(77, 0, 1), dag.WritesRange(out, 8, 8), dag.WritesRange(out, 0, 8))
+	assert.Equal(t, []buffers.Binding{{Buffer: a, Length: 1}}, g.Kernel(fast).Reads)
+	assert.Equal(t, []buffers.Binding{{Buffer: out, Length: 16}}, g.Kernel(fast).Writes)
+	assert.Equal(t, []buffers.Binding{{Buffer: a, Length: 1}}, g.Kernel(general).Reads)
+	assert.Equal(t, []buffers.Binding{{Buffer: out, Offset: 8, Length: 8}, {Buffer: out, Length: 8}}, g.Kernel(general).Writes)
+	err := g.Validate()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `dag: kernel "fast" reads unknown buffer id 99`)
+	assert.Contains(t, err.Error(), `dag: kernel "general" reads unknown buffer id 77`)
+}
+
+func TestViewsAndAccessors(t *testing.T) {
+	g := dag.New()
+	in := g.AddBuffer("in", 32, dag.Input(), dag.SizeHint(5))
+	v := g.AddValue("v", dag.SizeHint(4096), dag.SizeHint(100)) // the later hint wins
+	w := g.AddValue("w")
+	k := g.AddKernel("k", nop, dag.Reads(in), dag.Writes(v), dag.OnStream(2))
+	j := g.AddKernel("j", nop, dag.ReadsOptional(v), dag.Writes(w))
+	assert.Equal(t, dag.Buffer{ID: in, Name: "in", SizeBytes: 32, Input: true, SizeHint: 5}, g.Buffer(in))
+	assert.Equal(t, int64(32), g.Buffer(in).TransferBytes(), "a raw buffer moves its size")
+	assert.Equal(t, dag.Buffer{ID: v, Name: "v", Value: true, SizeHint: 100}, g.Buffer(v))
+	assert.Equal(t, dag.Buffer{ID: w, Name: "w", Value: true}, g.Buffer(w))
+
+	for id, kern := range g.Kernels() {
+		assert.Equal(t, id, kern.ID)
+		assert.Equal(t, g.KernelReads(id), kern.Reads)
+		assert.Equal(t, g.KernelWrites(id), kern.Writes)
+		assert.Equal(t, g.KernelName(id), kern.Name)
+	}
+	assert.Equal(t, 2, g.Kernel(k).Stream)
+	assert.Equal(t, -1, g.Kernel(j).Stream)
+	assert.Equal(t, []bool{true}, g.Kernel(j).Optional)
+	assert.Nil(t, g.Kernel(k).Optional)
+
+	n := 0
+	for range g.Kernels() {
+		n++
+		break
+	}
+	for range g.Buffers() {
+		n++
+		break
+	}
+	assert.Equal(t, 2, n, "the iterators stop when asked")
+	assert.Panics(t, func() { g.Kernel(2) })
+	assert.Panics(t, func() { g.KernelName(-1) })
+	assert.Panics(t, func() { g.Buffer(3) })
+}
+
+func TestSetFuncAndKernelByName(t *testing.T) {
+	g := dag.New()
+	b := g.AddValue("b")
+	k := g.AddKernel("k", nop, dag.Writes(b))
+	id, ok := g.KernelByName("k")
+	require.True(t, ok)
+	assert.Equal(t, k, id)
+	_, ok = g.KernelByName("nope")
+	assert.False(t, ok)
+
+	boom := errors.New("boom")
+	g.SetFunc(k, func(context.Context, dag.Launch) error { return boom })
+	assert.ErrorIs(t, g.Kernel(k).Fn(t.Context(), nil), boom)
+
+	g.SetFunc(k, nil)
+	assert.ErrorContains(t, g.Validate(), `dag: kernel "k" has a nil function`)
+	g.SetFunc(k, nop)
+	require.NoError(t, g.Validate(), "a nil function set back is no longer a mistake")
+
+	require.NoError(t, g.InjectFailure("k", false))
+	assert.ErrorIs(t, g.Kernel(k).Fn(t.Context(), nil), dag.ErrInjected)
+	assert.ErrorContains(t, g.InjectFailure("x", false), `dag: no kernel "x" to fail (kernels: k)`)
+}
+
+func TestBuildWithFormattedNamesAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector changes allocation counts")
+	}
+	const n = 4096
+	g := dag.New()
+	g.Grow(n, n)
+	i := 0
+	allocs := testing.AllocsPerRun(n-1, func() {
+		// Names formatted on the stack, as a user would: the graph copies
+		// them, so they need not escape.
+		var buf [32]byte
+		out := g.AddValue(string(strconv.AppendInt(append(buf[:0], 'b'), int64(i), 10)))
+		g.AddKernel(string(strconv.AppendInt(append(buf[:0], 'k'), int64(i), 10)), nop, dag.Writes(out))
+		i++
+	})
+	assert.Zero(t, allocs, "allocations per kernel, amortised")
+	require.NoError(t, g.Validate())
+}
