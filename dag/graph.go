@@ -396,7 +396,9 @@ const (
 )
 
 // Input marks a buffer as supplied from outside the graph: it may be read
-// without any kernel writing it.
+// without any kernel writing it. Its contents come with the run
+// (exec.WithInput); without them a value input holds nil and a raw input
+// zero bytes.
 func Input() BufferOption { return BufferOption{kind: bufOptInput} }
 
 // AddBuffer declares a raw buffer of sizeBytes (>= 0) bytes and returns its

@@ -128,7 +128,9 @@ type runConfig struct {
 }
 
 // WithInput stores v into input buffer id before the run starts; the
-// buffer takes over the caller's reference (see buffers.Buffer.Store).
+// buffer takes over the caller's reference (see buffers.Buffer.Store). An
+// input given no value is not an error: a value buffer then holds nil and
+// a raw buffer zero bytes, and its readers run on that.
 func WithInput(id dag.BufferID, v any) RunOption {
 	return func(c *runConfig) {
 		if c.inputs == nil {

@@ -50,6 +50,9 @@ func TestExamplesMatchJSONTwins(t *testing.T) {
 	dir := testdata.Topologies(t)
 	files, err := filepath.Glob(filepath.Join(dir, "*.topo-m.txt"))
 	require.NoError(t, err)
+	if len(files) == 0 {
+		testdata.TopologyFile(t, "dgx1-v100.topo-m.txt") // skips (fails under CI): none there
+	}
 	require.Len(t, files, 5)
 	for _, txt := range files {
 		name := strings.TrimSuffix(filepath.Base(txt), ".topo-m.txt")
@@ -76,7 +79,7 @@ func TestExamplesMatchJSONTwins(t *testing.T) {
 }
 
 func TestParseMatrixDGX1V100(t *testing.T) {
-	f := parseFile(t, filepath.Join(testdata.Topologies(t), "dgx1-v100.topo-m.txt"))
+	f := parseFile(t, testdata.TopologyFile(t, "dgx1-v100.topo-m.txt"))
 	require.Len(t, f.GPUs, 8)
 	nv := func(i, j int) string { return f.Pairs[i][j].Label() }
 	assert.Equal(t, "NV1", nv(0, 1))
@@ -113,7 +116,7 @@ func seq(a, b int) []int {
 }
 
 func TestParseMatrixRawDGXA100TenNICs(t *testing.T) {
-	f := parseFile(t, filepath.Join(testdata.Topologies(t), "raw", "dgx-a100-10nic-tabs.txt"))
+	f := parseFile(t, testdata.TopologyFile(t, "raw/dgx-a100-10nic-tabs.txt"))
 	require.Len(t, f.GPUs, 8)
 	require.Len(t, f.NICs, 10)
 	for i := range 8 {
@@ -142,7 +145,7 @@ func TestParseMatrixRawDGXA100TenNICs(t *testing.T) {
 }
 
 func TestParseMatrixRawDGX1P100OldLabels(t *testing.T) {
-	f := parseFile(t, filepath.Join(testdata.Topologies(t), "raw", "dgx1-p100-soc-4nic-tabs.txt"))
+	f := parseFile(t, testdata.TopologyFile(t, "raw/dgx1-p100-soc-4nic-tabs.txt"))
 	require.Len(t, f.GPUs, 8, "the mangled header GPU0GPU1…mlx5_0 is split")
 	require.Len(t, f.NICs, 4)
 	assert.Equal(t, []string{"mlx5_0", "mlx5_2", "mlx5_1", "mlx5_3"},
@@ -161,7 +164,7 @@ func TestParseMatrixRawDGX1P100OldLabels(t *testing.T) {
 }
 
 func TestParseMatrixA100NVLinkPairs(t *testing.T) {
-	f := parseFile(t, filepath.Join(testdata.Topologies(t), "a100-pcie-8gpu-nvlink-pairs.topo-m.txt"))
+	f := parseFile(t, testdata.TopologyFile(t, "a100-pcie-8gpu-nvlink-pairs.topo-m.txt"))
 	assert.Equal(t, "NV12", f.Pairs[2][3].Label())
 	assert.Equal(t, "NODE", f.Pairs[1][2].Label())
 	assert.Nil(t, f.GPUs[4].CPUAffinity, "N/A")
@@ -170,8 +173,7 @@ func TestParseMatrixA100NVLinkPairs(t *testing.T) {
 }
 
 func TestParseP2PRTX5090(t *testing.T) {
-	dir := testdata.Topologies(t)
-	fh, err := os.Open(filepath.Join(dir, "rtx5090-2gpu-no-p2p.topo-p2p.txt"))
+	fh, err := os.Open(testdata.TopologyFile(t, "rtx5090-2gpu-no-p2p.topo-p2p.txt"))
 	require.NoError(t, err)
 	defer fh.Close()
 	m, err := topology.ParseP2P(fh)
@@ -180,7 +182,7 @@ func TestParseP2PRTX5090(t *testing.T) {
 	assert.Equal(t, [][]topology.P2PStatus{{topology.P2PNotReported, topology.P2PGPUNotSupported},
 		{topology.P2PGPUNotSupported, topology.P2PNotReported}}, m.Status)
 
-	f := parseFile(t, filepath.Join(dir, "rtx5090-2gpu-no-p2p.topo-m.txt"))
+	f := parseFile(t, testdata.TopologyFile(t, "rtx5090-2gpu-no-p2p.topo-m.txt"))
 	assert.Equal(t, "PHB", f.Pairs[0][1].Label())
 	require.NoError(t, f.ApplyP2P(m, topology.P2PRead))
 	assert.Equal(t, topology.P2PGPUNotSupported, f.Pairs[0][1].P2P.Read)
@@ -188,7 +190,7 @@ func TestParseP2PRTX5090(t *testing.T) {
 	assert.False(t, f.Pairs[0][1].P2P.Usable())
 
 	// The JSON twin carries the same facts (mode rw).
-	j := parseFile(t, filepath.Join(dir, "rtx5090-2gpu-no-p2p.json"))
+	j := parseFile(t, testdata.TopologyFile(t, "rtx5090-2gpu-no-p2p.json"))
 	assert.Equal(t, topology.P2PGPUNotSupported, j.Pairs[1][0].P2P.Read)
 	assert.Equal(t, topology.P2PGPUNotSupported, j.Pairs[1][0].P2P.Write)
 }
@@ -215,10 +217,9 @@ func toSpaces(s string) string {
 }
 
 func TestParseMatrixSpaces(t *testing.T) {
-	dir := testdata.Topologies(t)
 	for _, name := range []string{"dgx1-v100.topo-m.txt", "a100-pcie-8gpu-nvlink-pairs.topo-m.txt", "raw/dgx-a100-10nic-tabs.txt", "raw/dgx1-p100-soc-4nic-tabs.txt"} {
 		t.Run(name, func(t *testing.T) {
-			b, err := os.ReadFile(filepath.Join(dir, name))
+			b, err := os.ReadFile(testdata.TopologyFile(t, name))
 			require.NoError(t, err)
 			tabs, err := topology.ParseMatrix(strings.NewReader(string(b)))
 			require.NoError(t, err)
@@ -228,7 +229,7 @@ func TestParseMatrixSpaces(t *testing.T) {
 		})
 	}
 	// CRLF line ends and leading blank lines.
-	b, err := os.ReadFile(filepath.Join(dir, "rtx5090-2gpu-no-p2p.topo-p2p.txt"))
+	b, err := os.ReadFile(testdata.TopologyFile(t, "rtx5090-2gpu-no-p2p.topo-p2p.txt"))
 	require.NoError(t, err)
 	m, err := topology.ParseP2P(strings.NewReader("\r\n\n" + strings.ReplaceAll(toSpaces(string(b)), "\n", "\r\n")))
 	require.NoError(t, err)

@@ -2,7 +2,6 @@ package topology_test
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -18,7 +17,7 @@ const mib64 = 64 << 20
 
 func load(t *testing.T, name string, opts ...topology.Option) *topology.Topology {
 	t.Helper()
-	f := parseFile(t, filepath.Join(testdata.Topologies(t), name))
+	f := parseFile(t, testdata.TopologyFile(t, name))
 	topo, err := topology.New(f, opts...)
 	require.NoError(t, err)
 	return topo
@@ -77,9 +76,8 @@ func mustCost(t *testing.T, topo *topology.Topology, n int64, a, b topology.Devi
 }
 
 func TestRTX5090NoP2PGoesThroughHost(t *testing.T) {
-	dir := testdata.Topologies(t)
-	f := parseFile(t, filepath.Join(dir, "rtx5090-2gpu-no-p2p.topo-m.txt"))
-	fh, err := os.Open(filepath.Join(dir, "rtx5090-2gpu-no-p2p.topo-p2p.txt"))
+	f := parseFile(t, testdata.TopologyFile(t, "rtx5090-2gpu-no-p2p.topo-m.txt"))
+	fh, err := os.Open(testdata.TopologyFile(t, "rtx5090-2gpu-no-p2p.topo-p2p.txt"))
 	require.NoError(t, err)
 	defer fh.Close()
 	m, err := topology.ParseP2P(fh)
@@ -102,7 +100,7 @@ func TestRTX5090NoP2PGoesThroughHost(t *testing.T) {
 	assert.Equal(t, []topology.DeviceID{topology.GPU(0), topology.CPU, topology.GPU(1)}, r.Path)
 
 	// Without the p2p file, the RTX 5090 spec alone rules PCIe P2P out.
-	f2 := parseFile(t, filepath.Join(dir, "rtx5090-2gpu-no-p2p.topo-m.txt"))
+	f2 := parseFile(t, testdata.TopologyFile(t, "rtx5090-2gpu-no-p2p.topo-m.txt"))
 	spec, ok := topology.SpecByName("GeForce RTX 5090")
 	require.True(t, ok)
 	topo2, err := topology.New(f2, topology.WithGPUSpec(spec))

@@ -44,6 +44,18 @@ func File(t testing.TB, name string) string {
 	return path
 }
 
+// TopologyFile returns the path of rel (e.g. "dgx1-v100.topo-m.txt" or
+// "raw/…") in Topologies. When that file is missing it skips the test with
+// a message naming it, or fails the test when CI is set.
+func TopologyFile(t testing.TB, rel string) string {
+	t.Helper()
+	path := filepath.Join(Topologies(t), rel)
+	if _, err := os.Stat(path); err != nil {
+		missing(t, "testdata: topology file "+rel+" missing (see README): %v", err)
+	}
+	return path
+}
+
 // shared returns $env, or <root>/../shared/sub, skipping (failing under
 // CI) when it does not exist.
 func shared(t testing.TB, env, sub, what string) string {
