@@ -37,11 +37,7 @@ func Topologies(t testing.TB) string {
 // it, or fails the test when the environment variable CI is set.
 func File(t testing.TB, name string) string {
 	t.Helper()
-	path := filepath.Join(Dir(t), name)
-	if _, err := os.Stat(path); err != nil {
-		missing(t, "testdata: data set "+name+" missing (see README): %v", err)
-	}
-	return path
+	return fileIn(t, Dir(t), name, "data set")
 }
 
 // TopologyFile returns the path of rel (e.g. "dgx1-v100.topo-m.txt" or
@@ -49,9 +45,16 @@ func File(t testing.TB, name string) string {
 // a message naming it, or fails the test when CI is set.
 func TopologyFile(t testing.TB, rel string) string {
 	t.Helper()
-	path := filepath.Join(Topologies(t), rel)
+	return fileIn(t, Topologies(t), rel, "topology file")
+}
+
+// fileIn returns dir/rel, skipping (failing under CI) with a message
+// naming the missing file, a what.
+func fileIn(t testing.TB, dir, rel, what string) string {
+	t.Helper()
+	path := filepath.Join(dir, rel)
 	if _, err := os.Stat(path); err != nil {
-		missing(t, "testdata: topology file "+rel+" missing (see README): %v", err)
+		missing(t, "testdata: "+what+" "+rel+" missing (see README): %v", err)
 	}
 	return path
 }
