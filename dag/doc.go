@@ -17,7 +17,7 @@
 // Building is cheap enough for graphs of millions of kernels. A
 // [KernelOption] or [BufferOption] is a plain value (making one allocates
 // nothing). A graph stores kernels and buffers as small records without
-// pointers (24 and 16 bytes) and copies names and bindings into arenas of
+// pointers (28 and 16 bytes) and copies names and bindings into arenas of
 // its own, so AddValue and AddKernel allocate nothing per call, amortised,
 // a name formatted on the caller's stack may stay there, and the garbage
 // collector has next to nothing to scan in a large graph. [Graph.Grow]

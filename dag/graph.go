@@ -126,15 +126,16 @@ func (b Buffer) Whole() buffers.Binding {
 // simple.DirectedGraph underneath (see Directed). The zero value is not
 // usable; call New.
 //
-// The graph's own store is compact and holds no pointer per kernel or
-// buffer except each kernel's function: kernels and buffers are records
-// of a few integers in two arrays (24 and 16 bytes), their names are
-// copied into one byte arena per kind, and the bindings of every declared
-// read and write into chunks of a binding arena (24 bytes each). So adding
-// a kernel or a buffer allocates nothing of its own (amortised: the arrays
-// and name arenas double, a binding chunk holds up to 4096 bindings; Grow
-// presizes the arrays), and the garbage collector has next to nothing to
-// scan in even a very large graph. Kernel and Buffer are
+// The graph's own store is compact: kernels and buffers are records of a
+// few integers in two arrays (28 and 16 bytes, no pointers); a kernel
+// function is stored once for a run of kernels added in a row with the
+// same function (so the only pointers are the distinct functions); names
+// are copied into one byte arena per kind, and the bindings of every
+// declared read and write into chunks of a binding arena (24 bytes each).
+// So adding a kernel or a buffer allocates nothing of its own (amortised:
+// the arrays and name arenas double, a binding chunk holds up to 4096
+// bindings; Grow presizes the arrays), and the garbage collector has next
+// to nothing to scan in even a very large graph. Kernel and Buffer are
 // views made from the records on demand. Gonum node ids are numbered in
 // the order kernels and buffers were added. The gonum graph is built from
 // the store on first use (Directed, MarshalDOT, a cycle report) and
@@ -152,7 +153,8 @@ type Graph struct {
 	bufNode []int64               // gonum node id of each buffer in dg
 
 	krecs  []kernelRec
-	fns    []KernelFunc // per kernel
+	fns    []KernelFunc   // distinct functions, by kernelRec.fn
+	lastFn unsafe.Pointer // the closure of fns[len(fns)-1]
 	extras []kernelExtra
 	brecs  []bufferRec
 	nodes  []nodeRef  // gonum node id → kernel or buffer
@@ -172,9 +174,10 @@ type Graph struct {
 	bindUsed   int
 }
 
-// kernelRec is the stored form of a kernel: 24 bytes, no pointer.
+// kernelRec is the stored form of a kernel: 28 bytes, no pointer.
 type kernelRec struct {
 	name  uint32 // start of the name in knames
+	fn    uint32 // index into Graph.fns
 	bind  bindRef
 	extra uint32 // 1 + index into Graph.extras; 0: none
 }
@@ -264,11 +267,26 @@ func (g *Graph) Grow(kernels, buffers int) {
 		panic(fmt.Sprintf("dag: Graph.Grow(%d, %d): negative count", kernels, buffers))
 	}
 	g.krecs = slices.Grow(g.krecs, kernels)
-	g.fns = slices.Grow(g.fns, kernels)
 	g.brecs = slices.Grow(g.brecs, buffers)
 	g.nodes = slices.Grow(g.nodes, kernels+buffers)
 	g.knames = slices.Grow(g.knames, 8*kernels)
 	g.bnames = slices.Grow(g.bnames, 8*buffers)
+}
+
+// funcIndex returns the index of fn in g.fns, adding it unless it is the
+// same closure as the last one added: kernels added in a row with one
+// function (the usual way of building a large graph) share an entry, so
+// the graph then holds no pointer per kernel at all, and adding one
+// writes none (no write barrier while the collector runs).
+func (g *Graph) funcIndex(fn KernelFunc) uint32 {
+	// A func value is a pointer to its closure; two equal pointers are
+	// the same function with the same captured variables.
+	p := *(*unsafe.Pointer)(unsafe.Pointer(&fn))
+	if len(g.fns) == 0 || p != g.lastFn {
+		g.fns = append(g.fns, fn)
+		g.lastFn = p
+	}
+	return uint32(len(g.fns) - 1)
 }
 
 // putName appends s to the name arena a and returns s's start in it. It
@@ -513,8 +531,7 @@ func (g *Graph) rangeFor(k KernelID, id BufferID, off, n int64, verb string) (bu
 // device hint or estimate.
 func (g *Graph) AddKernel(name string, fn KernelFunc, opts ...KernelOption) KernelID {
 	id := KernelID(len(g.krecs))
-	g.krecs = push(g.krecs, kernelRec{name: g.putName(&g.knames, name)})
-	g.fns = push(g.fns, fn)
+	g.krecs = push(g.krecs, kernelRec{name: g.putName(&g.knames, name), fn: g.funcIndex(fn)})
 	if name == "" {
 		g.checkName("kernel", "", int64(id))
 	}
@@ -682,7 +699,7 @@ func (g *Graph) NumBuffers() int { return len(g.brecs) }
 // O(1), no allocation.
 func (g *Graph) Kernel(id KernelID) Kernel {
 	r := &g.krecs[id]
-	k := Kernel{ID: id, Name: g.kernelName(int(id)), Fn: g.fns[id], Reads: g.reads(r), Writes: g.writes(r), Stream: -1}
+	k := Kernel{ID: id, Name: g.kernelName(int(id)), Fn: g.fns[r.fn], Reads: g.reads(r), Writes: g.writes(r), Stream: -1}
 	if r.extra != 0 {
 		ex := &g.extras[r.extra-1]
 		k.Optional, k.Stream, k.Device, k.Prefer, k.Estimate = ex.optional, ex.stream-1, ex.device, ex.prefer, ex.estimate
@@ -710,7 +727,7 @@ func (g *Graph) KernelWrites(id KernelID) []buffers.Binding { return g.writes(&g
 // run concurrently with anything else on g, such as a run of g.
 // A nil fn is reported by Validate.
 func (g *Graph) SetFunc(id KernelID, fn KernelFunc) {
-	g.fns[id] = fn
+	g.krecs[id].fn = g.funcIndex(fn)
 	g.order = nil
 }
 

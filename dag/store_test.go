@@ -157,3 +157,26 @@ func TestBuildWithFormattedNamesAllocatesNothing(t *testing.T) {
 	assert.Zero(t, allocs, "allocations per kernel, amortised")
 	require.NoError(t, g.Validate())
 }
+
+func TestFunctionsStayPerKernel(t *testing.T) {
+	g := dag.New()
+	var ran []int
+	mk := func(i int) dag.KernelFunc {
+		return func(context.Context, dag.Launch) error { ran = append(ran, i); return nil }
+	}
+	shared := mk(100)
+	ids := []dag.KernelID{
+		g.AddKernel("a", shared),
+		g.AddKernel("b", shared),
+		g.AddKernel("c", mk(2)),
+		g.AddKernel("d", shared),
+		g.AddKernel("e", nop),
+		g.AddKernel("f", nop),
+	}
+	g.SetFunc(ids[1], mk(1)) // only b changes
+	for _, id := range ids {
+		require.NoError(t, g.Kernel(id).Fn(t.Context(), nil))
+	}
+	assert.Equal(t, []int{100, 1, 2, 100}, ran)
+	require.NoError(t, g.Validate())
+}

@@ -225,8 +225,8 @@ func (g *Graph) duplicates() []error {
 // order.
 func (g *Graph) nilFuncs() []error {
 	var errs []error
-	for k, fn := range g.fns {
-		if fn == nil {
+	for k := range g.krecs {
+		if g.fns[g.krecs[k].fn] == nil {
 			errs = append(errs, fmt.Errorf("dag: kernel %q has a nil function", g.KernelName(KernelID(k))))
 		}
 	}
