@@ -116,16 +116,16 @@ func Wavefront(n int, fn dag.KernelFunc) *dag.Graph {
 	for i := range n {
 		for j := range n {
 			bufs[i*n+j] = g.AddValue(name2("c", i, j))
-			// At most three options, in a fixed array: no allocation.
-			opts := [3]dag.KernelOption{dag.Writes(bufs[i*n+j])}
-			nopt := 1
+			// The reads in a fixed array: no allocation.
+			var reads [2]dag.BufferID
+			nr := 0
 			if i > 0 {
-				opts[nopt], nopt = dag.Reads(bufs[(i-1)*n+j]), nopt+1
+				reads[nr], nr = bufs[(i-1)*n+j], nr+1
 			}
 			if j > 0 {
-				opts[nopt], nopt = dag.Reads(bufs[i*n+j-1]), nopt+1
+				reads[nr], nr = bufs[i*n+j-1], nr+1
 			}
-			g.AddKernel(name2("cell", i, j), fn, opts[:nopt]...)
+			g.AddKernel(name2("cell", i, j), fn, dag.Writes(bufs[i*n+j]), dag.Reads(reads[:nr]...))
 		}
 	}
 	return g

@@ -171,6 +171,7 @@ type Graph struct {
 	// chunk index finds it; the last is the one being filled, up to
 	// bindUsed.
 	bindChunks [][]buffers.Binding
+	bindCur    []buffers.Binding // the last chunk
 	bindUsed   int
 }
 
@@ -240,14 +241,29 @@ func chunkLen(last, need, least, most int) int {
 	return max(min(max(2*last, least), most), need)
 }
 
-// push appends v to s, doubling the capacity when s is full: append grows
-// a large slice by only a quarter, which copies each element about four
-// times over while a graph grows.
-func push[S ~[]E, E any](s S, v E) S {
-	if len(s) == cap(s) {
-		s = slices.Grow(s, max(len(s), chunkMin))
+// push appends v to *s, doubling the capacity when *s is full: append
+// grows a large slice by only a quarter, which copies each element about
+// four times over while a graph grows. When there is room it stores only
+// the new length: storing the whole slice header back into the graph
+// would be a pointer write, which costs a write barrier whenever the
+// garbage collector is marking (and it often is while a large graph is
+// built).
+func push[E any](s *[]E, v E) {
+	n := len(*s)
+	if n == cap(*s) {
+		*s = slices.Grow(*s, max(n, chunkMin))
 	}
-	return append(s, v)
+	*s = (*s)[:n+1]
+	(*s)[n] = v
+}
+
+// invalidate drops the order of the last Validate after a change. It
+// writes only when there is an order to drop (a pointer write costs a
+// write barrier while the collector runs; see push).
+func (g *Graph) invalidate() {
+	if g.order != nil {
+		g.order = nil
+	}
 }
 
 // New returns an empty graph.
@@ -294,18 +310,28 @@ func (g *Graph) funcIndex(fn KernelFunc) uint32 {
 // stays there. Names past maxNames bytes are recorded as a mistake and
 // dropped (the name reads as empty).
 func (g *Graph) putName(a *[]byte, s string) uint32 {
+	// The arena's capacity never passes maxNames (see growName), so a name
+	// that fits in it is within bounds.
 	n := len(*a)
-	if len(s) == 0 {
-		return uint32(n)
+	if cap(*a)-n < len(s) {
+		return g.growName(a, s)
 	}
+	*a = (*a)[:n+len(s)] // the length only: no pointer write (see push)
+	copy((*a)[n:], s)
+	return uint32(n)
+}
+
+// growName is putName when arena a has no room for s: it doubles the
+// arena, up to a capacity of maxNames bytes.
+func (g *Graph) growName(a *[]byte, s string) uint32 {
+	n := len(*a)
 	if n+len(s) > maxNames {
 		g.errs = append(g.errs, fmt.Errorf("dag: names past %d bytes: %q dropped", maxNames, strings.Clone(s)))
 		return uint32(n)
 	}
-	if cap(*a)-n < len(s) {
-		*a = slices.Grow(*a, max(n, len(s), 256))
-	}
-	*a = append(*a, s...)
+	grown := slices.Grow(*a, max(n, len(s), 256))
+	*a = grown[: n+len(s) : min(cap(grown), maxNames)]
+	copy((*a)[n:], s)
 	return uint32(n)
 }
 
@@ -338,18 +364,20 @@ func (g *Graph) bufferName(b int) string {
 // newBindings returns n contiguous bindings from the arena and their
 // place: chunk and offset.
 func (g *Graph) newBindings(n int) (bd []buffers.Binding, chunk, off uint32) {
-	if len(g.bindChunks) == 0 || len(g.bindChunks[len(g.bindChunks)-1])-g.bindUsed < n {
-		last := 0
-		if len(g.bindChunks) > 0 {
-			last = len(g.bindChunks[len(g.bindChunks)-1])
-		}
-		g.bindChunks = append(g.bindChunks, make([]buffers.Binding, chunkLen(last, n, chunkMin, bindingChunkMax)))
-		g.bindUsed = 0
-	}
-	c := len(g.bindChunks) - 1
 	i := g.bindUsed
-	g.bindUsed += n
-	return g.bindChunks[c][i : i+n : i+n], uint32(c), uint32(i)
+	if len(g.bindCur)-i < n {
+		g.newBindingChunk(n)
+		i = 0
+	}
+	g.bindUsed = i + n
+	return g.bindCur[i : i+n : i+n], uint32(len(g.bindChunks) - 1), uint32(i)
+}
+
+// newBindingChunk starts a binding chunk with room for at least n.
+func (g *Graph) newBindingChunk(n int) {
+	g.bindCur = make([]buffers.Binding, chunkLen(len(g.bindCur), n, chunkMin, bindingChunkMax))
+	g.bindChunks = append(g.bindChunks, g.bindCur)
+	g.bindUsed = 0
 }
 
 // reads and writes return the bindings of kernel record r, with capacity
@@ -455,9 +483,9 @@ func (g *Graph) addBuffer(r bufferRec, opts []BufferOption) BufferID {
 	if r.name == uint32(len(g.bnames)) {
 		g.checkName("buffer", "", int64(id))
 	}
-	g.nodes = push(g.nodes, ^nodeRef(id))
-	g.brecs = push(g.brecs, r)
-	g.order = nil
+	push(&g.nodes, ^nodeRef(id))
+	push(&g.brecs, r)
+	g.invalidate()
 	return id
 }
 
@@ -531,7 +559,7 @@ func (g *Graph) rangeFor(k KernelID, id BufferID, off, n int64, verb string) (bu
 // device hint or estimate.
 func (g *Graph) AddKernel(name string, fn KernelFunc, opts ...KernelOption) KernelID {
 	id := KernelID(len(g.krecs))
-	g.krecs = push(g.krecs, kernelRec{name: g.putName(&g.knames, name), fn: g.funcIndex(fn)})
+	push(&g.krecs, kernelRec{name: g.putName(&g.knames, name), fn: g.funcIndex(fn)})
 	if name == "" {
 		g.checkName("kernel", "", int64(id))
 	}
@@ -541,9 +569,9 @@ func (g *Graph) AddKernel(name string, fn KernelFunc, opts ...KernelOption) Kern
 	for i := range opts {
 		switch o := &opts[i]; o.kind {
 		case optReads:
-			nr += len(o.ids)
+			nr += int(o.n)
 		case optWrites:
-			nw += len(o.ids)
+			nw += int(o.n)
 		case optNone:
 		default:
 			nr = -1
@@ -560,7 +588,7 @@ func (g *Graph) AddKernel(name string, fn KernelFunc, opts ...KernelOption) Kern
 		r, w := 0, nr
 		for i := range opts {
 			o := &opts[i]
-			for _, b := range o.ids {
+			for _, b := range o.list() {
 				if uint64(b) >= uint64(len(g.brecs)) {
 					g.unknownBuffer(id, b, o.kind)
 					continue
@@ -578,8 +606,8 @@ func (g *Graph) AddKernel(name string, fn KernelFunc, opts ...KernelOption) Kern
 		}
 		g.krecs[id].bind = bindRef{chunk: chunk, off: off, nr: uint32(r), nw: uint32(w - nr)}
 	}
-	g.nodes = push(g.nodes, nodeRef(id))
-	g.order = nil
+	push(&g.nodes, nodeRef(id))
+	g.invalidate()
 	return id
 }
 
@@ -601,14 +629,14 @@ func (g *Graph) applyOptions(k KernelID, opts []KernelOption) {
 	for i := range opts {
 		switch o := &opts[i]; o.kind {
 		case optReads:
-			nr += len(o.ids)
+			nr += int(o.n)
 		case optReadsOptional:
-			nr += len(o.ids)
+			nr += int(o.n)
 			optional = true
 		case optReadsRange:
 			nr++
 		case optWrites:
-			nw += len(o.ids)
+			nw += int(o.n)
 		case optWritesRange:
 			nw++
 		}
@@ -629,7 +657,7 @@ func (g *Graph) applyOptions(k KernelID, opts []KernelOption) {
 		switch o := &opts[i]; o.kind {
 		case optReads, optReadsOptional:
 			isOpt := o.kind == optReadsOptional
-			for _, id := range o.ids {
+			for _, id := range o.list() {
 				if b := g.bufferFor(k, id, "reads"); b != nil {
 					reads = append(reads, buffers.Binding{Buffer: id, Length: b.extent()})
 					if optional {
@@ -639,20 +667,20 @@ func (g *Graph) applyOptions(k KernelID, opts []KernelOption) {
 				}
 			}
 		case optReadsRange:
-			if bd, ok := g.rangeFor(k, BufferID(o.id), o.a, o.b, "reads"); ok {
+			if bd, ok := g.rangeFor(k, BufferID(o.n), o.a, o.b, "reads"); ok {
 				reads = append(reads, bd)
 				if optional {
 					opt = append(opt, false)
 				}
 			}
 		case optWrites:
-			for _, id := range o.ids {
+			for _, id := range o.list() {
 				if b := g.bufferFor(k, id, "writes"); b != nil {
 					writes = append(writes, buffers.Binding{Buffer: id, Length: b.extent()})
 				}
 			}
 		case optWritesRange:
-			if bd, ok := g.rangeFor(k, BufferID(o.id), o.a, o.b, "writes"); ok {
+			if bd, ok := g.rangeFor(k, BufferID(o.n), o.a, o.b, "writes"); ok {
 				writes = append(writes, bd)
 			}
 		case optStream:
@@ -662,7 +690,7 @@ func (g *Graph) applyOptions(k KernelID, opts []KernelOption) {
 			}
 			ex.stream = int(o.a) + 1
 		case optDevice, optPrefer:
-			d := &topology.DeviceID{Kind: topology.Kind(o.id), Index: int(o.a)}
+			d := &topology.DeviceID{Kind: topology.Kind(o.n), Index: int(o.a)}
 			if o.kind == optDevice {
 				ex.device = d
 			} else {

@@ -1,5 +1,7 @@
 package dag
 
+import "unsafe"
+
 // KernelOption configures a kernel in AddKernel: its reads, writes and
 // placement hints. Options are small values made by Reads, Writes,
 // ReadsOptional, ReadsRange, WritesRange, OnStream, OnDevice,
@@ -17,10 +19,21 @@ package dag
 // Writes or ReadsOptional is not changed meanwhile). The zero
 // KernelOption does nothing.
 type KernelOption struct {
+	ids  *BufferID // the first of n ids: optReads, optReadsOptional, optWrites
+	n    int64     // the number of ids; the buffer id of a range; the kind of a device hint
+	a, b int64     // range offset and length; stream; device index; estimate in ns
 	kind optKind
-	ids  []BufferID // optReads, optReadsOptional, optWrites
-	id   int64      // buffer id of a range; device kind of a device hint
-	a, b int64      // range offset and length; stream; device index; estimate in ns
+}
+
+// list returns the ids of a Reads, ReadsOptional or Writes option: the
+// caller's slice. (An option keeps its first element and length rather
+// than the slice, which keeps options at 40 bytes: a call's options are
+// built on the caller's stack, so their size is part of every AddKernel.)
+func (o *KernelOption) list() []BufferID { return unsafe.Slice(o.ids, o.n) }
+
+// idList makes the option fields of ids.
+func idList(kind optKind, ids []BufferID) KernelOption {
+	return KernelOption{kind: kind, ids: unsafe.SliceData(ids), n: int64(len(ids))}
 }
 
 // optKind says what a KernelOption declares.
@@ -41,11 +54,11 @@ const (
 
 // Reads declares whole-buffer reads of ids, in order. An id that is not a
 // buffer of the graph is recorded and reported by Validate.
-func Reads(ids ...BufferID) KernelOption { return KernelOption{kind: optReads, ids: ids} }
+func Reads(ids ...BufferID) KernelOption { return idList(optReads, ids) }
 
 // Writes declares whole-buffer writes of ids, in order. An id that is not
 // a buffer of the graph is recorded and reported by Validate.
-func Writes(ids ...BufferID) KernelOption { return KernelOption{kind: optWrites, ids: ids} }
+func Writes(ids ...BufferID) KernelOption { return idList(optWrites, ids) }
 
 // ReadsOptional declares whole-buffer reads of ids, in order, that the
 // kernel can do without: when one was left unwritten by failed or skipped
@@ -53,19 +66,19 @@ func Writes(ids ...BufferID) KernelOption { return KernelOption{kind: optWrites,
 // why, and the kernel's output is its own responsibility (a merge that
 // reports the partitions it lost, say). Ordering is as for Reads.
 func ReadsOptional(ids ...BufferID) KernelOption {
-	return KernelOption{kind: optReadsOptional, ids: ids}
+	return idList(optReadsOptional, ids)
 }
 
 // ReadsRange declares a read of bytes [offset, offset+length) of buffer id.
 // A range outside the buffer is recorded and reported by Validate.
 func ReadsRange(id BufferID, offset, length int64) KernelOption {
-	return KernelOption{kind: optReadsRange, id: int64(id), a: offset, b: length}
+	return KernelOption{kind: optReadsRange, n: int64(id), a: offset, b: length}
 }
 
 // WritesRange declares a write of bytes [offset, offset+length) of buffer
 // id. A range outside the buffer is recorded and reported by Validate.
 func WritesRange(id BufferID, offset, length int64) KernelOption {
-	return KernelOption{kind: optWritesRange, id: int64(id), a: offset, b: length}
+	return KernelOption{kind: optWritesRange, n: int64(id), a: offset, b: length}
 }
 
 // OnStream pins the kernel to stream i of its device (taken modulo the

@@ -9,14 +9,14 @@ import (
 // OnDevice pins the kernel to device id: the executor places it there or,
 // when it has no such device, fails planning with an error naming both.
 func OnDevice(id topology.DeviceID) KernelOption {
-	return KernelOption{kind: optDevice, id: int64(id.Kind), a: int64(id.Index)}
+	return KernelOption{kind: optDevice, n: int64(id.Kind), a: int64(id.Index)}
 }
 
 // PreferDevice makes id the kernel's preferred device: placement takes it
 // when it is no slower than the best choice by more than the kernel's
 // estimate (so a preference never costs more than one launch's time).
 func PreferDevice(id topology.DeviceID) KernelOption {
-	return KernelOption{kind: optPrefer, id: int64(id.Kind), a: int64(id.Index)}
+	return KernelOption{kind: optPrefer, n: int64(id.Kind), a: int64(id.Index)}
 }
 
 // Estimate gives the kernel's estimated compute time per launch, used by
