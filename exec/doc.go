@@ -8,8 +8,12 @@
 // order [dag.Graph.Order] gives it. It then assigns each kernel a stream
 // (a chain stays on one stream: a kernel continues the stream of a
 // predecessor whose stream no other successor has continued, the
-// least-loaded such stream; other kernels go to the least-loaded stream),
-// and aligns the streams: a launch waits on an event of another stream only when a
+// least-loaded such stream; a kernel with no predecessor joins the stream
+// of the last such kernel while that stream is within a block of the
+// least-loaded one, so independent kernels come in blocks and a reduction
+// over them waits only where blocks meet (the block is 1 kernel in plans
+// under 128 launches per stream, up to 64 in large ones); other kernels go
+// to the least-loaded stream), and aligns the streams: a launch waits on an event of another stream only when a
 // read-after-write, write-after-read or write-after-write hazard on
 // overlapping bytes crosses streams and no earlier wait already covers it.
 // Coverage is tracked with per-stream vector clocks, so a wait on a launch

@@ -314,3 +314,43 @@ func TestClosedDeviceCancelsLaunches(t *testing.T) {
 	assert.Equal(t, 5, res.Report.Count(exec.StatusCancelled))
 	assert.True(t, errors.Is(res.Err(), gpu.ErrClosed) || res.Err() != nil)
 }
+
+// A binary reduction tree of 2^11 leaves on two streams: independent
+// leaves are given out in blocks, so a subtree stays on one stream and
+// only the nodes where blocks meet wait (alternating leaf by leaf, every
+// internal node would wait). The sums come out right.
+func TestReductionTreeWaitsWhereBlocksMeet(t *testing.T) {
+	const depth = 11
+	e := newExecutor(t, 2)
+	g := dag.New()
+	leaves := 1 << depth
+	level := make([]dag.BufferID, leaves)
+	for i := range level {
+		level[i] = g.AddValue(fmt.Sprintf("leaf%d", i))
+		g.AddKernel(fmt.Sprintf("load%d", i), func(_ context.Context, l dag.Launch) error {
+			return l.Out(0).Store(1)
+		}, dag.Writes(level[i]))
+	}
+	internal := 0
+	for len(level) > 1 {
+		next := make([]dag.BufferID, len(level)/2)
+		for i := range next {
+			next[i] = g.AddValue(fmt.Sprintf("sum%d", internal))
+			g.AddKernel(fmt.Sprintf("add%d", internal), func(_ context.Context, l dag.Launch) error {
+				return l.Out(0).Store(l.In(0).Value().(int) + l.In(1).Value().(int))
+			}, dag.Reads(level[2*i], level[2*i+1]), dag.Writes(next[i]))
+			internal++
+		}
+		level = next
+	}
+	p, err := e.Plan(g)
+	require.NoError(t, err)
+	assert.Less(t, p.Waits, internal/8, "waits only where blocks of leaves meet")
+	assert.Positive(t, p.Waits, "both streams work")
+	res, err := e.Execute(t.Context(), p)
+	require.NoError(t, err)
+	defer res.Close()
+	v, err := res.Value(level[0])
+	require.NoError(t, err)
+	assert.Equal(t, leaves, v)
+}

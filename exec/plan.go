@@ -193,6 +193,17 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementRe
 	load := make([]int, len(devs)*nstreams)
 	continued := make([]bool, n) // continued[i]: a successor took launch i's stream
 	gstream := make([]int, n)    // global stream index
+	// Launches with no dependency go to the stream that took the last such
+	// launch while its load is within rootBlock of the least loaded one, so
+	// independent work comes in blocks per stream and what descends from a
+	// block stays on its stream: a reduction tree then waits only where
+	// blocks meet, not at every node. rootBlock grows with the plan and is
+	// 1 (plain alternation) below 128 launches per stream.
+	rootBlock := min(max(1, n/(nstreams*len(devs)*64)), 64)
+	lastRoot := make([]int, len(devs)) // per device: global stream of the last root, -1: none
+	for d := range lastRoot {
+		lastRoot[d] = -1
+	}
 	for i := range p.Launches {
 		l := &p.Launches[i]
 		base := l.Device * nstreams
@@ -215,6 +226,12 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementRe
 			}
 			if s < 0 {
 				s = base + argmin(load[base:base+nstreams])
+				if len(l.Deps) == 0 {
+					if r := lastRoot[l.Device]; r >= 0 && load[r] < load[s]+rootBlock {
+						s = r
+					}
+					lastRoot[l.Device] = s
+				}
 			}
 		}
 		gstream[i] = s
