@@ -20,6 +20,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -28,6 +29,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -136,6 +138,14 @@ func run(out string, minTime time.Duration, skip1M bool, logw io.Writer) error {
 				minRuns, maxRuns, mt = 2, 2, 0
 			}
 			var seq float64
+			// The sequential walk, kept ready for paired ratios.
+			if bench.Runners[0].Name != "sequential" {
+				return errors.New("report: bench.Runners must start with the sequential walk")
+			}
+			seqRun, seqDone, err := bench.Runners[0].Prepare(g)
+			if err != nil {
+				return fmt.Errorf("%s/%s/sequential: %w", s.Name, w.Name, err)
+			}
 			for _, r := range bench.Runners {
 				runFn, done, err := r.Prepare(g)
 				if err != nil {
@@ -154,11 +164,25 @@ func run(out string, minTime time.Duration, skip1M bool, logw io.Writer) error {
 					seq = res.NsPerLaunch
 				}
 				res.VsSequential = res.NsPerLaunch / seq
+				if strings.HasPrefix(r.Name, "streamdag") && n <= 100_000 {
+					// The ratio of the target, from A B B A pairs with the
+					// walk: drift in the machine's speed cancels in a pair.
+					runFn, done, err := r.Prepare(g)
+					if err != nil {
+						return fmt.Errorf("%s/%s/%s: %w", s.Name, w.Name, r.Name, err)
+					}
+					res.VsSequential, err = pairedRatio(runFn, seqRun, 8, minTime/8)
+					done()
+					if err != nil {
+						return fmt.Errorf("%s/%s/%s: %w", s.Name, w.Name, r.Name, err)
+					}
+				}
 				rep.Results = append(rep.Results, res)
 				fmt.Fprintf(logw, "%-18s %-10s %-10s %9.1f ns/launch (cpu %9.1f) %7.2f allocs/launch %8.1f× seq (%d runs)\n",
 					s.Name, w.Name, r.Name, res.NsPerLaunch, res.CPUNsPerLaunch, res.AllocsPerLaunch, res.VsSequential, st.Runs)
 				runtime.GC()
 			}
+			seqDone()
 		}
 	}
 	const chain = 10_000
@@ -187,6 +211,34 @@ func run(out string, minTime time.Duration, skip1M bool, logw io.Writer) error {
 	}
 	fmt.Fprintf(logw, "wrote %s in %v\n", out, rep.Elapsed.Round(time.Second))
 	return nil
+}
+
+// pairedRatio measures run against the sequential walk seq in pairs, the
+// two in alternating order (A B, B A, …), each for at least each, and
+// returns the median of the pairs' ratios run/seq. A pair's two halves run
+// back to back, so a change in the machine's speed during the report (the
+// other tenant of a virtual CPU, say) cancels within the pair.
+func pairedRatio(run, seq func() error, pairs int, each time.Duration) (float64, error) {
+	ratios := make([]float64, pairs)
+	for k := range ratios {
+		var a, b bench.Stats
+		var err error
+		if k%2 == 0 {
+			if b, err = bench.Measure(seq, 3, 1000, each); err == nil {
+				a, err = bench.Measure(run, 3, 1000, each)
+			}
+		} else {
+			if a, err = bench.Measure(run, 3, 1000, each); err == nil {
+				b, err = bench.Measure(seq, 3, 1000, each)
+			}
+		}
+		if err != nil {
+			return 0, err
+		}
+		ratios[k] = a.NsPerOp / b.NsPerOp
+	}
+	slices.Sort(ratios)
+	return (ratios[(pairs-1)/2] + ratios[pairs/2]) / 2, nil
 }
 
 // measureBuild times building the shape with empty kernels (the mean of
@@ -307,7 +359,7 @@ func markdown(rep Report) string {
 	fmt.Fprintf(&b, "| graph build, worst shape | ≤ %d ns/kernel | %.0f ns/kernel (floor %.0f) | %s |\n\n", targetBuildNs, worst, rep.BuildFloorNs, met(worst <= targetBuildNs))
 
 	for _, w := range []string{"empty", "spin-0.5us"} {
-		fmt.Fprintf(&b, "Kernels: %s. ns/launch (× sequential walk); allocations per launch in brackets. streamdag runs with launch timing off (exec.WithLaunchTiming(false)), streamdag-timed with it on (the default: one clock reading per launch).\n\n", w)
+		fmt.Fprintf(&b, "Kernels: %s. ns/launch (× sequential walk; for streamdag the median of 8 back-to-back pairs with the walk); allocations per launch in brackets. streamdag runs with launch timing off (exec.WithLaunchTiming(false)), streamdag-timed with it on (the default: one clock reading per launch).\n\n", w)
 		b.WriteString("| shape | kernels |")
 		for _, r := range bench.Runners {
 			fmt.Fprintf(&b, " %s |", r.Name)
