@@ -751,12 +751,12 @@ func (g *Graph) KernelReads(id KernelID) []buffers.Binding { return g.reads(&g.k
 func (g *Graph) KernelWrites(id KernelID) []buffers.Binding { return g.writes(&g.krecs[id]) }
 
 // SetFunc replaces the function of kernel id (as InjectFailure does); it
-// panics when id is out of range. Like the other mutations it must not
-// run concurrently with anything else on g, such as a run of g.
-// A nil fn is reported by Validate.
+// panics when id is out of range. A plan made before keeps the functions
+// it was made with. Like the other mutations it must not run concurrently
+// with anything else on g. A nil fn is reported by Validate.
 func (g *Graph) SetFunc(id KernelID, fn KernelFunc) {
 	g.krecs[id].fn = g.funcIndex(fn)
-	g.order = nil
+	g.invalidate()
 }
 
 // Kernels yields every kernel's id and view, in id order. Adding to the
