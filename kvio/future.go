@@ -45,8 +45,8 @@ func (f *File) start(ctx context.Context, op opKind, p []byte, off int64) *Futur
 		if op == opWrite {
 			f.grow(off + int64(fu.n))
 		}
+		close(fu.done) // before Done: Close waits for in-flight requests, so the Future must be done first
 		f.inflight.Done()
-		close(fu.done)
 		return fu
 	}
 	if op == opRead {
@@ -205,8 +205,8 @@ func (fu *Future) maybeDone() {
 	}
 	fu.stop()
 	fu.cancel(nil)
+	close(fu.done) // before Done (see start)
 	f.inflight.Done()
-	close(fu.done)
 }
 
 func isClosed(c chan struct{}) bool {
