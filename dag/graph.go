@@ -752,15 +752,17 @@ func (g *Graph) KernelWrites(id KernelID) []buffers.Binding { return g.writes(&g
 
 // SetFunc replaces the function of kernel id (as InjectFailure does); it
 // panics when id is out of range. A plan made before keeps the functions
-// it was made with. Like the other mutations it must not run concurrently
-// with anything else on g. A nil fn is reported by Validate.
+// it was made with. Like any change it clears Order until the next
+// Validate (which reports a nil fn), and like the other mutations it must
+// not run concurrently with anything else on g.
 func (g *Graph) SetFunc(id KernelID, fn KernelFunc) {
 	g.krecs[id].fn = g.funcIndex(fn)
 	g.invalidate()
 }
 
-// Kernels yields every kernel's id and view, in id order. Adding to the
-// graph while iterating is not allowed.
+// Kernels yields every kernel's id and view, in id order: the kernels
+// the graph holds when the iteration starts (kernels added meanwhile are
+// not visited).
 func (g *Graph) Kernels() iter.Seq2[KernelID, Kernel] {
 	return func(yield func(KernelID, Kernel) bool) {
 		for id := range g.krecs {
@@ -783,8 +785,9 @@ func (g *Graph) Buffer(id BufferID) Buffer {
 	return b
 }
 
-// Buffers yields every buffer's id and view, in id order. Adding to the
-// graph while iterating is not allowed.
+// Buffers yields every buffer's id and view, in id order: the buffers the
+// graph holds when the iteration starts (buffers added meanwhile are not
+// visited).
 func (g *Graph) Buffers() iter.Seq2[BufferID, Buffer] {
 	return func(yield func(BufferID, Buffer) bool) {
 		for id := range g.brecs {

@@ -72,6 +72,6 @@ func ExampleResult_Value_failure() {
 	fmt.Println(err)
 	fmt.Println(res.Report.Count(exec.StatusFailed), "failed,", res.Report.Count(exec.StatusSkipped), "skipped")
 	// Output:
-	// failgraph: b was not written: failure #1 (claims 2 allocations): transform ← load: exec: kernel "load": disk on fire
+	// failgraph: b was not written: failure #1 (taints 2 buffers): transform ← load: exec: kernel "load": disk on fire
 	// 1 failed, 1 skipped
 }

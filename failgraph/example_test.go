@@ -26,7 +26,7 @@ func ExampleStore() {
 	fmt.Println(s.EnsureWritten(clean), s.Len())
 	// Output:
 	// filter skipped by failure #1
-	// failgraph: clean was not written: failure #1 (claims 2 allocations): filter ← load: short read
+	// failgraph: clean was not written: failure #1 (taints 2 buffers): filter ← load: short read
 	// <nil> 0
 }
 
@@ -55,6 +55,6 @@ func ExampleStore_Enter() {
 	fmt.Println(s.EnsureWritten(out...), s.Empty())
 	// Output:
 	// true
-	// failgraph: out was not written: failure #1 (claims 1 allocations): scale: failgraph: torn down: kernel "scale" panicked: bad shape
+	// failgraph: out was not written: failure #1 (taints 1 buffer): scale: failgraph: torn down: kernel "scale" panicked: bad shape
 	// <nil> true
 }

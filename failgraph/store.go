@@ -330,7 +330,7 @@ func (s *Store) Empty() bool { return s.tainted.Load() == 0 }
 type UnwrittenError struct {
 	Failure     FailureID
 	Buffer      string // the buffer read
-	Allocations int    // how many buffers the failure claims
+	Allocations int    // how many buffers the failure taints (holds bytes or the reservation of)
 	// Chain names the kernels from the one that should have written the
 	// buffer back to the root: skipped kernels newest first, the root
 	// kernel last (none when no kernel raised the root, as for memory
@@ -345,8 +345,12 @@ type UnwrittenError struct {
 // dropped skip records.
 func (e *UnwrittenError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "failgraph: %s was not written: failure %s (claims %d allocations): ",
-		e.Buffer, e.Failure, e.Allocations)
+	unit := "buffers"
+	if e.Allocations == 1 {
+		unit = "buffer"
+	}
+	fmt.Fprintf(&b, "failgraph: %s was not written: failure %s (taints %d %s): ",
+		e.Buffer, e.Failure, e.Allocations, unit)
 	if len(e.Chain) > 0 {
 		fmt.Fprintf(&b, "%s: ", strings.Join(e.Chain, " ← "))
 	}

@@ -669,7 +669,7 @@ func TestChain(t *testing.T) {
 		assert.ErrorIs(t, ue, errA)
 	}
 	assert.EqualError(t, s.EnsureWritten(bind(d, 0, 1)),
-		"failgraph: buf3 was not written: failure #1 (claims 4 allocations): d ← c ← b ← a: a failed")
+		"failgraph: buf3 was not written: failure #1 (taints 4 buffers): d ← c ← b ← a: a failed")
 
 	// Failure returns a copy: changing it leaves the graph alone.
 	f.Skips[0].Kernel = "changed"
@@ -774,8 +774,8 @@ func TestEnsureWrittenSeveral(t *testing.T) {
 	var first *failgraph.UnwrittenError
 	require.ErrorAs(t, err, &first)
 	assert.Equal(t, idA, first.Failure)
-	assert.EqualError(t, errs[0], "failgraph: buf0 was not written: failure #1 (claims 2 allocations): b ← a: a failed")
-	assert.EqualError(t, errs[1], "failgraph: buf0 was not written: failure #2 (claims 1 allocations): x: x failed")
+	assert.EqualError(t, errs[0], "failgraph: buf0 was not written: failure #1 (taints 2 buffers): b ← a: a failed")
+	assert.EqualError(t, errs[1], "failgraph: buf0 was not written: failure #2 (taints 1 buffer): x: x failed")
 
 	// Discovery order follows the reads: failure X first when the read
 	// starts on its bytes.
@@ -871,10 +871,10 @@ func TestUnallocated(t *testing.T) {
 		assert.Equal(t, got, ue.Failure)
 		assert.Equal(t, []string{"k"}, ue.Chain, "no kernel raised the root: the chain ends with the skip")
 		assert.ErrorIs(t, ue, failgraph.ErrNeverAllocated)
-		assert.EqualError(t, ue, "failgraph: buf5 was not written: failure #1 (claims 2 allocations): k: buf3: "+failgraph.ErrNeverAllocated.Error())
+		assert.EqualError(t, ue, "failgraph: buf5 was not written: failure #1 (taints 2 buffers): k: buf3: "+failgraph.ErrNeverAllocated.Error())
 		ue = unwritten(t, s.EnsureWritten(bind(3, 0, 8)))
 		assert.Empty(t, ue.Chain)
-		assert.EqualError(t, ue, "failgraph: buf3 was not written: failure #1 (claims 2 allocations): buf3: "+failgraph.ErrNeverAllocated.Error())
+		assert.EqualError(t, ue, "failgraph: buf3 was not written: failure #1 (taints 2 buffers): buf3: "+failgraph.ErrNeverAllocated.Error())
 
 		s.Allocated(3)
 		s.Written(bs(bind(5, 0, 8)))
