@@ -285,9 +285,13 @@ func (g *Graph) Grow(kernels, buffers int) {
 	g.krecs = slices.Grow(g.krecs, kernels)
 	g.brecs = slices.Grow(g.brecs, buffers)
 	g.nodes = slices.Grow(g.nodes, kernels+buffers)
-	g.knames = slices.Grow(g.knames, 8*kernels)
-	g.bnames = slices.Grow(g.bnames, 8*buffers)
+	g.knames = capNames(slices.Grow(g.knames, 8*kernels))
+	g.bnames = capNames(slices.Grow(g.bnames, 8*buffers))
 }
+
+// capNames limits a name arena's capacity to maxNames, which putName's
+// fast path relies on.
+func capNames(a []byte) []byte { return a[:len(a):min(cap(a), maxNames)] }
 
 // funcIndex returns the index of fn in g.fns, adding it unless it is the
 // same closure as the last one added: kernels added in a row with one
@@ -329,8 +333,7 @@ func (g *Graph) growName(a *[]byte, s string) uint32 {
 		g.errs = append(g.errs, fmt.Errorf("dag: names past %d bytes: %q dropped", maxNames, strings.Clone(s)))
 		return uint32(n)
 	}
-	grown := slices.Grow(*a, max(n, len(s), 256))
-	*a = grown[: n+len(s) : min(cap(grown), maxNames)]
+	*a = capNames(slices.Grow(*a, max(n, len(s), 256)))[:n+len(s)]
 	copy((*a)[n:], s)
 	return uint32(n)
 }
