@@ -55,6 +55,21 @@ func playCache(t *testing.T, r *gatedReader, cached bool) {
 	}
 }
 
+// startGatedRead starts an asynchronous read of 1 KiB (16 chunks of 64
+// bytes) from a gated reader whose pages all play as cached or all as on
+// the device, with threads pool goroutines allowed. It returns the file,
+// the reader, the data, the destination and the Future.
+func startGatedRead(t *testing.T, cached bool, threads int) (*File, *gatedReader, []byte, []byte, *Future) {
+	t.Helper()
+	data := bytes.Repeat([]byte("0123456789abcdef"), 64)
+	r := &gatedReader{data: data, gate: make(chan struct{})}
+	playCache(t, r, cached)
+	f := newFile("gated", r, int64(len(data)), Options{NumThreads: threads, TaskSizeBytes: 64, GDSThresholdBytes: 0})
+	f.cached = &cachedFile{fd: -1}
+	p := make([]byte, len(data))
+	return f, r, data, p, f.ReadAsync(t.Context(), p, 0)
+}
+
 // TestPoolCachedReads: when every page is cached, a request runs no more
 // pool goroutines than cpuWorkers whatever NumThreads, so more threads
 // cannot slow a copy down; the goroutine that waits adds one.
@@ -64,13 +79,7 @@ func TestPoolCachedReads(t *testing.T) {
 		t.Run(fmt.Sprintf("procs=%d/threads=%d", procs, threads), func(t *testing.T) {
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
 			synctest.Test(t, func(t *testing.T) {
-				data := bytes.Repeat([]byte("0123456789abcdef"), 64)
-				r := &gatedReader{data: data, gate: make(chan struct{})}
-				playCache(t, r, true)
-				f := newFile("cached", r, int64(len(data)), Options{NumThreads: threads, TaskSizeBytes: 64, GDSThresholdBytes: 0})
-				f.cached = &cachedFile{fd: -1}
-				p := make([]byte, len(data))
-				fu := f.ReadAsync(t.Context(), p, 0)
+				f, r, data, p, fu := startGatedRead(t, true, threads)
 				synctest.Wait()
 				assert.Equal(t, min(threads, max(1, procs-1)), r.count(), "pool goroutines copying")
 				close(r.gate)
@@ -91,13 +100,7 @@ func TestPoolDeviceReads(t *testing.T) {
 	for _, threads := range []int{1, 3, 8} {
 		t.Run(fmt.Sprint("threads=", threads), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				data := bytes.Repeat([]byte("0123456789abcdef"), 64) // 16 chunks of 64 bytes
-				r := &gatedReader{data: data, gate: make(chan struct{})}
-				playCache(t, r, false)
-				f := newFile("device", r, int64(len(data)), Options{NumThreads: threads, TaskSizeBytes: 64, GDSThresholdBytes: 0})
-				f.cached = &cachedFile{fd: -1}
-				p := make([]byte, len(data))
-				fu := f.ReadAsync(t.Context(), p, 0)
+				f, r, data, p, fu := startGatedRead(t, false, threads)
 				synctest.Wait()
 				assert.Equal(t, threads, r.count(), "reads waiting for the device")
 				done := make(chan struct{})
