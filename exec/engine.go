@@ -216,9 +216,11 @@ type streamRun struct {
 	waits []Wait
 	seen  []uint64 // by global stream: the progress this stream last saw
 	pos   int      // next launch to run
-	cur   int      // plan index of the launch running now
 	last  int64    // end of the previous launch (ns since base), with timing
 	fresh bool     // the next launch reads the clock at its start
+	// Streams run side by side in one array: keep each one's fields,
+	// written on every launch, off its neighbours' cache lines.
+	_ [64]byte
 }
 
 var (
@@ -319,31 +321,36 @@ func (b *streamRun) stretch() {
 		wfrom = int(b.list[b.pos-1].waits)
 	}
 	store, slow, ctx, list, waits, seen := r.store, r.slow, r.ctx, b.list, b.waits, b.seen
-	for b.pos < len(list) {
-		h := &list[b.pos]
+	// pos lives in a register; b.pos is stored once per launch, before
+	// anything that reads it (the Launch view, a panic's recovery).
+	for pos := b.pos; pos < len(list); {
+		h := &list[pos]
 		i := int(h.idx)
-		b.pos++
-		for _, w := range waits[wfrom:h.waits] {
-			// seen caches the other streams' progress: a wait it covers
-			// costs no load of a cache line another core keeps writing.
-			if need := uint64(w.Seq); seen[w.Stream] < need {
-				if seen[w.Stream] = r.progress[w.Stream].n.Load(); seen[w.Stream] < need {
-					seen[w.Stream] = r.await(w.Stream, need)
-					b.fresh = true
+		k := pos // the launch's slot, from the stream's base
+		pos++
+		b.pos = pos
+		if we := int(h.waits); we != wfrom {
+			for _, w := range waits[wfrom:we] {
+				// seen caches the other streams' progress: a wait it
+				// covers costs no load of a cache line another core keeps
+				// writing.
+				if need := uint64(w.Seq); seen[w.Stream] < need {
+					if seen[w.Stream] = r.progress[w.Stream].n.Load(); seen[w.Stream] < need {
+						seen[w.Stream] = r.await(w.Stream, need)
+						b.fresh = true
+					}
 				}
 			}
+			wfrom = we
 		}
-		wfrom = int(h.waits)
-		if slow || !store.Empty() || h.option {
+		if slow || h.option || !store.Empty() {
 			if !b.ready(i, &p.Launches[i], req[i], done, o) {
 				if h.record {
-					r.publish(b.gs, uint64(b.pos))
+					r.publish(b.gs, uint64(pos))
 				}
 				continue
 			}
 		}
-		b.cur = i
-		k := b.pos - 1 // the launch's slot, from the stream's base
 		if times != nil {
 			start := b.last
 			if b.fresh {
@@ -364,26 +371,36 @@ func (b *streamRun) stretch() {
 			b.last = int64(time.Since(o.base))
 			times[2*k+1] = b.last
 		}
-		if err != nil {
-			op := &p.Launches[i]
-			status[k] = byte(StatusFailed)
-			err = fmt.Errorf("exec: kernel %q: %w", op.Name, err)
-			id := store.Fail(op.Name, err, op.Writes)
-			o.note(i, func(x *launchExtra) { x.failure, x.err = id, err })
-		} else {
+		if err == nil && store.Empty() {
 			status[k] = byte(StatusOK)
-			if !store.Empty() {
-				store.Written(p.Launches[i].Writes)
-			}
+		} else {
+			b.settle(i, k, err)
 		}
 		if slow && r.loss != nil {
 			r.loss.settled()
 		}
 		if h.record {
-			r.publish(b.gs, uint64(b.pos))
+			r.publish(b.gs, uint64(pos))
 		}
 	}
 	r.publish(b.gs, uint64(b.pos))
+}
+
+// settle records the outcome of launch i (slot k of the stream) when it
+// failed or the run has taint to clear: the clean path's success is a
+// single status store in stretch.
+func (b *streamRun) settle(i, k int, err error) {
+	r := b.r
+	op := &r.plan.Launches[i]
+	if err != nil {
+		r.out.status[b.base+k] = byte(StatusFailed)
+		err = fmt.Errorf("exec: kernel %q: %w", op.Name, err)
+		id := r.store.Fail(op.Name, err, op.Writes)
+		r.out.note(i, func(x *launchExtra) { x.failure, x.err = id, err })
+		return
+	}
+	r.out.status[b.base+k] = byte(StatusOK)
+	r.store.Written(op.Writes)
 }
 
 // ready decides whether launch i runs: it is lost with its device,
@@ -484,7 +501,11 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 		b := &runs[gs]
 		*b = streamRun{r: r, gs: gs, list: list, waits: c.waits[gs], base: c.base[gs]}
 		if len(b.waits) > 0 {
-			b.seen = make([]uint64, len(c.lists))
+			// A capacity of whole cache lines puts the slice on lines
+			// of its own (Go's size classes of 64-byte multiples are
+			// 64-byte aligned): the streams' seen slices, written on
+			// their waits, would otherwise share a line.
+			b.seen = make([]uint64, len(c.lists), (len(c.lists)+7)&^7)
 		}
 		r.wg.Add(1)
 		if err := devs[gs/p.Streams].Stream(gs % p.Streams).Launch(b); err != nil {
@@ -519,7 +540,7 @@ func (u *unallocated) required(required, writes []buffers.Binding) []buffers.Bin
 
 // The dag.Launch view of the launch running now.
 
-func (b *streamRun) op() *PlannedLaunch        { return &b.r.plan.Launches[b.cur] }
+func (b *streamRun) op() *PlannedLaunch        { return &b.r.plan.Launches[b.list[b.pos-1].idx] }
 func (b *streamRun) Kernel() string            { return b.op().Name }
 func (b *streamRun) Device() topology.DeviceID { return b.r.devs[b.op().Device] }
 func (b *streamRun) Stream() int               { return b.op().Stream }
