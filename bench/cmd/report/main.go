@@ -10,15 +10,21 @@
 // ns per launch, launches/s, allocations per launch, and the ratios to the
 // sequential walk and to go-taskflow. It also measures graph build and
 // validation per kernel, counts the event waits each plan inserts, and
-// measures what one cross-stream wait costs (bench.WaitCost).
+// measures what one cross-stream wait costs (bench.WaitCost). Last, it
+// CPU-profiles the worst graph build and streamdag on the empty-kernel
+// shape furthest from the sequential walk, 3 s each, and splits the
+// samples into categories (bench.ProfileCPU with bench.BuildCategories
+// and bench.ExecCategories): where the time goes, in ns per kernel or
+// launch.
 //
 // It writes results.md (the tables and the targets, met or not),
-// results.json (every figure), and PNG charts: ns-per-launch-empty.png,
+// results.json (every figure, the profiles' breakdowns included), and PNG charts: ns-per-launch-empty.png,
 // ns-per-launch-spin.png (log scale, one line per runner) and build.png.
 // On a 2-core machine it takes about two to four minutes.
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -88,7 +94,18 @@ type Report struct {
 	BuildFloorNs float64 // ns/kernel of bench.ChainFloor(10,000)
 	SameStreamNs float64 // ns/launch of the chain on one stream
 	AltStreamNs  float64 // ns/launch of the chain alternating streams
+	Profiles     []Profile
 	Elapsed      time.Duration
+}
+
+// Profile is a CPU profile of one measured case, split into categories
+// (bench.ProfileCPU): where the worst graph build and the costliest
+// executor shape spend their time.
+type Profile struct {
+	What      string // what was profiled
+	Unit      string // "kernel" or "launch"
+	Labelled  bool   // only the working goroutine counted; the rest is in Breakdown.Elsewhere
+	Breakdown bench.Breakdown
 }
 
 func main() {
@@ -193,6 +210,9 @@ func run(out string, minTime time.Duration, skip1M bool, logw io.Writer) error {
 	rep.WaitChain, rep.Waits, rep.NsPerWait = chain, waits, perWait
 	rep.SameStreamNs, rep.AltStreamNs = same.NsPerOp/chain, alt.NsPerOp/chain
 	fmt.Fprintf(logw, "event waits: %d waits, %.0f ns per wait\n", waits, perWait)
+	if rep.Profiles, err = profiles(rep, shapes, profileTime); err != nil {
+		return err
+	}
 	rep.Elapsed = time.Since(start)
 
 	if err := writeJSON(filepath.Join(out, "results.json"), rep); err != nil {
@@ -211,6 +231,55 @@ func run(out string, minTime time.Duration, skip1M bool, logw io.Writer) error {
 	}
 	fmt.Fprintf(logw, "wrote %s in %v\n", out, rep.Elapsed.Round(time.Second))
 	return nil
+}
+
+// profileTime is how long each profile of the report runs: about 300
+// samples per busy core.
+const profileTime = 3 * time.Second
+
+// profiles profiles the worst graph build of the report (the caller's
+// goroutine only: building is single-threaded) and streamdag on the
+// empty-kernel shape furthest from the sequential walk (every goroutine:
+// the streams' workers and the collector).
+func profiles(rep Report, shapes []bench.Shape, d time.Duration) ([]Profile, error) {
+	byName := func(name string) bench.Shape {
+		i := slices.IndexFunc(shapes, func(s bench.Shape) bool { return s.Name == name })
+		return shapes[i]
+	}
+	var out []Profile
+	worst := slices.MaxFunc(rep.Builds, func(a, b Build) int { return cmp.Compare(a.BuildNsPerKernel, b.BuildNsPerKernel) })
+	s := byName(worst.Shape)
+	bd, err := bench.ProfileCPU(func() error { s.Build(bench.Empty); return nil }, worst.Kernels, d, true, bench.BuildCategories)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, Profile{What: "graph build, " + s.Name + " (the worst shape of this run)", Unit: "kernel", Labelled: true, Breakdown: bd})
+
+	var far Result
+	for _, sh := range bench.Shapes {
+		if r, ok := find(rep, sh.Name, "empty", "streamdag"); ok && r.VsSequential > far.VsSequential {
+			far = r
+		}
+	}
+	if far.Shape == "" {
+		return out, nil
+	}
+	g := byName(far.Shape).Build(bench.Empty)
+	if err := g.Validate(); err != nil {
+		return nil, err
+	}
+	i := slices.IndexFunc(bench.Runners, func(r bench.Runner) bool { return r.Name == "streamdag" })
+	run, done, err := bench.Runners[i].Prepare(g)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	bd, err = bench.ProfileCPU(run, g.NumKernels(), d, false, bench.ExecCategories)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, Profile{What: fmt.Sprintf("streamdag, %s, empty kernels (the shape furthest from the sequential walk: %.1f×)", far.Shape, far.VsSequential),
+		Unit: "launch", Breakdown: bd}), nil
 }
 
 // pairedRatio measures run against the sequential walk seq in pairs, the
@@ -399,6 +468,21 @@ func markdown(rep Report) string {
 		rep.BuildFloorNs)
 	fmt.Fprintf(&b, "\nCross-stream waits: a chain of %d empty kernels costs %.0f ns/launch on one stream and %.0f ns/launch alternating between two streams (%d waits): **%.0f ns per wait** (a handoff between stream workers).\n",
 		rep.WaitChain, rep.SameStreamNs, rep.AltStreamNs, rep.Waits, rep.NsPerWait)
+	for _, p := range rep.Profiles {
+		bd := p.Breakdown
+		wall := float64(bd.Wall.Nanoseconds()) / float64(max(bd.Units, 1))
+		fmt.Fprintf(&b, "\nCPU profile of %s: %d runs, %.0f ns/%s of wall time; CPU time per %s by category", p.What, bd.Runs, wall, p.Unit, p.Unit)
+		if p.Labelled {
+			fmt.Fprintf(&b, " (the building goroutine only; the collector's workers on the other core took %.0f ns/%s more)", bd.Elsewhere, p.Unit)
+		} else {
+			b.WriteString(" (every goroutine: both cores)")
+		}
+		fmt.Fprintf(&b, ".\n\n| category | CPU ns/%s | share |\n|---|---:|---:|\n", p.Unit)
+		for _, sh := range bd.Shares {
+			fmt.Fprintf(&b, "| %s | %.1f | %.0f%% |\n", sh.Category, sh.PerUnit, 100*sh.Fraction)
+		}
+		fmt.Fprintf(&b, "| total | %.1f | |\n", float64(bd.Total)/float64(max(bd.Units, 1)))
+	}
 	return b.String()
 }
 

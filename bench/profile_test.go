@@ -1,0 +1,74 @@
+package bench_test
+
+import (
+	"bytes"
+	"runtime/pprof"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/bench"
+)
+
+// formatSink keeps formatted numbers alive so formatting is not dropped.
+var formatSink int
+
+// TestProfileCPUSplitsByCategory profiles a loop that does nothing but
+// format numbers: nearly every sample of its goroutine must land in the
+// formatting category, and the per-unit figures must add up.
+func TestProfileCPUSplitsByCategory(t *testing.T) {
+	const units = 10_000
+	fn := func() error {
+		for i := range units {
+			formatSink += len(strconv.FormatFloat(float64(i)*1.25, 'g', -1, 64))
+		}
+		return nil
+	}
+	cats := []bench.Category{
+		{Name: "never", Funcs: []string{"no/such.Function"}},
+		{Name: "format", Funcs: []string{"strconv."}},
+	}
+	b, err := bench.ProfileCPU(fn, units, 500*time.Millisecond, true, cats)
+	require.NoError(t, err)
+	require.Greater(t, b.Runs, 0)
+	assert.Equal(t, b.Runs*units, b.Units)
+	assert.GreaterOrEqual(t, b.Wall, 500*time.Millisecond)
+	require.Greater(t, b.Total, int64(0), "no samples in 0.5 s of work")
+	require.GreaterOrEqual(t, len(b.Shares), 2)
+	assert.Equal(t, "never", b.Shares[0].Category)
+	assert.Zero(t, b.Shares[0].Ns)
+	assert.Equal(t, "format", b.Shares[1].Category)
+	assert.Greater(t, b.Shares[1].Fraction, 0.6, "formatting share of a formatting loop: %+v", b.Shares)
+	var sum int64
+	var frac float64
+	for _, s := range b.Shares {
+		sum += s.Ns
+		frac += s.Fraction
+		assert.InDelta(t, float64(s.Ns)/float64(b.Units), s.PerUnit, 1e-9)
+	}
+	assert.Equal(t, b.Total, sum)
+	assert.InDelta(t, 1, frac, 1e-9)
+}
+
+// TestProfileCPUWhileProfiling: a CPU profile already running is an
+// error, not a silent empty breakdown.
+func TestProfileCPUWhileProfiling(t *testing.T) {
+	var buf bytes.Buffer
+	if err := pprof.StartCPUProfile(&buf); err != nil {
+		t.Skipf("the test binary is already profiling: %v", err)
+	}
+	defer pprof.StopCPUProfile()
+	_, err := bench.ProfileCPU(func() error { return nil }, 1, time.Millisecond, false, nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "CPU profile")
+}
+
+// TestProfileCPUReturnsWorkError: fn's error comes back.
+func TestProfileCPUReturnsWorkError(t *testing.T) {
+	boom := assert.AnError
+	_, err := bench.ProfileCPU(func() error { return boom }, 1, time.Millisecond, false, nil)
+	require.ErrorIs(t, err, boom)
+}
