@@ -28,7 +28,8 @@ import (
 // load; an unsatisfied one spins briefly, yields, then parks on the run's
 // condition variable, which a stream broadcasts on only while somebody is
 // parked. Per launch there is no goroutine, channel, lock or allocation
-// on the clean path.
+// on the clean path; with launch timing off, a plain kernel in a run with
+// nothing failed costs a call and a status store (streamRun.fast).
 
 // compiled is the part of a plan's execution that does not change from
 // run to run: each global stream's launches in order, as compact records
@@ -51,6 +52,7 @@ type hotLaunch struct {
 	waits  int32          // end of its waits in the stream's waits (they start where the previous launch's end)
 	option bool           // some read is optional
 	record bool           // another stream waits on it: publish the stream's progress after it
+	odd    bool           // option, or a copy (fn nil): not for the fast path
 }
 
 // compiled returns p's launch lists, built once per plan.
@@ -62,10 +64,10 @@ func (p *Plan) compiled() *compiled {
 			gs := p.GlobalStream(i)
 			l := &p.Launches[i]
 			c.waits[gs] = append(c.waits[gs], l.Waits...)
-			h := hotLaunch{fn: l.fn, idx: int32(i), waits: int32(len(c.waits[gs])), record: p.record[i]}
+			h := hotLaunch{fn: l.fn, idx: int32(i), waits: int32(len(c.waits[gs])), record: p.record[i], odd: l.fn == nil}
 			c.required[i] = l.Reads
 			if l.optional != nil {
-				h.option = true
+				h.option, h.odd = true, true
 				c.required[i] = nil
 				for j, rd := range l.Reads {
 					if j >= len(l.optional) || !l.optional[j] {
@@ -320,27 +322,26 @@ func (b *streamRun) stretch() {
 	if b.pos > 0 {
 		wfrom = int(b.list[b.pos-1].waits)
 	}
-	store, slow, ctx, list, waits, seen := r.store, r.slow, r.ctx, b.list, b.waits, b.seen
-	// pos lives in a register; b.pos is stored once per launch, before
-	// anything that reads it (the Launch view, a panic's recovery).
-	for pos := b.pos; pos < len(list); {
+	store, slow, ctx, list, waits := r.store, r.slow, r.ctx, b.list, b.waits
+	fast := !slow && times == nil
+	// Each turn runs what it can on the fast path, then one launch here.
+	// b.pos is stored once per launch, before anything that reads it (the
+	// Launch view, a panic's recovery).
+	for b.pos < len(list) {
+		if fast {
+			wfrom = b.fast(wfrom, &running)
+			if b.pos == len(list) {
+				break
+			}
+		}
+		pos := b.pos
 		h := &list[pos]
 		i := int(h.idx)
 		k := pos // the launch's slot, from the stream's base
 		pos++
 		b.pos = pos
 		if we := int(h.waits); we != wfrom {
-			for _, w := range waits[wfrom:we] {
-				// seen caches the other streams' progress: a wait it
-				// covers costs no load of a cache line another core keeps
-				// writing.
-				if need := uint64(w.Seq); seen[w.Stream] < need {
-					if seen[w.Stream] = r.progress[w.Stream].n.Load(); seen[w.Stream] < need {
-						seen[w.Stream] = r.await(w.Stream, need)
-						b.fresh = true
-					}
-				}
-			}
+			b.awaitAll(waits[wfrom:we])
 			wfrom = we
 		}
 		if slow || h.option || !store.Empty() {
@@ -384,6 +385,78 @@ func (b *streamRun) stretch() {
 		}
 	}
 	r.publish(b.gs, uint64(b.pos))
+}
+
+// fast runs launches from b.pos for as long as nothing needs more than a
+// call and a status store: no launch timing, no cancellation or device
+// loss to watch for (stretch checks), an empty error graph, and a plain
+// kernel without optional reads. It returns, with b.pos at the launch it
+// did not run, at the end of the list, at a launch that is not plain, at
+// a failure (settled here) and when a wait brings taint into view; wfrom
+// is where the next launch's waits start, as in stretch.
+//
+// The error graph needs no look per launch: a launch's reads come from
+// launches of its own stream (a failure there ends the fast path) or of
+// streams it waits on, directly or through an earlier wait of its stream,
+// and a failing launch taints the graph before its stream publishes the
+// progress a wait sees. So one atomic load at the start and one after
+// each wait suffice.
+//
+// running is stretch's record of the launch whose kernel is running, for
+// its recovery.
+func (b *streamRun) fast(wfrom int, running *int) int {
+	r := b.r
+	store := r.store
+	if !store.Empty() {
+		return wfrom
+	}
+	list, status, ctx := b.list, r.out.status[b.base:], r.ctx
+	for pos := b.pos; pos < len(list); {
+		h := &list[pos]
+		if h.odd {
+			return wfrom
+		}
+		if we := int(h.waits); we != wfrom {
+			b.awaitAll(b.waits[wfrom:we])
+			wfrom = we
+			if !store.Empty() {
+				return wfrom
+			}
+		}
+		k := pos // the launch's slot, from the stream's base
+		pos++
+		b.pos = pos
+		*running = int(h.idx)
+		err := h.fn(ctx, b)
+		*running = -1
+		if err != nil {
+			b.settle(int(h.idx), k, err)
+			if h.record {
+				r.publish(b.gs, uint64(pos))
+			}
+			return wfrom
+		}
+		status[k] = byte(StatusOK)
+		if h.record {
+			r.publish(b.gs, uint64(pos))
+		}
+	}
+	return wfrom
+}
+
+// awaitAll waits until every wait of waits is satisfied. seen caches the
+// other streams' progress: a wait it covers costs no load of a cache line
+// another core keeps writing.
+func (b *streamRun) awaitAll(waits []Wait) {
+	r, seen := b.r, b.seen
+	for _, w := range waits {
+		if need := uint64(w.Seq); seen[w.Stream] < need {
+			if seen[w.Stream] = r.progress[w.Stream].n.Load(); seen[w.Stream] < need {
+				seen[w.Stream] = r.await(w.Stream, need)
+				b.fresh = true
+			}
+		}
+	}
 }
 
 // settle records the outcome of launch i (slot k of the stream) when it

@@ -52,8 +52,10 @@ func chainGraph(n int, body func(i int)) (*dag.Graph, []dag.BufferID) {
 // its launch fails as torn down, its dependents are skipped with its
 // failure, an unrelated branch on the same stream still runs, and the run
 // returns.
-func TestGoexitInKernel(t *testing.T) {
-	e := newExecutor(t, 1)
+func TestGoexitInKernel(t *testing.T) { bothTimings(t, testGoexitInKernel) }
+
+func testGoexitInKernel(t *testing.T, timing exec.Option) {
+	e := newExecutor(t, 1, timing)
 	g := dag.New()
 	a, b, c := g.AddValue("a"), g.AddValue("b"), g.AddValue("c")
 	g.AddKernel("exits", func(context.Context, dag.Launch) error { runtime.Goexit(); return nil }, dag.Writes(a))
@@ -74,8 +76,10 @@ func TestGoexitInKernel(t *testing.T) {
 
 // A panic in the middle of a stream's list fails that launch only: the
 // launches after it on the same stream run.
-func TestPanicMidStream(t *testing.T) {
-	e := newExecutor(t, 1)
+func TestPanicMidStream(t *testing.T) { bothTimings(t, testPanicMidStream) }
+
+func testPanicMidStream(t *testing.T, timing exec.Option) {
+	e := newExecutor(t, 1, timing)
 	g := dag.New()
 	var outs []dag.BufferID
 	for i := range 6 {

@@ -19,12 +19,21 @@ import (
 
 func TestMain(m *testing.M) { leaktest.Main(m) }
 
-func newExecutor(t *testing.T, streams int) *exec.Executor {
+func newExecutor(t *testing.T, streams int, opts ...exec.Option) *exec.Executor {
 	t.Helper()
 	dev, err := gpu.NewCPU(gpu.WithStreams(streams))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, dev.Close()) })
-	return exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)))
+	return exec.New(dev, append([]exec.Option{exec.WithAllocator(leaktest.Allocator(t))}, opts...)...)
+}
+
+// bothTimings runs f with launch timing on (the default) and off: off,
+// streams run their launches on the fast path, which must settle
+// failures, panics and skips exactly as the general one.
+func bothTimings(t *testing.T, f func(t *testing.T, timing exec.Option)) {
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprintf("timing=%v", on), func(t *testing.T) { f(t, exec.WithLaunchTiming(on)) })
+	}
 }
 
 func nop(context.Context, dag.Launch) error { return nil }
