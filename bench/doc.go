@@ -1,6 +1,7 @@
 // Package bench holds streamdag's end-to-end benchmarks and the pieces
-// the report (bench/cmd/report) is made of. Every benchmark runs beside a
-// baseline in the same run, so results read as ratios:
+// the report (bench/cmd/report) is made of. Every benchmark has a
+// baseline measured in the same run, to read its figures against (go test
+// prints each as a benchmark of its own; the report computes the ratios):
 //
 //   - BenchmarkFlights: the flights pipeline end to end on the 3M-row
 //     Parquet file (rows/s), beside a plain sequential Go loop over the
@@ -13,8 +14,8 @@
 //     task, errgroup and go-taskflow. BenchmarkRandom1M does the same on
 //     RandomDAG, 1,000,000 kernels.
 //   - BenchmarkWaits: what one cross-stream event wait costs (WaitCost).
-//   - BenchmarkBuild: building and validating each shape's graph, per
-//     kernel, beside BenchmarkBuildFloor (ChainFloor: what chain-10k's
+//   - BenchmarkBuild: building and validating each shape's graph and the
+//     random DAG's, per kernel, beside BenchmarkBuildFloor (ChainFloor: what chain-10k's
 //     build stores, appended with no checks) and BenchmarkBuildNames (the
 //     names alone).
 //   - BenchmarkWarmRead, BenchmarkDecodeParquet, BenchmarkFlightsFrom:
@@ -24,6 +25,9 @@
 // (BuildCategories, ExecCategories): the report uses it to say where the
 // worst build and the costliest executor shape spend their time.
 //
-// Run: go test -run '^$' -bench . -benchmem ./bench/
-// Compare runs with benchstat over -count=10.
+// To run them all:
+//
+//	go test -run '^$' -bench . -benchmem ./bench/
+//
+// Compare two versions with benchstat over -count=10 each.
 package bench

@@ -14,13 +14,19 @@ import (
 
 // Category is one bucket of a CPU profile breakdown: a sample belongs to
 // the first category, in the order given to ProfileCPU, that has one of
-// its Funcs anywhere on the sample's stack (inlined frames included).
+// its Funcs anywhere on the sample's stack (inlined frames included), or,
+// with Leaf, in the innermost frame only. A sample no category takes
+// counts as "other".
 type Category struct {
 	Name string
 	// Funcs are prefixes of fully qualified function names, as pprof
 	// prints them: "runtime.memclrNoHeapPointers", "strconv.",
 	// "github.com/streamdag/streamdag/dag.".
 	Funcs []string
+	// Leaf matches the innermost frame only: for code that is on every
+	// sample's stack (a benchmark's own loop), so that what it calls
+	// and no category takes still counts as "other".
+	Leaf bool
 }
 
 // Share is one category's part of a profile: CPU time in nanoseconds,
@@ -40,8 +46,10 @@ type Breakdown struct {
 	Wall   time.Duration // wall time of the Runs calls
 	Total  int64         // CPU ns sampled in the goroutines counted
 	Shares []Share       // one per category, in order, then "other" when any sample matched none
-	// Elsewhere is the CPU time of goroutines that were not counted (with
-	// Labelled: the garbage collector's workers, the runtime), per unit.
+	// Elsewhere is the CPU time per unit of the goroutines not counted
+	// (when ProfileCPU's labelled is set): every other goroutine, on any
+	// core; for single-goroutine work, mostly the garbage collector's
+	// mark workers, which take up the cores the work leaves idle.
 	Elsewhere float64
 }
 
@@ -49,9 +57,11 @@ type Breakdown struct {
 // counts.
 const profileLabel = "streamdag-bench-profile"
 
-// ProfileCPU runs fn (which does units units of work per call) repeatedly
-// for at least minTime under the CPU profiler (pprof, 100 samples per
-// second per busy thread) and splits the samples into cats. With labelled
+// ProfileCPU calls fn once untimed and collects the garbage, then calls
+// it repeatedly for at least minTime under the CPU profiler (pprof, 100
+// samples per second per busy thread) and splits the samples into cats;
+// units is how many units of work (launches, kernels built) one call of
+// fn does, for the per-unit figures. With labelled
 // set it counts only the samples of fn's own goroutine and of goroutines
 // fn starts (their pprof labels are inherited), the rest going to
 // Elsewhere: for single-goroutine work such as graph building, whose wall
@@ -145,20 +155,30 @@ func (b Breakdown) split(p *profile.Profile, labelled bool, cats []Category) (Br
 // len(cats) for none.
 func categorize(s *profile.Sample, cats []Category) int {
 	for ci, c := range cats {
-		for _, loc := range s.Location {
-			for _, ln := range loc.Line {
-				if ln.Function == nil {
-					continue
+		for li, loc := range s.Location {
+			for j, ln := range loc.Line {
+				// A location's lines run from the innermost inlined call
+				// out; the first location is the innermost.
+				if c.Leaf && (li > 0 || j > 0) {
+					break
 				}
-				for _, f := range c.Funcs {
-					if strings.HasPrefix(ln.Function.Name, f) {
-						return ci
-					}
+				if ln.Function != nil && hasPrefix(ln.Function.Name, c.Funcs) {
+					return ci
 				}
 			}
 		}
 	}
 	return len(cats)
+}
+
+// hasPrefix reports whether name starts with one of prefixes.
+func hasPrefix(name string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // gcFuncs are the runtime functions under which the garbage collector
@@ -176,7 +196,8 @@ var gcFuncs = []string{
 // kernel zeroes pages as the runtime first touches them), the rest of
 // allocation, the caller's formatting of names and drawing of random
 // numbers, dag's own code (AddKernel, AddValue, copying names in,
-// checks), and the shape's own loop.
+// checks), and the shape's own loop (its innermost frame only: the shape's
+// builder is on every sample's stack).
 var BuildCategories = []Category{
 	{Name: "garbage collection", Funcs: gcFuncs},
 	{Name: "zeroing fresh memory", Funcs: []string{"runtime.memclrNoHeapPointers"}},
@@ -184,21 +205,23 @@ var BuildCategories = []Category{
 	{Name: "caller: formatting names", Funcs: []string{"strconv.", "internal/strconv.", "runtime.slicebytetostring", "github.com/streamdag/streamdag/bench.name", "github.com/streamdag/streamdag/bench.appendPair"}},
 	{Name: "caller: random numbers", Funcs: []string{"math/rand"}},
 	{Name: "dag: AddKernel, AddValue", Funcs: []string{"github.com/streamdag/streamdag/dag."}},
-	{Name: "caller: the shape's loop", Funcs: []string{"github.com/streamdag/streamdag/bench."}},
+	{Name: "caller: the shape's loop", Funcs: []string{"github.com/streamdag/streamdag/bench."}, Leaf: true},
 }
 
 // ExecCategories split the profile of running a plan: the garbage
 // collector, the kernels' own code (Empty), event waits that found the
 // other stream behind (spinning, yielding, parking), goroutines parking
 // and waking (the Go scheduler, futexes: the run handing lists to the
-// stream workers and waiting for them), the rest of each stream's loop
-// (waits already satisfied, the status of each launch, publishing
-// progress), and the run's setup in the caller.
+// stream workers and waiting for them, idle workers), the rest of the
+// stream workers' time (their loop: waits already satisfied, each
+// launch's status, publishing progress, and the cache misses of reading
+// and publishing progress that another core writes or reads), and the
+// run's setup in the caller.
 var ExecCategories = []Category{
 	{Name: "garbage collection", Funcs: gcFuncs},
 	{Name: "kernels", Funcs: []string{"github.com/streamdag/streamdag/bench.Empty"}},
 	{Name: "event waits (other stream behind)", Funcs: []string{"github.com/streamdag/streamdag/exec.(*run).await"}},
 	{Name: "park and wake (Go scheduler)", Funcs: []string{"runtime.futex", "runtime.schedule", "runtime.findRunnable", "runtime.park_m", "runtime.notesleep", "runtime.gopark", "runtime.goready", "runtime.wakep", "runtime.usleep", "runtime.osyield"}},
-	{Name: "stream loop", Funcs: []string{"github.com/streamdag/streamdag/exec.(*streamRun)"}},
+	{Name: "stream loop (the rest of the streams' time)", Funcs: []string{"github.com/streamdag/streamdag/exec.(*streamRun)"}},
 	{Name: "run setup", Funcs: []string{"github.com/streamdag/streamdag/exec."}},
 }

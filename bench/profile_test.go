@@ -72,3 +72,22 @@ func TestProfileCPUReturnsWorkError(t *testing.T) {
 	_, err := bench.ProfileCPU(func() error { return boom }, 1, time.Millisecond, false, nil)
 	require.ErrorIs(t, err, boom)
 }
+
+// TestProfileCPULeafCategory: a Leaf category takes only samples whose
+// innermost frame it names, so work a function calls and no category
+// takes counts as "other", not as the caller's.
+func TestProfileCPULeafCategory(t *testing.T) {
+	const units = 10_000
+	fn := func() error {
+		for i := range units {
+			formatSink += len(strconv.FormatFloat(float64(i)*1.25, 'g', -1, 64))
+		}
+		return nil
+	}
+	cats := []bench.Category{{Name: "the test's own frames", Funcs: []string{"github.com/streamdag/streamdag/bench_test."}, Leaf: true}}
+	b, err := bench.ProfileCPU(fn, units, 500*time.Millisecond, true, cats)
+	require.NoError(t, err)
+	require.Len(t, b.Shares, 2, "%+v", b.Shares)
+	assert.Equal(t, "other", b.Shares[1].Category)
+	assert.Greater(t, b.Shares[1].Fraction, 0.6, "strconv's samples are not the test's own: %+v", b.Shares)
+}

@@ -128,6 +128,13 @@ type Runner struct {
 // errgroup (a goroutine started per kernel once its last predecessor
 // finished, through atomic counters), and go-taskflow v1.2.0 (its
 // Executor with GOMAXPROCS workers, task graph built once).
+//
+// go-taskflow's time depends on the stack frame its run is called from:
+// on chain-10k, from a function whose frame holds 12 KB or more (as
+// Measure's, with its two runtime.MemStats) a run takes 2.3–2.9 µs per
+// launch on the 2-core machine of the README, from a small frame (go
+// test's benchmark loop) 5.5–6.9 µs. The report's figures are the faster
+// ones, so its ratios against go-taskflow are the conservative ones.
 var Runners = []Runner{
 	{"sequential", prepareSequential},
 	{"streamdag", prepareStreamdag},
@@ -370,8 +377,13 @@ func Measure(run func() error, minRuns, maxRuns int, minTime time.Duration) (Sta
 // WaitCost measures what cross-stream event waits cost in streamdag: a
 // chain of n empty kernels all pinned to stream 0 (no wait), then the same
 // chain alternating between streams 0 and 1 (every launch waits on the
-// other stream: n-1 waits, each a worker handoff). It returns the waits
-// of the alternating plan and the extra ns per wait.
+// other stream: n-1 waits, each a worker handoff), both with launch
+// timing off like the streamdag runner. It returns the waits of the
+// alternating plan and the extra ns per wait. This is the worst case of a
+// wait: nothing overlaps it, and the waiting stream has just finished its
+// own launch, so the wait costs a cache-line round trip between the cores
+// at best (the other stream's progress caught while spinning) and a park
+// and wake-up at worst: from about 100 to 450 ns here.
 func WaitCost(n int, minTime time.Duration) (waits int, nsPerWait float64, same, alternating Stats, err error) {
 	build := func(alt bool) *dag.Graph {
 		g := dag.New()
@@ -395,7 +407,7 @@ func WaitCost(n int, minTime time.Duration) (waits int, nsPerWait float64, same,
 		return 0, 0, Stats{}, Stats{}, err
 	}
 	defer dev.Close()
-	e := exec.New(dev)
+	e := exec.New(dev, exec.WithLaunchTiming(false))
 	ctx := context.Background()
 	var stats [2]Stats
 	for i, alt := range []bool{false, true} {
