@@ -16,17 +16,23 @@ import (
 // formatSink keeps formatted numbers alive so formatting is not dropped.
 var formatSink int
 
-// TestProfileCPUSplitsByCategory profiles a loop that does nothing but
-// format numbers: nearly every sample of its goroutine must land in the
-// formatting category, and the per-unit figures must add up.
-func TestProfileCPUSplitsByCategory(t *testing.T) {
-	const units = 10_000
-	fn := func() error {
+// formatLoop returns work that formats units numbers per call and does
+// nothing else.
+func formatLoop(units int) func() error {
+	return func() error {
 		for i := range units {
 			formatSink += len(strconv.FormatFloat(float64(i)*1.25, 'g', -1, 64))
 		}
 		return nil
 	}
+}
+
+// TestProfileCPUSplitsByCategory profiles a loop that does nothing but
+// format numbers: nearly every sample of its goroutine must land in the
+// formatting category, and the per-unit figures must add up.
+func TestProfileCPUSplitsByCategory(t *testing.T) {
+	const units = 10_000
+	fn := formatLoop(units)
 	cats := []bench.Category{
 		{Name: "never", Funcs: []string{"no/such.Function"}},
 		{Name: "format", Funcs: []string{"strconv."}},
@@ -78,12 +84,7 @@ func TestProfileCPUReturnsWorkError(t *testing.T) {
 // takes counts as "other", not as the caller's.
 func TestProfileCPULeafCategory(t *testing.T) {
 	const units = 10_000
-	fn := func() error {
-		for i := range units {
-			formatSink += len(strconv.FormatFloat(float64(i)*1.25, 'g', -1, 64))
-		}
-		return nil
-	}
+	fn := formatLoop(units)
 	cats := []bench.Category{{Name: "the test's own frames", Funcs: []string{"github.com/streamdag/streamdag/bench_test."}, Leaf: true}}
 	b, err := bench.ProfileCPU(fn, units, 500*time.Millisecond, true, cats)
 	require.NoError(t, err)
