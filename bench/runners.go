@@ -383,7 +383,7 @@ func Measure(run func() error, minRuns, maxRuns int, minTime time.Duration) (Sta
 // wait: nothing overlaps it, and the waiting stream has just finished its
 // own launch, so the wait costs a cache-line round trip between the cores
 // at best (the other stream's progress caught while spinning) and a park
-// and wake-up at worst: from about 100 to 450 ns here.
+// and wake-up at worst: from about 100 to 500 ns here.
 func WaitCost(n int, minTime time.Duration) (waits int, nsPerWait float64, same, alternating Stats, err error) {
 	build := func(alt bool) *dag.Graph {
 		g := dag.New()
