@@ -20,16 +20,19 @@ var formatSink int
 // nothing else.
 func formatLoop(units int) func() error {
 	return func() error {
+		n := 0 // summed locally: a global's every write is instrumented under -race
 		for i := range units {
-			formatSink += len(strconv.FormatFloat(float64(i)*1.25, 'g', -1, 64))
+			n += len(strconv.FormatFloat(float64(i)*1.25, 'g', -1, 64))
 		}
+		formatSink += n
 		return nil
 	}
 }
 
 // TestProfileCPUSplitsByCategory profiles a loop that does nothing but
-// format numbers: nearly every sample of its goroutine must land in the
-// formatting category, and the per-unit figures must add up.
+// format numbers: most samples of its goroutine must land in the
+// formatting category (about 2/3 under -race, whose instrumentation takes
+// the rest; over 9/10 without), and the per-unit figures must add up.
 func TestProfileCPUSplitsByCategory(t *testing.T) {
 	const units = 10_000
 	fn := formatLoop(units)
@@ -37,17 +40,17 @@ func TestProfileCPUSplitsByCategory(t *testing.T) {
 		{Name: "never", Funcs: []string{"no/such.Function"}},
 		{Name: "format", Funcs: []string{"strconv."}},
 	}
-	b, err := bench.ProfileCPU(fn, units, 500*time.Millisecond, true, cats)
+	b, err := bench.ProfileCPU(fn, units, time.Second, true, cats)
 	require.NoError(t, err)
 	require.Greater(t, b.Runs, 0)
 	assert.Equal(t, b.Runs*units, b.Units)
-	assert.GreaterOrEqual(t, b.Wall, 500*time.Millisecond)
-	require.Greater(t, b.Total, int64(0), "no samples in 0.5 s of work")
+	assert.GreaterOrEqual(t, b.Wall, time.Second)
+	require.Greater(t, b.Total, int64(0), "no samples in 1 s of work")
 	require.GreaterOrEqual(t, len(b.Shares), 2)
 	assert.Equal(t, "never", b.Shares[0].Category)
 	assert.Zero(t, b.Shares[0].Ns)
 	assert.Equal(t, "format", b.Shares[1].Category)
-	assert.Greater(t, b.Shares[1].Fraction, 0.6, "formatting share of a formatting loop: %+v", b.Shares)
+	assert.Greater(t, b.Shares[1].Fraction, 0.5, "formatting share of a formatting loop: %+v", b.Shares)
 	var sum int64
 	var frac float64
 	for _, s := range b.Shares {
@@ -86,9 +89,9 @@ func TestProfileCPULeafCategory(t *testing.T) {
 	const units = 10_000
 	fn := formatLoop(units)
 	cats := []bench.Category{{Name: "the test's own frames", Funcs: []string{"github.com/streamdag/streamdag/bench_test."}, Leaf: true}}
-	b, err := bench.ProfileCPU(fn, units, 500*time.Millisecond, true, cats)
+	b, err := bench.ProfileCPU(fn, units, time.Second, true, cats)
 	require.NoError(t, err)
 	require.Len(t, b.Shares, 2, "%+v", b.Shares)
 	assert.Equal(t, "other", b.Shares[1].Category)
-	assert.Greater(t, b.Shares[1].Fraction, 0.6, "strconv's samples are not the test's own: %+v", b.Shares)
+	assert.Greater(t, b.Shares[1].Fraction, 0.5, "strconv's samples are not the test's own: %+v", b.Shares)
 }
