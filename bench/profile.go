@@ -45,7 +45,7 @@ type Breakdown struct {
 	Units  int           // units of work done: Runs × units per run
 	Wall   time.Duration // wall time of the Runs calls
 	Total  int64         // CPU ns sampled in the goroutines counted
-	Shares []Share       // one per category, in order, then "other" when any sample matched none
+	Shares []Share       // one per category, in order, then "other": the samples no category took
 	// Elsewhere is the CPU time per unit of the goroutines not counted
 	// (when ProfileCPU's labelled is set): every other goroutine, on any
 	// core; for single-goroutine work, mostly the garbage collector's
@@ -69,7 +69,11 @@ const profileLabel = "streamdag-bench-profile"
 // for the executor, whose streams run on long-lived worker goroutines.
 //
 // The precision is that of sampling: with minTime of 3 s, about 300
-// samples per busy core, so a share is good to a few percent. ProfileCPU
+// samples per busy core, so a share is good to a few percent. A sample
+// taken while the Go scheduler runs on its own stack (a goroutine
+// yielding, parking or being woken; runtime.mcall) names none of the
+// goroutine's functions, so it can only fall into a category that names
+// the scheduler's. ProfileCPU
 // returns fn's first error, or an error when the CPU profiler is already
 // running (go test -cpuprofile, say) or its output cannot be parsed. It
 // must not run concurrently with itself.
@@ -138,8 +142,6 @@ func (b Breakdown) split(p *profile.Profile, labelled bool, cats []Category) (Br
 		name := "other"
 		if i < len(cats) {
 			name = cats[i].Name
-		} else if v == 0 {
-			break
 		}
 		sh := Share{Category: name, Ns: v, PerUnit: per(v)}
 		if b.Total > 0 {
@@ -209,10 +211,11 @@ var BuildCategories = []Category{
 }
 
 // ExecCategories split the profile of running a plan: the garbage
-// collector, the kernels' own code (Empty), event waits that found the
-// other stream behind (spinning, yielding, parking), goroutines parking
-// and waking (the Go scheduler, futexes: the run handing lists to the
-// stream workers and waiting for them, idle workers), the rest of the
+// collector, the kernels' own code (Empty), event waits spinning on the
+// other stream's progress, the Go scheduler (yields, parks and wake-ups,
+// whose samples name no caller: mostly event waits that spun out and
+// yield or park, then the run handing its lists to the stream workers and
+// waiting for them, and idle workers), the rest of the
 // stream workers' time (their loop: waits already satisfied, each
 // launch's status, publishing progress, and the cache misses of reading
 // and publishing progress that another core writes or reads), and the
@@ -220,8 +223,8 @@ var BuildCategories = []Category{
 var ExecCategories = []Category{
 	{Name: "garbage collection", Funcs: gcFuncs},
 	{Name: "kernels", Funcs: []string{"github.com/streamdag/streamdag/bench.Empty"}},
-	{Name: "event waits (other stream behind)", Funcs: []string{"github.com/streamdag/streamdag/exec.(*run).await"}},
-	{Name: "park and wake (Go scheduler)", Funcs: []string{"runtime.futex", "runtime.schedule", "runtime.findRunnable", "runtime.park_m", "runtime.notesleep", "runtime.gopark", "runtime.goready", "runtime.wakep", "runtime.usleep", "runtime.osyield"}},
+	{Name: "event waits, spinning", Funcs: []string{"github.com/streamdag/streamdag/exec.(*run).await"}},
+	{Name: "Go scheduler: yields, parks, wake-ups", Funcs: []string{"runtime.mcall", "runtime.gosched_m", "runtime.park_m", "runtime.futex", "runtime.schedule", "runtime.findRunnable", "runtime.notesleep", "runtime.gopark", "runtime.goready", "runtime.wakep", "runtime.usleep", "runtime.osyield"}},
 	{Name: "stream loop (the rest of the streams' time)", Funcs: []string{"github.com/streamdag/streamdag/exec.(*streamRun)"}},
 	{Name: "run setup", Funcs: []string{"github.com/streamdag/streamdag/exec."}},
 }

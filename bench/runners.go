@@ -131,9 +131,10 @@ type Runner struct {
 //
 // go-taskflow's time depends on the stack frame its run is called from:
 // on chain-10k, from a function whose frame holds 12 KB or more (as
-// Measure's, with its two runtime.MemStats) a run takes 2.3–2.9 µs per
+// Measure's, with its two runtime.MemStats) a run takes 1.7–2.9 µs per
 // launch on the 2-core machine of the README, from a small frame (go
-// test's benchmark loop) 5.5–6.9 µs. The report's figures are the faster
+// test's benchmark loop) 5.5–6.9 µs. (Not through stack shrinking:
+// GODEBUG=gcshrinkstackoff=1 changes nothing.) The report's figures are the faster
 // ones, so its ratios against go-taskflow are the conservative ones.
 var Runners = []Runner{
 	{"sequential", prepareSequential},
@@ -383,7 +384,7 @@ func Measure(run func() error, minRuns, maxRuns int, minTime time.Duration) (Sta
 // wait: nothing overlaps it, and the waiting stream has just finished its
 // own launch, so the wait costs a cache-line round trip between the cores
 // at best (the other stream's progress caught while spinning) and a park
-// and wake-up at worst: from about 100 to 500 ns here.
+// and wake-up at worst: from about 90 to 500 ns here.
 func WaitCost(n int, minTime time.Duration) (waits int, nsPerWait float64, same, alternating Stats, err error) {
 	build := func(alt bool) *dag.Graph {
 		g := dag.New()
