@@ -477,7 +477,7 @@ func markdown(rep Report) string {
 	}
 	fmt.Fprintf(&b, "\nBuild floor: appending what chain-10k's build stores (the same names formatted and copied, records and bindings of the same sizes, to presized slices, with no checks; bench.ChainFloor) costs **%.0f ns per kernel** on this machine.\n",
 		rep.BuildFloorNs)
-	fmt.Fprintf(&b, "\nCross-stream waits: a chain of %d empty kernels (launch timing off) costs %.1f ns/launch on one stream and %.1f ns/launch alternating between two streams (%d waits): **%.0f ns per wait**. This is a wait at its worst, a handoff with nothing to overlap it: a cache-line round trip between the cores when the waiting stream catches the other's progress while it spins, a park and wake-up when it does not, so it varies from run to run. Where the streams have other work, as in wavefront, a wait costs far less (see the profile).\n",
+	fmt.Fprintf(&b, "\nCross-stream waits: a chain of %d empty kernels (launch timing off) costs %.1f ns/launch on one stream and %.1f ns/launch alternating between two streams (%d waits): **%.0f ns per wait**. This is a wait at its worst, a handoff with nothing to overlap it: a cache-line round trip between the cores when the waiting stream catches the other's progress while it spins, a park and wake-up when it does not, so it varies from run to run. Where the streams have other work, as in wavefront, a wait costs less (see the profile).\n",
 		rep.WaitChain, rep.SameStreamNs, rep.AltStreamNs, rep.Waits, rep.NsPerWait)
 	for _, p := range rep.Profiles {
 		bd := p.Breakdown
