@@ -73,11 +73,16 @@ const profileLabel = "streamdag-bench-profile"
 // taken while the Go scheduler runs on its own stack (a goroutine
 // yielding, parking or being woken; runtime.mcall) names none of the
 // goroutine's functions, so it can only fall into a category that names
-// the scheduler's. ProfileCPU
-// returns fn's first error, or an error when the CPU profiler is already
-// running (go test -cpuprofile, say) or its output cannot be parsed. It
-// must not run concurrently with itself.
+// the scheduler's.
+//
+// ProfileCPU returns fn's first error; an error when the CPU profiler is
+// already running (go test -cpuprofile, say) or its output cannot be
+// parsed; and an error for a nil fn or units below 1. It must not run
+// concurrently with itself.
 func ProfileCPU(fn func() error, units int, minTime time.Duration, labelled bool, cats []Category) (Breakdown, error) {
+	if fn == nil || units < 1 {
+		return Breakdown{}, fmt.Errorf("bench: ProfileCPU needs work to profile and at least 1 unit of work per call (units %d)", units)
+	}
 	if err := fn(); err != nil { // warm up outside the profile
 		return Breakdown{}, err
 	}

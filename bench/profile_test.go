@@ -95,3 +95,12 @@ func TestProfileCPULeafCategory(t *testing.T) {
 	assert.Equal(t, "other", b.Shares[1].Category)
 	assert.Greater(t, b.Shares[1].Fraction, 0.5, "strconv's samples are not the test's own: %+v", b.Shares)
 }
+
+// TestProfileCPUBadInput: no work, or no unit of work per call, is an
+// error naming the problem, before any profiling starts.
+func TestProfileCPUBadInput(t *testing.T) {
+	_, err := bench.ProfileCPU(nil, 1, time.Millisecond, false, nil)
+	require.ErrorContains(t, err, "needs work to profile")
+	_, err = bench.ProfileCPU(func() error { return nil }, 0, time.Millisecond, false, nil)
+	require.ErrorContains(t, err, "units 0")
+}

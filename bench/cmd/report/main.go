@@ -268,7 +268,7 @@ func profiles(rep Report, shapes []bench.Shape, d time.Duration) ([]Profile, err
 	if err != nil {
 		return nil, err
 	}
-	_ = g
+	_ = g // only ever written: it keeps the last graph alive until the next is built
 	return append(out, Profile{What: "graph build, " + s.Name + " (the worst shape of this run)", Unit: "kernel", Labelled: true, Breakdown: bd}), nil
 }
 
