@@ -127,7 +127,9 @@ func Mode() (Resolution, error) {
 // options gets here (Settings, with the compat mode resolved), for a CLI
 // or a run report: e.g. "kvio: compat mode auto → posix (libcufile not
 // found), 1 thread, task 4 MiB, gds threshold 1 MiB, bounce buffer 16 MiB,
-// direct I/O off". For an invalid environment or compat mode off without
+// direct I/O off". The direct I/O part is the setting asked for; whether a
+// file's file system accepts O_DIRECT, and what a file really used, is
+// what File.Describe states. For an invalid environment or compat mode off without
 // cuFile it returns "kvio: " followed by the error (without a second
 // "kvio: "). Safe for concurrent use.
 func Describe() string {
@@ -143,5 +145,5 @@ func describe(o Options) string {
 	if err != nil {
 		return "kvio: " + strings.TrimPrefix(err.Error(), "kvio: ")
 	}
-	return "kvio: " + strings.Replace(o.String(), "compat mode "+o.CompatMode.String(), "compat mode "+r.String(), 1)
+	return "kvio: " + o.describe(r.String(), "direct I/O "+o.directString())
 }

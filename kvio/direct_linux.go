@@ -15,9 +15,10 @@ import (
 // "O_DIRECT").
 const directAlign = 4096
 
-// errDirectRefused marks a direct transfer that the file system refused
-// (EINVAL); the caller finishes the range buffered.
-var errDirectRefused = errors.New("O_DIRECT refused")
+// errFinishBuffered marks a direct transfer that stopped before the end of
+// its range for a reason buffered I/O can deal with (see directFile.rw);
+// the caller finishes the range buffered.
+var errFinishBuffered = errors.New("kvio: finish buffered")
 
 // directFile is a second descriptor of a file, opened with O_DIRECT.
 type directFile struct {
@@ -31,6 +32,11 @@ type directFile struct {
 var openDirectFlags = func(path string, flag int) (*os.File, error) {
 	return os.OpenFile(path, flag|syscall.O_DIRECT, 0)
 }
+
+// directPread is pread on an O_DIRECT descriptor; a variable so tests can
+// play a file system that completes a read past a size that shrank while it
+// was in flight.
+var directPread = syscall.Pread
 
 // openDirect returns the O_DIRECT twin of path, or nil and why not. Some
 // file systems refuse O_DIRECT with EINVAL (tmpfs before Linux 6.6,
@@ -64,18 +70,40 @@ func (d *directFile) middle(p []byte, off int64) (lo, hi int, ok bool) {
 
 // rw transfers the aligned p at the aligned off with pread or pwrite on the
 // O_DIRECT descriptor, looping over partial transfers and retrying EINTR.
-// A read returns fewer bytes and a nil error at end of file. On EINVAL it
-// disables direct I/O for the file and returns errDirectRefused with the
-// bytes done so far.
+// When it stops before the end of p for a reason buffered I/O can deal
+// with, it returns the bytes done and errFinishBuffered, and the caller
+// finishes the range buffered: the file system refused the transfer
+// (EINVAL, which also disables direct I/O for the file for good), a
+// partial block, or the end of the file.
+//
+// A read never returns bytes past the end of the file as it is when the
+// read ends. The size is checked before the read, and only the whole
+// blocks before the end go through O_DIRECT: a direct read of the block
+// that holds the end fills the rest of the caller's block with zeros,
+// while the buffered read of the rest stops at the end and leaves the
+// bytes past it as they were. The size is checked again after the read,
+// and the count cut to it, for a file that shrank while the read was in
+// flight (some file systems complete it with zeros).
 func (d *directFile) rw(op opKind, p []byte, off int64) (int, error) {
+	want := len(p)
+	if op == opRead {
+		size, err := d.size(off)
+		if err != nil {
+			return 0, err
+		}
+		if off+int64(len(p)) > size {
+			p = p[:max(size-off, 0)/directAlign*directAlign]
+		}
+	}
 	n := 0
+loop:
 	for n < len(p) {
 		var (
 			m   int
 			err error
 		)
 		if op == opRead {
-			m, err = syscall.Pread(d.fd, p[n:], off+int64(n))
+			m, err = directPread(d.fd, p[n:], off+int64(n))
 		} else {
 			m, err = syscall.Pwrite(d.fd, p[n:], off+int64(n))
 		}
@@ -85,18 +113,43 @@ func (d *directFile) rw(op opKind, p []byte, off int64) (int, error) {
 		case errors.Is(err, syscall.EINVAL):
 			why := "O_DIRECT transfer refused: invalid argument"
 			d.disabled.CompareAndSwap(nil, &why)
-			return n, errDirectRefused
+			break loop
 		case err != nil:
 			return n, fmt.Errorf("kvio: %s %s at %d (O_DIRECT): %w", op, d.f.Name(), off+int64(n), err)
 		case m == 0 && op == opRead:
-			return n, nil // end of file
+			break loop // end of file
 		case m == 0:
 			return n, fmt.Errorf("kvio: write %s at %d (O_DIRECT): no progress", d.f.Name(), off+int64(n))
 		}
 		n += m
-		if n%directAlign != 0 && n < len(p) { // a partial block: finish buffered
-			return n, errDirectRefused
+		if n%directAlign != 0 { // a partial block
+			break
 		}
 	}
+	if op == opRead && n > 0 {
+		size, err := d.size(off + int64(n))
+		if err != nil {
+			return 0, err
+		}
+		n = int(min(int64(n), max(size-off, 0)))
+	}
+	if n < want {
+		return n, errFinishBuffered
+	}
 	return n, nil
+}
+
+// size returns the size in bytes of the file now; at names the read in an
+// error.
+func (d *directFile) size(at int64) (int64, error) {
+	var st syscall.Stat_t
+	for {
+		err := syscall.Fstat(d.fd, &st)
+		if err == nil {
+			return st.Size, nil
+		}
+		if !errors.Is(err, syscall.EINTR) {
+			return 0, fmt.Errorf("kvio: read %s at %d (O_DIRECT): %w", d.f.Name(), at, &os.PathError{Op: "fstat", Path: d.f.Name(), Err: err})
+		}
+	}
 }

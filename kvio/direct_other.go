@@ -10,7 +10,7 @@ import (
 
 const directAlign = 4096
 
-var errDirectRefused = errors.New("O_DIRECT refused")
+var errFinishBuffered = errors.New("kvio: finish buffered")
 
 // directFile is never created off Linux.
 type directFile struct {
@@ -24,4 +24,4 @@ func openDirect(string, int) (*directFile, string) {
 
 func (d *directFile) middle([]byte, int64) (int, int, bool) { return 0, 0, false }
 
-func (d *directFile) rw(opKind, []byte, int64) (int, error) { return 0, errDirectRefused }
+func (d *directFile) rw(opKind, []byte, int64) (int, error) { return 0, errFinishBuffered }

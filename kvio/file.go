@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -59,6 +60,7 @@ type File struct {
 	cached *cachedFile // reads of own's cached pages only; nil where unsupported
 	why    string      // why direct is nil although asked for, or ""
 	size   atomic.Int64
+	stats  [2]ioCounts // by opKind
 	opts   Options
 	mode   Resolution
 	sem    *semaphore.Weighted // the pool: Options.NumThreads slots
@@ -133,6 +135,9 @@ func NewFile(name string, r io.ReaderAt, sizeBytes int64, opts ...Option) (*File
 	}
 	f := newFile(name, r, sizeBytes, o)
 	f.mode = Resolution{Mode: o.CompatMode, Reason: "not an operating-system file"}
+	if o.DirectIORead || o.DirectIOWrite {
+		f.why = "not an operating-system file"
+	}
 	return f, nil
 }
 
@@ -159,8 +164,9 @@ func (f *File) Mode() Resolution { return f.mode }
 // DirectIO reports whether the aligned middle of large requests goes
 // through O_DIRECT now, and when it does not although Options asked for it,
 // why: the open was refused ("O_DIRECT refused: invalid argument", as some
-// file systems answer), or a direct request failed with EINVAL and the File
-// fell back to buffered I/O for good.
+// file systems answer), a direct request failed with EINVAL and the File
+// fell back to buffered I/O for good, or the File came from NewFile ("not
+// an operating-system file"). See IOStats for the bytes it moved.
 func (f *File) DirectIO() (on bool, why string) {
 	if f.direct == nil {
 		return false, f.why
@@ -169,6 +175,74 @@ func (f *File) DirectIO() (on bool, why string) {
 		return false, *why
 	}
 	return true, ""
+}
+
+// ioCounts counts the bytes of one direction of a File's I/O.
+type ioCounts struct {
+	all    atomic.Int64 // transferred by requests, whatever the path
+	direct atomic.Int64 // of all, those through O_DIRECT
+}
+
+// IOStats counts the bytes a File has transferred since it was opened, by
+// the path they took. Bytes count once they are transferred, also by
+// requests that fail later.
+type IOStats struct {
+	ReadBytes        int64 // bytes read by requests, however they were read
+	DirectReadBytes  int64 // of ReadBytes, those read through O_DIRECT
+	WriteBytes       int64 // bytes written by requests, however they were written
+	DirectWriteBytes int64 // of WriteBytes, those written through O_DIRECT
+}
+
+// IOStats returns the bytes f has transferred so far, and how many of
+// them went through O_DIRECT. Safe for concurrent use, also after Close;
+// with requests in flight the counts are a moment's view.
+func (f *File) IOStats() IOStats {
+	return IOStats{
+		ReadBytes: f.stats[opRead].all.Load(), DirectReadBytes: f.stats[opRead].direct.Load(),
+		WriteBytes: f.stats[opWrite].all.Load(), DirectWriteBytes: f.stats[opWrite].direct.Load(),
+	}
+}
+
+// Describe returns one line stating what f uses: its name, the settings
+// in force (compat mode as resolved when f was opened) and, in place of
+// the direct I/O setting, what direct I/O really does for f, e.g.
+//
+//	kvio: data.arrow: compat mode auto → posix (libcufile not found), 1 thread, task 4 MiB, gds threshold 1 MiB, bounce buffer 16 MiB, direct I/O reads in use (3 MiB of 3 MiB read through O_DIRECT)
+//
+// where the last part is "direct I/O off" when not asked for, "direct I/O
+// reads in use (…)" (or writes, or reads and writes) while it is, with
+// the bytes that went through O_DIRECT so far, and "direct I/O reads not
+// in use (why)" when asked for but refused at open, stopped since (adding
+// the bytes it moved until then), or not applicable (a File from
+// NewFile). Safe for concurrent use, also after Close.
+func (f *File) Describe() string {
+	return "kvio: " + f.name + ": " + f.opts.describe(f.mode.String(), f.describeDirect())
+}
+
+// describeDirect states what direct I/O does for f; see Describe.
+func (f *File) describeDirect() string {
+	o, st := f.opts, f.IOStats()
+	asked := map[string]string{"reads": "reads", "writes": "writes", "on": "reads and writes"}[o.directString()]
+	if asked == "" {
+		return "direct I/O off"
+	}
+	var moved []string
+	if o.DirectIORead {
+		moved = append(moved, fmt.Sprintf("%s of %s read", formatBytes(st.DirectReadBytes), formatBytes(st.ReadBytes)))
+	}
+	if o.DirectIOWrite {
+		moved = append(moved, fmt.Sprintf("%s of %s written", formatBytes(st.DirectWriteBytes), formatBytes(st.WriteBytes)))
+	}
+	counts := strings.Join(moved, ", ") + " through O_DIRECT"
+	on, why := f.DirectIO()
+	switch {
+	case on:
+		return fmt.Sprintf("direct I/O %s in use (%s)", asked, counts)
+	case st.DirectReadBytes+st.DirectWriteBytes > 0:
+		return fmt.Sprintf("direct I/O %s not in use (%s; %s until then)", asked, why, counts)
+	default:
+		return fmt.Sprintf("direct I/O %s not in use (%s)", asked, why)
+	}
 }
 
 // Close waits for the requests in flight, then closes the operating-system
@@ -292,6 +366,7 @@ func (f *File) inline(op opKind, p []byte, off int64) (int, error) {
 		p = p[:min(int64(want), max(f.Size()-off, 0))]
 	}
 	n, err := f.rw(op, p, off)
+	f.stats[op].all.Add(int64(n))
 	if err == nil && n < want {
 		err = &ShortReadError{File: f.name, Offset: off, Want: int64(want), Got: int64(n)}
 	}
@@ -309,12 +384,13 @@ func (f *File) rw(op opKind, p []byte, off int64) (int, error) {
 				return n, err
 			}
 			m, err := d.rw(op, p[lo:hi], off+int64(lo))
+			f.stats[op].direct.Add(int64(m))
 			n += m
-			if err != nil || m < hi-lo {
-				if errors.Is(err, errDirectRefused) { // fell back: finish buffered
-					k, err := f.buffered(op, p[n:], off+int64(n))
-					return n + k, err
-				}
+			if errors.Is(err, errFinishBuffered) {
+				k, err := f.buffered(op, p[n:], off+int64(n))
+				return n + k, err
+			}
+			if err != nil {
 				return n, err
 			}
 			k, err := f.buffered(op, p[hi:], off+int64(hi))

@@ -166,6 +166,7 @@ func (fu *Future) run(i int) (n int, cached bool, err error) {
 
 // finish records the outcome of chunk i.
 func (fu *Future) finish(i, n int, err error) {
+	fu.file.stats[fu.op].all.Add(int64(n))
 	fu.mu.Lock()
 	defer fu.mu.Unlock()
 	fu.counts[i] = n

@@ -153,23 +153,33 @@ type Options struct {
 }
 
 // String summarises the settings, e.g. "compat mode auto, 1 thread, task
-// 4 MiB, gds threshold 1 MiB, bounce buffer 16 MiB, direct I/O off".
+// 4 MiB, gds threshold 1 MiB, bounce buffer 16 MiB, direct I/O off". It
+// states what was asked for; File.Describe states what a file uses.
 func (o Options) String() string {
-	direct := "off"
+	return o.describe(o.CompatMode.String(), "direct I/O "+o.directString())
+}
+
+// directString names the direct I/O setting: off, reads, writes or on.
+func (o Options) directString() string {
 	switch {
 	case o.DirectIORead && o.DirectIOWrite:
-		direct = "on"
+		return "on"
 	case o.DirectIORead:
-		direct = "reads"
+		return "reads"
 	case o.DirectIOWrite:
-		direct = "writes"
+		return "writes"
 	}
+	return "off"
+}
+
+// describe is String with the compat mode and the direct I/O part given.
+func (o Options) describe(compat, direct string) string {
 	threads := "threads"
 	if o.NumThreads == 1 {
 		threads = "thread"
 	}
-	return fmt.Sprintf("compat mode %s, %d %s, task %s, gds threshold %s, bounce buffer %s, direct I/O %s",
-		o.CompatMode, o.NumThreads, threads, formatBytes(o.TaskSizeBytes), formatBytes(o.GDSThresholdBytes),
+	return fmt.Sprintf("compat mode %s, %d %s, task %s, gds threshold %s, bounce buffer %s, %s",
+		compat, o.NumThreads, threads, formatBytes(o.TaskSizeBytes), formatBytes(o.GDSThresholdBytes),
 		formatBytes(o.BounceBufferBytes), direct)
 }
 
