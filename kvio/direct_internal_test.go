@@ -240,7 +240,7 @@ func TestDirectReadShrinksInFlight(t *testing.T) {
 }
 
 // TestFileDescribe checks that a File states what it really uses: direct
-// I/O asked for but refused by the file system, in use, stopped after
+// I/O asked for but refused by the file system, available, stopped after
 // EINVAL, or not applicable, with the bytes that went through O_DIRECT.
 func TestFileDescribe(t *testing.T) {
 	const seed, size = 19, 1 << 20
@@ -263,9 +263,9 @@ func TestFileDescribe(t *testing.T) {
 		{name: "not asked for", open: func(o ...Option) (*File, error) { return Open(path, o...) },
 			want: "direct I/O off", stats: IOStats{ReadBytes: size}},
 		{name: "refused at open", open: func(o ...Option) (*File, error) { return Open(path, o...) }, direct: true, refuse: true,
-			want: "direct I/O reads not in use (O_DIRECT refused: invalid argument)", stats: IOStats{ReadBytes: size}},
+			want: "direct I/O reads unavailable (O_DIRECT refused: invalid argument)", stats: IOStats{ReadBytes: size}},
 		{name: "in use", open: func(o ...Option) (*File, error) { return Open(path, o...) }, direct: true,
-			want: "direct I/O reads in use (1 MiB of 1 MiB read through O_DIRECT)", stats: IOStats{ReadBytes: size, DirectReadBytes: size}},
+			want: "direct I/O reads available (1 MiB of 1 MiB read through O_DIRECT)", stats: IOStats{ReadBytes: size, DirectReadBytes: size}},
 		{name: "stopped", open: func(o ...Option) (*File, error) { return Open(path, o...) }, direct: true,
 			before: func(t *testing.T, f *File) {
 				// A misaligned length makes the kernel answer EINVAL.
@@ -275,11 +275,11 @@ func TestFileDescribe(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, size, n)
 			},
-			want:  "direct I/O reads not in use (O_DIRECT transfer refused: invalid argument; 1 MiB of 2 MiB read through O_DIRECT until then)",
+			want:  "direct I/O reads unavailable (O_DIRECT transfer refused: invalid argument; 1 MiB of 2 MiB read through O_DIRECT until then)",
 			stats: IOStats{ReadBytes: 2 * size, DirectReadBytes: size}},
 		{name: "not an operating-system file", direct: true,
 			open: func(o ...Option) (*File, error) { return NewFile("mem", bytes.NewReader(data), size, o...) },
-			want: "direct I/O reads not in use (not an operating-system file)", stats: IOStats{ReadBytes: size}},
+			want: "direct I/O reads unavailable (not an operating-system file)", stats: IOStats{ReadBytes: size}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

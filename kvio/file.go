@@ -207,14 +207,16 @@ func (f *File) IOStats() IOStats {
 // in force (compat mode as resolved when f was opened) and, in place of
 // the direct I/O setting, what direct I/O really does for f, e.g.
 //
-//	kvio: data.arrow: compat mode auto → posix (libcufile not found), 1 thread, task 4 MiB, gds threshold 1 MiB, bounce buffer 16 MiB, direct I/O reads in use (3 MiB of 3 MiB read through O_DIRECT)
+//	kvio: data.arrow: compat mode auto → posix (libcufile not found), 1 thread, task 4 MiB, gds threshold 1 MiB, bounce buffer 16 MiB, direct I/O reads available (3 MiB of 3 MiB read through O_DIRECT)
 //
-// where the last part is "direct I/O off" when not asked for, "direct I/O
-// reads in use (…)" (or writes, or reads and writes) while it is, with
-// the bytes that went through O_DIRECT so far, and "direct I/O reads not
-// in use (why)" when asked for but refused at open, stopped since (adding
-// the bytes it moved until then), or not applicable (a File from
-// NewFile). Safe for concurrent use, also after Close.
+// The last part is "direct I/O off" when not asked for; "direct I/O reads
+// available (…)" (or writes, or reads and writes) while f has an O_DIRECT
+// descriptor, with the bytes that went through it so far (only the
+// page-aligned middle of a request into memory aligned like the offset
+// does: see AlignedBytes); and "direct I/O reads unavailable (why)" when
+// asked for but refused at open, stopped since (adding the bytes it moved
+// until then), or not applicable (a File from NewFile). Safe for
+// concurrent use, also after Close.
 func (f *File) Describe() string {
 	return "kvio: " + f.name + ": " + f.opts.describe(f.mode.String(), f.describeDirect())
 }
@@ -237,11 +239,11 @@ func (f *File) describeDirect() string {
 	on, why := f.DirectIO()
 	switch {
 	case on:
-		return fmt.Sprintf("direct I/O %s in use (%s)", asked, counts)
+		return fmt.Sprintf("direct I/O %s available (%s)", asked, counts)
 	case st.DirectReadBytes+st.DirectWriteBytes > 0:
-		return fmt.Sprintf("direct I/O %s not in use (%s; %s until then)", asked, why, counts)
+		return fmt.Sprintf("direct I/O %s unavailable (%s; %s until then)", asked, why, counts)
 	default:
-		return fmt.Sprintf("direct I/O %s not in use (%s)", asked, why)
+		return fmt.Sprintf("direct I/O %s unavailable (%s)", asked, why)
 	}
 }
 

@@ -216,6 +216,7 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 			return err
 		}
 	}
+	backend.SetProcessConfig("kvio", file.Describe()) // what the input file used
 	if !f.quiet {
 		fmt.Fprintf(stderr, "%s: %d rows in %s, %s on %s of %s, %s, %v (%.1f M rows/s)\n",
 			src.Name(), nrows, plural(len(p.Partitions), "partition"), plural(len(rep.Launches()), "launch"),
@@ -228,7 +229,7 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		if rep.Lost != nil {
 			fmt.Fprintln(stderr, lossSummary(rep))
 		}
-		fmt.Fprintln(stderr, kvio.Describe())
+		fmt.Fprintln(stderr, file.Describe())
 	}
 	if f.report != "" {
 		b, err := json.MarshalIndent(rep, "", "  ")
