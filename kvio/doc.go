@@ -52,9 +52,31 @@
 // allocates to a buffers.Budget, and [WithMmap] decodes Arrow IPC files from
 // a read-only mapping.
 //
-// Empty, truncated and corrupt files fail with an error naming the file (and
-// the part, for a part), never a panic: panics raised by arrow-go on corrupt
-// input are recovered and turned into errors.
+// # Damaged files
+//
+// What kvio finds fails with an error naming the file (and the part, for a
+// part), never a panic: panics raised by arrow-go on corrupt input are
+// recovered and turned into errors. It finds damage to the structure of a
+// file: an empty or truncated file, a wrong magic, a footer, schema or
+// message metadata that does not parse, lengths and offsets that point
+// outside the file, a Parquet page header that does not parse or
+// disagrees with its page. An Arrow IPC record batch is also checked as a
+// whole before ReadPart returns it (arrow-go's array.ValidateFull):
+// offsets of variable-length values within their buffers and in order,
+// strings valid UTF-8, the null count recorded in the batch equal to the
+// nulls in its validity bitmap.
+//
+// A changed value, in general, is not found. Arrow IPC carries no
+// checksum; Parquet page CRCs are optional in the format, and arrow-go
+// (v18.8.0) neither writes nor checks them. So a changed byte of a
+// fixed-width value, of a string that stays valid UTF-8, or of a Parquet
+// page uncompressed or compressed with a codec that has no checksum
+// (Snappy, LZ4_RAW, Brotli) can load as a wrong value, without an error.
+// A Parquet page compressed with gzip, or with zstd by a writer that adds
+// zstd's content checksum (arrow-go does), is checked by its
+// decompression: a changed byte either fails the read or leaves the values
+// as written. Where values must be trusted, keep a checksum of the file
+// beside it.
 //
 // # Layer and concurrency
 //

@@ -39,7 +39,11 @@ var _ Source = (*ipcSource)(nil)
 // WithBudget and WithMmap apply.
 //
 // It returns an error naming the file for an empty, truncated or corrupt
-// file, an unknown column, a failed read, or a failed mmap.
+// file, an unknown column, a failed read, or a failed mmap. ReadPart also
+// fails for a record batch whose projected columns fail arrow-go's
+// array.ValidateFull (offsets, UTF-8, null counts);
+// a changed value is not found (see the package documentation, "Damaged
+// files").
 func OpenIPC(ctx context.Context, f *File, opts ...LoadOption) (Source, error) {
 	cfg := newLoadConfig(opts)
 	s := &ipcSource{parts: parts{file: f, budget: cfg.budget}}
@@ -130,9 +134,6 @@ func (s *ipcSource) ReadPart(ctx context.Context, i int, mem memory.Allocator) (
 		if err != nil {
 			return nil, err
 		}
-		if s.cols == nil && !zeroCopy {
-			return all, nil
-		}
 		defer all.Release()
 		cols := make([]arrow.Array, len(s.cols))
 		for j, c := range s.cols {
@@ -140,6 +141,17 @@ func (s *ipcSource) ReadPart(ctx context.Context, i int, mem memory.Allocator) (
 		}
 		if s.cols == nil {
 			cols = all.Columns()
+		}
+		// arrow-go takes the body's buffers as they are; check them before
+		// anyone indexes through a corrupt offset.
+		for j, c := range cols {
+			if err := array.ValidateFull(c); err != nil {
+				return nil, fmt.Errorf("corrupt data: column %q: %w", s.schema.Field(j).Name, err)
+			}
+		}
+		if s.cols == nil && !zeroCopy {
+			all.Retain()
+			return all, nil
 		}
 		if zeroCopy {
 			return copyBatch(s.schema, cols, all.NumRows(), mem), nil

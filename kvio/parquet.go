@@ -54,7 +54,10 @@ var pqArrowProps = pqarrow.ArrowReadProperties{PreAllocBinaryData: true}
 // It returns an error naming the file for an empty, truncated or corrupt
 // file (including a chunk of a column that repeats nothing whose value
 // count differs from its row group's row count), an unknown column, or a
-// failed read. The footer, and
+// failed read; ReadPart fails for a page that does not decode. Page CRCs
+// are not checked, so a changed value is found only where the page's codec
+// checks its content (see the package documentation, "Damaged files").
+// The footer, and
 // buffers used while decoding (compressed and decompressed pages, decoded
 // dictionaries), live on the Go heap, not in the allocator of ReadPart.
 func OpenParquet(ctx context.Context, f *File, opts ...LoadOption) (Source, error) {

@@ -36,7 +36,8 @@ type Source interface {
 	// ReadPart reads and decodes part i into one record batch whose buffers
 	// come from mem. The caller owns the batch and must Release it; it stays
 	// valid after Close. ReadPart returns an error naming the file and part
-	// for i out of range, a read or decode failure (corrupt data included),
+	// for i out of range, a read or decode failure (damaged data included, as
+	// far as kvio finds it: see the package documentation, "Damaged files"),
 	// ctx done, or a closed Source (wrapping ErrClosed); it then returns no
 	// batch and holds no memory of mem.
 	ReadPart(ctx context.Context, i int, mem memory.Allocator) (arrow.RecordBatch, error)
