@@ -30,7 +30,11 @@
 // [WithDirectIO], the page-aligned middle of a chunk goes through O_DIRECT,
 // head and tail buffered, and a file system that refuses O_DIRECT leaves the
 // File buffered ([File.DirectIO]); [PageAllocator] and [AlignedBytes] give
-// buffers aligned for it.
+// buffers aligned for it. A direct read stops at the end of the file as it
+// is when the read runs (the size is checked before and after), so a file
+// truncated after it was opened gives a ShortReadError, never zeros as
+// data. [File.Describe] states what one File uses, direct I/O included,
+// and [File.IOStats] counts the bytes it moved through O_DIRECT.
 //
 // # Loaders
 //
