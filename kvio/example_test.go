@@ -33,6 +33,29 @@ func ExampleFile_ReadAt() {
 	// 6 "uvwxyz" kvio: read digits at 30: short read 6 of 20 bytes
 }
 
+func ExampleFile_Describe() {
+	data := bytes.Repeat([]byte("kvio"), 1024)
+	// Direct reads are asked for, but a File over memory has no O_DIRECT
+	// descriptor: Describe says so, where Options.String states the setting.
+	f, err := kvio.NewFile("in-memory", bytes.NewReader(data), int64(len(data)),
+		kvio.WithCompatMode(kvio.CompatAuto), kvio.WithThreads(1), kvio.WithTaskSize(4<<20),
+		kvio.WithGDSThreshold(1<<20), kvio.WithBounceBufferSize(16<<20), kvio.WithDirectIO(true, false))
+	if err != nil {
+		panic(err)
+	}
+	defer f.Close()
+	if _, err := f.ReadAt(make([]byte, len(data)), 0); err != nil {
+		panic(err)
+	}
+	fmt.Println(f.Options())
+	fmt.Println(f.Describe())
+	fmt.Printf("%+v\n", f.IOStats())
+	// Output:
+	// compat mode auto, 1 thread, task 4 MiB, gds threshold 1 MiB, bounce buffer 16 MiB, direct I/O reads
+	// kvio: in-memory: compat mode auto → posix (not an operating-system file), 1 thread, task 4 MiB, gds threshold 1 MiB, bounce buffer 16 MiB, direct I/O reads unavailable (not an operating-system file)
+	// {ReadBytes:4096 DirectReadBytes:0 WriteBytes:0 DirectWriteBytes:0}
+}
+
 func ExampleOpenAuto() {
 	// An Arrow IPC file of two record batches, in memory.
 	var buf bytes.Buffer
