@@ -42,8 +42,9 @@ func TestRunFlightsKvioLine(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv(kvio.EnvAutoDirectIORead, "on")
-			metrics := filepath.Join(t.TempDir(), "m.json")
-			code, _, errs := cli(t, append([]string{"run", "flights", "--top", "1", "--metrics", metrics}, tc.args...)...)
+			dir := t.TempDir()
+			metrics, report := filepath.Join(dir, "m.json"), filepath.Join(dir, "r.json")
+			code, _, errs := cli(t, append([]string{"run", "flights", "--top", "1", "--metrics", metrics, "--report", report}, tc.args...)...)
 			require.Equal(t, 0, code, errs)
 			var line string
 			for l := range strings.Lines(errs) {
@@ -63,6 +64,18 @@ func TestRunFlightsKvioLine(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, json.Unmarshal(b, &m))
 			assert.Equal(t, line, m.ProcessConfig["kvio"], "the metrics record what the file used")
+
+			var r struct {
+				Backend struct {
+					ProcessConfig map[string]string `json:"process_config"`
+				} `json:"backend"`
+			}
+			b, err = os.ReadFile(report)
+			require.NoError(t, err)
+			require.NoError(t, json.Unmarshal(b, &r))
+			inReport := r.Backend.ProcessConfig["kvio"]
+			assert.True(t, strings.HasPrefix(inReport, tc.prefix), "the run report names the file: %q", inReport)
+			assert.Contains(t, inReport, tc.direct, "the run report states what the file uses")
 		})
 	}
 }

@@ -112,7 +112,6 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		return err
 	}
 	defer backend.CloseAndWait(context.WithoutCancel(ctx))
-	backend.SetProcessConfig("kvio", kvio.Describe())
 	devs, topo, why, release, err := runDevices(ctx, backend, f.topology, f.streams, copts)
 	if err != nil {
 		return err
@@ -130,6 +129,7 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		return err
 	}
 	defer file.Close()
+	backend.SetProcessConfig("kvio", file.Describe()) // again after the run
 	src, err := kvio.OpenAuto(ctx, file)
 	if err != nil {
 		return err
@@ -216,7 +216,7 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 			return err
 		}
 	}
-	backend.SetProcessConfig("kvio", file.Describe()) // what the input file used
+	backend.SetProcessConfig("kvio", file.Describe()) // what the input file used in the run
 	if !f.quiet {
 		fmt.Fprintf(stderr, "%s: %d rows in %s, %s on %s of %s, %s, %v (%.1f M rows/s)\n",
 			src.Name(), nrows, plural(len(p.Partitions), "partition"), plural(len(rep.Launches()), "launch"),
