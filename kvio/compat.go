@@ -127,11 +127,11 @@ func Mode() (Resolution, error) {
 // options gets here (Settings, with the compat mode resolved), for a CLI
 // or a run report: e.g. "kvio: compat mode auto → posix (libcufile not
 // found), 1 thread, task 4 MiB, gds threshold 1 MiB, bounce buffer 16 MiB,
-// direct I/O off". The direct I/O part is the setting asked for; whether a
-// file's file system accepts O_DIRECT, and what a file really used, is
-// what File.Describe states. For an invalid environment or compat mode off without
-// cuFile it returns "kvio: " followed by the error (without a second
-// "kvio: "). Safe for concurrent use.
+// direct I/O off". The direct I/O part is the setting asked for; whether
+// a file's file system accepts O_DIRECT, and what a file really used, is
+// what File.Describe states. For an invalid environment or compat mode off
+// without cuFile it returns "kvio: " followed by the error (without a
+// second "kvio: "). Safe for concurrent use.
 func Describe() string {
 	o, err := Settings()
 	if err != nil {

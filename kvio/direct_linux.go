@@ -78,10 +78,10 @@ func (d *directFile) middle(p []byte, off int64) (lo, hi int, ok bool) {
 //
 // A read never returns bytes past the end of the file as it is when the
 // read ends. The size is checked before the read, and only the whole
-// blocks before the end go through O_DIRECT: a direct read of the block
-// that holds the end fills the rest of the caller's block with zeros,
-// while the buffered read of the rest stops at the end and leaves the
-// bytes past it as they were. The size is checked again after the read,
+// blocks before the end go through O_DIRECT: a direct read that meets the
+// end fills the caller's buffer past it with zeros (the rest of the block
+// and beyond), while the buffered read of the rest stops at the end and
+// leaves the bytes past it as they were. The size is checked again after the read,
 // and the count cut to it, for a file that shrank while the read was in
 // flight (some file systems complete it with zeros).
 func (d *directFile) rw(op opKind, p []byte, off int64) (int, error) {
