@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -22,7 +23,7 @@ type LaunchReport struct {
 	Device  topology.DeviceID
 	Stream  int
 	Status  Status
-	Start   time.Time // zero unless the kernel ran
+	Start   time.Time // zero unless the kernel ran (a lost launch may have run before its work was superseded)
 	End     time.Time // zero unless the kernel ran
 	Failure failgraph.FailureID
 	// Err is the launch's error: the kernel's own error for a failed
@@ -117,11 +118,38 @@ func (o *outcomes) report(i int) LaunchReport {
 	x := o.detail(i)
 	lr := LaunchReport{Kernel: op.Name, Device: p.Devices[op.Device], Stream: op.Stream, Status: o.get(i),
 		Failure: x.failure, Err: x.err, Chain: x.chain}
-	if o.times != nil && (lr.Status == StatusOK || lr.Status == StatusFailed) {
-		k := int(o.slot[i])
+	// A lost launch ran when it has an end: its work was superseded by
+	// the recovery after it finished.
+	if k := int(o.slot[i]); o.times != nil && (lr.Status == StatusOK || lr.Status == StatusFailed ||
+		lr.Status == StatusLost && o.times[2*k+1] != 0) {
 		lr.Start, lr.End = o.base.Add(time.Duration(o.times[2*k])), o.base.Add(time.Duration(o.times[2*k+1]))
 	}
 	return lr
+}
+
+// DevicesUsed returns the devices that hold at least one launch of the
+// run (of either phase after a device loss, the lost device included), in
+// the order of Devices. It is O(L) in the number of launches.
+func (r *Report) DevicesUsed() []topology.DeviceID {
+	used := make([]bool, len(r.Devices))
+	var extra []topology.DeviceID
+	for _, o := range r.phases {
+		for i := range o.plan.Launches {
+			d := o.plan.Devices[o.plan.Launches[i].Device]
+			if j := slices.Index(r.Devices, d); j >= 0 {
+				used[j] = true
+			} else if !slices.Contains(extra, d) {
+				extra = append(extra, d)
+			}
+		}
+	}
+	var out []topology.DeviceID
+	for j, u := range used {
+		if u {
+			out = append(out, r.Devices[j])
+		}
+	}
+	return append(out, extra...)
 }
 
 // Count returns how many launches ended with status s.
