@@ -291,11 +291,20 @@ var ErrResultClosed = errors.New("result closed")
 
 // MarshalJSON writes the report as
 //
-//	{"launches":[{"kernel","device","stream","status","failure","error","chain":[...]}],
-//	 "waits":N,"wall_ns":N,"device":"cpu","streams":N,"backend":{…}}
+//	{"launches":[{"kernel","device","stream","status","failure","error","chain":[...],"start_ns","end_ns"}],
+//	 "counts":{"ok","failed","skipped","cancelled","lost"},
+//	 "waits":N,"wall_ns":N,"devices":["gpu0",…],"streams_per_device":N,
+//	 "copies":[{"buffer","from","to","bytes","modeled_ns","route","link","via_host","status"}],
+//	 "bytes_by_link":{"NV2":N,…},"placement":"heft","makespan_ns":N,
+//	 "lost_device","migrations":[{"kernel","from","to"}],"reruns":[...],"backend":{…}}
 //
 // failure is 0 and error "" for ok launches; error is the first line of
-// the launch's error (a panic's stack is left out).
+// the launch's error (a panic's stack is left out); start_ns and end_ns
+// count from the run's first start, 0 for a launch that did not run.
+// devices are DevicesUsed. copies, bytes_by_link, placement and
+// makespan_ns are left out of single-device runs (which copy nothing),
+// lost_device, migrations and reruns out of runs that lost no device.
+// counts covers every launch of both phases after a device loss.
 func (r *Report) MarshalJSON() ([]byte, error) {
 	type launch struct {
 		Kernel  string   `json:"kernel"`
@@ -305,21 +314,48 @@ func (r *Report) MarshalJSON() ([]byte, error) {
 		Failure uint64   `json:"failure"`
 		Error   string   `json:"error"`
 		Chain   []string `json:"chain"`
-		StartNs int64    `json:"start_ns"` // since the run's first start; 0 when the kernel did not run
+		StartNs int64    `json:"start_ns"`
 		EndNs   int64    `json:"end_ns"`
 	}
+	type copyJSON struct {
+		Buffer    string `json:"buffer"`
+		From      string `json:"from"`
+		To        string `json:"to"`
+		Bytes     int64  `json:"bytes"`
+		ModeledNs int64  `json:"modeled_ns"`
+		Route     string `json:"route"`
+		Link      string `json:"link"`
+		ViaHost   bool   `json:"via_host"`
+		Status    Status `json:"status"`
+	}
 	out := struct {
-		Launches []launch             `json:"launches"`
-		Waits    int                  `json:"waits"`
-		WallNs   int64                `json:"wall_ns"`
-		Device   string               `json:"device"`
-		Streams  int                  `json:"streams"`
-		Backend  *gpu.MetricsSnapshot `json:"backend,omitempty"`
-		Lost     string               `json:"lost_device,omitempty"`
-		Migrate  []map[string]string  `json:"migrations,omitempty"`
-		Reruns   []string             `json:"reruns,omitempty"`
-	}{Launches: make([]launch, r.NumLaunches()), Waits: r.Waits, WallNs: r.Wall.Nanoseconds(), Device: r.Device.String(),
-		Streams: r.Streams, Backend: r.Backend}
+		Launches    []launch             `json:"launches"`
+		Counts      map[string]int       `json:"counts"`
+		Waits       int                  `json:"waits"`
+		WallNs      int64                `json:"wall_ns"`
+		Devices     []string             `json:"devices"`
+		Streams     int                  `json:"streams_per_device"`
+		Copies      []copyJSON           `json:"copies,omitempty"`
+		BytesByLink map[string]int64     `json:"bytes_by_link,omitempty"`
+		Placement   string               `json:"placement,omitempty"`
+		MakespanNs  int64                `json:"makespan_ns,omitempty"`
+		Lost        string               `json:"lost_device,omitempty"`
+		Migrate     []map[string]string  `json:"migrations,omitempty"`
+		Reruns      []string             `json:"reruns,omitempty"`
+		Backend     *gpu.MetricsSnapshot `json:"backend,omitempty"`
+	}{Launches: make([]launch, r.NumLaunches()), Counts: map[string]int{}, Waits: r.Waits, WallNs: r.Wall.Nanoseconds(),
+		Devices: []string{}, Streams: r.Streams, BytesByLink: r.BytesByLink, Placement: r.Placement,
+		MakespanNs: r.Makespan.Nanoseconds(), Backend: r.Backend}
+	for _, s := range []Status{StatusOK, StatusFailed, StatusSkipped, StatusCancelled, StatusLost} {
+		out.Counts[s.String()] = r.Count(s)
+	}
+	for _, d := range r.DevicesUsed() {
+		out.Devices = append(out.Devices, d.String())
+	}
+	for _, c := range r.Copies {
+		out.Copies = append(out.Copies, copyJSON{Buffer: c.Buffer, From: c.From.String(), To: c.To.String(), Bytes: c.Bytes,
+			ModeledNs: c.Modeled.Nanoseconds(), Route: c.Route, Link: c.Link, ViaHost: c.ViaHost, Status: c.Status})
+	}
 	if r.Lost != nil {
 		out.Lost = r.Lost.String()
 	}

@@ -365,3 +365,54 @@ func TestWriteTraceDeviceLoss(t *testing.T) {
 		})
 	}
 }
+
+// The report's JSON names the devices the run used and, for a run across
+// devices, every copy (buffer, devices, bytes, link, route, modeled time),
+// the bytes by link, the placement and the status counts.
+func TestReportJSONCopiesAndDevices(t *testing.T) {
+	e, _ := simMachine(t, "dgx1-v100", 2)
+	g := dag.New()
+	x := g.AddBuffer("x", 4096)
+	g.AddKernel("produce", nop, dag.Writes(x), dag.OnDevice(topology.GPU(0)))
+	g.AddKernel("consume", nop, dag.Reads(x), dag.Writes(g.AddBuffer("y", 8)), dag.OnDevice(topology.GPU(3)))
+	res, err := e.Run(t.Context(), g)
+	require.NoError(t, err)
+	defer res.Close()
+	require.NoError(t, res.Err())
+	require.Len(t, res.Report.Copies, 1)
+
+	b, err := json.Marshal(res.Report)
+	require.NoError(t, err)
+	var got struct {
+		Devices          []string `json:"devices"`
+		StreamsPerDevice int      `json:"streams_per_device"`
+		Placement        string   `json:"placement"`
+		Copies           []struct {
+			Buffer, From, To, Link, Route, Status string
+			Bytes                                 int64
+			ModeledNs                             int64 `json:"modeled_ns"`
+			ViaHost                               bool  `json:"via_host"`
+		} `json:"copies"`
+		BytesByLink map[string]int64 `json:"bytes_by_link"`
+		Counts      map[string]int   `json:"counts"`
+	}
+	require.NoError(t, json.Unmarshal(b, &got), "%s", b)
+	assert.Equal(t, []string{"gpu0", "gpu3"}, got.Devices, "the devices used, not the first one")
+	assert.Equal(t, 2, got.StreamsPerDevice)
+	assert.NotEmpty(t, got.Placement)
+	require.Len(t, got.Copies, 1)
+	c := got.Copies[0]
+	want := res.Report.Copies[0]
+	assert.Equal(t, "x", c.Buffer)
+	assert.Equal(t, "gpu0", c.From)
+	assert.Equal(t, "gpu3", c.To)
+	assert.EqualValues(t, 4096, c.Bytes)
+	assert.Equal(t, want.Link, c.Link)
+	assert.NotEmpty(t, c.Link)
+	assert.Equal(t, want.Route, c.Route)
+	assert.Equal(t, want.Modeled.Nanoseconds(), c.ModeledNs)
+	assert.Positive(t, c.ModeledNs)
+	assert.Equal(t, "ok", c.Status)
+	assert.Equal(t, map[string]int64{want.Link: 4096}, got.BytesByLink)
+	assert.Equal(t, map[string]int{"ok": 3, "failed": 0, "skipped": 0, "cancelled": 0, "lost": 0}, got.Counts)
+}
