@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamdag/streamdag/internal/testdata"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -35,18 +36,28 @@ func needDot(t *testing.T) string {
 func TestRunFlightsPlanDOTRendersOnSimulatedGPUs(t *testing.T) {
 	dot := needDot(t)
 	for _, m := range topology.Machines() {
-		for _, streams := range []string{"1", "3"} {
+		for _, streams := range []string{"1", "2", "4"} {
 			t.Run(m+"/streams="+streams, func(t *testing.T) {
-				renderPlan(t, dot, m, streams)
+				renderPlan(t, dot, m, streams, "")
 			})
 		}
 	}
+	// The case: the 3-million-row file on a DGX-1.
+	t.Run("flights-3m/dgx1-v100", func(t *testing.T) {
+		renderPlan(t, dot, "dgx1-v100", "2", testdata.File(t, "flights-3m.parquet"))
+	})
 }
 
-func renderPlan(t *testing.T, dot, m, streams string) {
+// renderPlan renders the plan of a flights run on machine m (of input, or
+// the embedded sample when "") with dot, and through 'streamdag graph'.
+func renderPlan(t *testing.T, dot, m, streams, input string) {
 	dir := t.TempDir()
 	plan, svg := filepath.Join(dir, "p.dot"), filepath.Join(dir, "p.svg")
-	code, _, errs := cli(t, "run", "flights", "--quiet", "--topology", "sim:"+m, "--streams", streams, "--dot", plan)
+	args := []string{"run", "flights", "--quiet", "--topology", "sim:" + m, "--streams", streams, "--dot", plan}
+	if input != "" {
+		args = append(args, "--input", input)
+	}
+	code, _, errs := cli(t, args...)
 	require.Equal(t, 0, code, errs)
 	src, err := os.ReadFile(plan)
 	require.NoError(t, err)
