@@ -249,7 +249,7 @@ func TestRunFlightsOnSimulatedGPUs(t *testing.T) {
 	assert.Greater(t, len(devices), 1, "work spread over several simulated GPUs")
 
 	code, _, errs = cli(t, "run", "flights", "--topology", "sim:nosuch")
-	assert.Equal(t, 1, code)
+	assert.Equal(t, 2, code, "an unknown machine is a usage error")
 	assert.Contains(t, errs, `no machine "nosuch"`)
 }
 
