@@ -155,9 +155,9 @@ type tracePhase struct {
 	first int
 }
 
-// tracePhases returns r's phases, after checking that p (when non-nil)
-// is the plan of the first one. A report built without phases (a zero
-// Report) has none.
+// tracePhases returns r's phases. A non-nil p stands for the first
+// phase's plan and must have as many launches; a report built without
+// phases (a zero Report) has none.
 func tracePhases(p *Plan, r *Report) ([]tracePhase, error) {
 	var phases []tracePhase
 	n := 0
@@ -169,23 +169,16 @@ func tracePhases(p *Plan, r *Report) ([]tracePhase, error) {
 		return phases, nil
 	}
 	first := 0
-	if len(r.phases) > 0 {
+	if len(phases) > 0 {
 		first = len(r.phases[0].status)
 	}
-	if p != phases0(phases) && len(p.Launches) != first {
+	if len(p.Launches) != first {
 		return nil, fmt.Errorf("exec: trace: plan has %d launches, report %d", len(p.Launches), first)
 	}
 	if len(phases) > 0 {
 		phases[0].plan = p
 	}
 	return phases, nil
-}
-
-func phases0(ps []tracePhase) *Plan {
-	if len(ps) == 0 {
-		return nil
-	}
-	return ps[0].plan
 }
 
 // TraceEvents returns the events WriteTrace writes, metadata first, then
