@@ -22,14 +22,19 @@ import (
 // run. Streams the plan leaves empty are drawn as empty clusters.
 //
 // Node ids are "k<plan index>" and "b<buffer id>"; labels are escaped.
-// The output is deterministic for a given plan and parses with Graphviz
-// 2.43 and later (render with `dot -Tsvg`). It never fails today; the
+// The output is deterministic for a given plan and renders with Graphviz
+// 2.43 and later (`dot -Tsvg`; it sets newrank, which dot has read since
+// 2.30), on any number of devices. It never fails today; the
 // error is for future placements that may not be drawable.
 func (p *Plan) MarshalDOT() ([]byte, error) {
 	var b bytes.Buffer
 	g := p.Graph
 	b.WriteString("digraph plan {\n")
-	b.WriteString("  graph [rankdir=TB, compound=true, fontname=\"Helvetica\", label=\"" +
+	// newrank ranks the whole graph at once rather than cluster by
+	// cluster: Graphviz 2.43's cluster ranking ("trouble in init_rank",
+	// lost edges) fails on plans whose copies and waits cross many device
+	// clusters, as on 8 GPUs.
+	b.WriteString("  graph [rankdir=TB, compound=true, newrank=true, fontname=\"Helvetica\", label=\"" +
 		dotLabel(p.String()) + "\", labelloc=t];\n")
 	b.WriteString("  node [fontname=\"Helvetica\", fontsize=10];\n")
 	b.WriteString("  edge [fontname=\"Helvetica\", fontsize=8];\n")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -22,7 +23,7 @@ type LaunchReport struct {
 	Device  topology.DeviceID
 	Stream  int
 	Status  Status
-	Start   time.Time // zero unless the kernel ran
+	Start   time.Time // zero unless the kernel ran (a lost launch may have run before its work was superseded)
 	End     time.Time // zero unless the kernel ran
 	Failure failgraph.FailureID
 	// Err is the launch's error: the kernel's own error for a failed
@@ -117,11 +118,38 @@ func (o *outcomes) report(i int) LaunchReport {
 	x := o.detail(i)
 	lr := LaunchReport{Kernel: op.Name, Device: p.Devices[op.Device], Stream: op.Stream, Status: o.get(i),
 		Failure: x.failure, Err: x.err, Chain: x.chain}
-	if o.times != nil && (lr.Status == StatusOK || lr.Status == StatusFailed) {
-		k := int(o.slot[i])
+	// A lost launch ran when it has an end: its work was superseded by
+	// the recovery after it finished.
+	if k := int(o.slot[i]); o.times != nil && (lr.Status == StatusOK || lr.Status == StatusFailed ||
+		lr.Status == StatusLost && o.times[2*k+1] != 0) {
 		lr.Start, lr.End = o.base.Add(time.Duration(o.times[2*k])), o.base.Add(time.Duration(o.times[2*k+1]))
 	}
 	return lr
+}
+
+// DevicesUsed returns the devices that hold at least one launch of the
+// run (of either phase after a device loss, the lost device included), in
+// the order of Devices. It is O(L) in the number of launches.
+func (r *Report) DevicesUsed() []topology.DeviceID {
+	used := make([]bool, len(r.Devices))
+	var extra []topology.DeviceID
+	for _, o := range r.phases {
+		for i := range o.plan.Launches {
+			d := o.plan.Devices[o.plan.Launches[i].Device]
+			if j := slices.Index(r.Devices, d); j >= 0 {
+				used[j] = true
+			} else if !slices.Contains(extra, d) {
+				extra = append(extra, d)
+			}
+		}
+	}
+	var out []topology.DeviceID
+	for j, u := range used {
+		if u {
+			out = append(out, r.Devices[j])
+		}
+	}
+	return append(out, extra...)
 }
 
 // Count returns how many launches ended with status s.
@@ -263,11 +291,20 @@ var ErrResultClosed = errors.New("result closed")
 
 // MarshalJSON writes the report as
 //
-//	{"launches":[{"kernel","device","stream","status","failure","error","chain":[...]}],
-//	 "waits":N,"wall_ns":N,"device":"cpu","streams":N,"backend":{…}}
+//	{"launches":[{"kernel","device","stream","status","failure","error","chain":[...],"start_ns","end_ns"}],
+//	 "counts":{"ok","failed","skipped","cancelled","lost"},
+//	 "waits":N,"wall_ns":N,"devices":["gpu0",…],"streams_per_device":N,
+//	 "copies":[{"buffer","from","to","bytes","modeled_ns","route","link","via_host","status"}],
+//	 "bytes_by_link":{"NV2":N,…},"placement":"heft","makespan_ns":N,
+//	 "lost_device","migrations":[{"kernel","from","to"}],"reruns":[...],"backend":{…}}
 //
 // failure is 0 and error "" for ok launches; error is the first line of
-// the launch's error (a panic's stack is left out).
+// the launch's error (a panic's stack is left out); start_ns and end_ns
+// count from the run's first start, 0 for a launch that did not run.
+// devices are DevicesUsed. copies, bytes_by_link, placement and
+// makespan_ns are left out of single-device runs (which copy nothing),
+// lost_device, migrations and reruns out of runs that lost no device.
+// counts covers every launch of both phases after a device loss.
 func (r *Report) MarshalJSON() ([]byte, error) {
 	type launch struct {
 		Kernel  string   `json:"kernel"`
@@ -277,21 +314,48 @@ func (r *Report) MarshalJSON() ([]byte, error) {
 		Failure uint64   `json:"failure"`
 		Error   string   `json:"error"`
 		Chain   []string `json:"chain"`
-		StartNs int64    `json:"start_ns"` // since the run's first start; 0 when the kernel did not run
+		StartNs int64    `json:"start_ns"`
 		EndNs   int64    `json:"end_ns"`
 	}
+	type copyJSON struct {
+		Buffer    string `json:"buffer"`
+		From      string `json:"from"`
+		To        string `json:"to"`
+		Bytes     int64  `json:"bytes"`
+		ModeledNs int64  `json:"modeled_ns"`
+		Route     string `json:"route"`
+		Link      string `json:"link"`
+		ViaHost   bool   `json:"via_host"`
+		Status    Status `json:"status"`
+	}
 	out := struct {
-		Launches []launch             `json:"launches"`
-		Waits    int                  `json:"waits"`
-		WallNs   int64                `json:"wall_ns"`
-		Device   string               `json:"device"`
-		Streams  int                  `json:"streams"`
-		Backend  *gpu.MetricsSnapshot `json:"backend,omitempty"`
-		Lost     string               `json:"lost_device,omitempty"`
-		Migrate  []map[string]string  `json:"migrations,omitempty"`
-		Reruns   []string             `json:"reruns,omitempty"`
-	}{Launches: make([]launch, r.NumLaunches()), Waits: r.Waits, WallNs: r.Wall.Nanoseconds(), Device: r.Device.String(),
-		Streams: r.Streams, Backend: r.Backend}
+		Launches    []launch             `json:"launches"`
+		Counts      map[string]int       `json:"counts"`
+		Waits       int                  `json:"waits"`
+		WallNs      int64                `json:"wall_ns"`
+		Devices     []string             `json:"devices"`
+		Streams     int                  `json:"streams_per_device"`
+		Copies      []copyJSON           `json:"copies,omitempty"`
+		BytesByLink map[string]int64     `json:"bytes_by_link,omitempty"`
+		Placement   string               `json:"placement,omitempty"`
+		MakespanNs  int64                `json:"makespan_ns,omitempty"`
+		Lost        string               `json:"lost_device,omitempty"`
+		Migrate     []map[string]string  `json:"migrations,omitempty"`
+		Reruns      []string             `json:"reruns,omitempty"`
+		Backend     *gpu.MetricsSnapshot `json:"backend,omitempty"`
+	}{Launches: make([]launch, r.NumLaunches()), Counts: map[string]int{}, Waits: r.Waits, WallNs: r.Wall.Nanoseconds(),
+		Devices: []string{}, Streams: r.Streams, BytesByLink: r.BytesByLink, Placement: r.Placement,
+		MakespanNs: r.Makespan.Nanoseconds(), Backend: r.Backend}
+	for _, s := range []Status{StatusOK, StatusFailed, StatusSkipped, StatusCancelled, StatusLost} {
+		out.Counts[s.String()] = r.Count(s)
+	}
+	for _, d := range r.DevicesUsed() {
+		out.Devices = append(out.Devices, d.String())
+	}
+	for _, c := range r.Copies {
+		out.Copies = append(out.Copies, copyJSON{Buffer: c.Buffer, From: c.From.String(), To: c.To.String(), Bytes: c.Bytes,
+			ModeledNs: c.Modeled.Nanoseconds(), Route: c.Route, Link: c.Link, ViaHost: c.ViaHost, Status: c.Status})
+	}
 	if r.Lost != nil {
 		out.Lost = r.Lost.String()
 	}

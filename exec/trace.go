@@ -45,16 +45,19 @@ type TraceEvent struct {
 // Trace categories and colours (Chrome's reserved colour names, which
 // Perfetto's legacy importer also honours).
 const (
-	traceCatLaunch    = "launch"
-	traceCatFailed    = "launch,failed"
-	traceCatSkipped   = "launch,skipped"
-	traceCatCancelled = "launch,cancelled"
-	traceCatCopy      = "launch,copy"
-	traceCatWait      = "event-wait"
-	cnameCopy         = "olive"
-	cnameFailed       = "terrible"
-	cnameSkipped      = "grey"
-	cnameCancelled    = "yellow"
+	traceCatLaunch     = "launch"
+	traceCatFailed     = "launch,failed"
+	traceCatSkipped    = "launch,skipped"
+	traceCatCancelled  = "launch,cancelled"
+	traceCatCopy       = "launch,copy"
+	traceCatLost       = "launch,lost"
+	traceCatWait       = "event-wait"
+	traceCatLostDevice = "device-lost"
+	cnameCopy          = "olive"
+	cnameLost          = "bad"
+	cnameFailed        = "terrible"
+	cnameSkipped       = "grey"
+	cnameCancelled     = "yellow"
 )
 
 // WriteTrace writes r as a Chrome/Perfetto trace without flow arrows; it is
@@ -66,20 +69,36 @@ func (r *Report) WriteTrace(w io.Writer) error { return WriteTrace(w, nil, r) }
 // open: one process per device that ran a launch (and the report's first
 // device), one track per stream of it ("cpu stream 0", "gpu3 stream 1"),
 // one slice per launch that ran, named after its kernel, with args
-// kernel, status, failure, error, stream, plan index and the bytes of raw
-// buffers it reads and writes (the latter two when p is given). Copy
-// launches between devices are "launch,copy" slices (olive) on the
-// destination's stream, with copy_from, copy_to and copy_bytes. Failed
-// launches are coloured "terrible" (red) with category "launch,failed";
-// skipped and cancelled launches, which never ran, are instant events
-// (category "launch,skipped" / "launch,cancelled") placed where their
-// stream reached them, with the chain back to the root failure in args.
+// kernel, status, failure, error, stream, launch (the index in
+// r.Launches()) and the bytes of raw buffers it reads and writes (the
+// latter when p is given). Copy launches between devices are
+// "launch,copy" slices (olive) on the destination's stream, with
+// copy_from, copy_to and copy_bytes. Failed launches are coloured
+// "terrible" (red) with category "launch,failed"; skipped and cancelled
+// launches, which never ran, are instant events (category
+// "launch,skipped" / "launch,cancelled") placed where their stream
+// reached them, with the chain back to the root failure in args.
 //
-// When p is the plan r was run from (len(p.Launches) == len(r.Launches())),
-// every event wait of the plan becomes a flow arrow ("s" on the launch
-// waited for, "f" bound to the waiting launch), so the trace shows why a
-// stream stalled. A p of another length is an error; a nil p gives no
-// arrows. Events of one track are written in time order.
+// A run that lost a device (WithDeviceLoss) is traced with both phases:
+// the lost device's process is named "gpu3 (lost)"; a process-wide
+// instant "gpu3 lost" (category "device-lost", args device, migrations,
+// moved, reruns) marks the end of the first phase, where the recovery
+// began; every launch has arg phase (1 or 2); first-phase launches whose
+// work the recovery redid have status lost (category "launch,lost",
+// coloured "bad": a slice when they had run, an instant when not); and
+// the recovery's launches carry moved_from (the lost device) for kernels
+// the migration plan moved, and rerun: true for kernels that had
+// succeeded and ran again.
+//
+// When p is the plan r was run from (the plan given to Execute; each
+// later phase's plan is taken from r), every event wait of every phase
+// becomes a flow arrow ("s" on the launch waited for, "f" bound to the
+// waiting launch), so the trace shows why a stream stalled. A p whose
+// launch count differs from the first phase's is an error; a nil p gives
+// no arrows and no byte counts. Events of one track are written in time
+// order. The object's otherData holds devices (Report.DevicesUsed),
+// streams_per_device, launches, waits, wall_ns, and lost_device after a
+// loss.
 //
 // WriteTrace buffers its output and returns the first write error.
 // It is O(L log L) in the number of launches.
@@ -103,15 +122,22 @@ func WriteTrace(w io.Writer, p *Plan, r *Report) error {
 		}
 		bw.Write(b)
 	}
-	other, err := json.Marshal(map[string]any{
-		"device": r.Device.String(), "streams": r.Streams, "launches": len(r.Launches()),
-		"waits": r.Waits, "wall_ns": r.Wall.Nanoseconds(),
-	})
+	used := r.DevicesUsed()
+	names := make([]string, len(used))
+	for i, d := range used {
+		names[i] = d.String()
+	}
+	other := map[string]any{"devices": names, "streams_per_device": r.Streams, "launches": r.NumLaunches(),
+		"waits": r.Waits, "wall_ns": r.Wall.Nanoseconds()}
+	if r.Lost != nil {
+		other["lost_device"] = r.Lost.String()
+	}
+	otherJSON, err := json.Marshal(other)
 	if err != nil {
 		return err
 	}
 	bw.WriteString("\n],\"otherData\":")
-	bw.Write(other)
+	bw.Write(otherJSON)
 	bw.WriteString("}\n")
 	return bw.Flush()
 }
@@ -122,19 +148,54 @@ type traceTrack struct {
 	stream int
 }
 
+// tracePhase is one phase of a run as the trace sees it: its plan, and
+// where its launches start in Report.Launches.
+type tracePhase struct {
+	plan  *Plan
+	first int
+}
+
+// tracePhases returns r's phases. A non-nil p stands for the first
+// phase's plan and must have as many launches; a report built without
+// phases (a zero Report) has none.
+func tracePhases(p *Plan, r *Report) ([]tracePhase, error) {
+	var phases []tracePhase
+	n := 0
+	for _, o := range r.phases {
+		phases = append(phases, tracePhase{plan: o.plan, first: n})
+		n += len(o.status)
+	}
+	if p == nil {
+		return phases, nil
+	}
+	first := 0
+	if len(phases) > 0 {
+		first = len(r.phases[0].status)
+	}
+	if len(p.Launches) != first {
+		return nil, fmt.Errorf("exec: trace: plan has %d launches, report %d", len(p.Launches), first)
+	}
+	if len(phases) > 0 {
+		phases[0].plan = p
+	}
+	return phases, nil
+}
+
 // TraceEvents returns the events WriteTrace writes, metadata first, then
 // every track's events in time order (tracks ordered by device, then
 // stream). See WriteTrace for p.
 func TraceEvents(p *Plan, r *Report) ([]TraceEvent, error) {
-	if p != nil && len(p.Launches) != len(r.Launches()) {
-		return nil, fmt.Errorf("exec: trace: plan has %d launches, report %d", len(p.Launches), len(r.Launches()))
+	phases, err := tracePhases(p, r)
+	if err != nil {
+		return nil, err
 	}
+	ls := r.Launches()
 	// Processes: the report's first device, and every device with a
 	// launch, in the report's device order; pid = position+1. Every
 	// stream of those devices gets a track.
 	used := map[topology.DeviceID]bool{r.Device: true}
-	for i := range r.Launches() {
-		used[r.Launches()[i].Device] = true
+	for i := range ls {
+		used[ls[i].Device] = true
 	}
 	var devs []topology.DeviceID
 	for _, d := range append([]topology.DeviceID{r.Device}, r.Devices...) {
@@ -142,8 +203,8 @@ func TraceEvents(p *Plan, r *Report) ([]TraceEvent, error) {
 			devs = append(devs, d)
 		}
 	}
-	for i := range r.Launches() { // devices the report does not list
-		if d := r.Launches()[i].Device; !slices.Contains(devs, d) {
+	for i := range ls { // devices the report does not list
+		if d := ls[i].Device; !slices.Contains(devs, d) {
 			devs = append(devs, d)
 		}
 	}
@@ -155,15 +216,19 @@ func TraceEvents(p *Plan, r *Report) ([]TraceEvent, error) {
 			tracks[traceTrack{d, s}] = true
 		}
 	}
-	for i := range r.Launches() {
-		tracks[traceTrack{r.Launches()[i].Device, r.Launches()[i].Stream}] = true
+	for i := range ls {
+		tracks[traceTrack{ls[i].Device, ls[i].Stream}] = true
 	}
 
 	var events []TraceEvent
 	for _, d := range devs {
 		pid := pids[d]
+		name := d.String()
+		if r.Lost != nil && *r.Lost == d {
+			name += " (lost)"
+		}
 		events = append(events,
-			TraceEvent{Name: "process_name", Ph: "M", Pid: pid, Args: map[string]any{"name": d.String()}},
+			TraceEvent{Name: "process_name", Ph: "M", Pid: pid, Args: map[string]any{"name": name}},
 			TraceEvent{Name: "process_sort_index", Ph: "M", Pid: pid, Args: map[string]any{"sort_index": pid}})
 	}
 	keys := make([]traceTrack, 0, len(tracks))
@@ -182,77 +247,136 @@ func TraceEvents(p *Plan, r *Report) ([]TraceEvent, error) {
 	meta := len(events)
 
 	var t0 time.Time
-	for i := range r.Launches() {
-		if s := r.Launches()[i].Start; !s.IsZero() && (t0.IsZero() || s.Before(t0)) {
+	for i := range ls {
+		if s := ls[i].Start; !s.IsZero() && (t0.IsZero() || s.Before(t0)) {
 			t0 = s
 		}
 	}
 	us := func(t time.Time) float64 { return float64(t.Sub(t0).Nanoseconds()) / 1e3 }
 
+	// What the recovery did, by kernel: moved off the lost device, or run
+	// again although it had succeeded.
+	movedFrom := map[string]string{}
+	for _, m := range r.Migrations {
+		movedFrom[m.Kernel] = m.From.String()
+	}
+	rerun := map[string]bool{}
+	for _, k := range r.Reruns {
+		rerun[k] = true
+	}
+
 	// at[i] is where launch i sits on its track: its start, or for a launch
 	// that never ran, the end of the last launch its stream ran before it.
-	at := make([]float64, len(r.Launches()))
+	at := make([]float64, len(ls))
 	cursor := map[traceTrack]float64{}
-	for i := range r.Launches() {
-		l := &r.Launches()[i]
-		tr := traceTrack{l.Device, l.Stream}
-		pid, tid := pids[l.Device], l.Stream+1
-		args := map[string]any{"kernel": l.Kernel, "status": l.Status.String(), "failure": uint64(l.Failure),
-			"error": traceError(l.Err), "stream": l.Stream, "launch": i}
-		isCopy := false
-		if p != nil {
-			pl := &p.Launches[i]
-			args["read_bytes"], args["write_bytes"] = p.rawBytes(pl.Reads), p.rawBytes(pl.Writes)
-			if c := pl.Copy; c != nil {
-				isCopy = true
-				args["copy_from"], args["copy_to"] = p.Devices[c.From].String(), p.Devices[c.To].String()
-				args["copy_bytes"] = c.Bytes
+	recovery := 0.0 // the end of the first phase: where the recovery began
+	for ph, phase := range phases {
+		n := len(r.phases[ph].status)
+		if ph > 0 { // a phase's streams start after the previous phase
+			for k := range cursor {
+				cursor[k] = max(cursor[k], recovery)
 			}
 		}
-		if !l.Start.IsZero() {
-			ts, dur := us(l.Start), float64(l.End.Sub(l.Start).Nanoseconds())/1e3
-			ev := TraceEvent{Name: l.Kernel, Cat: traceCatLaunch, Ph: "X", Ts: ts, Dur: &dur, Pid: pid, Tid: tid, Args: args}
-			if isCopy {
-				ev.Cat, ev.Cname = traceCatCopy, cnameCopy
+		for j := range n {
+			i := phase.first + j
+			l := &ls[i]
+			tr := traceTrack{l.Device, l.Stream}
+			pid, tid := pids[l.Device], l.Stream+1
+			args := map[string]any{"kernel": l.Kernel, "status": l.Status.String(), "failure": uint64(l.Failure),
+				"error": traceError(l.Err), "stream": l.Stream, "launch": i}
+			if r.Lost != nil {
+				args["phase"] = ph + 1
+				if ph > 0 {
+					if from, ok := movedFrom[l.Kernel]; ok {
+						args["moved_from"] = from
+					}
+					if rerun[l.Kernel] {
+						args["rerun"] = true
+					}
+				}
 			}
-			if l.Status == StatusFailed {
+			isCopy := false
+			if p != nil {
+				pl := &phase.plan.Launches[j]
+				args["read_bytes"], args["write_bytes"] = phase.plan.rawBytes(pl.Reads), phase.plan.rawBytes(pl.Writes)
+				if c := pl.Copy; c != nil {
+					isCopy = true
+					args["copy_from"], args["copy_to"] = phase.plan.Devices[c.From].String(), phase.plan.Devices[c.To].String()
+					args["copy_bytes"] = c.Bytes
+				}
+			}
+			if !l.Start.IsZero() {
+				ts, dur := us(l.Start), float64(l.End.Sub(l.Start).Nanoseconds())/1e3
+				ev := TraceEvent{Name: l.Kernel, Cat: traceCatLaunch, Ph: "X", Ts: ts, Dur: &dur, Pid: pid, Tid: tid, Args: args}
+				switch {
+				case l.Status == StatusFailed:
+					ev.Cat, ev.Cname = traceCatFailed, cnameFailed
+				case l.Status == StatusLost: // ran, but its work was redone
+					ev.Cat, ev.Cname = traceCatLost, cnameLost
+				case isCopy:
+					ev.Cat, ev.Cname = traceCatCopy, cnameCopy
+				}
+				events = append(events, ev)
+				at[i] = ts
+				cursor[tr] = max(cursor[tr], ts+dur)
+				if ph == 0 {
+					recovery = max(recovery, ts+dur)
+				}
+				continue
+			}
+			at[i] = cursor[tr]
+			ev := TraceEvent{Name: l.Kernel, Ph: "i", S: "t", Ts: at[i], Pid: pid, Tid: tid, Args: args}
+			switch l.Status {
+			case StatusSkipped:
+				ev.Cat, ev.Cname = traceCatSkipped, cnameSkipped
+				args["chain"] = strings.Join(l.Chain, " ← ")
+			case StatusFailed: // failed without running: mark it like a failure
 				ev.Cat, ev.Cname = traceCatFailed, cnameFailed
+			case StatusLost:
+				ev.Cat, ev.Cname = traceCatLost, cnameLost
+			default:
+				ev.Cat, ev.Cname = traceCatCancelled, cnameCancelled
 			}
 			events = append(events, ev)
-			at[i] = ts
-			cursor[tr] = max(cursor[tr], ts+dur)
-			continue
 		}
-		at[i] = cursor[tr]
-		ev := TraceEvent{Name: l.Kernel, Ph: "i", S: "t", Ts: at[i], Pid: pid, Tid: tid, Args: args}
-		switch l.Status {
-		case StatusSkipped:
-			ev.Cat, ev.Cname = traceCatSkipped, cnameSkipped
-			args["chain"] = strings.Join(l.Chain, " ← ")
-		case StatusFailed: // failed without running: mark it like a failure
-			ev.Cat, ev.Cname = traceCatFailed, cnameFailed
-		default:
-			ev.Cat, ev.Cname = traceCatCancelled, cnameCancelled
+	}
+	if r.Lost != nil {
+		if _, ok := pids[*r.Lost]; !ok { // no launch on it: give it a process
+			pids[*r.Lost] = len(devs) + 1
+			events = slices.Insert(events, meta,
+				TraceEvent{Name: "process_name", Ph: "M", Pid: pids[*r.Lost], Args: map[string]any{"name": r.Lost.String() + " (lost)"}},
+				TraceEvent{Name: "process_sort_index", Ph: "M", Pid: pids[*r.Lost], Args: map[string]any{"sort_index": pids[*r.Lost]}})
+			meta += 2
 		}
-		events = append(events, ev)
+		moves := make([]string, 0, len(r.Migrations))
+		for _, m := range r.Migrations {
+			moves = append(moves, fmt.Sprintf("%s→%s", m.Kernel, m.To))
+		}
+		events = append(events, TraceEvent{Name: r.Lost.String() + " lost", Cat: traceCatLostDevice, Ph: "i", S: "p",
+			Ts: recovery, Pid: pids[*r.Lost], Cname: cnameFailed, Args: map[string]any{
+				"device": r.Lost.String(), "migrations": len(r.Migrations), "moved": strings.Join(moves, ", "),
+				"reruns": strings.Join(r.Reruns, ", ")}})
 	}
 
 	if p != nil {
 		var id uint64
-		for i := range p.Launches {
-			for _, wt := range p.Launches[i].Waits {
-				if wt.Launch < 0 || wt.Launch >= len(r.Launches()) {
-					return nil, fmt.Errorf("exec: trace: launch %d waits on launch %d of %d", i, wt.Launch, len(r.Launches()))
+		for _, phase := range phases {
+			for j := range phase.plan.Launches {
+				i := phase.first + j
+				for _, wt := range phase.plan.Launches[j].Waits {
+					w := phase.first + wt.Launch
+					if wt.Launch < 0 || wt.Launch >= len(phase.plan.Launches) || w >= len(ls) {
+						return nil, fmt.Errorf("exec: trace: launch %d waits on launch %d of %d", i, w, len(ls))
+					}
+					id++
+					src, dst := &ls[w], &ls[i]
+					args := map[string]any{"stream": wt.Stream, "seq": wt.Seq}
+					// "s" at the start of the source slice (inside it, so it binds
+					// to it), "f" bound to the enclosing slice of the waiting launch.
+					events = append(events,
+						TraceEvent{Name: "wait", Cat: traceCatWait, Ph: "s", Ts: at[w], Pid: pids[src.Device], Tid: src.Stream + 1, ID: id, Args: args},
+						TraceEvent{Name: "wait", Cat: traceCatWait, Ph: "f", Bp: "e", Ts: at[i], Pid: pids[dst.Device], Tid: dst.Stream + 1, ID: id, Args: args})
 				}
-				id++
-				src, dst := &r.Launches()[wt.Launch], &r.Launches()[i]
-				args := map[string]any{"stream": wt.Stream, "seq": wt.Seq}
-				// "s" at the start of the source slice (inside it, so it binds
-				// to it), "f" bound to the enclosing slice of the waiting launch.
-				sts := at[wt.Launch]
-				events = append(events,
-					TraceEvent{Name: "wait", Cat: traceCatWait, Ph: "s", Ts: sts, Pid: pids[src.Device], Tid: src.Stream + 1, ID: id, Args: args},
-					TraceEvent{Name: "wait", Cat: traceCatWait, Ph: "f", Bp: "e", Ts: at[i], Pid: pids[dst.Device], Tid: dst.Stream + 1, ID: id, Args: args})
 			}
 		}
 	}

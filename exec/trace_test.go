@@ -100,6 +100,10 @@ func checkTraceFormat(t *testing.T, tf traceFile) int {
 			}
 			slices[tr] = append(slices[tr], [2]float64{ts, ts + dur})
 		case "i":
+			if e["cat"] == "device-lost" {
+				assert.Equal(t, "p", str(e, "s"), "the device-lost marker spans its process")
+				continue
+			}
 			assert.Equal(t, "t", str(e, "s"), "instant events are thread-scoped")
 			slices[tr] = append(slices[tr], [2]float64{ts, ts})
 		case "s", "f":
@@ -282,4 +286,133 @@ func TestWriteTraceAndDOTAcrossDevices(t *testing.T) {
 	assert.Contains(t, s, `subgraph "cluster_gpu3_s0" {`)
 	assert.Contains(t, s, "shape=cds", "the copy launch")
 	assert.Contains(t, s, `label="x@gpu3\n4096 B"`, "the replica lives on gpu3")
+}
+
+// A run that loses a device traces both phases: every launch of the
+// report is an event, the lost device's process says so, a device-lost
+// marker sits where the recovery began, superseded launches are marked
+// lost, and the recovery's launches name what moved and what re-ran; the
+// event waits of both plans are flow arrows.
+func TestWriteTraceDeviceLoss(t *testing.T) {
+	for _, at := range []float64{0, 0.5} {
+		t.Run(fmt.Sprint("after=", at), func(t *testing.T) {
+			e, _ := simMachine(t, "dgx1-v100", 2, exec.WithPlacement(exec.PlaceRoundRobin))
+			g, _ := sumGraph(nil)
+			p, err := e.Plan(g)
+			require.NoError(t, err)
+			res, err := e.Execute(t.Context(), p, exec.WithDeviceLoss(topology.GPU(3), at))
+			require.NoError(t, err)
+			defer res.Close()
+			rep := res.Report
+			require.NotNil(t, rep.Lost)
+			require.Greater(t, rep.NumLaunches(), len(p.Launches), "the recovery's launches are in the report")
+
+			var buf bytes.Buffer
+			require.NoError(t, exec.WriteTrace(&buf, p, rep))
+			var tf traceFile
+			require.NoError(t, json.Unmarshal(buf.Bytes(), &tf))
+			assert.Equal(t, rep.Waits, checkTraceFormat(t, tf), "a flow per event wait of both phases")
+
+			procs := map[string]bool{}
+			launches, lost, marks := 0, 0, 0
+			moved, reran, ranLost := map[string]string{}, map[string]bool{}, map[string]bool{}
+			for _, ev := range tf.TraceEvents {
+				args, _ := ev["args"].(map[string]any)
+				switch {
+				case ev["name"] == "process_name":
+					procs[args["name"].(string)] = true
+				case ev["cat"] == "device-lost":
+					marks++
+					assert.Equal(t, "gpu3", args["device"])
+					assert.EqualValues(t, len(rep.Migrations), args["migrations"])
+				case ev["ph"] == "X" || ev["ph"] == "i":
+					launches++
+					if args["status"] == "lost" {
+						lost++
+						assert.EqualValues(t, 1, args["phase"], "only first-phase launches are superseded")
+						assert.Equal(t, "launch,lost", ev["cat"])
+						if ev["ph"] == "X" {
+							ranLost[args["kernel"].(string)] = true
+						}
+					}
+					if from, ok := args["moved_from"].(string); ok {
+						moved[args["kernel"].(string)] = from
+					}
+					if args["rerun"] == true {
+						reran[args["kernel"].(string)] = true
+					}
+				}
+			}
+			assert.True(t, procs["gpu3 (lost)"], "the lost device's process is marked: %v", procs)
+			assert.Equal(t, 1, marks, "one device-lost marker")
+			assert.Equal(t, rep.NumLaunches(), launches, "every launch of both phases")
+			assert.Equal(t, rep.Count(exec.StatusLost), lost)
+			for _, m := range rep.Migrations {
+				assert.Equal(t, "gpu3", moved[m.Kernel], "%s moved off gpu3", m.Kernel)
+			}
+			assert.Len(t, moved, len(rep.Migrations))
+			for _, k := range rep.Reruns {
+				assert.True(t, reran[k], "%s re-ran", k)
+				assert.True(t, ranLost[k], "%s's superseded first run is a slice", k)
+			}
+			assert.Equal(t, []any{"gpu0", "gpu1", "gpu2", "gpu3", "gpu4", "gpu5", "gpu6", "gpu7"}, tf.OtherData["devices"],
+				"round-robin used every GPU")
+			assert.Equal(t, "gpu3", tf.OtherData["lost_device"])
+			assert.Len(t, reran, len(rep.Reruns))
+			if at == 0 {
+				assert.NotEmpty(t, rep.Migrations, "round-robin placed kernels on gpu3")
+			}
+		})
+	}
+}
+
+// The report's JSON names the devices the run used and, for a run across
+// devices, every copy (buffer, devices, bytes, link, route, modeled time),
+// the bytes by link, the placement and the status counts.
+func TestReportJSONCopiesAndDevices(t *testing.T) {
+	e, _ := simMachine(t, "dgx1-v100", 2)
+	g := dag.New()
+	x := g.AddBuffer("x", 4096)
+	g.AddKernel("produce", nop, dag.Writes(x), dag.OnDevice(topology.GPU(0)))
+	g.AddKernel("consume", nop, dag.Reads(x), dag.Writes(g.AddBuffer("y", 8)), dag.OnDevice(topology.GPU(3)))
+	res, err := e.Run(t.Context(), g)
+	require.NoError(t, err)
+	defer res.Close()
+	require.NoError(t, res.Err())
+	require.Len(t, res.Report.Copies, 1)
+
+	b, err := json.Marshal(res.Report)
+	require.NoError(t, err)
+	var got struct {
+		Devices          []string `json:"devices"`
+		StreamsPerDevice int      `json:"streams_per_device"`
+		Placement        string   `json:"placement"`
+		Copies           []struct {
+			Buffer, From, To, Link, Route, Status string
+			Bytes                                 int64
+			ModeledNs                             int64 `json:"modeled_ns"`
+			ViaHost                               bool  `json:"via_host"`
+		} `json:"copies"`
+		BytesByLink map[string]int64 `json:"bytes_by_link"`
+		Counts      map[string]int   `json:"counts"`
+	}
+	require.NoError(t, json.Unmarshal(b, &got), "%s", b)
+	assert.Equal(t, []string{"gpu0", "gpu3"}, got.Devices, "the devices used, not the first one")
+	assert.Equal(t, 2, got.StreamsPerDevice)
+	assert.NotEmpty(t, got.Placement)
+	require.Len(t, got.Copies, 1)
+	c := got.Copies[0]
+	want := res.Report.Copies[0]
+	assert.Equal(t, "x", c.Buffer)
+	assert.Equal(t, "gpu0", c.From)
+	assert.Equal(t, "gpu3", c.To)
+	assert.EqualValues(t, 4096, c.Bytes)
+	assert.Equal(t, want.Link, c.Link)
+	assert.NotEmpty(t, c.Link)
+	assert.Equal(t, want.Route, c.Route)
+	assert.Equal(t, want.Modeled.Nanoseconds(), c.ModeledNs)
+	assert.Positive(t, c.ModeledNs)
+	assert.Equal(t, "ok", c.Status)
+	assert.Equal(t, map[string]int64{want.Link: 4096}, got.BytesByLink)
+	assert.Equal(t, map[string]int{"ok": 3, "failed": 0, "skipped": 0, "cancelled": 0, "lost": 0}, got.Counts)
 }

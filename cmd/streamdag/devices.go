@@ -25,8 +25,7 @@ func newDevicesCmd() *cobra.Command {
 			if mockName != "" {
 				srv, err := nvmlmock.New(mockName)
 				if err != nil {
-					fmt.Fprintf(cmd.ErrOrStderr(), "streamdag: --nvml-mock: %v\n", err)
-					return errUsage
+					return usagef("--nvml-mock: %w", err)
 				}
 				opts = append(opts, gpu.WithNVML(srv))
 			}

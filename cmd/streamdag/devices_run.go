@@ -82,21 +82,26 @@ func placementSummary(p *exec.Plan, rep *exec.Report) string {
 			via++
 		}
 	}
-	var modeled float64
+	var modeled time.Duration
 	for _, c := range rep.Copies {
-		modeled += c.Modeled.Seconds()
+		modeled += c.Modeled
 	}
-	return fmt.Sprintf("placement %s: %d of %d GPUs used, modeled makespan %v, %s (%s), %d through the host, modeled copy time %.3f ms",
-		rep.Placement, len(used), len(p.Devices), rep.Makespan.Round(time.Microsecond), plural(len(rep.Copies), "copy"),
-		strings.Join(links, ", "), via, modeled*1e3)
+	return fmt.Sprintf("placement %s: %d of %d GPUs used, modeled makespan %s, %s (%s), %d through the host, modeled copy time %s",
+		rep.Placement, len(used), len(p.Devices), fmtDuration(rep.Makespan), plural(len(rep.Copies), "copy"),
+		strings.Join(links, ", "), via, fmtDuration(modeled))
 }
 
-// devicesLabel names the devices of a run: "cpu", or "8 devices (gpu0…gpu7)".
+// devicesLabel names the devices a run used: "cpu", or "each of 6 devices
+// (gpu0, gpu1, gpu2, gpu4, gpu5, gpu7)".
 func devicesLabel(ids []topology.DeviceID) string {
 	if len(ids) == 1 {
 		return ids[0].String()
 	}
-	return fmt.Sprintf("each of %d devices (%s…%s)", len(ids), ids[0], ids[len(ids)-1])
+	names := make([]string, len(ids))
+	for i, d := range ids {
+		names[i] = d.String()
+	}
+	return fmt.Sprintf("each of %d devices (%s)", len(ids), strings.Join(names, ", "))
 }
 
 // lossSummary says what a run that lost a device did about it.

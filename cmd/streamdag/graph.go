@@ -48,22 +48,27 @@ func renderGraph(stdin io.Reader, stdout io.Writer, in, out, format string) erro
 	switch ext := strings.ToLower(filepath.Ext(out)); {
 	case ext == ".svg" || ext == ".png":
 		if format != "" && format != ext[1:] {
-			return fmt.Errorf("--format %s contradicts --out %s", format, out)
+			return usagef("--format %s contradicts --out %s", format, out)
 		}
 		format = ext[1:]
 	case out != "" && format == "":
-		return fmt.Errorf("--out %s: want a .svg or .png file name (or give --format)", out)
+		return usagef("--out %s: want a .svg or .png file name (or give --format)", out)
 	case format == "":
 		format = "svg"
 	}
 	if format != "svg" && format != "png" {
-		return fmt.Errorf("--format %s: want svg or png", format)
+		return usagef("--format %s: want svg or png", format)
+	}
+	var outs outputs
+	defer outs.discard()
+	outFile, err := outs.add("--out", out)
+	if err != nil {
+		return err
 	}
 	var src []byte
-	var err error
 	if in == "" {
 		if f, ok := stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-			return errors.New("no --in FILE, and standard input is a terminal: pass --in plan.dot or pipe DOT in")
+			return usagef("no --in FILE, and standard input is a terminal: pass --in plan.dot or pipe DOT in")
 		}
 		src, err = io.ReadAll(stdin)
 	} else {
@@ -87,11 +92,11 @@ func renderGraph(stdin io.Reader, stdout io.Writer, in, out, format string) erro
 	if err != nil {
 		return fmt.Errorf("dot -T%s %s: %w: %s", format, orStdin(in), err, strings.TrimSpace(stderr.String()))
 	}
-	if out == "" {
+	if outFile == nil {
 		_, err = stdout.Write(img)
 		return err
 	}
-	return os.WriteFile(out, img, 0o644)
+	return outFile.commit(func(w io.Writer) error { _, err := w.Write(img); return err })
 }
 
 func orStdin(path string) string {

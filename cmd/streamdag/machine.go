@@ -21,12 +21,13 @@ type machine struct {
 }
 
 // loadMachine reads spec ("sim:NAME" or a path). Errors name the file (or
-// the machine) and, for bad text, the line and column.
+// the machine) and, for bad text, the line and column; an unknown NAME is
+// a usage error.
 func loadMachine(spec string) (machine, error) {
 	if name, ok := strings.CutPrefix(spec, "sim:"); ok {
 		m, err := topology.LoadMachine(name)
 		if err != nil {
-			return machine{}, err
+			return machine{}, usageError{err}
 		}
 		out := machine{facts: m.Facts, source: "sim:" + name + " (" + m.Description + ")", memory: m.MemoryBytes}
 		if m.SpecFound {

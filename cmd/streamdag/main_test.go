@@ -18,25 +18,13 @@ import (
 
 func TestMain(m *testing.M) { leaktest.Main(m) }
 
-// cli runs the command line with args and returns its exit status, stdout
-// and stderr.
+// cli runs the command line with args as main does (the same exit
+// statuses and error lines) and returns its exit status, stdout and
+// stderr.
 func cli(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	root := newRoot()
 	var out, errb bytes.Buffer
-	root.SetOut(&out)
-	root.SetErr(&errb)
-	root.SetArgs(args)
-	err := root.Execute()
-	code := 0
-	if err != nil {
-		code = 1
-		if err == errUsage {
-			code = 2
-		} else if err != errLaunchesFailed {
-			errb.WriteString(err.Error())
-		}
-	}
+	code := run(t.Context(), args, strings.NewReader(""), &out, &errb)
 	return code, out.String(), errb.String()
 }
 
@@ -63,8 +51,15 @@ func TestRunFlightsJSONAndDOT(t *testing.T) {
 	require.Equal(t, 0, code, errs)
 	b, err := os.ReadFile(jsonPath)
 	require.NoError(t, err)
-	var rows []map[string]any
-	require.NoError(t, json.Unmarshal(b, &rows))
+	var doc struct {
+		Partial bool
+		Lost    []any
+		Rows    []map[string]any
+	}
+	require.NoError(t, json.Unmarshal(b, &doc))
+	assert.False(t, doc.Partial)
+	assert.Empty(t, doc.Lost)
+	rows := doc.Rows
 	require.Len(t, rows, 3)
 	assert.Equal(t, "17", rows[0]["key"])
 	assert.EqualValues(t, 6888, rows[0]["count"])
@@ -97,18 +92,32 @@ func TestBadInput(t *testing.T) {
 		{"missing file", []string{"run", "flights", "--input", filepath.Join(dir, "nope.parquet")}, 1, "nope.parquet"},
 		{"garbage file", []string{"run", "flights", "--input", garbage}, 1, "garbage.parquet"},
 		{"empty file", []string{"run", "flights", "--input", empty}, 1, "empty.arrow"},
-		{"bad out extension", []string{"run", "flights", "--out", "x.txt"}, 1, "want a .csv or .json"},
-		{"negative top", []string{"run", "flights", "--top", "-1"}, 1, "--top -1"},
-		{"zero streams", []string{"run", "flights", "--streams", "-2"}, 1, "stream"},
+		{"bad out extension", []string{"run", "flights", "--out", "x.txt"}, 2, "want a .csv or .json"},
+		{"negative top", []string{"run", "flights", "--top", "-1"}, 2, "--top -1"},
+		{"negative streams", []string{"run", "flights", "--streams", "-2"}, 2, "stream"},
 		{"missing airports", []string{"run", "flights", "--airports", filepath.Join(dir, "none.csv")}, 1, "none.csv"},
 		{"unknown flag", []string{"run", "flights", "--bogus"}, 2, "unknown flag"},
-		{"unknown pipeline", []string{"run", "nosuch"}, 1, `unknown pipeline "nosuch"`},
+		{"unknown pipeline", []string{"run", "nosuch"}, 2, `unknown pipeline "nosuch"`},
+		{"no pipeline", []string{"run"}, 2, "name a pipeline to run (known: flights)"},
+		{"unknown command", []string{"nosuch"}, 2, `unknown command "nosuch"`},
+		{"stray argument", []string{"run", "flights", "extra"}, 2, "extra"},
+		{"bad fail spec", []string{"run", "flights", "--fail", "merge:explode"}, 2, "KERNEL:panic"},
+		{"unknown fail kernel", []string{"run", "flights", "--fail", "nosuch"}, 2, `no kernel "nosuch"`},
+		{"lose-device without topology", []string{"run", "flights", "--lose-device", "gpu3@50%"}, 2, "needs --topology"},
+		{"lose-device without %", []string{"run", "flights", "--topology", "sim:dgx1-v100", "--lose-device", "gpu3@50"}, 2,
+			"the point 50 has no %: write gpu3@50% (a percentage of the launches) or a fraction 0–1"},
+		{"lose-device out of range", []string{"run", "flights", "--topology", "sim:dgx1-v100", "--lose-device", "gpu3@150%"}, 2, "0–100%"},
+		{"lose-device without point", []string{"run", "flights", "--topology", "sim:dgx1-v100", "--lose-device", "gpu3"}, 2, "DEVICE@PERCENT"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			code, _, errs := cli(t, c.args...)
 			assert.Equal(t, c.code, code, errs)
 			assert.Contains(t, errs, c.want)
+			assert.Equal(t, 1, strings.Count(errs, "streamdag: "), "one error line: %q", errs)
+			if c.code == 2 {
+				assert.Contains(t, errs, "--help')", "a usage error says where help is")
+			}
 		})
 	}
 }
@@ -182,15 +191,6 @@ func TestRunFlightsFailInjection(t *testing.T) {
 	}
 }
 
-func TestRunFlightsFailUnknownKernel(t *testing.T) {
-	code, _, errs := cli(t, "run", "flights", "--fail", "nosuch")
-	assert.Equal(t, 1, code)
-	assert.Contains(t, errs, `no kernel "nosuch"`)
-	code, _, errs = cli(t, "run", "flights", "--fail", "merge:explode")
-	assert.Equal(t, 1, code)
-	assert.Contains(t, errs, "KERNEL:panic")
-}
-
 func TestRunFlightsMetricsAndQuiet(t *testing.T) {
 	dir := t.TempDir()
 	metrics, rep := filepath.Join(dir, "m.json"), filepath.Join(dir, "r.json")
@@ -249,7 +249,7 @@ func TestRunFlightsOnSimulatedGPUs(t *testing.T) {
 	assert.Greater(t, len(devices), 1, "work spread over several simulated GPUs")
 
 	code, _, errs = cli(t, "run", "flights", "--topology", "sim:nosuch")
-	assert.Equal(t, 1, code)
+	assert.Equal(t, 2, code, "an unknown machine is a usage error")
 	assert.Contains(t, errs, `no machine "nosuch"`)
 }
 
@@ -270,7 +270,4 @@ func TestRunFlightsLoseDevice(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, string(a), string(b), "lost at %s", at)
 	}
-	code, _, errs = cli(t, "run", "flights", "--topology", "sim:dgx1-v100", "--lose-device", "gpu3")
-	assert.Equal(t, 1, code)
-	assert.Contains(t, errs, "DEVICE@PERCENT")
 }

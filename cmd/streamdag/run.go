@@ -8,13 +8,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/streamdag/streamdag/examples/flights"
 	"github.com/streamdag/streamdag/exec"
+	"github.com/streamdag/streamdag/failgraph"
 	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/kvio"
 )
@@ -23,12 +24,13 @@ func newRunCmd() *cobra.Command {
 	run := &cobra.Command{
 		Use:   "run PIPELINE",
 		Short: "Run a pipeline (flights)",
-		RunE: func(cmd *cobra.Command, args []string) error {
+		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return cmd.Help()
+				return usagef("name a pipeline to run (known: flights)")
 			}
-			return fmt.Errorf("unknown pipeline %q (known: flights)", args[0])
+			return usagef("unknown pipeline %q (known: flights)", args[0])
 		},
+		RunE: func(*cobra.Command, []string) error { return nil }, // Args refuses every call
 	}
 	run.AddCommand(newFlightsCmd())
 	return run
@@ -68,7 +70,7 @@ With no --input it runs on the 200,000-row sample embedded in the binary
 	fl.StringVar(&f.dot, "dot", "", "write the plan (devices, streams, kernels, buffers, event waits) as Graphviz DOT to FILE; render it with 'streamdag graph'")
 	fl.StringVar(&f.trace, "trace", "", "write a Chrome/Perfetto trace of the run (a track per stream) as JSON to FILE")
 	fl.BoolVar(&f.jsonOut, "json", false, "write the result and a run summary as JSON on stdout instead of the table")
-	fl.StringVar(&f.report, "report", "", "write the run report (every launch: status, failure, error, chain) as JSON to FILE")
+	fl.StringVar(&f.report, "report", "", "write the run report (every launch: status, failure, error, chain; status counts, devices used, copies with bytes, link and modeled time) as JSON to FILE")
 	fl.StringVar(&f.topology, "topology", "", "run on simulated GPUs of a machine: sim:NAME (dgx1-v100, dgx-a100, …) or an nvidia-smi topo -m / JSON file")
 	fl.StringVar(&f.loseDevice, "lose-device", "", "with --topology: lose a simulated GPU part-way, e.g. gpu3@50% (after half the launches), and recover")
 	fl.BoolVar(&f.quiet, "quiet", false, "print only the result table and errors (no run summary)")
@@ -78,19 +80,18 @@ With no --input it runs on the 200,000-row sample embedded in the binary
 	return cmd
 }
 
+// runFlights runs the flights pipeline. Flags are checked first (usage
+// errors, exit status 2), then every output path (a temporary file is
+// created beside each), then the run; outputs are committed after it,
+// each on its own, so one that fails leaves the others written.
 func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	ctx := cmd.Context()
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	if f.streams < 0 || f.streams > gpu.MaxCPUStreams {
-		return fmt.Errorf("--streams %d: want 1 to %d, or 0 for GOMAXPROCS", f.streams, gpu.MaxCPUStreams)
-	}
-	if f.out != "" {
-		if st, err := os.Stat(filepath.Dir(f.out)); err != nil || !st.IsDir() {
-			return fmt.Errorf("--out %s: no directory %s", f.out, filepath.Dir(f.out))
-		}
+		return usagef("--streams %d: want 1 to %d, or 0 for GOMAXPROCS", f.streams, gpu.MaxCPUStreams)
 	}
 	if f.top < 0 {
-		return fmt.Errorf("--top %d: must be 0 (all) or more", f.top)
+		return usagef("--top %d: must be 0 (all) or more", f.top)
 	}
 	format := ""
 	if f.out != "" {
@@ -100,9 +101,47 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		case ".json":
 			format = "json"
 		default:
-			return fmt.Errorf("--out %s: want a .csv or .json file name", f.out)
+			return usagef("--out %s: want a .csv or .json file name", f.out)
 		}
 	}
+	type fault struct {
+		spec, kernel string
+		panic        bool
+	}
+	var faults []fault
+	for _, spec := range f.fail {
+		name, mode, _ := strings.Cut(spec, ":")
+		if name == "" || mode != "" && mode != "panic" {
+			return usagef("--fail %s: want KERNEL or KERNEL:panic", spec)
+		}
+		faults = append(faults, fault{spec, name, mode == "panic"})
+	}
+	var runOpts []exec.RunOption
+	if f.loseDevice != "" {
+		if f.topology == "" {
+			return usagef("--lose-device needs --topology: only simulated GPUs can be lost")
+		}
+		spec, err := parseLoss(f.loseDevice)
+		if err != nil {
+			return err
+		}
+		runOpts = append(runOpts, exec.WithDeviceLoss(spec.Device, spec.After))
+	}
+
+	var outs outputs
+	defer outs.discard()
+	var files [6]*outputFile
+	for i, o := range []struct{ flag, path string }{
+		{"--out", f.out}, {"--dot", f.dot}, {"--trace", f.trace},
+		{"--report", f.report}, {"--metrics", f.metrics}, {"--errors-dot", f.errorsDot},
+	} {
+		var err error
+		if files[i], err = outs.add(o.flag, o.path); err != nil {
+			return err
+		}
+	}
+	outFile, dotFile, traceFile, reportFile, metricsFile, errorsFile := files[0], files[1], files[2], files[3], files[4], files[5]
+
 	var copts []gpu.CPUOption
 	if f.streams != 0 {
 		copts = append(copts, gpu.WithStreams(f.streams))
@@ -117,7 +156,6 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		return err
 	}
 	defer release()
-	dev := devs[0]
 
 	var file *kvio.File
 	if f.input == "" {
@@ -129,14 +167,14 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		return err
 	}
 	defer file.Close()
-	backend.SetProcessConfig("kvio", file.Describe()) // again after the run
+	backend.SetProcessConfig("kvio", file.Describe()) // updated after the run with what its reads used
 	src, err := kvio.OpenAuto(ctx, file)
 	if err != nil {
 		return err
 	}
 	defer src.Close()
 
-	opts := flights.Options{MinDelay: f.minDelay, TopK: f.top, Partitions: len(devs) * dev.NumStreams()}
+	opts := flights.Options{MinDelay: f.minDelay, TopK: f.top, Partitions: len(devs) * devs[0].NumStreams()}
 	if f.airports != "" {
 		path := f.airports
 		if _, err := os.Stat(path); err != nil {
@@ -144,20 +182,13 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		}
 		opts.Airports = func() (io.ReadCloser, error) { return os.Open(path) }
 	}
-	if format != "" {
-		opts.Sink = func(t *flights.Table) error { return writeOut(f.out, format, t.Rows, f.airports != "") }
-	}
 	p, err := flights.Build(src, opts)
 	if err != nil {
 		return err
 	}
-	for _, spec := range f.fail {
-		name, mode, _ := strings.Cut(spec, ":")
-		if mode != "" && mode != "panic" {
-			return fmt.Errorf("--fail %s: want KERNEL or KERNEL:panic", spec)
-		}
-		if err := p.Graph.InjectFailure(name, mode == "panic"); err != nil {
-			return fmt.Errorf("--fail %s: %w", spec, err)
+	for _, x := range faults {
+		if err := p.Graph.InjectFailure(x.kernel, x.panic); err != nil {
+			return usagef("--fail %s: %w", x.spec, err)
 		}
 	}
 	var bar *progress
@@ -172,23 +203,17 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	if err != nil {
 		return err
 	}
-	if f.dot != "" {
-		if err := writePlanDOT(f.dot, plan); err != nil {
-			return err
+	// The plan is known now: write it before the run.
+	if err := dotFile.commit(func(w io.Writer) error {
+		b, err := plan.MarshalDOT()
+		if err == nil {
+			_, err = w.Write(b)
 		}
+		return err
+	}); err != nil {
+		return err
 	}
 	bar.start(stderr, "flights", progressDelay)
-	var runOpts []exec.RunOption
-	if f.loseDevice != "" {
-		if f.topology == "" {
-			return errors.New("--lose-device needs --topology: only simulated GPUs can be lost")
-		}
-		spec, err := exec.ParseLossSpec(f.loseDevice)
-		if err != nil {
-			return fmt.Errorf("--lose-device: %w", err)
-		}
-		runOpts = append(runOpts, exec.WithDeviceLoss(spec.Device, spec.After))
-	}
 	res, err := e.Execute(ctx, plan, runOpts...)
 	bar.Stop()
 	if err != nil {
@@ -197,8 +222,9 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	defer res.Close()
 	rep := res.Report
 	table, readErr := p.Result(res)
-	if readErr == nil && !f.jsonOut {
-		if err := flights.WriteTable(stdout, table.Rows, p.Key, f.airports != ""); err != nil {
+	withNames := f.airports != "" && table != nil && table.NamesErr == nil
+	if table != nil && !f.jsonOut {
+		if err := flights.WriteTable(stdout, table.Rows, p.Key, withNames); err != nil {
 			return err
 		}
 	}
@@ -211,17 +237,9 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 			return err
 		}
 	}
-	if f.trace != "" {
-		if err := writeTraceFile(f.trace, plan, rep); err != nil {
-			return err
-		}
-	}
 	backend.SetProcessConfig("kvio", file.Describe()) // what the input file used in the run
 	if !f.quiet {
-		fmt.Fprintf(stderr, "%s: %d rows in %s, %s on %s of %s, %s, %v (%.1f M rows/s)\n",
-			src.Name(), nrows, plural(len(p.Partitions), "partition"), plural(len(rep.Launches()), "launch"),
-			plural(rep.Streams, "stream"), devicesLabel(rep.Devices), plural(rep.Waits, "event wait"),
-			rep.Wall.Round(time.Microsecond), float64(nrows)/rep.Wall.Seconds()/1e6)
+		fmt.Fprintln(stderr, runLine(src.Name(), nrows, len(p.Partitions), rep))
 		fmt.Fprintf(stderr, "devices: %s\n", why)
 		if len(devs) > 1 {
 			fmt.Fprintln(stderr, placementSummary(plan, rep))
@@ -231,76 +249,179 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		}
 		fmt.Fprintln(stderr, file.Describe())
 	}
-	if f.report != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
+
+	// The files: each written whether or not the others could be.
+	var werrs []error
+	werrs = append(werrs, traceFile.commit(func(w io.Writer) error { return exec.WriteTrace(w, plan, rep) }))
+	werrs = append(werrs, reportFile.commit(func(w io.Writer) error { return writeIndentedJSON(w, rep) }))
+	werrs = append(werrs, metricsFile.commit(func(w io.Writer) error { return writeIndentedJSON(w, backend.MetricsSnapshot()) }))
+	werrs = append(werrs, errorsFile.commit(func(w io.Writer) error {
+		b, err := res.Failures().MarshalDOT()
+		if err == nil {
+			_, err = w.Write(append(b, '\n'))
 		}
-		if err := os.WriteFile(f.report, append(b, '\n'), 0o644); err != nil {
-			return err
-		}
+		return err
+	}))
+	if outFile != nil && table != nil {
+		werrs = append(werrs, outFile.commit(func(w io.Writer) error {
+			return writeResult(w, format, table, withNames, len(p.Partitions), nrows)
+		}))
 	}
-	if f.metrics != "" {
-		b, err := json.MarshalIndent(backend.MetricsSnapshot(), "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(f.metrics, append(b, '\n'), 0o644); err != nil {
-			return err
-		}
+	werr := errors.Join(werrs...)
+
+	if rep.Err() == nil && readErr == nil && len(table.Lost) == 0 && table.NamesErr == nil {
+		return werr
 	}
-	if f.errorsDot != "" {
-		dot, err := res.Failures().MarshalDOT()
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(f.errorsDot, append(dot, '\n'), 0o644); err != nil {
-			return err
-		}
+	printProblems(stderr, rep, table, readErr, len(p.Partitions), nrows)
+	if outFile != nil && table == nil {
+		fmt.Fprintf(stderr, "--out %s: not written (no result); the file is left as it was\n", f.out)
 	}
-	if rep.Err() == nil && readErr == nil && len(table.Lost) == 0 {
-		return nil
-	}
-	for _, l := range rep.Launches() {
-		if l.Status == exec.StatusFailed || l.Status == exec.StatusSkipped || l.Status == exec.StatusCancelled {
-			fmt.Fprintf(stderr, "  %s: %s (failure %s)", l.Kernel, l.Status, l.Failure)
-			if l.Status == exec.StatusSkipped {
-				fmt.Fprintf(stderr, " ← %s", strings.Join(l.Chain, " ← "))
-			}
-			fmt.Fprintf(stderr, ": %v\n", firstLine(l.Err))
-		}
-	}
-	switch {
-	case readErr != nil:
-		fmt.Fprintf(stderr, "no result: %v\n", firstLine(readErr))
-	case len(table.Lost) > 0:
-		var lost int64
-		for _, l := range table.Lost {
-			lost += l.Rows
-		}
-		fmt.Fprintf(stderr, "PARTIAL RESULT: %d of %d partitions lost (%d of %d rows are not counted above):\n",
-			len(table.Lost), len(p.Partitions), lost, nrows)
-		for _, l := range table.Lost {
-			fmt.Fprintf(stderr, "  %s\n", l)
-		}
+	if werr != nil {
+		return werr
 	}
 	return errLaunchesFailed
 }
 
-func writeOut(path, format string, rows []flights.Row, withNames bool) error {
-	out, err := os.Create(path)
+// parseLoss parses --lose-device DEVICE@P% (or DEVICE@F with F a fraction
+// 0–1); every error is a usage error that says what to write.
+func parseLoss(s string) (exec.LossSpec, error) {
+	dev, at, ok := strings.Cut(s, "@")
+	if ok && !strings.HasSuffix(at, "%") {
+		if v, err := strconv.ParseFloat(at, 64); err == nil && v > 1 && v <= 100 {
+			return exec.LossSpec{}, usagef("--lose-device %s: the point %s has no %%: write %s@%s%% (a percentage of the launches) or a fraction 0–1", s, at, dev, at)
+		}
+	}
+	spec, err := exec.ParseLossSpec(s)
 	if err != nil {
-		return err
+		return exec.LossSpec{}, usageError{fmt.Errorf("--lose-device: %w", err)}
 	}
+	return spec, nil
+}
+
+// runLine is the run summary's first line: input, partitions, launches
+// (and those lost with a device and redone), streams, devices used, waits
+// and wall time.
+func runLine(input string, nrows int64, parts int, rep *exec.Report) string {
+	launches := plural(rep.NumLaunches(), "launch")
+	if n := rep.Count(exec.StatusLost); n > 0 {
+		launches += fmt.Sprintf(" (%d lost with %s and redone)", n, *rep.Lost)
+	}
+	rate := 0.0
+	if rep.Wall > 0 {
+		rate = float64(nrows) / rep.Wall.Seconds() / 1e6
+	}
+	return fmt.Sprintf("%s: %d rows in %s, %s on %s of %s, %s, %s (%.1f M rows/s)",
+		input, nrows, plural(parts, "partition"), launches, plural(rep.Streams, "stream"),
+		devicesLabel(rep.DevicesUsed()), plural(rep.Waits, "event wait"), fmtDuration(rep.Wall), rate)
+}
+
+// printProblems lists on w what went wrong: each failed or cancelled
+// launch with its error, each skipped launch with its chain (the error is
+// its root's, printed once with the root), then what is missing from the
+// result.
+func printProblems(w io.Writer, rep *exec.Report, table *flights.Table, readErr error, parts int, nrows int64) {
+	shown := map[failgraph.FailureID]bool{}
+	for _, l := range rep.Launches() {
+		switch l.Status {
+		case exec.StatusFailed, exec.StatusCancelled:
+			fmt.Fprintf(w, "  %s: %s (failure %s): %s\n", l.Kernel, l.Status, l.Failure, firstLine(l.Err))
+			shown[l.Failure] = true
+		case exec.StatusSkipped:
+			fmt.Fprintf(w, "  %s: skipped (failure %s) ← %s\n", l.Kernel, l.Failure, strings.Join(l.Chain, " ← "))
+		}
+	}
+	// cause names the failure behind err, or gives its text when it was
+	// not printed above.
+	cause := func(err error) string {
+		var u *failgraph.UnwrittenError
+		if errors.As(err, &u) && shown[u.Failure] {
+			return fmt.Sprintf("%s was not written (failure %s, above)", u.Buffer, u.Failure)
+		}
+		return firstLine(err)
+	}
+	switch {
+	case readErr != nil:
+		fmt.Fprintf(w, "no result: %s\n", cause(readErr))
+	default:
+		if table.NamesErr != nil {
+			fmt.Fprintf(w, "no airport names or cities: %s\n", cause(table.NamesErr))
+		}
+		if len(table.Lost) > 0 {
+			var lost int64
+			for _, l := range table.Lost {
+				lost += l.Rows
+			}
+			fmt.Fprintf(w, "PARTIAL RESULT: %d of %d partitions lost (%d of %d rows are not counted above):\n",
+				len(table.Lost), parts, lost, nrows)
+			for _, l := range table.Lost {
+				fmt.Fprintf(w, "  partition %d: %d rows lost (rows [%d, %d) of %s): %s\n",
+					l.Partition, l.Rows, l.Part.RowLo, l.Part.RowHi, partsLabel(l.Part), cause(l.Err))
+			}
+		}
+	}
+}
+
+// partsLabel names the source parts of a partition: "part 3", "parts 3–5".
+func partsLabel(p flights.Partition) string {
+	if p.PartHi-p.PartLo > 1 {
+		return fmt.Sprintf("parts %d–%d", p.PartLo, p.PartHi-1)
+	}
+	return fmt.Sprintf("part %d", p.PartLo)
+}
+
+// partialNote is the line that marks a partial result (partitions lost,
+// or airport names missing), or "" for a complete one.
+func partialNote(table *flights.Table, parts int, nrows int64) string {
+	var notes []string
+	if len(table.Lost) > 0 {
+		var lost int64
+		for _, l := range table.Lost {
+			lost += l.Rows
+		}
+		notes = append(notes, fmt.Sprintf("%d of %d partitions lost (%d of %d input rows not counted)", len(table.Lost), parts, lost, nrows))
+	}
+	if table.NamesErr != nil {
+		notes = append(notes, "no airport names or cities (airports.csv could not be read)")
+	}
+	if len(notes) == 0 {
+		return ""
+	}
+	return "PARTIAL RESULT: " + strings.Join(notes, "; ")
+}
+
+// writeResult writes the --out file. A partial result is marked in the
+// file itself: a first line "# PARTIAL RESULT: …" in CSV (read it with a
+// reader that skips # comments, such as Go's csv.Reader with Comment
+// '#'), and in JSON, which is always {"partial", "lost", "names_error",
+// "rows"}, "partial": true with the lost partitions (numbers, see
+// lostPartition) or why the names are missing.
+func writeResult(w io.Writer, format string, table *flights.Table, withNames bool, parts int, nrows int64) error {
+	note := partialNote(table, parts, nrows)
 	if format == "csv" {
-		err = flights.WriteCSV(out, rows, withNames)
-	} else {
-		err = flights.WriteJSON(out, rows)
+		if note != "" {
+			if _, err := fmt.Fprintf(w, "# %s\n", note); err != nil {
+				return err
+			}
+		}
+		return flights.WriteCSV(w, table.Rows, withNames)
 	}
-	if cerr := out.Close(); err == nil {
-		err = cerr
+	doc := struct {
+		Partial    bool            `json:"partial"`
+		Lost       []lostPartition `json:"lost"`
+		NamesError string          `json:"names_error,omitempty"`
+		Rows       []flights.Row   `json:"rows"`
+	}{Partial: note != "", Lost: lostPartitions(table), NamesError: firstLine(table.NamesErr), Rows: table.Rows}
+	if doc.Rows == nil {
+		doc.Rows = []flights.Row{}
 	}
-	return err
+	return writeIndentedJSON(w, doc)
+}
+
+// writeIndentedJSON writes v as indented JSON and a newline.
+func writeIndentedJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // firstLine returns err's text up to its first newline (panic errors carry

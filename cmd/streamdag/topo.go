@@ -64,10 +64,9 @@ which may go through another GPU.`,
 	return cmd
 }
 
-// topoUsage prints a usage error and returns errUsage (exit status 2).
-func topoUsage(cmd *cobra.Command, format string, args ...any) error {
-	fmt.Fprintf(cmd.ErrOrStderr(), "streamdag topo: "+format+"\n", args...)
-	return errUsage
+// topoUsage returns a usage error (exit status 2).
+func topoUsage(_ *cobra.Command, format string, args ...any) error {
+	return usagef(format, args...)
 }
 
 func runTopo(cmd *cobra.Command, o topoOptions) error {
@@ -300,7 +299,7 @@ func writeTopoText(w io.Writer, topo *topology.Topology, rep topoReport) error {
 			p2p += " (" + l.P2PStatus["read"] + ")"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Src, l.Dst, l.Kind, p2p, gbps(l.BandwidthBps),
-			l.Route, strings.Join(l.Path, "→"), gbps(l.RouteBandwidthBps), time.Duration(l.CostNs))
+			l.Route, strings.Join(l.Path, "→"), gbps(l.RouteBandwidthBps), fmtDuration(time.Duration(l.CostNs)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -2,8 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
+	"errors"
 	"io"
 	"os"
 	"sync/atomic"
@@ -15,37 +14,8 @@ import (
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/examples/flights"
 	"github.com/streamdag/streamdag/exec"
+	"github.com/streamdag/streamdag/failgraph"
 )
-
-// writeTraceFile writes the run as a Chrome/Perfetto trace (see
-// exec.WriteTrace) to path.
-func writeTraceFile(path string, p *exec.Plan, r *exec.Report) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("--trace: %w", err)
-	}
-	err = exec.WriteTrace(f, p, r)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("--trace %s: %w", path, err)
-	}
-	return nil
-}
-
-// writePlanDOT writes the plan (devices and streams as clusters, waits as
-// dashed edges; see exec.Plan.MarshalDOT) to path.
-func writePlanDOT(path string, p *exec.Plan) error {
-	b, err := p.MarshalDOT()
-	if err != nil {
-		return fmt.Errorf("--dot: %w", err)
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return fmt.Errorf("--dot: %w", err)
-	}
-	return nil
-}
 
 // progressDelay is how long a run goes on before its progress bar shows:
 // shorter runs print no bar at all.
@@ -142,31 +112,73 @@ func (p *progress) Stop() {
 	p.stop = nil
 }
 
-// runSummary is what --json writes on stdout: the result rows, what was
-// lost, and the run's figures.
+// runSummary is what --json writes on stdout: the result rows, whether
+// the result is partial and which partitions it lacks, and the run's
+// figures.
 type runSummary struct {
-	Pipeline string         `json:"pipeline"`
-	Input    string         `json:"input"`
-	Rows     []flights.Row  `json:"rows"`
-	Lost     []string       `json:"lost"`
-	Error    string         `json:"error,omitempty"` // no result at all: why
-	Summary  runFigures     `json:"summary"`
-	Problems []launchResult `json:"problems"` // launches that failed, were skipped or cancelled
+	Pipeline string          `json:"pipeline"`
+	Input    string          `json:"input"`
+	Partial  bool            `json:"partial"` // some partitions' rows are missing from rows
+	Rows     []flights.Row   `json:"rows"`
+	Lost     []lostPartition `json:"lost"`
+	Error    string          `json:"error,omitempty"` // no result at all: why
+	Summary  runFigures      `json:"summary"`
+	Problems []launchResult  `json:"problems"` // launches that failed, were skipped or cancelled
 }
 
+// lostPartition is one partition whose rows are missing from a partial
+// result: its index, its rows ([row_lo, row_hi) of the source parts
+// [part_lo, part_hi)), and the failure behind it.
+type lostPartition struct {
+	Partition int    `json:"partition"`
+	Rows      int64  `json:"rows"`
+	RowLo     int64  `json:"row_lo"`
+	RowHi     int64  `json:"row_hi"`
+	PartLo    int    `json:"part_lo"`
+	PartHi    int    `json:"part_hi"`
+	Failure   uint64 `json:"failure"` // the error graph's failure id, 0 when unknown
+	Error     string `json:"error"`   // its root error, first line
+}
+
+// lostPartitions lists table's lost partitions ([] when none).
+func lostPartitions(table *flights.Table) []lostPartition {
+	out := []lostPartition{}
+	if table == nil {
+		return out
+	}
+	for _, l := range table.Lost {
+		lp := lostPartition{Partition: l.Partition, Rows: l.Rows, RowLo: l.Part.RowLo, RowHi: l.Part.RowHi,
+			PartLo: l.Part.PartLo, PartHi: l.Part.PartHi, Error: firstLine(l.Err)}
+		var u *failgraph.UnwrittenError
+		if errors.As(l.Err, &u) {
+			lp.Failure = uint64(u.Failure)
+			if u.Root != nil {
+				lp.Error = firstLine(u.Root)
+			}
+		}
+		out = append(out, lp)
+	}
+	return out
+}
+
+// runFigures are the run's counts: launches of every status (over both
+// phases after a device loss: ok + failed + skipped + cancelled + lost =
+// launches), the devices used and the time.
 type runFigures struct {
-	InputRows     int64   `json:"input_rows"`
-	Partitions    int     `json:"partitions"`
-	Launches      int     `json:"launches"`
-	Streams       int     `json:"streams"`
-	Device        string  `json:"device"`
-	EventWaits    int     `json:"event_waits"`
-	WallNs        int64   `json:"wall_ns"`
-	RowsPerSecond float64 `json:"rows_per_second"`
-	OK            int     `json:"ok"`
-	Failed        int     `json:"failed"`
-	Skipped       int     `json:"skipped"`
-	Cancelled     int     `json:"cancelled"`
+	InputRows        int64    `json:"input_rows"`
+	Partitions       int      `json:"partitions"`
+	Launches         int      `json:"launches"`
+	Devices          []string `json:"devices"` // the devices that held launches
+	StreamsPerDevice int      `json:"streams_per_device"`
+	LostDevice       string   `json:"lost_device,omitempty"`
+	EventWaits       int      `json:"event_waits"`
+	WallNs           int64    `json:"wall_ns"`
+	RowsPerSecond    float64  `json:"rows_per_second"`
+	OK               int      `json:"ok"`
+	Failed           int      `json:"failed"`
+	Skipped          int      `json:"skipped"`
+	Cancelled        int      `json:"cancelled"`
+	Lost             int      `json:"lost"` // first-phase launches redone after a device loss
 }
 
 type launchResult struct {
@@ -180,25 +192,29 @@ type launchResult struct {
 // writeRunJSON writes the --json document for a flights run: table may be
 // nil when readErr says why there is no result.
 func writeRunJSON(w io.Writer, input string, nrows int64, partitions int, table *flights.Table, readErr error, rep *exec.Report) error {
-	s := runSummary{Pipeline: "flights", Input: input, Rows: []flights.Row{}, Lost: []string{}, Problems: []launchResult{},
-		Summary: runFigures{InputRows: nrows, Partitions: partitions, Launches: len(rep.Launches()), Streams: rep.Streams,
-			Device: rep.Device.String(), EventWaits: rep.Waits, WallNs: rep.Wall.Nanoseconds(),
+	s := runSummary{Pipeline: "flights", Input: input, Rows: []flights.Row{}, Lost: lostPartitions(table), Problems: []launchResult{},
+		Summary: runFigures{InputRows: nrows, Partitions: partitions, Launches: rep.NumLaunches(), Devices: []string{},
+			StreamsPerDevice: rep.Streams, EventWaits: rep.Waits, WallNs: rep.Wall.Nanoseconds(),
 			OK: rep.Count(exec.StatusOK), Failed: rep.Count(exec.StatusFailed), Skipped: rep.Count(exec.StatusSkipped),
-			Cancelled: rep.Count(exec.StatusCancelled)}}
+			Cancelled: rep.Count(exec.StatusCancelled), Lost: rep.Count(exec.StatusLost)}}
+	for _, d := range rep.DevicesUsed() {
+		s.Summary.Devices = append(s.Summary.Devices, d.String())
+	}
+	if rep.Lost != nil {
+		s.Summary.LostDevice = rep.Lost.String()
+	}
 	if rep.Wall > 0 {
 		s.Summary.RowsPerSecond = float64(nrows) / rep.Wall.Seconds()
 	}
 	if table != nil {
 		s.Rows = append(s.Rows, table.Rows...)
-		for _, l := range table.Lost {
-			s.Lost = append(s.Lost, l.String())
-		}
+		s.Partial = len(table.Lost) > 0
 	}
 	if readErr != nil {
 		s.Error = firstLine(readErr)
 	}
 	for _, l := range rep.Launches() {
-		if l.Status == exec.StatusOK {
+		if l.Status == exec.StatusOK || l.Status == exec.StatusLost {
 			continue
 		}
 		lr := launchResult{Kernel: l.Kernel, Status: l.Status.String(), Failure: uint64(l.Failure), Error: firstLine(l.Err), Chain: l.Chain}
@@ -207,7 +223,5 @@ func writeRunJSON(w io.Writer, input string, nrows int64, partitions int, table 
 		}
 		s.Problems = append(s.Problems, lr)
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(s)
+	return writeIndentedJSON(w, s)
 }

@@ -60,8 +60,8 @@ func TestRunFlightsJSONOutput(t *testing.T) {
 	assert.Equal(t, "17", s.Rows[0].Key)
 	assert.EqualValues(t, 6888, s.Rows[0].Count)
 	assert.EqualValues(t, 200000, s.Summary.InputRows)
-	assert.Equal(t, 3, s.Summary.Streams)
-	assert.Equal(t, "cpu", s.Summary.Device)
+	assert.Equal(t, 3, s.Summary.StreamsPerDevice)
+	assert.Equal(t, []string{"cpu"}, s.Summary.Devices)
 	assert.Equal(t, s.Summary.Launches, s.Summary.OK)
 	assert.Empty(t, s.Problems)
 	assert.Empty(t, s.Lost)
@@ -70,7 +70,14 @@ func TestRunFlightsJSONOutput(t *testing.T) {
 	require.Equal(t, 1, code)
 	s = runSummary{}
 	require.NoError(t, json.Unmarshal([]byte(out), &s))
-	assert.Len(t, s.Lost, 1)
+	assert.True(t, s.Partial)
+	require.Len(t, s.Lost, 1)
+	assert.Equal(t, 2, s.Lost[0].Partition, "lost partitions are numbers, not prose")
+	assert.EqualValues(t, 200000-2*200000/3, s.Lost[0].Rows)
+	assert.EqualValues(t, 2*200000/3, s.Lost[0].RowLo)
+	assert.EqualValues(t, 200000, s.Lost[0].RowHi)
+	assert.EqualValues(t, 1, s.Lost[0].Failure)
+	assert.Equal(t, `exec: kernel "filter[2]": injected failure`, s.Lost[0].Error)
 	assert.Equal(t, 1, s.Summary.Failed)
 	assert.Equal(t, 1, s.Summary.Skipped)
 	require.Len(t, s.Problems, 2)
@@ -172,17 +179,18 @@ func TestGraphCommandBadArgs(t *testing.T) {
 	cases := []struct {
 		name string
 		args []string
+		code int
 		want string
 	}{
-		{"bad extension", []string{"graph", "--in", dotPath, "--out", "x.gif"}, "want a .svg or .png"},
-		{"bad format", []string{"graph", "--in", dotPath, "--format", "pdf"}, "want svg or png"},
-		{"format contradicts", []string{"graph", "--in", dotPath, "--out", "x.svg", "--format", "png"}, "contradicts"},
-		{"missing input", []string{"graph", "--in", filepath.Join(dir, "none.dot")}, "none.dot"},
+		{"bad extension", []string{"graph", "--in", dotPath, "--out", "x.gif"}, 2, "want a .svg or .png"},
+		{"bad format", []string{"graph", "--in", dotPath, "--format", "pdf"}, 2, "want svg or png"},
+		{"format contradicts", []string{"graph", "--in", dotPath, "--out", "x.svg", "--format", "png"}, 2, "contradicts"},
+		{"missing input", []string{"graph", "--in", filepath.Join(dir, "none.dot")}, 1, "none.dot"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			code, _, errs := cli(t, c.args...)
-			assert.Equal(t, 1, code)
+			assert.Equal(t, c.code, code)
 			assert.Contains(t, errs, c.want)
 		})
 	}

@@ -13,7 +13,9 @@
 // delay max. merge adds the partial groups up, sort orders them by count
 // descending then key ascending, topk keeps the first TopK (all when 0),
 // join adds each airport's name and city from airports.csv when it is
-// given (a second source), and write hands the rows to Options.Sink.
+// given (a second source; when it cannot be read, the rows go on without
+// names and Table.NamesErr says why), and write hands the rows to
+// Options.Sink.
 // A source with a single large batch is split into several row ranges, so
 // its partitions run on several streams even then.
 //

@@ -167,7 +167,9 @@ func Build(src kvio.Source, opts Options) (*Pipeline, error) {
 		airports := g.AddValue("airport_names")
 		joined := g.AddValue("joined")
 		g.AddKernel("airports", p.airports, dag.Writes(airports))
-		g.AddKernel("join", join, dag.Reads(top, airports), dag.Writes(joined))
+		// airports.csv is optional to the result: when it cannot be read,
+		// join passes the rows on without names (Table.NamesErr says why).
+		g.AddKernel("join", join, dag.Reads(top), dag.ReadsOptional(airports), dag.Writes(joined))
 		final = joined
 	}
 	p.Output = g.AddValue("result")
@@ -180,6 +182,10 @@ func Build(src kvio.Source, opts Options) (*Pipeline, error) {
 type Table struct {
 	Rows []Row
 	Lost []Loss
+	// NamesErr, when airports.csv was given but could not be read, is the
+	// error graph's read error of the airport names: the rows then have
+	// no Name or City. nil otherwise.
+	NamesErr error
 }
 
 // Loss is one partition whose rows did not reach the result.
@@ -521,10 +527,16 @@ func (p *Pipeline) airports(_ context.Context, l dag.Launch) error {
 }
 
 func join(_ context.Context, l dag.Launch) error {
-	t, ok1 := l.In(0).Value().(*Table)
-	m, ok2 := l.In(1).Value().(airportMap)
-	if !ok1 || !ok2 {
-		return fmt.Errorf("flights: join inputs hold %T and %T", l.In(0).Value(), l.In(1).Value())
+	t, ok := l.In(0).Value().(*Table)
+	if !ok {
+		return fmt.Errorf("flights: join input %s holds %T", l.In(0).Name(), l.In(0).Value())
+	}
+	if err := l.Missing(1); err != nil {
+		return l.Out(0).Store(&Table{Rows: slices.Clone(t.Rows), Lost: t.Lost, NamesErr: err})
+	}
+	m, ok := l.In(1).Value().(airportMap)
+	if !ok {
+		return fmt.Errorf("flights: join input %s holds %T", l.In(1).Name(), l.In(1).Value())
 	}
 	out := slices.Clone(t.Rows)
 	for i := range out {

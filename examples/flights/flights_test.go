@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -173,4 +174,26 @@ func testAgainstReference(t *testing.T, path string, recs []arrow.RecordBatch, s
 			})
 		}
 	}
+}
+
+// WriteTable left-aligns text columns (airport codes, names, cities) and
+// right-aligns numbers.
+func TestWriteTableAlignment(t *testing.T) {
+	rows := []flights.Row{
+		{Key: "DFW", Count: 75889, DelaySum: 2002951, DelayMean: 26.393, DelayMax: 867, Name: "Dallas-Fort Worth International", City: "Dallas-Fort Worth"},
+		{Key: "ORD", Count: 758, DelaySum: 25351, DelayMean: 3.4165, DelayMax: 94, Name: "Chicago O'Hare International", City: "Chicago"},
+	}
+	var b strings.Builder
+	require.NoError(t, flights.WriteTable(&b, rows, flights.KeyOrigin, true))
+	assert.Equal(t, ""+
+		"origin  count  delay_sum  delay_mean  delay_max  name                             city\n"+
+		"DFW     75889    2002951       26.39        867  Dallas-Fort Worth International  Dallas-Fort Worth\n"+
+		"ORD       758      25351        3.42         94  Chicago O'Hare International     Chicago\n", b.String())
+
+	b.Reset()
+	require.NoError(t, flights.WriteTable(&b, []flights.Row{{Key: "17", Count: 6888}, {Key: "8", Count: 5}}, flights.KeyHour, false))
+	assert.Equal(t, ""+
+		"hour  count  delay_sum  delay_mean  delay_max\n"+
+		"  17   6888          0        0.00          0\n"+
+		"   8      5          0        0.00          0\n", b.String())
 }

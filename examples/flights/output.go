@@ -1,12 +1,13 @@
 package flights
 
 import (
+	"bufio"
 	"encoding/csv"
 	"encoding/json"
-	"fmt"
 	"io"
 	"strconv"
-	"text/tabwriter"
+	"strings"
+	"unicode/utf8"
 )
 
 // WriteCSV writes rows as CSV with the header
@@ -46,24 +47,53 @@ func WriteJSON(w io.Writer, rows []Row) error {
 	return enc.Encode(rows)
 }
 
-// WriteTable writes rows as an aligned text table for terminals.
+// WriteTable writes rows as an aligned text table for terminals: text
+// columns (an origin airport code, name, city) left-aligned, numbers
+// (hour, counts, delays) right-aligned, two spaces between columns.
 func WriteTable(w io.Writer, rows []Row, key KeyKind, withNames bool) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	keyName := "origin"
+	head := []string{"origin", "count", "delay_sum", "delay_mean", "delay_max"}
+	left := []bool{true, false, false, false, false}
 	if key == KeyHour {
-		keyName = "hour"
+		head[0], left[0] = "hour", false
 	}
-	head := keyName + "\tcount\tdelay_sum\tdelay_mean\tdelay_max\t"
 	if withNames {
-		head += "name\tcity\t"
+		head = append(head, "name", "city")
+		left = append(left, true, true)
 	}
-	fmt.Fprintln(tw, head)
+	cells := [][]string{head}
 	for _, r := range rows {
-		line := fmt.Sprintf("%s\t%d\t%d\t%.2f\t%d\t", r.Key, r.Count, r.DelaySum, r.DelayMean, r.DelayMax)
+		line := []string{r.Key, strconv.FormatInt(r.Count, 10), strconv.FormatInt(r.DelaySum, 10),
+			strconv.FormatFloat(r.DelayMean, 'f', 2, 64), strconv.FormatInt(r.DelayMax, 10)}
 		if withNames {
-			line += r.Name + "\t" + r.City + "\t"
+			line = append(line, r.Name, r.City)
 		}
-		fmt.Fprintln(tw, line)
+		cells = append(cells, line)
 	}
-	return tw.Flush()
+	width := make([]int, len(head))
+	for _, line := range cells {
+		for i, c := range line {
+			width[i] = max(width[i], utf8.RuneCountInString(c))
+		}
+	}
+	bw := bufio.NewWriter(w)
+	for _, line := range cells {
+		var b strings.Builder
+		for i, c := range line {
+			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(c))
+			if i > 0 {
+				b.WriteString("  ")
+			}
+			if left[i] {
+				b.WriteString(c)
+				if i < len(line)-1 {
+					b.WriteString(pad)
+				}
+			} else {
+				b.WriteString(pad + c)
+			}
+		}
+		b.WriteByte('\n')
+		bw.WriteString(b.String())
+	}
+	return bw.Flush()
 }
