@@ -473,6 +473,10 @@ func (b *streamRun) settle(i, k int, err error) {
 		return
 	}
 	r.out.status[b.base+k] = byte(StatusOK)
+	if op.Copy != nil {
+		r.settleCopy(op)
+		return
+	}
 	r.store.Written(op.Writes)
 }
 
@@ -525,7 +529,7 @@ func (b *streamRun) settledNotRun() {
 
 // copy runs copy launch i: the buffer into its replica.
 func (b *streamRun) copy(i int) error {
-	n, err := copyBuffer(b.Out(0), b.In(0), b.r.alloc)
+	n, err := b.r.runCopy(&b.r.plan.Launches[i])
 	b.r.out.note(i, func(x *launchExtra) { x.copied = n })
 	return err
 }
