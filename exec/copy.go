@@ -125,7 +125,7 @@ type placer struct {
 	p      *Plan
 	g      *dag.Graph
 	devs   []topology.DeviceID
-	pieces [][]piece              // by graph buffer: sorted, disjoint, covering its extent
+	pieces [][]piece             // by graph buffer: sorted, disjoint, covering its extent
 	rep    map[[2]int]buffers.ID // (graph buffer, device) → replica
 }
 
