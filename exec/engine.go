@@ -511,8 +511,14 @@ func (b *streamRun) ready(i int, op *PlannedLaunch, required []buffers.Binding, 
 		b.settledNotRun()
 		return false
 	}
-	if op.optional != nil && len(required) < len(op.Reads) {
-		if r.store.EnsureWritten(op.Reads...) != nil {
+	if op.optional != nil && len(required) < len(op.Reads) && op.Copy == nil {
+		if err := r.store.EnsureWritten(op.Reads...); err != nil {
+			if r.loss.defers(err) {
+				r.cancel(i, op, r.loss.err)
+				o.set(i, StatusLost)
+				b.settledNotRun()
+				return false
+			}
 			o.note(i, func(x *launchExtra) { x.degraded = true })
 		}
 	}
