@@ -31,11 +31,26 @@ type LossSpec struct {
 // WithDeviceLoss makes a multi-device run lose a device part-way: from the
 // moment the fraction after of its launches has settled, launches on that
 // device (and copies out of it) do not run, and the device's memory counts
-// as gone. The run then recovers (see Execute): kernels that had not run
-// move by the coordinator's migration plan, buffers they need come from a
-// surviving copy or are recomputed by re-running their producers, and the
-// report lists every migration and re-run. A kernel pinned to the lost
-// device cannot move: it fails with an error naming the device.
+// as gone. A launch whose optional reads (dag.ReadsOptional) miss bytes
+// lost with the device does not run degraded: it waits for the recovery,
+// so nothing downstream sees a partial result first.
+//
+// The run then recovers, in a second phase planned like the first over
+// the surviving devices: kernels that had not succeeded run again, moved
+// by the coordinator's migration plan when their device was lost; every
+// buffer that no surviving device holds complete and clean is recomputed
+// by re-running all its writers (so it reads as it would have without the
+// loss, even when every reader of it had already run); the caller's
+// inputs, of which the executor keeps a reference as the host's copy, are
+// stored again where their device was lost. A kernel that succeeded and
+// whose outputs survive does not run again, so one with effects outside
+// the graph runs once unless an output it wrote was lost. The report
+// lists every migration and re-run. A kernel pinned to the lost device
+// cannot move: it fails with an error naming the device.
+//
+// When the second phase cannot start (ctx ends while its memory is
+// reserved), Execute releases every buffer of the run and returns a nil
+// Result and an error naming the lost device.
 func WithDeviceLoss(dev topology.DeviceID, after float64) RunOption {
 	return func(c *runConfig) { c.loss = &LossSpec{Device: dev, After: after} }
 }
