@@ -28,8 +28,10 @@ import (
 // single-device run gives: each kernel's final status and error, and each
 // buffer's readability, bytes (or value) and root kernels.
 //
-// The default run covers 500 seeds, six runs each (about 30 s under
-// -race on two cores). STREAMDAG_DIFF_SEEDS=N runs N seeds instead, and
+// Besides the strategies, each seed also places every kernel on a random
+// device (exec.PlanPlaced), so writers of one buffer run on different
+// devices. The default run covers 500 seeds, eight runs each (about 40 s
+// under -race on two cores). STREAMDAG_DIFF_SEEDS=N runs N seeds instead, and
 // STREAMDAG_DIFF_SEED=S runs seed S alone, to reproduce a failure:
 //
 //	STREAMDAG_DIFF_SEEDS=20000 go test -run TestDifferentialMultiDevice ./exec/
@@ -73,15 +75,18 @@ func TestDifferentialMultiDevice(t *testing.T) {
 	for seed := first; seed < first+uint64(seeds); seed++ {
 		rng := rand.New(rand.NewPCG(seed, seed))
 		prog := randomProgram(rng)
-		want := runProgram(t, ref, prog, nil)
+		want := runProgram(t, ref, prog, nil, nil)
 		require.NoError(t, want.planErr, "seed %d: the single-device plan\n%s", seed, prog.describe())
 		// Each seed runs one machine and stream count, every placement,
 		// without and with a loss; consecutive seeds cover every machine
 		// and stream count.
 		m := machines[seed%uint64(len(machines))]
 		streams := 1 + int(seed/uint64(len(machines)))%2
-		for _, pl := range []exec.Placement{exec.PlaceHEFT, exec.PlaceRoundRobin, exec.PlaceLeastLoaded} {
+		for _, pl := range []exec.Placement{exec.PlaceHEFT, exec.PlaceRoundRobin, exec.PlaceLeastLoaded, placeAnywhere} {
 			key := [2]int{int(pl), streams}
+			if pl == placeAnywhere {
+				key[0] = int(exec.PlaceHEFT)
+			}
 			e := m.e[key]
 			var losses []*exec.LossSpec
 			losses = append(losses, nil)
@@ -95,7 +100,14 @@ func TestDifferentialMultiDevice(t *testing.T) {
 				if loss != nil {
 					what += fmt.Sprintf(", losing %s after %.0f%%", loss.Device, 100*loss.After)
 				}
-				got := runProgram(t, e, prog, loss)
+				var anywhere []int
+				if pl == placeAnywhere {
+					what = strings.Replace(what, "heft", "kernels placed at random", 1)
+					for range prog.kernels {
+						anywhere = append(anywhere, rng.IntN(len(m.devs)))
+					}
+				}
+				got := runProgram(t, e, prog, loss, anywhere)
 				if got.planErr != nil {
 					refused = append(refused, fmt.Sprintf("%s: %v", what, got.planErr))
 					refusedSeeds = append(refusedSeeds, seed)
@@ -116,6 +128,11 @@ func TestDifferentialMultiDevice(t *testing.T) {
 			len(refused), slices.Compact(refusedSeeds), strings.Join(refused[:min(len(refused), 5)], "\n"))
 	}
 }
+
+// placeAnywhere stands for a placement that puts each kernel on a random
+// device: writers of one buffer then often run on different devices,
+// which no strategy does, and the planner must still copy the right bytes.
+const placeAnywhere = exec.Placement(255)
 
 func envInt(t *testing.T, name string, def int) int {
 	s, ok := os.LookupEnv(name)
@@ -399,15 +416,23 @@ type outcome struct {
 }
 
 // runProgram runs prog on e (losing a device when loss is not nil) and
-// returns its outcome; a plan error is returned in the outcome.
-func runProgram(t *testing.T, e *exec.Executor, prog *program, loss *exec.LossSpec) *outcome {
+// returns its outcome; a plan error is returned in the outcome. place,
+// when not nil, puts kernel k on device place[k] instead of asking the
+// executor's placement.
+func runProgram(t *testing.T, e *exec.Executor, prog *program, loss *exec.LossSpec, place []int) *outcome {
 	t.Helper()
 	var ids []topology.DeviceID
 	for _, d := range e.Devices() {
 		ids = append(ids, d.ID())
 	}
 	g := prog.graph(ids)
-	p, err := e.Plan(g)
+	var p *exec.Plan
+	var err error
+	if place != nil {
+		p, err = exec.PlanPlaced(e, g, place)
+	} else {
+		p, err = e.Plan(g)
+	}
 	if err != nil {
 		return &outcome{planErr: err}
 	}
