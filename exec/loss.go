@@ -260,32 +260,54 @@ func (rc *recovery) reruns() {
 			rc.writes[w.Buffer] = append(rc.writes[w.Buffer], dag.KernelID(k))
 		}
 	}
-	for changed := true; changed; {
-		changed = false
-		for k := range nk {
-			if !rc.rerun[k] {
-				continue
-			}
-			for _, w := range g.KernelWrites(dag.KernelID(k)) {
-				changed = rc.uncarry(w.Buffer) || changed
-			}
-			for _, r := range g.KernelReads(dag.KernelID(k)) {
-				if rc.overwrittenAfter(r, k) {
-					changed = rc.uncarry(r.Buffer) || changed
-				}
+	// A worklist: each kernel that runs again is looked at once; each
+	// buffer that loses its carrier puts its writers on the list once.
+	var work []dag.KernelID
+	for k := range nk {
+		if rc.rerun[k] {
+			work = append(work, dag.KernelID(k))
+		}
+	}
+	for _, b := range rc.uncarried() {
+		work = rc.rerunWriters(b, work)
+	}
+	for len(work) > 0 {
+		k := work[len(work)-1]
+		work = work[:len(work)-1]
+		for _, w := range g.KernelWrites(k) {
+			if rc.uncarry(w.Buffer) {
+				work = rc.rerunWriters(w.Buffer, work)
 			}
 		}
-		for b, c := range rc.carried {
-			if c != nil {
-				continue
-			}
-			for _, w := range rc.writes[b] {
-				if !rc.rerun[w] {
-					rc.rerun[w], changed = true, true
-				}
+		for _, r := range g.KernelReads(k) {
+			if rc.overwrittenAfter(r, int(k)) && rc.uncarry(r.Buffer) {
+				work = rc.rerunWriters(r.Buffer, work)
 			}
 		}
 	}
+}
+
+// uncarried returns the graph buffers with no carrier.
+func (rc *recovery) uncarried() []buffers.ID {
+	var out []buffers.ID
+	for b, c := range rc.carried {
+		if c == nil {
+			out = append(out, buffers.ID(b))
+		}
+	}
+	return out
+}
+
+// rerunWriters marks every writer of b that was not to run again, and
+// adds it to work.
+func (rc *recovery) rerunWriters(b buffers.ID, work []dag.KernelID) []dag.KernelID {
+	for _, w := range rc.writes[b] {
+		if !rc.rerun[w] {
+			rc.rerun[w] = true
+			work = append(work, w)
+		}
+	}
+	return work
 }
 
 // uncarry drops buffer b's carrier and reports whether it had one.
