@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -119,4 +120,44 @@ func TestReplicaFollowsEveryWriter(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A copy moves only the bytes a read needs and the replica does not hold
+// yet: three readers of x on gpu1 cost two 8-byte copies, one per
+// writer's range, and a reader of no bytes costs none.
+func TestCopiesMoveOnlyNeededBytes(t *testing.T) {
+	e := twoSimGPUs(t, 2)
+	g := dag.New()
+	x := g.AddBuffer("x", 16)
+	g.AddKernel("A", putU64(0, 1, nil), dag.WritesRange(x, 0, 8), dag.OnDevice(topology.GPU(0)))
+	g.AddKernel("C", putU64(8, 2, nil), dag.WritesRange(x, 8, 8), dag.OnDevice(topology.GPU(0)))
+	sum := func(_ context.Context, l dag.Launch) error {
+		var s uint64
+		for i := 0; i+8 <= len(l.In(0).Bytes()); i += 8 {
+			s += binary.LittleEndian.Uint64(l.In(0).Bytes()[i:])
+		}
+		binary.LittleEndian.PutUint64(l.Out(0).Bytes(), s)
+		return nil
+	}
+	outs := map[string]dag.BufferID{}
+	for _, r := range []struct {
+		name   string
+		off, n int64
+	}{{"B", 0, 8}, {"D", 8, 8}, {"E", 0, 16}, {"F", 4, 0}} {
+		out := g.AddBuffer("out"+r.name, 8)
+		outs[r.name] = out
+		g.AddKernel(r.name, sum, dag.ReadsRange(x, r.off, r.n), dag.Writes(out), dag.OnDevice(topology.GPU(1)))
+	}
+	res, err := e.Run(t.Context(), g)
+	require.NoError(t, err)
+	defer res.Close()
+	require.NoError(t, res.Err())
+	var copied []string
+	for _, c := range res.Report.Copies {
+		copied = append(copied, fmt.Sprintf("%s %d", c.Buffer, c.Bytes))
+	}
+	assert.ElementsMatch(t, []string{"x 8", "x 8"}, copied)
+	b, err := res.Buffer(outs["E"])
+	require.NoError(t, err)
+	assert.Equal(t, uint64(3), binary.LittleEndian.Uint64(b.Bytes()), "E sees both writers' bytes")
 }
