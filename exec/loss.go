@@ -385,8 +385,12 @@ func (rc *recovery) fallback() int {
 // releaseFirst releases the first phase's memory that is not carried
 // over (what was on the lost device is gone).
 func (rc *recovery) releaseFirst() {
+	kept := make(map[*buffers.Buffer]bool, len(rc.carried))
+	for _, b := range rc.carried {
+		kept[b] = true
+	}
 	for i := range rc.r1.bufs {
-		if b := rc.r1.bufs[i].Load(); b != nil && !slices.Contains(rc.carried, b) {
+		if b := rc.r1.bufs[i].Load(); b != nil && !kept[b] {
 			b.Release()
 		}
 	}
