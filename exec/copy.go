@@ -2,12 +2,16 @@ package exec
 
 import (
 	"fmt"
+	"math/bits"
+	"slices"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/streamdag/streamdag/buffers"
+	"github.com/streamdag/streamdag/dag"
+	"github.com/streamdag/streamdag/topology"
 )
 
 // Copier is implemented by values of value buffers that can cross
@@ -18,30 +22,31 @@ type Copier interface {
 	CopyTo(mem memory.Allocator) (v any, bytes int64, err error)
 }
 
-// copyBuffer copies src into dst, a replica on another device: raw bytes
-// byte for byte, a value through Copier (or Arrow's own layout). It
-// returns the bytes copied. A value that cannot be copied is an error
+// copyRange copies the bytes [off, off+n) of src into the same bytes of
+// dst, a replica on another device (or the other way round); a value
+// buffer's value is copied whole, through Copier or Arrow's own layout.
+// It returns the bytes copied. A value that cannot be copied is an error
 // naming its type: a real copy or none, never a shared pointer.
-func copyBuffer(dst, src *buffers.Buffer, mem memory.Allocator) (int64, error) {
+func copyRange(dst, src *buffers.Buffer, off, n int64, mem memory.Allocator) (int64, error) {
 	if b := src.Bytes(); b != nil {
-		return int64(copy(dst.Bytes(), b)), nil
+		return int64(copy(dst.Bytes()[off:off+n], b[off:off+n])), nil
 	}
 	v := src.Value()
 	var (
 		out any
-		n   int64
+		m   int64
 		err error
 	)
 	switch x := v.(type) {
 	case nil:
 		return 0, dst.Store(nil)
 	case Copier:
-		out, n, err = x.CopyTo(mem)
+		out, m, err = x.CopyTo(mem)
 	case arrow.RecordBatch:
-		out, n, err = CopyRecord(x, mem)
+		out, m, err = CopyRecord(x, mem)
 	case arrow.Array:
 		var a arrow.Array
-		a, n, err = copyArray(x, mem)
+		a, m, err = copyArray(x, mem)
 		out = a
 	default:
 		return 0, fmt.Errorf("exec: cannot copy %s (a %T) across devices: its type does not implement exec.Copier", src.Name(), v)
@@ -49,7 +54,239 @@ func copyBuffer(dst, src *buffers.Buffer, mem memory.Allocator) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("exec: copy %s: %w", src.Name(), err)
 	}
-	return n, dst.Store(out)
+	return m, dst.Store(out)
+}
+
+// runCopy runs copy launch op: the bytes of its read into the same bytes
+// of its write. Bytes that failed or skipped work left unwritten are not
+// worth moving, and a value may not be copyable then: a source with any
+// taint is copied only when it holds raw bytes. Either way the copy's
+// taint is settled byte for byte when it succeeds (settleCopy).
+func (r *run) runCopy(op *PlannedLaunch) (int64, error) {
+	src, dst := op.Reads[0], op.Writes[0]
+	from, to := r.buffer(src.Buffer), r.buffer(dst.Buffer)
+	if from == nil || to == nil { // a failed reservation: settleCopy carries it
+		return 0, nil
+	}
+	if from.Bytes() == nil && r.store.EnsureWritten(src) != nil {
+		return 0, nil
+	}
+	return copyRange(to, from, src.Offset, src.Length, r.alloc)
+}
+
+// settleCopy settles a copy launch that succeeded: each byte it wrote
+// takes the taint of the byte it copied, so a reader on the destination
+// device is skipped exactly when the same read on the source device would
+// be, with the same root failure.
+func (r *run) settleCopy(op *PlannedLaunch) {
+	r.store.Carry(op.Name, op.Reads[0], op.Writes[0])
+}
+
+// maxDevices is how many devices a plan can span (the width of devSet).
+const maxDevices = 64
+
+// devSet is a set of device indices.
+type devSet uint64
+
+// allDevs is every device: bytes nobody has written yet (zero, or a nil
+// value) read the same on every device.
+const allDevs = ^devSet(0)
+
+func (s devSet) has(d int) bool { return s&(1<<d) != 0 }
+
+// pick returns the device a copy of bytes held on s comes from: home when
+// it holds them, else the lowest device that does.
+func (s devSet) pick(home int) int {
+	if s.has(home) {
+		return home
+	}
+	return bits.TrailingZeros64(uint64(s))
+}
+
+// piece is a byte range of one buffer and the devices that hold its
+// current bytes.
+type piece struct {
+	off, end int64
+	on       devSet
+}
+
+// placer decides, while a plan is built in launch order, where each
+// graph buffer's current bytes are, by byte range, and inserts the copy
+// launches a read needs: a kernel reads its device's instance of a buffer
+// (the buffer itself on its home device, a replica elsewhere), and every
+// range of the read whose current bytes are not on that device is copied
+// there first, from a device that holds them. A write makes its device
+// the only holder of the bytes it covers. A copy is therefore placed
+// after the last write of the bytes it moves, and moves only the bytes
+// some read needs; after the last launch, bytes whose current version is
+// not on the buffer's home are copied home, so the buffer itself always
+// ends with the final bytes (a Result reads it).
+type placer struct {
+	p      *Plan
+	g      *dag.Graph
+	devs   []topology.DeviceID
+	pieces [][]piece             // by graph buffer: sorted, disjoint, covering its extent
+	rep    map[[2]int]buffers.ID // (graph buffer, device) → replica
+}
+
+// newPlacer starts tracking p's graph buffers: the bytes of buffer b are
+// on every device (nothing has written them), or only on its home device
+// when only[b] (an input, or bytes carried from an earlier phase).
+func newPlacer(p *Plan, only []bool) *placer {
+	pl := &placer{p: p, g: p.Graph, devs: p.Devices, pieces: make([][]piece, len(p.Buffers)), rep: map[[2]int]buffers.ID{}}
+	for b := range p.Buffers {
+		on := allDevs
+		if only[b] {
+			on = 1 << p.Buffers[b].Device
+		}
+		pl.pieces[b] = []piece{{0, pl.g.Buffer(dag.BufferID(b)).Whole().Length, on}}
+	}
+	return pl
+}
+
+// instance returns the plan buffer that holds graph buffer b on device d:
+// b itself on its home, else its replica there (made on first use).
+func (pl *placer) instance(b dag.BufferID, d int) buffers.ID {
+	src := pl.p.Buffers[b]
+	if src.Device == d {
+		return buffers.ID(b)
+	}
+	key := [2]int{int(b), d}
+	id, ok := pl.rep[key]
+	if !ok {
+		id = buffers.ID(len(pl.p.Buffers))
+		pl.rep[key] = id
+		pl.p.Buffers = append(pl.p.Buffers, PlannedBuffer{Name: src.Name + "@" + pl.devs[d].String(),
+			SizeBytes: src.SizeBytes, Value: src.Value, Device: d, Of: b})
+	}
+	return id
+}
+
+// split makes off and end piece boundaries of buffer b and returns the
+// index range [i, j) of the pieces inside [off, end).
+func (pl *placer) split(b dag.BufferID, off, end int64) (int, int) {
+	ps := pl.pieces[b]
+	cut := func(at int64) {
+		i, found := slices.BinarySearchFunc(ps, at, func(p piece, at int64) int {
+			switch {
+			case p.end <= at:
+				return -1
+			case p.off > at:
+				return 1
+			}
+			return 0
+		})
+		if found && ps[i].off < at {
+			ps = slices.Insert(ps, i+1, piece{at, ps[i].end, ps[i].on})
+			ps[i].end = at
+		}
+	}
+	cut(off)
+	cut(end)
+	pl.pieces[b] = ps
+	i := slices.IndexFunc(ps, func(p piece) bool { return p.off >= off })
+	j := i
+	for j < len(ps) && ps[j].end <= end {
+		j++
+	}
+	return i, j
+}
+
+// read returns r (a binding of a graph buffer) redirected to device d's
+// instance, after appending to the plan a copy of every range of it whose
+// current bytes d does not hold.
+func (pl *placer) read(r buffers.Binding, d int) buffers.Binding {
+	b := dag.BufferID(r.Buffer)
+	out := r
+	out.Buffer = pl.instance(b, d)
+	if r.Length <= 0 {
+		return out
+	}
+	i, j := pl.split(b, r.Offset, r.End())
+	ps := pl.pieces[b]
+	for i < j {
+		if ps[i].on.has(d) {
+			i++
+			continue
+		}
+		// One copy for a run of pieces that come from the same device.
+		from := ps[i].on.pick(pl.p.Buffers[b].Device)
+		k := i
+		for k < j && !ps[k].on.has(d) && ps[k].on.pick(pl.p.Buffers[b].Device) == from {
+			ps[k].on |= 1 << d
+			k++
+		}
+		pl.copy(b, ps[i].off, ps[k-1].end, from, d)
+		i = k
+	}
+	pl.merge(b)
+	return out
+}
+
+// write records that device d writes w (a binding of a graph buffer) and
+// returns it redirected to d's instance.
+func (pl *placer) write(w buffers.Binding, d int) buffers.Binding {
+	b := dag.BufferID(w.Buffer)
+	out := w
+	out.Buffer = pl.instance(b, d)
+	if w.Length <= 0 {
+		return out
+	}
+	i, j := pl.split(b, w.Offset, w.End())
+	for k := i; k < j; k++ {
+		pl.pieces[b][k].on = 1 << d
+	}
+	pl.merge(b)
+	return out
+}
+
+// merge fuses neighbouring pieces of b held on the same devices.
+func (pl *placer) merge(b dag.BufferID) {
+	ps := pl.pieces[b]
+	out := ps[:1]
+	for _, p := range ps[1:] {
+		if last := &out[len(out)-1]; last.on == p.on {
+			last.end = p.end
+			continue
+		}
+		out = append(out, p)
+	}
+	pl.pieces[b] = out
+}
+
+// copy appends a copy launch of bytes [off, end) of b from device from
+// to device to.
+func (pl *placer) copy(b dag.BufferID, off, end int64, from, to int) {
+	buf := pl.g.Buffer(b)
+	name := buf.Name
+	bytes := end - off
+	if buf.Value {
+		bytes = buf.TransferBytes()
+	} else if off != 0 || end != buf.SizeBytes {
+		name = fmt.Sprintf("%s[%d:%d)", buf.Name, off, end)
+	}
+	rd := buffers.Binding{Buffer: pl.instance(b, from), Offset: off, Length: end - off}
+	wr := buffers.Binding{Buffer: pl.instance(b, to), Offset: off, Length: end - off}
+	pl.p.Launches = append(pl.p.Launches, PlannedLaunch{Kernel: -1, Device: to,
+		Copy:  &Copy{Buffer: b, From: from, To: to, Bytes: bytes},
+		Name:  fmt.Sprintf("copy %s %s→%s", name, pl.devs[from], pl.devs[to]),
+		Reads: []buffers.Binding{rd}, Writes: []buffers.Binding{wr},
+		// A copy is never skipped: it carries its source's taint.
+		optional: []bool{true}})
+	pl.p.Copies++
+}
+
+// finish copies home every range whose current bytes are elsewhere, and
+// marks which instances end with every byte's final version.
+func (pl *placer) finish() {
+	for b := range pl.g.NumBuffers() {
+		home := pl.p.Buffers[b].Device
+		pl.read(pl.g.Buffer(dag.BufferID(b)).Whole(), home)
+	}
+	for i := range pl.p.Buffers {
+		pb := &pl.p.Buffers[i]
+		pb.final = !slices.ContainsFunc(pl.pieces[pb.Of], func(p piece) bool { return !p.on.has(pb.Device) })
+	}
 }
 
 // CopyRecord deep-copies rec into memory from mem and returns the copy

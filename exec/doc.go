@@ -37,6 +37,16 @@
 // "cancelled" failure) and Run returns after every launch that started has
 // returned.
 //
+// On several devices ([NewMulti]) each kernel runs on the device placement
+// chose and reads its device's instance of a buffer: the buffer itself on
+// its home device, a replica elsewhere. The planner tracks, by byte range,
+// which devices hold each buffer's current bytes, and puts before a read a
+// copy launch of each range the reader's device lacks, so a copy follows
+// the last write of the bytes it moves; a copy carries the taint of those
+// bytes byte for byte, so a reader is skipped exactly when it would be on
+// one device. After a device loss ([WithDeviceLoss]) the same planner
+// plans the recovery over the surviving devices.
+//
 // The [Result] gives buffer contents only through the error graph's read
 // check, so failed work can never be read as if it succeeded, and a
 // [Report] per run: every launch with kernel, device, stream, status,

@@ -473,6 +473,10 @@ func (b *streamRun) settle(i, k int, err error) {
 		return
 	}
 	r.out.status[b.base+k] = byte(StatusOK)
+	if op.Copy != nil {
+		r.settleCopy(op)
+		return
+	}
 	r.store.Written(op.Writes)
 }
 
@@ -507,8 +511,14 @@ func (b *streamRun) ready(i int, op *PlannedLaunch, required []buffers.Binding, 
 		b.settledNotRun()
 		return false
 	}
-	if op.optional != nil && len(required) < len(op.Reads) {
-		if r.store.EnsureWritten(op.Reads...) != nil {
+	if op.optional != nil && len(required) < len(op.Reads) && op.Copy == nil {
+		if err := r.store.EnsureWritten(op.Reads...); err != nil {
+			if r.loss.defers(err) {
+				r.cancel(i, op, r.loss.err)
+				o.set(i, StatusLost)
+				b.settledNotRun()
+				return false
+			}
 			o.note(i, func(x *launchExtra) { x.degraded = true })
 		}
 	}
@@ -525,7 +535,7 @@ func (b *streamRun) settledNotRun() {
 
 // copy runs copy launch i: the buffer into its replica.
 func (b *streamRun) copy(i int) error {
-	n, err := copyBuffer(b.Out(0), b.In(0), b.r.alloc)
+	n, err := b.r.runCopy(&b.r.plan.Launches[i])
 	b.r.out.note(i, func(x *launchExtra) { x.copied = n })
 	return err
 }

@@ -171,6 +171,8 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 			releaseInputs(rc.inputs)
 			return nil, err
 		}
+		loss.keep(rc.inputs)
+		defer loss.release()
 	}
 	start := time.Now()
 	r := &run{
@@ -189,7 +191,9 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 	rep := newReport(p, r.out, r.store, e.topo)
 	res := &Result{graph: p.Graph, run: r, store: r.store, Report: rep}
 	if submitErr == nil && loss != nil && loss.lost.Load() {
-		res, submitErr = e.recover(ctx, p, r, rep)
+		if res, submitErr = e.recoverLoss(ctx, p, r, rep); res == nil {
+			return nil, submitErr
+		}
 	}
 	res.Report.Wall = time.Since(start)
 	if e.backend != nil {

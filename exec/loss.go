@@ -31,11 +31,26 @@ type LossSpec struct {
 // WithDeviceLoss makes a multi-device run lose a device part-way: from the
 // moment the fraction after of its launches has settled, launches on that
 // device (and copies out of it) do not run, and the device's memory counts
-// as gone. The run then recovers (see Execute): kernels that had not run
-// move by the coordinator's migration plan, buffers they need come from a
-// surviving copy or are recomputed by re-running their producers, and the
-// report lists every migration and re-run. A kernel pinned to the lost
-// device cannot move: it fails with an error naming the device.
+// as gone. A launch whose optional reads (dag.ReadsOptional) miss bytes
+// lost with the device does not run degraded: it waits for the recovery,
+// so nothing downstream sees a partial result first.
+//
+// The run then recovers, in a second phase planned like the first over
+// the surviving devices: kernels that had not succeeded run again, moved
+// by the coordinator's migration plan when their device was lost; every
+// buffer that no surviving device holds complete and clean is recomputed
+// by re-running all its writers (so it reads as it would have without the
+// loss, even when every reader of it had already run); the caller's
+// inputs, of which the executor keeps a reference as the host's copy, are
+// stored again where their device was lost. A kernel that succeeded and
+// whose outputs survive does not run again, so one with effects outside
+// the graph runs once unless an output it wrote was lost. The report
+// lists every migration and re-run. A kernel pinned to the lost device
+// cannot move: it fails with an error naming the device.
+//
+// When the second phase cannot start (ctx ends while its memory is
+// reserved), Execute releases every buffer of the run and returns a nil
+// Result and an error naming the lost device.
 func WithDeviceLoss(dev topology.DeviceID, after float64) RunOption {
 	return func(c *runConfig) { c.loss = &LossSpec{Device: dev, After: after} }
 }
@@ -71,8 +86,14 @@ type deviceLoss struct {
 	count     atomic.Int64
 	lost      atomic.Bool
 	err       error
+	// inputs holds a reference to each of the caller's input values, as
+	// the host keeps them: the recovery stores them again where the
+	// device that held them was lost (see keep, release).
+	inputs map[dag.BufferID]any
 }
 
+// newDeviceLoss returns the loss spec asks for during a run of p, or an
+// error naming the device when p cannot lose it.
 func newDeviceLoss(p *Plan, spec LossSpec) (*deviceLoss, error) {
 	i := slices.Index(p.Devices, spec.Device)
 	if i < 0 {
@@ -87,6 +108,35 @@ func newDeviceLoss(p *Plan, spec LossSpec) (*deviceLoss, error) {
 		d.lost.Store(true)
 	}
 	return d, nil
+}
+
+// keep takes a reference of its own to each input value that counts its
+// references (Arrow arrays and records: Retain), before the run's buffers
+// take over the caller's; other values are shared as they are.
+func (d *deviceLoss) keep(inputs map[dag.BufferID]any) {
+	d.inputs = make(map[dag.BufferID]any, len(inputs))
+	for b, v := range inputs {
+		if r, ok := v.(interface{ Retain() }); ok {
+			r.Retain()
+		}
+		d.inputs[b] = v
+	}
+}
+
+// release drops the input references keep took that the recovery did
+// not hand on. It is idempotent.
+func (d *deviceLoss) release() {
+	releaseInputs(d.inputs)
+	d.inputs = nil
+}
+
+// defers reports whether a launch whose optional reads are missing (err
+// is the read check's error) waits for the recovery instead of running
+// degraded: some of what it misses was lost with the device, and the
+// recovery may recompute it, so its consumers must not see a partial
+// result first. A nil d defers nothing.
+func (d *deviceLoss) defers(err error) bool {
+	return d != nil && errors.Is(err, ErrDeviceLost)
 }
 
 // hits reports whether launch op is lost: the device is gone and op runs
@@ -108,179 +158,279 @@ type Migration struct {
 	From, To topology.DeviceID
 }
 
-// recover runs the second phase of a run that lost a device: it re-runs
-// every kernel that did not finish, and the producers of buffers that are
-// needed but were lost with the device, on the surviving devices.
-func (e *Executor) recover(ctx context.Context, p1 *Plan, r1 *run, rep1 *Report) (*Result, error) {
-	g := p1.Graph
-	loss := r1.loss
-	nb := g.NumBuffers()
-	ks := make([]dag.Kernel, 0, g.NumKernels())
-	for _, k := range g.Kernels() {
-		ks = append(ks, k)
-	}
+// The recovery of a run that lost a device is a second phase, planned by
+// the same planner as the first over the kernels whose outcome the loss
+// took away. recoverLoss goes through it in named steps: which buffers
+// survive (carriers), which kernels run again (reruns), where they run
+// (migrate), then the second run itself (start, and the merged report).
 
-	// Which buffers survive, and where: a clean copy off the lost device.
-	carried := make([]*buffers.Buffer, nb)
-	home := make([]int, nb)
+// recovery is the state of one recovery, filled in step by step.
+type recovery struct {
+	e      *Executor
+	g      *dag.Graph
+	p1     *Plan
+	r1     *run
+	loss   *deviceLoss
+	writes [][]dag.KernelID // by graph buffer: its writers
+
+	// carried is, by graph buffer, a first-phase instance on a surviving
+	// device that holds every byte's final version, all clean (nil:
+	// none); home is its device (-1: none).
+	carried []*buffers.Buffer
+	home    []int
+	ok      []bool // by kernel: its first-phase launch ran and succeeded
+	pos     []int  // by kernel: its launch's position in the first phase
+	rerun   []bool // by kernel: it runs in the second phase
+	cannot  []dag.KernelID
+	pl      PlacementResult
+	moved   []Migration
+}
+
+// recoverLoss runs the second phase of a run that lost a device and
+// returns its Result: the second phase's buffers and error graph, and a
+// report of both phases. On an error that keeps the second phase from
+// starting (ctx done while reserving its memory) it releases every buffer
+// of the run and returns (nil, err).
+func (e *Executor) recoverLoss(ctx context.Context, p1 *Plan, r1 *run, rep1 *Report) (*Result, error) {
+	rc := &recovery{e: e, g: p1.Graph, p1: p1, r1: r1, loss: r1.loss}
+	rc.carriers()
+	rc.reruns()
+	if err := rc.migrate(); err != nil {
+		r1.release()
+		return nil, err
+	}
+	p2 := planOn(rc.g, p1.Devices, p1.Streams, rc.pl, &subset{run: rc.rerun, home: rc.home, fallback: rc.fallback()})
+	r2, err := rc.start(ctx, p2)
+	if err != nil {
+		return nil, fmt.Errorf("exec: recover from losing %s: %w", rc.loss.id, err)
+	}
+	submitErr := r2.execute(e.devs, e.timing)
+	rep := rc.report(rep1, newReport(p2, r2.out, r2.store, e.topo))
+	return &Result{graph: rc.g, run: r2, store: r2.store, Report: rep}, submitErr
+}
+
+// carriers finds, for each graph buffer, an instance of the first phase
+// that can stand for it: on a surviving device, planned to end with every
+// byte's final version (the buffer itself, or a replica that copies
+// brought up to date), and clean, so every write and copy into it
+// succeeded. A buffer of the lost device, or one left tainted, has none.
+func (rc *recovery) carriers() {
+	nb := rc.g.NumBuffers()
+	rc.carried, rc.home = make([]*buffers.Buffer, nb), make([]int, nb)
 	for b := range nb {
-		home[b] = -1
-		for i, pb := range p1.Buffers {
-			if pb.Of != dag.BufferID(b) || pb.Device == loss.dev || r1.buffer(buffers.ID(i)) == nil {
-				continue
+		rc.home[b] = -1
+	}
+	for i, pb := range rc.p1.Buffers {
+		b := pb.Of
+		buf := rc.r1.bufs[i].Load()
+		if rc.carried[b] != nil || pb.Device == rc.loss.dev || !pb.final || buf == nil {
+			continue
+		}
+		whole := rc.g.Buffer(b).Whole()
+		whole.Buffer = buffers.ID(i)
+		if rc.r1.store.EnsureWritten(whole) == nil {
+			rc.carried[b], rc.home[b] = buf, pb.Device
+		}
+	}
+}
+
+// reruns decides which kernels run in the second phase: every kernel
+// whose first-phase launch did not succeed, and, to a fixpoint, every
+// writer of a buffer that is not carried. A buffer stops being carried
+// when a kernel that runs again writes it (its writers then all run
+// again, in order, so the last write wins as before) or reads bytes of it
+// that a later writer overwrote (the carried bytes are the final ones,
+// not those it read). A kernel that succeeded and whose outputs survive
+// keeps its outcome: it never runs twice, so a kernel with effects
+// outside the graph (a file it writes) runs once, unless an output it
+// wrote was lost and must be recomputed.
+func (rc *recovery) reruns() {
+	g, nk := rc.g, rc.g.NumKernels()
+	rc.ok, rc.pos, rc.rerun = make([]bool, nk), make([]int, nk), make([]bool, nk)
+	for i := range rc.p1.Launches {
+		if k := rc.p1.Launches[i].Kernel; k >= 0 {
+			rc.pos[k] = i
+			rc.ok[k] = rc.r1.out.get(i) == StatusOK
+		}
+	}
+	rc.writes = make([][]dag.KernelID, g.NumBuffers())
+	for k := range nk {
+		rc.rerun[k] = !rc.ok[k]
+		for _, w := range g.KernelWrites(dag.KernelID(k)) {
+			rc.writes[w.Buffer] = append(rc.writes[w.Buffer], dag.KernelID(k))
+		}
+	}
+	// A worklist: each kernel that runs again is looked at once; each
+	// buffer that loses its carrier puts its writers on the list once.
+	var work []dag.KernelID
+	for k := range nk {
+		if rc.rerun[k] {
+			work = append(work, dag.KernelID(k))
+		}
+	}
+	for _, b := range rc.uncarried() {
+		work = rc.rerunWriters(b, work)
+	}
+	for len(work) > 0 {
+		k := work[len(work)-1]
+		work = work[:len(work)-1]
+		for _, w := range g.KernelWrites(k) {
+			if rc.uncarry(w.Buffer) {
+				work = rc.rerunWriters(w.Buffer, work)
 			}
-			whole := g.Buffer(dag.BufferID(b)).Whole()
-			whole.Buffer = buffers.ID(i)
-			if r1.store.EnsureWritten(whole) == nil {
-				carried[b], home[b] = r1.buffer(buffers.ID(i)), pb.Device
-				break
+		}
+		for _, r := range g.KernelReads(k) {
+			if rc.overwrittenAfter(r, int(k)) && rc.uncarry(r.Buffer) {
+				work = rc.rerunWriters(r.Buffer, work)
 			}
 		}
 	}
-	// Which kernels run again: those that did not succeed, and the
-	// writers of needed buffers that did not survive, to a fixpoint.
-	ok := make([]bool, len(ks))
-	for i := range r1.out.status {
-		st := r1.out.get(i)
-		// A kernel that ran without some optional input (lost with the
-		// device) produced a degraded result: it runs again too.
-		if k := p1.Launches[i].Kernel; k >= 0 && st == StatusOK && !r1.out.detail(i).degraded {
-			ok[k] = true
+}
+
+// uncarried returns the graph buffers with no carrier.
+func (rc *recovery) uncarried() []buffers.ID {
+	var out []buffers.ID
+	for b, c := range rc.carried {
+		if c == nil {
+			out = append(out, buffers.ID(b))
 		}
 	}
-	readers := make([]int, nb)
-	for _, k := range ks {
-		for _, r := range k.Reads {
-			readers[r.Buffer]++
+	return out
+}
+
+// rerunWriters marks every writer of b that was not to run again, and
+// adds it to work.
+func (rc *recovery) rerunWriters(b buffers.ID, work []dag.KernelID) []dag.KernelID {
+	for _, w := range rc.writes[b] {
+		if !rc.rerun[w] {
+			rc.rerun[w] = true
+			work = append(work, w)
 		}
 	}
-	rerun := make([]bool, len(ks))
-	for _, k := range ks {
-		rerun[k.ID] = !ok[k.ID]
+	return work
+}
+
+// uncarry drops buffer b's carrier and reports whether it had one.
+func (rc *recovery) uncarry(b buffers.ID) bool {
+	if rc.carried[b] == nil {
+		return false
 	}
-	writers := make([][]dag.KernelID, nb)
-	for _, k := range ks {
-		for _, w := range k.Writes {
-			writers[w.Buffer] = append(writers[w.Buffer], k.ID)
-		}
-	}
-	for changed := true; changed; {
-		changed = false
-		for _, k := range ks {
-			if rerun[k.ID] {
-				continue
-			}
-			// Downstream of recomputed work: its inputs change.
-			if slices.ContainsFunc(k.Reads, func(r buffers.Binding) bool {
-				return slices.ContainsFunc(writers[r.Buffer], func(w dag.KernelID) bool { return rerun[w] })
-			}) {
-				rerun[k.ID], changed = true, true
-				continue
-			}
-			for _, w := range k.Writes {
-				needed := readers[w.Buffer] == 0 // a result
-				for _, r := range ks {
-					if rerun[r.ID] && slices.ContainsFunc(r.Reads, func(b buffers.Binding) bool { return b.Buffer == w.Buffer }) {
-						needed = true
-					}
-				}
-				if needed && carried[w.Buffer] == nil {
-					rerun[k.ID], changed = true, true
-					break
-				}
-			}
-		}
-	}
-	// Where they run: their device, unless it was lost; then the
-	// coordinator's migration plan for the lost device.
-	coord := gpu.NewCoordinator(gpu.CoordinatorConfig{MaxKernelsPerDevice: math.MaxInt32, Topology: e.topo})
-	for _, d := range e.devs {
+	rc.carried[b], rc.home[b] = nil, -1
+	return true
+}
+
+// overwrittenAfter reports whether a writer that comes after kernel k
+// overwrote bytes of r, one of k's reads.
+func (rc *recovery) overwrittenAfter(r buffers.Binding, k int) bool {
+	return slices.ContainsFunc(rc.writes[r.Buffer], func(w dag.KernelID) bool {
+		return rc.pos[w] > rc.pos[k] && slices.ContainsFunc(rc.g.KernelWrites(w), r.Overlaps)
+	})
+}
+
+// migrate places the kernels that run again: on their device, unless it
+// was lost; then where the coordinator's migration plan for the lost
+// device sends them. A kernel pinned to the lost device cannot move: it
+// does not run, and start fails it.
+func (rc *recovery) migrate() error {
+	g, p1, loss := rc.g, rc.p1, rc.loss
+	coord := gpu.NewCoordinator(gpu.CoordinatorConfig{MaxKernelsPerDevice: math.MaxInt32, Topology: rc.e.topo})
+	for _, d := range rc.e.devs {
 		info := d.Info()
 		coord.Register(gpu.DeviceInfo{ID: d.ID(), Name: info.Name, TotalMemoryBytes: info.MemoryBytes,
 			FreeMemoryBytes: info.MemoryBytes, ComputeCapability: info.ComputeCapability})
 	}
-	for _, k := range ks {
-		_ = coord.Assign(gpu.KernelID(k.Name), p1.Devices[p1.Placement.Device[k.ID]])
+	for k, kern := range g.Kernels() {
+		_ = coord.Assign(gpu.KernelID(kern.Name), p1.Devices[p1.Placement.Device[k]])
 	}
 	un, err := coord.Unregister(loss.id)
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("exec: recover from losing %s: %w", loss.id, err)
 	}
-	pl := PlacementResult{Strategy: p1.Placement.Strategy, Device: slices.Clone(p1.Placement.Device)}
-	var migrations []Migration
-	var cannot []dag.Kernel
+	rc.pl = PlacementResult{Strategy: p1.Placement.Strategy, Device: slices.Clone(p1.Placement.Device)}
+	target := map[dag.KernelID]int{}
 	for _, m := range un.Migrations {
-		id, found := g.KernelByName(string(m.Kernel))
-		if !found || !rerun[id] {
-			continue
-		}
-		k := ks[id]
-		if k.Device != nil && *k.Device == loss.id {
-			cannot = append(cannot, k)
-			rerun[k.ID] = false // it cannot run anywhere: it fails below
-			continue
-		}
-		pl.Device[k.ID] = slices.Index(p1.Devices, m.Target)
-		migrations = append(migrations, Migration{Kernel: k.Name, From: m.Source, To: m.Target})
-	}
-	// Every writer of one buffer stays on one device.
-	for _, k := range ks {
-		if !rerun[k.ID] {
-			continue
-		}
-		for _, w := range k.Writes {
-			for _, other := range ks {
-				if other.ID < k.ID && rerun[other.ID] && slices.ContainsFunc(other.Writes, func(b buffers.Binding) bool { return b.Buffer == w.Buffer }) {
-					pl.Device[k.ID] = pl.Device[other.ID]
-				}
-			}
+		if id, found := g.KernelByName(string(m.Kernel)); found {
+			target[id] = slices.Index(p1.Devices, m.Target)
 		}
 	}
-	for i := range migrations { // where they went after the co-location rule
-		id, _ := g.KernelByName(migrations[i].Kernel)
-		migrations[i].To = p1.Devices[pl.Device[id]]
+	for k := range rc.rerun {
+		id := dag.KernelID(k)
+		if !rc.rerun[k] || rc.pl.Device[k] != loss.dev {
+			continue
+		}
+		if pin := g.Kernel(id).Device; pin != nil && *pin == loss.id {
+			rc.cannot = append(rc.cannot, id)
+			rc.rerun[k] = false
+			continue
+		}
+		to, found := target[id]
+		if !found || to < 0 {
+			to = rc.fallback()
+		}
+		rc.pl.Device[k] = to
+		rc.moved = append(rc.moved, Migration{Kernel: g.KernelName(id), From: loss.id, To: p1.Devices[to]})
 	}
-	p2 := planOn(g, p1.Devices, p1.Streams, pl, &subset{run: rerun, home: home})
+	return nil
+}
 
-	// Memory of the first phase that is not carried over is released;
-	// what was on the lost device is gone.
-	for i := range r1.bufs {
-		if b := r1.bufs[i].Load(); b != nil && !slices.Contains(carried, b) {
+// fallback is the device of the second phase for buffers no kernel of it
+// touches: the first surviving device.
+func (rc *recovery) fallback() int {
+	if rc.loss.dev == 0 {
+		return 1
+	}
+	return 0
+}
+
+// releaseFirst releases the first phase's memory that is not carried
+// over (what was on the lost device is gone).
+func (rc *recovery) releaseFirst() {
+	kept := make(map[*buffers.Buffer]bool, len(rc.carried))
+	for _, b := range rc.carried {
+		kept[b] = true
+	}
+	for i := range rc.r1.bufs {
+		if b := rc.r1.bufs[i].Load(); b != nil && !kept[b] {
 			b.Release()
 		}
 	}
-	r2 := &run{ctx: ctx, plan: p2, devs: p2.Devices, pools: e.pools, alloc: r1.alloc,
+}
+
+// start releases the first phase's memory that is not carried over,
+// reserves the second phase's, stores again the caller's inputs that were
+// not carried (the executor kept a reference to each), and fails the
+// kernels pinned to the lost device, naming it.
+func (rc *recovery) start(ctx context.Context, p2 *Plan) (*run, error) {
+	rc.releaseFirst()
+	refill := map[dag.BufferID]any{}
+	for b, v := range rc.loss.inputs {
+		if rc.carried[b] == nil {
+			refill[b] = v
+		} else {
+			releaseInputs(map[dag.BufferID]any{b: v})
+		}
+	}
+	rc.loss.inputs = nil
+	r2 := &run{ctx: ctx, plan: p2, devs: p2.Devices, pools: rc.e.pools, alloc: rc.r1.alloc,
 		store: failgraph.New(func(id buffers.ID) string { return p2.Buffers[id].Name })}
-	if err := r2.allocate(ctx, carried, nil); err != nil {
+	if err := r2.allocate(ctx, rc.carried, refill); err != nil {
 		return nil, err
 	}
-	// Buffers that neither survived nor get a writer again (inputs that
-	// lived on the lost device) read as lost.
-	written := make([]bool, nb)
-	for _, k := range ks {
-		for _, w := range k.Writes {
-			written[w.Buffer] = written[w.Buffer] || rerun[k.ID]
-		}
+	for _, k := range rc.cannot {
+		name := rc.g.KernelName(k)
+		r2.store.Fail(name, fmt.Errorf("exec: kernel %q is pinned to %s, which was lost: %w", name, rc.loss.id, ErrDeviceLost), rc.g.KernelWrites(k))
 	}
-	for b := range nb {
-		if carried[b] == nil && !written[b] {
-			r2.store.Cancel(loss.id.String(), loss.err, []buffers.Binding{g.Buffer(dag.BufferID(b)).Whole()})
-		}
-	}
-	// Pinned kernels cannot follow the device: they fail naming it.
-	for _, k := range cannot {
-		r2.store.Fail(k.Name, fmt.Errorf("exec: kernel %q is pinned to %s, which was lost: %w", k.Name, loss.id, ErrDeviceLost), k.Writes)
-	}
-	submitErr := r2.execute(e.devs, e.timing)
-	rep2 := newReport(p2, r2.out, r2.store, e.topo)
+	return r2, nil
+}
 
-	// First-phase launches whose work the recovery redid, and copies that
-	// did not finish, are marked lost: the second phase says how they
-	// ended.
-	rep := rep1
+// report merges the second phase's report into the first's: first-phase
+// launches whose work the recovery redid, and copies that did not
+// succeed, are marked lost (the second phase says how they ended).
+func (rc *recovery) report(rep, rep2 *Report) *Report {
+	r1, p1 := rc.r1, rc.p1
 	for i := range r1.out.status {
 		k := p1.Launches[i].Kernel
-		if k >= 0 && rerun[k] || k < 0 && r1.out.get(i) != StatusOK {
+		if k >= 0 && rc.rerun[k] || k < 0 && r1.out.get(i) != StatusOK {
 			r1.out.set(i, StatusLost)
 		}
 	}
@@ -290,13 +440,13 @@ func (e *Executor) recover(ctx context.Context, p1 *Plan, r1 *run, rep1 *Report)
 		rep.BytesByLink[k] += n
 	}
 	rep.Waits += rep2.Waits
-	lost := loss.id
+	lost := rc.loss.id
 	rep.Lost = &lost
-	rep.Migrations = migrations
-	for _, k := range ks {
-		if rerun[k.ID] && ok[k.ID] {
-			rep.Reruns = append(rep.Reruns, k.Name)
+	rep.Migrations = rc.moved
+	for k := range rc.rerun {
+		if rc.rerun[k] && rc.ok[k] {
+			rep.Reruns = append(rep.Reruns, rc.g.KernelName(dag.KernelID(k)))
 		}
 	}
-	return &Result{graph: g, run: r2, store: r2.store, Report: rep}, submitErr
+	return rep
 }

@@ -22,26 +22,29 @@ type Wait struct {
 	Launch int // plan index of the launch that brings Stream to Seq
 }
 
-// Copy describes a copy launch: buffer Buffer, written on device From,
-// copied whole into its replica on device To for the launches there that
-// read it.
+// Copy describes a copy launch: bytes of buffer Buffer (the launch's one
+// read and one write give the range: the same bytes in both), whose
+// current version is on device From, copied into its instance on device
+// To, because a launch there reads them or, at the end of a plan, because
+// To is the buffer's home. A copy follows the last write of the bytes it
+// moves, and each byte it writes carries the taint of the byte it copied.
 type Copy struct {
 	Buffer   dag.BufferID
 	From, To int   // device indices
-	Bytes    int64 // estimated bytes (raw size or size hint); the run measures the real count
+	Bytes    int64 // estimated bytes (the range's length, or a value's size hint); the run measures the real count
 }
 
 // PlannedLaunch is one launch of a plan: a kernel of the graph, or a copy
 // of a buffer to another device.
 type PlannedLaunch struct {
 	Kernel dag.KernelID // -1 for a copy
-	Name   string       // the kernel's name, or "copy BUF gpuA→gpuB"
+	Name   string       // the kernel's name, or "copy BUF gpuA→gpuB" ("copy BUF[off:end) gpuA→gpuB" for part of it)
 	Device int          // index into the executor's devices
 	Stream int          // stream index on its device
 	Seq    int          // the stream's completed-launch count once this launch has run (1-based position)
 	Waits  []Wait       // event waits queued before the launch (at most one per other stream)
 	Deps   []int        // plan indices of the launches it has a hazard with, on any stream
-	// Reads and Writes are the kernel's bindings, with reads of buffers
+	// Reads and Writes are the kernel's bindings, with accesses of buffers
 	// that live on another device redirected to their replica on this one.
 	Reads, Writes []buffers.Binding
 	Copy          *Copy // non-nil for a copy launch
@@ -50,14 +53,18 @@ type PlannedLaunch struct {
 	pin           int    // the kernel's Stream: -1 unpinned
 }
 
-// PlannedBuffer is a buffer of a plan: one of the graph's (same id), or a
-// replica of one on another device (ids after the graph's).
+// PlannedBuffer is a buffer of a plan: one of the graph's (same id), on
+// its home device, or a replica of one on another device (ids after the
+// graph's). A graph buffer lives where its first writer runs (its first
+// reader, for an input nobody writes); it ends every run with the final
+// bytes, copied home where a launch elsewhere wrote them.
 type PlannedBuffer struct {
 	Name      string
 	SizeBytes int64
 	Value     bool
 	Device    int          // index into the executor's devices
 	Of        dag.BufferID // the graph's buffer it is (or replicates)
+	final     bool         // it ends the plan holding every byte's final version (the graph's buffers always do)
 }
 
 // Plan is an executable schedule of a graph on the executor's devices.
@@ -83,10 +90,12 @@ type Plan struct {
 
 // Plan validates g and returns a plan on the executor's devices: kernels
 // placed by the executor's placement strategy (all on the only device of
-// a single-device executor), copy launches for reads across devices,
+// a single-device executor), copy launches of the byte ranges that reads
+// across devices need (see Copy),
 // streams assigned per device, and event waits only where a hazard
 // crosses streams. Errors: g.Validate's, and a pinned device the executor
-// does not have or that contradicts where the buffers it writes live.
+// does not have or that contradicts where the buffers it writes live, and
+// more than 64 devices.
 // Planning is O(V + E + H) plus placement (O(V·D) estimates for HEFT),
 // where H counts buffer accesses scanned for hazards.
 func (e *Executor) Plan(g *dag.Graph) (*Plan, error) {
@@ -96,6 +105,9 @@ func (e *Executor) Plan(g *dag.Graph) (*Plan, error) {
 	ids := make([]topology.DeviceID, len(e.devs))
 	for i, d := range e.devs {
 		ids[i] = d.ID()
+	}
+	if len(ids) > maxDevices {
+		return nil, fmt.Errorf("exec: a plan spans at most %d devices, the executor has %d", maxDevices, len(ids))
 	}
 	var pl PlacementResult
 	if len(e.devs) == 1 {
@@ -116,11 +128,13 @@ func (e *Executor) Plan(g *dag.Graph) (*Plan, error) {
 }
 
 // subset restricts planOn to some kernels (a recovery plan): only run[k]
-// kernels get launches, and buffers no included kernel writes live on
-// home[b] (where a surviving copy is), -1 when unknown.
+// kernels get launches; buffer b lives on home[b] when it is >= 0 (where
+// its bytes are carried from the first phase: they are there and nowhere
+// else) and on fallback when no included kernel touches it.
 type subset struct {
-	run  []bool
-	home []int
+	run      []bool
+	home     []int
+	fallback int
 }
 
 func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementResult, sub *subset) *Plan {
@@ -130,55 +144,29 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementRe
 	}
 	order = launchOrder(g, order, g.NumBuffers())
 	p := &Plan{Graph: g, Devices: devs, Streams: nstreams, Placement: pl}
-	for _, b := range g.Buffers() {
-		p.Buffers = append(p.Buffers, PlannedBuffer{Name: b.Name, SizeBytes: b.SizeBytes, Value: b.Value, Of: b.ID})
-		if sub != nil && sub.home[b.ID] >= 0 {
-			p.Buffers[b.ID].Device = sub.home[b.ID]
+	only := homeBuffers(p, order, sub)
+	if len(devs) == 1 {
+		for _, kid := range order {
+			k := g.Kernel(kid)
+			p.Launches = append(p.Launches, PlannedLaunch{Kernel: kid, Name: k.Name, Reads: k.Reads,
+				Writes: k.Writes, fn: k.Fn, optional: k.Optional, pin: k.Stream})
 		}
-	}
-	// A buffer lives where its first writer runs (placement keeps every
-	// writer of a buffer on one device); inputs live on device 0.
-	written := make([]bool, len(p.Buffers))
-	for _, kid := range order {
-		for _, w := range g.KernelWrites(kid) {
-			if !written[w.Buffer] {
-				written[w.Buffer] = true
-				p.Buffers[w.Buffer].Device = pl.Device[kid]
+	} else {
+		cp := newPlacer(p, only)
+		for _, kid := range order {
+			k := g.Kernel(kid)
+			d := pl.Device[kid]
+			reads, writes := slices.Clone(k.Reads), slices.Clone(k.Writes)
+			for i, r := range reads {
+				reads[i] = cp.read(r, d)
 			}
+			for i, w := range writes {
+				writes[i] = cp.write(w, d)
+			}
+			p.Launches = append(p.Launches, PlannedLaunch{Kernel: kid, Name: k.Name, Device: d, Reads: reads,
+				Writes: writes, fn: k.Fn, optional: k.Optional, pin: k.Stream})
 		}
-	}
-	replica := map[[2]int]buffers.ID{} // (buffer, device) → replica id
-	for _, kid := range order {
-		k := g.Kernel(kid)
-		d := pl.Device[kid]
-		reads, cloned := k.Reads, false
-		for i, r := range k.Reads {
-			home := p.Buffers[r.Buffer].Device
-			if home == d {
-				continue
-			}
-			key := [2]int{int(r.Buffer), d}
-			rep, ok := replica[key]
-			if !ok {
-				src := p.Buffers[r.Buffer]
-				rep = buffers.ID(len(p.Buffers))
-				replica[key] = rep
-				p.Buffers = append(p.Buffers, PlannedBuffer{Name: src.Name + "@" + devs[d].String(),
-					SizeBytes: src.SizeBytes, Value: src.Value, Device: d, Of: r.Buffer})
-				whole := g.Buffer(r.Buffer).Whole()
-				c := &Copy{Buffer: r.Buffer, From: home, To: d, Bytes: g.Buffer(r.Buffer).TransferBytes()}
-				p.Launches = append(p.Launches, PlannedLaunch{Kernel: -1, Device: d, Copy: c,
-					Name:  fmt.Sprintf("copy %s %s→%s", src.Name, devs[home], devs[d]),
-					Reads: []buffers.Binding{whole}, Writes: []buffers.Binding{{Buffer: rep, Length: whole.Length}}})
-				p.Copies++
-			}
-			if !cloned {
-				reads, cloned = slices.Clone(k.Reads), true
-			}
-			reads[i].Buffer = rep
-		}
-		p.Launches = append(p.Launches, PlannedLaunch{Kernel: kid, Name: k.Name, Device: d, Reads: reads,
-			Writes: k.Writes, fn: k.Fn, optional: k.Optional, pin: k.Stream})
+		cp.finish()
 	}
 	n := len(p.Launches)
 	p.record = make([]bool, n)
@@ -274,6 +262,51 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementRe
 		copy(after[i*ns:], clock[s])
 	}
 	return p
+}
+
+// homeBuffers sets where each of p's graph buffers lives: on the device
+// of its first writer in order, else of its first reader, else on device
+// 0 (sub.fallback in a recovery plan), unless sub carries it on a device
+// of its own. It returns, by buffer, whether its bytes start out on that
+// device alone (an input, or carried) rather than being unwritten
+// everywhere.
+func homeBuffers(p *Plan, order []dag.KernelID, sub *subset) []bool {
+	g := p.Graph
+	fallback := 0
+	if sub != nil {
+		fallback = sub.fallback
+	}
+	home := make([]int, g.NumBuffers())
+	for b := range home {
+		home[b] = -1
+	}
+	for _, kid := range order {
+		for _, w := range g.KernelWrites(kid) {
+			if home[w.Buffer] < 0 {
+				home[w.Buffer] = p.Placement.Device[kid]
+			}
+		}
+	}
+	for _, kid := range order {
+		for _, r := range g.KernelReads(kid) {
+			if home[r.Buffer] < 0 {
+				home[r.Buffer] = p.Placement.Device[kid]
+			}
+		}
+	}
+	only := make([]bool, len(home))
+	for _, b := range g.Buffers() {
+		d := home[b.ID]
+		only[b.ID] = b.Input
+		if sub != nil && sub.home[b.ID] >= 0 {
+			d, only[b.ID] = sub.home[b.ID], true
+		}
+		if d < 0 {
+			d = fallback
+		}
+		p.Buffers = append(p.Buffers, PlannedBuffer{Name: b.Name, SizeBytes: b.SizeBytes, Value: b.Value, Device: d, Of: b.ID, final: true})
+	}
+	return only
 }
 
 // GlobalStream returns launch i's stream as a global index:

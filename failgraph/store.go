@@ -222,6 +222,67 @@ func (s *Store) written(writes []buffers.Binding) {
 	}
 }
 
+// Carry makes the bytes of dst hold the taint of the bytes of src, byte
+// for byte: kernel copied src (a binding of another buffer, of the same
+// length) into dst. Each byte of dst takes the failure of the matching
+// byte of src, or becomes clean where src is clean; a src whose
+// reservation failed taints all of dst. For each failure carried it
+// records a skip of kernel (needed src's buffer, produced dst's), so a
+// chain read through dst runs on through the copy to the root; no failure
+// is minted (a never-allocated src gets one, as SkipIfTainted gives it).
+// It returns the failures carried, in order of first byte (nil when src
+// is clean). Without any taint it costs one atomic load. src and dst must
+// name different buffers and have equal lengths (a programmer error
+// otherwise: it panics).
+func (s *Store) Carry(kernel string, src, dst buffers.Binding) []FailureID {
+	if src.Buffer == dst.Buffer || src.Length != dst.Length {
+		panic(fmt.Sprintf("failgraph: carry %v into %v: want two buffers and equal lengths", src, dst))
+	}
+	if s.tainted.Load() == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	type piece struct {
+		b buffers.Binding
+		f FailureID
+	}
+	var pieces []piece
+	if f, ok := s.unalloc[src.Buffer]; ok && src.Length > 0 {
+		if f == 0 {
+			f = s.mint("", fmt.Errorf("%s: %w", s.names(src.Buffer), ErrNeverAllocated))
+			s.unalloc[src.Buffer] = f
+			s.failures[f].tagged++
+		}
+		pieces = append(pieces, piece{dst, f})
+	} else {
+		for _, sp := range s.spans[src.Buffer] {
+			lo, hi := max(sp.off, src.Offset), min(sp.end, src.End())
+			if lo < hi {
+				pieces = append(pieces, piece{buffers.Binding{Buffer: dst.Buffer, Offset: dst.Offset + lo - src.Offset, Length: hi - lo}, sp.f})
+			}
+		}
+	}
+	// Every carried failure is held by src, so clearing dst first prunes
+	// none of them.
+	s.set(dst, 0)
+	var carried []FailureID
+	for _, p := range pieces {
+		s.set(p.b, p.f)
+		if slices.Contains(carried, p.f) {
+			continue
+		}
+		carried = append(carried, p.f)
+		n := s.failures[p.f]
+		if len(n.skips) == MaxSkipRecords {
+			n.skips = append(n.skips[:0], n.skips[1:]...)
+		}
+		n.skips = append(n.skips, Skip{Kernel: kernel, Needed: src.Buffer, Produced: []buffers.ID{dst.Buffer}})
+		n.total++
+	}
+	return carried
+}
+
 // Cancel taints writes of kernel, a launch that never started because the
 // run was cancelled with cause. Every cancelled launch of one store shares
 // one failure, minted on first use (and again if the graph dropped it). It

@@ -974,3 +974,39 @@ func TestCleanPathAllocs(t *testing.T) {
 	require.True(t, s.Empty())
 	run("cleaned")
 }
+
+// Carry copies taint byte for byte: each byte of the destination takes the
+// failure of its source byte, clean bytes come out clean, and a chain read
+// through the destination passes the copy on its way to the root.
+func TestCarry(t *testing.T) {
+	s := failgraph.New(names)
+	boom := errors.New("boom")
+	f := s.Fail("lo", boom, bs(bind(0, 0, 8)))
+	g := s.Fail("hi", boom, bs(bind(0, 12, 4)))
+	old := s.Fail("old", boom, bs(bind(1, 0, 16))) // replaced where the copy writes
+
+	got := s.Carry("copy", bind(0, 4, 12), bind(1, 0, 12))
+	assert.Equal(t, ids(f, g), got)
+	assert.Equal(t, ids(f), failures(t, s.EnsureWritten(bind(1, 0, 4))))
+	assert.NoError(t, s.EnsureWritten(bind(1, 4, 4)), "clean source bytes come out clean")
+	assert.Equal(t, ids(g), failures(t, s.EnsureWritten(bind(1, 8, 4))))
+	assert.Equal(t, ids(old), failures(t, s.EnsureWritten(bind(1, 12, 4))), "bytes past the copy keep their taint")
+	ue := unwritten(t, s.EnsureWritten(bind(1, 0, 1)))
+	assert.Equal(t, []string{"copy", "lo"}, ue.Chain)
+
+	t.Run("clean source", func(t *testing.T) {
+		s := failgraph.New(names)
+		s.Fail("k", boom, bs(bind(1, 0, 4)))
+		assert.Nil(t, s.Carry("copy", bind(0, 0, 4), bind(1, 0, 4)))
+		assert.True(t, s.Empty())
+	})
+	t.Run("unallocated source", func(t *testing.T) {
+		s := failgraph.New(names)
+		u := s.FailUnallocated("alloc", 0, boom)
+		assert.Equal(t, ids(u), s.Carry("copy", bind(0, 0, 4), bind(1, 2, 4)))
+		assert.Equal(t, ids(u), failures(t, s.EnsureWritten(bind(1, 0, 8))))
+	})
+	t.Run("same buffer panics", func(t *testing.T) {
+		assert.Panics(t, func() { failgraph.New(names).Carry("c", bind(0, 0, 4), bind(0, 4, 4)) })
+	})
+}

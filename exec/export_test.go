@@ -1,0 +1,25 @@
+package exec
+
+import (
+	"fmt"
+
+	"github.com/streamdag/streamdag/dag"
+	"github.com/streamdag/streamdag/topology"
+)
+
+// PlanPlaced plans g on e's devices with kernel k on device dev[k],
+// whatever a placement strategy would say: writers of one buffer may then
+// run on different devices. For tests of the planner's copies.
+func PlanPlaced(e *Executor, g *dag.Graph, dev []int) (*Plan, error) {
+	if err := g.Validate(); err != nil {
+		return nil, err
+	}
+	if len(dev) != g.NumKernels() {
+		return nil, fmt.Errorf("exec: %d devices for %d kernels", len(dev), g.NumKernels())
+	}
+	ids := make([]topology.DeviceID, len(e.devs))
+	for i, d := range e.devs {
+		ids[i] = d.ID()
+	}
+	return planOn(g, ids, e.devs[0].NumStreams(), PlacementResult{Device: dev}, nil), nil
+}

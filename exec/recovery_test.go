@@ -1,0 +1,128 @@
+package exec_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/dag"
+	"github.com/streamdag/streamdag/exec"
+	"github.com/streamdag/streamdag/topology"
+)
+
+// lastStatus returns each kernel's last launch status (the recovery's,
+// after a device loss).
+func lastStatus(rep *exec.Report) map[string]exec.Status {
+	st := map[string]exec.Status{}
+	for _, l := range rep.Launches() {
+		st[l.Kernel] = l.Status
+	}
+	return st
+}
+
+// A merge that reads its inputs optionally does not run on a result the
+// device loss left partial: it waits for the recovery, so its consumer
+// (which writes outside the graph) runs once, on the whole result.
+func TestDeviceLossRunsConsumersOnce(t *testing.T) {
+	for _, at := range []float64{0, 0.3, 0.6} {
+		t.Run(fmt.Sprint("after=", at), func(t *testing.T) {
+			e := twoSimGPUs(t, 2)
+			g := dag.New()
+			var parts []dag.BufferID
+			for i := range 4 {
+				b := g.AddBuffer(fmt.Sprint("part", i), 8)
+				parts = append(parts, b)
+				g.AddKernel(fmt.Sprint("source", i), putU64(0, uint64(i+1), nil), dag.Writes(b), dag.PreferDevice(topology.GPU(i%2)))
+			}
+			merged, out := g.AddBuffer("merged", 8), g.AddBuffer("out", 8)
+			g.AddKernel("merge", func(_ context.Context, l dag.Launch) error {
+				var sum uint64
+				for i := range l.NumIn() {
+					if l.Missing(i) == nil {
+						sum += binary.LittleEndian.Uint64(l.In(i).Bytes())
+					}
+				}
+				binary.LittleEndian.PutUint64(l.Out(0).Bytes(), sum)
+				return nil
+			}, dag.ReadsOptional(parts...), dag.Writes(merged), dag.PreferDevice(topology.GPU(0)))
+			var writes atomic.Int32
+			var written atomic.Uint64
+			g.AddKernel("write", func(_ context.Context, l dag.Launch) error {
+				writes.Add(1)
+				written.Store(binary.LittleEndian.Uint64(l.In(0).Bytes()))
+				copy(l.Out(0).Bytes(), l.In(0).Bytes())
+				return nil
+			}, dag.Reads(merged), dag.Writes(out), dag.PreferDevice(topology.GPU(0)))
+			res, err := e.Run(t.Context(), g, exec.WithDeviceLoss(topology.GPU(1), at))
+			require.NoError(t, err)
+			defer res.Close()
+			require.NoError(t, res.Err())
+			assert.Equal(t, int32(1), writes.Load(), "the consumer ran once")
+			assert.Equal(t, uint64(1+2+3+4), written.Load(), "on the whole result")
+			b, err := res.Buffer(out)
+			require.NoError(t, err)
+			assert.Equal(t, uint64(10), binary.LittleEndian.Uint64(b.Bytes()))
+		})
+	}
+}
+
+// Losing gpu0 loses nothing the caller can still read: inputs come back
+// from the host's copy, buffers that lived on the lost device are
+// recomputed even when every reader had already run, and every buffer
+// reads as on one device.
+func TestDeviceLossIsTransparent(t *testing.T) {
+	for _, at := range []float64{0, 0.5, 1} {
+		t.Run(fmt.Sprint("after=", at), func(t *testing.T) {
+			e := twoSimGPUs(t, 1)
+			g := dag.New()
+			in := g.AddValue("in", dag.Input())
+			a, b, c := g.AddValue("a"), g.AddValue("b"), g.AddValue("c")
+			double := func(_ context.Context, l dag.Launch) error {
+				v, ok := l.In(0).Value().(int)
+				if !ok {
+					return fmt.Errorf("%s: input holds %T", l.Kernel(), l.In(0).Value())
+				}
+				return l.Out(0).Store(2 * v)
+			}
+			g.AddKernel("ka", double, dag.Reads(in), dag.Writes(a), dag.PreferDevice(topology.GPU(0)))
+			g.AddKernel("kb", double, dag.Reads(in), dag.Writes(b), dag.PreferDevice(topology.GPU(1)))
+			g.AddKernel("kc", double, dag.Reads(a), dag.Writes(c), dag.PreferDevice(topology.GPU(1)))
+			res, err := e.Run(t.Context(), g, exec.WithInput(in, 21), exec.WithDeviceLoss(topology.GPU(0), at))
+			require.NoError(t, err)
+			defer res.Close()
+			require.NoError(t, res.Err())
+			for _, k := range g.Kernels() {
+				assert.Equal(t, exec.StatusOK, lastStatus(res.Report)[k.Name], k.Name)
+			}
+			for _, want := range []struct {
+				id dag.BufferID
+				v  int
+			}{{in, 21}, {a, 42}, {b, 42}, {c, 84}} {
+				v, err := res.Value(want.id)
+				require.NoError(t, err, "buffer %d", want.id)
+				assert.Equal(t, want.v, v, "buffer %d", want.id)
+			}
+		})
+	}
+}
+
+// A recovery that cannot start (its memory cannot be reserved before ctx
+// ends) is an error from Execute, not a panic.
+func TestDeviceLossFailedRecoveryIsAnError(t *testing.T) {
+	e := twoSimGPUs(t, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	g := dag.New()
+	x, y := g.AddBuffer("x", 64), g.AddBuffer("y", 8)
+	g.AddKernel("produce", putU64(0, 7, nil), dag.Writes(x), dag.PreferDevice(topology.GPU(1)))
+	g.AddKernel("cancel", func(context.Context, dag.Launch) error { cancel(); return nil }, dag.Writes(y), dag.PreferDevice(topology.GPU(0)))
+	res, err := e.Run(ctx, g, exec.WithDeviceLoss(topology.GPU(1), 0))
+	assert.Nil(t, res)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.ErrorContains(t, err, "exec: recover from losing gpu1")
+}
