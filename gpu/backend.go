@@ -343,7 +343,12 @@ func NewBackend(cfg BackendConfig) (*Backend, error) {
 		devs[i] = p.Device
 		b.id.Devices = append(b.id.Devices, p.Device.ID.String())
 	}
-	b.res = &resources{pool: NewPool(devs), devices: devs}
+	pool, err := NewPool(devs)
+	if err != nil { // validate refused repeated GPUs already
+		releaseOwner()
+		return nil, err
+	}
+	b.res = &resources{pool: pool, devices: devs}
 	for _, p := range profiles {
 		rec, err := b.install(p)
 		if err == nil {
@@ -502,7 +507,9 @@ func (b *Backend) Devices() ([]topology.Device, error) {
 //
 // Errors: ErrBackendClosing when close has been signalled before or while
 // waiting (a claim parked at close is woken and refused); ErrNoGPU at once
-// when the backend has no GPU (fall back to the CPU device); ctx.Err().
+// when the backend has no GPU (fall back to the CPU device); ctx.Err(),
+// at once when ctx is already done (no lease is taken, nothing is
+// counted), or when it is done while waiting.
 func (b *Backend) Claim(ctx context.Context) (*Lease, error) {
 	b.mu.Lock()
 	if b.closing {
@@ -515,6 +522,9 @@ func (b *Backend) Claim(ctx context.Context) (*Lease, error) {
 	b.mu.Unlock()
 	if pool.Capacity() == 0 {
 		return nil, ErrNoGPU
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(b.closeCtx, cancel)

@@ -455,3 +455,24 @@ func TestOpenMockDGX(t *testing.T) {
 	}
 	closed(t, b)
 }
+
+// TestBackendClaimDoneContext: Backend.Claim with a done context refuses
+// before taking a lease: no admission, no GPU permit, pool unchanged.
+func TestBackendClaimDoneContext(t *testing.T) {
+	b, err := gpu.NewBackend(gpu.BackendConfig{Devices: gpus(0)})
+	require.NoError(t, err)
+	defer closed(t, b)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	l, err := b.Claim(ctx)
+	assert.ErrorIs(t, err, context.Canceled)
+	if !assert.Nil(t, l) {
+		l.Release()
+	}
+	m := b.MetricsSnapshot()
+	assert.Zero(t, m.Admissions)
+	assert.Zero(t, b.CloseSnapshot().ActiveGPUPermits)
+	l, err = b.Claim(context.Background())
+	require.NoError(t, err, "the GPU is still free")
+	l.Release()
+}

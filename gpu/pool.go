@@ -3,6 +3,7 @@ package gpu
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 
 	"golang.org/x/sync/semaphore"
@@ -41,19 +42,24 @@ type poolSlot struct {
 
 // NewPool returns a pool with one slot per GPU of devices, in the order
 // given (slot i is the i-th GPU). Entries that are not GPUs (the CPU
-// device, as Inventory.Devices holds first) are skipped, as are repeated
-// GPU IDs after their first occurrence, so passing Inventory.Devices as is
-// works. Device indices are kept as they are, so they may be sparse (gpu0,
-// gpu2, gpu5). A nil or GPU-less devices gives an empty pool. The devices
-// are copied. O(len(devices)).
-func NewPool(devices []topology.Device) *Pool {
+// device, as Inventory.Devices holds first) are skipped, so passing
+// Inventory.Devices as is works. Device indices are kept as they are, so
+// they may be sparse (gpu0, gpu2, gpu5). A nil or GPU-less devices gives
+// an empty pool. The devices are copied. O(len(devices)).
+//
+// Errors: a GPU ID given twice ("gpu: NewPool: gpu2 given twice (entries
+// 1 and 2)", entries counted from 0 in devices); no pool is returned.
+func NewPool(devices []topology.Device) (*Pool, error) {
 	p := &Pool{}
-	seen := map[topology.DeviceID]bool{}
-	for _, d := range devices {
-		if d.ID.Kind != topology.KindGPU || seen[d.ID] {
+	seen := map[topology.DeviceID]int{}
+	for i, d := range devices {
+		if d.ID.Kind != topology.KindGPU {
 			continue
 		}
-		seen[d.ID] = true
+		if j, ok := seen[d.ID]; ok {
+			return nil, fmt.Errorf("gpu: NewPool: %v given twice (entries %d and %d)", d.ID, j, i)
+		}
+		seen[d.ID] = i
 		d.CPUAffinity = append([]int(nil), d.CPUAffinity...)
 		p.slots = append(p.slots, poolSlot{dev: d})
 	}
@@ -64,7 +70,7 @@ func NewPool(devices []topology.Device) *Pool {
 	if len(p.slots) > 0 {
 		p.sem = semaphore.NewWeighted(int64(len(p.slots)))
 	}
-	return p
+	return p, nil
 }
 
 // Capacity returns the number of slots (GPUs) of the pool; 0 on a CPU-only
@@ -81,13 +87,18 @@ func (p *Pool) PendingClaimers() int { return int(p.pending.Load()) }
 // Claim returns a lease on a free GPU, waiting in FIFO order (first parked,
 // first served) while every GPU is leased.
 //
-// Errors: ErrNoGPU at once when the pool has no slot; ctx.Err() when ctx is
-// done before a permit is granted (the pool is left unchanged: a permit
-// granted at the same moment is handed back to the next waiter). The
-// returned lease must be released with Lease.Release.
+// Errors: ErrNoGPU at once when the pool has no slot; ctx.Err() at once
+// when ctx is already done, even with a GPU free (as
+// semaphore.Weighted.Acquire), and when ctx is done before a permit is
+// granted; either way the pool is left unchanged (a permit granted at the
+// same moment is handed back to the next waiter). The returned lease must
+// be released with Lease.Release.
 func (p *Pool) Claim(ctx context.Context) (*Lease, error) {
 	if len(p.slots) == 0 {
 		return nil, ErrNoGPU
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	if l, ok := p.TryClaim(); ok {
 		return l, nil

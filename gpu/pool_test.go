@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -13,6 +14,14 @@ import (
 	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/topology"
 )
+
+// newPool is gpu.NewPool for devices a test knows are valid.
+func newPool(t *testing.T, devs []topology.Device) *gpu.Pool {
+	t.Helper()
+	p, err := gpu.NewPool(devs)
+	require.NoError(t, err)
+	return p
+}
 
 func gpus(indices ...int) []topology.Device {
 	out := []topology.Device{topology.CPUDevice()}
@@ -31,7 +40,7 @@ func TestPoolCPUOnly(t *testing.T) {
 		{"cpu only", []topology.Device{topology.CPUDevice()}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := gpu.NewPool(tc.devs)
+			p := newPool(t, tc.devs)
 			assert.Equal(t, 0, p.Capacity())
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel() // even a done ctx: ErrNoGPU comes first, at once
@@ -52,8 +61,8 @@ func TestPoolCPUOnly(t *testing.T) {
 }
 
 func TestPoolSparseIndicesAndSlotOrder(t *testing.T) {
-	devs := gpus(5, 0, 2, 2) // order kept, duplicate gpu2 skipped
-	p := gpu.NewPool(devs)
+	devs := gpus(5, 0, 2) // order kept
+	p := newPool(t, devs)
 	require.Equal(t, 3, p.Capacity())
 	ctx := context.Background()
 	l0, err := p.Claim(ctx)
@@ -89,7 +98,7 @@ func TestPoolSparseIndicesAndSlotOrder(t *testing.T) {
 // TestPoolReleaseIdempotentConcurrent: many goroutines release one lease;
 // exactly one wins and exactly one permit returns.
 func TestPoolReleaseIdempotentConcurrent(t *testing.T) {
-	p := gpu.NewPool(gpus(0))
+	p := newPool(t, gpus(0))
 	l, ok := p.TryClaim()
 	require.True(t, ok)
 	var wins sync.WaitGroup
@@ -115,7 +124,7 @@ func TestPoolReleaseIdempotentConcurrent(t *testing.T) {
 
 func TestPoolFIFOManyParked(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := gpu.NewPool(gpus(3))
+		p := newPool(t, gpus(3))
 		ctx := context.Background()
 		hold, err := p.Claim(ctx)
 		require.NoError(t, err)
@@ -150,7 +159,7 @@ func TestPoolFIFOManyParked(t *testing.T) {
 
 func TestPoolNoSteal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := gpu.NewPool(gpus(0, 1))
+		p := newPool(t, gpus(0, 1))
 		ctx := context.Background()
 		a, _ := p.TryClaim()
 		b, _ := p.TryClaim()
@@ -178,7 +187,7 @@ func TestPoolNoSteal(t *testing.T) {
 
 func TestPoolCancelWhileParked(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := gpu.NewPool(gpus(0))
+		p := newPool(t, gpus(0))
 		hold, _ := p.TryClaim()
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error)
@@ -212,7 +221,7 @@ func TestPoolCancelWhileParked(t *testing.T) {
 }
 
 func TestPoolClaimStress(t *testing.T) {
-	p := gpu.NewPool(gpus(0, 2, 4, 6))
+	p := newPool(t, gpus(0, 2, 4, 6))
 	var inUse [8]int32
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -237,4 +246,69 @@ func TestPoolClaimStress(t *testing.T) {
 	}
 	wg.Wait()
 	assert.Equal(t, 0, p.PendingClaimers())
+}
+
+// TestPoolRepeatedDevice: a GPU ID given twice is an error naming it, not
+// a silent drop; the CPU device is still skipped.
+func TestPoolRepeatedDevice(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		devs []topology.Device
+		want string
+	}{
+		{"adjacent", gpus(2, 2), "gpu: NewPool: gpu2 given twice (entries 1 and 2)"},
+		{"apart", gpus(5, 0, 2, 0), "gpu: NewPool: gpu0 given twice (entries 2 and 4)"},
+		{"cpu twice is skipped", append(gpus(1), topology.CPUDevice()), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := gpu.NewPool(tc.devs)
+			if tc.want == "" {
+				require.NoError(t, err)
+				assert.Equal(t, 1, p.Capacity())
+				return
+			}
+			assert.Nil(t, p)
+			assert.EqualError(t, err, tc.want)
+		})
+	}
+}
+
+// TestPoolClaimDoneContext: a claim with a context that is already done
+// fails with its error even though a GPU is free, and leaves the pool
+// unchanged (as semaphore.Weighted.Acquire does).
+func TestPoolClaimDoneContext(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ctx  func() context.Context
+		want error
+	}{
+		{"cancelled", func() context.Context {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			return ctx
+		}, context.Canceled},
+		{"deadline passed", func() context.Context {
+			ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, 0))
+			t.Cleanup(cancel)
+			return ctx
+		}, context.DeadlineExceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPool(t, gpus(0, 1))
+			l, err := p.Claim(tc.ctx())
+			assert.ErrorIs(t, err, tc.want)
+			if !assert.Nil(t, l) {
+				l.Release()
+			}
+			for _, e := range p.SnapshotLeases() {
+				assert.False(t, e.Leased, e.Device)
+			}
+			a, ok := p.TryClaim()
+			require.True(t, ok)
+			b, ok := p.TryClaim()
+			require.True(t, ok, "both permits are still there")
+			a.Release()
+			b.Release()
+		})
+	}
 }

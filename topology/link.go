@@ -270,8 +270,16 @@ func (l Link) Label() string { return Pair{Kind: l.Kind, NVLinks: l.NVLinks}.Lab
 
 // HopCost is the modelled time to move bytes over the hop: Latency +
 // bytes / BandwidthBps, rounded to the nanosecond, saturating at the
-// largest time.Duration. It is meaningless when Direct is false.
+// largest time.Duration. A self link (Kind LinkSelf: nothing moves) costs
+// zero for any size; zero or negative bytes cost Latency. It is
+// meaningless for other links when Direct is false.
 func (l Link) HopCost(bytes int64) time.Duration {
+	if l.Kind == LinkSelf {
+		return 0
+	}
+	if bytes <= 0 {
+		return l.Latency
+	}
 	return addDur(l.Latency, secondsDur(float64(bytes)/l.BandwidthBps))
 }
 

@@ -298,3 +298,25 @@ func TestSpecs(t *testing.T) {
 	assert.Equal(t, "A100", topology.DefaultSpec.Name)
 	assert.Equal(t, "compute capability", topology.SpecFromComputeCapability.String())
 }
+
+// TestSelfLinkIsFree: a device's link with itself costs nothing, for any
+// size, as Link documents (GPU and CPU alike).
+func TestSelfLinkIsFree(t *testing.T) {
+	topo := load(t, "dgx1-v100.topo-m.txt")
+	for _, tc := range []struct {
+		name string
+		id   topology.DeviceID
+	}{{"gpu", topology.GPU(3)}, {"cpu", topology.CPU}} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, ok := topo.Link(tc.id, tc.id)
+			require.True(t, ok)
+			require.Equal(t, topology.LinkSelf, l.Kind)
+			for _, n := range []int64{0, 1, 1 << 20, 1 << 62} {
+				assert.Zero(t, l.HopCost(n), "%d bytes", n)
+			}
+		})
+	}
+	l, ok := topo.Link(topology.GPU(0), topology.GPU(3))
+	require.True(t, ok)
+	assert.Equal(t, l.Latency, l.HopCost(0), "zero bytes cost the latency alone")
+}
