@@ -65,6 +65,10 @@ type BackendConfig struct {
 	// nothing: streamdag has no CUDA device layer yet, so the default
 	// startup record says so (Runtime "none").
 	Hooks BackendHooks
+	// HealthCheck, when set, re-checks each GPU before a claim hands it
+	// out (see WithHealthCheck): a GPU found gone is never leased again.
+	// Open sets NVMLCheck when NVML is available and this is nil.
+	HealthCheck HealthCheck
 	// Observer, when set, receives every attempt report, synchronously on
 	// the goroutine that calls Attempt.Finish, while the attempt still
 	// holds its observation permit. It must not call CloseAndWait or
@@ -343,7 +347,7 @@ func NewBackend(cfg BackendConfig) (*Backend, error) {
 		devs[i] = p.Device
 		b.id.Devices = append(b.id.Devices, p.Device.ID.String())
 	}
-	pool, err := NewPool(devs)
+	pool, err := NewPool(devs, WithHealthCheck(cfg.HealthCheck))
 	if err != nil { // validate refused repeated GPUs already
 		releaseOwner()
 		return nil, err
@@ -507,7 +511,9 @@ func (b *Backend) Devices() ([]topology.Device, error) {
 //
 // Errors: ErrBackendClosing when close has been signalled before or while
 // waiting (a claim parked at close is woken and refused); ErrNoGPU at once
-// when the backend has no GPU (fall back to the CPU device); ctx.Err(),
+// when the backend has no GPU (fall back to the CPU device), and wrapping
+// each *LostError once BackendConfig.HealthCheck has found every GPU
+// gone; ctx.Err(),
 // at once when ctx is already done (no lease is taken, nothing is
 // counted), or when it is done while waiting.
 func (b *Backend) Claim(ctx context.Context) (*Lease, error) {

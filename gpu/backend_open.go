@@ -15,7 +15,9 @@ type OpenConfig struct {
 	// or gpu/nvmlmock's filled ones); nil means nvml.New().
 	NVML nvml.Interface
 	// Backend is passed to NewBackend; when its Devices is nil, the
-	// discovered inventory's devices are used.
+	// discovered inventory's devices are used, and when its HealthCheck
+	// is nil and NVML answered, NVMLCheck over the same library is used,
+	// so a GPU NVML reports lost after discovery is never leased.
 	Backend BackendConfig
 }
 
@@ -35,6 +37,9 @@ func Open(ctx context.Context, cfg OpenConfig) (*Backend, error) {
 	bc := cfg.Backend
 	if bc.Devices == nil {
 		bc.Devices = inv.Devices
+	}
+	if bc.HealthCheck == nil && inv.NVML.Available {
+		bc.HealthCheck = NVMLCheck(cfg.NVML)
 	}
 	b, err := NewBackend(bc)
 	if err != nil {
@@ -69,12 +74,15 @@ func (a *Acquired) Release() {
 // leased), and runs on that GPU. streamdag has no CUDA stream runtime
 // yet, so a claimed lease is released at once and the run goes to the
 // CPU device, saying so in Why; on a CPU-only host Claim answers ErrNoGPU
-// at once and the run goes to the CPU device too. opts configure the CPU
+// at once (and, once every GPU is lost, with the reasons, which Why gives)
+// and the run goes to the CPU device too. opts configure the CPU
 // device. Errors: ErrBackendClosing, ctx.Err(), or NewCPU's option errors.
 func (b *Backend) Acquire(ctx context.Context, opts ...CPUOption) (*Acquired, error) {
 	a := &Acquired{}
 	lease, err := b.Claim(ctx)
 	switch {
+	case errors.Is(err, ErrGPULost):
+		a.Why = err.Error()
 	case errors.Is(err, ErrNoGPU):
 		a.Why = "no GPU: " + b.inv.NVML.String()
 	case err != nil:

@@ -3,6 +3,8 @@ package gpu_test
 import (
 	"testing"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -67,4 +69,50 @@ func TestInventoryFacts(t *testing.T) {
 
 	cpuOnly := gpu.Discover(t.Context(), gpu.WithNVML(nil)).Facts()
 	assert.Nil(t, cpuOnly.Pairs)
+}
+
+// TestOpenNeverLeasesLostGPU: GPUs NVML reports lost after Open (a query
+// answers ERROR_GPU_IS_LOST, or no GPU has the UUID any more) are never
+// leased: Open re-checks each GPU by UUID before a claim hands it out, and
+// the metrics say why. Once all are lost, Acquire runs on the CPU device
+// and Why names them.
+func TestOpenNeverLeasesLostGPU(t *testing.T) {
+	lib, err := nvmlmock.New("dgxa100")
+	require.NoError(t, err)
+	b, err := gpu.Open(t.Context(), gpu.OpenConfig{NVML: lib})
+	require.NoError(t, err)
+	defer b.CloseAndWait(t.Context())
+	require.Equal(t, 8, b.NumGPUs())
+
+	gpu0 := lib.Devices[0].(*dgxa100.Device)
+	gpu0.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST }
+	gpu1 := lib.Devices[1].(*dgxa100.Device)
+	uuid1 := gpu1.UUID
+	gpu1.UUID = "GPU-replaced" // gpu1 fell off the bus; NVML no longer knows its UUID
+	l, err := b.Claim(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, topology.GPU(2), l.Device().ID)
+	l.Release()
+	leases := b.MetricsSnapshot().Leases
+	assert.Equal(t, "gpu: gpu0 ("+gpu0.UUID+") is lost: nvml: memory info: ERROR_GPU_IS_LOST", leases[0].Lost)
+	assert.Equal(t, "gpu: gpu1 ("+uuid1+") is lost: nvml: no GPU has this UUID: ERROR_INVALID_ARGUMENT", leases[1].Lost)
+	for _, e := range leases[2:] {
+		assert.Empty(t, e.Lost, e.Device)
+	}
+
+	for _, d := range lib.Devices {
+		d.(*dgxa100.Device).GetMemoryInfoFunc = gpu0.GetMemoryInfoFunc
+	}
+	a, err := b.Acquire(t.Context())
+	require.NoError(t, err)
+	defer a.Release()
+	assert.Equal(t, topology.CPU, a.Device.ID())
+	assert.Nil(t, a.Lease)
+	assert.Contains(t, a.Why, "gpu: no GPU left: all 8 GPUs of the pool are lost: gpu0 (")
+	assert.Contains(t, a.Why, "; and 4 more")
+	l, err = b.Claim(t.Context())
+	assert.ErrorIs(t, err, gpu.ErrGPULost)
+	if !assert.Nil(t, l) {
+		l.Release()
+	}
 }

@@ -62,6 +62,11 @@ type Inventory struct {
 	P2P []P2PPair
 	// MIG lists the MIG devices of GPUs that have MIG mode enabled.
 	MIG []MIGDevice
+	// Lost lists the GPUs NVML reported lost (ERROR_GPU_IS_LOST) while
+	// they were read, in NVML index order. They are left out of Devices,
+	// so a pool or backend built from Devices never leases them; a Note
+	// says the same.
+	Lost []LostError
 }
 
 // NVLink is one NVLink link that is up.
@@ -314,7 +319,13 @@ func discoverGPUs(ctx context.Context, lib nvml.Interface, inv *Inventory) {
 			note("gpu%d: handle: nil (device left out)", i)
 			continue
 		}
-		inv.Devices = append(inv.Devices, readGPU(i, h, numaErr, note))
+		d, lost := readGPU(i, h, numaErr, note)
+		if lost != nil {
+			note("gpu%d: lost: %v (device left out)", i, lost)
+			inv.Lost = append(inv.Lost, LostError{Device: d.ID, UUID: d.UUID, Err: lost})
+			continue
+		}
+		inv.Devices = append(inv.Devices, d)
 		handles = append(handles, h)
 	}
 	gpus := inv.Devices[1:]
@@ -561,10 +572,25 @@ func pairLinks(links []NVLink, p P2PPair) int {
 }
 
 // readGPU reads the facts of GPU i. numaErr is non-nil when
-// nvmlDeviceGetNumaNodeId must not be called.
-func readGPU(i int, h nvml.Device, numaErr error, note func(string, ...any)) topology.Device {
-	d := topology.Device{ID: topology.GPU(i), NUMANode: -1}
-	fail := func(what string, err any) { note("gpu%d: %s: %v", i, what, err) }
+// nvmlDeviceGetNumaNodeId must not be called. lost is non-nil when a
+// query answered ERROR_GPU_IS_LOST ("memory: ERROR_GPU_IS_LOST"); the
+// queries that did not are then not noted.
+func readGPU(i int, h nvml.Device, numaErr error, note func(string, ...any)) (d topology.Device, lost error) {
+	d = topology.Device{ID: topology.GPU(i), NUMANode: -1}
+	var notes []string
+	fail := func(what string, err any) {
+		if e, ok := err.(error); ok && errors.Is(e, nvml.ERROR_GPU_IS_LOST) && lost == nil {
+			lost = fmt.Errorf("%s: %w", what, e)
+		}
+		notes = append(notes, fmt.Sprintf("gpu%d: %s: %v", i, what, err))
+	}
+	defer func() {
+		if lost == nil {
+			for _, n := range notes {
+				note("%s", n)
+			}
+		}
+	}()
 	if err := guard(func() (r nvml.Return) { d.UUID, r = h.GetUUID(); return }); err != nil {
 		d.UUID = ""
 		fail("UUID", err)
@@ -607,7 +633,52 @@ func readGPU(i int, h nvml.Device, numaErr error, note func(string, ...any)) top
 	} else if d.CPUAffinity = maskCPUs(mask); d.CPUAffinity == nil {
 		fail("CPU affinity", "empty mask")
 	}
-	return d
+	return d, lost
+}
+
+// NVMLCheck returns a HealthCheck that asks NVML, by UUID, whether a GPU
+// is still there: it initialises NVML, looks the GPU up
+// (nvmlDeviceGetHandleByUUID), reads its memory info, and shuts NVML down
+// again (NVML reference-counts Init, so a process that keeps NVML
+// initialised pays little). A nil lib means the system library
+// (nvml.New()). The GPU is gone, with a *LostError saying why, when the
+// lookup finds no GPU of that UUID (ERROR_NOT_FOUND, or
+// ERROR_INVALID_ARGUMENT, as go-nvml's mock servers answer) or either call
+// answers ERROR_GPU_IS_LOST. Anything else is no proof of loss and gives
+// nil: a GPU without a UUID, NVML failing to start (no other NVML call is
+// then made), another error, a panic in the library. Safe for concurrent
+// use.
+func NVMLCheck(lib nvml.Interface) HealthCheck {
+	return func(d topology.Device) error {
+		if d.UUID == "" {
+			return nil
+		}
+		l := lib
+		if l == nil {
+			l = nvml.New()
+		}
+		if guard(func() nvml.Return { return l.Init() }) != nil {
+			return nil
+		}
+		defer func() { _ = guard(func() nvml.Return { return l.Shutdown() }) }()
+		lost := func(what string, err error) error {
+			return &LostError{Device: d.ID, UUID: d.UUID, Err: fmt.Errorf("nvml: %s: %w", what, err)}
+		}
+		var h nvml.Device
+		err := guard(func() (r nvml.Return) { h, r = l.DeviceGetHandleByUUID(d.UUID); return })
+		switch {
+		case errors.Is(err, nvml.ERROR_NOT_FOUND), errors.Is(err, nvml.ERROR_INVALID_ARGUMENT):
+			return lost("no GPU has this UUID", err)
+		case errors.Is(err, nvml.ERROR_GPU_IS_LOST):
+			return lost("handle by UUID", err)
+		case err != nil || h == nil:
+			return nil
+		}
+		if err := guard(func() (r nvml.Return) { _, r = h.GetMemoryInfo(); return }); errors.Is(err, nvml.ERROR_GPU_IS_LOST) {
+			return lost("memory info", err)
+		}
+		return nil
+	}
 }
 
 // guard calls f and turns a non-success Return into an error (the Return

@@ -97,7 +97,8 @@ func TestDiscoverFullFactsAndPerDeviceFailures(t *testing.T) {
 			return []uint{0, 0b101}, nvml.SUCCESS // CPUs 64 and 66
 		}
 	}
-	srv.Devices[6].(*dgxa100.Device).GetNameFunc = func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }
+	srv.Devices[6].(*dgxa100.Device).GetNameFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
+	srv.Devices[2].(*dgxa100.Device).GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST }
 	getHandle := srv.DeviceGetHandleByIndexFunc
 	srv.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
 		if i == 5 {
@@ -108,18 +109,29 @@ func TestDiscoverFullFactsAndPerDeviceFailures(t *testing.T) {
 
 	inv := gpu.Discover(context.Background(), gpu.WithNVML(srv))
 	assert.Equal(t, []string{
+		"gpu2: lost: memory: ERROR_GPU_IS_LOST (device left out)",
 		"gpu3: NUMA node: ERROR_NOT_SUPPORTED",
 		"gpu5: handle: ERROR_NO_PERMISSION (device left out)",
-		"gpu6: name: ERROR_GPU_IS_LOST",
-	}, inv.Notes[:3], "then the notes of the NVLink and P2P calls the mock leaves nil")
+		"gpu6: name: ERROR_UNKNOWN",
+	}, inv.Notes[:4], "then the notes of the NVLink and P2P calls the mock leaves nil")
 	gpus := inv.GPUs()
-	require.Len(t, gpus, 7)
+	require.Len(t, gpus, 6)
 	var ids []string
 	for _, d := range gpus {
 		ids = append(ids, d.ID.String())
 	}
-	assert.Equal(t, []string{"gpu0", "gpu1", "gpu2", "gpu3", "gpu4", "gpu6", "gpu7"}, ids, "indices stay sparse")
-	g1, g3, g6, g7 := gpus[1], gpus[3], gpus[5], gpus[6]
+	assert.Equal(t, []string{"gpu0", "gpu1", "gpu3", "gpu4", "gpu6", "gpu7"}, ids, "indices stay sparse; the lost gpu2 is left out")
+	require.Len(t, inv.Lost, 1)
+	lost := inv.Lost[0]
+	assert.Equal(t, topology.GPU(2), lost.Device)
+	assert.Equal(t, srv.Devices[2].(*dgxa100.Device).UUID, lost.UUID)
+	assert.ErrorIs(t, &lost, gpu.ErrGPULost)
+	assert.ErrorIs(t, &lost, nvml.ERROR_GPU_IS_LOST)
+	for _, p := range inv.P2P {
+		assert.NotEqual(t, topology.GPU(2), p.From, "no pair of the lost GPU")
+		assert.NotEqual(t, topology.GPU(2), p.To, "no pair of the lost GPU")
+	}
+	g1, g3, g6, g7 := gpus[1], gpus[2], gpus[4], gpus[5]
 	assert.Equal(t, "0000:01:00.0", g1.PCIBusID)
 	assert.Equal(t, 0, g1.NUMANode)
 	assert.Equal(t, []int{0, 1, 2, 3}, g1.CPUAffinity)

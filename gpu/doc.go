@@ -14,6 +14,9 @@
 // [Discover] lists the CPU device and the GPUs NVML reports, with NVLink
 // links, the P2P matrix (status per caps index, common ancestor) and MIG
 // devices. It never fails: what it could not learn is in Inventory.Notes.
+// A GPU NVML reports lost (ERROR_GPU_IS_LOST) is left out of Devices and
+// listed in Inventory.Lost; one lost later is found by the backend's
+// re-check by UUID ([NVMLCheck]) before a claim would hand it out.
 // Only this package (and its subpackages, such as gpu/nvmlmock, which
 // completes go-nvml's mock servers from real topologies) imports go-nvml.
 // NVML is never called after a failed Init, because doing so can kill the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 
 	"golang.org/x/sync/semaphore"
@@ -11,10 +12,61 @@ import (
 	"github.com/streamdag/streamdag/topology"
 )
 
-// ErrNoGPU is returned at once by Pool.Claim (and Backend.Claim) on a host
-// or backend with no GPU: the caller falls back to the CPU device. It is
-// never returned after a wait.
+// ErrNoGPU is returned by Pool.Claim (and Backend.Claim) when there is no
+// GPU to wait for: at once on a host or backend with no GPU, and, wrapped
+// with the *LostError of each GPU, once every GPU of the pool is lost
+// (also to claims parked when the last one is found lost). The caller falls
+// back to the CPU device.
 var ErrNoGPU = errors.New("gpu: no GPU on this host")
+
+// ErrGPULost is what every *LostError matches (errors.Is): NVML reports the
+// GPU lost, or no longer knows its UUID.
+var ErrGPULost = errors.New("gpu: GPU lost")
+
+// LostError says why a GPU is gone. It matches ErrGPULost and unwraps to
+// Err as well.
+type LostError struct {
+	Device topology.DeviceID // the GPU, e.g. gpu3
+	UUID   string            // its UUID, "" when unknown
+	// Err is what the check found, e.g. nvml.ERROR_GPU_IS_LOST.
+	Err error
+}
+
+// Error returns "gpu: gpu3 (GPU-…) is lost: WHY".
+func (e *LostError) Error() string {
+	id := e.Device.String()
+	if e.UUID != "" {
+		id += " (" + e.UUID + ")"
+	}
+	return "gpu: " + id + " is lost: " + fmt.Sprint(e.Err)
+}
+
+// Unwrap returns ErrGPULost and Err.
+func (e *LostError) Unwrap() []error { return []error{ErrGPULost, e.Err} }
+
+// HealthCheck says whether a GPU a claim is about to hand out is still
+// there: nil, or an error saying why it is gone for good (a transient or
+// unknown state must return nil; a panic counts as nil). It may be called
+// from many goroutines at once. NVMLCheck is the check by UUID through
+// NVML.
+type HealthCheck func(d topology.Device) error
+
+// PoolOption configures NewPool.
+type PoolOption func(*poolConfig)
+
+type poolConfig struct {
+	check HealthCheck
+}
+
+// WithHealthCheck makes every claim re-check the GPU it is about to hand
+// out with check (nil: no check, the default). A GPU the check reports
+// gone is retired for the life of the pool: it is never leased again,
+// SnapshotLeases and Lost say why, and the claim goes on to another GPU,
+// waiting for one when all the others are leased. Once every GPU is
+// retired, claims fail with ErrNoGPU wrapping each *LostError.
+func WithHealthCheck(check HealthCheck) PoolOption {
+	return func(c *poolConfig) { c.check = check }
+}
 
 // Pool hands out exclusive leases on GPUs: one slot per GPU, at most one
 // lease per slot. It follows the seed GpuPool (shared/seeds/GpuPool.txt,
@@ -25,6 +77,12 @@ var ErrNoGPU = errors.New("gpu: no GPU on this host")
 // least one slot is free, because a lease frees its slot before it returns
 // its permit.
 //
+// With a health check (WithHealthCheck) a slot whose GPU is found gone
+// is retired: it stays not free and keeps the permit of the claim that
+// found it, so the permits still track the usable slots. When the last
+// usable slot is retired its permit is returned instead, and every claim
+// that takes it finds no usable slot, returns it again and fails.
+//
 // A Pool with no slot (a CPU-only host) is valid: Claim returns ErrNoGPU at
 // once and never queues. The zero Pool is such an empty pool. All methods
 // are safe for concurrent use; a Pool starts no goroutine and needs no
@@ -33,11 +91,14 @@ type Pool struct {
 	slots   []poolSlot
 	sem     *semaphore.Weighted // nil when len(slots) == 0
 	pending atomic.Int64
+	check   HealthCheck
+	usable  atomic.Int64 // slots not retired
 }
 
 type poolSlot struct {
 	dev  topology.Device
 	free atomic.Bool
+	lost atomic.Pointer[LostError] // set once, when the slot is retired
 }
 
 // NewPool returns a pool with one slot per GPU of devices, in the order
@@ -49,8 +110,14 @@ type poolSlot struct {
 //
 // Errors: a GPU ID given twice ("gpu: NewPool: gpu2 given twice (entries
 // 1 and 2)", entries counted from 0 in devices); no pool is returned.
-func NewPool(devices []topology.Device) (*Pool, error) {
-	p := &Pool{}
+func NewPool(devices []topology.Device, opts ...PoolOption) (*Pool, error) {
+	var cfg poolConfig
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	p := &Pool{check: cfg.check}
 	seen := map[topology.DeviceID]int{}
 	for i, d := range devices {
 		if d.ID.Kind != topology.KindGPU {
@@ -70,12 +137,25 @@ func NewPool(devices []topology.Device) (*Pool, error) {
 	if len(p.slots) > 0 {
 		p.sem = semaphore.NewWeighted(int64(len(p.slots)))
 	}
+	p.usable.Store(int64(len(p.slots)))
 	return p, nil
 }
 
-// Capacity returns the number of slots (GPUs) of the pool; 0 on a CPU-only
-// host.
+// Capacity returns the number of slots (GPUs) of the pool, retired ones
+// included; 0 on a CPU-only host.
 func (p *Pool) Capacity() int { return len(p.slots) }
+
+// Lost returns the *LostError of every retired slot, in slot order; nil
+// when none is.
+func (p *Pool) Lost() []*LostError {
+	var out []*LostError
+	for i := range p.slots {
+		if le := p.slots[i].lost.Load(); le != nil {
+			out = append(out, le)
+		}
+	}
+	return out
+}
 
 // PendingClaimers returns how many Claim calls are parked waiting for a
 // permit right now. A claim that is cancelled while parked stops counting
@@ -85,9 +165,12 @@ func (p *Pool) Capacity() int { return len(p.slots) }
 func (p *Pool) PendingClaimers() int { return int(p.pending.Load()) }
 
 // Claim returns a lease on a free GPU, waiting in FIFO order (first parked,
-// first served) while every GPU is leased.
+// first served) while every GPU is leased. With a health check, a claim
+// that finds the GPU it took gone retires it and goes on (to the back of
+// the queue when it must wait again).
 //
-// Errors: ErrNoGPU at once when the pool has no slot; ctx.Err() at once
+// Errors: ErrNoGPU at once when the pool has no slot, and wrapping each
+// *LostError once every GPU is lost (see WithHealthCheck); ctx.Err() at once
 // when ctx is already done, even with a GPU free (as
 // semaphore.Weighted.Acquire), and when ctx is done before a permit is
 // granted; either way the pool is left unchanged (a permit granted at the
@@ -100,44 +183,140 @@ func (p *Pool) Claim(ctx context.Context) (*Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if l, ok := p.TryClaim(); ok {
-		return l, nil
+	for {
+		if p.usable.Load() == 0 {
+			return nil, p.allLost()
+		}
+		l, err := p.tryClaim()
+		if err == nil {
+			return l, nil
+		}
+		if err != errNoPermit {
+			return nil, err
+		}
+		p.pending.Add(1)
+		err = p.sem.Acquire(ctx, 1)
+		p.pending.Add(-1)
+		if err != nil {
+			return nil, err
+		}
+		if l, err = p.take(); err != errRetired {
+			return l, err
+		}
 	}
-	p.pending.Add(1)
-	err := p.sem.Acquire(ctx, 1)
-	p.pending.Add(-1)
-	if err != nil {
-		return nil, err
-	}
-	return p.take()
 }
 
 // TryClaim returns a lease on a free GPU without waiting, and true; or nil
-// and false when the pool has no slot, every GPU is leased, or a Claim is
-// parked (a permit released while a Claim waits is owed to that waiter and
-// is never taken here). It does not change PendingClaimers.
+// and false when the pool has no slot, every GPU is leased or lost, or a
+// Claim is parked (a permit released while a Claim waits is owed to that
+// waiter and is never taken here). It does not change PendingClaimers.
 func (p *Pool) TryClaim() (*Lease, bool) {
-	if len(p.slots) == 0 || !p.sem.TryAcquire(1) {
+	if len(p.slots) == 0 {
 		return nil, false
 	}
-	l, err := p.take()
+	l, err := p.tryClaim()
 	return l, err == nil
 }
 
-// errPoolInvariant reports a permit without a free slot: a bug in Pool.
-var errPoolInvariant = errors.New("gpu: pool invariant broken: permit held but no free slot")
+// tryClaim takes a permit without waiting and turns it into a lease,
+// retrying while it only finds GPUs that are gone. It returns
+// errNoPermit when no permit is free for it.
+func (p *Pool) tryClaim() (*Lease, error) {
+	for p.sem.TryAcquire(1) {
+		if l, err := p.take(); err != errRetired {
+			return l, err
+		}
+	}
+	return nil, errNoPermit
+}
 
-// take turns a held permit into a lease on the first free slot.
+var (
+	// errPoolInvariant reports a permit without a free slot: a bug in Pool.
+	errPoolInvariant = errors.New("gpu: pool invariant broken: permit held but no free slot")
+	// errRetired: take found its slot gone and retired it, keeping the
+	// permit; the claim needs another.
+	errRetired = errors.New("gpu: slot retired")
+	// errNoPermit: tryClaim found no permit free for it.
+	errNoPermit = errors.New("gpu: no permit free")
+)
+
+// take turns a held permit into a lease on the first free slot whose GPU
+// passes the health check. A slot that fails it is retired and keeps the
+// permit (errRetired), unless it was the last usable one: then the permit
+// is returned, so parked claims wake and fail too.
 func (p *Pool) take() (*Lease, error) {
 	for i := range p.slots {
-		if p.slots[i].free.CompareAndSwap(true, false) {
-			return &Lease{pool: p, slot: i}, nil
+		s := &p.slots[i]
+		if !s.free.CompareAndSwap(true, false) {
+			continue
 		}
+		if p.check != nil {
+			if err := p.checkSlot(s.dev); err != nil {
+				le, ok := err.(*LostError)
+				if !ok {
+					le = &LostError{Device: s.dev.ID, UUID: s.dev.UUID, Err: err}
+				}
+				s.lost.Store(le)
+				if p.usable.Add(-1) == 0 {
+					p.sem.Release(1)
+					return nil, p.allLost()
+				}
+				return nil, errRetired
+			}
+		}
+		return &Lease{pool: p, slot: i}, nil
+	}
+	p.sem.Release(1)
+	if p.usable.Load() == 0 {
+		return nil, p.allLost()
 	}
 	// Unreachable while leases free their slot before their permit; the
 	// seed panics here, this returns the permit and an error instead.
-	p.sem.Release(1)
 	return nil, errPoolInvariant
+}
+
+// checkSlot runs the health check; a panic in it counts as "not known to
+// be gone", so the pool's permits and slots stay consistent.
+func (p *Pool) checkSlot(d topology.Device) (err error) {
+	defer func() {
+		if recover() != nil {
+			err = nil
+		}
+	}()
+	return p.check(d)
+}
+
+// allLost is the error of a claim once every slot is retired.
+func (p *Pool) allLost() error { return &allLostError{lost: p.Lost()} }
+
+// allLostError matches ErrNoGPU, ErrGPULost and each *LostError.
+type allLostError struct{ lost []*LostError }
+
+// maxListed bounds the GPUs an error message names.
+const maxListed = 4
+
+func (e *allLostError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "gpu: no GPU left: all %d GPUs of the pool are lost: ", len(e.lost))
+	for i, le := range e.lost {
+		if i == maxListed {
+			fmt.Fprintf(&b, "; and %d more", len(e.lost)-maxListed)
+			break
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(strings.TrimPrefix(le.Error(), "gpu: "))
+	}
+	return b.String()
+}
+
+func (e *allLostError) Unwrap() []error {
+	out := []error{ErrNoGPU}
+	for _, le := range e.lost {
+		out = append(out, le)
+	}
+	return out
 }
 
 // LeaseEntry is one slot of Pool.SnapshotLeases.
@@ -152,6 +331,9 @@ type LeaseEntry struct {
 	Name string `json:"name"`
 	// Leased is true while a lease holds the slot.
 	Leased bool `json:"leased"`
+	// Lost says why the slot's GPU is retired (the *LostError's text);
+	// "" while it is usable. A retired slot is never Leased.
+	Lost string `json:"lost,omitempty"`
 }
 
 // SnapshotLeases returns one entry per slot, in slot order (the order
@@ -163,7 +345,12 @@ func (p *Pool) SnapshotLeases() []LeaseEntry {
 	out := make([]LeaseEntry, len(p.slots))
 	for i := range p.slots {
 		s := &p.slots[i]
-		out[i] = LeaseEntry{Slot: i, Device: s.dev.ID.String(), Index: s.dev.ID.Index, Name: s.dev.Name, Leased: !s.free.Load()}
+		out[i] = LeaseEntry{Slot: i, Device: s.dev.ID.String(), Index: s.dev.ID.Index, Name: s.dev.Name}
+		if le := s.lost.Load(); le != nil {
+			out[i].Lost = le.Error()
+		} else {
+			out[i].Leased = !s.free.Load()
+		}
 	}
 	return out
 }

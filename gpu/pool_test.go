@@ -16,9 +16,9 @@ import (
 )
 
 // newPool is gpu.NewPool for devices a test knows are valid.
-func newPool(t *testing.T, devs []topology.Device) *gpu.Pool {
+func newPool(t *testing.T, devs []topology.Device, opts ...gpu.PoolOption) *gpu.Pool {
 	t.Helper()
-	p, err := gpu.NewPool(devs)
+	p, err := gpu.NewPool(devs, opts...)
 	require.NoError(t, err)
 	return p
 }
@@ -311,4 +311,152 @@ func TestPoolClaimDoneContext(t *testing.T) {
 			b.Release()
 		})
 	}
+}
+
+// lostSet is a health check whose lost GPUs a test sets.
+type lostSet struct {
+	mu   sync.Mutex
+	lost map[topology.DeviceID]bool
+}
+
+func (s *lostSet) lose(ids ...topology.DeviceID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lost == nil {
+		s.lost = map[topology.DeviceID]bool{}
+	}
+	for _, id := range ids {
+		s.lost[id] = true
+	}
+}
+
+func (s *lostSet) check(d topology.Device) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lost[d.ID] {
+		return errors.New("fell off the bus")
+	}
+	return nil
+}
+
+// TestPoolNeverLeasesLostGPU: a GPU the health check reports gone is
+// retired at the claim that finds it, never leased again, and named in
+// SnapshotLeases and Lost; the claim gets another GPU.
+func TestPoolNeverLeasesLostGPU(t *testing.T) {
+	var s lostSet
+	devs := gpus(0, 1, 2)
+	devs[2].UUID = "GPU-0000-lost" // devs[0] is the CPU device
+	p := newPool(t, devs, gpu.WithHealthCheck(s.check))
+	s.lose(topology.GPU(0))
+	for round := range 3 {
+		a, err := p.Claim(context.Background())
+		require.NoError(t, err, "round %d", round)
+		b, ok := p.TryClaim()
+		require.True(t, ok, "round %d", round)
+		assert.Equal(t, []topology.DeviceID{topology.GPU(1), topology.GPU(2)}, []topology.DeviceID{a.Device().ID, b.Device().ID}, "round %d", round)
+		_, ok = p.TryClaim()
+		assert.False(t, ok, "round %d: the lost GPU is not leased", round)
+		a.Release()
+		b.Release()
+	}
+	assert.Equal(t, []gpu.LeaseEntry{
+		{Slot: 0, Device: "gpu0", Index: 0, Name: "test GPU", Lost: "gpu: gpu0 is lost: fell off the bus"},
+		{Slot: 1, Device: "gpu1", Index: 1, Name: "test GPU"},
+		{Slot: 2, Device: "gpu2", Index: 2, Name: "test GPU"},
+	}, p.SnapshotLeases())
+	require.Len(t, p.Lost(), 1)
+	assert.ErrorIs(t, p.Lost()[0], gpu.ErrGPULost)
+
+	// Losing gpu1 (which has a UUID) too leaves gpu2 alone.
+	s.lose(topology.GPU(1))
+	for range 3 {
+		l, err := p.Claim(context.Background())
+		require.NoError(t, err)
+		assert.Equal(t, topology.GPU(2), l.Device().ID)
+		l.Release()
+	}
+	assert.Equal(t, "gpu: gpu1 (GPU-0000-lost) is lost: fell off the bus", p.SnapshotLeases()[1].Lost)
+}
+
+// TestPoolAllLost: when the last GPU is found lost, the claim that found
+// it and every claim parked behind it fail with ErrNoGPU and each GPU's
+// LostError, and later claims fail at once; nothing hangs.
+func TestPoolAllLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var s lostSet
+		p := newPool(t, gpus(4), gpu.WithHealthCheck(s.check))
+		hold, err := p.Claim(context.Background())
+		require.NoError(t, err)
+		errs := make(chan error, 3)
+		for range 3 {
+			go func() {
+				l, err := p.Claim(context.Background())
+				if l != nil {
+					l.Release()
+				}
+				errs <- err
+			}()
+		}
+		synctest.Wait()
+		require.Equal(t, 3, p.PendingClaimers())
+		s.lose(topology.GPU(4))
+		hold.Release()
+		for range 3 {
+			err := <-errs
+			assert.ErrorIs(t, err, gpu.ErrNoGPU)
+			assert.ErrorIs(t, err, gpu.ErrGPULost)
+			var le *gpu.LostError
+			require.ErrorAs(t, err, &le)
+			assert.Equal(t, topology.GPU(4), le.Device)
+			assert.EqualError(t, err, "gpu: no GPU left: all 1 GPUs of the pool are lost: gpu4 is lost: fell off the bus")
+		}
+		assert.Equal(t, 0, p.PendingClaimers())
+		_, err = p.Claim(context.Background())
+		assert.ErrorIs(t, err, gpu.ErrNoGPU, "at once")
+		_, ok := p.TryClaim()
+		assert.False(t, ok)
+	})
+}
+
+// TestPoolHealthCheckStress: claimers race while GPUs are lost one by
+// one; no lost GPU is leased after it was found lost, one lease per GPU
+// holds throughout, and the last claims fail with ErrNoGPU.
+func TestPoolHealthCheckStress(t *testing.T) {
+	var s lostSet
+	p := newPool(t, gpus(0, 1, 2, 3), gpu.WithHealthCheck(s.check))
+	var mu sync.Mutex
+	inUse := map[topology.DeviceID]int{}
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := range 200 {
+				if w == 0 && i%50 == 49 {
+					s.lose(topology.GPU(i / 50))
+				}
+				l, err := p.Claim(context.Background())
+				if err != nil {
+					assert.ErrorIs(t, err, gpu.ErrNoGPU)
+					return
+				}
+				id := l.Device().ID
+				mu.Lock()
+				inUse[id]++
+				assert.Equal(t, 1, inUse[id], "one lease per GPU")
+				inUse[id]--
+				mu.Unlock()
+				l.Release()
+			}
+		})
+	}
+	wg.Wait()
+	s.lose(topology.GPU(0), topology.GPU(1), topology.GPU(2), topology.GPU(3))
+	for range 5 { // find any GPU not yet found lost
+		if l, err := p.Claim(context.Background()); err == nil {
+			l.Release()
+		}
+	}
+	_, err := p.Claim(context.Background())
+	assert.ErrorIs(t, err, gpu.ErrNoGPU)
+	assert.Len(t, p.Lost(), 4)
+	assert.Equal(t, 0, p.PendingClaimers())
 }
