@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -166,8 +167,15 @@ type P2PPair struct {
 	// From whose remote is To, or, when there is none but NVLink P2P is
 	// OK, the links of From that end at an NVSwitch (every pair of an
 	// NVSwitch system reaches the other through all of them, as
-	// nvidia-smi topo -m shows with "NV12" on a DGX A100).
+	// nvidia-smi topo -m shows with "NV12" on a DGX A100). When NVML did
+	// not report the NVLink P2P status (the query failed or was not
+	// made), the count is estimated from the links that are up: the
+	// smaller of From's and To's links that end at an NVSwitch both of
+	// them reach, with NVLinksEstimated set and a note.
 	NVLinks int
+	// NVLinksEstimated is true when NVLinks is such an estimate rather
+	// than what NVML's NVLink P2P status confirmed.
+	NVLinksEstimated bool
 }
 
 // Label returns the pair's nvidia-smi topo -m label: "NV#" when NVLinks
@@ -542,33 +550,52 @@ func readPairs(ctx context.Context, gpus []topology.Device, handles []nvml.Devic
 					p.Ancestor = ancestorFromNVML(lvl)
 				}
 			}
-			p.NVLinks = pairLinks(inv.Links, p)
+			p.NVLinks, p.NVLinksEstimated = pairLinks(inv.Links, p)
+			if p.NVLinksEstimated {
+				fail("NVLink count", p.From, p.To, fmt.Errorf("NV%d estimated from the NVSwitch links both GPUs reach (NVLink P2P status not reported)", p.NVLinks))
+			}
 			inv.P2P = append(inv.P2P, p)
 		}
 	}
 }
 
-// pairLinks counts the NVLink links joining p (see P2PPair.NVLinks).
-func pairLinks(links []NVLink, p P2PPair) int {
-	direct, switched := 0, 0
+// pairLinks counts the NVLink links joining p and says whether the count
+// is an estimate (see P2PPair.NVLinks). O(len(links)²) at worst.
+func pairLinks(links []NVLink, p P2PPair) (n int, estimated bool) {
+	direct := 0
+	var from, to []string // remote bus ids of the links that end at an NVSwitch
 	for _, l := range links {
-		if l.Device != p.From {
-			continue
-		}
 		switch {
-		case l.RemoteIsGPU && l.Remote == p.To:
+		case l.Device == p.From && l.RemoteIsGPU && l.Remote == p.To:
 			direct++
-		case !l.RemoteIsGPU && l.RemotePCIBusID != "":
-			switched++
+		case l.RemoteIsGPU || l.RemotePCIBusID == "":
+		case l.Device == p.From:
+			from = append(from, normBusID(l.RemotePCIBusID))
+		case l.Device == p.To:
+			to = append(to, normBusID(l.RemotePCIBusID))
 		}
 	}
-	if direct > 0 {
-		return direct
+	switch {
+	case direct > 0:
+		return direct, false
+	case p.NVLink == topology.P2POK:
+		return len(from), false
+	case p.NVLink == topology.P2PNotReported:
+		n := min(countIn(from, to), countIn(to, from))
+		return n, n > 0
 	}
-	if p.NVLink == topology.P2POK {
-		return switched
+	return 0, false // NVML says NVLink P2P does not work for the pair
+}
+
+// countIn counts the entries of a that also occur in b.
+func countIn(a, b []string) int {
+	n := 0
+	for _, x := range a {
+		if slices.Contains(b, x) {
+			n++
+		}
 	}
-	return 0
+	return n
 }
 
 // readGPU reads the facts of GPU i. numaErr is non-nil when

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -239,4 +240,65 @@ func TestNVMLMockFillErrors(t *testing.T) {
 	}
 	_, err := nvmlmock.New("dgx9000")
 	assert.EqualError(t, err, `nvmlmock: unknown server "dgx9000" (known: dgxa100, dgxh100)`)
+}
+
+// TestDiscoverNVSwitchPairQueriesFail: on NVSwitch machines whose pair
+// queries (P2P status, common ancestor) fail, the NVLinks that are up are
+// kept as an estimated NV# with a note, so topology routes copies over
+// NVLink rather than through the host. A pair whose NVLink P2P status
+// NVML does report as unsupported stays without NVLink.
+func TestDiscoverNVSwitchPairQueriesFail(t *testing.T) {
+	for _, tc := range []struct {
+		server string
+		want   int
+	}{{"dgxa100", 12}, {"dgxh100", 18}} {
+		t.Run(tc.server, func(t *testing.T) {
+			srv, err := nvmlmock.New(tc.server)
+			require.NoError(t, err)
+			for _, d := range srv.Devices {
+				md := d.(*server.Device)
+				md.GetP2PStatusFunc = func(nvml.Device, nvml.GpuP2PCapsIndex) (nvml.GpuP2PStatus, nvml.Return) {
+					return 0, nvml.ERROR_UNKNOWN
+				}
+				md.GetTopologyCommonAncestorFunc = func(nvml.Device) (nvml.GpuTopologyLevel, nvml.Return) {
+					return 0, nvml.ERROR_UNKNOWN
+				}
+			}
+			inv := gpu.Discover(context.Background(), gpu.WithNVML(srv))
+			require.Len(t, inv.P2P, 56)
+			for _, p := range inv.P2P {
+				assert.Equal(t, topology.P2PNotReported, p.NVLink)
+				assert.Equal(t, fmt.Sprintf("NV%d", tc.want), p.Label(), "%v→%v", p.From, p.To)
+				assert.True(t, p.NVLinksEstimated)
+			}
+			assert.Contains(t, inv.Notes, fmt.Sprintf("p2p: NVLink count gpu0→gpu1 and 55 more pairs: NV%d estimated from the NVSwitch links both GPUs reach (NVLink P2P status not reported)", tc.want))
+			topo, err := topology.New(inv.Facts())
+			require.NoError(t, err)
+			l, ok := topo.Link(id(0), id(5))
+			require.True(t, ok)
+			assert.Equal(t, topology.LinkNVLink, l.Kind)
+			assert.Equal(t, tc.want, l.NVLinks)
+			assert.True(t, l.Direct)
+			assert.True(t, l.Estimated, "P2P was not reported")
+			r, err := topo.Route(1<<20, id(0), id(5))
+			require.NoError(t, err)
+			assert.Equal(t, topology.RouteDirect, r.Kind, "over NVLink, not via the host")
+		})
+	}
+	t.Run("NVLink P2P reported unsupported", func(t *testing.T) {
+		srv, err := nvmlmock.New("dgxa100")
+		require.NoError(t, err)
+		for _, d := range srv.Devices {
+			md := d.(*server.Device)
+			md.GetP2PStatusFunc = func(nvml.Device, nvml.GpuP2PCapsIndex) (nvml.GpuP2PStatus, nvml.Return) {
+				return nvml.P2P_STATUS_NOT_SUPPORTED, nvml.SUCCESS
+			}
+		}
+		inv := gpu.Discover(context.Background(), gpu.WithNVML(srv))
+		p, ok := inv.Pair(id(0), id(5))
+		require.True(t, ok)
+		assert.Zero(t, p.NVLinks, "NVML said no: no estimate")
+		assert.False(t, p.NVLinksEstimated)
+		assert.Equal(t, "SYS", p.Label())
+	})
 }

@@ -8,8 +8,9 @@ import (
 
 // Facts returns what the inventory knows as topology facts, for
 // topology.New: the host, the GPUs, and for every ordered pair of GPUs the
-// link kind (NV# from NVLink, else the PCIe common ancestor) and the P2P
-// status of each capability. Pairs NVML could not describe stay unknown
+// link kind (NV# from NVLink, counted or estimated as P2PPair.NVLinks
+// says, else the PCIe common ancestor) and the P2P status of each
+// capability. Pairs NVML could not describe stay unknown
 // (topology.LinkNone, P2P not reported). Pairs is nil when there are no
 // GPUs or no pair was read.
 func (inv Inventory) Facts() topology.Facts {
