@@ -33,13 +33,17 @@ type OpenConfig struct {
 // the process is live or draining). The caller must close the backend
 // (CloseAndWait) when done.
 func Open(ctx context.Context, cfg OpenConfig) (*Backend, error) {
-	inv := Discover(ctx, WithNVML(cfg.NVML))
+	lib := cfg.NVML
+	if lib == nil {
+		lib = nvml.New()
+	}
+	inv := Discover(ctx, WithNVML(lib))
 	bc := cfg.Backend
 	if bc.Devices == nil {
 		bc.Devices = inv.Devices
 	}
 	if bc.HealthCheck == nil && inv.NVML.Available {
-		bc.HealthCheck = NVMLCheck(cfg.NVML)
+		bc.HealthCheck = NVMLCheck(lib)
 	}
 	b, err := NewBackend(bc)
 	if err != nil {
