@@ -145,13 +145,13 @@ func NewPool(devices []topology.Device, opts ...PoolOption) (*Pool, error) {
 // included; 0 on a CPU-only host.
 func (p *Pool) Capacity() int { return len(p.slots) }
 
-// Lost returns the *LostError of every retired slot, in slot order; nil
-// when none is.
-func (p *Pool) Lost() []*LostError {
-	var out []*LostError
+// Lost returns (a copy of) the LostError of every retired slot, in slot
+// order; nil when none is.
+func (p *Pool) Lost() []LostError {
+	var out []LostError
 	for i := range p.slots {
 		if le := p.slots[i].lost.Load(); le != nil {
-			out = append(out, le)
+			out = append(out, *le)
 		}
 	}
 	return out
@@ -252,8 +252,8 @@ func (p *Pool) take() (*Lease, error) {
 		}
 		if p.check != nil {
 			if err := p.checkSlot(s.dev); err != nil {
-				le, ok := err.(*LostError)
-				if !ok {
+				var le *LostError
+				if !errors.As(err, &le) {
 					le = &LostError{Device: s.dev.ID, UUID: s.dev.UUID, Err: err}
 				}
 				s.lost.Store(le)
@@ -287,7 +287,13 @@ func (p *Pool) checkSlot(d topology.Device) (err error) {
 }
 
 // allLost is the error of a claim once every slot is retired.
-func (p *Pool) allLost() error { return &allLostError{lost: p.Lost()} }
+func (p *Pool) allLost() error {
+	e := &allLostError{}
+	for _, le := range p.Lost() {
+		e.lost = append(e.lost, &le)
+	}
+	return e
+}
 
 // allLostError matches ErrNoGPU, ErrGPULost and each *LostError.
 type allLostError struct{ lost []*LostError }

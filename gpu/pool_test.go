@@ -365,7 +365,9 @@ func TestPoolNeverLeasesLostGPU(t *testing.T) {
 		{Slot: 2, Device: "gpu2", Index: 2, Name: "test GPU"},
 	}, p.SnapshotLeases())
 	require.Len(t, p.Lost(), 1)
-	assert.ErrorIs(t, p.Lost()[0], gpu.ErrGPULost)
+	lost := p.Lost()[0]
+	assert.ErrorIs(t, &lost, gpu.ErrGPULost)
+	assert.Equal(t, topology.GPU(0), lost.Device)
 
 	// Losing gpu1 (which has a UUID) too leaves gpu2 alone.
 	s.lose(topology.GPU(1))
