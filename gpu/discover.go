@@ -321,6 +321,9 @@ func discoverGPUs(ctx context.Context, lib nvml.Interface, inv *Inventory) {
 		var h nvml.Device
 		if err := guard(func() (r nvml.Return) { h, r = lib.DeviceGetHandleByIndex(i); return }); err != nil {
 			note("gpu%d: handle: %v (device left out)", i, err)
+			if errors.Is(err, nvml.ERROR_GPU_IS_LOST) {
+				inv.Lost = append(inv.Lost, LostError{Device: topology.GPU(i), Err: fmt.Errorf("handle: %w", err)})
+			}
 			continue
 		}
 		if h == nil {

@@ -100,9 +100,15 @@ func TestDiscoverFullFactsAndPerDeviceFailures(t *testing.T) {
 	srv.Devices[6].(*dgxa100.Device).GetNameFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
 	srv.Devices[2].(*dgxa100.Device).GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST }
 	getHandle := srv.DeviceGetHandleByIndexFunc
+	calls := 0
 	srv.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
-		if i == 5 {
+		switch i {
+		case 5:
 			return nil, nvml.ERROR_NO_PERMISSION
+		case 0:
+			if calls++; calls > 1 { // lost after the first discovery
+				return nil, nvml.ERROR_GPU_IS_LOST
+			}
 		}
 		return getHandle(i)
 	}
@@ -132,6 +138,11 @@ func TestDiscoverFullFactsAndPerDeviceFailures(t *testing.T) {
 		assert.NotEqual(t, topology.GPU(2), p.To, "no pair of the lost GPU")
 	}
 	g1, g3, g6, g7 := gpus[1], gpus[2], gpus[4], gpus[5]
+	again := gpu.Discover(context.Background(), gpu.WithNVML(srv))
+	assert.Contains(t, again.Notes, "gpu0: handle: ERROR_GPU_IS_LOST (device left out)")
+	require.Len(t, again.Lost, 2, "gpu0 (no handle) and gpu2")
+	assert.Equal(t, topology.GPU(0), again.Lost[0].Device)
+	assert.ErrorIs(t, &again.Lost[0], nvml.ERROR_GPU_IS_LOST)
 	assert.Equal(t, "0000:01:00.0", g1.PCIBusID)
 	assert.Equal(t, 0, g1.NUMANode)
 	assert.Equal(t, []int{0, 1, 2, 3}, g1.CPUAffinity)
