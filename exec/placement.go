@@ -73,11 +73,12 @@ type PlacementResult struct {
 // compute time (dag.Estimate, DefaultEstimate when absent) + bytes moved
 // (raw sizes, dag.SizeHint for values) × the topology's transfer cost +
 // load (the lanes' availability). topo may be nil: transfers then cost
-// nothing. Pins (dag.OnDevice) are obeyed; every writer of one buffer goes
-// to the same device (where the buffer lives); a preference
+// nothing. The model keeps a buffer on the device of its first writer:
+// a read elsewhere costs a copy of the buffer, a write elsewhere a copy of
+// the bytes it wrote back home (the plan makes exactly those copies, by
+// byte range). Pins (dag.OnDevice) are obeyed; a preference
 // (dag.PreferDevice) wins when it finishes within one estimate of the
-// best. Errors: an unvalidated graph, a pin to a device not in devs, pins
-// that split a buffer's writers.
+// best. Errors: an unvalidated graph, a pin to a device not in devs.
 func Place(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *topology.Topology, strategy Placement) (PlacementResult, error) {
 	m, err := newModel(g, devs, lanes, topo)
 	if err != nil {
@@ -86,10 +87,7 @@ func Place(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *topology.Top
 	st := m.newState()
 	load := make([]time.Duration, len(devs))
 	for i, k := range m.prio {
-		cands := m.candidates(st, k)
-		if len(cands) == 0 {
-			return PlacementResult{}, m.conflict(st, k)
-		}
+		cands := m.candidates(k)
 		best := cands[0]
 		switch strategy {
 		case PlaceRoundRobin:
@@ -130,11 +128,11 @@ func Place(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *topology.Top
 const LocalSearchLimit = 2000
 
 // evaluate schedules the assignment dev (per kernel id) with the model;
-// ok is false when it breaks a pin or splits a buffer's writers.
+// ok is false when it breaks a pin.
 func (m *model) evaluate(dev []int) (*state, bool) {
 	st := m.newState()
 	for _, k := range m.prio {
-		if !slices.Contains(m.candidates(st, k), dev[k]) {
+		if pin := m.pin[k]; pin >= 0 && dev[k] != pin {
 			return nil, false
 		}
 		st.commit(k, dev[k])
@@ -279,16 +277,13 @@ func OptimalPlacement(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *t
 			return
 		}
 		k := m.prio[i]
-		for _, d := range m.candidates(st, k) {
+		for _, d := range m.candidates(k) {
 			next := st.clone()
 			next.commit(k, d)
 			dfs(i+1, next)
 		}
 	}
 	dfs(0, m.newState())
-	if best == nil {
-		return PlacementResult{}, errors.New("exec: no feasible placement (pins split a buffer's writers)")
-	}
 	return best.result(PlaceHEFT), nil
 }
 
@@ -301,6 +296,7 @@ type model struct {
 	w      []time.Duration // compute estimate per kernel
 	prio   []dag.KernelID  // upward-rank order
 	pin    []int           // pinned device per kernel, or -1
+	all    []int           // every device index, in order
 	prefer []int
 	cost   map[[3]int64]time.Duration // (bytes, src, dst) → transfer cost
 }
@@ -315,7 +311,10 @@ func newModel(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *topology.
 	}
 	nk := g.NumKernels()
 	m := &model{g: g, devs: devs, lanes: lanes, topo: topo, w: make([]time.Duration, nk),
-		pin: make([]int, nk), prefer: make([]int, nk), cost: map[[3]int64]time.Duration{}}
+		pin: make([]int, nk), prefer: make([]int, nk), all: make([]int, len(devs)), cost: map[[3]int64]time.Duration{}}
+	for d := range m.all {
+		m.all[d] = d
+	}
 	index := func(id topology.DeviceID) int { return slices.Index(devs, id) }
 	for _, k := range g.Kernels() {
 		m.w[k.ID] = k.Estimate
@@ -455,30 +454,12 @@ func (st *state) clone() *state {
 	return &c
 }
 
-// candidates returns the devices k may go to: its pin, or the device of a
-// buffer it writes that already has a writer, else all.
-func (m *model) candidates(st *state, k dag.KernelID) []int {
-	forced := m.pin[k]
-	for _, w := range m.g.KernelWrites(k) {
-		if h := st.home[w.Buffer]; h >= 0 {
-			if forced >= 0 && forced != h {
-				return nil
-			}
-			forced = h
-		}
+// candidates returns the devices k may go to: its pin, else all.
+func (m *model) candidates(k dag.KernelID) []int {
+	if pin := m.pin[k]; pin >= 0 {
+		return []int{pin}
 	}
-	if forced >= 0 {
-		return []int{forced}
-	}
-	all := make([]int, len(m.devs))
-	for d := range all {
-		all[d] = d
-	}
-	return all
-}
-
-func (m *model) conflict(st *state, k dag.KernelID) error {
-	return fmt.Errorf("exec: kernel %q cannot be placed: its pin and the buffers it writes live on different devices", m.g.KernelName(k))
+	return m.all
 }
 
 // ready returns when k's inputs are on d, and the transfers it starts.
@@ -534,10 +515,24 @@ func (st *state) commit(k dag.KernelID, d int) {
 	st.lanes[d][li] = fin
 	st.dev[k], st.fin[k] = d, fin
 	for _, w := range m.g.KernelWrites(k) {
-		if st.home[w.Buffer] < 0 {
-			st.home[w.Buffer] = d
+		h := st.home[w.Buffer]
+		if h < 0 {
+			st.home[w.Buffer], h = d, d
 		}
-		st.bufFin[w.Buffer] = max(st.bufFin[w.Buffer], fin)
+		done := fin
+		if h != d {
+			// Written away from the buffer's home: the plan copies those
+			// bytes home after the write.
+			n := w.Length
+			if b := m.g.Buffer(w.Buffer); b.Value {
+				n = b.TransferBytes()
+			}
+			c := m.transfer(n, d, h)
+			done += c
+			transfer += c
+			bytes += n
+		}
+		st.bufFin[w.Buffer] = max(st.bufFin[w.Buffer], done)
 	}
 	st.makespan = max(st.makespan, fin)
 	st.transfer += transfer
