@@ -133,16 +133,35 @@ func (r *Report) Count(s Status) int {
 	return n
 }
 
-// Err returns nil when every launch is ok, else the errors of the failed
-// launches (the root causes) joined, plus one error counting skipped and
-// cancelled launches.
+// Err returns nil when every launch is ok (a launch lost with its device
+// was redone by the recovery phase, which says how it ended), else every
+// root failure of the run, each once, joined: the error of each failed
+// launch, then the root error of each other failure that skipped or
+// cancelled launches (a reservation over the budget, a kernel pinned to a
+// lost device, ctx's error), in plan order; and last one error counting
+// the skipped and cancelled launches. errors.Is and errors.As see each
+// root.
 func (r *Report) Err() error {
 	var errs []error
 	for _, o := range r.phases {
+		seen := map[failgraph.FailureID]bool{} // failure ids are per phase
 		for i := range o.status {
 			if o.get(i) == StatusFailed {
-				errs = append(errs, o.detail(i).err)
+				x := o.detail(i)
+				seen[x.failure] = true
+				errs = append(errs, x.err)
 			}
+		}
+		for i := range o.status {
+			if s := o.get(i); s != StatusSkipped && s != StatusCancelled {
+				continue
+			}
+			x := o.detail(i)
+			if x.err == nil || x.failure != 0 && seen[x.failure] {
+				continue
+			}
+			seen[x.failure] = true
+			errs = append(errs, fmt.Errorf("exec: kernel %q %s: %w", o.plan.Launches[i].Name, o.get(i), x.err))
 		}
 	}
 	if n, c := r.Count(StatusSkipped), r.Count(StatusCancelled); n+c > 0 { // lost launches were redone
@@ -249,8 +268,11 @@ func (r *Result) Value(id dag.BufferID) (any, error) {
 	return b.Value(), nil
 }
 
-// Failures returns the run's error graph.
-func (r *Result) Failures() *failgraph.Store { return r.store }
+// Failures returns a read-only view of the run's error graph: its
+// failures, the read check and the exported graph. Nothing done through it
+// can clear a taint, so Buffer and Value keep refusing bytes that failed
+// work left unwritten.
+func (r *Result) Failures() failgraph.View { return r.store.View() }
 
 // Close releases every buffer of the run; Buffer and Value then return
 // ErrResultClosed. It is idempotent, and must not run concurrently with
