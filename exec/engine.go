@@ -565,9 +565,9 @@ func (b *streamRun) ready(i int, op *PlannedLaunch, required []buffers.Binding, 
 	if r.unalloc != nil {
 		required = r.unalloc.required(required, op.Writes)
 	}
-	if id, skip := r.store.SkipIfTainted(op.Name, required, op.Writes); skip {
+	if sk, skip := r.store.CheckReads(op.Name, required, op.Writes); skip {
 		o.set(i, StatusSkipped)
-		o.note(i, func(x *launchExtra) { x.failure = id })
+		o.note(i, func(x *launchExtra) { x.failure, x.err, x.chain = sk.Failure, sk.Root, sk.Chain })
 		b.settledNotRun()
 		return false
 	}

@@ -256,9 +256,10 @@ type run struct {
 	internal error
 }
 
-// buffer returns plan buffer id, making a value buffer on first use; nil
-// for a raw buffer whose reservation failed. It is safe for concurrent
-// use.
+// buffer returns plan buffer id, making a value buffer on first use; for
+// a raw buffer whose reservation failed, a placeholder with no bytes (its
+// reads fail through the error graph, and a launch that needs its bytes is
+// skipped). It is safe for concurrent use.
 func (r *run) buffer(id buffers.ID) *buffers.Buffer {
 	slot := &r.bufs[id]
 	if b := slot.Load(); b != nil || r.unalloc != nil && r.unalloc.bufs[id] {
@@ -336,6 +337,10 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 			r.unalloc = &unallocated{bufs: make([]bool, len(r.plan.Buffers))}
 		}
 		r.unalloc.bufs[i] = true
+		// A kernel that declares an empty range of it, or an optional
+		// read, still runs: it gets a buffer with no bytes, never nil.
+		ph, _ := r.pools[b.Device].AllocateReserved(buffers.ID(i), b.Name, 0)
+		r.bufs[i].Store(ph)
 	}
 	// Take the bytes: carried ones are held already.
 	for i, b := range carried {
@@ -374,7 +379,7 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 		r.bufs[i].Store(buf)
 	}
 	for id, v := range inputs {
-		if id < 0 || int(id) >= r.plan.Graph.NumBuffers() || r.buffer(buffers.ID(id)) == nil {
+		if id < 0 || int(id) >= r.plan.Graph.NumBuffers() || r.unalloc != nil && r.unalloc.bufs[id] {
 			r.release()
 			releaseInputs(inputs)
 			return fmt.Errorf("exec: input for unknown or unallocated buffer id %d", id)

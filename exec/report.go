@@ -170,23 +170,14 @@ func (r *Report) Err() error {
 	return errors.Join(errs...)
 }
 
-// newReport builds the report of one run phase. Skipped launches get
-// their root error and chain now, while the error graph still holds
-// their failure.
+// newReport builds the report of one run phase. Skipped launches got
+// their root error and chain when they were skipped (failgraph's
+// CheckReads).
 func newReport(p *Plan, o *outcomes, store *failgraph.Store, topo *topology.Topology) *Report {
 	rep := &Report{Device: p.Devices[0], Devices: p.Devices, Streams: p.Streams,
 		Waits: p.Waits, BytesByLink: map[string]int64{}, phases: []*outcomes{o}}
 	if len(p.Devices) > 1 {
 		rep.Makespan, rep.Placement = p.Placement.Makespan, p.Placement.Strategy.String()
-	}
-	for i, x := range o.extra {
-		if o.get(i) != StatusSkipped {
-			continue
-		}
-		if f, ok := store.Failure(x.failure); ok {
-			x.err = f.Root
-			x.chain = f.ChainFrom(p.Launches[i].Name)
-		}
 	}
 	if p.Copies > 0 {
 		for i := range p.Launches {

@@ -97,24 +97,29 @@ func (o *oracle) held() map[failgraph.FailureID]int {
 }
 
 // firstTainted is the pre-launch check: the failure of the first tainted
-// byte of the first read that has one, the buffer read, and whether one
+// byte of the first read that has one, the bytes of the read it holds from
+// there on (all of the read for an unallocated buffer), and whether one
 // was found (f is 0 for a never-allocated buffer).
-func (o *oracle) firstTainted(reads []buffers.Binding) (f failgraph.FailureID, needed buffers.ID, found bool) {
+func (o *oracle) firstTainted(reads []buffers.Binding) (f failgraph.FailureID, needed buffers.Binding, found bool) {
 	for _, r := range reads {
 		if r.Length <= 0 {
 			continue
 		}
 		b := o.live[r.Buffer]
 		if b.unalloc {
-			return b.failure, r.Buffer, true
+			return b.failure, r, true
 		}
 		for i := r.Offset; i < r.End(); i++ {
-			if b.bytes[i] != 0 {
-				return b.bytes[i], r.Buffer, true
+			if f := b.bytes[i]; f != 0 {
+				end := i
+				for end < r.End() && b.bytes[end] == f {
+					end++
+				}
+				return f, bind(r.Buffer, i, end-i), true
 			}
 		}
 	}
-	return 0, 0, false
+	return 0, buffers.Binding{}, false
 }
 
 // reports is the read check: the failures met in discovery order, each
@@ -303,14 +308,14 @@ func property(t *testing.T, seed uint64, whole bool) {
 				seen["skipped"]++
 				if want == 0 { // a never-allocated buffer: the skip mints its failure
 					want = o.mint("", nil)
-					o.live[needed].failure = want
+					o.live[needed.Buffer].failure = want
 				}
 				o.skips[want]++
 				o.set(writes, want)
-				var produced []buffers.ID
+				var produced []buffers.Binding
 				for _, w := range writes {
-					if !slices.Contains(produced, w.Buffer) {
-						produced = append(produced, w.Buffer)
+					if w.Length > 0 && !slices.Contains(produced, w) {
+						produced = append(produced, w)
 					}
 				}
 				f, ok := s.Failure(want)
@@ -334,8 +339,10 @@ func property(t *testing.T, seed uint64, whole bool) {
 
 		case n < 12: // a launch never started: the run was cancelled
 			writes := o.bindings(r, 2, true, whole)
-			if _, ok := o.held()[o.cancel]; !ok || o.cancel == 0 {
+			if o.cancel == 0 { // minted once, kept for the store's life
 				o.cancel = o.mint(kernel, context.Canceled)
+			} else if _, ok := o.held()[o.cancel]; !ok { // back in the graph, same id
+				o.kernel[o.cancel], o.skips[o.cancel] = kernel, 0
 			}
 			require.Equal(t, o.cancel, s.Cancel(kernel, context.Canceled, writes), msg("Cancel %v", writes))
 			o.set(writes, o.cancel)
