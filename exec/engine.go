@@ -178,6 +178,7 @@ type outcomes struct {
 	times  []int64   // start, end per slot (ns since base); nil without launch timing
 	mu     sync.Mutex
 	extra  map[int]*launchExtra
+	roots  []failgraph.Failure // the failures in the graph once the phase ended
 }
 
 // launchExtra is what a launch that did not simply succeed leaves behind.
@@ -662,6 +663,10 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 	}
 	r.running.Store(true)
 	liveRuns.Add(1)
+	defer func() { // deferred: a kernel of an inline run may end its goroutine (runtime.Goexit)
+		r.running.Store(false)
+		liveRuns.Add(-1)
+	}()
 	stop := func() bool { return false }
 	if r.ctx.Done() != nil {
 		stop = context.AfterFunc(r.ctx, r.stopWaits)
@@ -696,8 +701,6 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 		}
 	}
 	stop()
-	r.running.Store(false)
-	liveRuns.Add(-1)
 	// Launches a stream left when ctx was done: cancelled now, after
 	// every launch that ran has settled, in plan order.
 	var left []int
@@ -711,6 +714,12 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 	slices.Sort(left)
 	for _, i := range left {
 		r.cancel(i, &p.Launches[i], r.ctx.Err())
+	}
+	if !r.store.Empty() {
+		// Every failure still in the graph, for Report.Err: also those no
+		// launch of this phase met (a reservation, a kernel that could not
+		// follow a lost device).
+		r.out.roots = r.store.Failures()
 	}
 	if r.internal != nil {
 		errs = append(errs, r.internal)

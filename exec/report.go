@@ -134,16 +134,19 @@ func (r *Report) Count(s Status) int {
 }
 
 // Err returns nil when every launch is ok (a launch lost with its device
-// was redone by the recovery phase, which says how it ended), else every
-// root failure of the run, each once, joined: the error of each failed
-// launch, then the root error of each other failure that skipped or
-// cancelled launches (a reservation over the budget, a kernel pinned to a
-// lost device, ctx's error), in plan order; and last one error counting
-// the skipped and cancelled launches. errors.Is and errors.As see each
-// root.
+// was redone by the recovery phase, which says how it ended) and no
+// buffer is left unreadable, else every root failure of the run, each
+// once, joined: the error of each failed launch; the root error of each
+// other failure that skipped or cancelled launches (a reservation over the
+// budget, a kernel pinned to a lost device, ctx's error), in plan order;
+// the root of each other failure left in the run's final error graph,
+// but a cancellation (a reservation nobody needed, a kernel that could
+// not follow a lost device, whose output nobody read), in id order; and
+// last one error counting the skipped and cancelled
+// launches. errors.Is and errors.As see each root.
 func (r *Report) Err() error {
 	var errs []error
-	for _, o := range r.phases {
+	for k, o := range r.phases {
 		seen := map[failgraph.FailureID]bool{} // failure ids are per phase
 		for i := range o.status {
 			if o.get(i) == StatusFailed {
@@ -162,6 +165,17 @@ func (r *Report) Err() error {
 			}
 			seen[x.failure] = true
 			errs = append(errs, fmt.Errorf("exec: kernel %q %s: %w", o.plan.Launches[i].Name, o.get(i), x.err))
+		}
+		if k < len(r.phases)-1 {
+			continue // a recovery phase followed: its graph is the run's
+		}
+		for _, f := range o.roots {
+			// A cancellation is told by its cancelled launches; one that
+			// no launch met holds what a lost device took.
+			if !seen[f.ID] && !errors.Is(f.Root, failgraph.ErrCancelled) {
+				seen[f.ID] = true
+				errs = append(errs, f.Root)
+			}
 		}
 	}
 	if n, c := r.Count(StatusSkipped), r.Count(StatusCancelled); n+c > 0 { // lost launches were redone

@@ -293,12 +293,12 @@ func (s *Store) Cancel(kernel string, cause error, writes []buffers.Binding) Fai
 	defer s.mu.Unlock()
 	i := slices.IndexFunc(s.cancels, func(c cancelled) bool { return sameError(c.cause, cause) })
 	if i < 0 {
-		s.cancels = append(s.cancels, cancelled{cause: cause, id: s.mint(kernel, fmt.Errorf("failgraph: run cancelled: %w", cause))})
+		s.cancels = append(s.cancels, cancelled{cause: cause, id: s.mint(kernel, fmt.Errorf("%w: %w", ErrCancelled, cause))})
 		i = len(s.cancels) - 1
 	}
 	id := s.cancels[i].id
 	if _, ok := s.failures[id]; !ok {
-		s.failures[id] = &node{kernel: kernel, root: fmt.Errorf("failgraph: run cancelled: %w", cause)}
+		s.failures[id] = &node{kernel: kernel, root: fmt.Errorf("%w: %w", ErrCancelled, cause)}
 	}
 	for _, w := range writes {
 		s.set(w, id)
@@ -306,6 +306,10 @@ func (s *Store) Cancel(kernel string, cause error, writes []buffers.Binding) Fai
 	s.prune(id)
 	return id
 }
+
+// ErrCancelled is matched (errors.Is) by the root error of a Cancel
+// failure, which also matches its cause.
+var ErrCancelled = errors.New("failgraph: run cancelled")
 
 // sameError reports whether a and b are the same error value, without
 // panicking on errors whose dynamic type is not comparable.
