@@ -73,3 +73,13 @@ func TestUnsatisfiableWaitHonoursCtx(t *testing.T) {
 		})
 	}
 }
+
+// inKernel knows the engine's functions that call kernels by name: they
+// must resolve to the methods themselves.
+func TestKernelCallersResolve(t *testing.T) {
+	assert.Equal(t, [...]string{
+		"github.com/streamdag/streamdag/exec.(*streamRun).stretch",
+		"github.com/streamdag/streamdag/exec.(*streamRun).fast",
+	}, kernelCallers)
+	assert.False(t, inKernel(), "a test goroutine runs no kernel")
+}
