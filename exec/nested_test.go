@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamdag/streamdag/buffers"
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/gpu"
@@ -136,4 +137,33 @@ func TestExecuteHonoursCtxWhileQueued(t *testing.T) {
 	assert.ErrorIs(t, res.Err(), context.Canceled)
 	_, err = res.Value(sum)
 	assert.ErrorIs(t, err, context.Canceled)
+}
+
+// A nested run cannot wait for budget that the graph running its kernel
+// may hold: it gets an error at once.
+func TestNestedRunDoesNotWaitForBudget(t *testing.T) {
+	dev, err := gpu.NewCPU(gpu.WithStreams(2))
+	require.NoError(t, err)
+	defer dev.Close()
+	e := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)), exec.WithBudget(buffers.NewBudget(1024)))
+	inner := dag.New()
+	small := inner.AddBuffer("small", 8)
+	inner.AddKernel("fill", nop, dag.Writes(small))
+	outer := dag.New()
+	all := outer.AddBuffer("all", 1024)
+	var nestedErr error
+	outer.AddKernel("outer", func(context.Context, dag.Launch) error {
+		res, err := e.Run(context.Background(), inner)
+		if err == nil {
+			res.Close()
+		}
+		nestedErr = err
+		return nil
+	}, dag.Writes(all))
+	var res *exec.Result
+	noHang(t, "the outer run", func() { res, err = e.Run(t.Context(), outer) })
+	require.NoError(t, err)
+	defer res.Close()
+	require.NoError(t, res.Err())
+	assert.ErrorContains(t, nestedErr, "cannot wait for budget")
 }
