@@ -264,6 +264,20 @@ func (p *Pool) Allocate(ctx context.Context, id ID, name string, sizeBytes int64
 	if err := p.budget.Acquire(ctx, sizeBytes); err != nil {
 		return nil, fmt.Errorf("buffers: allocate %q (%d bytes) on %s: %w", name, sizeBytes, p.device, err)
 	}
+	return p.AllocateReserved(id, name, sizeBytes)
+}
+
+// AllocateReserved returns a zeroed buffer of sizeBytes (>= 0) named name
+// whose bytes the caller has already taken from the pool's budget (with
+// Budget.Acquire): a caller that needs several buffers takes their sum in
+// one Acquire, and so never holds part of what it needs while it waits for
+// the rest (two such callers could otherwise each hold part and wait for
+// each other forever). The buffer's Release gives the bytes back to the
+// budget. The only error is a negative size; nothing is allocated then.
+func (p *Pool) AllocateReserved(id ID, name string, sizeBytes int64) (*Buffer, error) {
+	if sizeBytes < 0 {
+		return nil, fmt.Errorf("buffers: allocate %q: negative size %d", name, sizeBytes)
+	}
 	b := &Buffer{id: id, name: name, size: sizeBytes, device: p.device, pool: p}
 	if sizeBytes > 0 {
 		b.mem = memory.NewResizableBuffer(p.alloc)

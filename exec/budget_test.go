@@ -2,7 +2,9 @@ package exec_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -49,4 +51,89 @@ func TestOverBudgetBufferIsAnUnallocatedFailure(t *testing.T) {
 	}
 	_, err = res.Buffer(other)
 	assert.NoError(t, err)
+}
+
+// noHang runs f and fails the test when f has not returned within a
+// minute. It guards tests of hangs: a correct f returns at once, so the
+// limit never decides a passing run.
+func noHang(t *testing.T, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatalf("%s hangs", what)
+	}
+}
+
+// Raw buffers that each fit the budget but not all together: the run
+// reserves what fits, in plan order, and the rest read as over-budget
+// failures at once, even with a context that is never done.
+func TestBuffersOverBudgetTogether(t *testing.T) {
+	cases := []struct {
+		name    string
+		streams int
+	}{{"1 stream", 1}, {"2 streams", 2}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dev, err := gpu.NewCPU(gpu.WithStreams(c.streams))
+			require.NoError(t, err)
+			defer dev.Close()
+			budget := buffers.NewBudget(1024)
+			e := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)), exec.WithBudget(budget))
+			g := dag.New()
+			var bufs [3]dag.BufferID
+			for i := range bufs {
+				bufs[i] = g.AddBuffer(fmt.Sprint("b", i), 512)
+				g.AddKernel(fmt.Sprint("w", i), nop, dag.Writes(bufs[i]))
+			}
+			var res *exec.Result
+			noHang(t, "Run", func() { res, err = e.Run(context.Background(), g) })
+			require.NoError(t, err)
+			defer res.Close()
+			st := statuses(res.Report)
+			assert.Equal(t, map[string]exec.Status{"w0": exec.StatusOK, "w1": exec.StatusOK, "w2": exec.StatusSkipped}, st)
+			_, err = res.Buffer(bufs[2])
+			require.ErrorIs(t, err, buffers.ErrOverBudget)
+			assert.ErrorContains(t, err, `"b2"`)
+			assert.ErrorContains(t, err, "1536 bytes of a budget of 1024")
+			for _, id := range bufs[:2] {
+				_, err := res.Buffer(id)
+				assert.NoError(t, err)
+			}
+			assert.ErrorIs(t, res.Err(), buffers.ErrOverBudget)
+			res.Close()
+			assert.True(t, budget.TryAcquire(1024), "the run gave every byte back")
+			budget.Release(1024)
+		})
+	}
+}
+
+// A run waits for budget that a concurrent run holds, and takes all its
+// bytes at once: it never holds part of the budget while it waits.
+func TestRunWaitsForBudgetHeldByAnother(t *testing.T) {
+	dev, err := gpu.NewCPU(gpu.WithStreams(1))
+	require.NoError(t, err)
+	defer dev.Close()
+	budget := buffers.NewBudget(1024)
+	e := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)), exec.WithBudget(budget))
+	g := dag.New()
+	a, b := g.AddBuffer("a", 512), g.AddBuffer("b", 512)
+	g.AddKernel("w", nop, dag.Writes(a, b))
+	first, err := e.Run(t.Context(), g)
+	require.NoError(t, err)
+	require.NoError(t, first.Err())
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err = e.Run(ctx, g)
+	require.ErrorIs(t, err, context.Canceled, "the budget is held: the second run waits until ctx is done")
+	first.Close()
+	second, err := e.Run(t.Context(), g)
+	require.NoError(t, err)
+	defer second.Close()
+	assert.NoError(t, second.Err())
 }

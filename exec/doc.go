@@ -34,8 +34,11 @@
 // to its writes; a kernel error or panic fails the launch and taints its
 // writes; unrelated branches run on. When ctx is cancelled, launches not
 // yet started are marked cancelled (their writes are tainted with one
-// "cancelled" failure) and Run returns after every launch that started has
-// returned.
+// "cancelled" failure): a wait for another stream gives up, a stream list
+// still queued behind other work is withdrawn, and Run returns after
+// every launch that started has returned. A kernel may run another graph:
+// a run started from inside a kernel runs on the kernel's goroutine, in
+// plan order, instead of queueing behind it (see [Executor.Execute]).
 //
 // On several devices ([NewMulti]) each kernel runs on the device placement
 // chose and reads its device's instance of a buffer: the buffer itself on

@@ -1,8 +1,10 @@
 package exec
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -27,9 +29,12 @@ import (
 // satisfied once the counter reaches n. A satisfied wait costs one atomic
 // load; an unsatisfied one spins briefly, yields, then parks on the run's
 // condition variable, which a stream broadcasts on only while somebody is
-// parked. Per launch there is no goroutine, channel, lock or allocation
-// on the clean path; with launch timing off, a plain kernel in a run with
-// nothing failed costs a call and a status store (streamRun.fast).
+// parked, and which the run's ctx, once done, wakes for good (stopWaits).
+// Per launch there is no goroutine, channel, lock or allocation on the
+// clean path; with launch timing off, a plain kernel in a run with
+// nothing failed costs a call and a status store (streamRun.fast). ctx is
+// looked at where a stream waits, and per launch only when it can be done
+// (the slow path).
 
 // compiled is the part of a plan's execution that does not change from
 // run to run: each global stream's launches in order, as compact records
@@ -113,29 +118,41 @@ const (
 )
 
 // await blocks until stream t's progress reaches n, and returns the
-// progress it saw (>= n).
-func (r *run) await(t int, n uint64) uint64 {
+// progress it saw and true; or, once the run's waits are stopped (its ctx
+// is done), the progress it saw and false.
+func (r *run) await(t int, n uint64) (uint64, bool) {
 	c := &r.progress[t].n
 	for range waitSpins {
 		if v := c.Load(); v >= n {
-			return v
+			return v, true
 		}
 	}
 	for range waitYields {
 		runtime.Gosched()
 		if v := c.Load(); v >= n {
-			return v
+			return v, true
 		}
 	}
 	r.mu.Lock()
 	r.parked.Add(1)
 	v := c.Load()
-	for ; v < n; v = c.Load() {
+	for ; v < n && !r.stopped; v = c.Load() {
 		r.cond.Wait()
 	}
 	r.parked.Add(-1)
 	r.mu.Unlock()
-	return v
+	return v, v >= n
+}
+
+// stopWaits makes every wait of the run that is not satisfied give up:
+// the run's ctx is done. Waits that already gave up, and the lists of
+// streams that never started, are cancelled once the run has quiesced
+// (see execute).
+func (r *run) stopWaits() {
+	r.mu.Lock()
+	r.stopped = true
+	r.cond.Broadcast()
+	r.mu.Unlock()
 }
 
 // publish sets stream gs's progress to n and wakes parked waiters. The
@@ -161,6 +178,7 @@ type outcomes struct {
 	times  []int64   // start, end per slot (ns since base); nil without launch timing
 	mu     sync.Mutex
 	extra  map[int]*launchExtra
+	roots  []failgraph.Failure // the failures in the graph once the phase ended
 }
 
 // launchExtra is what a launch that did not simply succeed leaves behind.
@@ -220,6 +238,8 @@ type streamRun struct {
 	pos   int      // next launch to run
 	last  int64    // end of the previous launch (ns since base), with timing
 	fresh bool     // the next launch reads the clock at its start
+	left  int      // -1, or the first launch not run because a wait gave up (ctx done): cancelled by execute
+	state atomic.Int32
 	// Streams run side by side in one array: keep each one's fields,
 	// written on every launch, off its neighbours' cache lines.
 	_ [64]byte
@@ -230,12 +250,28 @@ var (
 	_ dag.Launch = (*streamRun)(nil)
 )
 
-// Run runs the stream's launches in order. A kernel that panics fails its
-// launch; one that calls runtime.Goexit takes the worker goroutine with
-// it, so the rest of the list goes on in a new goroutine (the run still
-// waits for it). A bug here that panics cancels the rest of the list, so
-// no other stream waits forever.
+// States of a streamRun: queued on its stream, started (by the stream or
+// inline), or withdrawn by execute before the stream reached it.
+const (
+	listQueued int32 = iota
+	listStarted
+	listWithdrawn
+)
+
+// Run runs the stream's launches in order, unless execute withdrew the
+// list (its ctx is done) before the stream reached it; see run.
 func (b *streamRun) Run() {
+	if b.state.CompareAndSwap(listQueued, listStarted) {
+		b.run()
+	}
+}
+
+// run runs the list. A kernel that panics fails its launch; one that
+// calls runtime.Goexit takes the worker goroutine with it, so the rest of
+// the list goes on in a new goroutine (the run still waits for it). A bug
+// here that panics cancels the rest of the list, so no other stream waits
+// forever.
+func (b *streamRun) run() {
 	finished := false
 	defer func() {
 		if finished {
@@ -248,32 +284,44 @@ func (b *streamRun) Run() {
 		}
 		// runtime.Goexit in a kernel: the launch settled in call.
 		b.r.publish(b.gs, uint64(b.pos))
-		go b.Run()
+		go b.run()
 	}()
 	b.loop()
 	finished = true
-	b.r.wg.Done()
+	b.r.listDone()
 }
 
 var errInternal = errors.New("exec: the stream stopped on an internal error")
 
 // cancelRest settles every launch from pos as cancelled with cause and
-// marks the stream done.
+// marks the list finished.
 func (b *streamRun) cancelRest(cause error) {
+	b.cancelFrom(cause)
+	b.r.listDone()
+}
+
+// cancelFrom settles every launch from pos as cancelled with cause.
+func (b *streamRun) cancelFrom(cause error) {
 	for b.pos < len(b.list) {
 		i := int(b.list[b.pos].idx)
 		b.pos++
 		b.r.cancel(i, &b.r.plan.Launches[i], cause)
 	}
 	b.r.publish(b.gs, uint64(len(b.list)))
-	b.r.wg.Done()
+}
+
+// listDone counts one stream list of the run as finished.
+func (r *run) listDone() {
+	if r.lists.Add(-1) == 0 {
+		close(r.finished)
+	}
 }
 
 // loop runs the list to its end: stretches of launches under one
 // recovery each, so a launch costs no defer of its own.
 func (b *streamRun) loop() {
 	b.fresh = true
-	for b.pos < len(b.list) {
+	for b.pos < len(b.list) && b.left < 0 {
 		b.stretch()
 	}
 }
@@ -341,7 +389,16 @@ func (b *streamRun) stretch() {
 		pos++
 		b.pos = pos
 		if we := int(h.waits); we != wfrom {
-			b.awaitAll(waits[wfrom:we])
+			if !b.awaitAll(waits[wfrom:we]) {
+				// ctx is done and the wait may never be satisfied: the
+				// launch and the rest of the list do not run. They are
+				// cancelled once every launch that runs has returned, so
+				// their taint lands after that of the launches they wait
+				// for.
+				b.pos = pos - 1
+				b.left = b.pos
+				return
+			}
 			wfrom = we
 		}
 		if slow || h.option || !store.Empty() {
@@ -417,7 +474,9 @@ func (b *streamRun) fast(wfrom int, running *int) int {
 			return wfrom
 		}
 		if we := int(h.waits); we != wfrom {
-			b.awaitAll(b.waits[wfrom:we])
+			if !b.awaitAll(b.waits[wfrom:we]) {
+				return wfrom // stretch waits again, and gives up
+			}
 			wfrom = we
 			if !store.Empty() {
 				return wfrom
@@ -444,19 +503,25 @@ func (b *streamRun) fast(wfrom int, running *int) int {
 	return wfrom
 }
 
-// awaitAll waits until every wait of waits is satisfied. seen caches the
-// other streams' progress: a wait it covers costs no load of a cache line
-// another core keeps writing.
-func (b *streamRun) awaitAll(waits []Wait) {
+// awaitAll waits until every wait of waits is satisfied (true), or until
+// the run's waits are stopped (false). seen caches the other streams'
+// progress: a wait it covers costs no load of a cache line another core
+// keeps writing.
+func (b *streamRun) awaitAll(waits []Wait) bool {
 	r, seen := b.r, b.seen
 	for _, w := range waits {
 		if need := uint64(w.Seq); seen[w.Stream] < need {
 			if seen[w.Stream] = r.progress[w.Stream].n.Load(); seen[w.Stream] < need {
-				seen[w.Stream] = r.await(w.Stream, need)
+				var ok bool
+				seen[w.Stream], ok = r.await(w.Stream, need)
 				b.fresh = true
+				if !ok {
+					return false
+				}
 			}
 		}
 	}
+	return true
 }
 
 // settle records the outcome of launch i (slot k of the stream) when it
@@ -505,9 +570,9 @@ func (b *streamRun) ready(i int, op *PlannedLaunch, required []buffers.Binding, 
 	if r.unalloc != nil {
 		required = r.unalloc.required(required, op.Writes)
 	}
-	if id, skip := r.store.SkipIfTainted(op.Name, required, op.Writes); skip {
+	if sk, skip := r.store.CheckReads(op.Name, required, op.Writes); skip {
 		o.set(i, StatusSkipped)
-		o.note(i, func(x *launchExtra) { x.failure = id })
+		o.note(i, func(x *launchExtra) { x.failure, x.err, x.chain = sk.Failure, sk.Root, sk.Chain })
 		b.settledNotRun()
 		return false
 	}
@@ -567,22 +632,32 @@ var enqueueMu sync.Mutex
 // has settled. It returns the first error a device gave when queueing (a
 // closed device); the launches of a list that could not be queued are
 // cancelled with it.
+//
+// A run started from inside a kernel of a run that is still going
+// (r.inline, see allocate) runs its launches on the calling goroutine
+// instead: its lists would otherwise queue behind the kernel that waits
+// for them.
+//
+// When ctx is done, waits that are not satisfied give up, lists that no
+// stream has started are withdrawn, and once every launch that runs has
+// returned, the launches left over are cancelled.
 func (r *run) execute(devs []gpu.Device, timing bool) error {
 	p := r.plan
 	c := p.compiled()
+	r.ctx = context.WithValue(r.ctx, runKey{}, r) // what the kernels get: a run they start knows it is nested
 	r.out = newOutcomes(p, time.Now(), timing)
 	r.progress = make([]counter, len(c.lists))
 	r.cond = sync.NewCond(&r.mu)
 	r.slow = r.ctx.Done() != nil || r.loss != nil || r.unalloc != nil
+	r.finished = make(chan struct{})
 	runs := make([]streamRun, len(c.lists))
-	var errs []error
-	enqueueMu.Lock()
+	n := 0
 	for gs, list := range c.lists {
 		if len(list) == 0 {
 			continue
 		}
 		b := &runs[gs]
-		*b = streamRun{r: r, gs: gs, list: list, waits: c.waits[gs], base: c.base[gs]}
+		*b = streamRun{r: r, gs: gs, list: list, waits: c.waits[gs], base: c.base[gs], left: -1}
 		if len(b.waits) > 0 {
 			// A capacity of whole cache lines puts the slice on lines
 			// of its own (Go's size classes of 64-byte multiples are
@@ -590,18 +665,164 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 			// their waits, would otherwise share a line.
 			b.seen = make([]uint64, len(c.lists), (len(c.lists)+7)&^7)
 		}
-		r.wg.Add(1)
-		if err := devs[gs/p.Streams].Stream(gs % p.Streams).Launch(b); err != nil {
-			errs = append(errs, fmt.Errorf("exec: %v stream %d: %w", devs[gs/p.Streams].ID(), gs%p.Streams, err))
-			b.cancelRest(err)
+		n++
+	}
+	r.lists.Store(int32(n))
+	if n == 0 {
+		close(r.finished)
+	}
+	r.running.Store(true)
+	liveRuns.Add(1)
+	defer func() { // deferred: a kernel of an inline run may end its goroutine (runtime.Goexit)
+		r.running.Store(false)
+		liveRuns.Add(-1)
+	}()
+	stop := func() bool { return false }
+	if r.ctx.Done() != nil {
+		stop = context.AfterFunc(r.ctx, r.stopWaits)
+	}
+	var errs []error
+	if r.inline {
+		r.runInline(runs)
+	} else {
+		enqueueMu.Lock()
+		for gs := range runs {
+			b := &runs[gs]
+			if b.list == nil {
+				continue
+			}
+			if err := devs[gs/p.Streams].Stream(gs % p.Streams).Launch(b); err != nil {
+				errs = append(errs, fmt.Errorf("exec: %v stream %d: %w", devs[gs/p.Streams].ID(), gs%p.Streams, err))
+				b.state.Store(listStarted) // not queued: not to be withdrawn
+				b.cancelRest(err)
+			}
+		}
+		enqueueMu.Unlock()
+		select {
+		case <-r.finished:
+		case <-r.ctx.Done():
+			for gs := range runs {
+				if b := &runs[gs]; b.list != nil && b.state.CompareAndSwap(listQueued, listWithdrawn) {
+					b.left = 0
+					r.listDone()
+				}
+			}
+			<-r.finished
 		}
 	}
-	enqueueMu.Unlock()
-	r.wg.Wait()
+	stop()
+	// Launches a stream left when ctx was done: cancelled now, after
+	// every launch that ran has settled, in plan order.
+	var left []int
+	for gs := range runs {
+		if b := &runs[gs]; b.list != nil && b.left >= 0 {
+			for _, h := range b.list[b.left:] {
+				left = append(left, int(h.idx))
+			}
+		}
+	}
+	slices.Sort(left)
+	for _, i := range left {
+		r.cancel(i, &p.Launches[i], r.ctx.Err())
+	}
+	if !r.store.Empty() {
+		// Every failure still in the graph, for Report.Err: also those no
+		// launch of this phase met (a reservation, a kernel that could not
+		// follow a lost device).
+		r.out.roots = r.store.Failures()
+	}
 	if r.internal != nil {
 		errs = append(errs, r.internal)
 	}
 	return errors.Join(errs...)
+}
+
+// runKey is the context key under which a run's kernels find the run.
+type runKey struct{}
+
+// nested reports whether a run under ctx is started from inside a kernel
+// of a run that is still going: the kernel's ctx (or one derived from it)
+// says so, or the calling goroutine is a stream's, running a kernel.
+func nested(ctx context.Context) bool {
+	if liveRuns.Load() == 0 {
+		return false // no kernel of any run is running
+	}
+	if outer, ok := ctx.Value(runKey{}).(*run); ok && outer.running.Load() {
+		return true
+	}
+	return inKernel()
+}
+
+// liveRuns counts the runs whose launches are going, process-wide.
+var liveRuns atomic.Int32
+
+// kernelCallers are the functions that call kernels.
+var kernelCallers = [...]string{
+	runtime.FuncForPC(reflect.ValueOf((*streamRun).stretch).Pointer()).Name(),
+	runtime.FuncForPC(reflect.ValueOf((*streamRun).fast).Pointer()).Name(),
+}
+
+// inKernel reports whether the calling goroutine is running a kernel: a
+// function that calls kernels is on its stack.
+func inKernel() bool {
+	var pcs [32]uintptr
+	for skip := 2; ; skip += len(pcs) {
+		n := runtime.Callers(skip, pcs[:])
+		frames := runtime.CallersFrames(pcs[:n])
+		for {
+			f, more := frames.Next()
+			if f.Function == kernelCallers[0] || f.Function == kernelCallers[1] {
+				return true
+			}
+			if !more {
+				break
+			}
+		}
+		if n < len(pcs) {
+			return false
+		}
+	}
+}
+
+// runInline runs the lists on the calling goroutine, in plan order (a
+// topological order, so every wait is satisfied when it is reached), a
+// stretch of consecutive launches of one stream at a time.
+func (r *run) runInline(runs []streamRun) {
+	p, c := r.plan, r.plan.compiled()
+	for i := 0; i < len(p.Launches); {
+		gs := p.GlobalStream(i)
+		j := i + 1
+		for j < len(p.Launches) && p.GlobalStream(j) == gs {
+			j++
+		}
+		runs[gs].runTo(int(c.slot[j-1]) - c.base[gs] + 1)
+		i = j
+	}
+	close(r.finished)
+}
+
+// runTo runs the list's launches before position end on the calling
+// goroutine, unless the list stopped (a wait gave up, or an internal
+// error cancelled its rest).
+func (b *streamRun) runTo(end int) {
+	if b.left >= 0 || b.pos >= end {
+		return
+	}
+	full := b.list
+	b.list = full[:end]
+	finished := false
+	defer func() {
+		b.list = full
+		if finished {
+			return
+		}
+		if v := recover(); v != nil {
+			b.r.noteInternal(fmt.Errorf("exec: internal error on stream %d: %v\n%s", b.gs, v, debug.Stack()))
+			b.cancelFrom(errInternal)
+		}
+	}()
+	b.loop()
+	finished = true
 }
 
 // unallocated lists the buffers whose reservation failed in a run: a

@@ -69,8 +69,13 @@ func WithAllocator(alloc memory.Allocator) Option { return func(c *config) { c.a
 // WithBudget limits the bytes of raw buffers a run allocates on the
 // device (default: the device's memory when its facts give it, else
 // buffers.DefaultBudgetBytes); on a multi-device executor it is shared by
-// all devices. A buffer larger than the whole budget can never be
-// reserved: it reads as an unallocated failure (see Execute).
+// all devices. A run takes all its bytes of one budget at once, waiting
+// while concurrent runs hold them. A raw buffer that can never be
+// reserved, because it is larger than the budget or than what the budget
+// leaves after the run's other buffers, is not waited for: it reads as an
+// unallocated failure wrapping buffers.ErrOverBudget, the launches that
+// write or need it are skipped, and unrelated branches run on (see
+// Execute).
 func WithBudget(b *buffers.Budget) Option { return func(c *config) { c.budget = b } }
 
 // New returns an executor for dev.
@@ -150,11 +155,27 @@ func (e *Executor) Run(ctx context.Context, g *dag.Graph, opts ...RunOption) (*R
 }
 
 // Execute runs plan p. It returns an error only when the run could not
-// start (a buffer over the budget, a plan for more streams than the
-// device has, ctx done while allocating) or the device refused work
-// (closed); the launches' own failures are in the Result's Report, and
-// Result.Err joins them. Execute returns after every launch it queued
-// has returned, even when ctx is cancelled.
+// start (a plan for more streams than the device has, an input for an
+// unknown buffer, ctx done while waiting for budget that concurrent runs
+// hold) or the device refused work (closed). A raw buffer that can never
+// be reserved (see WithBudget) is not such an error: it reads as an
+// unallocated failure, and the launches that would write or read it are
+// skipped. The launches' own failures are in the Result's Report, and
+// Result.Err joins them.
+//
+// When ctx is done, launches that have not started are cancelled (a wait
+// for another stream gives up, a list still queued behind other work is
+// withdrawn) and Result.Err carries ctx's error; Execute returns after
+// every launch that started has returned.
+//
+// A kernel may run another graph. A run started from inside a kernel of a
+// run that is still going (the kernel's goroutine, or a ctx derived from
+// the kernel's) runs its launches on the calling goroutine, in plan order,
+// rather than queue them on streams behind the kernel that waits for it,
+// and takes its budget only when it is free at once. A run started by
+// another goroutine under an unrelated ctx cannot be told from an
+// independent run: it queues behind the kernel, so a kernel must not wait
+// for such a run unless its ctx can end.
 func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Result, error) {
 	var rc runConfig
 	for _, o := range opts {
@@ -225,18 +246,24 @@ type run struct {
 	bufs []atomic.Pointer[buffers.Buffer]
 	made atomic.Int32 // value buffers made (or carried over) in bufs
 
+	inline bool // started inside a kernel of a running run: runs on the calling goroutine (see execute)
+
 	out      *outcomes
-	progress []counter // by global stream: launches settled
-	wg       sync.WaitGroup
-	mu       sync.Mutex // guards cond's parking and internal
+	progress []counter     // by global stream: launches settled
+	lists    atomic.Int32  // stream lists not finished
+	finished chan struct{} // closed when every list has finished
+	running  atomic.Bool   // the run's launches are going (a run its kernels start is nested)
+	mu       sync.Mutex    // guards cond's parking, stopped and internal
 	cond     *sync.Cond
 	parked   atomic.Int32
+	stopped  bool // ctx is done: waits give up
 	internal error
 }
 
-// buffer returns plan buffer id, making a value buffer on first use; nil
-// for a raw buffer whose reservation failed. It is safe for concurrent
-// use.
+// buffer returns plan buffer id, making a value buffer on first use; for
+// a raw buffer whose reservation failed, a placeholder with no bytes (its
+// reads fail through the error graph, and a launch that needs its bytes is
+// skipped). It is safe for concurrent use.
 func (r *run) buffer(id buffers.ID) *buffers.Buffer {
 	slot := &r.bufs[id]
 	if b := slot.Load(); b != nil || r.unalloc != nil && r.unalloc.bufs[id] {
@@ -257,41 +284,106 @@ func (r *run) buffer(id buffers.ID) *buffers.Buffer {
 
 // allocate reserves every planned raw buffer on its device's pool, except
 // those carried over from an earlier phase (carried[i] non-nil), and
-// stores inputs.
+// stores inputs. Each budget's bytes are taken in one Acquire, budgets in
+// pool order, so a run never holds part of a budget while it waits for the
+// rest. A raw buffer that does not fit its budget next to the buffers
+// before it (carried ones first, then plan order) can never be reserved:
+// instead of waiting for bytes nobody will release, it reads as an
+// unallocated failure wrapping buffers.ErrOverBudget, launches that would
+// write it are skipped with it, and unrelated branches run on.
 func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs map[dag.BufferID]any) error {
+	r.inline = nested(ctx)
 	r.bufs = r.plan.bufSlots()
+	held := map[*buffers.Budget]int64{}  // bytes the run holds or will take, by budget
+	needs := map[*buffers.Budget]int64{} // every raw byte the run needs, by budget, for messages
+	budget := func(i int) *buffers.Budget { return r.pools[r.plan.Buffers[i].Device].Budget() }
 	for i, b := range carried {
 		if b != nil {
 			r.bufs[i].Store(b)
 			r.made.Add(1)
+			held[budget(i)] += b.SizeBytes()
+			needs[budget(i)] += b.SizeBytes()
 		}
 	}
-	for _, i := range r.plan.compiled().raw { // value buffers are made on first use
-		b := &r.plan.Buffers[i]
+	raw := r.plan.compiled().raw // value buffers are made on first use
+	for _, i := range raw {
+		if int(i) >= len(carried) || carried[i] == nil {
+			if n := r.plan.Buffers[i].SizeBytes; n < 0 {
+				r.release()
+				releaseInputs(inputs)
+				return fmt.Errorf("exec: buffer %q: negative size %d", r.plan.Buffers[i].Name, n)
+			}
+			needs[budget(int(i))] += r.plan.Buffers[i].SizeBytes
+		}
+	}
+	fits := make([]int32, 0, len(raw))
+	for _, i := range raw {
 		if int(i) < len(carried) && carried[i] != nil {
 			continue
 		}
-		buf, err := r.pools[b.Device].Allocate(ctx, buffers.ID(i), b.Name, b.SizeBytes)
-		if errors.Is(err, buffers.ErrOverBudget) {
-			// The reservation can never succeed: the buffer reads as this
-			// failure, launches that would write it are skipped with it,
-			// and unrelated branches run on.
-			r.store.FailUnallocated("allocate "+b.Name, buffers.ID(i), fmt.Errorf("exec: %w", err))
-			if r.unalloc == nil {
-				r.unalloc = &unallocated{bufs: make([]bool, len(r.plan.Buffers))}
-			}
-			r.unalloc.bufs[i] = true
+		b := &r.plan.Buffers[i]
+		bud := budget(int(i))
+		if held[bud]+b.SizeBytes <= bud.TotalBytes() {
+			held[bud] += b.SizeBytes
+			fits = append(fits, i)
 			continue
 		}
+		var err error
+		if b.SizeBytes > bud.TotalBytes() {
+			err = fmt.Errorf("exec: allocate %q (%d bytes) on %s: the budget is %d bytes: %w",
+				b.Name, b.SizeBytes, r.devs[b.Device], bud.TotalBytes(), buffers.ErrOverBudget)
+		} else {
+			err = fmt.Errorf("exec: allocate %q (%d bytes) on %s: the run's buffers need %d bytes of a budget of %d: %w",
+				b.Name, b.SizeBytes, r.devs[b.Device], needs[bud], bud.TotalBytes(), buffers.ErrOverBudget)
+		}
+		r.store.FailUnallocated("allocate "+b.Name, buffers.ID(i), err)
+		if r.unalloc == nil {
+			r.unalloc = &unallocated{bufs: make([]bool, len(r.plan.Buffers))}
+		}
+		r.unalloc.bufs[i] = true
+		// A kernel that declares an empty range of it, or an optional
+		// read, still runs: it gets a buffer with no bytes, never nil.
+		ph, _ := r.pools[b.Device].AllocateReserved(buffers.ID(i), b.Name, 0)
+		r.bufs[i].Store(ph)
+	}
+	// Take the bytes: carried ones are held already.
+	for i, b := range carried {
+		if b != nil {
+			held[budget(i)] -= b.SizeBytes()
+		}
+	}
+	taken := map[*buffers.Budget]int64{}
+	for _, pool := range r.pools {
+		bud := pool.Budget()
+		n := held[bud] - taken[bud] // a budget shared by several pools is taken once
+		if n <= 0 {
+			continue
+		}
+		var err error
+		if r.inline && !bud.TryAcquire(n) {
+			// The bytes may be held by the graph whose kernel started this
+			// run, and it cannot release them while it waits for this one.
+			err = fmt.Errorf("a graph run from inside a kernel cannot wait for budget (%d of %d bytes)", n, bud.TotalBytes())
+		} else if !r.inline {
+			err = bud.Acquire(ctx, n)
+		}
 		if err != nil {
+			for t, n := range taken {
+				t.Release(n)
+			}
 			r.release()
 			releaseInputs(inputs)
-			return fmt.Errorf("exec: %w", err)
+			return fmt.Errorf("exec: reserve %d bytes of buffers on %s: %w", n, pool.Device(), err)
 		}
+		taken[bud] = n
+	}
+	for _, i := range fits {
+		b := &r.plan.Buffers[i]
+		buf, _ := r.pools[b.Device].AllocateReserved(buffers.ID(i), b.Name, b.SizeBytes) // sizes checked above
 		r.bufs[i].Store(buf)
 	}
 	for id, v := range inputs {
-		if id < 0 || int(id) >= r.plan.Graph.NumBuffers() || r.buffer(buffers.ID(id)) == nil {
+		if id < 0 || int(id) >= r.plan.Graph.NumBuffers() || r.unalloc != nil && r.unalloc.bufs[id] {
 			r.release()
 			releaseInputs(inputs)
 			return fmt.Errorf("exec: input for unknown or unallocated buffer id %d", id)

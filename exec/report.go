@@ -161,15 +161,48 @@ func (r *Report) Count(s Status) int {
 	return n
 }
 
-// Err returns nil when every launch is ok, else the errors of the failed
-// launches (the root causes) joined, plus one error counting skipped and
-// cancelled launches.
+// Err returns nil when every launch is ok (a launch lost with its device
+// was redone by the recovery phase, which says how it ended) and no
+// buffer is left unreadable, else every root failure of the run, each
+// once, joined: the error of each failed launch; the root error of each
+// other failure that skipped or cancelled launches (a reservation over the
+// budget, a kernel pinned to a lost device, ctx's error), in plan order;
+// the root of each other failure left in the run's final error graph,
+// but a cancellation (a reservation nobody needed, a kernel that could
+// not follow a lost device, whose output nobody read), in id order; and
+// last one error counting the skipped and cancelled
+// launches. errors.Is and errors.As see each root.
 func (r *Report) Err() error {
 	var errs []error
-	for _, o := range r.phases {
+	for k, o := range r.phases {
+		seen := map[failgraph.FailureID]bool{} // failure ids are per phase
 		for i := range o.status {
 			if o.get(i) == StatusFailed {
-				errs = append(errs, o.detail(i).err)
+				x := o.detail(i)
+				seen[x.failure] = true
+				errs = append(errs, x.err)
+			}
+		}
+		for i := range o.status {
+			if s := o.get(i); s != StatusSkipped && s != StatusCancelled {
+				continue
+			}
+			x := o.detail(i)
+			if x.err == nil || x.failure != 0 && seen[x.failure] {
+				continue
+			}
+			seen[x.failure] = true
+			errs = append(errs, fmt.Errorf("exec: kernel %q %s: %w", o.plan.Launches[i].Name, o.get(i), x.err))
+		}
+		if k < len(r.phases)-1 {
+			continue // a recovery phase followed: its graph is the run's
+		}
+		for _, f := range o.roots {
+			// A cancellation is told by its cancelled launches; one that
+			// no launch met holds what a lost device took.
+			if !seen[f.ID] && !errors.Is(f.Root, failgraph.ErrCancelled) {
+				seen[f.ID] = true
+				errs = append(errs, f.Root)
 			}
 		}
 	}
@@ -179,23 +212,14 @@ func (r *Report) Err() error {
 	return errors.Join(errs...)
 }
 
-// newReport builds the report of one run phase. Skipped launches get
-// their root error and chain now, while the error graph still holds
-// their failure.
+// newReport builds the report of one run phase. Skipped launches got
+// their root error and chain when they were skipped (failgraph's
+// CheckReads).
 func newReport(p *Plan, o *outcomes, store *failgraph.Store, topo *topology.Topology) *Report {
 	rep := &Report{Device: p.Devices[0], Devices: p.Devices, Streams: p.Streams,
 		Waits: p.Waits, BytesByLink: map[string]int64{}, phases: []*outcomes{o}}
 	if len(p.Devices) > 1 {
 		rep.Makespan, rep.Placement = p.Placement.Makespan, p.Placement.Strategy.String()
-	}
-	for i, x := range o.extra {
-		if o.get(i) != StatusSkipped {
-			continue
-		}
-		if f, ok := store.Failure(x.failure); ok {
-			x.err = f.Root
-			x.chain = f.ChainFrom(p.Launches[i].Name)
-		}
 	}
 	if p.Copies > 0 {
 		for i := range p.Launches {
@@ -277,8 +301,11 @@ func (r *Result) Value(id dag.BufferID) (any, error) {
 	return b.Value(), nil
 }
 
-// Failures returns the run's error graph.
-func (r *Result) Failures() *failgraph.Store { return r.store }
+// Failures returns a read-only view of the run's error graph: its
+// failures, the read check and the exported graph. Nothing done through it
+// can clear a taint, so Buffer and Value keep refusing bytes that failed
+// work left unwritten.
+func (r *Result) Failures() failgraph.View { return r.store.View() }
 
 // Close releases every buffer of the run; Buffer and Value then return
 // ErrResultClosed. It is idempotent, and must not run concurrently with

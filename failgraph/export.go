@@ -106,10 +106,10 @@ func (s *Store) Graph() graph.Directed {
 				kn = add(&Node{Kind: NodeSkip, Label: k.Kernel, Failure: id})
 				skipNode[k.Kernel] = kn
 			}
-			g.SetEdge(g.NewEdge(buffer(k.Needed, id), kn))
+			g.SetEdge(g.NewEdge(buffer(k.Needed.Buffer, id), kn))
 			for _, p := range k.Produced {
-				if p != k.Needed {
-					g.SetEdge(g.NewEdge(kn, buffer(p, id)))
+				if p.Buffer != k.Needed.Buffer {
+					g.SetEdge(g.NewEdge(kn, buffer(p.Buffer, id)))
 				}
 			}
 		}

@@ -30,8 +30,16 @@ const (
 // no failure minted yet).
 type propBuffer struct {
 	bytes   []failgraph.FailureID
+	by      []*skipRec // by byte: the skipped launch that last wrote it (nil: any other writer)
 	unalloc bool
 	failure failgraph.FailureID // of an unallocated buffer
+}
+
+// skipRec is the oracle's record of a skipped launch: its kernel, and the
+// skipped launch that last wrote the first byte it needed, then.
+type skipRec struct {
+	kernel string
+	from   *skipRec
 }
 
 // stale reports whether a read of some byte of b must fail.
@@ -68,11 +76,51 @@ func (o *oracle) mint(kernel string, root error) failgraph.FailureID {
 }
 
 func (o *oracle) set(writes []buffers.Binding, f failgraph.FailureID) {
+	o.setBy(writes, f, nil)
+}
+
+// setBy is set by the skipped launch rec (nil: another writer).
+func (o *oracle) setBy(writes []buffers.Binding, f failgraph.FailureID, rec *skipRec) {
 	for _, w := range writes {
 		for i := w.Offset; i < w.End(); i++ {
 			o.live[w.Buffer].bytes[i] = f
+			o.live[w.Buffer].by[i] = rec
 		}
 	}
+}
+
+// chain is the chain the read check must give for failure f met first by
+// reads: from the first byte of f read back through the skipped launches
+// that last wrote each needed byte, then the root kernel.
+func (o *oracle) chain(reads []buffers.Binding, f failgraph.FailureID) []string {
+	var rec *skipRec
+found:
+	for _, r := range reads {
+		if r.Length <= 0 {
+			continue
+		}
+		b := o.live[r.Buffer]
+		if b.unalloc {
+			if b.failure == f {
+				break found
+			}
+			continue
+		}
+		for i := r.Offset; i < r.End(); i++ {
+			if b.bytes[i] == f {
+				rec = b.by[i]
+				break found
+			}
+		}
+	}
+	var chain []string
+	for ; rec != nil; rec = rec.from {
+		chain = append(chain, rec.kernel)
+	}
+	if k := o.kernel[f]; k != "" {
+		chain = append(chain, k)
+	}
+	return chain
 }
 
 // held returns the distinct failures that live buffers carry.
@@ -97,24 +145,29 @@ func (o *oracle) held() map[failgraph.FailureID]int {
 }
 
 // firstTainted is the pre-launch check: the failure of the first tainted
-// byte of the first read that has one, the buffer read, and whether one
+// byte of the first read that has one, the bytes of the read it holds from
+// there on (all of the read for an unallocated buffer), and whether one
 // was found (f is 0 for a never-allocated buffer).
-func (o *oracle) firstTainted(reads []buffers.Binding) (f failgraph.FailureID, needed buffers.ID, found bool) {
+func (o *oracle) firstTainted(reads []buffers.Binding) (f failgraph.FailureID, needed buffers.Binding, found bool) {
 	for _, r := range reads {
 		if r.Length <= 0 {
 			continue
 		}
 		b := o.live[r.Buffer]
 		if b.unalloc {
-			return b.failure, r.Buffer, true
+			return b.failure, r, true
 		}
 		for i := r.Offset; i < r.End(); i++ {
-			if b.bytes[i] != 0 {
-				return b.bytes[i], r.Buffer, true
+			if f := b.bytes[i]; f != 0 {
+				end := i
+				for end < r.End() && b.bytes[end] == f {
+					end++
+				}
+				return f, bind(r.Buffer, i, end-i), true
 			}
 		}
 	}
-	return 0, 0, false
+	return 0, buffers.Binding{}, false
 }
 
 // reports is the read check: the failures met in discovery order, each
@@ -269,7 +322,8 @@ func property(t *testing.T, seed uint64, whole bool) {
 		case n < 3 && len(o.order) < propLive: // allocate
 			id := o.nextBuf
 			o.nextBuf++
-			b := &propBuffer{bytes: make([]failgraph.FailureID, r.IntN(propBytes+1))}
+			n := r.IntN(propBytes + 1)
+			b := &propBuffer{bytes: make([]failgraph.FailureID, n), by: make([]*skipRec, n)}
 			switch r.IntN(8) {
 			case 0: // the reservation failed
 				b.unalloc, b.failure = true, o.mint("alloc", errors.New("over budget"))
@@ -303,14 +357,18 @@ func property(t *testing.T, seed uint64, whole bool) {
 				seen["skipped"]++
 				if want == 0 { // a never-allocated buffer: the skip mints its failure
 					want = o.mint("", nil)
-					o.live[needed].failure = want
+					o.live[needed.Buffer].failure = want
 				}
 				o.skips[want]++
-				o.set(writes, want)
-				var produced []buffers.ID
+				rec := &skipRec{kernel: kernel}
+				if nb := o.live[needed.Buffer]; !nb.unalloc {
+					rec.from = nb.by[needed.Offset]
+				}
+				o.setBy(writes, want, rec)
+				var produced []buffers.Binding
 				for _, w := range writes {
-					if !slices.Contains(produced, w.Buffer) {
-						produced = append(produced, w.Buffer)
+					if w.Length > 0 && !slices.Contains(produced, w) {
+						produced = append(produced, w)
 					}
 				}
 				f, ok := s.Failure(want)
@@ -334,8 +392,10 @@ func property(t *testing.T, seed uint64, whole bool) {
 
 		case n < 12: // a launch never started: the run was cancelled
 			writes := o.bindings(r, 2, true, whole)
-			if _, ok := o.held()[o.cancel]; !ok || o.cancel == 0 {
+			if o.cancel == 0 { // minted once, kept for the store's life
 				o.cancel = o.mint(kernel, context.Canceled)
+			} else if _, ok := o.held()[o.cancel]; !ok { // back in the graph, same id
+				o.kernel[o.cancel], o.skips[o.cancel] = kernel, 0
 			}
 			require.Equal(t, o.cancel, s.Cancel(kernel, context.Canceled, writes), msg("Cancel %v", writes))
 			o.set(writes, o.cancel)
@@ -358,7 +418,7 @@ func property(t *testing.T, seed uint64, whole bool) {
 			}
 			require.Equal(t, len(want) == 0, err == nil, msg("EnsureWritten %v: %v", reads, err))
 			require.Equal(t, want, failures(t, err), msg("EnsureWritten %v", reads))
-			o.checkReports(t, err, msg)
+			o.checkReports(t, reads, err, msg)
 
 		default: // free
 			if id, ok := o.pick(r, false); ok {
@@ -396,7 +456,7 @@ func property(t *testing.T, seed uint64, whole bool) {
 
 // checkReports checks each *UnwrittenError in err against the oracle: the
 // claim count, the root kernel ending the chain, and the root error.
-func (o *oracle) checkReports(t *testing.T, err error, msg func(string, ...any) string) {
+func (o *oracle) checkReports(t *testing.T, reads []buffers.Binding, err error, msg func(string, ...any) string) {
 	t.Helper()
 	if err == nil {
 		return
@@ -411,6 +471,12 @@ func (o *oracle) checkReports(t *testing.T, err error, msg func(string, ...any) 
 		require.Equal(t, o.kernel[ue.Failure], ue.Kernel, msg("Kernel of %v", ue.Failure))
 		if k := o.kernel[ue.Failure]; k != "" {
 			require.Equal(t, k, ue.Chain[len(ue.Chain)-1], msg("chain %v of %v ends with the root kernel", ue.Chain, ue.Failure))
+		}
+		// The chain follows bytes. Not checked for the cancel failure,
+		// whose bytes cancelled launches also write without a record, nor
+		// once the cap dropped records.
+		if ue.Failure != o.cancel && o.skips[ue.Failure] <= failgraph.MaxSkipRecords {
+			require.Equal(t, o.chain(reads, ue.Failure), ue.Chain, msg("chain of %v read by %v", ue.Failure, reads))
 		}
 		require.Equal(t, max(0, o.skips[ue.Failure]-failgraph.MaxSkipRecords), ue.Dropped, msg("Dropped of %v", ue.Failure))
 		switch root := o.root[ue.Failure]; {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -26,9 +27,14 @@ const MaxSkipRecords = 16
 
 // Skip records one launch skipped because a read was tainted by a failure.
 type Skip struct {
-	Kernel   string       // the skipped kernel
-	Needed   buffers.ID   // the buffer whose tainted bytes it needed
-	Produced []buffers.ID // the buffers it would have written (they take the failure)
+	Kernel string // the skipped kernel
+	// Needed is the tainted range of the read that skipped it: from the
+	// read's first tainted byte to the end of that byte's span within
+	// the read (the whole read for a buffer whose reservation failed).
+	Needed buffers.Binding
+	// Produced are the non-empty ranges it would have written (they take
+	// the failure), each once, in declaration order.
+	Produced []buffers.Binding
 }
 
 // Failure is a copy of one node of the error graph.
@@ -49,11 +55,12 @@ type Failure struct {
 func (f *Failure) Dropped() int { return f.TotalSkips - len(f.Skips) }
 
 // ChainFrom returns the path from kernel back to the root: the kernels
-// whose outputs kernel's skip needed, newest first, ending with the root
+// that left kernel's input unwritten, newest first, ending with the root
 // kernel (omitted when no kernel raised the root, as for memory that was
-// never allocated). It uses kernel's newest skip record; for the root
-// kernel itself, or a kernel with no record (dropped by the cap), it
-// returns just the root kernel.
+// never allocated). It starts from kernel's newest skip record; for the
+// root kernel itself, or a kernel with no record (dropped by the cap), it
+// returns just the root kernel. The path follows bytes, not buffers (see
+// walk), so it does not depend on how launches were spread over streams.
 func (f *Failure) ChainFrom(kernel string) []string {
 	for i := len(f.Skips) - 1; i >= 0; i-- {
 		if f.Skips[i].Kernel == kernel {
@@ -63,14 +70,17 @@ func (f *Failure) ChainFrom(kernel string) []string {
 	return []string{f.Kernel}
 }
 
-// walk follows CubeCL's report: among the records before upper, take the
-// last one that produced target; name its kernel; continue from the buffer
-// it needed. The root kernel ends the chain.
-func (f *Failure) walk(target buffers.ID, upper int) []string {
+// walk follows the first byte of target back to the root: among the
+// records before upper, the last one whose Produced holds that byte is the
+// skipped launch that last wrote it; name its kernel and go on from the
+// byte it needed. Writers of one byte are ordered by their hazards, and a
+// reader after them, so the record found is the same in every run of a
+// plan. The root kernel ends the chain.
+func (f *Failure) walk(target buffers.Binding, upper int) []string {
 	var chain []string
 	for {
 		i := upper - 1
-		for ; i >= 0 && !slices.Contains(f.Skips[i].Produced, target); i-- {
+		for ; i >= 0 && !producedByte(f.Skips[i].Produced, target.Buffer, target.Offset); i-- {
 		}
 		if i < 0 {
 			break
@@ -84,6 +94,16 @@ func (f *Failure) walk(target buffers.ID, upper int) []string {
 	return append(chain, f.Kernel)
 }
 
+// producedByte reports whether one of ws holds byte off of buffer b.
+func producedByte(ws []buffers.Binding, b buffers.ID, off int64) bool {
+	for _, w := range ws {
+		if w.Buffer == b && w.Offset <= off && off < w.End() {
+			return true
+		}
+	}
+	return false
+}
+
 // node is a failure in the graph.
 type node struct {
 	kernel string
@@ -91,6 +111,15 @@ type node struct {
 	tagged int    // allocations holding at least one byte of it
 	skips  []Skip // newest MaxSkipRecords, oldest first
 	total  int
+}
+
+// record adds a skip record, dropping the oldest past MaxSkipRecords.
+func (n *node) record(rec Skip) {
+	if len(n.skips) == MaxSkipRecords {
+		n.skips = append(n.skips[:0], n.skips[1:]...)
+	}
+	n.skips = append(n.skips, rec)
+	n.total++
 }
 
 // span is a tainted byte range [off, end) of one buffer.
@@ -112,7 +141,13 @@ type Store struct {
 	spans    map[buffers.ID][]span    // sorted by off, disjoint
 	unalloc  map[buffers.ID]FailureID // buffers whose reservation failed (0: no failure known)
 	names    func(buffers.ID) string
-	cancel   FailureID // the store's "cancelled" failure while it is in the graph
+	cancels  []cancelled // the store's "cancelled" failures, one per cause
+}
+
+// cancelled is the failure of the launches cancelled with one cause.
+type cancelled struct {
+	cause error
+	id    FailureID
 }
 
 // New returns an empty store. names gives a buffer's name for reports
@@ -160,21 +195,54 @@ func (s *Store) Fail(kernel string, err error, writes []buffers.Binding) Failure
 // whose reservation failed counts as tainted by that failure). When there
 // is none it returns (0, false) and records nothing. Otherwise the launch
 // of kernel is to be skipped: the skip is recorded on the ROOT failure
-// (kernel, the buffer it needed, the buffers it would have written), every
-// binding of writes takes that same failure (no new id), and it returns
-// (root, true). Without any taint it costs one atomic load.
+// (kernel, the tainted bytes it needed, the ranges it would have written),
+// every binding of writes takes that same failure (no new id), and it
+// returns (root, true). Without any taint it costs one atomic load.
 func (s *Store) SkipIfTainted(kernel string, reads, writes []buffers.Binding) (FailureID, bool) {
 	if s.tainted.Load() == 0 { // the clean path
 		return 0, false
 	}
-	return s.skipIfTainted(kernel, reads, writes)
-}
-
-func (s *Store) skipIfTainted(kernel string, reads, writes []buffers.Binding) (FailureID, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	f, _ := s.skipIfTainted(kernel, reads, writes)
+	return f, f != 0
+}
+
+// Skipped is what CheckReads tells about a skipped launch: the root
+// failure, its error and kernel, and the chain from the skipped kernel
+// back to the root kernel (as Failure.ChainFrom), read when the skip was
+// recorded, so it stays known after the failure leaves the graph.
+type Skipped struct {
+	Failure FailureID
+	Root    error
+	Kernel  string   // the root kernel ("" for memory never allocated)
+	Chain   []string // newest first, the root kernel last
+}
+
+// CheckReads is SkipIfTainted for a caller that reports the skip: on a
+// skip it also returns the root error and chain, read under the same
+// lock. Without any taint it costs one atomic load.
+func (s *Store) CheckReads(kernel string, reads, writes []buffers.Binding) (Skipped, bool) {
+	if s.tainted.Load() == 0 {
+		return Skipped{}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, n := s.skipIfTainted(kernel, reads, writes)
+	if f == 0 {
+		return Skipped{}, false
+	}
+	skips := n.skips
+	last := len(skips) - 1
+	chain := (&Failure{Kernel: n.kernel, Skips: skips}).walk(skips[last].Needed, last)
+	return Skipped{Failure: f, Root: n.root, Kernel: n.kernel, Chain: chain}, true
+}
+
+// skipIfTainted is SkipIfTainted's slow path; it returns the root failure
+// and its node (0, nil: not skipped). Caller holds mu.
+func (s *Store) skipIfTainted(kernel string, reads, writes []buffers.Binding) (FailureID, *node) {
 	for _, r := range reads {
-		f, found := s.first(r)
+		f, needed, found := s.first(r)
 		if !found {
 			continue
 		}
@@ -184,23 +252,19 @@ func (s *Store) skipIfTainted(kernel string, reads, writes []buffers.Binding) (F
 			s.failures[f].tagged++
 		}
 		n := s.failures[f]
-		rec := Skip{Kernel: kernel, Needed: r.Buffer}
+		rec := Skip{Kernel: kernel, Needed: needed}
 		for _, w := range writes {
-			if !slices.Contains(rec.Produced, w.Buffer) {
-				rec.Produced = append(rec.Produced, w.Buffer)
+			if w.Length > 0 && !slices.Contains(rec.Produced, w) {
+				rec.Produced = append(rec.Produced, w)
 			}
 		}
-		if len(n.skips) == MaxSkipRecords {
-			n.skips = append(n.skips[:0], n.skips[1:]...)
-		}
-		n.skips = append(n.skips, rec)
-		n.total++
+		n.record(rec)
 		for _, w := range writes {
 			s.set(w, f)
 		}
-		return f, true
+		return f, n
 	}
-	return 0, false
+	return 0, nil
 }
 
 // Written releases exactly the bytes of writes: they were last written by
@@ -244,8 +308,8 @@ func (s *Store) Carry(kernel string, src, dst buffers.Binding) []FailureID {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	type piece struct {
-		b buffers.Binding
-		f FailureID
+		src, dst buffers.Binding
+		f        FailureID
 	}
 	var pieces []piece
 	if f, ok := s.unalloc[src.Buffer]; ok && src.Length > 0 {
@@ -254,12 +318,13 @@ func (s *Store) Carry(kernel string, src, dst buffers.Binding) []FailureID {
 			s.unalloc[src.Buffer] = f
 			s.failures[f].tagged++
 		}
-		pieces = append(pieces, piece{dst, f})
+		pieces = append(pieces, piece{src, dst, f})
 	} else {
 		for _, sp := range s.spans[src.Buffer] {
 			lo, hi := max(sp.off, src.Offset), min(sp.end, src.End())
 			if lo < hi {
-				pieces = append(pieces, piece{buffers.Binding{Buffer: dst.Buffer, Offset: dst.Offset + lo - src.Offset, Length: hi - lo}, sp.f})
+				pieces = append(pieces, piece{buffers.Binding{Buffer: src.Buffer, Offset: lo, Length: hi - lo},
+					buffers.Binding{Buffer: dst.Buffer, Offset: dst.Offset + lo - src.Offset, Length: hi - lo}, sp.f})
 			}
 		}
 	}
@@ -267,38 +332,63 @@ func (s *Store) Carry(kernel string, src, dst buffers.Binding) []FailureID {
 	// none of them.
 	s.set(dst, 0)
 	var carried []FailureID
-	for _, p := range pieces {
-		s.set(p.b, p.f)
+	for i, p := range pieces {
+		s.set(p.dst, p.f)
 		if slices.Contains(carried, p.f) {
 			continue
 		}
 		carried = append(carried, p.f)
-		n := s.failures[p.f]
-		if len(n.skips) == MaxSkipRecords {
-			n.skips = append(n.skips[:0], n.skips[1:]...)
+		// One skip record per failure: the first source range of it the
+		// copy read, and every range of dst it left carrying it.
+		sk := Skip{Kernel: kernel, Needed: p.src}
+		for _, q := range pieces[i:] {
+			if q.f == p.f {
+				sk.Produced = append(sk.Produced, q.dst)
+			}
 		}
-		n.skips = append(n.skips, Skip{Kernel: kernel, Needed: src.Buffer, Produced: []buffers.ID{dst.Buffer}})
-		n.total++
+		s.failures[p.f].record(sk)
 	}
 	return carried
 }
 
 // Cancel taints writes of kernel, a launch that never started because the
-// run was cancelled with cause. Every cancelled launch of one store shares
-// one failure, minted on first use (and again if the graph dropped it). It
-// returns that failure's id.
+// run was cancelled with cause. Every cancelled launch of one store with
+// the same cause (compared with ==) shares one failure, named after the
+// first of them: its id is minted on first use and kept, so a launch
+// cancelled after the failure left the graph (its bytes all written
+// since, or no bytes at all) brings it back under the same id. It returns
+// that failure's id.
 func (s *Store) Cancel(kernel string, cause error, writes []buffers.Binding) FailureID {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.failures[s.cancel]; !ok {
-		s.cancel = s.mint(kernel, fmt.Errorf("failgraph: run cancelled: %w", cause))
+	i := slices.IndexFunc(s.cancels, func(c cancelled) bool { return sameError(c.cause, cause) })
+	if i < 0 {
+		s.cancels = append(s.cancels, cancelled{cause: cause, id: s.mint(kernel, fmt.Errorf("%w: %w", ErrCancelled, cause))})
+		i = len(s.cancels) - 1
+	}
+	id := s.cancels[i].id
+	if _, ok := s.failures[id]; !ok {
+		s.failures[id] = &node{kernel: kernel, root: fmt.Errorf("%w: %w", ErrCancelled, cause)}
 	}
 	for _, w := range writes {
-		s.set(w, s.cancel)
+		s.set(w, id)
 	}
-	id := s.cancel
 	s.prune(id)
 	return id
+}
+
+// ErrCancelled is matched (errors.Is) by the root error of a Cancel
+// failure, which also matches its cause.
+var ErrCancelled = errors.New("failgraph: run cancelled")
+
+// sameError reports whether a and b are the same error value, without
+// panicking on errors whose dynamic type is not comparable.
+func sameError(a, b error) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	ta := reflect.TypeOf(a)
+	return ta == reflect.TypeOf(b) && ta.Comparable() && a == b
 }
 
 // FailUnallocated records that the reservation of buffer id failed with
@@ -446,15 +536,15 @@ func (s *Store) ensureWritten(reads []buffers.Binding) error {
 	defer s.mu.Unlock()
 	var errs []error
 	seen := map[FailureID]bool{}
-	never := map[buffers.ID]bool{} // never-allocated buffers already reported
-	report := func(f FailureID, b buffers.ID) {
+	never := map[buffers.ID]bool{}                         // never-allocated buffers already reported
+	report := func(f FailureID, b buffers.ID, off int64) { // off: the first byte of f read
 		if seen[f] {
 			return
 		}
 		seen[f] = true
 		n := s.failures[f]
 		errs = append(errs, &UnwrittenError{Failure: f, Buffer: s.names(b), Allocations: n.tagged,
-			Chain:  (&Failure{Kernel: n.kernel, Skips: n.skips}).walk(b, len(n.skips)),
+			Chain:  (&Failure{Kernel: n.kernel, Skips: n.skips}).walk(buffers.Binding{Buffer: b, Offset: off, Length: 1}, len(n.skips)),
 			Kernel: n.kernel, Root: n.root, Dropped: n.total - len(n.skips)})
 	}
 	for _, r := range reads {
@@ -468,13 +558,13 @@ func (s *Store) ensureWritten(reads []buffers.Binding) error {
 					errs = append(errs, fmt.Errorf("failgraph: %s: %w", s.names(r.Buffer), ErrNeverAllocated))
 				}
 			} else {
-				report(f, r.Buffer)
+				report(f, r.Buffer, r.Offset)
 			}
 			continue
 		}
 		for _, sp := range s.spans[r.Buffer] {
 			if sp.end > r.Offset && sp.off < r.End() {
-				report(sp.f, r.Buffer)
+				report(sp.f, r.Buffer, max(sp.off, r.Offset))
 			}
 		}
 	}
@@ -482,20 +572,23 @@ func (s *Store) ensureWritten(reads []buffers.Binding) error {
 }
 
 // first returns the failure of the first tainted byte of b (its lowest
-// offset), or of its buffer's failed reservation. Caller holds mu.
-func (s *Store) first(b buffers.Binding) (FailureID, bool) {
+// offset), or of its buffer's failed reservation, and the bytes of b that
+// failure holds from there (to the end of its span; all of b for a failed
+// reservation). Caller holds mu.
+func (s *Store) first(b buffers.Binding) (FailureID, buffers.Binding, bool) {
 	if b.Length <= 0 {
-		return 0, false
+		return 0, buffers.Binding{}, false
 	}
 	if f, ok := s.unalloc[b.Buffer]; ok {
-		return f, true
+		return f, b, true
 	}
 	for _, sp := range s.spans[b.Buffer] {
 		if sp.end > b.Offset && sp.off < b.End() {
-			return sp.f, true
+			off := max(sp.off, b.Offset)
+			return sp.f, buffers.Binding{Buffer: b.Buffer, Offset: off, Length: min(sp.end, b.End()) - off}, true
 		}
 	}
-	return 0, false
+	return 0, buffers.Binding{}, false
 }
 
 // set makes the bytes of b belong to failure f (0: clean): "set, not add".

@@ -542,10 +542,12 @@ func TestSkipIfTainted(t *testing.T) {
 	assert.Equal(t, id2, id)
 
 	// The skip is recorded on the root failure only, once, with the
-	// produced buffers de-duplicated in order.
+	// tainted bytes it needed (from the first one to the end of its span)
+	// and the ranges it would have written.
 	f2, ok := s.Failure(id2)
 	require.True(t, ok)
-	assert.Equal(t, []failgraph.Skip{{Kernel: "k", Needed: 2, Produced: []buffers.ID{3, 4}}}, f2.Skips)
+	assert.Equal(t, []failgraph.Skip{{Kernel: "k", Needed: bind(2, 32, 32),
+		Produced: bs(bind(3, 0, 8), bind(3, 16, 8), bind(4, 0, 8))}}, f2.Skips)
 	assert.Equal(t, 1, f2.TotalSkips)
 	assert.Zero(t, f2.Dropped())
 	f1, ok := s.Failure(id1)
@@ -568,7 +570,7 @@ func TestSkipIfTainted(t *testing.T) {
 	require.True(t, skip)
 	assert.Equal(t, failgraph.FailureID(5), id)
 	f5, _ := s.Failure(5)
-	assert.Equal(t, []failgraph.Skip{{Kernel: "k2", Needed: 6}}, f5.Skips, "no writes: nothing produced")
+	assert.Equal(t, []failgraph.Skip{{Kernel: "k2", Needed: bind(6, 8, 8)}}, f5.Skips, "no writes: nothing produced")
 	checkSpans(t, s, 7)
 }
 
@@ -627,10 +629,10 @@ func TestChain(t *testing.T) {
 	assert.Equal(t, errA, f.Root)
 	assert.Equal(t, 4, f.Allocations)
 	assert.Equal(t, []failgraph.Skip{
-		{Kernel: "b", Needed: a, Produced: []buffers.ID{b}},
-		{Kernel: "c", Needed: b, Produced: []buffers.ID{c}},
-		{Kernel: "d", Needed: c, Produced: []buffers.ID{d}},
-		{Kernel: "b2", Needed: a, Produced: []buffers.ID{b}},
+		{Kernel: "b", Needed: bind(a, 0, 64), Produced: bs(bind(b, 0, 64))},
+		{Kernel: "c", Needed: bind(b, 0, 64), Produced: bs(bind(c, 0, 64))},
+		{Kernel: "d", Needed: bind(c, 0, 64), Produced: bs(bind(d, 0, 64))},
+		{Kernel: "b2", Needed: bind(a, 0, 64), Produced: bs(bind(b, 0, 64))},
 	}, f.Skips)
 
 	// ChainFrom walks from a kernel's newest record, among the records
@@ -673,10 +675,10 @@ func TestChain(t *testing.T) {
 
 	// Failure returns a copy: changing it leaves the graph alone.
 	f.Skips[0].Kernel = "changed"
-	f.Skips[0].Produced[0] = 99
+	f.Skips[0].Produced[0].Buffer = 99
 	again, _ := s.Failure(root)
 	assert.Equal(t, "b", again.Skips[0].Kernel)
-	assert.Equal(t, []buffers.ID{b}, again.Skips[0].Produced)
+	assert.Equal(t, bs(bind(b, 0, 64)), again.Skips[0].Produced)
 }
 
 func TestChainCap(t *testing.T) {
@@ -761,7 +763,7 @@ func TestEnsureWrittenSeveral(t *testing.T) {
 	require.Len(t, errs, 2)
 
 	want := []*failgraph.UnwrittenError{
-		{Failure: idA, Buffer: "buf0", Allocations: 2, Chain: []string{"b", "a"}, Kernel: "a", Root: errA},
+		{Failure: idA, Buffer: "buf0", Allocations: 2, Chain: []string{"a"}, Kernel: "a", Root: errA}, // byte 0 is a's own
 		{Failure: idX, Buffer: "buf0", Allocations: 1, Chain: []string{"x"}, Kernel: "x", Root: errX},
 	}
 	for i, e := range errs {
@@ -774,7 +776,9 @@ func TestEnsureWrittenSeveral(t *testing.T) {
 	var first *failgraph.UnwrittenError
 	require.ErrorAs(t, err, &first)
 	assert.Equal(t, idA, first.Failure)
-	assert.EqualError(t, errs[0], "failgraph: buf0 was not written: failure #1 (taints 2 buffers): b ← a: a failed")
+	assert.EqualError(t, errs[0], "failgraph: buf0 was not written: failure #1 (taints 2 buffers): a: a failed")
+	// The chain follows the bytes read: b's skip wrote [40, 48).
+	assert.Equal(t, []string{"b", "a"}, unwritten(t, s.EnsureWritten(bind(0, 40, 8))).Chain)
 	assert.EqualError(t, errs[1], "failgraph: buf0 was not written: failure #2 (taints 1 buffer): x: x failed")
 
 	// Discovery order follows the reads: failure X first when the read
@@ -865,7 +869,7 @@ func TestUnallocated(t *testing.T) {
 		require.True(t, ok)
 		assert.ErrorIs(t, f.Root, failgraph.ErrNeverAllocated)
 		assert.Equal(t, 2, f.Allocations)
-		assert.Equal(t, []failgraph.Skip{{Kernel: "k", Needed: 3, Produced: []buffers.ID{5}}, {Kernel: "k2", Needed: 3}}, f.Skips)
+		assert.Equal(t, []failgraph.Skip{{Kernel: "k", Needed: bind(3, 0, 8), Produced: bs(bind(5, 0, 8))}, {Kernel: "k2", Needed: bind(3, 0, 8)}}, f.Skips)
 
 		ue = unwritten(t, s.EnsureWritten(bind(5, 0, 8)))
 		assert.Equal(t, got, ue.Failure)
@@ -909,7 +913,7 @@ func TestCancel(t *testing.T) {
 	assert.NotEqual(t, id, other)
 	assert.Equal(t, id, s.Cancel("k4", context.Canceled, bs(bind(3, 0, 8))))
 
-	// Once the graph drops the cancel failure, the next cancel mints anew.
+	// Another cause gets a failure of its own.
 	s.Written(bs(bind(0, 0, 8), bind(1, 0, 8), bind(3, 0, 8)))
 	_, ok = s.Failure(id)
 	require.False(t, ok)
@@ -920,11 +924,18 @@ func TestCancel(t *testing.T) {
 	assert.ErrorIs(t, f.Root, context.DeadlineExceeded)
 	assert.Equal(t, "k5", f.Kernel)
 
-	// A cancel with nothing to taint mints, then drops, a failure.
+	// Launches cancelled with one cause share one id, even when the
+	// failure left the graph in between: one with nothing to taint mints
+	// it and drops it at once; the next brings it back under that id.
 	s2 := failgraph.New(names)
 	assert.Equal(t, failgraph.FailureID(1), s2.Cancel("k", context.Canceled, nil))
 	assert.Zero(t, s2.Len())
-	assert.Equal(t, failgraph.FailureID(2), s2.Cancel("k", context.Canceled, bs(bind(0, 0, 1))))
+	assert.Equal(t, failgraph.FailureID(1), s2.Cancel("k2", context.Canceled, nil))
+	assert.Equal(t, failgraph.FailureID(1), s2.Cancel("k3", context.Canceled, bs(bind(0, 0, 1))))
+	f, ok = s2.Failure(1)
+	require.True(t, ok)
+	assert.Equal(t, "k3", f.Kernel, "named after the first launch it holds bytes of")
+	assert.Equal(t, failgraph.FailureID(2), s2.Fail("x", errors.New("x"), nil), "no id was minted twice")
 }
 
 func TestCleanPathAllocs(t *testing.T) {
@@ -1009,4 +1020,35 @@ func TestCarry(t *testing.T) {
 	t.Run("same buffer panics", func(t *testing.T) {
 		assert.Panics(t, func() { failgraph.New(names).Carry("c", bind(0, 0, 4), bind(0, 4, 4)) })
 	})
+}
+
+// A chain follows the bytes a launch read, not the buffer: d read y[0:8),
+// which b's skip left unwritten; c's skip, recorded later, wrote y[8:16).
+func TestChainFollowsBytes(t *testing.T) {
+	const x, y, z = 0, 1, 2
+	s := failgraph.New(names)
+	errA := errors.New("a failed")
+	root := s.Fail("a", errA, bs(bind(x, 0, 16)))
+	for _, k := range []struct {
+		kernel        string
+		read, written buffers.Binding
+	}{
+		{"b", bind(x, 0, 8), bind(y, 0, 8)},
+		{"c", bind(x, 8, 8), bind(y, 8, 8)},
+		{"d", bind(y, 0, 8), bind(z, 0, 8)},
+	} {
+		id, skip := s.SkipIfTainted(k.kernel, bs(k.read), bs(k.written))
+		require.True(t, skip, k.kernel)
+		require.Equal(t, root, id, k.kernel)
+	}
+	f, ok := s.Failure(root)
+	require.True(t, ok)
+	assert.Equal(t, []string{"b", "a"}, f.ChainFrom("d"))
+	assert.Equal(t, []string{"d", "b", "a"}, unwritten(t, s.EnsureWritten(bind(z, 0, 8))).Chain)
+	assert.Equal(t, []string{"c", "a"}, unwritten(t, s.EnsureWritten(bind(y, 8, 8))).Chain)
+	assert.Equal(t, []string{"b", "a"}, unwritten(t, s.EnsureWritten(bind(y, 0, 16))).Chain, "from the first tainted byte read")
+
+	sk, skip := s.CheckReads("e", bs(bind(z, 4, 4)), nil)
+	require.True(t, skip)
+	assert.Equal(t, failgraph.Skipped{Failure: root, Root: errA, Kernel: "a", Chain: []string{"d", "b", "a"}}, sk)
 }

@@ -1,0 +1,85 @@
+package exec
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/dag"
+	"github.com/streamdag/streamdag/gpu"
+)
+
+// A wait that can never be satisfied (a plan edited so that a launch
+// waits for more launches than its source stream has) gives up when ctx
+// is done: Execute returns, the launches left are cancelled with ctx's
+// error, and Result.Err carries it.
+func TestUnsatisfiableWaitHonoursCtx(t *testing.T) {
+	for _, timing := range []bool{true, false} {
+		t.Run(map[bool]string{true: "timing", false: "no timing"}[timing], func(t *testing.T) {
+			dev, err := gpu.NewCPU(gpu.WithStreams(2))
+			require.NoError(t, err)
+			defer dev.Close()
+			e := New(dev, WithLaunchTiming(timing))
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			g := dag.New()
+			x, y, z := g.AddValue("x"), g.AddValue("y"), g.AddValue("z")
+			g.AddKernel("produce", func(_ context.Context, l dag.Launch) error { return l.Out(0).Store(1) }, dag.Writes(x), dag.OnStream(0))
+			g.AddKernel("consume", func(_ context.Context, l dag.Launch) error { return l.Out(0).Store(2) },
+				dag.Reads(x), dag.Writes(y), dag.OnStream(1))
+			g.AddKernel("after", func(_ context.Context, l dag.Launch) error { return l.Out(0).Store(3) },
+				dag.Reads(y), dag.Writes(z), dag.OnStream(1))
+			g.AddKernel("cancel", func(context.Context, dag.Launch) error { cancel(); return nil }, dag.Reads(x), dag.OnStream(0))
+			p, err := e.Plan(g)
+			require.NoError(t, err)
+			var edited bool
+			for i := range p.Launches {
+				if p.Launches[i].Name == "consume" {
+					require.Len(t, p.Launches[i].Waits, 1)
+					p.Launches[i].Waits[0].Seq = 1000 // stream 0 never gets there
+					edited = true
+				}
+			}
+			require.True(t, edited)
+
+			done := make(chan struct{})
+			var res *Result
+			go func() {
+				defer close(done)
+				res, err = e.Execute(ctx, p)
+			}()
+			select {
+			case <-done:
+			case <-time.After(time.Minute): // a hang guard: a correct run returns at once
+				t.Fatal("Execute hangs on a wait that never fires")
+			}
+			require.NoError(t, err)
+			defer res.Close()
+			got := map[string]Status{}
+			for _, l := range res.Report.Launches() {
+				got[l.Kernel] = l.Status
+				if l.Status == StatusCancelled {
+					assert.ErrorIs(t, l.Err, context.Canceled, l.Kernel)
+				}
+			}
+			assert.Equal(t, map[string]Status{"produce": StatusOK, "cancel": StatusOK,
+				"consume": StatusCancelled, "after": StatusCancelled}, got)
+			assert.ErrorIs(t, res.Err(), context.Canceled)
+			_, err = res.Value(z)
+			assert.ErrorIs(t, err, context.Canceled)
+		})
+	}
+}
+
+// inKernel knows the engine's functions that call kernels by name: they
+// must resolve to the methods themselves.
+func TestKernelCallersResolve(t *testing.T) {
+	assert.Equal(t, [...]string{
+		"github.com/streamdag/streamdag/exec.(*streamRun).stretch",
+		"github.com/streamdag/streamdag/exec.(*streamRun).fast",
+	}, kernelCallers)
+	assert.False(t, inKernel(), "a test goroutine runs no kernel")
+}

@@ -1,0 +1,169 @@
+package exec_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/buffers"
+	"github.com/streamdag/streamdag/dag"
+	"github.com/streamdag/streamdag/exec"
+	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/internal/leaktest"
+)
+
+// fanInGraph: two sources on different streams and a sum that waits for
+// both; it returns the graph and the sum's buffer (a+b = 5).
+func fanInGraph() (*dag.Graph, dag.BufferID) {
+	g := dag.New()
+	a, b, sum := g.AddValue("a"), g.AddValue("b"), g.AddValue("sum")
+	g.AddKernel("make a", func(_ context.Context, l dag.Launch) error { return l.Out(0).Store(2) }, dag.Writes(a), dag.OnStream(0))
+	g.AddKernel("make b", func(_ context.Context, l dag.Launch) error { return l.Out(0).Store(3) }, dag.Writes(b), dag.OnStream(1))
+	g.AddKernel("add", func(_ context.Context, l dag.Launch) error {
+		return l.Out(0).Store(l.In(0).Value().(int) + l.In(1).Value().(int))
+	}, dag.Reads(a, b), dag.Writes(sum), dag.OnStream(0))
+	return g, sum
+}
+
+// A kernel that runs another graph on the same device: the nested run
+// does not queue behind the kernel that waits for it, whichever context it
+// is given, and the device closes afterwards.
+func TestKernelRunsGraphOnSameDevice(t *testing.T) {
+	ctxs := []struct {
+		name  string
+		ctx   func(kernel context.Context) (context.Context, context.CancelFunc)
+		spawn bool // the nested run is started by a goroutine the kernel waits for
+	}{
+		{"kernel's ctx", func(k context.Context) (context.Context, context.CancelFunc) { return k, func() {} }, false},
+		{"derived ctx with deadline", func(k context.Context) (context.Context, context.CancelFunc) {
+			return context.WithTimeout(k, 3*time.Second)
+		}, false},
+		{"unrelated ctx with deadline", func(context.Context) (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 3*time.Second)
+		}, false},
+		{"background", func(context.Context) (context.Context, context.CancelFunc) { return context.Background(), func() {} }, false},
+		{"kernel's ctx from another goroutine", func(k context.Context) (context.Context, context.CancelFunc) { return k, func() {} }, true},
+	}
+	for _, streams := range []int{1, 2, 4} {
+		for _, c := range ctxs {
+			t.Run(fmt.Sprintf("streams=%d/%s", streams, c.name), func(t *testing.T) {
+				dev, err := gpu.NewCPU(gpu.WithStreams(streams))
+				require.NoError(t, err)
+				e := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)))
+				inner, sum := fanInGraph()
+				outer := dag.New()
+				out := outer.AddValue("out")
+				outer.AddKernel("outer", func(kctx context.Context, l dag.Launch) error {
+					ctx, cancel := c.ctx(kctx)
+					defer cancel()
+					var res *exec.Result
+					var err error
+					if c.spawn {
+						done := make(chan struct{})
+						go func() {
+							defer close(done)
+							res, err = e.Run(ctx, inner)
+						}()
+						<-done
+					} else {
+						res, err = e.Run(ctx, inner)
+					}
+					if err != nil {
+						return err
+					}
+					defer res.Close()
+					if err := res.Err(); err != nil {
+						return err
+					}
+					v, err := res.Value(sum)
+					if err != nil {
+						return err
+					}
+					return l.Out(0).Store(v)
+				}, dag.Writes(out))
+				var res *exec.Result
+				noHang(t, "the outer run", func() { res, err = e.Run(t.Context(), outer) })
+				require.NoError(t, err)
+				require.NoError(t, res.Err())
+				v, err := res.Value(out)
+				require.NoError(t, err)
+				assert.Equal(t, 5, v)
+				res.Close()
+				noHang(t, "Device.Close", func() { require.NoError(t, dev.Close()) })
+			})
+		}
+	}
+}
+
+// A run whose stream is busy with another run's kernel returns once its
+// ctx is done, its launches cancelled, without waiting for the stream.
+func TestExecuteHonoursCtxWhileQueued(t *testing.T) {
+	dev, err := gpu.NewCPU(gpu.WithStreams(1))
+	require.NoError(t, err)
+	defer dev.Close()
+	e := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)))
+	started, release := make(chan struct{}), make(chan struct{})
+	busy := dag.New()
+	busy.AddKernel("busy", func(context.Context, dag.Launch) error {
+		close(started)
+		<-release
+		return nil
+	})
+	busyDone := make(chan error, 1)
+	go func() {
+		res, err := e.Run(context.Background(), busy)
+		if err == nil {
+			err = res.Err()
+			res.Close()
+		}
+		busyDone <- err
+	}()
+	<-started
+
+	g, sum := fanInGraph()
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	var res *exec.Result
+	noHang(t, "Execute behind a busy stream", func() { res, err = e.Run(ctx, g) })
+	close(release)
+	require.NoError(t, <-busyDone)
+	require.NoError(t, err)
+	defer res.Close()
+	assert.Equal(t, 3, res.Report.Count(exec.StatusCancelled))
+	assert.ErrorIs(t, res.Err(), context.Canceled)
+	_, err = res.Value(sum)
+	assert.ErrorIs(t, err, context.Canceled)
+}
+
+// A nested run cannot wait for budget that the graph running its kernel
+// may hold: it gets an error at once.
+func TestNestedRunDoesNotWaitForBudget(t *testing.T) {
+	dev, err := gpu.NewCPU(gpu.WithStreams(2))
+	require.NoError(t, err)
+	defer dev.Close()
+	e := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)), exec.WithBudget(buffers.NewBudget(1024)))
+	inner := dag.New()
+	small := inner.AddBuffer("small", 8)
+	inner.AddKernel("fill", nop, dag.Writes(small))
+	outer := dag.New()
+	all := outer.AddBuffer("all", 1024)
+	var nestedErr error
+	outer.AddKernel("outer", func(context.Context, dag.Launch) error {
+		res, err := e.Run(context.Background(), inner)
+		if err == nil {
+			res.Close()
+		}
+		nestedErr = err
+		return nil
+	}, dag.Writes(all))
+	var res *exec.Result
+	noHang(t, "the outer run", func() { res, err = e.Run(t.Context(), outer) })
+	require.NoError(t, err)
+	defer res.Close()
+	require.NoError(t, res.Err())
+	assert.ErrorContains(t, nestedErr, "cannot wait for budget")
+}

@@ -1,0 +1,127 @@
+package exec_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/buffers"
+	"github.com/streamdag/streamdag/dag"
+	"github.com/streamdag/streamdag/exec"
+	"github.com/streamdag/streamdag/failgraph"
+	"github.com/streamdag/streamdag/topology"
+)
+
+// A Result's error graph is read-only: no method of what Failures returns
+// taints or releases bytes, so a buffer whose only writer failed stays
+// unreadable.
+func TestResultFailuresIsReadOnly(t *testing.T) {
+	e := newExecutor(t, 1)
+	g := dag.New()
+	x := g.AddBuffer("x", 8)
+	boom := errors.New("boom")
+	g.AddKernel("w", func(context.Context, dag.Launch) error { return boom }, dag.Writes(x))
+	res, err := e.Run(t.Context(), g)
+	require.NoError(t, err)
+	defer res.Close()
+
+	view := res.Failures()
+	for _, m := range []string{"Written", "Fail", "Cancel", "FailUnallocated", "Allocated", "SkipIfTainted", "Enter"} {
+		_, has := reflect.TypeOf(view).MethodByName(m)
+		assert.False(t, has, "Result.Failures() has a method %s that edits the error graph", m)
+	}
+	_, editable := any(view).(interface{ Written([]buffers.Binding) })
+	require.False(t, editable, "Result.Failures() can clear taint")
+
+	require.Equal(t, 1, view.Len())
+	fs := view.Failures()
+	require.Len(t, fs, 1)
+	assert.Equal(t, "w", fs[0].Kernel)
+	assert.ErrorIs(t, view.EnsureWritten(g.Buffer(x).Whole()), boom)
+	_, err = res.Buffer(x)
+	assert.ErrorIs(t, err, boom)
+	dot, err := view.MarshalDOT()
+	require.NoError(t, err)
+	assert.Contains(t, string(dot), `"buffer x"`)
+}
+
+// The zero View reads as an empty error graph.
+func TestZeroViewIsEmpty(t *testing.T) {
+	var v failgraph.View
+	assert.True(t, v.Empty())
+	assert.Zero(t, v.Len())
+	assert.Empty(t, v.Failures())
+	assert.NoError(t, v.EnsureWritten(buffers.Binding{Buffer: 0, Length: 8}))
+	_, ok := v.Failure(1)
+	assert.False(t, ok)
+	dot, err := v.MarshalDOT()
+	require.NoError(t, err)
+	assert.Contains(t, string(dot), "errors")
+}
+
+// When no launch failed, Result.Err still carries each root failure, once:
+// a reservation over the budget and a kernel pinned to a lost device.
+func TestErrCarriesRootsWithoutFailedLaunch(t *testing.T) {
+	t.Run("over budget", func(t *testing.T) {
+		e := newExecutor(t, 2, exec.WithBudget(buffers.NewBudget(1024)))
+		g := dag.New()
+		big := g.AddBuffer("big", 4096)
+		out := g.AddBuffer("out", 8)
+		g.AddKernel("fill", nop, dag.Writes(big))
+		g.AddKernel("use", nop, dag.Reads(big), dag.Writes(out))
+		g.AddKernel("use2", nop, dag.ReadsRange(big, 0, 8))
+		res, err := e.Run(t.Context(), g)
+		require.NoError(t, err)
+		defer res.Close()
+		require.Zero(t, res.Report.Count(exec.StatusFailed))
+		require.Equal(t, 3, res.Report.Count(exec.StatusSkipped))
+		err = res.Err()
+		require.ErrorIs(t, err, buffers.ErrOverBudget)
+		assert.ErrorContains(t, err, `"big"`)
+		assert.ErrorContains(t, err, "3 launches skipped, 0 cancelled")
+		assert.Len(t, err.(interface{ Unwrap() []error }).Unwrap(), 2, "one root, once, and the count: %v", err)
+	})
+	t.Run("pinned to a lost device", func(t *testing.T) {
+		e, _ := simMachine(t, "dgx1-v100", 1)
+		pin := topology.GPU(3)
+		g, _ := sumGraph(&pin)
+		res, err := e.Run(t.Context(), g, exec.WithDeviceLoss(topology.GPU(3), 0))
+		require.NoError(t, err)
+		defer res.Close()
+		err = res.Err()
+		require.ErrorIs(t, err, exec.ErrDeviceLost)
+		assert.ErrorContains(t, err, `"source[0]" is pinned to gpu3`)
+	})
+	t.Run("pinned to a lost device, output unread", func(t *testing.T) {
+		e, _ := simMachine(t, "dgx1-v100", 1)
+		g := dag.New()
+		out, other := g.AddBuffer("out", 8), g.AddBuffer("other", 8)
+		g.AddKernel("pinned", nop, dag.Writes(out), dag.OnDevice(topology.GPU(3)))
+		g.AddKernel("free", nop, dag.Writes(other))
+		res, err := e.Run(t.Context(), g, exec.WithDeviceLoss(topology.GPU(3), 0))
+		require.NoError(t, err)
+		defer res.Close()
+		_, err = res.Buffer(out)
+		require.ErrorIs(t, err, exec.ErrDeviceLost)
+		err = res.Err()
+		require.ErrorIs(t, err, exec.ErrDeviceLost, "a buffer is unreadable: Err says why")
+		assert.ErrorContains(t, err, `"pinned" is pinned to gpu3`)
+	})
+	t.Run("two buffers over budget", func(t *testing.T) {
+		e := newExecutor(t, 1, exec.WithBudget(buffers.NewBudget(1024)))
+		g := dag.New()
+		a, b := g.AddBuffer("a", 600), g.AddBuffer("b", 600)
+		big := g.AddBuffer("big", 4096)
+		g.AddKernel("fill", nop, dag.Writes(big, a, b))
+		res, err := e.Run(t.Context(), g)
+		require.NoError(t, err)
+		defer res.Close()
+		err = res.Err()
+		assert.ErrorContains(t, err, `"big"`)
+		assert.ErrorContains(t, err, `"b"`, "b's reservation failed too, though no launch met it first")
+	})
+}
