@@ -417,7 +417,7 @@ func WaitCost(n int, minTime time.Duration) (waits int, nsPerWait float64, same,
 			return 0, 0, Stats{}, Stats{}, err
 		}
 		if alt {
-			waits = p.Waits
+			waits = p.Waits()
 		}
 		stats[i], err = Measure(func() error {
 			res, err := e.Execute(ctx, p)

@@ -36,10 +36,10 @@ func TestUnsatisfiableWaitHonoursCtx(t *testing.T) {
 			p, err := e.Plan(g)
 			require.NoError(t, err)
 			var edited bool
-			for i := range p.Launches {
-				if p.Launches[i].Name == "consume" {
-					require.Len(t, p.Launches[i].Waits, 1)
-					p.Launches[i].Waits[0].Seq = 1000 // stream 0 never gets there
+			for i := range p.launches {
+				if p.launches[i].Name == "consume" {
+					require.Len(t, p.launches[i].Waits, 1)
+					p.launches[i].Waits[0].Seq = 1000 // stream 0 never gets there
 					edited = true
 				}
 			}

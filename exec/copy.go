@@ -133,11 +133,11 @@ type placer struct {
 // on every device (nothing has written them), or only on its home device
 // when only[b] (an input, or bytes carried from an earlier phase).
 func newPlacer(p *Plan, only []bool) *placer {
-	pl := &placer{p: p, g: p.Graph, devs: p.Devices, pieces: make([][]piece, len(p.Buffers)), rep: map[[2]int]buffers.ID{}}
-	for b := range p.Buffers {
+	pl := &placer{p: p, g: p.graph, devs: p.devices, pieces: make([][]piece, len(p.bufs)), rep: map[[2]int]buffers.ID{}}
+	for b := range p.bufs {
 		on := allDevs
 		if only[b] {
-			on = 1 << p.Buffers[b].Device
+			on = 1 << p.bufs[b].Device
 		}
 		pl.pieces[b] = []piece{{0, pl.g.Buffer(dag.BufferID(b)).Whole().Length, on}}
 	}
@@ -147,16 +147,16 @@ func newPlacer(p *Plan, only []bool) *placer {
 // instance returns the plan buffer that holds graph buffer b on device d:
 // b itself on its home, else its replica there (made on first use).
 func (pl *placer) instance(b dag.BufferID, d int) buffers.ID {
-	src := pl.p.Buffers[b]
+	src := pl.p.bufs[b]
 	if src.Device == d {
 		return buffers.ID(b)
 	}
 	key := [2]int{int(b), d}
 	id, ok := pl.rep[key]
 	if !ok {
-		id = buffers.ID(len(pl.p.Buffers))
+		id = buffers.ID(len(pl.p.bufs))
 		pl.rep[key] = id
-		pl.p.Buffers = append(pl.p.Buffers, PlannedBuffer{Name: src.Name + "@" + pl.devs[d].String(),
+		pl.p.bufs = append(pl.p.bufs, PlannedBuffer{Name: src.Name + "@" + pl.devs[d].String(),
 			SizeBytes: src.SizeBytes, Value: src.Value, Device: d, Of: b})
 	}
 	return id
@@ -210,9 +210,9 @@ func (pl *placer) read(r buffers.Binding, d int) buffers.Binding {
 			continue
 		}
 		// One copy for a run of pieces that come from the same device.
-		from := ps[i].on.pick(pl.p.Buffers[b].Device)
+		from := ps[i].on.pick(pl.p.bufs[b].Device)
 		k := i
-		for k < j && !ps[k].on.has(d) && ps[k].on.pick(pl.p.Buffers[b].Device) == from {
+		for k < j && !ps[k].on.has(d) && ps[k].on.pick(pl.p.bufs[b].Device) == from {
 			ps[k].on |= 1 << d
 			k++
 		}
@@ -267,24 +267,24 @@ func (pl *placer) copy(b dag.BufferID, off, end int64, from, to int) {
 	}
 	rd := buffers.Binding{Buffer: pl.instance(b, from), Offset: off, Length: end - off}
 	wr := buffers.Binding{Buffer: pl.instance(b, to), Offset: off, Length: end - off}
-	pl.p.Launches = append(pl.p.Launches, PlannedLaunch{Kernel: -1, Device: to,
+	pl.p.launches = append(pl.p.launches, PlannedLaunch{Kernel: -1, Device: to,
 		Copy:  &Copy{Buffer: b, From: from, To: to, Bytes: bytes},
 		Name:  fmt.Sprintf("copy %s %s→%s", name, pl.devs[from], pl.devs[to]),
 		Reads: []buffers.Binding{rd}, Writes: []buffers.Binding{wr},
 		// A copy is never skipped: it carries its source's taint.
 		optional: []bool{true}})
-	pl.p.Copies++
+	pl.p.copies++
 }
 
 // finish copies home every range whose current bytes are elsewhere, and
 // marks which instances end with every byte's final version.
 func (pl *placer) finish() {
 	for b := range pl.g.NumBuffers() {
-		home := pl.p.Buffers[b].Device
+		home := pl.p.bufs[b].Device
 		pl.read(pl.g.Buffer(dag.BufferID(b)).Whole(), home)
 	}
-	for i := range pl.p.Buffers {
-		pb := &pl.p.Buffers[i]
+	for i := range pl.p.bufs {
+		pb := &pl.p.bufs[i]
 		pb.final = !slices.ContainsFunc(pl.pieces[pb.Of], func(p piece) bool { return !p.on.has(pb.Device) })
 	}
 }

@@ -63,11 +63,11 @@ type hotLaunch struct {
 // compiled returns p's launch lists, built once per plan.
 func (p *Plan) compiled() *compiled {
 	p.compileOnce.Do(func() {
-		ns := len(p.Devices) * p.Streams
-		c := &compiled{lists: make([][]hotLaunch, ns), waits: make([][]Wait, ns), required: make([][]buffers.Binding, len(p.Launches))}
-		for i := range p.Launches {
+		ns := len(p.devices) * p.streams
+		c := &compiled{lists: make([][]hotLaunch, ns), waits: make([][]Wait, ns), required: make([][]buffers.Binding, len(p.launches))}
+		for i := range p.launches {
 			gs := p.GlobalStream(i)
-			l := &p.Launches[i]
+			l := &p.launches[i]
 			c.waits[gs] = append(c.waits[gs], l.Waits...)
 			h := hotLaunch{fn: l.fn, idx: int32(i), waits: int32(len(c.waits[gs])), record: p.record[i], odd: l.fn == nil}
 			c.required[i] = l.Reads
@@ -82,13 +82,13 @@ func (p *Plan) compiled() *compiled {
 			}
 			c.lists[gs] = append(c.lists[gs], h)
 		}
-		for i := range p.Buffers {
-			if p.Buffers[i].SizeBytes != 0 {
+		for i := range p.bufs {
+			if p.bufs[i].SizeBytes != 0 {
 				c.raw = append(c.raw, int32(i))
 			}
 		}
 		c.base = make([]int, ns)
-		c.slot = make([]int32, len(p.Launches))
+		c.slot = make([]int32, len(p.launches))
 		n := 0
 		for gs, list := range c.lists {
 			c.base[gs] = n
@@ -191,9 +191,9 @@ type launchExtra struct {
 }
 
 func newOutcomes(p *Plan, base time.Time, timing bool) *outcomes {
-	o := &outcomes{plan: p, base: base, slot: p.compiled().slot, status: make([]byte, len(p.Launches)), extra: map[int]*launchExtra{}}
+	o := &outcomes{plan: p, base: base, slot: p.compiled().slot, status: make([]byte, len(p.launches)), extra: map[int]*launchExtra{}}
 	if timing {
-		o.times = make([]int64, 2*len(p.Launches))
+		o.times = make([]int64, 2*len(p.launches))
 	}
 	return o
 }
@@ -305,7 +305,7 @@ func (b *streamRun) cancelFrom(cause error) {
 	for b.pos < len(b.list) {
 		i := int(b.list[b.pos].idx)
 		b.pos++
-		b.r.cancel(i, &b.r.plan.Launches[i], cause)
+		b.r.cancel(i, &b.r.plan.launches[i], cause)
 	}
 	b.r.publish(b.gs, uint64(len(b.list)))
 }
@@ -346,7 +346,7 @@ func (b *streamRun) stretch() {
 			v = "runtime.Goexit"
 		}
 		i := running
-		op := &p.Launches[i]
+		op := &p.launches[i]
 		if o.times != nil {
 			b.last = int64(time.Since(o.base))
 			o.times[2*int(o.slot[i])+1] = b.last
@@ -402,7 +402,7 @@ func (b *streamRun) stretch() {
 			wfrom = we
 		}
 		if slow || h.option || !store.Empty() {
-			if !b.ready(i, &p.Launches[i], req[i], done, o) {
+			if !b.ready(i, &p.launches[i], req[i], done, o) {
 				if h.record {
 					r.publish(b.gs, uint64(pos))
 				}
@@ -529,7 +529,7 @@ func (b *streamRun) awaitAll(waits []Wait) bool {
 // single status store in stretch.
 func (b *streamRun) settle(i, k int, err error) {
 	r := b.r
-	op := &r.plan.Launches[i]
+	op := &r.plan.launches[i]
 	if err != nil {
 		r.out.status[b.base+k] = byte(StatusFailed)
 		err = fmt.Errorf("exec: kernel %q: %w", op.Name, err)
@@ -600,7 +600,7 @@ func (b *streamRun) settledNotRun() {
 
 // copy runs copy launch i: the buffer into its replica.
 func (b *streamRun) copy(i int) error {
-	n, err := b.r.runCopy(&b.r.plan.Launches[i])
+	n, err := b.r.runCopy(&b.r.plan.launches[i])
 	b.r.out.note(i, func(x *launchExtra) { x.copied = n })
 	return err
 }
@@ -691,8 +691,8 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 			if b.list == nil {
 				continue
 			}
-			if err := devs[gs/p.Streams].Stream(gs % p.Streams).Launch(b); err != nil {
-				errs = append(errs, fmt.Errorf("exec: %v stream %d: %w", devs[gs/p.Streams].ID(), gs%p.Streams, err))
+			if err := devs[gs/p.streams].Stream(gs % p.streams).Launch(b); err != nil {
+				errs = append(errs, fmt.Errorf("exec: %v stream %d: %w", devs[gs/p.streams].ID(), gs%p.streams, err))
 				b.state.Store(listStarted) // not queued: not to be withdrawn
 				b.cancelRest(err)
 			}
@@ -723,7 +723,7 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 	}
 	slices.Sort(left)
 	for _, i := range left {
-		r.cancel(i, &p.Launches[i], r.ctx.Err())
+		r.cancel(i, &p.launches[i], r.ctx.Err())
 	}
 	if !r.store.Empty() {
 		// Every failure still in the graph, for Report.Err: also those no
@@ -789,10 +789,10 @@ func inKernel() bool {
 // stretch of consecutive launches of one stream at a time.
 func (r *run) runInline(runs []streamRun) {
 	p, c := r.plan, r.plan.compiled()
-	for i := 0; i < len(p.Launches); {
+	for i := 0; i < len(p.launches); {
 		gs := p.GlobalStream(i)
 		j := i + 1
-		for j < len(p.Launches) && p.GlobalStream(j) == gs {
+		for j < len(p.launches) && p.GlobalStream(j) == gs {
 			j++
 		}
 		runs[gs].runTo(int(c.slot[j-1]) - c.base[gs] + 1)
@@ -844,7 +844,7 @@ func (u *unallocated) required(required, writes []buffers.Binding) []buffers.Bin
 
 // The dag.Launch view of the launch running now.
 
-func (b *streamRun) op() *PlannedLaunch        { return &b.r.plan.Launches[b.list[b.pos-1].idx] }
+func (b *streamRun) op() *PlannedLaunch        { return &b.r.plan.launches[b.list[b.pos-1].idx] }
 func (b *streamRun) Kernel() string            { return b.op().Name }
 func (b *streamRun) Device() topology.DeviceID { return b.r.devs[b.op().Device] }
 func (b *streamRun) Stream() int               { return b.op().Stream }

@@ -227,7 +227,7 @@ func TestConcurrentRunsShareStreams(t *testing.T) {
 	}
 	p, err := e.Plan(g)
 	require.NoError(t, err)
-	require.Positive(t, p.Waits)
+	require.Positive(t, p.Waits())
 	want := -1
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
@@ -349,8 +349,8 @@ func TestReductionTreeWaitsWhereBlocksMeet(t *testing.T) {
 	}
 	p, err := e.Plan(g)
 	require.NoError(t, err)
-	assert.Less(t, p.Waits, internal/8, "waits only where blocks of leaves meet")
-	assert.Positive(t, p.Waits, "both streams work")
+	assert.Less(t, p.Waits(), internal/8, "waits only where blocks of leaves meet")
+	assert.Positive(t, p.Waits(), "both streams work")
 	res, err := e.Execute(t.Context(), p)
 	require.NoError(t, err)
 	defer res.Close()

@@ -181,9 +181,9 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 	for _, o := range opts {
 		o(&rc)
 	}
-	if len(p.Devices) != len(e.devs) || p.Streams > e.devs[0].NumStreams() {
+	if len(p.devices) != len(e.devs) || p.streams > e.devs[0].NumStreams() {
 		return nil, fmt.Errorf("exec: plan for %d devices × %d streams, executor has %d × %d",
-			len(p.Devices), p.Streams, len(e.devs), e.devs[0].NumStreams())
+			len(p.devices), p.streams, len(e.devs), e.devs[0].NumStreams())
 	}
 	var loss *deviceLoss
 	if rc.loss != nil {
@@ -199,10 +199,10 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 	r := &run{
 		ctx:   ctx,
 		plan:  p,
-		devs:  p.Devices,
+		devs:  p.devices,
 		pools: e.pools,
 		alloc: e.pools[0].Allocator(),
-		store: failgraph.New(func(id buffers.ID) string { return p.Buffers[id].Name }),
+		store: failgraph.New(func(id buffers.ID) string { return p.bufs[id].Name }),
 		loss:  loss,
 	}
 	if err := r.allocate(ctx, nil, rc.inputs); err != nil {
@@ -210,7 +210,7 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 	}
 	submitErr := r.execute(e.devs, e.timing)
 	rep := newReport(p, r.out, r.store, e.topo)
-	res := &Result{graph: p.Graph, run: r, store: r.store, Report: rep}
+	res := &Result{graph: p.graph, run: r, store: r.store, Report: rep}
 	if submitErr == nil && loss != nil && loss.lost.Load() {
 		if res, submitErr = e.recoverLoss(ctx, p, r, rep); res == nil {
 			return nil, submitErr
@@ -269,7 +269,7 @@ func (r *run) buffer(id buffers.ID) *buffers.Buffer {
 	if b := slot.Load(); b != nil || r.unalloc != nil && r.unalloc.bufs[id] {
 		return b
 	}
-	pb := &r.plan.Buffers[id]
+	pb := &r.plan.bufs[id]
 	if pb.SizeBytes != 0 {
 		return nil
 	}
@@ -296,7 +296,7 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 	r.bufs = r.plan.bufSlots()
 	held := map[*buffers.Budget]int64{}  // bytes the run holds or will take, by budget
 	needs := map[*buffers.Budget]int64{} // every raw byte the run needs, by budget, for messages
-	budget := func(i int) *buffers.Budget { return r.pools[r.plan.Buffers[i].Device].Budget() }
+	budget := func(i int) *buffers.Budget { return r.pools[r.plan.bufs[i].Device].Budget() }
 	for i, b := range carried {
 		if b != nil {
 			r.bufs[i].Store(b)
@@ -308,12 +308,12 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 	raw := r.plan.compiled().raw // value buffers are made on first use
 	for _, i := range raw {
 		if int(i) >= len(carried) || carried[i] == nil {
-			if n := r.plan.Buffers[i].SizeBytes; n < 0 {
+			if n := r.plan.bufs[i].SizeBytes; n < 0 {
 				r.release()
 				releaseInputs(inputs)
-				return fmt.Errorf("exec: buffer %q: negative size %d", r.plan.Buffers[i].Name, n)
+				return fmt.Errorf("exec: buffer %q: negative size %d", r.plan.bufs[i].Name, n)
 			}
-			needs[budget(int(i))] += r.plan.Buffers[i].SizeBytes
+			needs[budget(int(i))] += r.plan.bufs[i].SizeBytes
 		}
 	}
 	fits := make([]int32, 0, len(raw))
@@ -321,7 +321,7 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 		if int(i) < len(carried) && carried[i] != nil {
 			continue
 		}
-		b := &r.plan.Buffers[i]
+		b := &r.plan.bufs[i]
 		bud := budget(int(i))
 		if held[bud]+b.SizeBytes <= bud.TotalBytes() {
 			held[bud] += b.SizeBytes
@@ -338,7 +338,7 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 		}
 		r.store.FailUnallocated("allocate "+b.Name, buffers.ID(i), err)
 		if r.unalloc == nil {
-			r.unalloc = &unallocated{bufs: make([]bool, len(r.plan.Buffers))}
+			r.unalloc = &unallocated{bufs: make([]bool, len(r.plan.bufs))}
 		}
 		r.unalloc.bufs[i] = true
 		// A kernel that declares an empty range of it, or an optional
@@ -378,12 +378,12 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 		taken[bud] = n
 	}
 	for _, i := range fits {
-		b := &r.plan.Buffers[i]
+		b := &r.plan.bufs[i]
 		buf, _ := r.pools[b.Device].AllocateReserved(buffers.ID(i), b.Name, b.SizeBytes) // sizes checked above
 		r.bufs[i].Store(buf)
 	}
 	for id, v := range inputs {
-		if id < 0 || int(id) >= r.plan.Graph.NumBuffers() || r.unalloc != nil && r.unalloc.bufs[id] {
+		if id < 0 || int(id) >= r.plan.graph.NumBuffers() || r.unalloc != nil && r.unalloc.bufs[id] {
 			r.release()
 			releaseInputs(inputs)
 			return fmt.Errorf("exec: input for unknown or unallocated buffer id %d", id)
@@ -436,7 +436,7 @@ func (p *Plan) bufSlots() []atomic.Pointer[buffers.Buffer] {
 		p.slots = p.slots[:n-1]
 		return s
 	}
-	return make([]atomic.Pointer[buffers.Buffer], len(p.Buffers))
+	return make([]atomic.Pointer[buffers.Buffer], len(p.bufs))
 }
 
 // putSlots keeps s (all nil) for a later run, up to keptSlots of them.

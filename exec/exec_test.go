@@ -15,6 +15,7 @@ import (
 	"github.com/streamdag/streamdag/failgraph"
 	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/internal/leaktest"
+	"github.com/streamdag/streamdag/topology"
 )
 
 func TestMain(m *testing.M) { leaktest.Main(m) }
@@ -115,14 +116,58 @@ func TestPlanWaits(t *testing.T) {
 			c.build(g)
 			p, err := e.Plan(g)
 			require.NoError(t, err)
-			assert.Equal(t, c.waits, p.Waits, p.String())
-			assert.Equal(t, c.hazds, p.Hazards, p.String())
+			assert.Equal(t, c.waits, p.Waits(), p.String())
+			assert.Equal(t, c.hazds, p.Hazards(), p.String())
 			res, err := e.Execute(t.Context(), p)
 			require.NoError(t, err)
 			require.NoError(t, res.Err())
 			res.Close()
 		})
 	}
+}
+
+// A plan cannot be edited into an inconsistent state: what its accessors
+// return are copies, so a wait that can never fire or a redirected read
+// written into them leaves the plan as planned, and it runs to the same
+// answer, before and after the edit.
+func TestPlanIsOpaque(t *testing.T) {
+	e := newExecutor(t, 2)
+	g := dag.New()
+	src := g.AddBuffer("src", 8)
+	l, r := g.AddBuffer("l", 8), g.AddBuffer("r", 8)
+	double := func(_ context.Context, l dag.Launch) error {
+		binary.LittleEndian.PutUint64(l.Out(0).Bytes(), 2*binary.LittleEndian.Uint64(l.In(0).Bytes()))
+		return nil
+	}
+	g.AddKernel("source", putU64(0, 7, nil), dag.Writes(src))
+	g.AddKernel("left", double, dag.Reads(src), dag.Writes(l))
+	g.AddKernel("right", double, dag.Reads(src), dag.Writes(r))
+	p, err := e.Plan(g)
+	require.NoError(t, err)
+	before := p.String()
+	for i := range p.NumLaunches() {
+		launch := p.Launch(i)
+		launch.Waits = append(launch.Waits, exec.Wait{Stream: 1, Seq: 1 << 30, Launch: i})
+		if len(launch.Reads) > 0 {
+			launch.Reads[0].Buffer = 99
+		}
+		for j := range launch.Deps {
+			launch.Deps[j] = -1
+		}
+	}
+	for _, launch := range p.Launches() {
+		launch.Writes = nil
+	}
+	p.Placement().Device[0] = 5
+	p.Devices()[0] = topology.GPU(9)
+	assert.Equal(t, before, p.String(), "the plan is unchanged")
+	res, err := e.Execute(context.Background(), p) // an edit that took would make this hang
+	require.NoError(t, err)
+	defer res.Close()
+	require.NoError(t, res.Err())
+	b, err := res.Buffer(r)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(14), binary.LittleEndian.Uint64(b.Bytes()))
 }
 
 // An error and a panic each fail their own launch and skip exactly the

@@ -95,14 +95,14 @@ type deviceLoss struct {
 // newDeviceLoss returns the loss spec asks for during a run of p, or an
 // error naming the device when p cannot lose it.
 func newDeviceLoss(p *Plan, spec LossSpec) (*deviceLoss, error) {
-	i := slices.Index(p.Devices, spec.Device)
+	i := slices.Index(p.devices, spec.Device)
 	if i < 0 {
-		return nil, fmt.Errorf("exec: cannot lose %s: not a device of the run %v", spec.Device, p.Devices)
+		return nil, fmt.Errorf("exec: cannot lose %s: not a device of the run %v", spec.Device, p.devices)
 	}
-	if len(p.Devices) < 2 {
+	if len(p.devices) < 2 {
 		return nil, fmt.Errorf("exec: cannot lose %s: it is the run's only device", spec.Device)
 	}
-	d := &deviceLoss{dev: i, id: spec.Device, threshold: int64(math.Ceil(spec.After * float64(len(p.Launches)))),
+	d := &deviceLoss{dev: i, id: spec.Device, threshold: int64(math.Ceil(spec.After * float64(len(p.launches)))),
 		err: fmt.Errorf("exec: %w: %s", ErrDeviceLost, spec.Device)}
 	if d.threshold == 0 {
 		d.lost.Store(true)
@@ -192,14 +192,14 @@ type recovery struct {
 // starting (ctx done while reserving its memory) it releases every buffer
 // of the run and returns (nil, err).
 func (e *Executor) recoverLoss(ctx context.Context, p1 *Plan, r1 *run, rep1 *Report) (*Result, error) {
-	rc := &recovery{e: e, g: p1.Graph, p1: p1, r1: r1, loss: r1.loss}
+	rc := &recovery{e: e, g: p1.graph, p1: p1, r1: r1, loss: r1.loss}
 	rc.carriers()
 	rc.reruns()
 	if err := rc.migrate(); err != nil {
 		r1.release()
 		return nil, err
 	}
-	p2 := planOn(rc.g, p1.Devices, p1.Streams, rc.pl, &subset{run: rc.rerun, home: rc.home, fallback: rc.fallback()})
+	p2 := planOn(rc.g, p1.devices, p1.streams, rc.pl, &subset{run: rc.rerun, home: rc.home, fallback: rc.fallback()})
 	r2, err := rc.start(ctx, p2)
 	if err != nil {
 		return nil, fmt.Errorf("exec: recover from losing %s: %w", rc.loss.id, err)
@@ -220,7 +220,7 @@ func (rc *recovery) carriers() {
 	for b := range nb {
 		rc.home[b] = -1
 	}
-	for i, pb := range rc.p1.Buffers {
+	for i, pb := range rc.p1.bufs {
 		b := pb.Of
 		buf := rc.r1.bufs[i].Load()
 		if rc.carried[b] != nil || pb.Device == rc.loss.dev || !pb.final || buf == nil {
@@ -247,8 +247,8 @@ func (rc *recovery) carriers() {
 func (rc *recovery) reruns() {
 	g, nk := rc.g, rc.g.NumKernels()
 	rc.ok, rc.pos, rc.rerun = make([]bool, nk), make([]int, nk), make([]bool, nk)
-	for i := range rc.p1.Launches {
-		if k := rc.p1.Launches[i].Kernel; k >= 0 {
+	for i := range rc.p1.launches {
+		if k := rc.p1.launches[i].Kernel; k >= 0 {
 			rc.pos[k] = i
 			rc.ok[k] = rc.r1.out.get(i) == StatusOK
 		}
@@ -340,17 +340,17 @@ func (rc *recovery) migrate() error {
 			FreeMemoryBytes: info.MemoryBytes, ComputeCapability: info.ComputeCapability})
 	}
 	for k, kern := range g.Kernels() {
-		_ = coord.Assign(gpu.KernelID(kern.Name), p1.Devices[p1.Placement.Device[k]])
+		_ = coord.Assign(gpu.KernelID(kern.Name), p1.devices[p1.placement.Device[k]])
 	}
 	un, err := coord.Unregister(loss.id)
 	if err != nil {
 		return fmt.Errorf("exec: recover from losing %s: %w", loss.id, err)
 	}
-	rc.pl = PlacementResult{Strategy: p1.Placement.Strategy, Device: slices.Clone(p1.Placement.Device)}
+	rc.pl = PlacementResult{Strategy: p1.placement.Strategy, Device: slices.Clone(p1.placement.Device)}
 	target := map[dag.KernelID]int{}
 	for _, m := range un.Migrations {
 		if id, found := g.KernelByName(string(m.Kernel)); found {
-			target[id] = slices.Index(p1.Devices, m.Target)
+			target[id] = slices.Index(p1.devices, m.Target)
 		}
 	}
 	for k := range rc.rerun {
@@ -368,7 +368,7 @@ func (rc *recovery) migrate() error {
 			to = rc.fallback()
 		}
 		rc.pl.Device[k] = to
-		rc.moved = append(rc.moved, Migration{Kernel: g.KernelName(id), From: loss.id, To: p1.Devices[to]})
+		rc.moved = append(rc.moved, Migration{Kernel: g.KernelName(id), From: loss.id, To: p1.devices[to]})
 	}
 	return nil
 }
@@ -411,8 +411,8 @@ func (rc *recovery) start(ctx context.Context, p2 *Plan) (*run, error) {
 		}
 	}
 	rc.loss.inputs = nil
-	r2 := &run{ctx: ctx, plan: p2, devs: p2.Devices, pools: rc.e.pools, alloc: rc.r1.alloc,
-		store: failgraph.New(func(id buffers.ID) string { return p2.Buffers[id].Name })}
+	r2 := &run{ctx: ctx, plan: p2, devs: p2.devices, pools: rc.e.pools, alloc: rc.r1.alloc,
+		store: failgraph.New(func(id buffers.ID) string { return p2.bufs[id].Name })}
 	if err := r2.allocate(ctx, rc.carried, refill); err != nil {
 		return nil, err
 	}
@@ -429,7 +429,7 @@ func (rc *recovery) start(ctx context.Context, p2 *Plan) (*run, error) {
 func (rc *recovery) report(rep, rep2 *Report) *Report {
 	r1, p1 := rc.r1, rc.p1
 	for i := range r1.out.status {
-		k := p1.Launches[i].Kernel
+		k := p1.launches[i].Kernel
 		if k >= 0 && rc.rerun[k] || k < 0 && r1.out.get(i) != StatusOK {
 			r1.out.set(i, StatusLost)
 		}

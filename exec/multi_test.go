@@ -82,7 +82,7 @@ func TestCopyAcrossSimulatedGPUs(t *testing.T) {
 			}, dag.Reads(x), dag.Writes(y), dag.OnDevice(c.to))
 			p, err := e.Plan(g)
 			require.NoError(t, err)
-			assert.Equal(t, 1, p.Copies, p.String())
+			assert.Equal(t, 1, p.Copies(), p.String())
 			res, err := e.Execute(t.Context(), p)
 			require.NoError(t, err)
 			defer res.Close()
@@ -138,7 +138,7 @@ func TestPlacementRules(t *testing.T) {
 		g.AddKernel("hi", nop, dag.WritesRange(b, 8, 8), dag.OnDevice(topology.GPU(3)))
 		p, err := e.Plan(g)
 		require.NoError(t, err)
-		assert.Equal(t, []int{2, 3}, p.Placement.Device)
+		assert.Equal(t, []int{2, 3}, p.Placement().Device)
 	})
 	t.Run("independent heavy kernels spread", func(t *testing.T) {
 		g := dag.New()
@@ -148,11 +148,11 @@ func TestPlacementRules(t *testing.T) {
 		p, err := e.Plan(g)
 		require.NoError(t, err)
 		seen := map[int]bool{}
-		for _, d := range p.Placement.Device {
+		for _, d := range p.Placement().Device {
 			seen[d] = true
 		}
 		assert.Len(t, seen, 8, "one kernel per GPU")
-		assert.Equal(t, time.Millisecond, p.Placement.Makespan)
+		assert.Equal(t, time.Millisecond, p.Placement().Makespan)
 	})
 	t.Run("a chain with big buffers stays on one device", func(t *testing.T) {
 		g := dag.New()
@@ -165,8 +165,8 @@ func TestPlacementRules(t *testing.T) {
 		}
 		p, err := e.Plan(g)
 		require.NoError(t, err)
-		assert.Equal(t, 0, p.Copies)
-		assert.Zero(t, p.Placement.BytesMoved)
+		assert.Equal(t, 0, p.Copies())
+		assert.Zero(t, p.Placement().BytesMoved)
 	})
 }
 

@@ -216,7 +216,7 @@ func TestPlacementSplitPins(t *testing.T) {
 	g, bufs = build(true)
 	p, err := e.Plan(g)
 	require.NoError(t, err)
-	assert.Equal(t, []int{1, 2, 3, 4}, p.Placement.Device)
+	assert.Equal(t, []int{1, 2, 3, 4}, p.Placement().Device)
 	assert.Equal(t, want, runBytes(t, e, g, bufs, "pinned apart"))
 }
 
@@ -243,7 +243,7 @@ func TestDeviceLossSharedPartialWriters(t *testing.T) {
 			g, bufs := build()
 			p, err := e.Plan(g)
 			require.NoError(t, err)
-			lost := p.Devices[p.Placement.Device[0]]
+			lost := p.Devices()[p.Placement().Device[0]]
 			res, err := e.Run(t.Context(), g, exec.WithDeviceLoss(lost, 0))
 			require.NoError(t, err)
 			defer res.Close()

@@ -67,25 +67,88 @@ type PlannedBuffer struct {
 	final     bool         // it ends the plan holding every byte's final version (the graph's buffers always do)
 }
 
-// Plan is an executable schedule of a graph on the executor's devices.
+// Plan is an executable schedule of a graph on the executor's devices. It
+// is opaque: a plan cannot be edited into a state that contradicts its
+// graph (a wait that never fires, a launch on a device it has no buffer
+// on). Its accessors return copies, safe to call from any goroutine,
+// also while the plan runs; a plan can be executed many times, one run
+// at a time or concurrently.
 type Plan struct {
-	Graph    *dag.Graph
-	Devices  []topology.DeviceID // the executor's devices, by index
-	Streams  int                 // streams per device
-	Launches []PlannedLaunch     // in submission order (a topological order)
-	Buffers  []PlannedBuffer     // the graph's buffers, then replicas
-	Waits    int                 // event waits inserted
-	Hazards  int                 // cross-stream hazards found (Waits <= Hazards)
-	Copies   int                 // copy launches inserted
-	// Placement is the device chosen for each kernel (by kernel id) and
-	// the cost model's figures for it.
-	Placement PlacementResult
-	record    []bool // record[i]: an event must be recorded after launch i
+	graph     *dag.Graph
+	devices   []topology.DeviceID // the executor's devices, by index
+	streams   int                 // streams per device
+	launches  []PlannedLaunch     // in submission order (a topological order)
+	bufs      []PlannedBuffer     // the graph's buffers, then replicas
+	waits     int                 // event waits inserted
+	hazards   int                 // cross-stream hazards found (waits <= hazards)
+	copies    int                 // copy launches inserted
+	placement PlacementResult     // the device of each kernel (by kernel id), and the cost model's figures
+	record    []bool              // record[i]: an event must be recorded after launch i
 
 	compileOnce sync.Once
 	comp        *compiled // the stream lists, built on the first run
 	slotsMu     sync.Mutex
 	slots       [][]atomic.Pointer[buffers.Buffer] // buffer slots of closed runs, all nil, for reuse
+}
+
+// Graph returns the graph the plan schedules.
+func (p *Plan) Graph() *dag.Graph { return p.graph }
+
+// Devices returns the executor's devices, by device index (the Device of
+// a PlannedLaunch or PlannedBuffer indexes it).
+func (p *Plan) Devices() []topology.DeviceID { return slices.Clone(p.devices) }
+
+// Streams returns the number of streams per device.
+func (p *Plan) Streams() int { return p.streams }
+
+// NumLaunches returns the number of launches, copies included.
+func (p *Plan) NumLaunches() int { return len(p.launches) }
+
+// Launch returns launch i (0 <= i < NumLaunches, in submission order), a
+// copy whose slices the caller may keep and change. It panics when i is
+// out of range.
+func (p *Plan) Launch(i int) PlannedLaunch {
+	l := p.launches[i]
+	l.Waits, l.Deps = slices.Clone(l.Waits), slices.Clone(l.Deps)
+	l.Reads, l.Writes = slices.Clone(l.Reads), slices.Clone(l.Writes)
+	if l.Copy != nil {
+		c := *l.Copy
+		l.Copy = &c
+	}
+	return l
+}
+
+// Launches returns every launch in submission order (a topological
+// order), as Launch gives them: O(launches + their bindings) per call.
+func (p *Plan) Launches() []PlannedLaunch {
+	out := make([]PlannedLaunch, len(p.launches))
+	for i := range out {
+		out[i] = p.Launch(i)
+	}
+	return out
+}
+
+// Buffers returns the plan's buffers: the graph's (same ids), then
+// replicas on other devices (ids after the graph's).
+func (p *Plan) Buffers() []PlannedBuffer { return slices.Clone(p.bufs) }
+
+// Waits returns the number of event waits the plan inserts.
+func (p *Plan) Waits() int { return p.waits }
+
+// Hazards returns the number of cross-stream hazards found (read after
+// write, write after read, write after write); Waits() <= Hazards():
+// a wait can cover several.
+func (p *Plan) Hazards() int { return p.hazards }
+
+// Copies returns the number of copy launches.
+func (p *Plan) Copies() int { return p.copies }
+
+// Placement returns the device index chosen for each kernel (by kernel
+// id) and the cost model's figures for that placement.
+func (p *Plan) Placement() PlacementResult {
+	r := p.placement
+	r.Device = slices.Clone(r.Device)
+	return r
 }
 
 // Plan validates g and returns a plan on the executor's devices: kernels
@@ -143,12 +206,12 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementRe
 		order = slices.DeleteFunc(slices.Clone(order), func(k dag.KernelID) bool { return !sub.run[k] })
 	}
 	order = launchOrder(g, order, g.NumBuffers())
-	p := &Plan{Graph: g, Devices: devs, Streams: nstreams, Placement: pl}
+	p := &Plan{graph: g, devices: devs, streams: nstreams, placement: pl}
 	only := homeBuffers(p, order, sub)
 	if len(devs) == 1 {
 		for _, kid := range order {
 			k := g.Kernel(kid)
-			p.Launches = append(p.Launches, PlannedLaunch{Kernel: kid, Name: k.Name, Reads: k.Reads,
+			p.launches = append(p.launches, PlannedLaunch{Kernel: kid, Name: k.Name, Reads: k.Reads,
 				Writes: k.Writes, fn: k.Fn, optional: k.Optional, pin: k.Stream})
 		}
 	} else {
@@ -163,18 +226,18 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementRe
 			for i, w := range writes {
 				writes[i] = cp.write(w, d)
 			}
-			p.Launches = append(p.Launches, PlannedLaunch{Kernel: kid, Name: k.Name, Device: d, Reads: reads,
+			p.launches = append(p.launches, PlannedLaunch{Kernel: kid, Name: k.Name, Device: d, Reads: reads,
 				Writes: writes, fn: k.Fn, optional: k.Optional, pin: k.Stream})
 		}
 		cp.finish()
 	}
-	n := len(p.Launches)
+	n := len(p.launches)
 	p.record = make([]bool, n)
 
 	// Hazards, in plan order.
-	haz := newHazards(len(p.Buffers), n)
-	for i := range p.Launches {
-		p.Launches[i].Deps = haz.access(i, p.Launches[i].Reads, p.Launches[i].Writes)
+	haz := newHazards(len(p.bufs), n)
+	for i := range p.launches {
+		p.launches[i].Deps = haz.access(i, p.launches[i].Reads, p.launches[i].Writes)
 	}
 
 	// Stream assignment per device: chains stay on one stream.
@@ -192,8 +255,8 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementRe
 	for d := range lastRoot {
 		lastRoot[d] = -1
 	}
-	for i := range p.Launches {
-		l := &p.Launches[i]
+	for i := range p.launches {
+		l := &p.launches[i]
 		base := l.Device * nstreams
 		s := -1
 		if l.Kernel >= 0 && l.pin >= 0 {
@@ -204,7 +267,7 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementRe
 			// stream.
 			pick := -1
 			for _, d := range l.Deps {
-				if !continued[d] && p.Launches[d].Device == l.Device && (pick < 0 || load[gstream[d]] < load[gstream[pick]]) {
+				if !continued[d] && p.launches[d].Device == l.Device && (pick < 0 || load[gstream[d]] < load[gstream[pick]]) {
 					pick = d
 				}
 			}
@@ -237,23 +300,23 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementRe
 		clock[s] = make([]int, ns)
 	}
 	after := make([]int, n*ns) // clock of launch i's stream right after it
-	for i := range p.Launches {
-		l := &p.Launches[i]
+	for i := range p.launches {
+		l := &p.launches[i]
 		s := gstream[i]
 		deps := slices.Clone(l.Deps)
 		slices.SortFunc(deps, func(a, b int) int { return cmp.Compare(b, a) }) // newest first: its wait covers older ones
 		for _, d := range deps {
-			t, seq := gstream[d], p.Launches[d].Seq
+			t, seq := gstream[d], p.launches[d].Seq
 			if t == s {
 				continue
 			}
-			p.Hazards++
+			p.hazards++
 			if clock[s][t] >= seq {
 				continue
 			}
 			l.Waits = append(l.Waits, Wait{Stream: t, Seq: seq, Launch: d})
 			p.record[d] = true
-			p.Waits++
+			p.waits++
 			for u, c := range after[d*ns : (d+1)*ns] {
 				clock[s][u] = max(clock[s][u], c)
 			}
@@ -271,7 +334,7 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementRe
 // device alone (an input, or carried) rather than being unwritten
 // everywhere.
 func homeBuffers(p *Plan, order []dag.KernelID, sub *subset) []bool {
-	g := p.Graph
+	g := p.graph
 	fallback := 0
 	if sub != nil {
 		fallback = sub.fallback
@@ -283,14 +346,14 @@ func homeBuffers(p *Plan, order []dag.KernelID, sub *subset) []bool {
 	for _, kid := range order {
 		for _, w := range g.KernelWrites(kid) {
 			if home[w.Buffer] < 0 {
-				home[w.Buffer] = p.Placement.Device[kid]
+				home[w.Buffer] = p.placement.Device[kid]
 			}
 		}
 	}
 	for _, kid := range order {
 		for _, r := range g.KernelReads(kid) {
 			if home[r.Buffer] < 0 {
-				home[r.Buffer] = p.Placement.Device[kid]
+				home[r.Buffer] = p.placement.Device[kid]
 			}
 		}
 	}
@@ -304,14 +367,14 @@ func homeBuffers(p *Plan, order []dag.KernelID, sub *subset) []bool {
 		if d < 0 {
 			d = fallback
 		}
-		p.Buffers = append(p.Buffers, PlannedBuffer{Name: b.Name, SizeBytes: b.SizeBytes, Value: b.Value, Device: d, Of: b.ID, final: true})
+		p.bufs = append(p.bufs, PlannedBuffer{Name: b.Name, SizeBytes: b.SizeBytes, Value: b.Value, Device: d, Of: b.ID, final: true})
 	}
 	return only
 }
 
 // GlobalStream returns launch i's stream as a global index:
 // Device×Streams + Stream.
-func (p *Plan) GlobalStream(i int) int { return p.Launches[i].Device*p.Streams + p.Launches[i].Stream }
+func (p *Plan) GlobalStream(i int) int { return p.launches[i].Device*p.streams + p.launches[i].Stream }
 
 func argmin(xs []int) int {
 	best := 0
@@ -507,10 +570,10 @@ func dropCovered(as []access, w buffers.Binding, self int) []access {
 
 // String summarises the plan: launches, streams, waits.
 func (p *Plan) String() string {
-	if len(p.Devices) == 1 {
+	if len(p.devices) == 1 {
 		return fmt.Sprintf("plan: %d launches on %d streams, %d event waits for %d cross-stream hazards",
-			len(p.Launches), p.Streams, p.Waits, p.Hazards)
+			len(p.launches), p.streams, p.waits, p.hazards)
 	}
 	return fmt.Sprintf("plan: %d launches on %d devices × %d streams, %d event waits for %d cross-stream hazards, %d copies",
-		len(p.Launches), len(p.Devices), p.Streams, p.Waits, p.Hazards, p.Copies)
+		len(p.launches), len(p.devices), p.streams, p.waits, p.hazards, p.copies)
 }

@@ -28,7 +28,7 @@ import (
 // error is for future placements that may not be drawable.
 func (p *Plan) MarshalDOT() ([]byte, error) {
 	var b bytes.Buffer
-	g := p.Graph
+	g := p.graph
 	b.WriteString("digraph plan {\n")
 	// newrank ranks the whole graph at once rather than cluster by
 	// cluster: Graphviz 2.43's cluster ranking ("trouble in init_rank",
@@ -40,23 +40,23 @@ func (p *Plan) MarshalDOT() ([]byte, error) {
 	b.WriteString("  edge [fontname=\"Helvetica\", fontsize=8];\n")
 
 	// Launches by device and stream, in submission order.
-	streams := make([][][]int, len(p.Devices)) // device → stream → plan indices
+	streams := make([][][]int, len(p.devices)) // device → stream → plan indices
 	for d := range streams {
-		streams[d] = make([][]int, p.Streams)
+		streams[d] = make([][]int, p.streams)
 	}
-	for i := range p.Launches {
-		l := &p.Launches[i]
+	for i := range p.launches {
+		l := &p.launches[i]
 		for len(streams[l.Device]) <= l.Stream {
 			streams[l.Device] = append(streams[l.Device], nil)
 		}
 		streams[l.Device][l.Stream] = append(streams[l.Device][l.Stream], i)
 	}
-	for d, dev := range p.Devices {
+	for d, dev := range p.devices {
 		fmt.Fprintf(&b, "  subgraph \"cluster_%s\" {\n    label=\"%s\";\n    style=filled; fillcolor=\"#f4f4f4\"; color=\"#888888\";\n", dev, dev)
 		for s, idx := range streams[d] {
 			fmt.Fprintf(&b, "    subgraph \"cluster_%s_s%d\" {\n      label=\"%s stream %d\";\n      style=\"rounded,filled\"; fillcolor=white; color=\"#4a7ab5\";\n", dev, s, dev, s)
 			for _, i := range idx {
-				l := &p.Launches[i]
+				l := &p.launches[i]
 				shape, fill := "box", "#dce8f7"
 				if l.Copy != nil {
 					shape, fill = "cds", "#fdebd0"
@@ -69,7 +69,7 @@ func (p *Plan) MarshalDOT() ([]byte, error) {
 			}
 			b.WriteString("    }\n")
 		}
-		for id, bd := range p.Buffers {
+		for id, bd := range p.bufs {
 			if bd.Device != d {
 				continue
 			}
@@ -87,8 +87,8 @@ func (p *Plan) MarshalDOT() ([]byte, error) {
 	}
 
 	// Data edges, in plan order: reads then writes.
-	for i := range p.Launches {
-		l := &p.Launches[i]
+	for i := range p.launches {
+		l := &p.launches[i]
 		seen := map[string]bool{}
 		for _, r := range l.Reads {
 			e := fmt.Sprintf("  b%d -> k%d;\n", r.Buffer, i)
@@ -106,8 +106,8 @@ func (p *Plan) MarshalDOT() ([]byte, error) {
 		}
 	}
 	// Event waits.
-	for i := range p.Launches {
-		for _, w := range p.Launches[i].Waits {
+	for i := range p.launches {
+		for _, w := range p.launches[i].Waits {
 			fmt.Fprintf(&b, "  k%d -> k%d [style=dashed, color=\"#c0392b\", fontcolor=\"#c0392b\", constraint=false, label=\"wait s%d#%d\"];\n",
 				w.Launch, i, w.Stream, w.Seq)
 		}

@@ -35,7 +35,7 @@ func TestPlanMarshalDOT(t *testing.T) {
 	assert.Contains(t, s, `subgraph "cluster_cpu" {`)
 	assert.Contains(t, s, `subgraph "cluster_cpu_s0" {`)
 	assert.Contains(t, s, `subgraph "cluster_cpu_s1" {`)
-	assert.Equal(t, p.Waits, strings.Count(s, "style=dashed"), "one dashed edge per event wait")
+	assert.Equal(t, p.Waits(), strings.Count(s, "style=dashed"), "one dashed edge per event wait")
 
 	again, err := p.MarshalDOT()
 	require.NoError(t, err)

@@ -114,9 +114,9 @@ func (r *Report) Launches() []LaunchReport {
 // report expands launch i of o.
 func (o *outcomes) report(i int) LaunchReport {
 	p := o.plan
-	op := &p.Launches[i]
+	op := &p.launches[i]
 	x := o.detail(i)
-	lr := LaunchReport{Kernel: op.Name, Device: p.Devices[op.Device], Stream: op.Stream, Status: o.get(i),
+	lr := LaunchReport{Kernel: op.Name, Device: p.devices[op.Device], Stream: op.Stream, Status: o.get(i),
 		Failure: x.failure, Err: x.err, Chain: x.chain}
 	// A lost launch ran when it has an end: its work was superseded by
 	// the recovery after it finished.
@@ -134,8 +134,8 @@ func (r *Report) DevicesUsed() []topology.DeviceID {
 	used := make([]bool, len(r.Devices))
 	var extra []topology.DeviceID
 	for _, o := range r.phases {
-		for i := range o.plan.Launches {
-			d := o.plan.Devices[o.plan.Launches[i].Device]
+		for i := range o.plan.launches {
+			d := o.plan.devices[o.plan.launches[i].Device]
 			if j := slices.Index(r.Devices, d); j >= 0 {
 				used[j] = true
 			} else if !slices.Contains(extra, d) {
@@ -192,7 +192,7 @@ func (r *Report) Err() error {
 				continue
 			}
 			seen[x.failure] = true
-			errs = append(errs, fmt.Errorf("exec: kernel %q %s: %w", o.plan.Launches[i].Name, o.get(i), x.err))
+			errs = append(errs, fmt.Errorf("exec: kernel %q %s: %w", o.plan.launches[i].Name, o.get(i), x.err))
 		}
 		if k < len(r.phases)-1 {
 			continue // a recovery phase followed: its graph is the run's
@@ -216,14 +216,14 @@ func (r *Report) Err() error {
 // their root error and chain when they were skipped (failgraph's
 // CheckReads).
 func newReport(p *Plan, o *outcomes, store *failgraph.Store, topo *topology.Topology) *Report {
-	rep := &Report{Device: p.Devices[0], Devices: p.Devices, Streams: p.Streams,
-		Waits: p.Waits, BytesByLink: map[string]int64{}, phases: []*outcomes{o}}
-	if len(p.Devices) > 1 {
-		rep.Makespan, rep.Placement = p.Placement.Makespan, p.Placement.Strategy.String()
+	rep := &Report{Device: p.devices[0], Devices: p.devices, Streams: p.streams,
+		Waits: p.waits, BytesByLink: map[string]int64{}, phases: []*outcomes{o}}
+	if len(p.devices) > 1 {
+		rep.Makespan, rep.Placement = p.placement.Makespan, p.placement.Strategy.String()
 	}
-	if p.Copies > 0 {
-		for i := range p.Launches {
-			if c := p.Launches[i].Copy; c != nil {
+	if p.copies > 0 {
+		for i := range p.launches {
+			if c := p.launches[i].Copy; c != nil {
 				cr := copyReport(p, topo, c, o.detail(i).copied, o.get(i))
 				rep.Copies = append(rep.Copies, cr)
 				link := cr.Link
@@ -238,8 +238,8 @@ func newReport(p *Plan, o *outcomes, store *failgraph.Store, topo *topology.Topo
 }
 
 func copyReport(p *Plan, topo *topology.Topology, c *Copy, copied int64, status Status) CopyReport {
-	from, to := p.Devices[c.From], p.Devices[c.To]
-	cr := CopyReport{Buffer: p.Graph.Buffer(c.Buffer).Name, From: from, To: to, Bytes: copied, Status: status, Route: "direct"}
+	from, to := p.devices[c.From], p.devices[c.To]
+	cr := CopyReport{Buffer: p.graph.Buffer(c.Buffer).Name, From: from, To: to, Bytes: copied, Status: status, Route: "direct"}
 	if topo == nil {
 		return cr
 	}

@@ -172,8 +172,8 @@ func tracePhases(p *Plan, r *Report) ([]tracePhase, error) {
 	if len(phases) > 0 {
 		first = len(r.phases[0].status)
 	}
-	if len(p.Launches) != first {
-		return nil, fmt.Errorf("exec: trace: plan has %d launches, report %d", len(p.Launches), first)
+	if len(p.launches) != first {
+		return nil, fmt.Errorf("exec: trace: plan has %d launches, report %d", len(p.launches), first)
 	}
 	if len(phases) > 0 {
 		phases[0].plan = p
@@ -297,11 +297,11 @@ func TraceEvents(p *Plan, r *Report) ([]TraceEvent, error) {
 			}
 			isCopy := false
 			if p != nil {
-				pl := &phase.plan.Launches[j]
+				pl := &phase.plan.launches[j]
 				args["read_bytes"], args["write_bytes"] = phase.plan.rawBytes(pl.Reads), phase.plan.rawBytes(pl.Writes)
 				if c := pl.Copy; c != nil {
 					isCopy = true
-					args["copy_from"], args["copy_to"] = phase.plan.Devices[c.From].String(), phase.plan.Devices[c.To].String()
+					args["copy_from"], args["copy_to"] = phase.plan.devices[c.From].String(), phase.plan.devices[c.To].String()
 					args["copy_bytes"] = c.Bytes
 				}
 			}
@@ -361,11 +361,11 @@ func TraceEvents(p *Plan, r *Report) ([]TraceEvent, error) {
 	if p != nil {
 		var id uint64
 		for _, phase := range phases {
-			for j := range phase.plan.Launches {
+			for j := range phase.plan.launches {
 				i := phase.first + j
-				for _, wt := range phase.plan.Launches[j].Waits {
+				for _, wt := range phase.plan.launches[j].Waits {
 					w := phase.first + wt.Launch
-					if wt.Launch < 0 || wt.Launch >= len(phase.plan.Launches) || w >= len(ls) {
+					if wt.Launch < 0 || wt.Launch >= len(phase.plan.launches) || w >= len(ls) {
 						return nil, fmt.Errorf("exec: trace: launch %d waits on launch %d of %d", i, w, len(ls))
 					}
 					id++
@@ -393,7 +393,7 @@ func TraceEvents(p *Plan, r *Report) ([]TraceEvent, error) {
 func (p *Plan) rawBytes(bs []buffers.Binding) int64 {
 	var n int64
 	for _, b := range bs {
-		if int(b.Buffer) < len(p.Buffers) && !p.Buffers[b.Buffer].Value {
+		if int(b.Buffer) < len(p.bufs) && !p.bufs[b.Buffer].Value {
 			n += b.Length
 		}
 	}

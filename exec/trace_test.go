@@ -137,7 +137,7 @@ func TestWriteTrace(t *testing.T) {
 	g := traceGraph()
 	p, err := e.Plan(g)
 	require.NoError(t, err)
-	require.Positive(t, p.Waits, "the fan-in crosses streams")
+	require.Positive(t, p.Waits(), "the fan-in crosses streams")
 	res, err := e.Execute(t.Context(), p)
 	require.NoError(t, err)
 	defer res.Close()
@@ -146,8 +146,8 @@ func TestWriteTrace(t *testing.T) {
 	require.NoError(t, exec.WriteTrace(&buf, p, res.Report))
 	var tf traceFile
 	require.NoError(t, json.Unmarshal(buf.Bytes(), &tf), buf.String())
-	assert.Equal(t, p.Waits, checkTraceFormat(t, tf), "one flow arrow per event wait")
-	assert.EqualValues(t, len(p.Launches), tf.OtherData["launches"])
+	assert.Equal(t, p.Waits(), checkTraceFormat(t, tf), "one flow arrow per event wait")
+	assert.EqualValues(t, p.NumLaunches(), tf.OtherData["launches"])
 
 	names := map[string]bool{}
 	byKernel := map[string]map[string]any{}
@@ -160,7 +160,7 @@ func TestWriteTrace(t *testing.T) {
 		}
 	}
 	assert.Equal(t, map[string]bool{"cpu stream 0": true, "cpu stream 1": true}, names)
-	require.Len(t, byKernel, len(p.Launches), "one event per launch")
+	require.Len(t, byKernel, p.NumLaunches(), "one event per launch")
 
 	fails := byKernel["fails"]
 	assert.Equal(t, "X", fails["ph"])
@@ -250,7 +250,7 @@ func TestWriteTraceAndDOTAcrossDevices(t *testing.T) {
 	g.AddKernel("consume", nop, dag.Reads(x), dag.Writes(g.AddBuffer("y", 8)), dag.OnDevice(topology.GPU(3)))
 	p, err := e.Plan(g)
 	require.NoError(t, err)
-	require.Equal(t, 1, p.Copies)
+	require.Equal(t, 1, p.Copies())
 	res, err := e.Execute(t.Context(), p)
 	require.NoError(t, err)
 	defer res.Close()
@@ -261,7 +261,7 @@ func TestWriteTraceAndDOTAcrossDevices(t *testing.T) {
 	var tf traceFile
 	require.NoError(t, json.Unmarshal(buf.Bytes(), &tf))
 	flows := checkTraceFormat(t, tf)
-	assert.Equal(t, p.Waits, flows)
+	assert.Equal(t, p.Waits(), flows)
 	procs := map[string]bool{}
 	var copyEv map[string]any
 	for _, ev := range tf.TraceEvents {
@@ -305,7 +305,7 @@ func TestWriteTraceDeviceLoss(t *testing.T) {
 			defer res.Close()
 			rep := res.Report
 			require.NotNil(t, rep.Lost)
-			require.Greater(t, rep.NumLaunches(), len(p.Launches), "the recovery's launches are in the report")
+			require.Greater(t, rep.NumLaunches(), p.NumLaunches(), "the recovery's launches are in the report")
 
 			var buf bytes.Buffer
 			require.NoError(t, exec.WriteTrace(&buf, p, rep))

@@ -68,7 +68,7 @@ func runDevices(ctx context.Context, backend *gpu.Backend, topoSpec string, stre
 // multi-device run.
 func placementSummary(p *exec.Plan, rep *exec.Report) string {
 	used := map[int]bool{}
-	for _, d := range p.Placement.Device {
+	for _, d := range p.Placement().Device {
 		used[d] = true
 	}
 	var links []string
@@ -87,7 +87,7 @@ func placementSummary(p *exec.Plan, rep *exec.Report) string {
 		modeled += c.Modeled
 	}
 	return fmt.Sprintf("placement %s: %d of %d GPUs used, modeled makespan %s, %s (%s), %d through the host, modeled copy time %s",
-		rep.Placement, len(used), len(p.Devices), fmtDuration(rep.Makespan), plural(len(rep.Copies), "copy"),
+		rep.Placement, len(used), len(p.Devices()), fmtDuration(rep.Makespan), plural(len(rep.Copies), "copy"),
 		strings.Join(links, ", "), via, fmtDuration(modeled))
 }
 
