@@ -70,8 +70,9 @@ func (r *Report) WriteTrace(w io.Writer) error { return WriteTrace(w, nil, r) }
 // device), one track per stream of it ("cpu stream 0", "gpu3 stream 1"),
 // one slice per launch that ran, named after its kernel, with args
 // kernel, status, failure, error, stream, launch (the index in
-// r.Launches()) and the bytes of raw buffers it reads and writes (the
-// latter when p is given). Copy launches between devices are
+// r.Launches()) and read_bytes and write_bytes, the bytes of raw
+// buffers it reads and writes (when p is given, each left out when 0:
+// value buffers are not counted). Copy launches between devices are
 // "launch,copy" slices (olive) on the destination's stream, with
 // copy_from, copy_to and copy_bytes. Failed launches are coloured
 // "terrible" (red) with category "launch,failed"; skipped and cancelled
@@ -298,7 +299,13 @@ func TraceEvents(p *Plan, r *Report) ([]TraceEvent, error) {
 			isCopy := false
 			if p != nil {
 				pl := &phase.plan.launches[j]
-				args["read_bytes"], args["write_bytes"] = phase.plan.rawBytes(pl.Reads), phase.plan.rawBytes(pl.Writes)
+				// Raw bytes only: a value buffer's size is not known here.
+				if n := phase.plan.rawBytes(pl.Reads); n > 0 {
+					args["read_bytes"] = n
+				}
+				if n := phase.plan.rawBytes(pl.Writes); n > 0 {
+					args["write_bytes"] = n
+				}
 				if c := pl.Copy; c != nil {
 					isCopy = true
 					args["copy_from"], args["copy_to"] = phase.plan.devices[c.From].String(), phase.plan.devices[c.To].String()

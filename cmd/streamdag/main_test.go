@@ -107,6 +107,9 @@ func TestBadInput(t *testing.T) {
 		{"lose-device without %", []string{"run", "flights", "--topology", "sim:dgx1-v100", "--lose-device", "gpu3@50"}, 2,
 			"the point 50 has no %: write gpu3@50% (a percentage of the launches) or a fraction 0–1"},
 		{"lose-device out of range", []string{"run", "flights", "--topology", "sim:dgx1-v100", "--lose-device", "gpu3@150%"}, 2, "0–100%"},
+		{"lose-device of no such GPU", []string{"run", "flights", "--topology", "sim:dgx1-v100", "--lose-device", "gpu9@50%"}, 2,
+			"gpu9 is not a device of sim:dgx1-v100 (gpu0, gpu1, gpu2, gpu3, gpu4, gpu5, gpu6, gpu7)"},
+		{"trace under a file", []string{"run", "flights", "--trace", filepath.Join(garbage, "t.json")}, 1, "garbage.parquet is not a directory"},
 		{"lose-device without point", []string{"run", "flights", "--topology", "sim:dgx1-v100", "--lose-device", "gpu3"}, 2, "DEVICE@PERCENT"},
 	}
 	for _, c := range cases {

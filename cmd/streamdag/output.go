@@ -50,8 +50,10 @@ func (o *outputs) add(flag, path string) (*outputFile, error) {
 		mode = st.Mode().Perm()
 	}
 	dir := filepath.Dir(path)
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+	if st, err := os.Stat(dir); err != nil {
 		return nil, fmt.Errorf("%s %s: no directory %s", flag, path, dir)
+	} else if !st.IsDir() {
+		return nil, fmt.Errorf("%s %s: %s is not a directory", flag, path, dir)
 	}
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -117,6 +118,7 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		faults = append(faults, fault{spec, name, mode == "panic"})
 	}
 	var runOpts []exec.RunOption
+	var loss *exec.LossSpec
 	if f.loseDevice != "" {
 		if f.topology == "" {
 			return usagef("--lose-device needs --topology: only simulated GPUs can be lost")
@@ -125,6 +127,7 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		if err != nil {
 			return err
 		}
+		loss = &spec
 		runOpts = append(runOpts, exec.WithDeviceLoss(spec.Device, spec.After))
 	}
 
@@ -156,6 +159,15 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		return err
 	}
 	defer release()
+	if loss != nil {
+		ids := make([]string, len(devs))
+		for i, d := range devs {
+			ids[i] = d.ID().String()
+		}
+		if !slices.Contains(ids, loss.Device.String()) {
+			return usagef("--lose-device %s: %s is not a device of %s (%s)", f.loseDevice, loss.Device, f.topology, strings.Join(ids, ", "))
+		}
+	}
 
 	var file *kvio.File
 	if f.input == "" {
