@@ -397,3 +397,29 @@ func TestLaunchDoesNotAllocate(t *testing.T) {
 	require.NoError(t, s.Synchronize(ctx))
 	assert.Zero(t, allocs, "allocations per Launch + satisfied Wait + Done")
 }
+
+func TestDriver(t *testing.T) {
+	assert.Contains(t, gpu.Drivers(), cpu.Kind)
+	for _, tc := range []struct {
+		name    string
+		streams int
+		want    int
+	}{
+		{"default", 0, runtime.GOMAXPROCS(0)},
+		{"three", 3, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			set, err := gpu.Open(t.Context(), cpu.Kind, gpu.Config{Streams: tc.streams})
+			require.NoError(t, err)
+			require.Len(t, set.Devices(), 1)
+			d := set.Devices()[0]
+			assert.Equal(t, topology.CPU, d.ID())
+			assert.Equal(t, tc.want, d.NumStreams())
+			require.NoError(t, set.Close())
+			assert.ErrorIs(t, d.Stream(0).Launch(gpu.TaskFunc(func() {})), gpu.ErrClosed, "the set's Close closes the device")
+		})
+	}
+	set, err := gpu.Open(t.Context(), cpu.Kind, gpu.Config{Streams: -1})
+	assert.EqualError(t, err, "cpu: WithStreams(-1): a CPU device has 1 to 1024 streams")
+	assert.Nil(t, set)
+}

@@ -46,3 +46,17 @@ func ExampleStream_Synchronize() {
 	// cpu: stream 0: task panicked: out of range
 	// true
 }
+
+// The CPU device through the driver registry: importing package gpu/cpu
+// registers kind "cpu".
+func Example_registry() {
+	set, err := gpu.Open(context.Background(), cpu.Kind, gpu.Config{Streams: 2})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer set.Close()
+	dev := set.Devices()[0]
+	fmt.Println(dev.ID(), dev.NumStreams())
+	// Output: cpu 2
+}
