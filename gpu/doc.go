@@ -28,7 +28,7 @@
 // An executor gets its GPUs with gpu/nvml's Open (Discover, then
 // [NewBackend] over the GPUs found):
 //
-//	b, inv, err := nvml.Open(ctx, nvml.Config{}) // inv: what Discover found, with its Notes
+//	b, inv, err := nvml.Open(ctx, nvml.OpenConfig{}) // inv: what Discover found, with its Notes
 //	if err != nil { … }                          // ErrBackendAlreadyLive, config errors
 //	defer b.CloseAndWait(ctx)
 //	a, err := b.BeginAttempt(gpu.AttemptRequest{Name: "flights"})

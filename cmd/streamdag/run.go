@@ -143,7 +143,7 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	}
 	outFile, dotFile, traceFile, reportFile, metricsFile, errorsFile := files[0], files[1], files[2], files[3], files[4], files[5]
 
-	backend, _, err := nvml.Open(ctx, nvml.Config{})
+	backend, _, err := nvml.Open(ctx, nvml.OpenConfig{})
 	if err != nil {
 		return err
 	}

@@ -14,8 +14,8 @@ import (
 	"github.com/streamdag/streamdag/topology"
 )
 
-// Status says whether NVML answered during Discover.
-type Status struct {
+// LibraryStatus says whether NVML answered during Discover.
+type LibraryStatus struct {
 	// Available is true when nvml Init succeeded (even if some later
 	// queries failed; see Inventory.Notes).
 	Available bool
@@ -29,7 +29,7 @@ type Status struct {
 
 // String returns "NVML available (driver 550.54.15)" or
 // "NVML unavailable (…): REASON".
-func (s Status) String() string {
+func (s LibraryStatus) String() string {
 	if !s.Available {
 		return "NVML unavailable (no NVIDIA driver library found, or it failed to start): " + s.Reason
 	}
@@ -42,7 +42,7 @@ func (s Status) String() string {
 // Inventory is what Discover learned about this host's devices.
 type Inventory struct {
 	// NVML says whether NVML could be used, and why not.
-	NVML Status
+	NVML LibraryStatus
 	// Devices holds the CPU device first, then one entry per GPU in NVML
 	// index order, with ID topology.GPU(NVML index). A GPU whose handle
 	// NVML would not give is left out, so GPU indices may be sparse.

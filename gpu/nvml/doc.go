@@ -16,7 +16,7 @@
 // after a failed Init, because doing so can kill the process, and calls
 // newer drivers added are made only when the library exports their
 // symbol. Tests pass go-nvml's mocks with [WithLibrary] (or
-// [Config].Library).
+// [OpenConfig].Library).
 //
 // Every function is safe for concurrent use (NVML reference-counts Init
 // and Shutdown).

@@ -8,9 +8,9 @@ import (
 	"github.com/streamdag/streamdag/gpu"
 )
 
-// Config configures Open. The zero value discovers the host's GPUs
+// OpenConfig configures Open. The zero value discovers the host's GPUs
 // through the system NVML library and owns all of them.
-type Config struct {
+type OpenConfig struct {
 	// Library replaces the system NVML library (tests pass go-nvml's
 	// mocks, or gpu/nvml/nvmlmock's filled ones); nil means go-nvml's
 	// New().
@@ -34,7 +34,7 @@ type Config struct {
 // Errors are gpu.NewBackend's (gpu.ErrBackendAlreadyLive while another
 // backend of the process is live or draining); the backend is nil then.
 // The caller must close the backend (CloseAndWait) when done.
-func Open(ctx context.Context, cfg Config) (*gpu.Backend, Inventory, error) {
+func Open(ctx context.Context, cfg OpenConfig) (*gpu.Backend, Inventory, error) {
 	lib := cfg.Library
 	if lib == nil {
 		lib = gonvml.New()

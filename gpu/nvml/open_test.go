@@ -22,7 +22,7 @@ import (
 // runtime, returns) a lease and says so. Nothing pretends to run on a GPU.
 func TestAcquire(t *testing.T) {
 	t.Run("cpu-only", func(t *testing.T) {
-		b, _, err := nvml.Open(t.Context(), nvml.Config{})
+		b, _, err := nvml.Open(t.Context(), nvml.OpenConfig{})
 		require.NoError(t, err)
 		defer b.CloseAndWait(t.Context())
 		a, err := b.Acquire(t.Context(), gpu.Config{Streams: 2})
@@ -36,7 +36,7 @@ func TestAcquire(t *testing.T) {
 	t.Run("dgxa100 mock", func(t *testing.T) {
 		lib, err := nvmlmock.New("dgxa100")
 		require.NoError(t, err)
-		b, _, err := nvml.Open(t.Context(), nvml.Config{Library: lib})
+		b, _, err := nvml.Open(t.Context(), nvml.OpenConfig{Library: lib})
 		require.NoError(t, err)
 		defer b.CloseAndWait(t.Context())
 		a, err := b.Acquire(t.Context(), gpu.Config{})
@@ -83,7 +83,7 @@ func TestInventoryFacts(t *testing.T) {
 func TestOpenNeverLeasesLostGPU(t *testing.T) {
 	lib, err := nvmlmock.New("dgxa100")
 	require.NoError(t, err)
-	b, _, err := nvml.Open(t.Context(), nvml.Config{Library: lib})
+	b, _, err := nvml.Open(t.Context(), nvml.OpenConfig{Library: lib})
 	require.NoError(t, err)
 	defer b.CloseAndWait(t.Context())
 	require.Equal(t, 8, b.NumGPUs())
@@ -123,7 +123,7 @@ func TestOpenNeverLeasesLostGPU(t *testing.T) {
 
 func TestOpenCPUOnly(t *testing.T) {
 	lib := &mock.Interface{InitFunc: func() gonvml.Return { return gonvml.ERROR_LIBRARY_NOT_FOUND }}
-	b, inv, err := nvml.Open(context.Background(), nvml.Config{Library: lib})
+	b, inv, err := nvml.Open(context.Background(), nvml.OpenConfig{Library: lib})
 	require.NoError(t, err)
 	assert.Equal(t, 0, b.NumGPUs())
 	assert.Equal(t, "nvml: Init: ERROR_LIBRARY_NOT_FOUND", inv.NVML.Reason)
@@ -141,7 +141,7 @@ func TestOpenCPUOnly(t *testing.T) {
 }
 
 func TestOpenMockDGX(t *testing.T) {
-	b, inv, err := nvml.Open(context.Background(), nvml.Config{Library: dgxa100.New()})
+	b, inv, err := nvml.Open(context.Background(), nvml.OpenConfig{Library: dgxa100.New()})
 	require.NoError(t, err)
 	assert.Len(t, inv.GPUs(), 8)
 	require.NoError(t, err)
