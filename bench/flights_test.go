@@ -12,7 +12,7 @@ import (
 
 	"github.com/streamdag/streamdag/examples/flights"
 	"github.com/streamdag/streamdag/exec"
-	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/cpu"
 	"github.com/streamdag/streamdag/internal/testdata"
 	"github.com/streamdag/streamdag/kvio"
 )
@@ -105,7 +105,7 @@ func benchSequentialLoop(b *testing.B, path string) {
 // and reports rows/s.
 func benchFlightsRun(b *testing.B, path string, opts ...kvio.LoadOption) {
 	ctx := context.Background()
-	dev, err := gpu.NewCPU()
+	dev, err := cpu.New()
 	require.NoError(b, err)
 	defer dev.Close()
 	e := exec.New(dev)

@@ -15,7 +15,7 @@ import (
 	"github.com/streamdag/streamdag/buffers"
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
-	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/cpu"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -198,7 +198,7 @@ func prepareStreamdagTimed(g *dag.Graph) (func() error, func(), error) {
 }
 
 func prepareStreamdagWith(g *dag.Graph, opts ...exec.Option) (func() error, func(), error) {
-	dev, err := gpu.NewCPU()
+	dev, err := cpu.New()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -403,7 +403,7 @@ func WaitCost(n int, minTime time.Duration) (waits int, nsPerWait float64, same,
 		}
 		return g
 	}
-	dev, err := gpu.NewCPU(gpu.WithStreams(2))
+	dev, err := cpu.New(cpu.WithStreams(2))
 	if err != nil {
 		return 0, 0, Stats{}, Stats{}, err
 	}

@@ -13,14 +13,14 @@ import (
 	"github.com/streamdag/streamdag/bench"
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
-	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/cpu"
 )
 
 // TestShapes checks that every benchmark shape is a valid graph with the
 // documented kernel count and runs cleanly.
 func TestShapes(t *testing.T) {
 	want := map[string]int{"chain-10k": 10_000, "fanout-10k": 10_002, "tree-d14": 1<<14 - 1, "wavefront-100x100": 10_000}
-	dev, err := gpu.NewCPU(gpu.WithStreams(2))
+	dev, err := cpu.New(cpu.WithStreams(2))
 	require.NoError(t, err)
 	defer dev.Close()
 	e := exec.New(dev)

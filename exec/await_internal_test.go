@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamdag/streamdag/dag"
-	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/cpu"
 )
 
 // A wait that can never be satisfied (a plan edited so that a launch
@@ -19,7 +19,7 @@ import (
 func TestUnsatisfiableWaitHonoursCtx(t *testing.T) {
 	for _, timing := range []bool{true, false} {
 		t.Run(map[bool]string{true: "timing", false: "no timing"}[timing], func(t *testing.T) {
-			dev, err := gpu.NewCPU(gpu.WithStreams(2))
+			dev, err := cpu.New(cpu.WithStreams(2))
 			require.NoError(t, err)
 			defer dev.Close()
 			e := New(dev, WithLaunchTiming(timing))

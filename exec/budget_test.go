@@ -13,7 +13,7 @@ import (
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/failgraph"
-	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/cpu"
 	"github.com/streamdag/streamdag/internal/leaktest"
 )
 
@@ -21,7 +21,7 @@ import (
 // reads as that failure, the launch that would write it is skipped with
 // it, and unrelated branches run on.
 func TestOverBudgetBufferIsAnUnallocatedFailure(t *testing.T) {
-	dev, err := gpu.NewCPU(gpu.WithStreams(1))
+	dev, err := cpu.New(cpu.WithStreams(1))
 	require.NoError(t, err)
 	defer dev.Close()
 	e := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)), exec.WithBudget(buffers.NewBudget(1024)))
@@ -80,7 +80,7 @@ func TestBuffersOverBudgetTogether(t *testing.T) {
 	}{{"1 stream", 1}, {"2 streams", 2}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			dev, err := gpu.NewCPU(gpu.WithStreams(c.streams))
+			dev, err := cpu.New(cpu.WithStreams(c.streams))
 			require.NoError(t, err)
 			defer dev.Close()
 			budget := buffers.NewBudget(1024)
@@ -116,7 +116,7 @@ func TestBuffersOverBudgetTogether(t *testing.T) {
 // A run waits for budget that a concurrent run holds, and takes all its
 // bytes at once: it never holds part of the budget while it waits.
 func TestRunWaitsForBudgetHeldByAnother(t *testing.T) {
-	dev, err := gpu.NewCPU(gpu.WithStreams(1))
+	dev, err := cpu.New(cpu.WithStreams(1))
 	require.NoError(t, err)
 	defer dev.Close()
 	budget := buffers.NewBudget(1024)

@@ -16,6 +16,7 @@ import (
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/failgraph"
 	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/cpu"
 	"github.com/streamdag/streamdag/internal/leaktest"
 )
 
@@ -139,7 +140,7 @@ func TestCancelMidChain(t *testing.T) {
 func TestLaunchTiming(t *testing.T) {
 	g, _ := chainGraph(20, func(int) {})
 	for _, on := range []bool{true, false} {
-		dev, err := gpu.NewCPU(gpu.WithStreams(2))
+		dev, err := cpu.New(cpu.WithStreams(2))
 		require.NoError(t, err)
 		e := exec.New(dev, exec.WithLaunchTiming(on), exec.WithAllocator(leaktest.Allocator(t)))
 		res, err := e.Run(context.Background(), g)
@@ -304,7 +305,7 @@ func TestLaunchOrderKeepsHazards(t *testing.T) {
 // A device closed before the run: Execute says so, and every launch is
 // cancelled with the device's error.
 func TestClosedDeviceCancelsLaunches(t *testing.T) {
-	dev, err := gpu.NewCPU(gpu.WithStreams(2))
+	dev, err := cpu.New(cpu.WithStreams(2))
 	require.NoError(t, err)
 	e := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)))
 	g, _ := chainGraph(5, func(int) {})

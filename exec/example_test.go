@@ -8,7 +8,7 @@ import (
 
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
-	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/cpu"
 )
 
 // A pipeline over value buffers: an input given with the run, two
@@ -29,7 +29,7 @@ func ExampleExecutor_Run() {
 		return l.Out(0).Store(2 * l.In(0).Value().(int))
 	}, dag.Reads(sum), dag.Writes(double))
 
-	dev, err := gpu.NewCPU(gpu.WithStreams(2))
+	dev, err := cpu.New(cpu.WithStreams(2))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func ExampleResult_Value_failure() {
 		return l.Out(0).Store(l.In(0).Value())
 	}, dag.Reads(a), dag.Writes(b))
 
-	dev, err := gpu.NewCPU()
+	dev, err := cpu.New()
 	if err != nil {
 		log.Fatal(err)
 	}

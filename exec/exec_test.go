@@ -13,7 +13,7 @@ import (
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/failgraph"
-	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/cpu"
 	"github.com/streamdag/streamdag/internal/leaktest"
 	"github.com/streamdag/streamdag/topology"
 )
@@ -22,7 +22,7 @@ func TestMain(m *testing.M) { leaktest.Main(m) }
 
 func newExecutor(t *testing.T, streams int, opts ...exec.Option) *exec.Executor {
 	t.Helper()
-	dev, err := gpu.NewCPU(gpu.WithStreams(streams))
+	dev, err := cpu.New(cpu.WithStreams(streams))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, dev.Close()) })
 	return exec.New(dev, append([]exec.Option{exec.WithAllocator(leaktest.Allocator(t))}, opts...)...)

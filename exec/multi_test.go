@@ -16,7 +16,7 @@ import (
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/failgraph"
-	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/sim"
 	"github.com/streamdag/streamdag/internal/leaktest"
 	"github.com/streamdag/streamdag/topology"
 )
@@ -33,7 +33,7 @@ func simMachine(t *testing.T, name string, streams int, opts ...exec.Option) (*e
 	for i := range gpus {
 		gpus[i].MemoryBytes = m.MemoryBytes
 	}
-	set, err := gpu.NewSim(gpus, streams)
+	set, err := sim.New(gpus, streams)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, set.Close()) })
 	e, err := exec.NewMulti(set.Devices(), topo, append([]exec.Option{exec.WithAllocator(leaktest.Allocator(t))}, opts...)...)

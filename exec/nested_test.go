@@ -12,7 +12,7 @@ import (
 	"github.com/streamdag/streamdag/buffers"
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
-	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/cpu"
 	"github.com/streamdag/streamdag/internal/leaktest"
 )
 
@@ -51,7 +51,7 @@ func TestKernelRunsGraphOnSameDevice(t *testing.T) {
 	for _, streams := range []int{1, 2, 4} {
 		for _, c := range ctxs {
 			t.Run(fmt.Sprintf("streams=%d/%s", streams, c.name), func(t *testing.T) {
-				dev, err := gpu.NewCPU(gpu.WithStreams(streams))
+				dev, err := cpu.New(cpu.WithStreams(streams))
 				require.NoError(t, err)
 				e := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)))
 				inner, sum := fanInGraph()
@@ -102,7 +102,7 @@ func TestKernelRunsGraphOnSameDevice(t *testing.T) {
 // A run whose stream is busy with another run's kernel returns once its
 // ctx is done, its launches cancelled, without waiting for the stream.
 func TestExecuteHonoursCtxWhileQueued(t *testing.T) {
-	dev, err := gpu.NewCPU(gpu.WithStreams(1))
+	dev, err := cpu.New(cpu.WithStreams(1))
 	require.NoError(t, err)
 	defer dev.Close()
 	e := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)))
@@ -142,7 +142,7 @@ func TestExecuteHonoursCtxWhileQueued(t *testing.T) {
 // A nested run cannot wait for budget that the graph running its kernel
 // may hold: it gets an error at once.
 func TestNestedRunDoesNotWaitForBudget(t *testing.T) {
-	dev, err := gpu.NewCPU(gpu.WithStreams(2))
+	dev, err := cpu.New(cpu.WithStreams(2))
 	require.NoError(t, err)
 	defer dev.Close()
 	e := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)), exec.WithBudget(buffers.NewBudget(1024)))

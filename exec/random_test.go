@@ -12,7 +12,7 @@ import (
 
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
-	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/cpu"
 )
 
 // A 10,000-kernel random DAG with 1% of kernels failing: every kernel that
@@ -60,7 +60,7 @@ func TestRandomDAGWithFailures(t *testing.T) {
 					return l.Out(0).Store(true)
 				}, opts...)
 			}
-			dev, err := gpu.NewCPU(gpu.WithStreams(4))
+			dev, err := cpu.New(cpu.WithStreams(4))
 			require.NoError(t, err)
 			defer dev.Close()
 			res, err := exec.New(dev, exec.WithLaunchTiming(tc.timing)).Run(t.Context(), g)

@@ -13,7 +13,7 @@ import (
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/failgraph"
-	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/sim"
 	"github.com/streamdag/streamdag/internal/leaktest"
 	"github.com/streamdag/streamdag/topology"
 )
@@ -22,7 +22,7 @@ import (
 // topology.
 func twoSimGPUs(t *testing.T, streams int) *exec.Executor {
 	t.Helper()
-	set, err := gpu.NewSim([]topology.Device{{ID: topology.GPU(0)}, {ID: topology.GPU(1)}}, streams)
+	set, err := sim.New([]topology.Device{{ID: topology.GPU(0)}, {ID: topology.GPU(1)}}, streams)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, set.Close()) })
 	e, err := exec.NewMulti(set.Devices(), nil, exec.WithAllocator(leaktest.Allocator(t)))

@@ -16,6 +16,7 @@ import (
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/failgraph"
 	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/cpu"
 )
 
 // recLog is the ordered log a recording backend appends to.
@@ -458,7 +459,7 @@ func TestSchedulerBackendConfigAffectsOnlyNewStreams(t *testing.T) {
 		assert.Equal(t, "new", b.streams[1].tag)
 	})
 	t.Run("DeviceBackend", func(t *testing.T) {
-		dev, err := gpu.NewCPU(gpu.WithStreams(2))
+		dev, err := cpu.New(cpu.WithStreams(2))
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, dev.Close()) })
 		s := exec.NewScheduler(exec.NewDeviceBackend(dev), nil, exec.SchedulerOptions{MaxStreams: 2})
@@ -689,7 +690,7 @@ func TestSchedulerFreeAfter(t *testing.T) {
 // with argStreams [0] (or a logical id on slot 0): the consumer always sees
 // the write. Plain memory, so -race checks the happens-before edge.
 func TestSchedulerDeviceCrossStreamReadSeesWrite(t *testing.T) {
-	dev, err := gpu.NewCPU(gpu.WithStreams(3))
+	dev, err := cpu.New(cpu.WithStreams(3))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, dev.Close()) })
 	for _, strategy := range []exec.Strategy{exec.Sequential, exec.Interleave} {
@@ -720,7 +721,7 @@ func TestSchedulerDeviceCrossStreamReadSeesWrite(t *testing.T) {
 // task onto another stream: work registered later on the stream would
 // overtake it.
 func TestSchedulerDeviceInterleaveKeepsStreamOrder(t *testing.T) {
-	dev, err := gpu.NewCPU(gpu.WithStreams(3))
+	dev, err := cpu.New(cpu.WithStreams(3))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, dev.Close()) })
 	s := exec.NewScheduler(exec.NewDeviceBackend(dev), nil, exec.SchedulerOptions{MaxStreams: 3, Strategy: exec.Interleave})
@@ -763,7 +764,7 @@ func TestSchedulerDeviceInterleaveKeepsStreamOrder(t *testing.T) {
 // A buffer read on another stream is not freed until that stream's reads
 // ran, on a real device.
 func TestSchedulerDeviceFreeAfterSharedBuffer(t *testing.T) {
-	dev, err := gpu.NewCPU(gpu.WithStreams(2))
+	dev, err := cpu.New(cpu.WithStreams(2))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, dev.Close()) })
 	s := exec.NewScheduler(exec.NewDeviceBackend(dev), nil, exec.SchedulerOptions{MaxStreams: 2})

@@ -46,8 +46,8 @@ const DefaultCleanupSlice = 10 * time.Millisecond
 // backend with no GPU (CPU-only), no hooks and no observer.
 type BackendConfig struct {
 	// Devices are the GPUs the backend owns, in slot order (for example
-	// Inventory.Devices). Entries that are not GPUs (the CPU device) are
-	// skipped; a GPU ID given twice is a config error.
+	// the Devices of gpu/nvml's Inventory). Entries that are not GPUs (the
+	// CPU device) are skipped; a GPU ID given twice is a config error.
 	Devices []topology.Device
 	// Streams is the number of streams each GPU's startup record must
 	// show; 0 means 1; negative is a config error.
@@ -67,8 +67,14 @@ type BackendConfig struct {
 	Hooks BackendHooks
 	// HealthCheck, when set, re-checks each GPU before a claim hands it
 	// out (see WithHealthCheck): a GPU found gone is never leased again.
-	// Open sets NVMLCheck when NVML is available and this is nil.
+	// gpu/nvml's Open sets its NVML health check when NVML is available
+	// and this is nil.
 	HealthCheck HealthCheck
+	// Source says where Devices came from, for Acquire's reason when the
+	// backend owns no GPU ("no GPU: " + Source); gpu/nvml's Open sets the
+	// status of the NVML library it asked. "" means "devices not
+	// discovered (NewBackend)".
+	Source string
 	// Observer, when set, receives every attempt report, synchronously on
 	// the goroutine that calls Attempt.Finish, while the attempt still
 	// holds its observation permit. It must not call CloseAndWait or
@@ -272,7 +278,6 @@ type Backend struct {
 	id      BackendIdentity
 	cfg     BackendConfig
 	records []DeviceStartupRecord
-	inv     Inventory
 
 	procConfig map[string]string // guarded by mu; see SetProcessConfig
 
@@ -365,8 +370,6 @@ func NewBackend(cfg BackendConfig) (*Backend, error) {
 		}
 		b.records = append(b.records, rec)
 	}
-	b.inv = Inventory{Devices: append([]topology.Device{topology.CPUDevice()}, devs...)}
-	b.inv.NVML.Reason = "not discovered (NewBackend)"
 	return b, nil
 }
 
@@ -475,11 +478,6 @@ func (b *Backend) Identity() BackendIdentity {
 	id.Devices = append([]string{}, id.Devices...)
 	return id
 }
-
-// Inventory returns the inventory the backend was opened from (Open), or,
-// for NewBackend, the CPU device plus the configured GPUs with NVML.Reason
-// "not discovered (NewBackend)". Slices are shared: do not modify them.
-func (b *Backend) Inventory() Inventory { return b.inv }
 
 // StartupRecords returns one record per GPU, in slot order, as checked by
 // NewBackend. It works at any time.

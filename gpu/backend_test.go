@@ -11,9 +11,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -417,43 +414,6 @@ func TestBackendMetricsGenerationAndJSON(t *testing.T) {
 	recs := back["startup_records"].([]any)
 	require.Len(t, recs, 2)
 	assert.Equal(t, "none", recs[1].(map[string]any)["runtime"])
-}
-
-func TestOpenCPUOnly(t *testing.T) {
-	lib := &mock.Interface{InitFunc: func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }}
-	b, err := gpu.Open(context.Background(), gpu.OpenConfig{NVML: lib})
-	require.NoError(t, err)
-	assert.Equal(t, 0, b.NumGPUs())
-	assert.Equal(t, "nvml: Init: ERROR_LIBRARY_NOT_FOUND", b.Inventory().NVML.Reason)
-	_, err = b.Claim(context.Background())
-	assert.ErrorIs(t, err, gpu.ErrNoGPU)
-	devs, err := b.Devices()
-	require.NoError(t, err)
-	assert.Empty(t, devs)
-	cpu, err := gpu.NewCPU(gpu.WithStreams(1)) // the CPU device is used as always
-	require.NoError(t, err)
-	require.NoError(t, cpu.Close())
-	closed(t, b)
-}
-
-func TestOpenMockDGX(t *testing.T) {
-	b, err := gpu.Open(context.Background(), gpu.OpenConfig{NVML: dgxa100.New()})
-	require.NoError(t, err)
-	assert.Equal(t, 8, b.NumGPUs())
-	recs := b.StartupRecords()
-	require.Len(t, recs, 8)
-	assert.Equal(t, "gpu7", recs[7].Device)
-	assert.Equal(t, "Mock NVIDIA A100-SXM4-40GB", recs[7].Name)
-	var leases []*gpu.Lease
-	for range 8 {
-		l, err := b.Claim(context.Background())
-		require.NoError(t, err)
-		leases = append(leases, l)
-	}
-	for _, l := range leases {
-		l.Release()
-	}
-	closed(t, b)
 }
 
 // TestBackendClaimDoneContext: Backend.Claim with a done context refuses

@@ -47,8 +47,8 @@ func (e *LostError) Unwrap() []error { return []error{ErrGPULost, e.Err} }
 // HealthCheck says whether a GPU a claim is about to hand out is still
 // there: nil, or an error saying why it is gone for good (a transient or
 // unknown state must return nil; a panic counts as nil). It may be called
-// from many goroutines at once. NVMLCheck is the check by UUID through
-// NVML.
+// from many goroutines at once. gpu/nvml's HealthCheck is the check by
+// UUID through NVML.
 type HealthCheck func(d topology.Device) error
 
 // PoolOption configures NewPool.
@@ -103,8 +103,8 @@ type poolSlot struct {
 
 // NewPool returns a pool with one slot per GPU of devices, in the order
 // given (slot i is the i-th GPU). Entries that are not GPUs (the CPU
-// device, as Inventory.Devices holds first) are skipped, so passing
-// Inventory.Devices as is works. Device indices are kept as they are, so
+// device, as gpu/nvml's Inventory.Devices holds first) are skipped, so
+// passing an inventory's Devices as is works. Device indices are kept as they are, so
 // they may be sparse (gpu0, gpu2, gpu5). A nil or GPU-less devices gives
 // an empty pool. The devices are copied. O(len(devices)).
 //

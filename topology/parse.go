@@ -374,8 +374,8 @@ func ParseCPUList(s string) ([]int, error) {
 
 // Facts are the plain values a Topology is built from (New): what a parser
 // read or what the GPU inventory knows. Build them by hand, with
-// ParseMatrix, ParseJSON, or from gpu.Inventory (the gpu package does; this
-// package imports nothing from it).
+// ParseMatrix, ParseJSON, or from gpu/nvml's Inventory (its Facts method
+// does; this package imports nothing from it).
 type Facts struct {
 	// GPUs in order, each with ID topology.GPU(n); Name, compute
 	// capability, NUMA node and CPU affinity when known (NUMANode -1 when

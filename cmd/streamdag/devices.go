@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/streamdag/streamdag/gpu"
-	"github.com/streamdag/streamdag/gpu/nvmlmock"
+	"github.com/streamdag/streamdag/gpu/nvml"
+	"github.com/streamdag/streamdag/gpu/nvml/nvmlmock"
 )
 
 func newDevicesCmd() *cobra.Command {
@@ -21,15 +21,15 @@ func newDevicesCmd() *cobra.Command {
 		Short: "List the devices streamdag can use (the CPU, and GPUs through NVML)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var opts []gpu.DiscoverOption
+			var opts []nvml.DiscoverOption
 			if mockName != "" {
 				srv, err := nvmlmock.New(mockName)
 				if err != nil {
 					return usagef("--nvml-mock: %w", err)
 				}
-				opts = append(opts, gpu.WithNVML(srv))
+				opts = append(opts, nvml.WithLibrary(srv))
 			}
-			inv := gpu.Discover(cmd.Context(), opts...)
+			inv := nvml.Discover(cmd.Context(), opts...)
 			if asJSON {
 				return writeDevicesJSON(cmd, inv)
 			}
@@ -42,7 +42,7 @@ func newDevicesCmd() *cobra.Command {
 	return cmd
 }
 
-func writeDevicesTable(out io.Writer, inv gpu.Inventory) error {
+func writeDevicesTable(out io.Writer, inv nvml.Inventory) error {
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "ID\tKIND\tNAME\tMEMORY\tCC\tPCI BUS ID\tNUMA\tNVLINKS")
 	links := map[string]int{}
@@ -126,7 +126,7 @@ type jsonPair struct {
 	Ancestor string `json:"ancestor"`
 }
 
-func writeDevicesJSON(cmd *cobra.Command, inv gpu.Inventory) error {
+func writeDevicesJSON(cmd *cobra.Command, inv nvml.Inventory) error {
 	out := struct {
 		NVML struct {
 			Available bool   `json:"available"`

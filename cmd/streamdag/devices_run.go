@@ -9,6 +9,8 @@ import (
 
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/gpu"
+	_ "github.com/streamdag/streamdag/gpu/cpu" // registers the CPU driver backend.Acquire opens
+	"github.com/streamdag/streamdag/gpu/sim"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -19,12 +21,12 @@ const defaultSimStreams = 2
 // runDevices gives a run its devices. With no --topology, the device comes
 // from the GPU backend (gpu.Backend.Acquire: a GPU lease, or the CPU device
 // with the reason). With --topology, the run gets one simulated GPU per GPU
-// of that machine (gpu.NewSim), with the machine's topology for placement.
+// of that machine (sim.New), with the machine's topology for placement.
 // release frees what it took; why says what the run runs on.
-func runDevices(ctx context.Context, backend *gpu.Backend, topoSpec string, streams int, copts []gpu.CPUOption) (
+func runDevices(ctx context.Context, backend *gpu.Backend, topoSpec string, streams int) (
 	devs []gpu.Device, topo *topology.Topology, why string, release func(), err error) {
 	if topoSpec == "" {
-		acq, err := backend.Acquire(ctx, copts...)
+		acq, err := backend.Acquire(ctx, gpu.Config{Streams: streams})
 		if err != nil {
 			return nil, nil, "", nil, err
 		}
@@ -51,7 +53,7 @@ func runDevices(ctx context.Context, backend *gpu.Backend, topoSpec string, stre
 	if streams == 0 {
 		streams = defaultSimStreams
 	}
-	set, err := gpu.NewSim(gpus, streams)
+	set, err := sim.New(gpus, streams)
 	if err != nil {
 		return nil, nil, "", nil, fmt.Errorf("--topology %s: %w", topoSpec, err)
 	}

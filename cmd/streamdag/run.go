@@ -17,7 +17,8 @@ import (
 	"github.com/streamdag/streamdag/examples/flights"
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/failgraph"
-	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/cpu"
+	"github.com/streamdag/streamdag/gpu/nvml"
 	"github.com/streamdag/streamdag/kvio"
 )
 
@@ -88,8 +89,8 @@ With no --input it runs on the 200,000-row sample embedded in the binary
 func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	ctx := cmd.Context()
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
-	if f.streams < 0 || f.streams > gpu.MaxCPUStreams {
-		return usagef("--streams %d: want 1 to %d, or 0 for GOMAXPROCS", f.streams, gpu.MaxCPUStreams)
+	if f.streams < 0 || f.streams > cpu.MaxStreams {
+		return usagef("--streams %d: want 1 to %d, or 0 for GOMAXPROCS", f.streams, cpu.MaxStreams)
 	}
 	if f.top < 0 {
 		return usagef("--top %d: must be 0 (all) or more", f.top)
@@ -145,16 +146,12 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	}
 	outFile, dotFile, traceFile, reportFile, metricsFile, errorsFile := files[0], files[1], files[2], files[3], files[4], files[5]
 
-	var copts []gpu.CPUOption
-	if f.streams != 0 {
-		copts = append(copts, gpu.WithStreams(f.streams))
-	}
-	backend, err := gpu.Open(ctx, gpu.OpenConfig{})
+	backend, _, err := nvml.Open(ctx, nvml.OpenConfig{})
 	if err != nil {
 		return err
 	}
 	defer backend.CloseAndWait(context.WithoutCancel(ctx))
-	devs, topo, why, release, err := runDevices(ctx, backend, f.topology, f.streams, copts)
+	devs, topo, why, release, err := runDevices(ctx, backend, f.topology, f.streams)
 	if err != nil {
 		return err
 	}

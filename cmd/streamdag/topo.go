@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/nvml"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -103,7 +103,7 @@ func runTopo(cmd *cobra.Command, o topoOptions) error {
 			opts = append(opts, topology.WithGPUSpec(*m.spec)) // the model the machine's description names
 		}
 	} else {
-		inv := gpu.Discover(cmd.Context())
+		inv := nvml.Discover(cmd.Context())
 		source = "this machine's inventory (" + inv.NVML.String() + ")"
 		facts = inv.Facts()
 		if len(facts.GPUs) > 1 && facts.Pairs == nil {

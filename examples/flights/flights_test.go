@@ -20,7 +20,7 @@ import (
 
 	"github.com/streamdag/streamdag/examples/flights"
 	"github.com/streamdag/streamdag/exec"
-	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/cpu"
 	"github.com/streamdag/streamdag/internal/leaktest"
 	"github.com/streamdag/streamdag/internal/testdata"
 	"github.com/streamdag/streamdag/kvio"
@@ -141,7 +141,7 @@ func testAgainstReference(t *testing.T, path string, recs []arrow.RecordBatch, s
 		want := reference(t, recs, minDelay)
 		for _, streams := range streamCounts {
 			t.Run(fmt.Sprintf("min=%d/streams=%d", minDelay, streams), func(t *testing.T) {
-				dev, err := gpu.NewCPU(gpu.WithStreams(streams))
+				dev, err := cpu.New(cpu.WithStreams(streams))
 				require.NoError(t, err)
 				defer dev.Close()
 				mem := leaktest.Allocator(t)

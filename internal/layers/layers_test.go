@@ -1,25 +1,34 @@
 // Package layers_test enforces design.md's layering: a package imports
 // only packages of lower layers (or its own layer where design.md allows
-// it), and only gpu imports go-nvml.
+// it); only gpu/nvml (and its subpackages) imports go-nvml; and the
+// packages a CPU-only user needs build with CGO_ENABLED=0.
 package layers_test
 
 import (
 	"encoding/json"
-	"os/exec"
+	"os"
+	osexec "os/exec"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 const module = "github.com/streamdag/streamdag/"
 
-// allowed lists, for each library package, the module packages it may
-// import (directly or not): design.md's "Layers".
+// allowed lists, for each library unit, the module units it may import
+// (directly or not): design.md's "Layers". A unit is a top-level package
+// with its subpackages, except under gpu, where each device kind and the
+// NVML inventory is a unit of its own (gpu/cpu, gpu/sim, gpu/nvml with
+// gpu/nvml/nvmlmock).
 var allowed = map[string][]string{
 	"topology":  {},
 	"gpu":       {"topology"},
+	"gpu/cpu":   {"gpu", "topology"},
+	"gpu/sim":   {"gpu", "gpu/cpu", "topology"},
+	"gpu/nvml":  {"gpu", "topology"},
 	"buffers":   {"topology"},
 	"failgraph": {"buffers", "topology"},
 	"dag":       {"buffers", "topology"},
@@ -27,11 +36,44 @@ var allowed = map[string][]string{
 	"kvio":      {"buffers", "gpu", "dag", "topology"},
 }
 
-func TestLayers(t *testing.T) {
-	cmd := exec.Command("go", "list", "-deps", "-json=ImportPath,Deps", module+"...")
+// nvmlUnit is the only unit that may import go-nvml.
+const nvmlUnit = "gpu/nvml"
+
+// unit returns the layering unit of a module package path (without the
+// module prefix): "exec" for exec, "gpu/nvml" for gpu/nvml/nvmlmock.
+func unit(name string) string {
+	parts := strings.SplitN(name, "/", 3)
+	if parts[0] == "gpu" && len(parts) > 1 {
+		return parts[0] + "/" + parts[1]
+	}
+	return parts[0]
+}
+
+func TestUnit(t *testing.T) {
+	for name, want := range map[string]string{
+		"exec": "exec", "kvio/arrow": "kvio", "gpu": "gpu", "gpu/cpu": "gpu/cpu",
+		"gpu/nvml": "gpu/nvml", "gpu/nvml/nvmlmock": "gpu/nvml", "cmd/streamdag": "cmd",
+	} {
+		assert.Equal(t, want, unit(name), name)
+	}
+}
+
+// goList runs go list at the module root, skipping the test when the go
+// command is not installed.
+func goList(t *testing.T, args ...string) []byte {
+	t.Helper()
+	if _, err := osexec.LookPath("go"); err != nil {
+		t.Skip("go command not found:", err)
+	}
+	cmd := osexec.Command("go", append([]string{"list"}, args...)...)
 	cmd.Dir = "../.."
 	out, err := cmd.Output()
 	require.NoError(t, err, "go list")
+	return out
+}
+
+func TestLayers(t *testing.T) {
+	out := goList(t, "-deps", "-json=ImportPath,Deps", module+"...")
 	dec := json.NewDecoder(strings.NewReader(string(out)))
 	seen := 0
 	for dec.More() {
@@ -44,44 +86,56 @@ func TestLayers(t *testing.T) {
 		if !ok {
 			continue
 		}
-		top, _, _ := strings.Cut(name, "/")
+		top := unit(name)
+		rules, isLib := allowed[top]
 		for _, d := range p.Deps {
-			if strings.HasPrefix(d, "github.com/NVIDIA/go-nvml") && top != "gpu" {
-				// Importing gpu brings go-nvml in indirectly; only a direct
-				// import outside gpu breaks the rule, checked below.
+			if isLib && top != nvmlUnit && strings.HasPrefix(d, "github.com/NVIDIA/go-nvml") {
+				// A library unit below gpu/nvml that pulls go-nvml in,
+				// even indirectly, needs cgo: the CPU-only build breaks.
+				t.Errorf("%s depends on %s: only %s may (go-nvml needs cgo)", p.ImportPath, d, nvmlUnit)
 				continue
 			}
 			dep, ok := strings.CutPrefix(d, module)
 			if !ok {
 				continue
 			}
-			dtop, _, _ := strings.Cut(dep, "/")
-			if dtop == top || dtop == "internal" {
+			dtop := unit(dep)
+			if dtop == top || dtop == "internal" || !isLib {
 				continue
 			}
-			if rules, isLib := allowed[top]; isLib {
-				seen++
-				if !slices.Contains(rules, dtop) {
-					t.Errorf("%s imports %s: layer rule broken (allowed: %v)", p.ImportPath, d, rules)
-				}
+			seen++
+			if !slices.Contains(rules, dtop) {
+				t.Errorf("%s imports %s: layer rule broken (allowed: %v)", p.ImportPath, d, rules)
 			}
 		}
 	}
 	require.Positive(t, seen, "no module imports inspected")
 }
 
-func TestOnlyGPUImportsNVML(t *testing.T) {
-	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, module+"...")
-	cmd.Dir = "../.."
-	out, err := cmd.Output()
-	require.NoError(t, err, "go list")
+func TestOnlyNVMLImportsGoNVML(t *testing.T) {
+	out := goList(t, "-f", `{{.ImportPath}} {{join .Imports " "}}`, module+"...")
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		pkg, imports, _ := strings.Cut(line, " ")
-		if strings.HasPrefix(pkg, module+"gpu") {
+		if name, ok := strings.CutPrefix(pkg, module); ok && unit(name) == nvmlUnit {
 			continue
 		}
 		if strings.Contains(imports, "github.com/NVIDIA/go-nvml") {
-			t.Errorf("%s imports go-nvml; only package gpu may", pkg)
+			t.Errorf("%s imports go-nvml; only %s may", pkg, module+nvmlUnit)
 		}
 	}
+}
+
+// TestBuildsWithoutCgo: a user who needs only the CPU device (or the
+// simulated GPUs) builds the pipeline description, the executor and those
+// device packages without cgo.
+func TestBuildsWithoutCgo(t *testing.T) {
+	if _, err := osexec.LookPath("go"); err != nil {
+		t.Skip("go command not found:", err)
+	}
+	pkgs := []string{"./dag", "./exec", "./gpu", "./gpu/cpu", "./gpu/sim"}
+	cmd := osexec.Command("go", append([]string{"build"}, pkgs...)...)
+	cmd.Dir = "../.."
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "CGO_ENABLED=0 go build %s:\n%s", strings.Join(pkgs, " "), out)
 }

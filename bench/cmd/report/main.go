@@ -47,7 +47,7 @@ import (
 	"github.com/streamdag/streamdag/bench"
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
-	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/cpu"
 )
 
 // Targets of the executor (empty kernels, 2 cores).
@@ -339,7 +339,7 @@ func measureBuild(s bench.Shape, minTime time.Duration) (Build, error) {
 		return Build{}, err
 	}
 	b.ValidateNsPerKernel = st.PerLaunch(n)
-	dev, err := gpu.NewCPU()
+	dev, err := cpu.New()
 	if err != nil {
 		return Build{}, err
 	}

@@ -1,4 +1,4 @@
-package gpu_test
+package nvml_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 	mockgpus "github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/streamdag/streamdag/gpu"
-	"github.com/streamdag/streamdag/gpu/nvmlmock"
+	"github.com/streamdag/streamdag/gpu/nvml"
+	"github.com/streamdag/streamdag/gpu/nvml/nvmlmock"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -56,7 +56,7 @@ func id(i int) topology.DeviceID { return topology.GPU(i) }
 func TestDiscoverDGXA100NVSwitch(t *testing.T) {
 	srv, err := nvmlmock.New("dgxa100")
 	require.NoError(t, err)
-	inv := gpu.Discover(context.Background(), gpu.WithNVML(srv))
+	inv := nvml.Discover(context.Background(), nvml.WithLibrary(srv))
 	assert.Empty(t, inv.Notes, "every call the inventory makes is filled")
 	g := inv.GPUs()
 	require.Len(t, g, 8)
@@ -76,8 +76,8 @@ func TestDiscoverDGXA100NVSwitch(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		from, to int
-		want     gpu.AncestorLevel
-	}{{0, 1, gpu.AncestorMultiple}, {0, 2, gpu.AncestorNode}, {0, 4, gpu.AncestorSystem}, {7, 6, gpu.AncestorMultiple}} {
+		want     nvml.AncestorLevel
+	}{{0, 1, nvml.AncestorMultiple}, {0, 2, nvml.AncestorNode}, {0, 4, nvml.AncestorSystem}, {7, 6, nvml.AncestorMultiple}} {
 		p, ok := inv.Pair(id(tc.from), id(tc.to))
 		require.True(t, ok)
 		assert.Equal(t, tc.want, p.Ancestor, "gpu%d→gpu%d", tc.from, tc.to)
@@ -89,16 +89,16 @@ func TestDiscoverDGXA100NVSwitch(t *testing.T) {
 
 func TestDiscoverRealTopologies(t *testing.T) {
 	t.Run("dgx1-v100 direct NVLinks", func(t *testing.T) {
-		inv := gpu.Discover(context.Background(), gpu.WithNVML(filled(t, 8, loadTopology(t, "dgx1-v100"))))
+		inv := nvml.Discover(context.Background(), nvml.WithLibrary(filled(t, 8, loadTopology(t, "dgx1-v100"))))
 		assert.Empty(t, inv.Notes)
-		var g0 []gpu.NVLink
+		var g0 []nvml.NVLink
 		for _, l := range inv.Links {
 			if l.Device == id(0) {
 				g0 = append(g0, l)
 			}
 		}
 		require.Len(t, g0, 6, "NV1+NV1+NV2+NV2")
-		assert.Equal(t, gpu.NVLink{Device: id(0), Link: 5, RemotePCIBusID: "00000000:04:00.0", Remote: id(4), RemoteIsGPU: true}, g0[5])
+		assert.Equal(t, nvml.NVLink{Device: id(0), Link: 5, RemotePCIBusID: "00000000:04:00.0", Remote: id(4), RemoteIsGPU: true}, g0[5])
 		p, _ := inv.Pair(id(0), id(3))
 		assert.Equal(t, "NV2", p.Label())
 		assert.Equal(t, 2, p.NVLinks)
@@ -108,11 +108,11 @@ func TestDiscoverRealTopologies(t *testing.T) {
 		assert.Equal(t, topology.P2PChipsetNotSupported, p.Read, "the fill's estimate for SYS")
 	})
 	t.Run("pcie 2 sockets", func(t *testing.T) {
-		inv := gpu.Discover(context.Background(), gpu.WithNVML(filled(t, 8, loadTopology(t, "pcie-8gpu-2socket"))))
+		inv := nvml.Discover(context.Background(), nvml.WithLibrary(filled(t, 8, loadTopology(t, "pcie-8gpu-2socket"))))
 		assert.Empty(t, inv.Notes, "no NVLink is not a failure")
 		assert.Empty(t, inv.Links)
 		p, _ := inv.Pair(id(2), id(3))
-		assert.Equal(t, gpu.AncestorSingle, p.Ancestor)
+		assert.Equal(t, nvml.AncestorSingle, p.Ancestor)
 		assert.Equal(t, "PIX", p.Label())
 		assert.Equal(t, topology.P2POK, p.Read)
 		p, _ = inv.Pair(id(0), id(2))
@@ -121,7 +121,7 @@ func TestDiscoverRealTopologies(t *testing.T) {
 		assert.Equal(t, "SYS", p.Label())
 	})
 	t.Run("rtx5090 no p2p", func(t *testing.T) {
-		inv := gpu.Discover(context.Background(), gpu.WithNVML(filled(t, 2, loadTopology(t, "rtx5090-2gpu-no-p2p"))))
+		inv := nvml.Discover(context.Background(), nvml.WithLibrary(filled(t, 2, loadTopology(t, "rtx5090-2gpu-no-p2p"))))
 		require.Len(t, inv.P2P, 2)
 		p := inv.P2P[0]
 		assert.Equal(t, "PHB", p.Label())
@@ -129,7 +129,7 @@ func TestDiscoverRealTopologies(t *testing.T) {
 		assert.Equal(t, "GNS", p.Write.String())
 	})
 	t.Run("a100 nvlink pairs", func(t *testing.T) {
-		inv := gpu.Discover(context.Background(), gpu.WithNVML(filled(t, 8, loadTopology(t, "a100-pcie-8gpu-nvlink-pairs"))))
+		inv := nvml.Discover(context.Background(), nvml.WithLibrary(filled(t, 8, loadTopology(t, "a100-pcie-8gpu-nvlink-pairs"))))
 		p, _ := inv.Pair(id(6), id(7))
 		assert.Equal(t, "NV12", p.Label())
 		p, _ = inv.Pair(id(1), id(2))
@@ -142,15 +142,15 @@ func TestDiscoverNotSupportedOnOneCall(t *testing.T) {
 	require.NoError(t, err)
 	d3 := srv.Devices[3].(*server.Device)
 	p2p := d3.GetP2PStatusFunc
-	d3.GetP2PStatusFunc = func(o nvml.Device, idx nvml.GpuP2PCapsIndex) (nvml.GpuP2PStatus, nvml.Return) {
-		if idx == nvml.P2P_CAPS_INDEX_ATOMICS {
-			return 0, nvml.ERROR_NOT_SUPPORTED
+	d3.GetP2PStatusFunc = func(o gonvml.Device, idx gonvml.GpuP2PCapsIndex) (gonvml.GpuP2PStatus, gonvml.Return) {
+		if idx == gonvml.P2P_CAPS_INDEX_ATOMICS {
+			return 0, gonvml.ERROR_NOT_SUPPORTED
 		}
 		return p2p(o, idx)
 	}
 	d5 := srv.Devices[5].(*server.Device)
-	d5.GetNvLinkRemotePciInfoFunc = func(int) (nvml.PciInfo, nvml.Return) { return nvml.PciInfo{}, nvml.ERROR_NOT_SUPPORTED }
-	inv := gpu.Discover(context.Background(), gpu.WithNVML(srv))
+	d5.GetNvLinkRemotePciInfoFunc = func(int) (gonvml.PciInfo, gonvml.Return) { return gonvml.PciInfo{}, gonvml.ERROR_NOT_SUPPORTED }
+	inv := nvml.Discover(context.Background(), nvml.WithLibrary(srv))
 	assert.Contains(t, inv.Notes, "p2p: atomics status gpu3→gpu0 and 6 more pairs: ERROR_NOT_SUPPORTED")
 	assert.Contains(t, inv.Notes, "gpu5: NVLink 0 remote PCI info: ERROR_NOT_SUPPORTED")
 	assert.Len(t, inv.Notes, 1+18, "one per gpu5 link, one folded for the pairs")
@@ -176,7 +176,7 @@ func TestDiscoverMissingSymbol(t *testing.T) {
 		}
 		return nil
 	}
-	inv := gpu.Discover(context.Background(), gpu.WithNVML(srv))
+	inv := nvml.Discover(context.Background(), nvml.WithLibrary(srv))
 	assert.Contains(t, inv.Notes, "nvml: nvmlDeviceGetP2PStatus: ERROR_FUNCTION_NOT_FOUND (not called)")
 	assert.Contains(t, inv.Notes, "nvml: nvmlDeviceGetNvLinkState: ERROR_FUNCTION_NOT_FOUND (not called)")
 	assert.Contains(t, inv.Notes, "gpu0: NUMA node: ERROR_FUNCTION_NOT_FOUND")
@@ -189,30 +189,30 @@ func TestDiscoverMissingSymbol(t *testing.T) {
 	assert.Empty(t, inv.Links)
 	require.Len(t, inv.P2P, 56)
 	assert.Equal(t, topology.P2PNotReported, inv.P2P[0].Read)
-	assert.Equal(t, gpu.AncestorMultiple, inv.P2P[0].Ancestor, "what is there is still read")
+	assert.Equal(t, nvml.AncestorMultiple, inv.P2P[0].Ancestor, "what is there is still read")
 }
 
 func TestDiscoverMIG(t *testing.T) {
 	srv, err := nvmlmock.New("dgxa100")
 	require.NoError(t, err)
 	d0 := srv.Devices[0].(*server.Device)
-	d0.MigMode = nvml.DEVICE_MIG_ENABLE
-	d0.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 7, nvml.SUCCESS }
-	d0.GetMigDeviceHandleByIndexFunc = func(k int) (nvml.Device, nvml.Return) {
+	d0.MigMode = gonvml.DEVICE_MIG_ENABLE
+	d0.GetMaxMigDeviceCountFunc = func() (int, gonvml.Return) { return 7, gonvml.SUCCESS }
+	d0.GetMigDeviceHandleByIndexFunc = func(k int) (gonvml.Device, gonvml.Return) {
 		if k >= 2 {
-			return nil, nvml.ERROR_NOT_FOUND
+			return nil, gonvml.ERROR_NOT_FOUND
 		}
 		return &mock.Device{
-			GetUUIDFunc:       func() (string, nvml.Return) { return "MIG-" + string(rune('a'+k)), nvml.SUCCESS },
-			GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) { return nvml.Memory{Total: 5 << 30}, nvml.SUCCESS },
-		}, nvml.SUCCESS
+			GetUUIDFunc:       func() (string, gonvml.Return) { return "MIG-" + string(rune('a'+k)), gonvml.SUCCESS },
+			GetMemoryInfoFunc: func() (gonvml.Memory, gonvml.Return) { return gonvml.Memory{Total: 5 << 30}, gonvml.SUCCESS },
+		}, gonvml.SUCCESS
 	}
 	// gpu1 has MIG on but the mock cannot list its devices: a note.
-	srv.Devices[1].(*server.Device).MigMode = nvml.DEVICE_MIG_ENABLE
+	srv.Devices[1].(*server.Device).MigMode = gonvml.DEVICE_MIG_ENABLE
 	// gpu2 is not MIG-capable: no note.
-	srv.Devices[2].(*server.Device).GetMigModeFunc = func() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_NOT_SUPPORTED }
-	inv := gpu.Discover(context.Background(), gpu.WithNVML(srv))
-	assert.Equal(t, []gpu.MIGDevice{
+	srv.Devices[2].(*server.Device).GetMigModeFunc = func() (int, int, gonvml.Return) { return 0, 0, gonvml.ERROR_NOT_SUPPORTED }
+	inv := nvml.Discover(context.Background(), nvml.WithLibrary(srv))
+	assert.Equal(t, []nvml.MIGDevice{
 		{Parent: id(0), Index: 0, UUID: "MIG-a", MemoryBytes: 5 << 30},
 		{Parent: id(0), Index: 1, UUID: "MIG-b", MemoryBytes: 5 << 30},
 	}, inv.MIG)
@@ -257,14 +257,14 @@ func TestDiscoverNVSwitchPairQueriesFail(t *testing.T) {
 			require.NoError(t, err)
 			for _, d := range srv.Devices {
 				md := d.(*server.Device)
-				md.GetP2PStatusFunc = func(nvml.Device, nvml.GpuP2PCapsIndex) (nvml.GpuP2PStatus, nvml.Return) {
-					return 0, nvml.ERROR_UNKNOWN
+				md.GetP2PStatusFunc = func(gonvml.Device, gonvml.GpuP2PCapsIndex) (gonvml.GpuP2PStatus, gonvml.Return) {
+					return 0, gonvml.ERROR_UNKNOWN
 				}
-				md.GetTopologyCommonAncestorFunc = func(nvml.Device) (nvml.GpuTopologyLevel, nvml.Return) {
-					return 0, nvml.ERROR_UNKNOWN
+				md.GetTopologyCommonAncestorFunc = func(gonvml.Device) (gonvml.GpuTopologyLevel, gonvml.Return) {
+					return 0, gonvml.ERROR_UNKNOWN
 				}
 			}
-			inv := gpu.Discover(context.Background(), gpu.WithNVML(srv))
+			inv := nvml.Discover(context.Background(), nvml.WithLibrary(srv))
 			require.Len(t, inv.P2P, 56)
 			for _, p := range inv.P2P {
 				assert.Equal(t, topology.P2PNotReported, p.NVLink)
@@ -290,11 +290,11 @@ func TestDiscoverNVSwitchPairQueriesFail(t *testing.T) {
 		require.NoError(t, err)
 		for _, d := range srv.Devices {
 			md := d.(*server.Device)
-			md.GetP2PStatusFunc = func(nvml.Device, nvml.GpuP2PCapsIndex) (nvml.GpuP2PStatus, nvml.Return) {
-				return nvml.P2P_STATUS_NOT_SUPPORTED, nvml.SUCCESS
+			md.GetP2PStatusFunc = func(gonvml.Device, gonvml.GpuP2PCapsIndex) (gonvml.GpuP2PStatus, gonvml.Return) {
+				return gonvml.P2P_STATUS_NOT_SUPPORTED, gonvml.SUCCESS
 			}
 		}
-		inv := gpu.Discover(context.Background(), gpu.WithNVML(srv))
+		inv := nvml.Discover(context.Background(), nvml.WithLibrary(srv))
 		p, ok := inv.Pair(id(0), id(5))
 		require.True(t, ok)
 		assert.Zero(t, p.NVLinks, "NVML said no: no estimate")

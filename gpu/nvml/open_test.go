@@ -1,15 +1,19 @@
-package gpu_test
+package nvml_test
 
 import (
+	"context"
 	"testing"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamdag/streamdag/gpu"
-	"github.com/streamdag/streamdag/gpu/nvmlmock"
+	_ "github.com/streamdag/streamdag/gpu/cpu" // Acquire opens the CPU device
+	"github.com/streamdag/streamdag/gpu/nvml"
+	"github.com/streamdag/streamdag/gpu/nvml/nvmlmock"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -18,10 +22,10 @@ import (
 // runtime, returns) a lease and says so. Nothing pretends to run on a GPU.
 func TestAcquire(t *testing.T) {
 	t.Run("cpu-only", func(t *testing.T) {
-		b, err := gpu.Open(t.Context(), gpu.OpenConfig{})
+		b, _, err := nvml.Open(t.Context(), nvml.OpenConfig{})
 		require.NoError(t, err)
 		defer b.CloseAndWait(t.Context())
-		a, err := b.Acquire(t.Context(), gpu.WithStreams(2))
+		a, err := b.Acquire(t.Context(), gpu.Config{Streams: 2})
 		require.NoError(t, err)
 		defer a.Release()
 		assert.Equal(t, topology.CPU, a.Device.ID())
@@ -32,10 +36,10 @@ func TestAcquire(t *testing.T) {
 	t.Run("dgxa100 mock", func(t *testing.T) {
 		lib, err := nvmlmock.New("dgxa100")
 		require.NoError(t, err)
-		b, err := gpu.Open(t.Context(), gpu.OpenConfig{NVML: lib})
+		b, _, err := nvml.Open(t.Context(), nvml.OpenConfig{Library: lib})
 		require.NoError(t, err)
 		defer b.CloseAndWait(t.Context())
-		a, err := b.Acquire(t.Context())
+		a, err := b.Acquire(t.Context(), gpu.Config{})
 		require.NoError(t, err)
 		defer a.Release()
 		assert.Equal(t, topology.CPU, a.Device.ID())
@@ -53,7 +57,7 @@ func TestAcquire(t *testing.T) {
 func TestInventoryFacts(t *testing.T) {
 	lib, err := nvmlmock.New("dgxa100")
 	require.NoError(t, err)
-	inv := gpu.Discover(t.Context(), gpu.WithNVML(lib))
+	inv := nvml.Discover(t.Context(), nvml.WithLibrary(lib))
 	f := inv.Facts()
 	require.Len(t, f.GPUs, 8)
 	require.Len(t, f.Pairs, 8)
@@ -67,7 +71,7 @@ func TestInventoryFacts(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, topology.RouteDirect, r.Kind)
 
-	cpuOnly := gpu.Discover(t.Context(), gpu.WithNVML(nil)).Facts()
+	cpuOnly := nvml.Discover(t.Context(), nvml.WithLibrary(nil)).Facts()
 	assert.Nil(t, cpuOnly.Pairs)
 }
 
@@ -79,13 +83,13 @@ func TestInventoryFacts(t *testing.T) {
 func TestOpenNeverLeasesLostGPU(t *testing.T) {
 	lib, err := nvmlmock.New("dgxa100")
 	require.NoError(t, err)
-	b, err := gpu.Open(t.Context(), gpu.OpenConfig{NVML: lib})
+	b, _, err := nvml.Open(t.Context(), nvml.OpenConfig{Library: lib})
 	require.NoError(t, err)
 	defer b.CloseAndWait(t.Context())
 	require.Equal(t, 8, b.NumGPUs())
 
 	gpu0 := lib.Devices[0].(*dgxa100.Device)
-	gpu0.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST }
+	gpu0.GetMemoryInfoFunc = func() (gonvml.Memory, gonvml.Return) { return gonvml.Memory{}, gonvml.ERROR_GPU_IS_LOST }
 	gpu1 := lib.Devices[1].(*dgxa100.Device)
 	uuid1 := gpu1.UUID
 	gpu1.UUID = "GPU-replaced" // gpu1 fell off the bus; NVML no longer knows its UUID
@@ -103,7 +107,7 @@ func TestOpenNeverLeasesLostGPU(t *testing.T) {
 	for _, d := range lib.Devices {
 		d.(*dgxa100.Device).GetMemoryInfoFunc = gpu0.GetMemoryInfoFunc
 	}
-	a, err := b.Acquire(t.Context())
+	a, err := b.Acquire(t.Context(), gpu.Config{})
 	require.NoError(t, err)
 	defer a.Release()
 	assert.Equal(t, topology.CPU, a.Device.ID())
@@ -115,4 +119,53 @@ func TestOpenNeverLeasesLostGPU(t *testing.T) {
 	if !assert.Nil(t, l) {
 		l.Release()
 	}
+}
+
+func TestOpenCPUOnly(t *testing.T) {
+	lib := &mock.Interface{InitFunc: func() gonvml.Return { return gonvml.ERROR_LIBRARY_NOT_FOUND }}
+	b, inv, err := nvml.Open(context.Background(), nvml.OpenConfig{Library: lib})
+	require.NoError(t, err)
+	assert.Equal(t, 0, b.NumGPUs())
+	assert.Equal(t, "nvml: Init: ERROR_LIBRARY_NOT_FOUND", inv.NVML.Reason)
+	_, err = b.Claim(context.Background())
+	assert.ErrorIs(t, err, gpu.ErrNoGPU)
+	devs, err := b.Devices()
+	require.NoError(t, err)
+	assert.Empty(t, devs)
+	a, err := b.Acquire(context.Background(), gpu.Config{Streams: 1}) // the CPU device is used as always
+	require.NoError(t, err)
+	assert.Equal(t, topology.CPU, a.Device.ID())
+	assert.Equal(t, "no GPU: NVML unavailable (no NVIDIA driver library found, or it failed to start): nvml: Init: ERROR_LIBRARY_NOT_FOUND", a.Why)
+	a.Release()
+	closed(t, b)
+}
+
+func TestOpenMockDGX(t *testing.T) {
+	b, inv, err := nvml.Open(context.Background(), nvml.OpenConfig{Library: dgxa100.New()})
+	require.NoError(t, err)
+	assert.Len(t, inv.GPUs(), 8)
+	require.NoError(t, err)
+	assert.Equal(t, 8, b.NumGPUs())
+	recs := b.StartupRecords()
+	require.Len(t, recs, 8)
+	assert.Equal(t, "gpu7", recs[7].Device)
+	assert.Equal(t, "Mock NVIDIA A100-SXM4-40GB", recs[7].Name)
+	var leases []*gpu.Lease
+	for range 8 {
+		l, err := b.Claim(context.Background())
+		require.NoError(t, err)
+		leases = append(leases, l)
+	}
+	for _, l := range leases {
+		l.Release()
+	}
+	closed(t, b)
+}
+
+// closed closes b and requires a clean close.
+func closed(t *testing.T, b *gpu.Backend) gpu.CloseSnapshot {
+	t.Helper()
+	s, err := b.CloseAndWait(context.Background())
+	require.NoError(t, err)
+	return s
 }

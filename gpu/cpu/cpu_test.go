@@ -1,4 +1,4 @@
-package gpu_test
+package cpu_test
 
 import (
 	"context"
@@ -13,20 +13,21 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/cpu"
 	"github.com/streamdag/streamdag/topology"
 )
 
 // newCPU returns a CPU device with n streams, closed when the test ends.
 func newCPU(t testing.TB, n int) gpu.Device {
 	t.Helper()
-	d, err := gpu.NewCPU(gpu.WithStreams(n))
+	d, err := cpu.New(cpu.WithStreams(n))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, d.Close()) })
 	return d
 }
 
-func TestNewCPUOptions(t *testing.T) {
-	d, err := gpu.NewCPU()
+func TestNewOptions(t *testing.T) {
+	d, err := cpu.New()
 	require.NoError(t, err)
 	defer d.Close()
 	assert.Equal(t, runtime.GOMAXPROCS(0), d.NumStreams(), "default stream count")
@@ -42,7 +43,7 @@ func TestNewCPUOptions(t *testing.T) {
 
 	for _, n := range []int{0, -3} {
 		t.Run(fmt.Sprintf("streams=%d", n), func(t *testing.T) {
-			d, err := gpu.NewCPU(gpu.WithStreams(n))
+			d, err := cpu.New(cpu.WithStreams(n))
 			require.Error(t, err)
 			assert.Nil(t, d)
 			assert.Contains(t, err.Error(), fmt.Sprintf("WithStreams(%d)", n))
@@ -51,7 +52,7 @@ func TestNewCPUOptions(t *testing.T) {
 
 	d3 := newCPU(t, 3)
 	assert.Equal(t, 3, d3.NumStreams())
-	assert.PanicsWithValue(t, "gpu: cpu stream 3 out of range [0, 3)", func() { d3.Stream(3) })
+	assert.PanicsWithValue(t, "cpu: stream 3 out of range [0, 3)", func() { d3.Stream(3) })
 	assert.Panics(t, func() { d3.Stream(-1) })
 }
 
@@ -209,7 +210,7 @@ func TestCrossDeviceWait(t *testing.T) {
 
 	err = d1.Stream(0).Wait(foreignEvent{})
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "gpu_test.foreignEvent")
+	assert.Contains(t, err.Error(), "cpu_test.foreignEvent")
 
 	err = d1.Stream(0).Wait(nil)
 	require.Error(t, err)
@@ -233,7 +234,7 @@ func TestSynchronizeReturnsPanic(t *testing.T) {
 
 	err := s.Synchronize(ctx)
 	require.Error(t, err)
-	var pe *gpu.PanicError
+	var pe *cpu.PanicError
 	require.ErrorAs(t, err, &pe)
 	assert.Equal(t, boom, pe.Value, "the first panic is kept")
 	assert.ErrorIs(t, err, boom)
@@ -241,7 +242,7 @@ func TestSynchronizeReturnsPanic(t *testing.T) {
 	assert.Equal(t, 0, pe.Stream)
 	assert.False(t, pe.Goexit)
 	assert.Contains(t, string(pe.Stack), "TestSynchronizeReturnsPanic")
-	assert.Equal(t, "gpu: cpu stream 0: task panicked: boom (and 1 more)", err.Error())
+	assert.Equal(t, "cpu: stream 0: task panicked: boom (and 1 more)", err.Error())
 	assert.Equal(t, int64(1), after.Load(), "tasks after a panic still run")
 
 	require.NoError(t, s.Synchronize(ctx), "the panic is reported once")
@@ -260,7 +261,7 @@ func TestGoexitInTask(t *testing.T) {
 		gpu.TaskFunc(func() { ran = append(ran, 3) }),
 	}))
 	err := s.Synchronize(context.Background())
-	var pe *gpu.PanicError
+	var pe *cpu.PanicError
 	require.ErrorAs(t, err, &pe)
 	assert.True(t, pe.Goexit)
 	assert.Equal(t, 1, pe.Stream)
@@ -272,7 +273,7 @@ func TestGoexitInTask(t *testing.T) {
 }
 
 func TestCloseDrainsAndRefuses(t *testing.T) {
-	d, err := gpu.NewCPU(gpu.WithStreams(3))
+	d, err := cpu.New(cpu.WithStreams(3))
 	require.NoError(t, err)
 	var n atomic.Int64
 	release := make(chan struct{})
@@ -395,4 +396,30 @@ func TestLaunchDoesNotAllocate(t *testing.T) {
 	})
 	require.NoError(t, s.Synchronize(ctx))
 	assert.Zero(t, allocs, "allocations per Launch + satisfied Wait + Done")
+}
+
+func TestDriver(t *testing.T) {
+	assert.Contains(t, gpu.Drivers(), cpu.Kind)
+	for _, tc := range []struct {
+		name    string
+		streams int
+		want    int
+	}{
+		{"default", 0, runtime.GOMAXPROCS(0)},
+		{"three", 3, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			set, err := gpu.Open(t.Context(), cpu.Kind, gpu.Config{Streams: tc.streams})
+			require.NoError(t, err)
+			require.Len(t, set.Devices(), 1)
+			d := set.Devices()[0]
+			assert.Equal(t, topology.CPU, d.ID())
+			assert.Equal(t, tc.want, d.NumStreams())
+			require.NoError(t, set.Close())
+			assert.ErrorIs(t, d.Stream(0).Launch(gpu.TaskFunc(func() {})), gpu.ErrClosed, "the set's Close closes the device")
+		})
+	}
+	set, err := gpu.Open(t.Context(), cpu.Kind, gpu.Config{Streams: -1})
+	assert.EqualError(t, err, "cpu: WithStreams(-1): a CPU device has 1 to 1024 streams")
+	assert.Nil(t, set)
 }

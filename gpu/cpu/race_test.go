@@ -1,5 +1,5 @@
 //go:build race
 
-package gpu_test
+package cpu_test
 
 const raceEnabled = true

@@ -2,13 +2,13 @@
 // mock/dgxh100) with the calls they leave nil — PCI bus id, NUMA node, CPU
 // affinity, NVLink state and remote PCI info, P2P status and the PCIe
 // common ancestor — from a real topology as `nvidia-smi topo -m` prints it.
-// It lets gpu.Discover, the Backend and `streamdag devices --nvml-mock`
-// run against an 8-GPU server on a host without a GPU. Nothing here talks
-// to a GPU; it is test and demo scaffolding, kept out of package gpu so
-// that production binaries that do not ask for it do not link the mocks'
-// state.
+// It lets nvml.Discover, nvml.Open's backend and `streamdag devices
+// --nvml-mock` run against an 8-GPU server on a host without a GPU.
+// Nothing here talks to a GPU; it is test and demo scaffolding, kept out
+// of package gpu/nvml so that production binaries that do not ask for it
+// do not link the mocks' state.
 //
-// Layer 1 (under gpu: the only place that may import go-nvml).
+// Layer 1 (under gpu/nvml: the only place that may import go-nvml).
 package nvmlmock
 
 import (

@@ -1,4 +1,4 @@
-package gpu_test
+package nvml_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/nvml"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -29,7 +30,7 @@ func TestDiscoverMockServers(t *testing.T) {
 		{"dgxh100", dgxh100.New(), "NVIDIA H100 80GB HBM3", 81920, topology.ComputeCapability{Major: 9, Minor: 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			inv := gpu.Discover(context.Background(), gpu.WithNVML(tc.server))
+			inv := nvml.Discover(context.Background(), nvml.WithLibrary(tc.server))
 			assert.True(t, inv.NVML.Available)
 			assert.Empty(t, inv.NVML.Reason)
 			assert.Equal(t, tc.server.DriverVersion, inv.NVML.Driver)
@@ -76,44 +77,44 @@ func TestDiscoverFullFactsAndPerDeviceFailures(t *testing.T) {
 	for i, nd := range srv.Devices {
 		md := nd.(*dgxa100.Device)
 		md.MemoryInfo.Free = uint64(i) << 30
-		md.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
-			var p nvml.PciInfo
+		md.GetPciInfoFunc = func() (gonvml.PciInfo, gonvml.Return) {
+			var p gonvml.PciInfo
 			for j, c := range md.PciBusID {
 				p.BusId[j] = int8(c)
 			}
-			return p, nvml.SUCCESS
+			return p, gonvml.SUCCESS
 		}
-		md.GetNumaNodeIdFunc = func() (int, nvml.Return) {
+		md.GetNumaNodeIdFunc = func() (int, gonvml.Return) {
 			if i == 3 {
-				return 0, nvml.ERROR_NOT_SUPPORTED
+				return 0, gonvml.ERROR_NOT_SUPPORTED
 			}
-			return i / 4, nvml.SUCCESS
+			return i / 4, gonvml.SUCCESS
 		}
-		md.GetCpuAffinityFunc = func(n int) ([]uint, nvml.Return) {
+		md.GetCpuAffinityFunc = func(n int) ([]uint, gonvml.Return) {
 			assert.GreaterOrEqual(t, n, 64)
 			if i < 4 {
-				return []uint{0xf}, nvml.SUCCESS // CPUs 0-3
+				return []uint{0xf}, gonvml.SUCCESS // CPUs 0-3
 			}
-			return []uint{0, 0b101}, nvml.SUCCESS // CPUs 64 and 66
+			return []uint{0, 0b101}, gonvml.SUCCESS // CPUs 64 and 66
 		}
 	}
-	srv.Devices[6].(*dgxa100.Device).GetNameFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
-	srv.Devices[2].(*dgxa100.Device).GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST }
+	srv.Devices[6].(*dgxa100.Device).GetNameFunc = func() (string, gonvml.Return) { return "", gonvml.ERROR_UNKNOWN }
+	srv.Devices[2].(*dgxa100.Device).GetMemoryInfoFunc = func() (gonvml.Memory, gonvml.Return) { return gonvml.Memory{}, gonvml.ERROR_GPU_IS_LOST }
 	getHandle := srv.DeviceGetHandleByIndexFunc
 	calls := 0
-	srv.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
+	srv.DeviceGetHandleByIndexFunc = func(i int) (gonvml.Device, gonvml.Return) {
 		switch i {
 		case 5:
-			return nil, nvml.ERROR_NO_PERMISSION
+			return nil, gonvml.ERROR_NO_PERMISSION
 		case 0:
 			if calls++; calls > 1 { // lost after the first discovery
-				return nil, nvml.ERROR_GPU_IS_LOST
+				return nil, gonvml.ERROR_GPU_IS_LOST
 			}
 		}
 		return getHandle(i)
 	}
 
-	inv := gpu.Discover(context.Background(), gpu.WithNVML(srv))
+	inv := nvml.Discover(context.Background(), nvml.WithLibrary(srv))
 	assert.Equal(t, []string{
 		"gpu2: lost: memory: ERROR_GPU_IS_LOST (device left out)",
 		"gpu3: NUMA node: ERROR_NOT_SUPPORTED",
@@ -132,17 +133,17 @@ func TestDiscoverFullFactsAndPerDeviceFailures(t *testing.T) {
 	assert.Equal(t, topology.GPU(2), lost.Device)
 	assert.Equal(t, srv.Devices[2].(*dgxa100.Device).UUID, lost.UUID)
 	assert.ErrorIs(t, &lost, gpu.ErrGPULost)
-	assert.ErrorIs(t, &lost, nvml.ERROR_GPU_IS_LOST)
+	assert.ErrorIs(t, &lost, gonvml.ERROR_GPU_IS_LOST)
 	for _, p := range inv.P2P {
 		assert.NotEqual(t, topology.GPU(2), p.From, "no pair of the lost GPU")
 		assert.NotEqual(t, topology.GPU(2), p.To, "no pair of the lost GPU")
 	}
 	g1, g3, g6, g7 := gpus[1], gpus[2], gpus[4], gpus[5]
-	again := gpu.Discover(context.Background(), gpu.WithNVML(srv))
+	again := nvml.Discover(context.Background(), nvml.WithLibrary(srv))
 	assert.Contains(t, again.Notes, "gpu0: handle: ERROR_GPU_IS_LOST (device left out)")
 	require.Len(t, again.Lost, 2, "gpu0 (no handle) and gpu2")
 	assert.Equal(t, topology.GPU(0), again.Lost[0].Device)
-	assert.ErrorIs(t, &again.Lost[0], nvml.ERROR_GPU_IS_LOST)
+	assert.ErrorIs(t, &again.Lost[0], gonvml.ERROR_GPU_IS_LOST)
 	assert.Equal(t, "0000:01:00.0", g1.PCIBusID)
 	assert.Equal(t, 0, g1.NUMANode)
 	assert.Equal(t, []int{0, 1, 2, 3}, g1.CPUAffinity)
@@ -161,11 +162,11 @@ func TestDiscoverStopsOnCancel(t *testing.T) {
 	defer cancel()
 	md := srv.Devices[2].(*dgxa100.Device) // dgxh100 uses the same server.Device type
 	getName := md.GetNameFunc
-	md.GetNameFunc = func() (string, nvml.Return) {
+	md.GetNameFunc = func() (string, gonvml.Return) {
 		cancel() // cancel while reading gpu2
 		return getName()
 	}
-	inv := gpu.Discover(ctx, gpu.WithNVML(srv))
+	inv := nvml.Discover(ctx, nvml.WithLibrary(srv))
 	assert.True(t, inv.NVML.Available)
 	require.Len(t, inv.GPUs(), 3, "gpu0..gpu2 are kept")
 	assert.Equal(t, "NVIDIA H100 80GB HBM3", inv.GPUs()[2].Name)
@@ -174,7 +175,7 @@ func TestDiscoverStopsOnCancel(t *testing.T) {
 
 	// Done before it starts: NVML is not touched at all.
 	srv2 := dgxh100.New()
-	inv = gpu.Discover(ctx, gpu.WithNVML(srv2))
+	inv = nvml.Discover(ctx, nvml.WithLibrary(srv2))
 	assert.False(t, inv.NVML.Available)
 	assert.Equal(t, "nvml: not queried: context canceled", inv.NVML.Reason)
 	assert.Len(t, inv.Devices, 1)
@@ -201,19 +202,19 @@ func callCounts(m any) map[string]int {
 func TestDiscoverInitFailureCallsNothingElse(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		init   func() nvml.Return
+		init   func() gonvml.Return
 		reason string
 	}{
-		{"library not found", func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }, "nvml: Init: ERROR_LIBRARY_NOT_FOUND"},
-		{"driver not loaded", func() nvml.Return { return nvml.ERROR_DRIVER_NOT_LOADED }, "nvml: Init: ERROR_DRIVER_NOT_LOADED"},
-		{"init panics", func() nvml.Return { panic("no symbol nvmlInit_v2") }, "nvml: Init: panic: no symbol nvmlInit_v2"},
+		{"library not found", func() gonvml.Return { return gonvml.ERROR_LIBRARY_NOT_FOUND }, "nvml: Init: ERROR_LIBRARY_NOT_FOUND"},
+		{"driver not loaded", func() gonvml.Return { return gonvml.ERROR_DRIVER_NOT_LOADED }, "nvml: Init: ERROR_DRIVER_NOT_LOADED"},
+		{"init panics", func() gonvml.Return { panic("no symbol nvmlInit_v2") }, "nvml: Init: panic: no symbol nvmlInit_v2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Every function but Init is nil, so any other call would panic
 			// (and be recovered into a Note); the recorded calls show that
 			// none was made at all.
 			lib := &mock.Interface{InitFunc: tc.init}
-			inv := gpu.Discover(context.Background(), gpu.WithNVML(lib))
+			inv := nvml.Discover(context.Background(), nvml.WithLibrary(lib))
 			assert.Equal(t, map[string]int{"Init": 1}, callCounts(lib))
 			assert.False(t, inv.NVML.Available)
 			assert.Equal(t, tc.reason, inv.NVML.Reason)
@@ -229,8 +230,8 @@ func TestDiscoverInitFailureCallsNothingElse(t *testing.T) {
 
 func TestDiscoverBareMockNeverPanics(t *testing.T) {
 	// Init succeeds but nothing else is implemented: everything is a Note.
-	lib := &mock.Interface{InitFunc: func() nvml.Return { return nvml.SUCCESS }}
-	inv := gpu.Discover(context.Background(), gpu.WithNVML(lib))
+	lib := &mock.Interface{InitFunc: func() gonvml.Return { return gonvml.SUCCESS }}
+	inv := nvml.Discover(context.Background(), nvml.WithLibrary(lib))
 	assert.True(t, inv.NVML.Available)
 	assert.Len(t, inv.Devices, 1)
 	require.Len(t, inv.Notes, 3, "%q", inv.Notes)
@@ -243,7 +244,7 @@ func TestDiscoverHostDefault(t *testing.T) {
 	// The real NVML of this host, through nvml.New(). On a host without
 	// the NVIDIA library it must say so and return the CPU only; on a GPU
 	// host it must list the GPUs. Either way it must not crash.
-	inv := gpu.Discover(context.Background())
+	inv := nvml.Discover(context.Background())
 	require.NotEmpty(t, inv.Devices)
 	assert.Equal(t, topology.CPU, inv.Devices[0].ID)
 	if inv.NVML.Available {

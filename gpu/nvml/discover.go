@@ -1,4 +1,4 @@
-package gpu
+package nvml
 
 import (
 	"context"
@@ -8,13 +8,14 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/topology"
 )
 
-// NVMLStatus says whether NVML answered during Discover.
-type NVMLStatus struct {
+// LibraryStatus says whether NVML answered during Discover.
+type LibraryStatus struct {
 	// Available is true when nvml Init succeeded (even if some later
 	// queries failed; see Inventory.Notes).
 	Available bool
@@ -28,7 +29,7 @@ type NVMLStatus struct {
 
 // String returns "NVML available (driver 550.54.15)" or
 // "NVML unavailable (…): REASON".
-func (s NVMLStatus) String() string {
+func (s LibraryStatus) String() string {
 	if !s.Available {
 		return "NVML unavailable (no NVIDIA driver library found, or it failed to start): " + s.Reason
 	}
@@ -41,7 +42,7 @@ func (s NVMLStatus) String() string {
 // Inventory is what Discover learned about this host's devices.
 type Inventory struct {
 	// NVML says whether NVML could be used, and why not.
-	NVML NVMLStatus
+	NVML LibraryStatus
 	// Devices holds the CPU device first, then one entry per GPU in NVML
 	// index order, with ID topology.GPU(NVML index). A GPU whose handle
 	// NVML would not give is left out, so GPU indices may be sparse.
@@ -67,7 +68,7 @@ type Inventory struct {
 	// they were read, in NVML index order. They are left out of Devices,
 	// so a pool or backend built from Devices never leases them; a Note
 	// says the same.
-	Lost []LostError
+	Lost []gpu.LostError
 }
 
 // NVLink is one NVLink link that is up.
@@ -91,19 +92,19 @@ type NVLink struct {
 // asked or failed (see Inventory.Notes).
 type P2PStatus = topology.P2PStatus
 
-func p2pFromNVML(v nvml.GpuP2PStatus) P2PStatus {
+func p2pFromNVML(v gonvml.GpuP2PStatus) P2PStatus {
 	switch v {
-	case nvml.P2P_STATUS_OK:
+	case gonvml.P2P_STATUS_OK:
 		return topology.P2POK
-	case nvml.P2P_STATUS_CHIPSET_NOT_SUPPORTED:
+	case gonvml.P2P_STATUS_CHIPSET_NOT_SUPPORTED:
 		return topology.P2PChipsetNotSupported
-	case nvml.P2P_STATUS_GPU_NOT_SUPPORTED:
+	case gonvml.P2P_STATUS_GPU_NOT_SUPPORTED:
 		return topology.P2PGPUNotSupported
-	case nvml.P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED:
+	case gonvml.P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED:
 		return topology.P2PTopologyNotSupported
-	case nvml.P2P_STATUS_DISABLED_BY_REGKEY:
+	case gonvml.P2P_STATUS_DISABLED_BY_REGKEY:
 		return topology.P2PDisabledByRegKey
-	case nvml.P2P_STATUS_NOT_SUPPORTED:
+	case gonvml.P2P_STATUS_NOT_SUPPORTED:
 		return topology.P2PNotSupported
 	default:
 		return topology.P2PUnknown
@@ -136,19 +137,19 @@ func (a AncestorLevel) String() string {
 	return "-"
 }
 
-func ancestorFromNVML(l nvml.GpuTopologyLevel) AncestorLevel {
+func ancestorFromNVML(l gonvml.GpuTopologyLevel) AncestorLevel {
 	switch l {
-	case nvml.TOPOLOGY_INTERNAL:
+	case gonvml.TOPOLOGY_INTERNAL:
 		return AncestorInternal
-	case nvml.TOPOLOGY_SINGLE:
+	case gonvml.TOPOLOGY_SINGLE:
 		return AncestorSingle
-	case nvml.TOPOLOGY_MULTIPLE:
+	case gonvml.TOPOLOGY_MULTIPLE:
 		return AncestorMultiple
-	case nvml.TOPOLOGY_HOSTBRIDGE:
+	case gonvml.TOPOLOGY_HOSTBRIDGE:
 		return AncestorHostBridge
-	case nvml.TOPOLOGY_NODE:
+	case gonvml.TOPOLOGY_NODE:
 		return AncestorNode
-	case nvml.TOPOLOGY_SYSTEM:
+	case gonvml.TOPOLOGY_SYSTEM:
 		return AncestorSystem
 	default:
 		return AncestorUnknown
@@ -221,13 +222,13 @@ func (inv Inventory) GPUs() []topology.Device {
 type DiscoverOption func(*discoverOptions)
 
 type discoverOptions struct {
-	lib nvml.Interface
+	lib gonvml.Interface
 }
 
-// WithNVML makes Discover use lib instead of the system NVML library
-// (nvml.New()). Tests pass go-nvml's mocks (pkg/nvml/mock/dgxa100, …).
+// WithLibrary makes Discover use lib instead of the system NVML library
+// (go-nvml's New()). Tests pass go-nvml's mocks (pkg/nvml/mock/dgxa100, …).
 // A nil lib means the default.
-func WithNVML(lib nvml.Interface) DiscoverOption {
+func WithLibrary(lib gonvml.Interface) DiscoverOption {
 	return func(o *discoverOptions) { o.lib = lib }
 }
 
@@ -274,15 +275,15 @@ func Discover(ctx context.Context, opts ...DiscoverOption) (inv Inventory) {
 	}
 	lib := o.lib
 	if lib == nil {
-		lib = nvml.New()
+		lib = gonvml.New()
 	}
-	if err := guard(func() nvml.Return { return lib.Init() }); err != nil {
+	if err := guard(func() gonvml.Return { return lib.Init() }); err != nil {
 		inv.NVML.Reason = "nvml: Init: " + err.Error()
 		return inv
 	}
 	inv.NVML.Available = true
 	defer func() {
-		if err := guard(func() nvml.Return { return lib.Shutdown() }); err != nil {
+		if err := guard(func() gonvml.Return { return lib.Shutdown() }); err != nil {
 			inv.Notes = append(inv.Notes, "nvml: Shutdown: "+err.Error())
 		}
 	}()
@@ -290,16 +291,16 @@ func Discover(ctx context.Context, opts ...DiscoverOption) (inv Inventory) {
 	return inv
 }
 
-func discoverGPUs(ctx context.Context, lib nvml.Interface, inv *Inventory) {
+func discoverGPUs(ctx context.Context, lib gonvml.Interface, inv *Inventory) {
 	note := func(format string, args ...any) {
 		inv.Notes = append(inv.Notes, fmt.Sprintf(format, args...))
 	}
-	if err := guard(func() (r nvml.Return) { inv.NVML.Driver, r = lib.SystemGetDriverVersion(); return }); err != nil {
+	if err := guard(func() (r gonvml.Return) { inv.NVML.Driver, r = lib.SystemGetDriverVersion(); return }); err != nil {
 		inv.NVML.Driver = ""
 		note("nvml: driver version: %v", err)
 	}
 	var count int
-	if err := guard(func() (r nvml.Return) { count, r = lib.DeviceGetCount(); return }); err != nil {
+	if err := guard(func() (r gonvml.Return) { count, r = lib.DeviceGetCount(); return }); err != nil {
 		note("nvml: device count: %v", err)
 		return
 	}
@@ -312,17 +313,17 @@ func discoverGPUs(ctx context.Context, lib nvml.Interface, inv *Inventory) {
 			note("nvml: %s: %v (not called)", name, syms[name])
 		}
 	}
-	var handles []nvml.Device
+	var handles []gonvml.Device
 	for i := range count {
 		if err := ctx.Err(); err != nil {
 			note("nvml: stopped before gpu%d of %d: %v", i, count, err)
 			return
 		}
-		var h nvml.Device
-		if err := guard(func() (r nvml.Return) { h, r = lib.DeviceGetHandleByIndex(i); return }); err != nil {
+		var h gonvml.Device
+		if err := guard(func() (r gonvml.Return) { h, r = lib.DeviceGetHandleByIndex(i); return }); err != nil {
 			note("gpu%d: handle: %v (device left out)", i, err)
-			if errors.Is(err, nvml.ERROR_GPU_IS_LOST) {
-				inv.Lost = append(inv.Lost, LostError{Device: topology.GPU(i), Err: fmt.Errorf("handle: %w", err)})
+			if errors.Is(err, gonvml.ERROR_GPU_IS_LOST) {
+				inv.Lost = append(inv.Lost, gpu.LostError{Device: topology.GPU(i), Err: fmt.Errorf("handle: %w", err)})
 			}
 			continue
 		}
@@ -333,7 +334,7 @@ func discoverGPUs(ctx context.Context, lib nvml.Interface, inv *Inventory) {
 		d, lost := readGPU(i, h, numaErr, note)
 		if lost != nil {
 			note("gpu%d: lost: %v (device left out)", i, lost)
-			inv.Lost = append(inv.Lost, LostError{Device: d.ID, UUID: d.UUID, Err: lost})
+			inv.Lost = append(inv.Lost, gpu.LostError{Device: d.ID, UUID: d.UUID, Err: lost})
 			continue
 		}
 		inv.Devices = append(inv.Devices, d)
@@ -363,39 +364,39 @@ const (
 )
 
 // lookup returns nil when lib exports the symbol name, else an error.
-func lookup(lib nvml.Interface, name string) error {
-	return guard(func() nvml.Return {
+func lookup(lib gonvml.Interface, name string) error {
+	return guard(func() gonvml.Return {
 		if err := lib.Extensions().LookupSymbol(name); err != nil {
-			return nvml.ERROR_FUNCTION_NOT_FOUND
+			return gonvml.ERROR_FUNCTION_NOT_FOUND
 		}
-		return nvml.SUCCESS
+		return gonvml.SUCCESS
 	})
 }
 
 // readLinks appends the NVLink links of GPU id that are up. It stops at
 // the first link NVML says does not exist (ERROR_INVALID_ARGUMENT, or
 // ERROR_NOT_SUPPORTED: a GPU without NVLink, which is not noted).
-func readLinks(id topology.DeviceID, h nvml.Device, syms map[string]error, inv *Inventory, note func(string, ...any)) {
+func readLinks(id topology.DeviceID, h gonvml.Device, syms map[string]error, inv *Inventory, note func(string, ...any)) {
 	if syms[symNvLinkState] != nil {
 		return
 	}
-	for link := range nvml.NVLINK_MAX_LINKS {
-		var st nvml.EnableState
-		err := guard(func() (r nvml.Return) { st, r = h.GetNvLinkState(link); return })
-		if errors.Is(err, nvml.ERROR_INVALID_ARGUMENT) || errors.Is(err, nvml.ERROR_NOT_SUPPORTED) {
+	for link := range gonvml.NVLINK_MAX_LINKS {
+		var st gonvml.EnableState
+		err := guard(func() (r gonvml.Return) { st, r = h.GetNvLinkState(link); return })
+		if errors.Is(err, gonvml.ERROR_INVALID_ARGUMENT) || errors.Is(err, gonvml.ERROR_NOT_SUPPORTED) {
 			return
 		}
 		if err != nil {
 			note("%v: NVLink %d state: %v", id, link, err)
 			return
 		}
-		if st != nvml.FEATURE_ENABLED {
+		if st != gonvml.FEATURE_ENABLED {
 			continue
 		}
 		l := NVLink{Device: id, Link: link}
 		if syms[symNvLinkRemote] == nil {
-			var pci nvml.PciInfo
-			if err := guard(func() (r nvml.Return) { pci, r = h.GetNvLinkRemotePciInfo(link); return }); err != nil {
+			var pci gonvml.PciInfo
+			if err := guard(func() (r gonvml.Return) { pci, r = h.GetNvLinkRemotePciInfo(link); return }); err != nil {
 				note("%v: NVLink %d remote PCI info: %v", id, link, err)
 			} else {
 				l.RemotePCIBusID = cString(pci.BusId[:])
@@ -435,20 +436,20 @@ func normBusID(s string) string {
 }
 
 // readMIG appends the MIG devices of GPU id when its MIG mode is on.
-func readMIG(id topology.DeviceID, h nvml.Device, syms map[string]error, inv *Inventory, note func(string, ...any)) {
+func readMIG(id topology.DeviceID, h gonvml.Device, syms map[string]error, inv *Inventory, note func(string, ...any)) {
 	if syms[symMigMode] != nil {
 		return
 	}
 	var cur int
-	err := guard(func() (r nvml.Return) { cur, _, r = h.GetMigMode(); return })
-	if errors.Is(err, nvml.ERROR_NOT_SUPPORTED) {
+	err := guard(func() (r gonvml.Return) { cur, _, r = h.GetMigMode(); return })
+	if errors.Is(err, gonvml.ERROR_NOT_SUPPORTED) {
 		return // not a MIG-capable GPU
 	}
 	if err != nil {
 		note("%v: MIG mode: %v", id, err)
 		return
 	}
-	if cur != nvml.DEVICE_MIG_ENABLE {
+	if cur != gonvml.DEVICE_MIG_ENABLE {
 		return
 	}
 	if syms[symMigHandle] != nil {
@@ -456,14 +457,14 @@ func readMIG(id topology.DeviceID, h nvml.Device, syms map[string]error, inv *In
 		return
 	}
 	var n int
-	if err := guard(func() (r nvml.Return) { n, r = h.GetMaxMigDeviceCount(); return }); err != nil {
+	if err := guard(func() (r gonvml.Return) { n, r = h.GetMaxMigDeviceCount(); return }); err != nil {
 		note("%v: MIG device count: %v", id, err)
 		return
 	}
 	for k := range min(max(n, 0), 64) {
-		var mh nvml.Device
-		err := guard(func() (r nvml.Return) { mh, r = h.GetMigDeviceHandleByIndex(k); return })
-		if errors.Is(err, nvml.ERROR_NOT_FOUND) || errors.Is(err, nvml.ERROR_INVALID_ARGUMENT) {
+		var mh gonvml.Device
+		err := guard(func() (r gonvml.Return) { mh, r = h.GetMigDeviceHandleByIndex(k); return })
+		if errors.Is(err, gonvml.ERROR_NOT_FOUND) || errors.Is(err, gonvml.ERROR_INVALID_ARGUMENT) {
 			continue // an empty MIG slot
 		}
 		if err != nil || mh == nil {
@@ -471,12 +472,12 @@ func readMIG(id topology.DeviceID, h nvml.Device, syms map[string]error, inv *In
 			continue
 		}
 		m := MIGDevice{Parent: id, Index: k}
-		if err := guard(func() (r nvml.Return) { m.UUID, r = mh.GetUUID(); return }); err != nil {
+		if err := guard(func() (r gonvml.Return) { m.UUID, r = mh.GetUUID(); return }); err != nil {
 			m.UUID = ""
 			note("%v: MIG device %d UUID: %v", id, k, err)
 		}
-		var mem nvml.Memory
-		if err := guard(func() (r nvml.Return) { mem, r = mh.GetMemoryInfo(); return }); err != nil {
+		var mem gonvml.Memory
+		if err := guard(func() (r gonvml.Return) { mem, r = mh.GetMemoryInfo(); return }); err != nil {
 			note("%v: MIG device %d memory: %v", id, k, err)
 		} else {
 			m.MemoryBytes = clampInt64(mem.Total)
@@ -487,7 +488,7 @@ func readMIG(id topology.DeviceID, h nvml.Device, syms map[string]error, inv *In
 
 // readPairs fills Inventory.P2P. Failures are folded: one note per query
 // and error text, naming the first pair and counting the others.
-func readPairs(ctx context.Context, gpus []topology.Device, handles []nvml.Device, syms map[string]error, inv *Inventory, note func(string, ...any)) {
+func readPairs(ctx context.Context, gpus []topology.Device, handles []gonvml.Device, syms map[string]error, inv *Inventory, note func(string, ...any)) {
 	type fold struct {
 		first string
 		n     int
@@ -517,13 +518,13 @@ func readPairs(ctx context.Context, gpus []topology.Device, handles []nvml.Devic
 	}()
 	caps := []struct {
 		name string
-		idx  nvml.GpuP2PCapsIndex
+		idx  gonvml.GpuP2PCapsIndex
 		set  func(*P2PPair, P2PStatus)
 	}{
-		{"read", nvml.P2P_CAPS_INDEX_READ, func(p *P2PPair, s P2PStatus) { p.Read = s }},
-		{"write", nvml.P2P_CAPS_INDEX_WRITE, func(p *P2PPair, s P2PStatus) { p.Write = s }},
-		{"NVLink", nvml.P2P_CAPS_INDEX_NVLINK, func(p *P2PPair, s P2PStatus) { p.NVLink = s }},
-		{"atomics", nvml.P2P_CAPS_INDEX_ATOMICS, func(p *P2PPair, s P2PStatus) { p.Atomics = s }},
+		{"read", gonvml.P2P_CAPS_INDEX_READ, func(p *P2PPair, s P2PStatus) { p.Read = s }},
+		{"write", gonvml.P2P_CAPS_INDEX_WRITE, func(p *P2PPair, s P2PStatus) { p.Write = s }},
+		{"NVLink", gonvml.P2P_CAPS_INDEX_NVLINK, func(p *P2PPair, s P2PStatus) { p.NVLink = s }},
+		{"atomics", gonvml.P2P_CAPS_INDEX_ATOMICS, func(p *P2PPair, s P2PStatus) { p.Atomics = s }},
 	}
 	for i, hi := range handles {
 		if err := ctx.Err(); err != nil {
@@ -537,8 +538,8 @@ func readPairs(ctx context.Context, gpus []topology.Device, handles []nvml.Devic
 			p := P2PPair{From: gpus[i].ID, To: gpus[j].ID}
 			if syms[symP2P] == nil {
 				for _, c := range caps {
-					var st nvml.GpuP2PStatus
-					if err := guard(func() (r nvml.Return) { st, r = hi.GetP2PStatus(hj, c.idx); return }); err != nil {
+					var st gonvml.GpuP2PStatus
+					if err := guard(func() (r gonvml.Return) { st, r = hi.GetP2PStatus(hj, c.idx); return }); err != nil {
 						fail(c.name+" status", p.From, p.To, err)
 					} else {
 						c.set(&p, p2pFromNVML(st))
@@ -546,8 +547,8 @@ func readPairs(ctx context.Context, gpus []topology.Device, handles []nvml.Devic
 				}
 			}
 			if syms[symAncestor] == nil {
-				var lvl nvml.GpuTopologyLevel
-				if err := guard(func() (r nvml.Return) { lvl, r = hi.GetTopologyCommonAncestor(hj); return }); err != nil {
+				var lvl gonvml.GpuTopologyLevel
+				if err := guard(func() (r gonvml.Return) { lvl, r = hi.GetTopologyCommonAncestor(hj); return }); err != nil {
 					fail("common ancestor", p.From, p.To, err)
 				} else {
 					p.Ancestor = ancestorFromNVML(lvl)
@@ -605,11 +606,11 @@ func countIn(a, b []string) int {
 // nvmlDeviceGetNumaNodeId must not be called. lost is non-nil when a
 // query answered ERROR_GPU_IS_LOST ("memory: ERROR_GPU_IS_LOST"); the
 // queries that did not are then not noted.
-func readGPU(i int, h nvml.Device, numaErr error, note func(string, ...any)) (d topology.Device, lost error) {
+func readGPU(i int, h gonvml.Device, numaErr error, note func(string, ...any)) (d topology.Device, lost error) {
 	d = topology.Device{ID: topology.GPU(i), NUMANode: -1}
 	var notes []string
 	fail := func(what string, err any) {
-		if e, ok := err.(error); ok && errors.Is(e, nvml.ERROR_GPU_IS_LOST) && lost == nil {
+		if e, ok := err.(error); ok && errors.Is(e, gonvml.ERROR_GPU_IS_LOST) && lost == nil {
 			lost = fmt.Errorf("%s: %w", what, e)
 		}
 		notes = append(notes, fmt.Sprintf("gpu%d: %s: %v", i, what, err))
@@ -621,36 +622,36 @@ func readGPU(i int, h nvml.Device, numaErr error, note func(string, ...any)) (d 
 			}
 		}
 	}()
-	if err := guard(func() (r nvml.Return) { d.UUID, r = h.GetUUID(); return }); err != nil {
+	if err := guard(func() (r gonvml.Return) { d.UUID, r = h.GetUUID(); return }); err != nil {
 		d.UUID = ""
 		fail("UUID", err)
 	}
-	if err := guard(func() (r nvml.Return) { d.Name, r = h.GetName(); return }); err != nil {
+	if err := guard(func() (r gonvml.Return) { d.Name, r = h.GetName(); return }); err != nil {
 		d.Name = ""
 		fail("name", err)
 	}
-	var mem nvml.Memory
-	if err := guard(func() (r nvml.Return) { mem, r = h.GetMemoryInfo(); return }); err != nil {
+	var mem gonvml.Memory
+	if err := guard(func() (r gonvml.Return) { mem, r = h.GetMemoryInfo(); return }); err != nil {
 		fail("memory", err)
 	} else {
 		d.MemoryBytes = clampInt64(mem.Total)
 		d.FreeMemoryBytes = clampInt64(mem.Free)
 	}
-	var pci nvml.PciInfo
-	if err := guard(func() (r nvml.Return) { pci, r = h.GetPciInfo(); return }); err != nil {
+	var pci gonvml.PciInfo
+	if err := guard(func() (r gonvml.Return) { pci, r = h.GetPciInfo(); return }); err != nil {
 		fail("PCI bus id", err)
 	} else if d.PCIBusID = cString(pci.BusId[:]); d.PCIBusID == "" {
 		fail("PCI bus id", "empty")
 	}
 	var major, minor int
-	if err := guard(func() (r nvml.Return) { major, minor, r = h.GetCudaComputeCapability(); return }); err != nil {
+	if err := guard(func() (r gonvml.Return) { major, minor, r = h.GetCudaComputeCapability(); return }); err != nil {
 		fail("compute capability", err)
 	} else {
 		d.ComputeCapability = topology.ComputeCapability{Major: major, Minor: minor}
 	}
 	if numaErr != nil {
 		fail("NUMA node", numaErr)
-	} else if err := guard(func() (r nvml.Return) { d.NUMANode, r = h.GetNumaNodeId(); return }); err != nil || d.NUMANode < 0 {
+	} else if err := guard(func() (r gonvml.Return) { d.NUMANode, r = h.GetNumaNodeId(); return }); err != nil || d.NUMANode < 0 {
 		if err == nil {
 			err = fmt.Errorf("NVML returned %d", d.NUMANode)
 		}
@@ -658,7 +659,7 @@ func readGPU(i int, h nvml.Device, numaErr error, note func(string, ...any)) (d 
 		fail("NUMA node", err)
 	}
 	var mask []uint
-	if err := guard(func() (r nvml.Return) { mask, r = h.GetCpuAffinity(affinityCPUs); return }); err != nil {
+	if err := guard(func() (r gonvml.Return) { mask, r = h.GetCpuAffinity(affinityCPUs); return }); err != nil {
 		fail("CPU affinity", err)
 	} else if d.CPUAffinity = maskCPUs(mask); d.CPUAffinity == nil {
 		fail("CPU affinity", "empty mask")
@@ -666,45 +667,45 @@ func readGPU(i int, h nvml.Device, numaErr error, note func(string, ...any)) (d 
 	return d, lost
 }
 
-// NVMLCheck returns a HealthCheck that asks NVML, by UUID, whether a GPU
+// HealthCheck returns a gpu.HealthCheck that asks NVML, by UUID, whether a GPU
 // is still there: it initialises NVML, looks the GPU up
 // (nvmlDeviceGetHandleByUUID), reads its memory info, and shuts NVML down
 // again (NVML reference-counts Init, so a process that keeps NVML
 // initialised pays little). A nil lib means the system library
-// (nvml.New()). The GPU is gone, with a *LostError saying why, when the
+// (go-nvml's New()). The GPU is gone, with a *gpu.LostError saying why, when the
 // lookup finds no GPU of that UUID (ERROR_NOT_FOUND, or
 // ERROR_INVALID_ARGUMENT, as go-nvml's mock servers answer) or either call
 // answers ERROR_GPU_IS_LOST. Anything else is no proof of loss and gives
 // nil: a GPU without a UUID, NVML failing to start (no other NVML call is
 // then made), another error, a panic in the library. Safe for concurrent
 // use.
-func NVMLCheck(lib nvml.Interface) HealthCheck {
+func HealthCheck(lib gonvml.Interface) gpu.HealthCheck {
 	return func(d topology.Device) error {
 		if d.UUID == "" {
 			return nil
 		}
 		l := lib
 		if l == nil {
-			l = nvml.New()
+			l = gonvml.New()
 		}
-		if guard(func() nvml.Return { return l.Init() }) != nil {
+		if guard(func() gonvml.Return { return l.Init() }) != nil {
 			return nil
 		}
-		defer func() { _ = guard(func() nvml.Return { return l.Shutdown() }) }()
+		defer func() { _ = guard(func() gonvml.Return { return l.Shutdown() }) }()
 		lost := func(what string, err error) error {
-			return &LostError{Device: d.ID, UUID: d.UUID, Err: fmt.Errorf("nvml: %s: %w", what, err)}
+			return &gpu.LostError{Device: d.ID, UUID: d.UUID, Err: fmt.Errorf("nvml: %s: %w", what, err)}
 		}
-		var h nvml.Device
-		err := guard(func() (r nvml.Return) { h, r = l.DeviceGetHandleByUUID(d.UUID); return })
+		var h gonvml.Device
+		err := guard(func() (r gonvml.Return) { h, r = l.DeviceGetHandleByUUID(d.UUID); return })
 		switch {
-		case errors.Is(err, nvml.ERROR_NOT_FOUND), errors.Is(err, nvml.ERROR_INVALID_ARGUMENT):
+		case errors.Is(err, gonvml.ERROR_NOT_FOUND), errors.Is(err, gonvml.ERROR_INVALID_ARGUMENT):
 			return lost("no GPU has this UUID", err)
-		case errors.Is(err, nvml.ERROR_GPU_IS_LOST):
+		case errors.Is(err, gonvml.ERROR_GPU_IS_LOST):
 			return lost("handle by UUID", err)
 		case err != nil || h == nil:
 			return nil
 		}
-		if err := guard(func() (r nvml.Return) { _, r = h.GetMemoryInfo(); return }); errors.Is(err, nvml.ERROR_GPU_IS_LOST) {
+		if err := guard(func() (r gonvml.Return) { _, r = h.GetMemoryInfo(); return }); errors.Is(err, gonvml.ERROR_GPU_IS_LOST) {
 			return lost("memory info", err)
 		}
 		return nil
@@ -714,13 +715,13 @@ func NVMLCheck(lib nvml.Interface) HealthCheck {
 // guard calls f and turns a non-success Return into an error (the Return
 // itself, whose text is NVML's, e.g. "ERROR_NOT_SUPPORTED") and a panic into
 // an error "panic: VALUE".
-func guard(f func() nvml.Return) (err error) {
+func guard(f func() gonvml.Return) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic: %v", r)
 		}
 	}()
-	if r := f(); r != nvml.SUCCESS {
+	if r := f(); r != gonvml.SUCCESS {
 		return r
 	}
 	return nil

@@ -1,10 +1,11 @@
-package gpu_test
+package cpu_test
 
 import (
 	"context"
 	"testing"
 
 	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/cpu"
 )
 
 // BenchmarkStreamLaunch measures queuing and running empty tasks on one
@@ -15,7 +16,7 @@ func BenchmarkStreamLaunch(b *testing.B) {
 	const n = 1000
 	ctx := context.Background()
 	b.Run("impl=stream/n=1000", func(b *testing.B) {
-		d, err := gpu.NewCPU(gpu.WithStreams(1))
+		d, err := cpu.New(cpu.WithStreams(1))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -36,7 +37,7 @@ func BenchmarkStreamLaunch(b *testing.B) {
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/launch")
 	})
 	b.Run("impl=stream-batch/n=1000", func(b *testing.B) {
-		d, err := gpu.NewCPU(gpu.WithStreams(1))
+		d, err := cpu.New(cpu.WithStreams(1))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -97,7 +98,7 @@ func BenchmarkEventWait(b *testing.B) {
 	const rounds = 100
 	ctx := context.Background()
 	b.Run("impl=stream/pingpong", func(b *testing.B) {
-		d, err := gpu.NewCPU(gpu.WithStreams(2))
+		d, err := cpu.New(cpu.WithStreams(2))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -141,7 +142,7 @@ func BenchmarkEventWait(b *testing.B) {
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*rounds*2), "ns/handoff")
 	})
 	b.Run("impl=stream/satisfied", func(b *testing.B) {
-		d, err := gpu.NewCPU(gpu.WithStreams(2))
+		d, err := cpu.New(cpu.WithStreams(2))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package gpu
+package cpu
 
 import (
 	"context"
@@ -10,35 +10,36 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/topology"
 )
 
-// CPUOption configures NewCPU.
-type CPUOption func(*cpuOptions) error
+// Option configures New.
+type Option func(*options) error
 
-type cpuOptions struct {
+type options struct {
 	streams int
 }
 
-// MaxCPUStreams bounds WithStreams: each stream is a worker goroutine, and
+// MaxStreams bounds WithStreams: each stream is a worker goroutine, and
 // a stream count far above the core count only adds queues to align.
-const MaxCPUStreams = 1024
+const MaxStreams = 1024
 
 // WithStreams sets the number of streams of the CPU device, that is, the
 // number of worker goroutines it runs. The default is
-// runtime.GOMAXPROCS(0) at the time NewCPU is called. n outside
-// [1, MaxCPUStreams] makes NewCPU return an error naming n.
-func WithStreams(n int) CPUOption {
-	return func(o *cpuOptions) error {
-		if n < 1 || n > MaxCPUStreams {
-			return fmt.Errorf("gpu: WithStreams(%d): a CPU device has 1 to %d streams", n, MaxCPUStreams)
+// runtime.GOMAXPROCS(0) at the time New is called. n outside
+// [1, MaxStreams] makes New return an error naming n.
+func WithStreams(n int) Option {
+	return func(o *options) error {
+		if n < 1 || n > MaxStreams {
+			return fmt.Errorf("cpu: WithStreams(%d): a CPU device has 1 to %d streams", n, MaxStreams)
 		}
 		o.streams = n
 		return nil
 	}
 }
 
-// NewCPU returns the host CPU device: ID topology.CPU, Info
+// New returns the host CPU device: ID topology.CPU, Info
 // topology.CPUDevice() (read once, here), and a fixed set of streams (see
 // WithStreams). Each stream is one worker goroutine that runs the stream's
 // queue in order; the goroutines live until Close, which the caller must
@@ -62,10 +63,10 @@ func WithStreams(n int) CPUOption {
 // replaced and the stream goes on.
 //
 // Close must not be called from a task of the device (it would wait for
-// itself). Nil options are ignored. NewCPU fails only on an invalid
+// itself). Nil options are ignored. New fails only on an invalid
 // option; nothing is started then.
-func NewCPU(opts ...CPUOption) (Device, error) {
-	o := cpuOptions{streams: runtime.GOMAXPROCS(0)}
+func New(opts ...Option) (gpu.Device, error) {
+	o := options{streams: runtime.GOMAXPROCS(0)}
 	for _, opt := range opts {
 		if opt == nil {
 			continue
@@ -99,28 +100,28 @@ type cpuDevice struct {
 }
 
 var (
-	_ Device = (*cpuDevice)(nil)
-	_ Stream = (*cpuStream)(nil)
-	_ Event  = cpuEvent{}
+	_ gpu.Device = (*cpuDevice)(nil)
+	_ gpu.Stream = (*cpuStream)(nil)
+	_ gpu.Event  = cpuEvent{}
 )
 
 // ID returns topology.CPU.
 func (d *cpuDevice) ID() topology.DeviceID { return topology.CPU }
 
-// Info returns the facts read by NewCPU.
+// Info returns the facts read by New.
 func (d *cpuDevice) Info() topology.Device {
 	info := d.info
 	info.CPUAffinity = append([]int(nil), d.info.CPUAffinity...)
 	return info
 }
 
-// NumStreams returns the number of streams, fixed by NewCPU.
+// NumStreams returns the number of streams, fixed by New.
 func (d *cpuDevice) NumStreams() int { return len(d.streams) }
 
 // Stream returns stream i; it panics when i is out of range.
-func (d *cpuDevice) Stream(i int) Stream {
+func (d *cpuDevice) Stream(i int) gpu.Stream {
 	if i < 0 || i >= len(d.streams) {
-		panic(fmt.Sprintf("gpu: cpu stream %d out of range [0, %d)", i, len(d.streams)))
+		panic(fmt.Sprintf("cpu: stream %d out of range [0, %d)", i, len(d.streams)))
 	}
 	return d.streams[i]
 }
@@ -155,7 +156,7 @@ func (d *cpuDevice) Close() error {
 // item is one queue entry: a task (src == nil) or a wait until src's
 // completed count reaches seq.
 type item struct {
-	task Task
+	task gpu.Task
 	src  *cpuStream
 	seq  uint64
 }
@@ -214,18 +215,18 @@ func (s *cpuStream) Index() int { return s.idx }
 // String returns "cpu stream N".
 func (s *cpuStream) String() string { return fmt.Sprintf("cpu stream %d", s.idx) }
 
-var errNilTask = errors.New("gpu: nil task")
+var errNilTask = errors.New("cpu: nil task")
 
 // Launch queues t. It returns ErrClosed after Close and an error for a nil
 // t; in both cases nothing is queued.
-func (s *cpuStream) Launch(t Task) error {
+func (s *cpuStream) Launch(t gpu.Task) error {
 	if t == nil {
 		return fmt.Errorf("%w on %v", errNilTask, s)
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return ErrClosed
+		return gpu.ErrClosed
 	}
 	s.queue = append(s.queue, item{task: t})
 	s.enq++
@@ -240,7 +241,7 @@ func (s *cpuStream) Launch(t Task) error {
 
 // LaunchBatch queues ts in order under one lock acquisition. A nil task in
 // ts is an error naming its index, and nothing is queued.
-func (s *cpuStream) LaunchBatch(ts []Task) error {
+func (s *cpuStream) LaunchBatch(ts []gpu.Task) error {
 	for i, t := range ts {
 		if t == nil {
 			return fmt.Errorf("%w at index %d of a batch of %d on %v", errNilTask, i, len(ts), s)
@@ -249,7 +250,7 @@ func (s *cpuStream) LaunchBatch(ts []Task) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return ErrClosed
+		return gpu.ErrClosed
 	}
 	for _, t := range ts {
 		s.queue = append(s.queue, item{task: t})
@@ -269,7 +270,7 @@ func (s *cpuStream) LaunchBatch(ts []Task) error {
 // Record returns the event (s, entries queued so far). It fires at once
 // when the stream is idle. It works after Close too (the event has then
 // fired, since Close drains the queue).
-func (s *cpuStream) Record() Event {
+func (s *cpuStream) Record() gpu.Event {
 	s.mu.Lock()
 	seq := s.enq
 	s.mu.Unlock()
@@ -279,29 +280,29 @@ func (s *cpuStream) Record() Event {
 // Wait queues a wait on e. An event that has already fired, or that
 // belongs to this stream, queues nothing. An event that is not from a
 // stream of this device returns an error naming it and queues nothing.
-func (s *cpuStream) Wait(e Event) error {
+func (s *cpuStream) Wait(e gpu.Event) error {
 	ce, ok := e.(cpuEvent)
 	if !ok || ce.s == nil {
 		if e == nil {
-			return fmt.Errorf("gpu: %v: wait on a nil event", s)
+			return fmt.Errorf("cpu: %v: wait on a nil event", s)
 		}
-		return fmt.Errorf("gpu: %v: cannot wait on an event of another device (%T)", s, e)
+		return fmt.Errorf("cpu: %v: cannot wait on an event of another device (%T)", s, e)
 	}
 	if ce.s.dev != s.dev {
-		return fmt.Errorf("gpu: %v: cannot wait on an event of another device (%v of a different device instance)", s, ce)
+		return fmt.Errorf("cpu: %v: cannot wait on an event of another device (%v of a different device instance)", s, ce)
 	}
 	if ce.s == s || ce.s.done.Load() >= ce.seq {
 		// Queue order already implies it, or it has fired: nothing to
 		// queue, and no lock to take.
 		if s.closedA.Load() {
-			return ErrClosed
+			return gpu.ErrClosed
 		}
 		return nil
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return ErrClosed
+		return gpu.ErrClosed
 	}
 	if ce.s.done.Load() >= ce.seq {
 		s.mu.Unlock()
@@ -393,7 +394,7 @@ const awaitYields = 4
 // calls runtime.Goexit, the worker goroutine cannot be saved: run records
 // it, completes the entry and starts a replacement worker that resumes the
 // batch after t.
-func (s *cpuStream) run(t Task) {
+func (s *cpuStream) run(t gpu.Task) {
 	returned := false
 	defer func() {
 		if returned {
@@ -578,14 +579,14 @@ type PanicError struct {
 	More   int    // further panics on the stream since the previous Synchronize, not kept
 }
 
-// Error returns "gpu: cpu stream N: task panicked: VALUE", plus how many
+// Error returns "cpu: stream N: task panicked: VALUE", plus how many
 // more panics there were. The stack is in Stack, not in the message.
 func (e *PanicError) Error() string {
 	var msg string
 	if e.Goexit {
-		msg = fmt.Sprintf("gpu: cpu stream %d: task called runtime.Goexit", e.Stream)
+		msg = fmt.Sprintf("cpu: stream %d: task called runtime.Goexit", e.Stream)
 	} else {
-		msg = fmt.Sprintf("gpu: cpu stream %d: task panicked: %v", e.Stream, e.Value)
+		msg = fmt.Sprintf("cpu: stream %d: task panicked: %v", e.Stream, e.Value)
 	}
 	if e.More > 0 {
 		msg += fmt.Sprintf(" (and %d more)", e.More)
@@ -599,3 +600,33 @@ func (e *PanicError) Unwrap() error {
 	err, _ := e.Value.(error)
 	return err
 }
+
+// Kind is the driver kind of the CPU device: importing this package
+// registers its driver under Kind, so gpu.Open(ctx, cpu.Kind, cfg) returns
+// a set of one CPU device with cfg.Streams streams (0: the default of New).
+const Kind = "cpu"
+
+func init() { gpu.Register(Kind, driver{}) }
+
+// driver opens the CPU device for gpu.Open.
+type driver struct{}
+
+func (driver) Open(_ context.Context, cfg gpu.Config) (gpu.Set, error) {
+	var opts []Option
+	if cfg.Streams != 0 {
+		opts = append(opts, WithStreams(cfg.Streams))
+	}
+	d, err := New(opts...)
+	if err != nil {
+		return nil, err
+	}
+	return set{d}, nil
+}
+
+// set is the one CPU device a driver Open returns.
+type set struct{ d gpu.Device }
+
+var _ gpu.Set = set{}
+
+func (s set) Devices() []gpu.Device { return []gpu.Device{s.d} }
+func (s set) Close() error          { return s.d.Close() }

@@ -1,18 +1,17 @@
-package gpu_test
+package cpu_test
 
 import (
 	"context"
 	"fmt"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
-
 	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/cpu"
 )
 
 // Two streams of the CPU device: b waits on an event recorded on a, so
 // b's task sees what a's task wrote.
-func ExampleNewCPU() {
-	dev, err := gpu.NewCPU(gpu.WithStreams(2))
+func ExampleNew() {
+	dev, err := cpu.New(cpu.WithStreams(2))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -35,7 +34,7 @@ func ExampleNewCPU() {
 
 // A panicking task does not stop its stream; Synchronize reports it.
 func ExampleStream_Synchronize() {
-	dev, _ := gpu.NewCPU(gpu.WithStreams(1))
+	dev, _ := cpu.New(cpu.WithStreams(1))
 	defer dev.Close()
 	s := dev.Stream(0)
 	_ = s.Launch(gpu.TaskFunc(func() { panic("out of range") }))
@@ -44,21 +43,20 @@ func ExampleStream_Synchronize() {
 	fmt.Println(s.Synchronize(context.Background()))
 	fmt.Println(ran)
 	// Output:
-	// gpu: cpu stream 0: task panicked: out of range
+	// cpu: stream 0: task panicked: out of range
 	// true
 }
 
-// Discover with go-nvml's DGX A100 mock in place of the host's NVML.
-func ExampleDiscover() {
-	inv := gpu.Discover(context.Background(), gpu.WithNVML(dgxa100.New()))
-	fmt.Println(inv.NVML)
-	for _, d := range inv.GPUs()[:2] {
-		fmt.Printf("%v: %s, %d GiB, compute capability %v\n", d.ID, d.Name, d.MemoryBytes>>30, d.ComputeCapability)
+// The CPU device through the driver registry: importing package gpu/cpu
+// registers kind "cpu".
+func Example_registry() {
+	set, err := gpu.Open(context.Background(), cpu.Kind, gpu.Config{Streams: 2})
+	if err != nil {
+		fmt.Println(err)
+		return
 	}
-	fmt.Println(len(inv.GPUs()), "GPUs")
-	// Output:
-	// NVML available (driver 550.54.15)
-	// gpu0: Mock NVIDIA A100-SXM4-40GB, 40 GiB, compute capability 8.0
-	// gpu1: Mock NVIDIA A100-SXM4-40GB, 40 GiB, compute capability 8.0
-	// 8 GPUs
+	defer set.Close()
+	dev := set.Devices()[0]
+	fmt.Println(dev.ID(), dev.NumStreams())
+	// Output: cpu 2
 }

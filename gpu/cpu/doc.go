@@ -1,0 +1,16 @@
+// Package cpu is the host CPU device (layer 1, one device kind under
+// package gpu): [New] returns a gpu.Device with real streams, and
+// importing the package registers its driver under [Kind] ("cpu") for
+// gpu.Open. It needs no cgo.
+//
+// Each stream is one long-lived worker goroutine that drains an ordered
+// queue; an event is a (stream, sequence number) pair that fires when the
+// stream's completed count reaches it, so a satisfied wait is one atomic
+// load. Queuing a task needs no goroutine, channel or allocation of its
+// own. A task that panics does not stop its stream: the panic comes back
+// as a [*PanicError] from the stream's next Synchronize.
+//
+// Ownership: the caller of New owns the device and must Close it; Close
+// drains every stream and stops their workers (no goroutine outlives it).
+// Every method is safe for concurrent use.
+package cpu

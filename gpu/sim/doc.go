@@ -1,0 +1,16 @@
+// Package sim is simulated GPUs of a real topology (layer 1, one device
+// kind under package gpu): [New] returns one gpu.Device per GPU of a
+// machine, and importing the package registers its driver under [Kind]
+// ("sim") for gpu.Open (with gpu.Config.GPUs). It needs no cgo.
+//
+// A simulated GPU runs its kernels on the host, on streams of one shared
+// CPU device (package gpu/cpu), so an event recorded on one simulated GPU
+// can be waited on by another, as CUDA events can across devices. It
+// models placement, per-device memory and transfers (the executor times
+// each cross-device copy from the topology), never GPU speed, and never
+// sleeps to pretend.
+//
+// Ownership: the caller of New owns the [Set] and must Close it, which
+// stops every stream; closing one simulated GPU only waits for its work.
+// Every method is safe for concurrent use.
+package sim

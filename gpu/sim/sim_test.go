@@ -1,0 +1,104 @@
+package sim_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/sim"
+	"github.com/streamdag/streamdag/topology"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func gpus(indices ...int) []topology.Device {
+	out := make([]topology.Device, len(indices))
+	for i, n := range indices {
+		out[i] = topology.Device{ID: topology.GPU(n), Name: "test GPU", MemoryBytes: 1 << 30}
+	}
+	return out
+}
+
+func TestNewErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		gpus    []topology.Device
+		streams int
+		want    string
+	}{
+		{"no GPUs", nil, 1, "sim: New: no GPUs to simulate"},
+		{"CPU given", []topology.Device{topology.CPUDevice()}, 1, "sim: New: cpu is not a distinct GPU"},
+		{"twice", gpus(1, 1), 1, "sim: New: gpu1 is not a distinct GPU"},
+		{"no streams", gpus(0), 0, "sim: New: 0 streams per device × 1 GPUs: want 1 to 1024 streams in all"},
+		{"too many streams", gpus(0, 1), 513, "sim: New: 513 streams per device × 2 GPUs: want 1 to 1024 streams in all"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := sim.New(tc.gpus, tc.streams)
+			assert.EqualError(t, err, tc.want)
+			assert.Nil(t, s)
+		})
+	}
+}
+
+// Each simulated GPU has its own streams, IDs and facts; an event recorded
+// on one GPU orders a stream of another.
+func TestDevicesAndCrossDeviceWait(t *testing.T) {
+	s, err := sim.New(gpus(0, 3), 2)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	devs := s.Devices()
+	require.Len(t, devs, 2)
+	for i, want := range []topology.DeviceID{topology.GPU(0), topology.GPU(3)} {
+		d := devs[i]
+		assert.Equal(t, want, d.ID())
+		assert.Equal(t, want, d.Info().ID)
+		require.Equal(t, 2, d.NumStreams())
+		for j := range 2 {
+			assert.Equal(t, want, d.Stream(j).Device())
+			assert.Equal(t, j, d.Stream(j).Index())
+		}
+		assert.Panics(t, func() { d.Stream(2) })
+	}
+
+	release := make(chan struct{})
+	var seen []int
+	a, b := devs[0].Stream(1), devs[1].Stream(0)
+	require.NoError(t, a.Launch(gpu.TaskFunc(func() { <-release; seen = append(seen, 1) })))
+	e := a.Record()
+	require.NoError(t, b.Wait(e))
+	require.NoError(t, b.Launch(gpu.TaskFunc(func() { seen = append(seen, 2) })))
+	assert.False(t, e.Done(), "the producer is held")
+	close(release)
+	require.NoError(t, b.Synchronize(context.Background()))
+	assert.Equal(t, []int{1, 2}, seen)
+	require.NoError(t, devs[0].Close(), "closing one GPU waits for its work")
+}
+
+func TestDriver(t *testing.T) {
+	assert.Contains(t, gpu.Drivers(), sim.Kind)
+	for _, tc := range []struct {
+		name    string
+		streams int
+		want    int
+	}{
+		{"default", 0, 1},
+		{"three", 3, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			set, err := gpu.Open(t.Context(), sim.Kind, gpu.Config{Streams: tc.streams, GPUs: gpus(0, 1, 2)})
+			require.NoError(t, err)
+			defer func() { require.NoError(t, set.Close()) }()
+			require.Len(t, set.Devices(), 3)
+			for _, d := range set.Devices() {
+				assert.Equal(t, tc.want, d.NumStreams())
+			}
+		})
+	}
+	set, err := gpu.Open(t.Context(), sim.Kind, gpu.Config{})
+	assert.EqualError(t, err, "sim: New: no GPUs to simulate")
+	assert.Nil(t, set, "no typed nil in the interface")
+}
