@@ -70,7 +70,12 @@ type Launch interface {
 type Kernel struct {
 	ID   KernelID
 	Name string
-	Fn   KernelFunc
+	// Fn is the kernel's host code (its HostCode variant); nil for a
+	// kernel with device code only.
+	Fn KernelFunc
+	// Variants are the kernel's device code, one per CodeKind (see
+	// OpenCL), in declaration order; nil when it has none.
+	Variants []Variant
 	// Reads and Writes are the declared reads and writes, in declaration
 	// order; nil when there are none. They are windows of the graph's
 	// binding arena with capacity equal to length, so an append copies
@@ -184,9 +189,10 @@ type kernelRec struct {
 }
 
 // kernelExtra holds a kernel's rarely given declarations: optional reads,
-// a stream pin and placement hints.
+// a stream pin, placement hints and device variants.
 type kernelExtra struct {
 	optional       []bool
+	variants       []Variant
 	stream         int // 1 + the pinned stream; 0: the executor chooses
 	device, prefer *topology.DeviceID
 	estimate       time.Duration
@@ -547,19 +553,22 @@ func (g *Graph) rangeFor(k KernelID, id BufferID, off, n int64, verb string) (bu
 	return buffers.Binding{Buffer: id, Offset: off, Length: n}, true
 }
 
-// AddKernel declares a kernel named name running fn, with its reads,
-// writes and hints given as options (applied in order), and returns its
-// id. Mistakes (a duplicate or empty name, a nil fn, an unknown buffer, a
-// range outside its buffer, a negative stream or estimate) are recorded and
-// reported by Validate; the id is still valid.
+// AddKernel declares a kernel named name running fn (its host code), with
+// its reads, writes, hints and device variants (OpenCL) given as options
+// (applied in order), and returns its id. fn may be nil for a kernel that
+// has a device variant: it then runs only on a device of that variant's
+// kind. Mistakes (a duplicate or empty name, no code at all (a nil fn and
+// no variant), an unknown buffer, a range outside its buffer, a negative
+// stream or estimate, a variant's mistakes) are recorded and reported by
+// Validate; the id is still valid.
 //
 // The name and the kernel's reads and writes are copied into the graph's
 // arenas: name, opts and the id slices in them may be reused once
 // AddKernel returns (and a name formatted into a stack buffer need not
 // leave it). It takes time linear in the number of options and declared
 // bindings; apart from recording a mistake it allocates nothing of its
-// own (amortised, see Graph) unless the kernel has optional reads or a
-// device hint or estimate.
+// own (amortised, see Graph) unless the kernel has optional reads, a
+// device hint, an estimate or a device variant.
 func (g *Graph) AddKernel(name string, fn KernelFunc, opts ...KernelOption) KernelID {
 	id := KernelID(len(g.krecs))
 	push(&g.krecs, kernelRec{name: g.putName(&g.knames, name), fn: g.funcIndex(fn)})
@@ -655,7 +664,7 @@ func (g *Graph) applyOptions(k KernelID, opts []KernelOption) {
 		opt = make([]bool, 0, nr)
 	}
 	var ex kernelExtra
-	anyOptional := false
+	anyOptional, variants := false, false
 	for i := range opts {
 		switch o := &opts[i]; o.kind {
 		case optReads, optReadsOptional:
@@ -705,6 +714,8 @@ func (g *Graph) applyOptions(k KernelID, opts []KernelOption) {
 				continue
 			}
 			ex.estimate = time.Duration(o.a)
+		case optVariant:
+			variants = true
 		}
 	}
 	if len(reads) < nr && len(writes) > 0 { // unknown reads: close the gap
@@ -714,7 +725,10 @@ func (g *Graph) applyOptions(k KernelID, opts []KernelOption) {
 	if anyOptional {
 		ex.optional = opt
 	}
-	if ex.optional != nil || ex.stream != 0 || ex.device != nil || ex.prefer != nil || ex.estimate != 0 {
+	if variants {
+		ex.variants = g.bindVariants(k, opts, reads, writes)
+	}
+	if ex.optional != nil || ex.stream != 0 || ex.device != nil || ex.prefer != nil || ex.estimate != 0 || ex.variants != nil {
 		g.extras = append(g.extras, ex)
 		g.krecs[k].extra = uint32(len(g.extras))
 	}
@@ -734,6 +748,7 @@ func (g *Graph) Kernel(id KernelID) Kernel {
 	if r.extra != 0 {
 		ex := &g.extras[r.extra-1]
 		k.Optional, k.Stream, k.Device, k.Prefer, k.Estimate = ex.optional, ex.stream-1, ex.device, ex.prefer, ex.estimate
+		k.Variants = ex.variants
 	}
 	return k
 }
@@ -753,10 +768,11 @@ func (g *Graph) KernelReads(id KernelID) []buffers.Binding { return g.reads(&g.k
 // KernelWrites: see KernelReads.
 func (g *Graph) KernelWrites(id KernelID) []buffers.Binding { return g.writes(&g.krecs[id]) }
 
-// SetFunc replaces the function of kernel id (as InjectFailure does); it
-// panics when id is out of range. A plan made before keeps the functions
-// it was made with. Like any change it clears Order until the next
-// Validate (which reports a nil fn), and like the other mutations it must
+// SetFunc replaces the function (the host code) of kernel id, as
+// InjectFailure does; a nil fn removes it. It panics when id is out of
+// range. A plan made before keeps the functions it was made with. Like
+// any change it clears Order until the next Validate (which reports a
+// kernel left with no code), and like the other mutations it must
 // not run concurrently with anything else on g.
 func (g *Graph) SetFunc(id KernelID, fn KernelFunc) {
 	g.krecs[id].fn = g.funcIndex(fn)

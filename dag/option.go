@@ -2,26 +2,26 @@ package dag
 
 import "unsafe"
 
-// KernelOption configures a kernel in AddKernel: its reads, writes and
-// placement hints. Options are small values made by Reads, Writes,
-// ReadsOptional, ReadsRange, WritesRange, OnStream, OnDevice,
-// PreferDevice and Estimate. AddKernel applies them in order, so reads
-// and writes keep their declaration order across several options, and of
-// two hints of one kind the later wins.
+// KernelOption configures a kernel in AddKernel: its reads, writes,
+// placement hints and device variants. Options are small values made by
+// Reads, Writes, ReadsOptional, ReadsRange, WritesRange, OnStream,
+// OnDevice, PreferDevice, Estimate and OpenCL. AddKernel applies them in
+// order, so reads and writes keep their declaration order across several
+// options, and of two hints of one kind the later wins.
 //
-// Making an option allocates nothing of its own: Reads(a, b) keeps its
-// variadic id slice, which AddKernel copies into the graph. Passed
-// straight to AddKernel (or held in a fixed-size array), options and their
-// ids stay on the caller's stack; appended to a slice that grows, they
-// move to the heap like any appended value. An option is an immutable
-// value; it may be kept, copied and reused for any number of kernels of
-// any graph, from any goroutine (as long as the id slice given to Reads,
-// Writes or ReadsOptional is not changed meanwhile). The zero
-// KernelOption does nothing.
+// Making an option allocates nothing of its own, OpenCL aside (see
+// there): Reads(a, b) keeps its variadic id slice, which AddKernel copies
+// into the graph. Passed straight to AddKernel (or held in a fixed-size
+// array), options and their ids stay on the caller's stack; appended to a
+// slice that grows, they move to the heap like any appended value. An
+// option is an immutable value; it may be kept, copied and reused for any
+// number of kernels of any graph, from any goroutine (as long as the id
+// slice given to Reads, Writes or ReadsOptional is not changed
+// meanwhile). The zero KernelOption does nothing.
 type KernelOption struct {
-	ids  *BufferID // the first of n ids: optReads, optReadsOptional, optWrites
-	n    int64     // the number of ids; the buffer id of a range; the kind of a device hint
-	a, b int64     // range offset and length; stream; device index; estimate in ns
+	p    unsafe.Pointer // the first of n ids (optReads, optReadsOptional, optWrites); the *Variant of optVariant
+	n    int64          // the number of ids; the buffer id of a range; the kind of a device hint
+	a, b int64          // range offset and length; stream; device index; estimate in ns
 	kind optKind
 }
 
@@ -29,11 +29,11 @@ type KernelOption struct {
 // caller's slice. (An option keeps its first element and length rather
 // than the slice, which keeps options at 40 bytes: a call's options are
 // built on the caller's stack, so their size is part of every AddKernel.)
-func (o *KernelOption) list() []BufferID { return unsafe.Slice(o.ids, o.n) }
+func (o *KernelOption) list() []BufferID { return unsafe.Slice((*BufferID)(o.p), o.n) }
 
 // idList makes the option fields of ids.
 func idList(kind optKind, ids []BufferID) KernelOption {
-	return KernelOption{kind: kind, ids: unsafe.SliceData(ids), n: int64(len(ids))}
+	return KernelOption{kind: kind, p: unsafe.Pointer(unsafe.SliceData(ids)), n: int64(len(ids))}
 }
 
 // optKind says what a KernelOption declares.
@@ -50,6 +50,7 @@ const (
 	optDevice
 	optPrefer
 	optEstimate
+	optVariant
 )
 
 // Reads declares whole-buffer reads of ids, in order. An id that is not a

@@ -129,7 +129,7 @@ func TestSetFuncAndKernelByName(t *testing.T) {
 	assert.ErrorIs(t, g.Kernel(k).Fn(t.Context(), nil), boom)
 
 	g.SetFunc(k, nil)
-	assert.ErrorContains(t, g.Validate(), `dag: kernel "k" has a nil function`)
+	assert.ErrorContains(t, g.Validate(), `dag: kernel "k" has no code: a nil function and no device variant`)
 	g.SetFunc(k, nop)
 	require.NoError(t, g.Validate(), "a nil function set back is no longer a mistake")
 

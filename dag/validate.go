@@ -70,8 +70,9 @@ const maxReported = 10
 // Validate checks the graph and returns nil, or every problem found joined
 // with errors.Join (at most 10, then a count of the rest): builder mistakes
 // (duplicate names as *DuplicateError; empty names, negative sizes and
-// streams, unknown buffers, ranges outside their buffer and nil functions
-// as plain errors), cycles (*CycleError, one per
+// streams, unknown buffers, ranges outside their buffer, kernels with no
+// code (a nil function and no device variant) and a device variant's
+// mistakes (see OpenCL) as plain errors that name the kernel), cycles (*CycleError, one per
 // strongly connected component), reads of bytes no kernel writes of a
 // non-input buffer (*UnwrittenError), and overlapping writes by unordered
 // kernels (*WriteConflictError). Use errors.As to get the typed errors.
@@ -85,7 +86,7 @@ const maxReported = 10
 // per kernel or buffer and no map): about a dozen allocations whatever
 // the graph's size.
 func (g *Graph) Validate() error {
-	errs := append(slices.Clone(g.errs), g.nilFuncs()...)
+	errs := append(slices.Clone(g.errs), g.noCode()...)
 	errs = append(errs, g.duplicates()...)
 	x := g.newIndex()
 	unwritten, forward := x.checkReads()
@@ -221,13 +222,13 @@ func (g *Graph) duplicates() []error {
 	return errs
 }
 
-// nilFuncs returns an error for every kernel without a function, in id
-// order.
-func (g *Graph) nilFuncs() []error {
+// noCode returns an error for every kernel with no code at all (a nil
+// function and no device variant), in id order.
+func (g *Graph) noCode() []error {
 	var errs []error
 	for k := range g.krecs {
-		if g.fns[g.krecs[k].fn] == nil {
-			errs = append(errs, fmt.Errorf("dag: kernel %q has a nil function", g.KernelName(KernelID(k))))
+		if g.fns[g.krecs[k].fn] == nil && g.KernelVariants(KernelID(k)) == nil {
+			errs = append(errs, fmt.Errorf("dag: kernel %q has no code: a nil function and no device variant", g.KernelName(KernelID(k))))
 		}
 	}
 	return errs

@@ -91,7 +91,7 @@ func TestValidateProblems(t *testing.T) {
 			build: func(g *dag.Graph) {
 				g.AddKernel("k", nil)
 			},
-			want: message(`dag: kernel "k" has a nil function`),
+			want: message(`dag: kernel "k" has no code: a nil function and no device variant`),
 		},
 		{
 			name: "read of an unknown buffer id",
@@ -403,12 +403,12 @@ func TestValidateBoundsProblems(t *testing.T) {
 			errs := problems(t, g.Validate())
 			if n <= 10 {
 				assert.Len(t, errs, n)
-				assert.EqualError(t, errs[n-1], fmt.Sprintf(`dag: kernel "k%d" has a nil function`, n-1))
+				assert.EqualError(t, errs[n-1], fmt.Sprintf(`dag: kernel "k%d" has no code: a nil function and no device variant`, n-1))
 				return
 			}
 			require.Len(t, errs, 11)
 			for i, e := range errs[:10] {
-				assert.EqualError(t, e, fmt.Sprintf(`dag: kernel "k%d" has a nil function`, i))
+				assert.EqualError(t, e, fmt.Sprintf(`dag: kernel "k%d" has no code: a nil function and no device variant`, i))
 			}
 			assert.EqualError(t, errs[10], fmt.Sprintf("dag: and %d more problems", n-10))
 		})
@@ -428,7 +428,7 @@ func TestValidateIsRepeatable(t *testing.T) {
 	second := g.Validate()
 	require.Error(t, first)
 	assert.Equal(t, first.Error(), second.Error(), "a builder mistake is reported on every Validate")
-	assert.EqualError(t, first, `dag: kernel "r" has a nil function`)
+	assert.EqualError(t, first, `dag: kernel "r" has no code: a nil function and no device variant`)
 	assert.Nil(t, g.Order())
 }
 

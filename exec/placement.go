@@ -78,12 +78,28 @@ type PlacementResult struct {
 // the bytes it wrote back home (the plan makes exactly those copies, by
 // byte range). Pins (dag.OnDevice) are obeyed; a preference
 // (dag.PreferDevice) wins when it finishes within one estimate of the
-// best. Errors: an unvalidated graph, a pin to a device not in devs.
+// best. Every device is taken to run every kernel (Executor.Plan also
+// keeps each kernel to the devices that run code it has). Errors: an
+// unvalidated graph, a pin to a device not in devs.
 func Place(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *topology.Topology, strategy Placement) (PlacementResult, error) {
-	m, err := newModel(g, devs, lanes, topo)
+	return place(g, devs, nil, lanes, topo, strategy)
+}
+
+// place is Place where device d runs kernel code of kind code[d] only: a
+// kernel goes only to a device that runs code it has (code nil: every
+// device runs every kernel). Errors as Place, and a kernel no device has
+// code for or pinned to a device without code for it.
+func place(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, lanes int, topo *topology.Topology, strategy Placement) (PlacementResult, error) {
+	m, err := newModel(g, devs, code, lanes, topo)
 	if err != nil {
 		return PlacementResult{}, err
 	}
+	return m.place(strategy), nil
+}
+
+// place runs strategy on the model.
+func (m *model) place(strategy Placement) PlacementResult {
+	devs := m.devs
 	st := m.newState()
 	load := make([]time.Duration, len(devs))
 	for i, k := range m.prio {
@@ -120,7 +136,7 @@ func Place(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *topology.Top
 	if strategy == PlaceHEFT && len(m.prio) <= LocalSearchLimit && len(devs) > 1 {
 		res = m.improve(res)
 	}
-	return res, nil
+	return res
 }
 
 // LocalSearchLimit is the largest graph (in kernels) whose HEFT placement
@@ -128,11 +144,15 @@ func Place(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *topology.Top
 const LocalSearchLimit = 2000
 
 // evaluate schedules the assignment dev (per kernel id) with the model;
-// ok is false when it breaks a pin.
+// ok is false when it breaks a pin or puts a kernel on a device without
+// code for it.
 func (m *model) evaluate(dev []int) (*state, bool) {
 	st := m.newState()
 	for _, k := range m.prio {
 		if pin := m.pin[k]; pin >= 0 && dev[k] != pin {
+			return nil, false
+		}
+		if c := m.cands[k]; c != nil && !slices.Contains(c, dev[k]) {
 			return nil, false
 		}
 		st.commit(k, dev[k])
@@ -169,9 +189,7 @@ func (m *model) improve(start PlacementResult) PlacementResult {
 	}
 	if len(m.prio) <= pairMoveLimit {
 		for _, s := range []Placement{PlaceRoundRobin, PlaceLeastLoaded} {
-			if r, err := Place(m.g, m.devs, m.lanes, m.topo, s); err == nil {
-				starts = append(starts, r.Device)
-			}
+			starts = append(starts, m.place(s).Device)
 		}
 	}
 	var best *state
@@ -262,7 +280,7 @@ func OptimalPlacement(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *t
 	if g.NumKernels() > 12 {
 		return PlacementResult{}, fmt.Errorf("exec: optimal placement of %d kernels: at most 12", g.NumKernels())
 	}
-	m, err := newModel(g, devs, lanes, topo)
+	m, err := newModel(g, devs, nil, lanes, topo)
 	if err != nil {
 		return PlacementResult{}, err
 	}
@@ -297,11 +315,14 @@ type model struct {
 	prio   []dag.KernelID  // upward-rank order
 	pin    []int           // pinned device per kernel, or -1
 	all    []int           // every device index, in order
+	cands  [][]int         // per kernel, the devices with code for it; nil: every device
 	prefer []int
 	cost   map[[3]int64]time.Duration // (bytes, src, dst) → transfer cost
 }
 
-func newModel(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *topology.Topology) (*model, error) {
+// newModel builds the cost model of g on devs; code[d], when code is not
+// nil, is the kind of kernel code device d runs.
+func newModel(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, lanes int, topo *topology.Topology) (*model, error) {
 	order := g.Order()
 	if order == nil && g.NumKernels() > 0 {
 		return nil, errors.New("exec: placement needs a validated graph")
@@ -311,7 +332,8 @@ func newModel(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *topology.
 	}
 	nk := g.NumKernels()
 	m := &model{g: g, devs: devs, lanes: lanes, topo: topo, w: make([]time.Duration, nk),
-		pin: make([]int, nk), prefer: make([]int, nk), all: make([]int, len(devs)), cost: map[[3]int64]time.Duration{}}
+		pin: make([]int, nk), prefer: make([]int, nk), all: make([]int, len(devs)), cands: make([][]int, nk),
+		cost: map[[3]int64]time.Duration{}}
 	for d := range m.all {
 		m.all[d] = d
 	}
@@ -322,9 +344,20 @@ func newModel(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *topology.
 			m.w[k.ID] = DefaultEstimate
 		}
 		m.pin[k.ID], m.prefer[k.ID] = -1, -1
+		if code != nil {
+			if m.cands[k.ID] = codeDevices(k, code); len(m.cands[k.ID]) == len(devs) {
+				m.cands[k.ID] = nil // every device: no restriction
+			} else if m.cands[k.ID] == nil {
+				return nil, noCodeError(k, devs, code)
+			}
+		}
 		if k.Device != nil {
 			if m.pin[k.ID] = index(*k.Device); m.pin[k.ID] < 0 {
 				return nil, fmt.Errorf("exec: kernel %q is pinned to %s, which is not among the executor's devices %v", k.Name, *k.Device, devs)
+			}
+			if c := m.cands[k.ID]; c != nil && !slices.Contains(c, m.pin[k.ID]) {
+				return nil, fmt.Errorf("exec: kernel %q is pinned to %s, which runs %s code, and the kernel has %s code", k.Name, *k.Device,
+					code[m.pin[k.ID]], k.Codes())
 			}
 		}
 		if k.Prefer != nil {
@@ -454,10 +487,14 @@ func (st *state) clone() *state {
 	return &c
 }
 
-// candidates returns the devices k may go to: its pin, else all.
+// candidates returns the devices k may go to: its pin, else those with
+// code for it.
 func (m *model) candidates(k dag.KernelID) []int {
 	if pin := m.pin[k]; pin >= 0 {
 		return []int{pin}
+	}
+	if c := m.cands[k]; c != nil {
+		return c
 	}
 	return m.all
 }

@@ -4,12 +4,14 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/streamdag/streamdag/buffers"
 	"github.com/streamdag/streamdag/dag"
+	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -156,9 +158,14 @@ func (p *Plan) Placement() PlacementResult {
 // a single-device executor), copy launches of the byte ranges that reads
 // across devices need (see Copy),
 // streams assigned per device, and event waits only where a hazard
-// crosses streams. Errors: g.Validate's, and a pinned device the executor
-// does not have or that contradicts where the buffers it writes live, and
-// more than 64 devices.
+// crosses streams. Each kernel goes only to a device that runs code it
+// has (see DeviceCode): a kernel with a Go function and an OpenCL variant
+// runs its Go function on the CPU device or a simulated GPU. Errors:
+// g.Validate's; a kernel no device of the executor has code for (an
+// OpenCL-only kernel on an executor without an OpenCL device), naming the
+// kernel; a pinned device the executor does not have, that has no code for
+// the kernel, or that contradicts where the buffers it writes live; more
+// than 64 devices.
 // Planning is O(V + E + H) plus placement (O(V·D) estimates for HEFT),
 // where H counts buffer accesses scanned for hazards.
 func (e *Executor) Plan(g *dag.Graph) (*Plan, error) {
@@ -172,22 +179,75 @@ func (e *Executor) Plan(g *dag.Graph) (*Plan, error) {
 	if len(ids) > maxDevices {
 		return nil, fmt.Errorf("exec: a plan spans at most %d devices, the executor has %d", maxDevices, len(ids))
 	}
+	code := make([]dag.CodeKind, len(e.devs))
+	for i, d := range e.devs {
+		code[i] = DeviceCode(d)
+	}
 	var pl PlacementResult
 	if len(e.devs) == 1 {
 		pl = PlacementResult{Device: make([]int, g.NumKernels())}
 		for _, k := range g.Kernels() {
+			if !k.HasCode(code[0]) {
+				return nil, noCodeError(k, ids, code)
+			}
 			if k.Device != nil && *k.Device != ids[0] {
 				return nil, fmt.Errorf("exec: kernel %q is pinned to %s, the executor has only %s", k.Name, *k.Device, ids[0])
 			}
 		}
 	} else {
 		var err error
-		pl, err = Place(g, ids, e.devs[0].NumStreams(), e.topo, e.placement)
+		pl, err = place(g, ids, code, e.devs[0].NumStreams(), e.topo, e.placement)
 		if err != nil {
 			return nil, err
 		}
 	}
 	return planOn(g, ids, e.devs[0].NumStreams(), pl, nil), nil
+}
+
+// DeviceCode returns the kind of kernel code dev runs, by its kind
+// (gpu.Device.Kind): dag.HostCode for the CPU device ("cpu") and for
+// simulated GPUs ("sim", whose launches run on CPU streams); 0, no code,
+// for a kind the executor cannot launch on, which Plan then places
+// nothing on. An OpenCL device (kind "opencl") runs dag.OpenCLCode once
+// the executor launches device code through gpu.Device; until then it
+// gets no kernels.
+func DeviceCode(dev gpu.Device) dag.CodeKind {
+	switch dev.Kind() {
+	case "cpu", "sim":
+		return dag.HostCode
+	}
+	return 0
+}
+
+// codeDevices returns the devices (by index into code, the kind of code
+// each runs) that run code k has, in order; nil for none.
+func codeDevices(k dag.Kernel, code []dag.CodeKind) []int {
+	var ds []int
+	for d, c := range code {
+		if c != 0 && k.HasCode(c) {
+			ds = append(ds, d)
+		}
+	}
+	return ds
+}
+
+// noCodeError says that no device of devs (running code[d]) has code for
+// kernel k; it lists the first few devices.
+func noCodeError(k dag.Kernel, devs []topology.DeviceID, code []dag.CodeKind) error {
+	const few = 4
+	var ds []string
+	for d := range min(len(devs), few) {
+		c := "no kernel code"
+		if code[d] != 0 {
+			c = code[d].String() + " code"
+		}
+		ds = append(ds, fmt.Sprintf("%s runs %s", devs[d], c))
+	}
+	if len(devs) > few {
+		ds = append(ds, fmt.Sprintf("… (%d devices)", len(devs)))
+	}
+	return fmt.Errorf("exec: kernel %q: no device of the plan has code for it (the kernel has %s code; %s)",
+		k.Name, k.Codes(), strings.Join(ds, ", "))
 }
 
 // subset restricts planOn to some kernels (a recovery plan): only run[k]

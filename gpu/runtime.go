@@ -41,6 +41,11 @@ func (f TaskFunc) Run() { f() }
 type Device interface {
 	// ID is the device's identity ("cpu", "gpu0", …).
 	ID() topology.DeviceID
+	// Kind is the kind of the driver the device comes from, as registered
+	// ("cpu", "sim", "opencl", …). An executor chooses by it which of a
+	// kernel's variants the device runs (exec's Plan: the CPU device and
+	// simulated GPUs run host code; an OpenCL device, OpenCL C).
+	Kind() string
 	// Info returns the device's facts.
 	Info() topology.Device
 	// NumStreams is the number of streams, at least 1.

@@ -108,6 +108,9 @@ var (
 // ID returns topology.CPU.
 func (d *cpuDevice) ID() topology.DeviceID { return topology.CPU }
 
+// Kind returns Kind ("cpu").
+func (d *cpuDevice) Kind() string { return Kind }
+
 // Info returns the facts read by New.
 func (d *cpuDevice) Info() topology.Device {
 	info := d.info

@@ -86,6 +86,7 @@ var (
 )
 
 func (d *simDevice) ID() topology.DeviceID { return d.info.ID }
+func (d *simDevice) Kind() string          { return Kind }
 func (d *simDevice) Info() topology.Device { return d.info }
 func (d *simDevice) NumStreams() int       { return len(d.streams) }
 func (d *simDevice) String() string        { return d.info.ID.String() + " (simulated)" }

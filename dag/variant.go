@@ -1,0 +1,280 @@
+package dag
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"unsafe"
+
+	"github.com/streamdag/streamdag/buffers"
+)
+
+// CodeKind is the kind of code a kernel variant carries. Its String is the
+// kind of the gpu driver whose devices run that code: "cpu" for host code,
+// "opencl" for OpenCL C. The zero CodeKind is no kind.
+type CodeKind uint8
+
+const (
+	// HostCode is a kernel's Go function (its KernelFunc, Kernel.Fn): run
+	// by the CPU device and by simulated GPUs, whose launches run on CPU
+	// streams.
+	HostCode CodeKind = iota + 1
+	// OpenCLCode is OpenCL C source (see OpenCL), run by OpenCL devices.
+	OpenCLCode
+)
+
+// String returns "cpu", "opencl", or "code(N)" for a kind not listed.
+func (k CodeKind) String() string {
+	switch k {
+	case HostCode:
+		return "cpu"
+	case OpenCLCode:
+		return "opencl"
+	}
+	return fmt.Sprintf("code(%d)", uint8(k))
+}
+
+// Variant is a kernel's device code for one CodeKind other than HostCode,
+// as Kernel.Variants and Graph.KernelVariants return it: a read-only view
+// of what the graph stores (do not modify its Args). The host variant is
+// the kernel's KernelFunc, not a Variant.
+type Variant struct {
+	Kind   CodeKind
+	Source string    // program source (OpenCL C for OpenCLCode)
+	Entry  string    // the entry point: the name of the __kernel function
+	Shape  ShapeFunc // the launch shape from the arguments' sizes
+	// Args bind the entry point's arguments, in order. In a kernel's
+	// variant a buffer argument holds the byte range it binds (see
+	// BufferArg).
+	Args []Arg
+}
+
+// Shape is the index space of one launch of device code (OpenCL's
+// NDRange): Global work items per dimension, 1 to 3 dimensions, each >= 0
+// (a zero runs no work item), and optionally the work-group size per
+// dimension: nil lets the device choose, else as many entries as Global,
+// each >= 1 and dividing its Global entry.
+type Shape struct {
+	Global []int
+	Local  []int
+}
+
+// Check returns nil for a launchable shape (see Shape), else an error
+// saying what is wrong.
+func (s Shape) Check() error {
+	if len(s.Global) < 1 || len(s.Global) > 3 {
+		return fmt.Errorf("dag: launch shape with %d dimensions: want 1 to 3", len(s.Global))
+	}
+	if s.Local != nil && len(s.Local) != len(s.Global) {
+		return fmt.Errorf("dag: launch shape with %d global and %d local dimensions", len(s.Global), len(s.Local))
+	}
+	for i, n := range s.Global {
+		if n < 0 {
+			return fmt.Errorf("dag: launch shape: negative global size %d in dimension %d", n, i)
+		}
+		if s.Local != nil && (s.Local[i] < 1 || n%s.Local[i] != 0) {
+			return fmt.Errorf("dag: launch shape: local size %d does not divide global size %d in dimension %d", s.Local[i], n, i)
+		}
+	}
+	return nil
+}
+
+// ShapeFunc gives a launch's shape from the sizes of its arguments:
+// argBytes[i] is the length in bytes of the range argument i binds (0 for
+// a scalar). The executor calls it once per launch, before enqueueing it;
+// it must be a pure function of argBytes, safe to call from any
+// goroutine. A shape that fails Shape.Check fails the launch.
+type ShapeFunc func(argBytes []int64) Shape
+
+// Arg binds one argument of a device entry point: a buffer the kernel
+// declares (BufferArg) or a scalar (ScalarArg). The zero Arg is an
+// invalid argument, reported by Validate.
+type Arg struct {
+	bind   buffers.Binding // a buffer argument: the buffer, and in a kernel's variant the range bound
+	scalar any             // a scalar argument's value
+	kind   uint8           // argBuffer or argScalar
+}
+
+const (
+	argNone = iota
+	argBuffer
+	argScalar
+)
+
+// BufferArg binds the entry point's argument to buffer id, which the
+// kernel must declare as a read or a write: the argument is a __global
+// pointer to the first byte the kernel declares of id, and covers through
+// the last (the hull of its declared reads and writes of id; a kernel
+// that reads and writes a buffer in place gets one pointer). The device
+// code may touch only the bytes the kernel declares. A value buffer binds
+// as the bytes its device holds for the value.
+func BufferArg(id BufferID) Arg { return Arg{kind: argBuffer, bind: buffers.Binding{Buffer: id}} }
+
+// ScalarArg binds the entry point's argument to a scalar value, passed by
+// value: int32 (OpenCL C int), uint32 (uint), int64 (long), uint64
+// (ulong), float32 (float) or float64 (double). Another type is recorded
+// as a mistake of the kernel and reported by Validate.
+func ScalarArg(v any) Arg { return Arg{kind: argScalar, scalar: v} }
+
+// Buffer returns the range a buffer argument binds (in an option, before
+// it is bound to a kernel: only the buffer id is set) and true, or false
+// for a scalar.
+func (a Arg) Buffer() (buffers.Binding, bool) { return a.bind, a.kind == argBuffer }
+
+// Scalar returns a scalar argument's value and true, or false for a
+// buffer.
+func (a Arg) Scalar() (any, bool) { return a.scalar, a.kind == argScalar }
+
+// String describes the argument: "buffer 3 [0:64)" or "int32 7".
+func (a Arg) String() string {
+	switch a.kind {
+	case argBuffer:
+		return fmt.Sprintf("buffer %d [%d:%d)", a.bind.Buffer, a.bind.Offset, a.bind.End())
+	case argScalar:
+		return fmt.Sprintf("%T %v", a.scalar, a.scalar)
+	}
+	return "invalid argument"
+}
+
+// OpenCL declares the kernel's OpenCL C variant: program source, the
+// entry point (the __kernel function's name), the launch shape as a
+// function of the arguments' sizes, and the entry point's arguments in
+// order. A kernel may have an OpenCL variant beside its Go function (then
+// it runs on whichever device the executor places it: the Go function on
+// the CPU, the OpenCL C on an OpenCL device) or instead of it (AddKernel
+// with a nil function: the kernel then runs only on an OpenCL device).
+//
+// Mistakes are recorded and reported by Validate, naming the kernel: an
+// empty source or entry point, a nil shape, an argument that names a
+// buffer the kernel does not declare, a scalar of a type ScalarArg does
+// not list, two OpenCL variants on one kernel. The source is compiled by
+// the device that runs it, not here.
+//
+// Unlike the other options, OpenCL allocates: a copy of its arguments,
+// made once per call (the option may then be reused for any number of
+// kernels, as any option). A kernel given a variant stores it in a side
+// table; kernels without one cost nothing more.
+func OpenCL(source, entry string, shape ShapeFunc, args ...Arg) KernelOption {
+	v := &Variant{Kind: OpenCLCode, Source: source, Entry: entry, Shape: shape, Args: slices.Clone(args)}
+	return KernelOption{kind: optVariant, p: unsafe.Pointer(v)}
+}
+
+// bindVariants returns kernel k's copies of the variants among opts, and
+// records their mistakes. It copies each variant out of its option rather
+// than keeping the option's pointer: keeping it would make the compiler
+// move every option's id slice, in every caller of AddKernel, to the heap.
+func (g *Graph) bindVariants(k KernelID, opts []KernelOption, reads, writes []buffers.Binding) []Variant {
+	var vs []Variant
+	for i := range opts {
+		if opts[i].kind != optVariant {
+			continue
+		}
+		v := *(*Variant)(opts[i].p)
+		if slices.ContainsFunc(vs, func(w Variant) bool { return w.Kind == v.Kind }) {
+			g.errs = append(g.errs, fmt.Errorf("dag: kernel %q has two %s variants", g.KernelName(k), v.Kind))
+			continue
+		}
+		vs = append(vs, g.bindVariant(k, v, reads, writes))
+	}
+	return vs
+}
+
+// bindVariant returns kernel k's copy of the variant v with each buffer
+// argument bound to the hull of k's declared accesses of its buffer, and
+// records v's mistakes.
+func (g *Graph) bindVariant(k KernelID, v Variant, reads, writes []buffers.Binding) Variant {
+	name := g.KernelName(k)
+	if v.Source == "" {
+		g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: %s variant with an empty source", name, v.Kind))
+	}
+	if v.Entry == "" {
+		g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: %s variant with an empty entry point", name, v.Kind))
+	}
+	if v.Shape == nil {
+		g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: %s variant with a nil launch shape", name, v.Kind))
+	}
+	out := v
+	out.Args = slices.Clone(v.Args)
+	for i := range out.Args {
+		a := &out.Args[i]
+		switch a.kind {
+		case argBuffer:
+			if bd, ok := hull(a.bind.Buffer, reads, writes); ok {
+				a.bind = bd
+				continue
+			}
+			what := fmt.Sprintf("buffer id %d", a.bind.Buffer)
+			if b := a.bind.Buffer; b >= 0 && int(b) < len(g.brecs) {
+				what = fmt.Sprintf("buffer %q", g.bufferName(int(b)))
+			}
+			g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: %s argument %d binds %s, which the kernel neither reads nor writes",
+				name, v.Kind, i, what))
+		case argScalar:
+			switch a.scalar.(type) {
+			case int32, uint32, int64, uint64, float32, float64:
+			default:
+				g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: %s argument %d is a scalar of type %T: want int32, uint32, int64, uint64, float32 or float64",
+					name, v.Kind, i, a.scalar))
+			}
+		default:
+			g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: %s argument %d is neither a buffer nor a scalar (the zero Arg)", name, v.Kind, i))
+		}
+	}
+	return out
+}
+
+// hull returns the smallest range of buffer b covering every binding of
+// it in reads and writes, and false when there is none.
+func hull(b BufferID, reads, writes []buffers.Binding) (buffers.Binding, bool) {
+	var lo, hi int64
+	found := false
+	for _, bd := range [2][]buffers.Binding{reads, writes} {
+		for _, x := range bd {
+			if x.Buffer != b {
+				continue
+			}
+			if !found {
+				lo, hi, found = x.Offset, x.End(), true
+			} else {
+				lo, hi = min(lo, x.Offset), max(hi, x.End())
+			}
+		}
+	}
+	return buffers.Binding{Buffer: b, Offset: lo, Length: hi - lo}, found
+}
+
+// HasCode reports whether the kernel has code of kind: a Go function for
+// HostCode, a variant of that kind otherwise.
+func (k Kernel) HasCode(kind CodeKind) bool {
+	if kind == HostCode {
+		return k.Fn != nil
+	}
+	return slices.ContainsFunc(k.Variants, func(v Variant) bool { return v.Kind == kind })
+}
+
+// Codes returns the kinds of code the kernel has, host code first, then
+// its variants in declaration order, as "cpu, opencl" ("none" when it has
+// none): for messages.
+func (k Kernel) Codes() string {
+	var kinds []string
+	if k.Fn != nil {
+		kinds = append(kinds, HostCode.String())
+	}
+	for _, v := range k.Variants {
+		kinds = append(kinds, v.Kind.String())
+	}
+	if kinds == nil {
+		return "none"
+	}
+	return strings.Join(kinds, ", ")
+}
+
+// KernelVariants returns the device variants of kernel id (as
+// Kernel.Variants) without making its whole view: nil when it has none.
+// It panics when id is out of range. O(1), no allocation.
+func (g *Graph) KernelVariants(id KernelID) []Variant {
+	if r := g.krecs[id]; r.extra != 0 {
+		return g.extras[r.extra-1].variants
+	}
+	return nil
+}
