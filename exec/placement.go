@@ -356,8 +356,8 @@ func newModel(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, lanes
 				return nil, fmt.Errorf("exec: kernel %q is pinned to %s, which is not among the executor's devices %v", k.Name, *k.Device, devs)
 			}
 			if c := m.cands[k.ID]; c != nil && !slices.Contains(c, m.pin[k.ID]) {
-				return nil, fmt.Errorf("exec: kernel %q is pinned to %s, which runs %s code, and the kernel has %s code", k.Name, *k.Device,
-					code[m.pin[k.ID]], k.Codes())
+				return nil, fmt.Errorf("exec: kernel %q is pinned to %s, which runs %s, and the kernel has %s code", k.Name, *k.Device,
+					codeName(code[m.pin[k.ID]]), k.Codes())
 			}
 		}
 		if k.Prefer != nil {

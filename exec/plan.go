@@ -237,17 +237,22 @@ func noCodeError(k dag.Kernel, devs []topology.DeviceID, code []dag.CodeKind) er
 	const few = 4
 	var ds []string
 	for d := range min(len(devs), few) {
-		c := "no kernel code"
-		if code[d] != 0 {
-			c = code[d].String() + " code"
-		}
-		ds = append(ds, fmt.Sprintf("%s runs %s", devs[d], c))
+		ds = append(ds, fmt.Sprintf("%s runs %s", devs[d], codeName(code[d])))
 	}
 	if len(devs) > few {
 		ds = append(ds, fmt.Sprintf("… (%d devices)", len(devs)))
 	}
 	return fmt.Errorf("exec: kernel %q: no device of the plan has code for it (the kernel has %s code; %s)",
 		k.Name, k.Codes(), strings.Join(ds, ", "))
+}
+
+// codeName names the code a device runs, for messages: "cpu code", or
+// "no kernel code".
+func codeName(c dag.CodeKind) string {
+	if c == 0 {
+		return "no kernel code"
+	}
+	return c.String() + " code"
 }
 
 // subset restricts planOn to some kernels (a recovery plan): only run[k]
