@@ -2,8 +2,10 @@ package dag_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/streamdag/streamdag/dag"
 )
@@ -75,4 +77,57 @@ func ExampleGraph_Grow() {
 	fmt.Println(g.Validate(), g.NumKernels(), g.Order())
 	// Output:
 	// <nil> 4 [0 1 2 3]
+}
+
+// A kernel with code for two kinds of device: a Go function, which the
+// CPU device and simulated GPUs run, and an OpenCL C variant, which an
+// OpenCL device runs. The variant gives its source, its entry point, its
+// launch shape (one work item per float of its first argument) and how
+// the kernel's buffers and a scalar bind to the entry point's arguments.
+// Building and validating the graph needs no OpenCL.
+func Example_variants() {
+	const scaleCL = `__kernel void scale(__global const float *x, __global float *y, float a) {
+	size_t i = get_global_id(0);
+	y[i] = a * x[i];
+}`
+	g := dag.New()
+	x := g.AddBuffer("x", 4096, dag.Input())
+	y := g.AddBuffer("y", 4096)
+	scale := func(_ context.Context, l dag.Launch) error {
+		in, out := l.In(0).Bytes(), l.Out(0).Bytes()
+		for i := 0; i < len(in); i += 4 {
+			v := math.Float32frombits(binary.LittleEndian.Uint32(in[i:]))
+			binary.LittleEndian.PutUint32(out[i:], math.Float32bits(2*v))
+		}
+		return nil
+	}
+	perFloat := func(argBytes []int64) dag.Shape { return dag.Shape{Global: []int{int(argBytes[0] / 4)}} }
+	k := g.AddKernel("scale", scale, dag.Reads(x), dag.Writes(y),
+		dag.OpenCL(scaleCL, "scale", perFloat, dag.BufferArg(x), dag.BufferArg(y), dag.ScalarArg(float32(2))))
+	if err := g.Validate(); err != nil {
+		fmt.Println(err)
+		return
+	}
+	kern := g.Kernel(k)
+	fmt.Println("code:", kern.Codes())
+	for _, v := range kern.Variants {
+		sizes := make([]int64, len(v.Args))
+		fmt.Printf("%s variant, entry point %s:\n", v.Kind, v.Entry)
+		for i, a := range v.Args {
+			if bd, ok := a.Buffer(); ok {
+				sizes[i] = bd.Length
+				fmt.Printf("  arg %d: __global pointer to %s [%d:%d)\n", i, g.Buffer(bd.Buffer).Name, bd.Offset, bd.End())
+			} else {
+				fmt.Printf("  arg %d: %s\n", i, a)
+			}
+		}
+		fmt.Println("  global size:", v.Shape(sizes).Global)
+	}
+	// Output:
+	// code: cpu, opencl
+	// opencl variant, entry point scale:
+	//   arg 0: __global pointer to x [0:4096)
+	//   arg 1: __global pointer to y [0:4096)
+	//   arg 2: float32 2
+	//   global size: [1024]
 }

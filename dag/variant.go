@@ -104,9 +104,9 @@ const (
 // BufferArg binds the entry point's argument to buffer id, which the
 // kernel must declare as a read or a write: the argument is a __global
 // pointer to the first byte the kernel declares of id, and covers through
-// the last (the hull of its declared reads and writes of id; a kernel
-// that reads and writes a buffer in place gets one pointer). The device
-// code may touch only the bytes the kernel declares. A value buffer binds
+// the last (the hull of its declared reads and writes of id: a kernel
+// that declares several ranges of id gets one pointer). The device code
+// may touch only the bytes the kernel declares. A value buffer binds
 // as the bytes its device holds for the value.
 func BufferArg(id BufferID) Arg { return Arg{kind: argBuffer, bind: buffers.Binding{Buffer: id}} }
 

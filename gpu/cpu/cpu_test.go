@@ -414,6 +414,7 @@ func TestDriver(t *testing.T) {
 			require.Len(t, set.Devices(), 1)
 			d := set.Devices()[0]
 			assert.Equal(t, topology.CPU, d.ID())
+			assert.Equal(t, cpu.Kind, d.Kind())
 			assert.Equal(t, tc.want, d.NumStreams())
 			require.NoError(t, set.Close())
 			assert.ErrorIs(t, d.Stream(0).Launch(gpu.TaskFunc(func() {})), gpu.ErrClosed, "the set's Close closes the device")

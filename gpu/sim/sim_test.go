@@ -95,6 +95,7 @@ func TestDriver(t *testing.T) {
 			require.Len(t, set.Devices(), 3)
 			for _, d := range set.Devices() {
 				assert.Equal(t, tc.want, d.NumStreams())
+				assert.Equal(t, sim.Kind, d.Kind(), "a simulated GPU is of the driver's kind")
 			}
 		})
 	}
