@@ -7,6 +7,15 @@
 // is a read, an edge kernel→buffer a write. The graph is exposed
 // ([Graph.Directed]) so gonum's algorithms apply to it.
 //
+// A kernel's code is its host variant (a [KernelFunc], run by the CPU
+// device and by simulated GPUs) and/or device variants: OpenCL C
+// ([OpenCL]: source, entry point, launch [Shape] from the arguments'
+// sizes, and [Arg] bindings of its declared buffers and scalars). The
+// kinds of code ([CodeKind]) are named as the gpu drivers whose devices
+// run them ("cpu", "opencl"); the executor places a kernel only on
+// devices that run code it has. Device variants live in a side record of
+// the kernels that have them.
+//
 // Building and validating a graph is a pure description: it starts no
 // goroutine and touches no device. Builder calls never fail on the spot;
 // mistakes (a duplicate name, an unknown buffer, a range outside its buffer)
@@ -16,7 +25,7 @@
 //
 // Building is cheap enough for graphs of millions of kernels. A
 // [KernelOption] or [BufferOption] is a plain value (making one allocates
-// nothing). A graph stores kernels and buffers as small records without
+// nothing, an [OpenCL] variant aside). A graph stores kernels and buffers as small records without
 // pointers (28 and 16 bytes) and copies names and bindings into arenas of
 // its own, so AddValue and AddKernel allocate nothing per call, amortised,
 // a name formatted on the caller's stack may stay there, and the garbage
