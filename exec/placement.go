@@ -345,9 +345,8 @@ func newModel(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, lanes
 		}
 		m.pin[k.ID], m.prefer[k.ID] = -1, -1
 		if code != nil {
-			if m.cands[k.ID] = codeDevices(k, code); len(m.cands[k.ID]) == len(devs) {
-				m.cands[k.ID] = nil // every device: no restriction
-			} else if m.cands[k.ID] == nil {
+			var all bool
+			if m.cands[k.ID], all = codeDevices(k, code); !all && m.cands[k.ID] == nil {
 				return nil, noCodeError(k, devs, code)
 			}
 		}

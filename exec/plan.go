@@ -220,15 +220,25 @@ func DeviceCode(dev gpu.Device) dag.CodeKind {
 }
 
 // codeDevices returns the devices (by index into code, the kind of code
-// each runs) that run code k has, in order; nil for none.
-func codeDevices(k dag.Kernel, code []dag.CodeKind) []int {
-	var ds []int
+// each runs) that run code k has, in order, nil for none; or all true and
+// nil when every device does (the usual case, which allocates nothing).
+func codeDevices(k dag.Kernel, code []dag.CodeKind) (ds []int, all bool) {
+	n := 0
+	for _, c := range code {
+		if c != 0 && k.HasCode(c) {
+			n++
+		}
+	}
+	if n == len(code) || n == 0 {
+		return nil, n == len(code)
+	}
+	ds = make([]int, 0, n)
 	for d, c := range code {
 		if c != 0 && k.HasCode(c) {
 			ds = append(ds, d)
 		}
 	}
-	return ds
+	return ds, false
 }
 
 // noCodeError says that no device of devs (running code[d]) has code for

@@ -9,7 +9,9 @@
 // Each kind of device lives in its own package, which registers its
 // [Driver] in init, as database/sql drivers do: gpu/cpu (kind "cpu", the
 // host CPU device) and gpu/sim (kind "sim", simulated GPUs of a real
-// topology). Importing the package makes the kind available:
+// topology). Each device says which it is ([Device.Kind]), which is how
+// an executor knows what code it runs. Importing the package makes the
+// kind available:
 //
 //	import _ "github.com/streamdag/streamdag/gpu/cpu"
 //
