@@ -32,6 +32,7 @@ type fns struct {
 var (
 	loadOnce sync.Once
 	cl       fns
+	libH     uintptr // the dlopen handle, for the benchmarks' stub baseline
 	loadErr  error
 )
 
@@ -56,6 +57,7 @@ func load() error {
 			loadErr = fmt.Errorf("%w: %w", ErrUnavailable, firstErr)
 			return
 		}
+		libH = h
 		syms := []struct {
 			name string
 			p    *uintptr

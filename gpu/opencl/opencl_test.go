@@ -609,3 +609,24 @@ func TestFailedKernelReported(t *testing.T) {
 	assert.Contains(t, out, "command 2 (launch touch) failed: ", out)
 	t.Log(strings.TrimSpace(out))
 }
+
+// TestHostErrorNames needs no device: every status prints its CL_* name.
+func TestHostErrorNames(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"out of resources", &opencl.Error{Call: "clEnqueueNDRangeKernel", Code: opencl.OutOfResources}, "opencl: clEnqueueNDRangeKernel: CL_OUT_OF_RESOURCES (-5)"},
+		{"unknown code", &opencl.Error{Call: "clFinish", Code: -999}, "opencl: clFinish: CL_ERROR(-999) (-999)"},
+		{"command", &opencl.CommandError{Device: "dev", Queue: 1, Seq: 7, Op: "launch vadd", Status: opencl.OutOfResources},
+			"opencl: dev: queue 1 command 7 (launch vadd) failed: CL_OUT_OF_RESOURCES (-5)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { assert.EqualError(t, tc.err, tc.want) })
+	}
+	assert.ErrorIs(t, &opencl.Error{Call: "x", Code: opencl.OutOfResources}, opencl.OutOfResources)
+	assert.NotErrorIs(t, &opencl.Error{Call: "x", Code: opencl.OutOfResources}, opencl.OutOfHostMemory)
+	assert.Equal(t, "CPU|default", (opencl.TypeCPU | opencl.TypeDefault).String())
+	assert.Equal(t, "queued", opencl.Queued.String())
+	assert.Equal(t, "CL_OUT_OF_RESOURCES", opencl.ExecStatus(-5).String())
+}
