@@ -5,6 +5,7 @@ package layers_test
 
 import (
 	"encoding/json"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -27,6 +28,13 @@ var allowed = map[string][]string{
 	"kvio":      {"buffers", "gpu", "dag", "topology"},
 }
 
+// allowedSub narrows allowed for packages inside a top-level directory:
+// the device-kind packages under gpu sit on the device boundary and must
+// not reach up into exec (or sideways into failgraph, dag, kvio).
+var allowedSub = map[string][]string{
+	"gpu/opencl": {"gpu", "topology", "buffers"},
+}
+
 func TestLayers(t *testing.T) {
 	cmd := exec.Command("go", "list", "-deps", "-json=ImportPath,Deps", module+"...")
 	cmd.Dir = "../.."
@@ -45,6 +53,21 @@ func TestLayers(t *testing.T) {
 			continue
 		}
 		top, _, _ := strings.Cut(name, "/")
+		for sub, rules := range allowedSub {
+			if name != sub && !strings.HasPrefix(name, sub+"/") {
+				continue
+			}
+			for _, d := range p.Deps {
+				dep, ok := strings.CutPrefix(d, module)
+				if !ok || dep == sub || strings.HasPrefix(dep, sub+"/") || strings.HasPrefix(dep, "internal/") {
+					continue
+				}
+				seen++
+				if !slices.Contains(rules, dep) {
+					t.Errorf("%s imports %s: layer rule broken (allowed: %v)", p.ImportPath, d, rules)
+				}
+			}
+		}
 		for _, d := range p.Deps {
 			if strings.HasPrefix(d, "github.com/NVIDIA/go-nvml") && top != "gpu" {
 				// Importing gpu brings go-nvml in indirectly; only a direct
@@ -84,4 +107,14 @@ func TestOnlyGPUImportsNVML(t *testing.T) {
 			t.Errorf("%s imports go-nvml; only package gpu may", pkg)
 		}
 	}
+}
+
+// TestOpenCLBuildsWithoutCgo: the OpenCL device loads its library with
+// purego, so a user who needs only it builds with CGO_ENABLED=0.
+func TestOpenCLBuildsWithoutCgo(t *testing.T) {
+	cmd := exec.Command("go", "build", "-o", os.DevNull, "./gpu/opencl")
+	cmd.Dir = "../.."
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "CGO_ENABLED=0 go build ./gpu/opencl: %s", out)
 }
