@@ -53,8 +53,9 @@
 //
 // Enqueues call the C entry points through purego.SyscallN with the
 // pointers purego.Dlsym resolved, not reflection stubs, and pass their
-// C-visible arguments in per-queue heap scratch under the queue's mutex,
-// so a launch allocates nothing.
+// C-visible arguments in per-queue heap scratch under the queue's mutex;
+// the per-command bookkeeping reuses its slices, so a launch allocates
+// only what purego.SyscallN does (its argument slice).
 //
 // # Concurrency and ownership
 //

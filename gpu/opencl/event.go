@@ -51,6 +51,7 @@ func (s ExecStatus) String() string {
 type Event struct {
 	h        uintptr
 	q        *Queue // nil for a user event
+	ctx      *Context
 	seq      uint64
 	done     chan struct{}
 	err      error
@@ -146,7 +147,7 @@ func (c *Context) NewUserEvent() (*UserEvent, error) {
 	if err := check("clCreateUserEvent", uintptr(uint32(st))); err != nil {
 		return nil, err
 	}
-	e := &Event{h: h, done: make(chan struct{})}
+	e := &Event{h: h, ctx: c, done: make(chan struct{})}
 	e.refs.Store(2) // the user's Event hold and Complete's
 	u := &UserEvent{ev: e, ctx: c}
 	c.users[u] = struct{}{}

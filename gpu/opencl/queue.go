@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"sync"
 	"unsafe"
+
+	"github.com/ebitengine/purego"
 )
 
 // checkpointEvery is how many commands a queue keeps unexamined before it
@@ -53,7 +55,8 @@ type Queue struct {
 	wclosed bool
 	wake    chan struct{}
 	wdone   chan struct{}
-	wstatus int32 // the waiter's clGetEventInfo result, heap for C
+	wstatus int32             // the waiter's clGetEventInfo result, heap for C
+	free    chan []pendingCmd // covers slices the waiter is done with, for reuse
 }
 
 type kernelKey struct {
@@ -77,7 +80,7 @@ func (c *Context) NewQueue() (*Queue, error) {
 		return nil, fmt.Errorf("opencl: new queue on %s: %w", c.dev.info.Name, err)
 	}
 	q := &Queue{h: h, ctx: c, index: c.nqueues, kernels: map[kernelKey]*Kernel{},
-		wake: make(chan struct{}, 1), wdone: make(chan struct{})}
+		wake: make(chan struct{}, 1), wdone: make(chan struct{}), free: make(chan []pendingCmd, 4)}
 	c.nqueues++
 	c.queues[q] = struct{}{}
 	go q.waiter()
@@ -179,7 +182,7 @@ func (q *Queue) Launch(k *Kernel, global, local []int) error {
 	if local != nil {
 		lp = uintptr(unsafe.Pointer(&s.local[0]))
 	}
-	r := syscall(cl.enqueueNDRangeKernel, q.h, k.h, uintptr(len(global)), 0, uintptr(unsafe.Pointer(&s.global[0])), lp,
+	r, _, _ := purego.SyscallN(cl.enqueueNDRangeKernel, q.h, k.h, uintptr(len(global)), 0, uintptr(unsafe.Pointer(&s.global[0])), lp,
 		0, 0, uintptr(unsafe.Pointer(&s.ev)))
 	if err := check("clEnqueueNDRangeKernel", r); err != nil {
 		return fmt.Errorf("opencl: queue %d: %s: %w", q.index, k.op, err)
@@ -206,7 +209,7 @@ func (q *Queue) Copy(dst *Buffer, dstOff int64, src *Buffer, srcOff int64, n int
 	if n == 0 {
 		return nil
 	}
-	r := syscall(cl.enqueueCopyBuffer, q.h, src.h, dst.h, uintptr(srcOff), uintptr(dstOff), uintptr(n), 0, 0,
+	r, _, _ := purego.SyscallN(cl.enqueueCopyBuffer, q.h, src.h, dst.h, uintptr(srcOff), uintptr(dstOff), uintptr(n), 0, 0,
 		uintptr(unsafe.Pointer(&q.scratch.ev)))
 	if err := check("clEnqueueCopyBuffer", r); err != nil {
 		return fmt.Errorf("opencl: queue %d: copy %d bytes: %w", q.index, n, err)
@@ -234,7 +237,7 @@ func (q *Queue) Fill(b *Buffer, off, n int64, pattern []byte) error {
 	if n == 0 {
 		return nil
 	}
-	r := syscall(cl.enqueueFillBuffer, q.h, b.h, uintptr(unsafe.Pointer(&pattern[0])), uintptr(len(pattern)),
+	r, _, _ := purego.SyscallN(cl.enqueueFillBuffer, q.h, b.h, uintptr(unsafe.Pointer(&pattern[0])), uintptr(len(pattern)),
 		uintptr(off), uintptr(n), 0, 0, uintptr(unsafe.Pointer(&q.scratch.ev)))
 	if err := check("clEnqueueFillBuffer", r); err != nil {
 		return fmt.Errorf("opencl: queue %d: fill %d bytes: %w", q.index, n, err)
@@ -336,7 +339,7 @@ func (q *Queue) markerLocked(wait []*Event, internal bool) (*Event, error) {
 			return nil, fmt.Errorf("opencl: queue %d: marker: wait event %d is nil", q.index, i)
 		case w.released.Load():
 			return nil, fmt.Errorf("opencl: queue %d: marker: wait event %d: %w", q.index, i, ErrClosed)
-		case w.q != nil && w.q.ctx != q.ctx:
+		case w.ctx != q.ctx:
 			return nil, fmt.Errorf("opencl: queue %d: marker: wait event %d is of another context (bridge it with a UserEvent)", q.index, i)
 		}
 		handles = append(handles, w.h)
@@ -345,8 +348,8 @@ func (q *Queue) markerLocked(wait []*Event, internal bool) (*Event, error) {
 	if len(handles) > 0 {
 		wp = uintptr(unsafe.Pointer(&handles[0]))
 	}
-	e := &Event{q: q, done: make(chan struct{}), internal: internal}
-	r := syscall(cl.enqueueMarkerWithWaitList, q.h, uintptr(len(handles)), wp, uintptr(unsafe.Pointer(&e.h)))
+	e := &Event{q: q, ctx: q.ctx, done: make(chan struct{}), internal: internal}
+	r, _, _ := purego.SyscallN(cl.enqueueMarkerWithWaitList, q.h, uintptr(len(handles)), wp, uintptr(unsafe.Pointer(&e.h)))
 	runtime.KeepAlive(handles)
 	if err := check("clEnqueueMarkerWithWaitList", r); err != nil {
 		return nil, fmt.Errorf("opencl: queue %d: marker: %w", q.index, err)
@@ -361,8 +364,12 @@ func (q *Queue) markerLocked(wait []*Event, internal bool) (*Event, error) {
 		e.waits = append([]*Event(nil), wait...)
 	}
 	e.covers = q.pending
-	q.pending = nil
-	syscall(cl.flush, q.h)
+	select {
+	case q.pending = <-q.free:
+	default:
+		q.pending = nil
+	}
+	purego.SyscallN(cl.flush, q.h)
 	q.wmu.Lock()
 	q.wq = append(q.wq, e)
 	q.wmu.Unlock()
@@ -418,6 +425,12 @@ func (q *Queue) settle(e *Event, carry []error) []error {
 			errs = append(errs, &CommandError{Device: dev, Queue: q.index, Seq: c.seq, Op: c.op, Status: Status(q.wstatus)})
 		}
 		syscall(cl.releaseEvent, c.ev)
+	}
+	if cap(e.covers) > 0 {
+		select {
+		case q.free <- e.covers[:0]:
+		default:
+		}
 	}
 	e.covers = nil
 	for _, w := range e.waits {
