@@ -529,11 +529,17 @@ func childFault() int {
 	k, _ := q.Kernel(p, "wild")
 	b, _ := c.Alloc(4)
 	_ = k.SetBuffer(0, b)
+	// Hold the launch behind a user event so "launched" is written
+	// before the kernel can run.
+	u, _ := c.NewUserEvent()
+	_ = q.Wait(u.Event())
 	if err := q.Launch(k, []int{1}, nil); err != nil {
 		os.Stdout.WriteString("launch: " + err.Error() + "\n")
 		return 2
 	}
 	os.Stdout.WriteString("launched\n")
+	_ = u.Complete(nil)
+	u.Event().Release()
 	err = q.Finish(context.Background())
 	os.Stdout.WriteString("survived: " + errString(err) + "\n")
 	_ = c.Close()
