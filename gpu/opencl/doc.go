@@ -34,8 +34,8 @@
 // Event's Err lists the failed commands it covers (*CommandError with the
 // queue and the command's sequence number) and the errors of the events
 // it waited on, whatever status the implementation gives the marker
-// (PoCL 3.1 can complete a marker after a failed kernel with
-// CL_COMPLETE). UserEvent.Complete always completes the OpenCL event with
+// itself (implementations differ: a marker after a failed command may
+// complete with CL_COMPLETE). UserEvent.Complete always completes the OpenCL event with
 // CL_COMPLETE and carries a failure on the host only, because a failed
 // status in a wait list can abort PoCL 3.1 or run the waiting command on
 // freed memory.

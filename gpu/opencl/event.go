@@ -46,8 +46,8 @@ func (s ExecStatus) String() string {
 // so are failures: Err reports every command covered by the event that the
 // device reported failed (a *CommandError each) and the errors of the
 // events it waited on, whatever status the OpenCL implementation gives the
-// marker itself (PoCL completes a marker after a failed kernel with
-// status CL_COMPLETE). The methods are safe for concurrent use.
+// marker itself (a marker after a failed command may complete with
+// CL_COMPLETE). The methods are safe for concurrent use.
 type Event struct {
 	h        uintptr
 	q        *Queue // nil for a user event

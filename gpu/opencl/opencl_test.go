@@ -636,3 +636,73 @@ func TestHostErrorNames(t *testing.T) {
 	assert.Equal(t, "queued", opencl.Queued.String())
 	assert.Equal(t, "CL_OUT_OF_RESOURCES", opencl.ExecStatus(-5).String())
 }
+
+func TestWaitBadInput(t *testing.T) {
+	c, other := open(t), open(t)
+	q, oq := newQueue(t, c), newQueue(t, other)
+	om, err := oq.Marker()
+	require.NoError(t, err)
+	defer om.Release()
+	ou, err := other.NewUserEvent()
+	require.NoError(t, err)
+	defer ou.Event().Release()
+	released, err := q.Marker()
+	require.NoError(t, err)
+	released.Release()
+	for _, tc := range []struct {
+		name string
+		wait *opencl.Event
+		want string
+	}{
+		{"nil", nil, "wait event 0 is nil"},
+		{"marker of another context", om, "wait event 0 is of another context"},
+		{"user event of another context", ou.Event(), "wait event 0 is of another context"},
+		{"released", released, "wait event 0: opencl: closed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.ErrorContains(t, q.Wait(tc.wait), tc.want)
+			_, err := q.Marker(tc.wait)
+			assert.ErrorContains(t, err, tc.want)
+		})
+	}
+	_, err = q.Kernel(build(t, other), "touch")
+	assert.ErrorContains(t, err, "program not built by this queue's context")
+	require.NoError(t, ou.Complete(nil))
+	require.NoError(t, q.Finish(t.Context()))
+}
+
+// TestConcurrentEnqueue: goroutines share one queue; each fills its own
+// part and waits on its own marker; every part holds its pattern.
+func TestConcurrentEnqueue(t *testing.T) {
+	c := open(t)
+	q := newQueue(t, c)
+	const workers, part = 4, 4096
+	b := mustAlloc(t, c, workers*part)
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			for i := range 50 {
+				if err := q.Fill(b, int64(w*part), part, []byte{byte(w), byte(i)}); err != nil {
+					errs <- err
+					return
+				}
+			}
+			m, err := q.Marker()
+			if err == nil {
+				err = m.Wait(t.Context())
+				m.Release()
+			}
+			errs <- err
+		}()
+	}
+	for range workers {
+		require.NoError(t, <-errs)
+	}
+	got := make([]byte, workers*part)
+	require.NoError(t, q.Read(b, 0, got))
+	for w := range workers {
+		for i := w * part; i < (w+1)*part; i += 2 {
+			require.Equal(t, []byte{byte(w), 49}, got[i:i+2], "worker %d byte %d", w, i)
+		}
+	}
+}
