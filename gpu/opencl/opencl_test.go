@@ -311,7 +311,7 @@ func TestQueuesOverlap(t *testing.T) {
 		require.NoError(t, k.SetBuffer(0, flags))
 		require.NoError(t, k.SetInt32(1, int32(me)))
 		require.NoError(t, k.SetInt32(2, int32(1-me)))
-		require.NoError(t, k.SetInt64(3, 1<<31))
+		require.NoError(t, k.SetInt64(3, 1<<33)) // a bound that only a missing overlap reaches
 		require.NoError(t, k.SetBuffer(4, result))
 		require.NoError(t, q.Launch(k, []int{1}, nil))
 		m, err := q.Marker()
