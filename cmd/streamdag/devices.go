@@ -11,6 +11,7 @@ import (
 
 	"github.com/streamdag/streamdag/gpu/nvml"
 	"github.com/streamdag/streamdag/gpu/nvml/nvmlmock"
+	"github.com/streamdag/streamdag/gpu/opencl"
 )
 
 func newDevicesCmd() *cobra.Command {
@@ -18,7 +19,7 @@ func newDevicesCmd() *cobra.Command {
 	var mockName string
 	cmd := &cobra.Command{
 		Use:   "devices",
-		Short: "List the devices streamdag can use (the CPU, and GPUs through NVML)",
+		Short: "List the devices streamdag can use (the CPU, GPUs through NVML, OpenCL platforms and devices)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var opts []nvml.DiscoverOption
@@ -30,10 +31,14 @@ func newDevicesCmd() *cobra.Command {
 				opts = append(opts, nvml.WithLibrary(srv))
 			}
 			inv := nvml.Discover(cmd.Context(), opts...)
+			plats, clErr := opencl.Platforms()
 			if asJSON {
-				return writeDevicesJSON(cmd, inv)
+				return writeDevicesJSON(cmd, inv, plats, clErr)
 			}
-			return writeDevicesTable(cmd.OutOrStdout(), inv)
+			if err := writeDevicesTable(cmd.OutOrStdout(), inv); err != nil {
+				return err
+			}
+			return writeOpenCLTable(cmd.OutOrStdout(), plats, clErr)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "write the inventory as JSON")
@@ -60,7 +65,7 @@ func writeDevicesTable(out io.Writer, inv nvml.Inventory) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "NVML: %s\n", inv.NVML)
+	fmt.Fprintln(out, inv.NVML) // "NVML available (…)" or "NVML unavailable (…): why"
 	if gpus := inv.GPUs(); len(gpus) > 1 && len(inv.P2P) > 0 {
 		fmt.Fprintln(out, "\nP2P matrix (as nvidia-smi topo -m: NV# = NVLink links, else the PCIe common ancestor;")
 		fmt.Fprintln(out, "then the P2P read/write status: OK, CNS chipset / GNS GPU / TNS topology not supported, NS, U, - unknown):")
@@ -126,7 +131,73 @@ type jsonPair struct {
 	Ancestor string `json:"ancestor"`
 }
 
-func writeDevicesJSON(cmd *cobra.Command, inv nvml.Inventory) error {
+// writeOpenCLTable lists the OpenCL platforms and their devices, or says
+// why there are none.
+func writeOpenCLTable(out io.Writer, plats []opencl.Platform, clErr error) error {
+	if clErr != nil {
+		_, err := fmt.Fprintf(out, "OpenCL: none (%v)\n", clErr)
+		return err
+	}
+	fmt.Fprintf(out, "\nOpenCL: %s\n", plural(len(plats), "platform"))
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "PLATFORM\tDEVICE\tTYPE\tVERSION\tCOMPUTE UNITS\tMEMORY")
+	for _, p := range plats {
+		if len(p.Devices) == 0 {
+			fmt.Fprintf(w, "%s\t(no devices)\t-\t%s\t-\t-\n", p.Name, p.Version)
+		}
+		for _, d := range p.Devices {
+			i := d.Info()
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%.1f GiB\n", p.Name, i.Name, i.Type, i.Version, i.ComputeUnits,
+				float64(i.GlobalMemBytes)/(1<<30))
+		}
+	}
+	return w.Flush()
+}
+
+// jsonOpenCL is the "opencl" section: the platforms and devices, or why
+// there are none.
+type jsonOpenCL struct {
+	Available bool             `json:"available"`
+	Reason    string           `json:"reason"`
+	Platforms []jsonCLPlatform `json:"platforms"`
+}
+
+type jsonCLPlatform struct {
+	Name    string         `json:"name"`
+	Vendor  string         `json:"vendor"`
+	Version string         `json:"version"`
+	Devices []jsonCLDevice `json:"devices"`
+}
+
+type jsonCLDevice struct {
+	Name          string `json:"name"`
+	Vendor        string `json:"vendor"`
+	Type          string `json:"type"`
+	Version       string `json:"version"`
+	DriverVersion string `json:"driver_version"`
+	ComputeUnits  int    `json:"compute_units"`
+	MemoryBytes   int64  `json:"memory_bytes"`
+}
+
+func openCLJSON(plats []opencl.Platform, clErr error) jsonOpenCL {
+	j := jsonOpenCL{Available: clErr == nil, Platforms: []jsonCLPlatform{}}
+	if clErr != nil {
+		j.Reason = clErr.Error()
+		return j
+	}
+	for _, p := range plats {
+		jp := jsonCLPlatform{Name: p.Name, Vendor: p.Vendor, Version: p.Version, Devices: []jsonCLDevice{}}
+		for _, d := range p.Devices {
+			i := d.Info()
+			jp.Devices = append(jp.Devices, jsonCLDevice{Name: i.Name, Vendor: i.Vendor, Type: i.Type.String(),
+				Version: i.Version, DriverVersion: i.DriverVersion, ComputeUnits: i.ComputeUnits, MemoryBytes: i.GlobalMemBytes})
+		}
+		j.Platforms = append(j.Platforms, jp)
+	}
+	return j
+}
+
+func writeDevicesJSON(cmd *cobra.Command, inv nvml.Inventory, plats []opencl.Platform, clErr error) error {
 	out := struct {
 		NVML struct {
 			Available bool   `json:"available"`
@@ -135,7 +206,8 @@ func writeDevicesJSON(cmd *cobra.Command, inv nvml.Inventory) error {
 		} `json:"nvml"`
 		Devices []jsonDevice `json:"devices"`
 		P2P     []jsonPair   `json:"p2p,omitempty"`
-	}{}
+		OpenCL  jsonOpenCL   `json:"opencl"`
+	}{OpenCL: openCLJSON(plats, clErr)}
 	out.NVML.Available, out.NVML.Reason, out.NVML.Driver = inv.NVML.Available, inv.NVML.Reason, inv.NVML.Driver
 	out.Devices = []jsonDevice{}
 	for _, d := range inv.Devices {

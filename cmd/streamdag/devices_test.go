@@ -2,11 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/gpu/opencl"
 )
 
 type devicesJSON struct {
@@ -24,7 +27,7 @@ func TestDevicesHost(t *testing.T) {
 	require.Equal(t, 0, code, errs)
 	assert.True(t, strings.HasPrefix(out, "ID "), out)
 	assert.Contains(t, out, "\ncpu ")
-	assert.Contains(t, out, "NVML: NVML ")
+	assert.Contains(t, out, "\nNVML ")
 
 	code, out, errs = cli(t, "devices", "--json")
 	require.Equal(t, 0, code, errs)
@@ -49,7 +52,8 @@ func TestDevicesNVMLMock(t *testing.T) {
 	code, out, errs := cli(t, "devices", "--nvml-mock", "dgxa100")
 	require.Equal(t, 0, code, errs)
 	assert.Equal(t, 8, strings.Count(out, "Mock NVIDIA A100-SXM4-40GB"), out)
-	assert.Contains(t, out, "NVML: NVML available (driver 550.54.15)")
+	assert.Contains(t, out, "\nNVML available (driver 550.54.15)")
+	assert.NotContains(t, out, "NVML: NVML")
 	assert.Contains(t, out, "P2P matrix")
 	assert.Contains(t, out, "\ngpu0  X        NV12 OK")
 	assert.Equal(t, 56, strings.Count(out, "NV12 OK"))
@@ -80,4 +84,55 @@ func TestDevicesFlagHidden(t *testing.T) {
 	require.Equal(t, 0, code)
 	assert.Contains(t, out, "--json")
 	assert.NotContains(t, out, "nvml-mock")
+}
+
+// TestDevicesOpenCL: devices lists this machine's OpenCL platforms and
+// devices (PoCL under CI), or says why there are none.
+func TestDevicesOpenCL(t *testing.T) {
+	plats, clErr := opencl.Platforms()
+	if clErr != nil && os.Getenv("CI") != "" {
+		t.Fatalf("OpenCL needed under CI (.ci/run installs pocl-opencl-icd): %v", clErr)
+	}
+	code, out, errs := cli(t, "devices")
+	require.Equal(t, 0, code, errs)
+	code, jout, errs := cli(t, "devices", "--json")
+	require.Equal(t, 0, code, errs)
+	var j struct {
+		OpenCL struct {
+			Available bool   `json:"available"`
+			Reason    string `json:"reason"`
+			Platforms []struct {
+				Name    string           `json:"name"`
+				Version string           `json:"version"`
+				Devices []map[string]any `json:"devices"`
+			} `json:"platforms"`
+		} `json:"opencl"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(jout), &j))
+	if clErr != nil {
+		assert.Contains(t, out, "OpenCL: none ("+clErr.Error()+")")
+		assert.False(t, j.OpenCL.Available)
+		assert.Equal(t, clErr.Error(), j.OpenCL.Reason)
+		assert.Empty(t, j.OpenCL.Platforms)
+		return
+	}
+	assert.Contains(t, out, "\nOpenCL: "+plural(len(plats), "platform")+"\nPLATFORM ")
+	assert.True(t, j.OpenCL.Available)
+	require.Len(t, j.OpenCL.Platforms, len(plats))
+	for pi, p := range plats {
+		assert.Equal(t, p.Name, j.OpenCL.Platforms[pi].Name)
+		assert.Equal(t, p.Version, j.OpenCL.Platforms[pi].Version)
+		require.Len(t, j.OpenCL.Platforms[pi].Devices, len(p.Devices))
+		for di, d := range p.Devices {
+			info := d.Info()
+			assert.Contains(t, out, info.Name)
+			jd := j.OpenCL.Platforms[pi].Devices[di]
+			assert.Equal(t, info.Name, jd["name"])
+			assert.Equal(t, info.Version, jd["version"])
+			assert.Equal(t, float64(info.ComputeUnits), jd["compute_units"])
+			assert.Equal(t, float64(info.GlobalMemBytes), jd["memory_bytes"])
+			assert.Equal(t, info.Type.String(), jd["type"])
+			assert.Positive(t, jd["compute_units"])
+		}
+	}
 }

@@ -21,19 +21,20 @@ const module = "github.com/streamdag/streamdag/"
 // allowed lists, for each library unit, the module units it may import
 // (directly or not): design.md's "Layers". A unit is a top-level package
 // with its subpackages, except under gpu, where each device kind and the
-// NVML inventory is a unit of its own (gpu/cpu, gpu/sim, gpu/nvml with
-// gpu/nvml/nvmlmock).
+// NVML inventory is a unit of its own (gpu/cpu, gpu/sim, gpu/opencl,
+// gpu/nvml with gpu/nvml/nvmlmock).
 var allowed = map[string][]string{
-	"topology":  {},
-	"gpu":       {"topology"},
-	"gpu/cpu":   {"gpu", "topology"},
-	"gpu/sim":   {"gpu", "gpu/cpu", "topology"},
-	"gpu/nvml":  {"gpu", "topology"},
-	"buffers":   {"topology"},
-	"failgraph": {"buffers", "topology"},
-	"dag":       {"buffers", "topology"},
-	"exec":      {"dag", "failgraph", "buffers", "gpu", "topology"},
-	"kvio":      {"buffers", "gpu", "dag", "topology"},
+	"topology":   {},
+	"gpu":        {"topology"},
+	"gpu/cpu":    {"gpu", "topology"},
+	"gpu/sim":    {"gpu", "gpu/cpu", "topology"},
+	"gpu/nvml":   {"gpu", "topology"},
+	"gpu/opencl": {"gpu", "topology", "buffers"},
+	"buffers":    {"topology"},
+	"failgraph":  {"buffers", "topology"},
+	"dag":        {"buffers", "topology"},
+	"exec":       {"dag", "failgraph", "buffers", "gpu", "topology"},
+	"kvio":       {"buffers", "gpu", "dag", "topology"},
 }
 
 // nvmlUnit is the only unit that may import go-nvml.
@@ -125,14 +126,15 @@ func TestOnlyNVMLImportsGoNVML(t *testing.T) {
 	}
 }
 
-// TestBuildsWithoutCgo: a user who needs only the CPU device (or the
-// simulated GPUs) builds the pipeline description, the executor and those
-// device packages without cgo.
+// TestBuildsWithoutCgo: a user who needs only the CPU device, the
+// simulated GPUs or the OpenCL device (which loads its library with
+// purego) builds the pipeline description, the executor and those device
+// packages without cgo.
 func TestBuildsWithoutCgo(t *testing.T) {
 	if _, err := osexec.LookPath("go"); err != nil {
 		t.Skip("go command not found:", err)
 	}
-	pkgs := []string{"./dag", "./exec", "./gpu", "./gpu/cpu", "./gpu/sim"}
+	pkgs := []string{"./dag", "./exec", "./gpu", "./gpu/cpu", "./gpu/sim", "./gpu/opencl"}
 	cmd := osexec.Command("go", append([]string{"build"}, pkgs...)...)
 	cmd.Dir = "../.."
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

@@ -1,0 +1,708 @@
+package opencl_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"os"
+	osexec "os/exec"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/gpu/opencl"
+)
+
+// device returns this machine's first OpenCL device, or skips the test
+// with the reason (fails it when CI is set: CI installs PoCL).
+func device(t testing.TB) opencl.Device {
+	t.Helper()
+	ds, err := opencl.Devices()
+	if err == nil && len(ds) == 0 {
+		err = errors.New("no OpenCL device on any platform")
+	}
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("OpenCL needed under CI (.ci/run installs pocl-opencl-icd): %v", err)
+		}
+		t.Skipf("no OpenCL here: %v", err)
+	}
+	return ds[0]
+}
+
+// open opens a context on device(t), closed (and checked) at cleanup.
+func open(t testing.TB) *opencl.Context {
+	t.Helper()
+	c, err := opencl.Open(device(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, c.Close()) })
+	return c
+}
+
+func newQueue(t testing.TB, c *opencl.Context) *opencl.Queue {
+	t.Helper()
+	q, err := c.NewQueue()
+	require.NoError(t, err)
+	return q
+}
+
+func bytesOf[T any](s []T) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(s[0])))
+}
+
+const kernels = `
+__kernel void vadd(__global const float *a, __global const float *b, __global float *c, uint n) {
+	size_t i = get_global_id(0);
+	if (i < n) c[i] = a[i] + b[i];
+}
+
+// produce spins, then writes v to every element: a slow producer.
+__kernel void produce(__global int *buf, int v, long spins) {
+	for (volatile long i = 0; i < spins; i++) {}
+	buf[get_global_id(0)] = v;
+}
+
+__kernel void consume(__global const int *in, __global int *out) {
+	size_t i = get_global_id(0);
+	out[i] = in[i] * 2 + 1;
+}
+
+// handshake raises flags[me], then waits (at most spins loads) for
+// flags[other]; result[me] is 1 only if the other kernel ran meanwhile.
+__kernel void handshake(__global volatile int *flags, int me, int other, long spins, __global int *result) {
+	flags[me] = 1;
+	mem_fence(CLK_GLOBAL_MEM_FENCE);
+	long i = 0;
+	while (flags[other] == 0 && i < spins) i++;
+	result[me] = i < spins ? 1 : 0;
+}
+
+__kernel void touch(__global int *p) { p[get_global_id(0)] += 1; }
+`
+
+func build(t testing.TB, c *opencl.Context) *opencl.Program {
+	t.Helper()
+	p, err := c.Program("test", kernels, "")
+	require.NoError(t, err)
+	return p
+}
+
+func TestPlatforms(t *testing.T) {
+	device(t)
+	ps, err := opencl.Platforms()
+	require.NoError(t, err)
+	require.NotEmpty(t, ps)
+	for _, p := range ps {
+		assert.NotEmpty(t, p.Name)
+		assert.True(t, strings.HasPrefix(p.Version, "OpenCL "), p.Version)
+		for _, d := range p.Devices {
+			info := d.Info()
+			assert.NotEmpty(t, info.Name)
+			assert.Equal(t, p.Name, info.Platform)
+			assert.True(t, strings.HasPrefix(info.Version, "OpenCL "), info.Version)
+			assert.Positive(t, info.ComputeUnits)
+			assert.Positive(t, info.GlobalMemBytes)
+			assert.Positive(t, info.MaxAllocBytes)
+			assert.LessOrEqual(t, info.MaxAllocBytes, info.GlobalMemBytes)
+			assert.NotZero(t, info.Type&(opencl.TypeCPU|opencl.TypeGPU|opencl.TypeAccelerator|opencl.TypeCustom), info.Type.String())
+		}
+	}
+}
+
+func TestBufferRoundTrip(t *testing.T) {
+	c := open(t)
+	q := newQueue(t, c)
+	const seed = 14
+	rng := rand.New(rand.NewPCG(seed, seed))
+	for _, tc := range []struct {
+		name string
+		size int64
+	}{{"one byte", 1}, {"odd", 1001}, {"page", 4096}, {"megabyte", 1 << 20}} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := make([]byte, tc.size)
+			for i := range src {
+				src[i] = byte(rng.UintN(256))
+			}
+			a, err := c.Alloc(tc.size)
+			require.NoError(t, err)
+			b, err := c.Alloc(tc.size)
+			require.NoError(t, err)
+			defer func() { assert.NoError(t, a.Release()); assert.NoError(t, b.Release()) }()
+			require.NoError(t, q.Write(a, 0, src))
+			require.NoError(t, q.Copy(b, 0, a, 0, tc.size))
+			got := make([]byte, tc.size)
+			require.NoError(t, q.Read(b, 0, got))
+			assert.True(t, bytes.Equal(src, got), "seed %d: copy of %d bytes differs", seed, tc.size)
+
+			// Fill a 4-byte-aligned middle part, then read it all back.
+			off, n := (tc.size/4)&^3, (tc.size/2)&^3
+			require.NoError(t, q.Fill(b, off, n, []byte{0xde, 0xad, 0xbe, 0xef}))
+			require.NoError(t, q.Read(b, 0, got))
+			want := bytes.Clone(src)
+			for i := off; i < off+n; i++ {
+				want[i] = []byte{0xde, 0xad, 0xbe, 0xef}[(i-off)%4]
+			}
+			assert.True(t, bytes.Equal(want, got), "seed %d: fill [%d,%d) of %d bytes", seed, off, off+n, tc.size)
+
+			// A partial read at an offset.
+			part := make([]byte, tc.size-tc.size/3)
+			require.NoError(t, q.Read(a, tc.size/3, part))
+			assert.Equal(t, src[tc.size/3:], part)
+			require.NoError(t, q.Finish(t.Context()))
+		})
+	}
+}
+
+func TestBufferBadInput(t *testing.T) {
+	c := open(t)
+	q := newQueue(t, c)
+	b, err := c.Alloc(64)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"read past end", q.Read(b, 60, make([]byte, 8)), "range [60, 68) outside the 64-byte buffer"},
+		{"write at negative", q.Write(b, -1, make([]byte, 1)), "range [-1, 0) outside"},
+		{"copy too long", q.Copy(b, 0, b, 32, 33), "copy source: range [32, 65) outside"},
+		{"empty pattern", q.Fill(b, 0, 8, nil), "fill: empty pattern"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { assert.ErrorContains(t, tc.err, tc.want) })
+	}
+	_, err = c.Alloc(0)
+	assert.ErrorContains(t, err, "alloc 0 bytes: size must be positive")
+	err = q.Copy(b, 0, b, 8, 16)
+	var clErr *opencl.Error
+	require.ErrorAs(t, err, &clErr, "an overlapping copy is the implementation's CL_MEM_COPY_OVERLAP")
+	assert.Equal(t, "clEnqueueCopyBuffer", clErr.Call)
+	assert.Contains(t, err.Error(), "CL_MEM_COPY_OVERLAP (-8)")
+	require.NoError(t, b.Release())
+	require.NoError(t, b.Release(), "Release is idempotent")
+	assert.ErrorIs(t, q.Write(b, 0, []byte{1}), opencl.ErrClosed)
+}
+
+func TestVectorAdd(t *testing.T) {
+	c := open(t)
+	q := newQueue(t, c)
+	p := build(t, c)
+	const n = 1000
+	a, b := make([]float32, n), make([]float32, n)
+	for i := range a {
+		a[i], b[i] = float32(i), float32(3*i+1)
+	}
+	bufs := make([]*opencl.Buffer, 3)
+	for i := range bufs {
+		var err error
+		bufs[i], err = c.Alloc(4 * n)
+		require.NoError(t, err)
+	}
+	require.NoError(t, q.Write(bufs[0], 0, bytesOf(a)))
+	require.NoError(t, q.Write(bufs[1], 0, bytesOf(b)))
+	k, err := q.Kernel(p, "vadd")
+	require.NoError(t, err)
+	k2, err := q.Kernel(p, "vadd")
+	require.NoError(t, err)
+	assert.Same(t, k, k2, "one kernel object per queue and entry point")
+	for i, buf := range bufs {
+		require.NoError(t, k.SetBuffer(i, buf))
+	}
+	require.NoError(t, k.SetUint32(3, n))
+	require.NoError(t, q.Launch(k, []int{1024}, []int{64}))
+	m, err := q.Marker()
+	require.NoError(t, err)
+	require.NoError(t, m.Wait(t.Context()))
+	st, err := m.Status()
+	require.NoError(t, err)
+	assert.Equal(t, opencl.Complete, st)
+	m.Release()
+	got := make([]float32, n)
+	require.NoError(t, q.Read(bufs[2], 0, bytesOf(got)))
+	for i := range got {
+		require.Equal(t, float32(4*i+1), got[i], "c[%d]", i)
+	}
+
+	// Launch shape errors are values, not panics.
+	assert.ErrorContains(t, q.Launch(k, nil, nil), "want 1 to 3 dimensions")
+	assert.ErrorContains(t, q.Launch(k, []int{1000}, []int{64}), "local must divide global")
+	err = q.Launch(k, []int{8, 8, 8, 8}, nil)
+	assert.ErrorContains(t, err, "want 1 to 3 dimensions")
+	other := newQueue(t, c)
+	assert.ErrorContains(t, other.Launch(k, []int{8}, nil), "kernel not made by this queue's Kernel")
+}
+
+func TestKernelErrors(t *testing.T) {
+	c := open(t)
+	q := newQueue(t, c)
+	p := build(t, c)
+	_, err := q.Kernel(p, "nosuch")
+	require.ErrorIs(t, err, opencl.InvalidKernelName)
+	assert.Contains(t, err.Error(), `program "test": kernel "nosuch": opencl: clCreateKernel: CL_INVALID_KERNEL_NAME (-46)`)
+	k, err := q.Kernel(p, "touch")
+	require.NoError(t, err)
+	assert.ErrorIs(t, k.SetBuffer(3, mustAlloc(t, c, 4)), opencl.Status(-49), "CL_INVALID_ARG_INDEX")
+	err = q.Launch(k, []int{1}, nil)
+	assert.ErrorIs(t, err, opencl.InvalidKernelArgs, "an argument never set")
+	assert.ErrorContains(t, err, "queue 0: launch touch: opencl: clEnqueueNDRangeKernel: CL_INVALID_KERNEL_ARGS (-52)")
+}
+
+func mustAlloc(t testing.TB, c *opencl.Context, n int64) *opencl.Buffer {
+	t.Helper()
+	b, err := c.Alloc(n)
+	require.NoError(t, err)
+	return b
+}
+
+func TestBuildError(t *testing.T) {
+	c := open(t)
+	_, err := c.Program("broken", "__kernel void f(__global int *p) { p[0] = undeclared_name; }", "")
+	var be *opencl.BuildError
+	require.ErrorAs(t, err, &be)
+	assert.Equal(t, "broken", be.Program)
+	assert.Equal(t, c.Device().Info().Name, be.Device)
+	assert.Contains(t, be.Log, "undeclared_name", "the compiler's log names the fault")
+	assert.ErrorIs(t, err, opencl.BuildProgramFailure)
+	assert.Contains(t, err.Error(), `opencl: build program "broken" on `)
+	assert.Contains(t, err.Error(), "CL_BUILD_PROGRAM_FAILURE")
+	_, again := c.Program("broken2", "__kernel void f(__global int *p) { p[0] = undeclared_name; }", "")
+	assert.Same(t, err, again, "a failed build is cached by source")
+	_, err = c.Program("empty", "", "")
+	assert.ErrorContains(t, err, `program "empty": empty source`)
+}
+
+func TestProgramCache(t *testing.T) {
+	c := open(t)
+	p1 := build(t, c)
+	p2, err := c.Program("other name", kernels, "")
+	require.NoError(t, err)
+	assert.Same(t, p1, p2)
+	assert.Equal(t, "test", p2.Name())
+	p3, err := c.Program("opts", kernels, "-cl-fast-relaxed-math")
+	require.NoError(t, err)
+	assert.NotSame(t, p1, p3, "options are part of the key")
+}
+
+// TestQueuesOverlap proves two queues run kernels at the same time with a
+// device-side handshake: each kernel raises its flag and waits for the
+// other's, so both report success only if they ran concurrently.
+func TestQueuesOverlap(t *testing.T) {
+	c := open(t)
+	if cu := c.Device().Info().ComputeUnits; cu < 2 {
+		t.Skipf("%s has %d compute unit: two kernels cannot overlap", c.Device(), cu)
+	}
+	p := build(t, c)
+	flags, result := mustAlloc(t, c, 8), mustAlloc(t, c, 8)
+	qs := []*opencl.Queue{newQueue(t, c), newQueue(t, c)}
+	require.NoError(t, qs[0].Fill(flags, 0, 8, []byte{0, 0, 0, 0}))
+	require.NoError(t, qs[0].Fill(result, 0, 8, []byte{0xff, 0xff, 0xff, 0xff}))
+	require.NoError(t, qs[0].Finish(t.Context()))
+	var marks []*opencl.Event
+	for me, q := range qs {
+		k, err := q.Kernel(p, "handshake")
+		require.NoError(t, err)
+		require.NoError(t, k.SetBuffer(0, flags))
+		require.NoError(t, k.SetInt32(1, int32(me)))
+		require.NoError(t, k.SetInt32(2, int32(1-me)))
+		require.NoError(t, k.SetInt64(3, 1<<33)) // a bound that only a missing overlap reaches
+		require.NoError(t, k.SetBuffer(4, result))
+		require.NoError(t, q.Launch(k, []int{1}, nil))
+		m, err := q.Marker()
+		require.NoError(t, err)
+		marks = append(marks, m)
+	}
+	for _, m := range marks {
+		require.NoError(t, m.Wait(t.Context()))
+		m.Release()
+	}
+	got := make([]int32, 2)
+	require.NoError(t, qs[1].Read(result, 0, bytesOf(got)))
+	assert.Equal(t, []int32{1, 1}, got, "each kernel saw the other's flag while it ran")
+}
+
+// TestCrossQueueDependency: a slow producer on queue 0, a consumer on
+// queue 1 after Wait(marker): the consumer always sees the producer's
+// values.
+func TestCrossQueueDependency(t *testing.T) {
+	c := open(t)
+	p := build(t, c)
+	q0, q1 := newQueue(t, c), newQueue(t, c)
+	const n = 256
+	in, out := mustAlloc(t, c, 4*n), mustAlloc(t, c, 4*n)
+	prod, err := q0.Kernel(p, "produce")
+	require.NoError(t, err)
+	cons, err := q1.Kernel(p, "consume")
+	require.NoError(t, err)
+	require.NoError(t, prod.SetBuffer(0, in))
+	require.NoError(t, prod.SetInt64(2, 20000))
+	require.NoError(t, cons.SetBuffer(0, in))
+	require.NoError(t, cons.SetBuffer(1, out))
+	const seed = 7
+	rng := rand.New(rand.NewPCG(seed, seed))
+	got := make([]int32, n)
+	for round := range 20 {
+		v := rng.Int32N(1 << 20)
+		require.NoError(t, prod.SetInt32(1, v))
+		require.NoError(t, q0.Launch(prod, []int{n}, nil))
+		m, err := q0.Marker()
+		require.NoError(t, err)
+		require.NoError(t, q1.Wait(m))
+		m.Release()
+		require.NoError(t, q1.Launch(cons, []int{n}, nil))
+		require.NoError(t, q1.Read(out, 0, bytesOf(got)))
+		for i, g := range got {
+			require.Equal(t, 2*v+1, g, "seed %d round %d element %d", seed, round, i)
+		}
+		// In-order queue 0 must not let the next producer overwrite
+		// in before consume ran: wait for queue 1 from queue 0.
+		m1, err := q1.Marker()
+		require.NoError(t, err)
+		require.NoError(t, q0.Wait(m1))
+		m1.Release()
+	}
+	require.NoError(t, q0.Finish(t.Context()))
+	require.NoError(t, q1.Finish(t.Context()))
+}
+
+// TestUserEventFailureCrossesQueues: a user event completed with an error
+// fails the markers that cover it, on its queue and on the queue waiting
+// for that queue, while the commands after it still run.
+func TestUserEventFailureCrossesQueues(t *testing.T) {
+	c := open(t)
+	p := build(t, c)
+	q0, q1 := newQueue(t, c), newQueue(t, c)
+	u, err := c.NewUserEvent()
+	require.NoError(t, err)
+	buf := mustAlloc(t, c, 4)
+	require.NoError(t, q0.Fill(buf, 0, 4, []byte{0, 0, 0, 0}))
+	require.NoError(t, q0.Wait(u.Event()))
+	k, err := q0.Kernel(p, "touch")
+	require.NoError(t, err)
+	require.NoError(t, k.SetBuffer(0, buf))
+	require.NoError(t, q0.Launch(k, []int{1}, nil))
+	m0, err := q0.Marker()
+	require.NoError(t, err)
+	m1, err := q1.Marker(m0)
+	require.NoError(t, err)
+	select {
+	case <-m1.Done():
+		t.Fatal("a marker behind an incomplete user event completed")
+	default:
+	}
+	assert.NoError(t, m1.Err(), "Err is nil before Done")
+	root := errors.New("producer on another device failed")
+	require.NoError(t, u.Complete(root))
+	assert.ErrorContains(t, u.Complete(nil), "completed twice")
+	err0 := m0.Wait(t.Context())
+	err1 := m1.Wait(t.Context())
+	assert.ErrorIs(t, err0, root)
+	assert.ErrorIs(t, err1, root)
+	assert.Contains(t, err1.Error(), "queue 1 marker")
+	assert.Contains(t, err1.Error(), "queue 0 marker")
+	got := make([]int32, 1)
+	require.NoError(t, q0.Read(buf, 0, bytesOf(got)))
+	assert.Equal(t, []int32{1}, got, "the OpenCL event completed, so the kernel ran")
+	m0.Release()
+	m1.Release()
+	u.Event().Release()
+	// The next marker reports only what happened since.
+	require.NoError(t, q0.Finish(t.Context()))
+	require.NoError(t, q1.Finish(t.Context()))
+}
+
+func TestFinishHonoursContext(t *testing.T) {
+	c := open(t)
+	q := newQueue(t, c)
+	u, err := c.NewUserEvent()
+	require.NoError(t, err)
+	require.NoError(t, q.Wait(u.Event()))
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	assert.ErrorIs(t, q.Finish(ctx), context.Canceled, "the queue is held by the user event")
+	require.NoError(t, u.Complete(nil))
+	require.NoError(t, q.Finish(t.Context()))
+	u.Event().Release()
+}
+
+func TestCheckpointFreesEvents(t *testing.T) {
+	c := open(t)
+	q := newQueue(t, c)
+	b := mustAlloc(t, c, 4)
+	for range 1000 {
+		require.NoError(t, q.Fill(b, 0, 4, []byte{1, 2, 3, 4}))
+	}
+	assert.Less(t, opencl.PendingForTest(q), 256, "the queue examines its commands every 256")
+	require.NoError(t, q.Finish(t.Context()))
+	assert.Zero(t, opencl.PendingForTest(q))
+}
+
+// TestCloseReleasesEverything closes a context with work in flight, a user
+// event nobody completed and a command waiting on it: Close completes the
+// event, waits for the work, and refuses new work; the goroutine leak
+// check in TestMain sees every waiter gone.
+func TestCloseReleasesEverything(t *testing.T) {
+	c, err := opencl.Open(device(t))
+	require.NoError(t, err)
+	p := build(t, c)
+	q0, q1 := newQueue(t, c), newQueue(t, c)
+	b := mustAlloc(t, c, 1<<16)
+	u, err := c.NewUserEvent()
+	require.NoError(t, err)
+	require.NoError(t, q1.Wait(u.Event()))
+	require.NoError(t, q1.Fill(b, 0, 1<<16, []byte{7}))
+	k, err := q0.Kernel(p, "touch")
+	require.NoError(t, err)
+	require.NoError(t, k.SetBuffer(0, b))
+	require.NoError(t, q0.Launch(k, []int{1 << 14}, nil))
+	m, err := q1.Marker()
+	require.NoError(t, err)
+	require.NoError(t, c.Close(), "the user event's failure went to the marker after it")
+	assert.ErrorIs(t, m.Err(), opencl.ErrClosed, "Close completed the user event with ErrClosed")
+	m.Release()
+	u.Event().Release()
+	assert.NoError(t, c.Close(), "Close is idempotent")
+	_, err = c.Alloc(8)
+	assert.ErrorIs(t, err, opencl.ErrClosed)
+	_, err = c.NewQueue()
+	assert.ErrorIs(t, err, opencl.ErrClosed)
+	_, err = c.Program("x", kernels, "")
+	assert.ErrorIs(t, err, opencl.ErrClosed)
+	_, err = c.NewUserEvent()
+	assert.ErrorIs(t, err, opencl.ErrClosed)
+	assert.ErrorIs(t, q0.Launch(k, []int{1}, nil), opencl.ErrClosed)
+	_, err = q0.Marker()
+	assert.ErrorIs(t, err, opencl.ErrClosed)
+	assert.NoError(t, q0.Close())
+}
+
+// children are the subprocess scenarios: each returns the exit status.
+var children = map[string]func() int{
+	"fault":         childFault,
+	"failed-kernel": childFailedKernel,
+}
+
+func runChild(t *testing.T, name string) (string, error) {
+	t.Helper()
+	device(t)
+	// The deadline only stops a hung child; it decides nothing.
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := osexec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+name)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func childOpen() (*opencl.Context, *opencl.Queue, *opencl.Program, error) {
+	ds, err := opencl.Devices()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c, err := opencl.Open(ds[0])
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	q, err := c.NewQueue()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	p, err := c.Program("child", kernels+`
+__kernel void wild(__global int *p) { p[(long)1 << 40] = 1; }
+`, "")
+	return c, q, p, err
+}
+
+// childFault launches a kernel that stores a terabyte past its buffer.
+func childFault() int {
+	c, q, p, err := childOpen()
+	if err != nil {
+		os.Stdout.WriteString("setup: " + err.Error() + "\n")
+		return 2
+	}
+	k, _ := q.Kernel(p, "wild")
+	b, _ := c.Alloc(4)
+	_ = k.SetBuffer(0, b)
+	// Hold the launch behind a user event so "launched" is written
+	// before the kernel can run.
+	u, _ := c.NewUserEvent()
+	_ = q.Wait(u.Event())
+	if err := q.Launch(k, []int{1}, nil); err != nil {
+		os.Stdout.WriteString("launch: " + err.Error() + "\n")
+		return 2
+	}
+	os.Stdout.WriteString("launched\n")
+	_ = u.Complete(nil)
+	u.Event().Release()
+	err = q.Finish(context.Background())
+	os.Stdout.WriteString("survived: " + errString(err) + "\n")
+	_ = c.Close()
+	return 0
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "no error"
+	}
+	return err.Error()
+}
+
+// TestFaultInSubprocess: a kernel that faults either kills its process
+// (contained here in a subprocess) or is reported as failed; it never
+// passes as a success.
+func TestFaultInSubprocess(t *testing.T) {
+	out, err := runChild(t, "fault")
+	require.Contains(t, out, "launched\n", "the child got as far as the launch: %s", out)
+	if err == nil {
+		assert.NotContains(t, out, "survived: no error", "a faulting kernel reported success")
+		return
+	}
+	var ee *osexec.ExitError
+	require.ErrorAs(t, err, &ee, out)
+	assert.NotContains(t, out, "survived", "the process died in the fault")
+	t.Logf("the faulting kernel killed its process as expected: %v", err)
+}
+
+// childFailedKernel makes the device fail a kernel (a failed OpenCL
+// status in its wait list) and prints what the marker after it reports.
+func childFailedKernel() int {
+	c, q, p, err := childOpen()
+	if err != nil {
+		os.Stdout.WriteString("setup: " + err.Error() + "\n")
+		return 2
+	}
+	u, _ := c.NewUserEvent()
+	b, _ := c.Alloc(4)
+	k, _ := q.Kernel(p, "touch")
+	_ = k.SetBuffer(0, b)
+	// The kernel waits on the user event through its queue's Wait marker.
+	_ = q.Wait(u.Event())
+	_ = q.Launch(k, []int{1}, nil)
+	m, err := q.Marker()
+	if err != nil {
+		os.Stdout.WriteString("marker: " + err.Error() + "\n")
+		return 2
+	}
+	if err := opencl.FailUserEventForTest(u, -1); err != nil {
+		os.Stdout.WriteString("fail: " + err.Error() + "\n")
+		return 2
+	}
+	_ = u.Complete(nil) // the host side; the OpenCL status stays failed
+	err = m.Wait(context.Background())
+	var ce *opencl.CommandError
+	if errors.As(err, &ce) {
+		os.Stdout.WriteString("command failed: " + ce.Op + " " + ce.Status.String() + "\n")
+	}
+	os.Stdout.WriteString("marker: " + errString(err) + "\n")
+	m.Release()
+	u.Event().Release()
+	_ = c.Close()
+	return 0
+}
+
+// TestFailedKernelReported: the device fails a kernel after the fact; the
+// marker after it reports a *CommandError naming the launch, although the
+// OpenCL implementation may give the marker itself CL_COMPLETE.
+func TestFailedKernelReported(t *testing.T) {
+	out, err := runChild(t, "failed-kernel")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "command 2 (launch touch) failed: ", out)
+	t.Log(strings.TrimSpace(out))
+}
+
+// TestHostErrorNames needs no device: every status prints its CL_* name.
+func TestHostErrorNames(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"out of resources", &opencl.Error{Call: "clEnqueueNDRangeKernel", Code: opencl.OutOfResources}, "opencl: clEnqueueNDRangeKernel: CL_OUT_OF_RESOURCES (-5)"},
+		{"unknown code", &opencl.Error{Call: "clFinish", Code: -999}, "opencl: clFinish: CL_ERROR(-999) (-999)"},
+		{"command", &opencl.CommandError{Device: "dev", Queue: 1, Seq: 7, Op: "launch vadd", Status: opencl.OutOfResources},
+			"opencl: dev: queue 1 command 7 (launch vadd) failed: CL_OUT_OF_RESOURCES (-5)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { assert.EqualError(t, tc.err, tc.want) })
+	}
+	assert.ErrorIs(t, &opencl.Error{Call: "x", Code: opencl.OutOfResources}, opencl.OutOfResources)
+	assert.NotErrorIs(t, &opencl.Error{Call: "x", Code: opencl.OutOfResources}, opencl.OutOfHostMemory)
+	assert.Equal(t, "CPU|default", (opencl.TypeCPU | opencl.TypeDefault).String())
+	assert.Equal(t, "queued", opencl.Queued.String())
+	assert.Equal(t, "CL_OUT_OF_RESOURCES", opencl.ExecStatus(-5).String())
+}
+
+func TestWaitBadInput(t *testing.T) {
+	c, other := open(t), open(t)
+	q, oq := newQueue(t, c), newQueue(t, other)
+	om, err := oq.Marker()
+	require.NoError(t, err)
+	defer om.Release()
+	ou, err := other.NewUserEvent()
+	require.NoError(t, err)
+	defer ou.Event().Release()
+	released, err := q.Marker()
+	require.NoError(t, err)
+	released.Release()
+	for _, tc := range []struct {
+		name string
+		wait *opencl.Event
+		want string
+	}{
+		{"nil", nil, "wait event 0 is nil"},
+		{"marker of another context", om, "wait event 0 is of another context"},
+		{"user event of another context", ou.Event(), "wait event 0 is of another context"},
+		{"released", released, "wait event 0: opencl: closed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.ErrorContains(t, q.Wait(tc.wait), tc.want)
+			_, err := q.Marker(tc.wait)
+			assert.ErrorContains(t, err, tc.want)
+		})
+	}
+	_, err = q.Kernel(build(t, other), "touch")
+	assert.ErrorContains(t, err, "program not built by this queue's context")
+	require.NoError(t, ou.Complete(nil))
+	require.NoError(t, q.Finish(t.Context()))
+}
+
+// TestConcurrentEnqueue: goroutines share one queue; each fills its own
+// part and waits on its own marker; every part holds its pattern.
+func TestConcurrentEnqueue(t *testing.T) {
+	c := open(t)
+	q := newQueue(t, c)
+	const workers, part = 4, 4096
+	b := mustAlloc(t, c, workers*part)
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			for i := range 50 {
+				if err := q.Fill(b, int64(w*part), part, []byte{byte(w), byte(i)}); err != nil {
+					errs <- err
+					return
+				}
+			}
+			m, err := q.Marker()
+			if err == nil {
+				err = m.Wait(t.Context())
+				m.Release()
+			}
+			errs <- err
+		}()
+	}
+	for range workers {
+		require.NoError(t, <-errs)
+	}
+	got := make([]byte, workers*part)
+	require.NoError(t, q.Read(b, 0, got))
+	for w := range workers {
+		for i := w * part; i < (w+1)*part; i += 2 {
+			require.Equal(t, []byte{byte(w), 49}, got[i:i+2], "worker %d byte %d", w, i)
+		}
+	}
+}

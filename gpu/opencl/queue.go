@@ -1,0 +1,453 @@
+package opencl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+// checkpointEvery is how many commands a queue keeps unexamined before it
+// enqueues a marker of its own so the waiter can check and free their
+// events; failures found there are reported by the next user marker.
+const checkpointEvery = 256
+
+// pendingCmd is an enqueued command whose event the waiter has not yet
+// examined.
+type pendingCmd struct {
+	ev  uintptr
+	seq uint64
+	op  string
+}
+
+// Queue is one in-order OpenCL command queue (a stream): commands run in
+// the order they are enqueued; commands of different queues may overlap.
+// Enqueue methods return once the command is enqueued; Write and Read
+// block until their copy is done. Queue methods are safe for concurrent
+// use (each enqueue is atomic; their order is the order of the calls).
+//
+// Each queue has a waiter goroutine, locked to its OS thread, that blocks
+// in clWaitForEvents on the queue's markers in order, examines the events
+// of the commands each marker covers, records failures on the host and
+// closes the marker's Done channel. Close stops it.
+type Queue struct {
+	h     uintptr
+	ctx   *Context
+	index int
+
+	mu      sync.Mutex // guards the enqueue side and scratch
+	closed  bool
+	seq     uint64
+	pending []pendingCmd
+	kernels map[kernelKey]*Kernel
+	scratch struct { // C-visible arguments of the hot calls; heap, under mu
+		ev            uintptr
+		global, local [3]uintptr
+		wait          [8]uintptr
+	}
+
+	wmu     sync.Mutex // guards wq and wclosed
+	wq      []*Event
+	wclosed bool
+	wake    chan struct{}
+	wdone   chan struct{}
+	wstatus int32             // the waiter's clGetEventInfo result, heap for C
+	free    chan []pendingCmd // covers slices the waiter is done with, for reuse
+}
+
+type kernelKey struct {
+	p    *Program
+	name string
+}
+
+// NewQueue creates an in-order command queue on the context's device and
+// starts its waiter goroutine. Index numbers the context's queues from 0
+// in creation order. Errors: ErrClosed after Close; an *Error from
+// clCreateCommandQueue.
+func (c *Context) NewQueue() (*Queue, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	var st int32
+	h := syscall(cl.createCommandQueue, c.h, c.dev.id, 0, uintptr(unsafe.Pointer(&st)))
+	if err := check("clCreateCommandQueue", uintptr(uint32(st))); err != nil {
+		return nil, fmt.Errorf("opencl: new queue on %s: %w", c.dev.info.Name, err)
+	}
+	q := &Queue{h: h, ctx: c, index: c.nqueues, kernels: map[kernelKey]*Kernel{},
+		wake: make(chan struct{}, 1), wdone: make(chan struct{}), free: make(chan []pendingCmd, 4)}
+	c.nqueues++
+	c.queues[q] = struct{}{}
+	go q.waiter()
+	return q, nil
+}
+
+// Index returns the queue's number within its context (0, 1, …).
+func (q *Queue) Index() int { return q.index }
+
+// Close enqueues a last marker, waits for every command enqueued so far to
+// finish (blocking; a command waiting on a user event never completed
+// keeps it waiting: Context.Close completes those first), stops the
+// waiter, and releases the queue's kernels and the queue. It returns the
+// failures the last marker found (those no user marker reported). It is
+// idempotent; after it, enqueue methods return ErrClosed.
+func (q *Queue) Close() error {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return nil
+	}
+	q.closed = true
+	last, err := q.markerLocked(nil, false)
+	q.mu.Unlock()
+	q.wmu.Lock()
+	q.wclosed = true
+	q.wmu.Unlock()
+	q.signal()
+	<-q.wdone
+	errs := []error{err}
+	if last != nil {
+		errs = append(errs, last.err)
+		last.Release()
+	}
+	for _, k := range q.kernels {
+		errs = append(errs, check("clReleaseKernel", syscall(cl.releaseKernel, k.h)))
+	}
+	errs = append(errs, check("clReleaseCommandQueue", syscall(cl.releaseCommandQueue, q.h)))
+	q.ctx.mu.Lock()
+	delete(q.ctx.queues, q)
+	q.ctx.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// lockOpen takes q.mu and reports ErrClosed if the queue is closed (then
+// the lock is not held).
+func (q *Queue) lockOpen(op string) error {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return fmt.Errorf("opencl: queue %d: %s: %w", q.index, op, ErrClosed)
+	}
+	return nil
+}
+
+// enqueued records a command just enqueued with its event in
+// q.scratch.ev; q.mu is held.
+func (q *Queue) enqueued(op string) {
+	q.seq++
+	q.pending = append(q.pending, pendingCmd{ev: q.scratch.ev, seq: q.seq, op: op})
+	if len(q.pending) >= checkpointEvery {
+		if e, err := q.markerLocked(nil, true); err == nil {
+			e.Release()
+		}
+	}
+}
+
+// Launch enqueues the kernel k (made by q.Kernel) over an NDRange of
+// global work-items per dimension (1 to 3 dimensions) in work-groups of
+// local (nil: the implementation chooses; else the same length as global,
+// each dividing its global size). The arguments are those set on k at
+// the time of the call: k may be changed and launched again at once.
+// Errors: ErrClosed; an *Error from clEnqueueNDRangeKernel (for example
+// CL_INVALID_KERNEL_ARGS when an argument was never set,
+// CL_INVALID_WORK_GROUP_SIZE); a failure the device reports later comes
+// as a *CommandError from the next marker's Err.
+func (q *Queue) Launch(k *Kernel, global, local []int) error {
+	if k == nil || k.q != q {
+		return fmt.Errorf("opencl: queue %d: launch: kernel not made by this queue's Kernel", q.index)
+	}
+	if len(global) < 1 || len(global) > 3 || (local != nil && len(local) != len(global)) {
+		return fmt.Errorf("opencl: queue %d: %s: global %v, local %v: want 1 to 3 dimensions, local nil or of the same length", q.index, k.op, global, local)
+	}
+	if err := q.lockOpen(k.op); err != nil {
+		return err
+	}
+	defer q.mu.Unlock()
+	s := &q.scratch
+	for i, g := range global {
+		if g <= 0 || (local != nil && (local[i] <= 0 || g%local[i] != 0)) {
+			return fmt.Errorf("opencl: queue %d: %s: global %v, local %v: sizes must be positive and local must divide global", q.index, k.op, global, local)
+		}
+		s.global[i] = uintptr(g)
+		if local != nil {
+			s.local[i] = uintptr(local[i])
+		}
+	}
+	lp := uintptr(0)
+	if local != nil {
+		lp = uintptr(unsafe.Pointer(&s.local[0]))
+	}
+	r, _, _ := purego.SyscallN(cl.enqueueNDRangeKernel, q.h, k.h, uintptr(len(global)), 0, uintptr(unsafe.Pointer(&s.global[0])), lp,
+		0, 0, uintptr(unsafe.Pointer(&s.ev)))
+	if err := check("clEnqueueNDRangeKernel", r); err != nil {
+		return fmt.Errorf("opencl: queue %d: %s: %w", q.index, k.op, err)
+	}
+	q.enqueued(k.op)
+	return nil
+}
+
+// Copy enqueues a device copy of n bytes from src at srcOff to dst at
+// dstOff (both buffers of this context; the ranges must not overlap within
+// one buffer). Errors: a range outside a buffer, ErrClosed, an *Error from
+// clEnqueueCopyBuffer (CL_MEM_COPY_OVERLAP).
+func (q *Queue) Copy(dst *Buffer, dstOff int64, src *Buffer, srcOff int64, n int64) error {
+	if err := src.span("copy source", srcOff, n); err != nil {
+		return err
+	}
+	if err := dst.span("copy destination", dstOff, n); err != nil {
+		return err
+	}
+	if err := q.lockOpen("copy"); err != nil {
+		return err
+	}
+	defer q.mu.Unlock()
+	if n == 0 {
+		return nil
+	}
+	r, _, _ := purego.SyscallN(cl.enqueueCopyBuffer, q.h, src.h, dst.h, uintptr(srcOff), uintptr(dstOff), uintptr(n), 0, 0,
+		uintptr(unsafe.Pointer(&q.scratch.ev)))
+	if err := check("clEnqueueCopyBuffer", r); err != nil {
+		return fmt.Errorf("opencl: queue %d: copy %d bytes: %w", q.index, n, err)
+	}
+	q.enqueued("copy")
+	return nil
+}
+
+// Fill enqueues writing pattern repeatedly over [off, off+n) of b. The
+// pattern is 1, 2, 4, …, 128 bytes and off and n are multiples of its
+// length; it is copied at the call. Errors: a range outside b, ErrClosed,
+// an *Error from clEnqueueFillBuffer (CL_INVALID_VALUE for a bad pattern
+// size or alignment).
+func (q *Queue) Fill(b *Buffer, off, n int64, pattern []byte) error {
+	if err := b.span("fill", off, n); err != nil {
+		return err
+	}
+	if len(pattern) == 0 {
+		return fmt.Errorf("opencl: queue %d: fill: empty pattern", q.index)
+	}
+	if err := q.lockOpen("fill"); err != nil {
+		return err
+	}
+	defer q.mu.Unlock()
+	if n == 0 {
+		return nil
+	}
+	r, _, _ := purego.SyscallN(cl.enqueueFillBuffer, q.h, b.h, uintptr(unsafe.Pointer(&pattern[0])), uintptr(len(pattern)),
+		uintptr(off), uintptr(n), 0, 0, uintptr(unsafe.Pointer(&q.scratch.ev)))
+	if err := check("clEnqueueFillBuffer", r); err != nil {
+		return fmt.Errorf("opencl: queue %d: fill %d bytes: %w", q.index, n, err)
+	}
+	q.enqueued("fill")
+	return nil
+}
+
+// Write copies src into b at off, after every command enqueued before it
+// on q, and returns when the copy is done (src may be reused at once).
+// Errors: a range outside b, ErrClosed, an *Error from
+// clEnqueueWriteBuffer.
+func (q *Queue) Write(b *Buffer, off int64, src []byte) error {
+	return q.transfer("write", cl.enqueueWriteBuffer, "clEnqueueWriteBuffer", b, off, src)
+}
+
+// Read copies len(dst) bytes of b at off into dst, after every command
+// enqueued before it on q, and returns when dst holds them. It reports
+// only its own copy's status: failures of earlier commands come from
+// markers. Errors: a range outside b, ErrClosed, an *Error from
+// clEnqueueReadBuffer.
+func (q *Queue) Read(b *Buffer, off int64, dst []byte) error {
+	return q.transfer("read", cl.enqueueReadBuffer, "clEnqueueReadBuffer", b, off, dst)
+}
+
+func (q *Queue) transfer(op string, fn uintptr, call string, b *Buffer, off int64, p []byte) error {
+	if err := b.span(op, off, int64(len(p))); err != nil {
+		return err
+	}
+	if err := q.lockOpen(op); err != nil {
+		return err
+	}
+	defer q.mu.Unlock()
+	if len(p) == 0 {
+		return nil
+	}
+	const blocking = 1
+	r := syscall(fn, q.h, b.h, blocking, uintptr(off), uintptr(len(p)), uintptr(unsafe.Pointer(&p[0])), 0, 0, 0)
+	runtime.KeepAlive(p)
+	q.seq++
+	if err := check(call, r); err != nil {
+		return fmt.Errorf("opencl: queue %d: %s %d bytes at %d: %w", q.index, op, len(p), off, err)
+	}
+	return nil
+}
+
+// Marker enqueues a marker that completes when every command enqueued
+// before it on q and every event in wait has completed, and returns its
+// Event (see Event for how failures are reported). The events in wait
+// must be of this context (markers of any of its queues, or user events);
+// bridge another context's events through a UserEvent. Release the
+// returned event when done with it. Errors: ErrClosed, a released or
+// foreign event in wait, an *Error from clEnqueueMarkerWithWaitList.
+func (q *Queue) Marker(wait ...*Event) (*Event, error) {
+	if err := q.lockOpen("marker"); err != nil {
+		return nil, err
+	}
+	defer q.mu.Unlock()
+	return q.markerLocked(wait, false)
+}
+
+// Wait makes every command enqueued on q after it wait for the events
+// (an in-order marker with a wait list): it returns at once, blocking no
+// host thread. A waited event's error is reported by the next Marker of
+// q. Errors as Marker's.
+func (q *Queue) Wait(events ...*Event) error {
+	if err := q.lockOpen("wait"); err != nil {
+		return err
+	}
+	defer q.mu.Unlock()
+	e, err := q.markerLocked(events, true)
+	if err == nil {
+		e.Release()
+	}
+	return err
+}
+
+// Finish enqueues a marker and waits for it (or for ctx): it returns the
+// marker's Err, or ctx.Err() if ctx ends first (the work goes on).
+func (q *Queue) Finish(ctx context.Context) error {
+	e, err := q.Marker()
+	if err != nil {
+		return err
+	}
+	defer e.Release()
+	return e.Wait(ctx)
+}
+
+// markerLocked enqueues a marker; q.mu is held. An internal marker hands
+// the failures it finds to the next user marker instead of reporting them.
+func (q *Queue) markerLocked(wait []*Event, internal bool) (*Event, error) {
+	handles := q.scratch.wait[:0]
+	if len(wait) > len(q.scratch.wait) {
+		handles = make([]uintptr, 0, len(wait))
+	}
+	for i, w := range wait {
+		switch {
+		case w == nil:
+			return nil, fmt.Errorf("opencl: queue %d: marker: wait event %d is nil", q.index, i)
+		case w.released.Load():
+			return nil, fmt.Errorf("opencl: queue %d: marker: wait event %d: %w", q.index, i, ErrClosed)
+		case w.ctx != q.ctx:
+			return nil, fmt.Errorf("opencl: queue %d: marker: wait event %d is of another context (bridge it with a UserEvent)", q.index, i)
+		}
+		handles = append(handles, w.h)
+	}
+	wp := uintptr(0)
+	if len(handles) > 0 {
+		wp = uintptr(unsafe.Pointer(&handles[0]))
+	}
+	e := &Event{q: q, ctx: q.ctx, done: make(chan struct{}), internal: internal}
+	r, _, _ := purego.SyscallN(cl.enqueueMarkerWithWaitList, q.h, uintptr(len(handles)), wp, uintptr(unsafe.Pointer(&e.h)))
+	runtime.KeepAlive(handles)
+	if err := check("clEnqueueMarkerWithWaitList", r); err != nil {
+		return nil, fmt.Errorf("opencl: queue %d: marker: %w", q.index, err)
+	}
+	for _, w := range wait {
+		w.refs.Add(1)
+	}
+	e.refs.Store(2) // the caller's and the waiter's
+	q.seq++
+	e.seq = q.seq
+	if len(wait) > 0 {
+		e.waits = append([]*Event(nil), wait...)
+	}
+	e.covers = q.pending
+	select {
+	case q.pending = <-q.free:
+	default:
+		q.pending = nil
+	}
+	purego.SyscallN(cl.flush, q.h)
+	q.wmu.Lock()
+	q.wq = append(q.wq, e)
+	q.wmu.Unlock()
+	q.signal()
+	return e, nil
+}
+
+func (q *Queue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// waiter settles the queue's markers in enqueue order until Close.
+func (q *Queue) waiter() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer close(q.wdone)
+	var carry []error
+	for {
+		q.wmu.Lock()
+		batch, closed := q.wq, q.wclosed
+		q.wq = nil
+		q.wmu.Unlock()
+		if len(batch) == 0 {
+			if closed {
+				return
+			}
+			<-q.wake
+			continue
+		}
+		for _, e := range batch {
+			carry = q.settle(e, carry)
+		}
+	}
+}
+
+// settle waits for the marker e, examines the commands it covers and the
+// events it waited on, and completes e (a user marker) or returns the
+// failures to carry to the next one (an internal marker).
+func (q *Queue) settle(e *Event, carry []error) []error {
+	errs := carry
+	dev := q.ctx.dev.info.Name
+	if st := Status(int32(syscall(cl.waitForEvents, 1, uintptr(unsafe.Pointer(&e.h))))); st != Success {
+		errs = append(errs, &CommandError{Device: dev, Queue: q.index, Seq: e.seq, Op: "marker", Status: st})
+	}
+	for _, c := range e.covers {
+		q.wstatus = 0
+		if err := check("clGetEventInfo", syscall(cl.getEventInfo, c.ev, clEventCommandExecutionStatus, 4, uintptr(unsafe.Pointer(&q.wstatus)), 0)); err != nil {
+			errs = append(errs, fmt.Errorf("opencl: queue %d command %d (%s): status: %w", q.index, c.seq, c.op, err))
+		} else if q.wstatus < 0 {
+			errs = append(errs, &CommandError{Device: dev, Queue: q.index, Seq: c.seq, Op: c.op, Status: Status(q.wstatus)})
+		}
+		syscall(cl.releaseEvent, c.ev)
+	}
+	if cap(e.covers) > 0 {
+		select {
+		case q.free <- e.covers[:0]:
+		default:
+		}
+	}
+	e.covers = nil
+	for _, w := range e.waits {
+		<-w.done
+		if w.err != nil {
+			errs = append(errs, fmt.Errorf("opencl: queue %d marker %d waited on a failed event: %w", q.index, e.seq, w.err))
+		}
+		w.unref()
+	}
+	e.waits = nil
+	if e.internal {
+		close(e.done)
+		e.unref()
+		return errs
+	}
+	e.err = errors.Join(errs...)
+	close(e.done)
+	e.unref()
+	return nil
+}
