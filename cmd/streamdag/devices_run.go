@@ -88,8 +88,14 @@ func placementSummary(p *exec.Plan, rep *exec.Report) string {
 	for _, c := range rep.Copies {
 		modeled += c.Modeled
 	}
+	copies := plural(len(rep.Copies), "copy")
+	if rep.Lost != nil {
+		// The makespan is the plan's; the copies are the run's, the
+		// recovery's included.
+		copies += " over both phases"
+	}
 	return fmt.Sprintf("placement %s: %d of %d GPUs used, modeled makespan %s, %s (%s), %d through the host, modeled copy time %s",
-		rep.Placement, len(used), len(p.Devices()), fmtDuration(rep.Makespan), plural(len(rep.Copies), "copy"),
+		rep.Placement, len(used), len(p.Devices()), fmtDuration(rep.Makespan), copies,
 		strings.Join(links, ", "), via, fmtDuration(modeled))
 }
 

@@ -234,6 +234,7 @@ func TestRunFlightsSummaryAfterLoss(t *testing.T) {
 	assert.NotRegexp(t, goDuration, errs, "times are printed one way")
 	assert.Regexp(t, regexp.MustCompile(`makespan \d+\.\d{3} ms`), errs)
 	assert.Regexp(t, regexp.MustCompile(`copy time \d+\.\d{3} (ms|µs)`), errs)
+	assert.Regexp(t, regexp.MustCompile(`\d+ copies over both phases`), errs, "after a loss the copies count the recovery's too")
 }
 
 func TestFmtDuration(t *testing.T) {
