@@ -20,7 +20,8 @@ import (
 	"github.com/streamdag/streamdag/internal/leaktest"
 )
 
-// statuses returns each kernel's status by name.
+// statuses returns each kernel's status by name: its last launch's (the
+// recovery's, after a device loss).
 func statuses(rep *exec.Report) map[string]exec.Status {
 	out := map[string]exec.Status{}
 	for _, l := range rep.Launches() {

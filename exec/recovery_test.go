@@ -15,16 +15,6 @@ import (
 	"github.com/streamdag/streamdag/topology"
 )
 
-// lastStatus returns each kernel's last launch status (the recovery's,
-// after a device loss).
-func lastStatus(rep *exec.Report) map[string]exec.Status {
-	st := map[string]exec.Status{}
-	for _, l := range rep.Launches() {
-		st[l.Kernel] = l.Status
-	}
-	return st
-}
-
 // A merge that reads its inputs optionally does not run on a result the
 // device loss left partial: it waits for the recovery, so its consumer
 // (which writes outside the graph) runs once, on the whole result.
@@ -97,7 +87,7 @@ func TestDeviceLossIsTransparent(t *testing.T) {
 			defer res.Close()
 			require.NoError(t, res.Err())
 			for _, k := range g.Kernels() {
-				assert.Equal(t, exec.StatusOK, lastStatus(res.Report)[k.Name], k.Name)
+				assert.Equal(t, exec.StatusOK, statuses(res.Report)[k.Name], k.Name)
 			}
 			for _, want := range []struct {
 				id dag.BufferID
