@@ -104,8 +104,8 @@ func WithColumns(names ...string) LoadOption {
 // them, as WithColumns does at open.
 //
 // On a Source of OpenParquet or OpenAuto's Parquet, the columns left out
-// are not read from the file nor decoded. On one of OpenIPC, a record
-// batch's body is read whole as before, and the columns left out are not
+// are not read from the file nor decoded. On one of OpenIPC, the whole
+// body of a record batch is read, and the columns left out are not
 // validated or copied (with WithMmap, only the selected columns' bytes are
 // touched). On any other Source, ReadPart reads s's whole part and drops
 // the other columns.
