@@ -383,3 +383,64 @@ func BenchmarkFlightsFrom(b *testing.B) {
 	run("ipc-mmap", arrowPath, kvio.WithMmap())
 	b.Run("sequential-loop", func(b *testing.B) { benchSequentialLoop(b, arrowPath) })
 }
+
+// BenchmarkProjection reads a flights file with kvio.ReadAll twice per
+// iteration each way, in the order A B B A (B A A B in odd iterations):
+// "all" every column, "projected" only the flights pipeline's (delay and
+// origin, or delay and time for the Arrow IPC file) through kvio.Select. It reports each side's median ms per read
+// and speedup, the median over iterations of all's time over projected's.
+// Each read opens the file and the Source afresh, as a run of the
+// pipeline does. Run with -benchtime=5x or more.
+func BenchmarkProjection(b *testing.B) {
+	for _, in := range []struct{ name, key string }{{"flights-3m.parquet", "origin"}, {"flights-200k.arrow", "time"}} {
+		name, path := in.name, testdata.File(b, in.name)
+		read := func(cols ...string) func() time.Duration {
+			return func() time.Duration {
+				runtime.GC()
+				start := time.Now()
+				f, err := kvio.Open(path)
+				require.NoError(b, err)
+				defer f.Close()
+				s, err := kvio.OpenAuto(b.Context(), f)
+				require.NoError(b, err)
+				defer s.Close()
+				v := s
+				if cols != nil {
+					v, err = kvio.Select(s, cols...)
+					require.NoError(b, err)
+				}
+				recs, err := kvio.ReadAll(b.Context(), v, memory.DefaultAllocator)
+				require.NoError(b, err)
+				d := time.Since(start)
+				for _, r := range recs {
+					require.Equal(b, int64(len(v.Schema().Fields())), r.NumCols())
+					r.Release()
+				}
+				return d
+			}
+		}
+		all, proj := read(), read("delay", in.key)
+		b.Run(name, func(b *testing.B) {
+			all()
+			proj()
+			var allMs, projMs, speedup []float64
+			i := 0
+			for b.Loop() {
+				var a, p [2]time.Duration
+				if i%2 == 0 {
+					a[0], p[0], p[1], a[1] = all(), proj(), proj(), all()
+				} else {
+					p[0], a[0], a[1], p[1] = proj(), all(), all(), proj()
+				}
+				speedup = append(speedup, float64(a[0]+a[1])/float64(p[0]+p[1]))
+				for k := range 2 {
+					allMs, projMs = append(allMs, a[k].Seconds()*1e3), append(projMs, p[k].Seconds()*1e3)
+				}
+				i++
+			}
+			b.ReportMetric(median(allMs), "all-ms")
+			b.ReportMetric(median(projMs), "projected-ms")
+			b.ReportMetric(median(speedup), "speedup")
+		})
+	}
+}

@@ -52,9 +52,11 @@
 // parallel.
 // Strings load as Arrow gives them, utf8 or large_utf8.
 //
-// [WithColumns] projects columns, [WithBudget] charges the bytes ReadPart
-// allocates to a buffers.Budget, and [WithMmap] decodes Arrow IPC files from
-// a read-only mapping.
+// [WithColumns] projects columns at open, and [Select] gives a projected
+// view of an open Source (Parquet columns left out are not read), for a
+// pipeline that learns which columns it uses from the schema.
+// [WithBudget] charges the bytes ReadPart allocates to a buffers.Budget,
+// and [WithMmap] decodes Arrow IPC files from a read-only mapping.
 //
 // # Damaged files
 //

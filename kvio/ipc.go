@@ -73,7 +73,7 @@ func OpenIPC(ctx context.Context, f *File, opts ...LoadOption) (Source, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("kvio: open %s: %w", f.Name(), err), s.unmap())
 	}
-	if s.cols, err = project(f.Name(), full, cfg.columns); err != nil {
+	if s.cols, err = project("open", f.Name(), full, cfg.columns); err != nil {
 		return nil, errors.Join(err, s.unmap())
 	}
 	s.onClose = s.unmap
@@ -90,6 +90,19 @@ func OpenIPC(ctx context.Context, f *File, opts ...LoadOption) (Source, error) {
 		s.schema = arrow.NewSchema(fields, &md)
 	}
 	return s, nil
+}
+
+// selectColumns returns Select's view of the columns idx of s, with the
+// given schema.
+func (s *ipcSource) selectColumns(schema *arrow.Schema, idx []int) *ipcSource {
+	v := &ipcSource{parts: s.view(schema), cols: make([]int, len(idx)), mapped: s.mapped, dicts: s.dicts}
+	for j, c := range idx {
+		v.cols[j] = c
+		if s.cols != nil {
+			v.cols[j] = s.cols[c]
+		}
+	}
+	return v
 }
 
 // open returns a new ipc.FileReader over the file, or over its mapping,

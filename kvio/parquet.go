@@ -91,7 +91,7 @@ func OpenParquet(ctx context.Context, f *File, opts ...LoadOption) (Source, erro
 	if err != nil {
 		return nil, fmt.Errorf("kvio: open %s: %w", f.Name(), err)
 	}
-	cols, err := project(f.Name(), full, cfg.columns)
+	cols, err := project("open", f.Name(), full, cfg.columns)
 	if err != nil {
 		return nil, err
 	}
@@ -116,6 +116,16 @@ func OpenParquet(ctx context.Context, f *File, opts ...LoadOption) (Source, erro
 		s.rows[i] = s.meta.RowGroup(i).NumRows()
 	}
 	return s, nil
+}
+
+// selectColumns returns Select's view of the columns idx of s, with the
+// given schema.
+func (s *parquetSource) selectColumns(schema *arrow.Schema, idx []int) *parquetSource {
+	v := &parquetSource{parts: s.view(schema), meta: s.meta, fields: make([]pqColumn, len(idx))}
+	for j, c := range idx {
+		v.fields[j] = s.fields[c] // leaves is read-only: shared
+	}
+	return v
 }
 
 // checkChunks returns an error for a column chunk that the footer places
@@ -326,7 +336,7 @@ func (s *parquetSource) readAll(ctx context.Context, mem memory.Allocator) ([]ar
 	if err := s.beginAll(ctx); err != nil {
 		return nil, err
 	}
-	defer s.inflight.Done()
+	defer s.end()
 	nrg, ncol := len(s.rows), len(s.fields)
 	out := make([]arrow.RecordBatch, nrg)
 	if nrg*ncol == 0 {

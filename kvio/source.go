@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"golang.org/x/sync/errgroup"
 
@@ -95,6 +96,98 @@ func WithColumns(names ...string) LoadOption {
 	return func(c *loadConfig) { c.columns = slices.Clone(names) }
 }
 
+// Select returns a Source that reads only the named top-level columns of s,
+// in the order given: its Schema holds those fields of s.Schema(), and its
+// ReadPart and ReadAll return batches of those columns alone. The parts
+// and their rows are those of s. It is how a pipeline that knows which
+// columns its kernels use reads no others from a Source opened with all of
+// them, as WithColumns does at open.
+//
+// On a Source of OpenParquet or OpenAuto's Parquet, the columns left out
+// are not read from the file nor decoded. On one of OpenIPC, the whole
+// body of a record batch is read, and the columns left out are not
+// validated or copied (with WithMmap, only the selected columns' bytes are
+// touched). On any other Source, ReadPart reads s's whole part and drops
+// the other columns.
+//
+// With no names it returns a view of every column. It fails, with an
+// error naming the Source's file and the column, when a name is not a
+// column of s.Schema() or is given twice.
+//
+// The view holds nothing of its own: closing it makes its later ReadPart
+// calls fail with ErrClosed and waits for its calls in flight, but does
+// not close s; closing s does the same for the view (s's Close waits for
+// the view's reads in flight too). WithBudget and WithMmap of s apply to
+// the view. Safe for concurrent use, as s is.
+func Select(s Source, names ...string) (Source, error) {
+	idx, err := project("select", s.Name(), s.Schema(), names)
+	if err != nil {
+		return nil, err
+	}
+	if idx == nil {
+		idx = make([]int, s.Schema().NumFields())
+		for i := range idx {
+			idx[i] = i
+		}
+	}
+	sc := s.Schema()
+	fields := make([]arrow.Field, len(idx))
+	for j, c := range idx {
+		fields[j] = sc.Field(c)
+	}
+	md := sc.Metadata()
+	schema := arrow.NewSchema(fields, &md)
+	switch s := s.(type) {
+	case *parquetSource:
+		return s.selectColumns(schema, idx), nil
+	case *ipcSource:
+		return s.selectColumns(schema, idx), nil
+	}
+	return &selected{Source: s, schema: schema, cols: idx}, nil
+}
+
+// selected is Select's view of a Source kvio did not open.
+type selected struct {
+	Source
+	schema *arrow.Schema
+	cols   []int // indices in the Source's schema
+
+	mu       sync.Mutex // guards closed and the Add of inflight
+	closed   bool
+	inflight sync.WaitGroup
+}
+
+func (v *selected) Schema() *arrow.Schema { return v.schema }
+
+func (v *selected) ReadPart(ctx context.Context, i int, mem memory.Allocator) (arrow.RecordBatch, error) {
+	v.mu.Lock()
+	if v.closed {
+		v.mu.Unlock()
+		return nil, fmt.Errorf("kvio: read %s part %d: %w", v.Name(), i, ErrClosed)
+	}
+	v.inflight.Add(1)
+	v.mu.Unlock()
+	defer v.inflight.Done()
+	all, err := v.Source.ReadPart(ctx, i, mem)
+	if err != nil {
+		return nil, err
+	}
+	defer all.Release()
+	cols := make([]arrow.Array, len(v.cols))
+	for j, c := range v.cols {
+		cols[j] = all.Column(c)
+	}
+	return array.NewRecordBatch(v.schema, cols, all.NumRows()), nil
+}
+
+func (v *selected) Close() error {
+	v.mu.Lock()
+	v.closed = true
+	v.mu.Unlock()
+	v.inflight.Wait()
+	return nil
+}
+
 // OpenAuto opens f as a Parquet file when it starts with the magic bytes
 // "PAR1" and as an Arrow IPC file when it starts with "ARROW1", with
 // OpenParquet or OpenIPC. Otherwise it returns an error naming the file and
@@ -171,6 +264,7 @@ type parts struct {
 	rows    []int64
 	budget  *buffers.Budget
 	onClose func() error // run once by Close after the reads in flight; may be nil
+	parent  *parts       // the Source a Select view reads through, or nil
 
 	mu       sync.Mutex // guards closed and the Add of inflight
 	closed   bool
@@ -198,17 +292,30 @@ func (p *parts) Close() error {
 }
 
 // begin returns the error ReadPart reports before reading part i, or
-// registers the read in flight; the caller then calls p.inflight.Done.
+// registers the read in flight, with the parent too for a Select view;
+// the caller then calls p.end.
 func (p *parts) begin(ctx context.Context, i int) error {
+	if p.parent != nil {
+		if err := p.parent.begin(ctx, i); err != nil {
+			return err
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	var err error
 	switch {
 	case p.closed:
-		return fmt.Errorf("kvio: read %s part %d: %w", p.Name(), i, ErrClosed)
+		err = fmt.Errorf("kvio: read %s part %d: %w", p.Name(), i, ErrClosed)
 	case i < 0 || i >= len(p.rows):
-		return fmt.Errorf("kvio: read %s: part %d out of range [0, %d)", p.Name(), i, len(p.rows))
+		err = fmt.Errorf("kvio: read %s: part %d out of range [0, %d)", p.Name(), i, len(p.rows))
 	case ctx.Err() != nil:
-		return fmt.Errorf("kvio: read %s part %d: %w", p.Name(), i, ctx.Err())
+		err = fmt.Errorf("kvio: read %s part %d: %w", p.Name(), i, ctx.Err())
+	}
+	if err != nil {
+		if p.parent != nil {
+			p.parent.end()
+		}
+		return err
 	}
 	p.inflight.Add(1)
 	return nil
@@ -216,18 +323,45 @@ func (p *parts) begin(ctx context.Context, i int) error {
 
 // beginAll is begin for a call that reads every part: it returns the
 // error of a closed Source or a done ctx, or registers the call in flight;
-// the caller then calls p.inflight.Done.
+// the caller then calls p.end.
 func (p *parts) beginAll(ctx context.Context) error {
+	if p.parent != nil {
+		if err := p.parent.beginAll(ctx); err != nil {
+			return err
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	var err error
 	switch {
 	case p.closed:
-		return fmt.Errorf("kvio: read %s: %w", p.Name(), ErrClosed)
+		err = fmt.Errorf("kvio: read %s: %w", p.Name(), ErrClosed)
 	case ctx.Err() != nil:
-		return fmt.Errorf("kvio: read %s: %w", p.Name(), ctx.Err())
+		err = fmt.Errorf("kvio: read %s: %w", p.Name(), ctx.Err())
+	}
+	if err != nil {
+		if p.parent != nil {
+			p.parent.end()
+		}
+		return err
 	}
 	p.inflight.Add(1)
 	return nil
+}
+
+// end ends a read registered by begin or beginAll.
+func (p *parts) end() {
+	p.inflight.Done()
+	if p.parent != nil {
+		p.parent.end()
+	}
+}
+
+// view returns the parts of a Select view of p with the given schema: the
+// same file, rows and budget, its own closed flag, and reads registered
+// with p as well, so that p's Close waits for them and fails later ones.
+func (p *parts) view(schema *arrow.Schema) parts {
+	return parts{file: p.file, schema: schema, rows: p.rows, budget: p.budget, parent: p}
 }
 
 // readPart runs decode for part i with the budget applied to mem: it
@@ -237,7 +371,7 @@ func (p *parts) readPart(ctx context.Context, i int, mem memory.Allocator, decod
 	if err := p.begin(ctx, i); err != nil {
 		return nil, err
 	}
-	defer p.inflight.Done()
+	defer p.end()
 	var ba *budgetAllocator
 	if p.budget != nil {
 		ba = newBudgetAllocator(mem, p.budget)
@@ -273,8 +407,9 @@ type readerAtFunc func(p []byte, off int64) (int, error)
 func (fn readerAtFunc) ReadAt(p []byte, off int64) (int, error) { return fn(p, off) }
 
 // project returns the indices in sc of the top-level columns names, in the
-// order given, or nil for no names.
-func project(file string, sc *arrow.Schema, names []string) ([]int, error) {
+// order given, or nil for no names. op names the call in errors ("open",
+// "select").
+func project(op, file string, sc *arrow.Schema, names []string) ([]int, error) {
 	if len(names) == 0 {
 		return nil, nil
 	}
@@ -283,9 +418,9 @@ func project(file string, sc *arrow.Schema, names []string) ([]int, error) {
 		i := sc.FieldIndices(name)
 		switch {
 		case len(i) == 0:
-			return nil, fmt.Errorf("kvio: open %s: unknown column %q (have %s)", file, name, fieldNames(sc))
+			return nil, fmt.Errorf("kvio: %s %s: unknown column %q (have %s)", op, file, name, fieldNames(sc))
 		case slices.Contains(idx, i[0]):
-			return nil, fmt.Errorf("kvio: open %s: column %q selected twice", file, name)
+			return nil, fmt.Errorf("kvio: %s %s: column %q selected twice", op, file, name)
 		}
 		idx = append(idx, i[0])
 	}

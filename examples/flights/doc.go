@@ -8,7 +8,9 @@
 //	source[s] ─▶ filter[q] ─▶ partial[q] ─┘
 //
 // source[s] reads one Parquet row group, or a range of Arrow IPC record
-// batches, through kvio. filter[p] selects the rows of its row range with
+// batches, through kvio: only the columns the pipeline uses (delay and the
+// key column, Pipeline.Columns), through kvio.Select, so a Parquet file's
+// other columns are neither read nor decoded. filter[p] selects the rows of its row range with
 // delay > MinDelay. partial[p] groups them by key: count, delay sum and
 // delay max. merge adds the partial groups up, sort orders them by count
 // descending then key ascending, topk keeps the first TopK (all when 0),

@@ -86,8 +86,12 @@ type Pipeline struct {
 	Key        KeyKind
 	Partitions []Partition
 	Output     dag.BufferID // holds *Table after write
-	src        kvio.Source
-	opts       Options
+	// Columns are the columns the source kernels read, in this order:
+	// "delay", then "origin" or "time" (the key). No other column of the
+	// source is read or decoded (see kvio.Select).
+	Columns []string
+	src     kvio.Source // the view of Columns
+	opts    Options
 }
 
 // Partition is the work of one filter/partial pair: rows [RowLo, RowHi) of
@@ -100,7 +104,9 @@ type Partition struct {
 
 // Build returns the flights pipeline over src. It fails when src lacks a
 // signed integer "delay" column or both an "origin" and a "time" column,
-// naming the source and the columns it has.
+// naming the source and the columns it has. The source kernels read
+// src through kvio.Select of Pipeline.Columns, so the other columns of
+// src are not read; the pipeline does not close src nor its view.
 func Build(src kvio.Source, opts Options) (*Pipeline, error) {
 	key, err := keyOf(src.Name(), src.Schema())
 	if err != nil {
@@ -109,7 +115,15 @@ func Build(src kvio.Source, opts Options) (*Pipeline, error) {
 	if key == KeyHour && opts.Airports != nil {
 		return nil, fmt.Errorf("flights: %s has no origin column, so there are no airport codes to join airports.csv on (it is grouped by hour)", src.Name())
 	}
-	p := &Pipeline{Graph: dag.New(), Key: key, src: src, opts: opts}
+	cols := []string{"delay", "origin"}
+	if key == KeyHour {
+		cols[1] = "time"
+	}
+	view, err := kvio.Select(src, cols...)
+	if err != nil {
+		return nil, fmt.Errorf("flights: %w", err)
+	}
+	p := &Pipeline{Graph: dag.New(), Key: key, Columns: cols, src: view, opts: opts}
 	g := p.Graph
 	nparts := src.NumParts()
 	want := max(opts.Partitions, 1)
