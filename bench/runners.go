@@ -123,11 +123,11 @@ type Runner struct {
 
 // Runners are the executors compared, floor first: the sequential walk,
 // streamdag (a prepared plan on the CPU device with GOMAXPROCS streams,
-// launch timing off), streamdag-timed (the same with launch timing on),
-// one goroutine per kernel waiting on its predecessors' channels,
-// errgroup (a goroutine started per kernel once its last predecessor
-// finished, through atomic counters), and go-taskflow v1.2.0 (its
-// Executor with GOMAXPROCS workers, task graph built once).
+// launch timing off, the default), streamdag-timed (the same with launch
+// timing on), one goroutine per kernel waiting on its predecessors'
+// channels, errgroup (a goroutine started per kernel once its last
+// predecessor finished, through atomic counters), and go-taskflow v1.2.0
+// (its Executor with GOMAXPROCS workers, task graph built once).
 //
 // go-taskflow's time depends on the stack frame its run is called from:
 // on chain-10k, from a function whose frame holds 12 KB or more (as
@@ -182,19 +182,21 @@ func prepareSequential(g *dag.Graph) (func() error, func(), error) {
 }
 
 // prepareStreamdag plans g once on a CPU device with GOMAXPROCS streams,
-// launch timing off (exec.WithLaunchTiming); each run is Executor.Execute
+// the executor's defaults (launch timing off, see exec.WithLaunchTiming);
+// each run is Executor.Execute
 // (buffers reserved, every stream handed its launch list with its event
 // waits, every launch settled through the error graph, the report built),
 // a check that every launch is ok (Result.Err otherwise) and
 // Result.Close.
 func prepareStreamdag(g *dag.Graph) (func() error, func(), error) {
-	return prepareStreamdagWith(g, exec.WithLaunchTiming(false))
+	return prepareStreamdagWith(g)
 }
 
-// prepareStreamdagTimed is prepareStreamdag with launch timing on (the
-// executor's default): every launch's start and end are in the report.
+// prepareStreamdagTimed is prepareStreamdag with launch timing on
+// (exec.WithLaunchTiming(true)): every launch's start and end are in the
+// report.
 func prepareStreamdagTimed(g *dag.Graph) (func() error, func(), error) {
-	return prepareStreamdagWith(g)
+	return prepareStreamdagWith(g, exec.WithLaunchTiming(true))
 }
 
 func prepareStreamdagWith(g *dag.Graph, opts ...exec.Option) (func() error, func(), error) {

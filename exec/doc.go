@@ -28,7 +28,8 @@
 // costs one atomic load (none when an earlier load already saw enough),
 // and only an unsatisfied one spins briefly, yields, then parks. Per
 // launch there is no goroutine, channel, lock or allocation on the clean
-// path, and with [WithLaunchTiming](false) no clock reading either. Each
+// path, and by default no clock reading either (launch timing,
+// [WithLaunchTiming](true), reads the clock once per launch). Each
 // launch is settled through the error graph (package failgraph): a
 // launch whose reads are tainted is skipped and passes the root failure on
 // to its writes; a kernel error or panic fails the launch and taints its
@@ -53,8 +54,9 @@
 // The [Result] gives buffer contents only through the error graph's read
 // check, so failed work can never be read as if it succeeded, and a
 // [Report] per run: every launch with kernel, device, stream, status,
-// start, end, error and chain (built on first use from a status byte and
-// two clock readings per launch); the waits inserted and the wall time.
+// error and chain, and with launch timing its start and end (built on
+// first use from a status byte per launch, plus its start and end with
+// timing); the waits inserted and the wall time, measured either way.
 //
 // An Executor is safe for concurrent use; each Run has its own buffers and
 // error graph.

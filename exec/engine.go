@@ -31,10 +31,10 @@ import (
 // condition variable, which a stream broadcasts on only while somebody is
 // parked, and which the run's ctx, once done, wakes for good (stopWaits).
 // Per launch there is no goroutine, channel, lock or allocation on the
-// clean path; with launch timing off, a plain kernel in a run with
-// nothing failed costs a call and a status store (streamRun.fast). ctx is
-// looked at where a stream waits, and per launch only when it can be done
-// (the slow path).
+// clean path; with launch timing off (the default), a plain kernel in a
+// run with nothing failed costs a call and a status store
+// (streamRun.fast). ctx is looked at where a stream waits, and per launch
+// only when it can be done (the slow path).
 
 // compiled is the part of a plan's execution that does not change from
 // run to run: each global stream's launches in order, as compact records

@@ -1,7 +1,9 @@
 package exec_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime"
@@ -135,33 +137,76 @@ func TestCancelMidChain(t *testing.T) {
 	assert.Equal(t, 19, v)
 }
 
-// Launch timing: on by default (every ok launch has start <= end, and a
-// stream's launches do not overlap); off, starts and ends are zero and
-// the wall time is still measured.
+// Launch timing: off by default (starts and ends are zero, the report
+// says so and the wall time is still measured; a trace is refused); on,
+// every ok launch has start <= end, and a stream's launches do not
+// overlap.
 func TestLaunchTiming(t *testing.T) {
 	g, _ := chainGraph(20, func(int) {})
-	for _, on := range []bool{true, false} {
-		dev, err := cpu.New(cpu.WithStreams(2))
-		require.NoError(t, err)
-		e := exec.New(dev, exec.WithLaunchTiming(on), exec.WithAllocator(leaktest.Allocator(t)))
-		res, err := e.Run(context.Background(), g)
-		require.NoError(t, err)
-		ls := res.Report.Launches()
-		require.Len(t, ls, 20)
-		assert.Positive(t, res.Report.Wall)
-		var prevEnd time.Time
-		for _, l := range ls {
-			if !on {
-				assert.True(t, l.Start.IsZero() && l.End.IsZero(), l.Kernel)
-				continue
+	cases := []struct {
+		name string
+		opts []exec.Option
+		on   bool
+	}{
+		{"default", nil, false},
+		{"off", []exec.Option{exec.WithLaunchTiming(false)}, false},
+		{"on", []exec.Option{exec.WithLaunchTiming(true)}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newExecutor(t, 2, tc.opts...)
+			res, err := e.Run(context.Background(), g)
+			require.NoError(t, err)
+			defer res.Close()
+			rep := res.Report
+			assert.Equal(t, tc.on, rep.LaunchTiming)
+			ls := rep.Launches()
+			require.Len(t, ls, 20)
+			assert.Positive(t, rep.Wall)
+			var prevEnd time.Time
+			for _, l := range ls {
+				assert.Equal(t, exec.StatusOK, l.Status, l.Kernel)
+				if !tc.on {
+					assert.True(t, l.Start.IsZero() && l.End.IsZero(), l.Kernel)
+					continue
+				}
+				require.False(t, l.Start.IsZero(), l.Kernel)
+				assert.False(t, l.End.Before(l.Start), l.Kernel)
+				assert.False(t, l.Start.Before(prevEnd), "%s starts before its predecessor ended", l.Kernel)
+				prevEnd = l.End
 			}
-			require.False(t, l.Start.IsZero(), l.Kernel)
-			assert.False(t, l.End.Before(l.Start), l.Kernel)
-			assert.False(t, l.Start.Before(prevEnd), "%s starts before its predecessor ended", l.Kernel)
-			prevEnd = l.End
-		}
-		res.Close()
-		require.NoError(t, dev.Close())
+
+			b, err := json.Marshal(rep)
+			require.NoError(t, err)
+			var doc struct {
+				Timing   bool `json:"launch_timing"`
+				Launches []struct {
+					StartNs int64 `json:"start_ns"`
+					EndNs   int64 `json:"end_ns"`
+				} `json:"launches"`
+			}
+			require.NoError(t, json.Unmarshal(b, &doc))
+			assert.Equal(t, tc.on, doc.Timing)
+			require.Len(t, doc.Launches, 20)
+			if !tc.on {
+				for i, l := range doc.Launches {
+					assert.Zero(t, l.StartNs, i)
+					assert.Zero(t, l.EndNs, i)
+				}
+			} else {
+				assert.Positive(t, doc.Launches[19].EndNs)
+			}
+
+			var buf bytes.Buffer
+			err = rep.WriteTrace(&buf)
+			if tc.on {
+				require.NoError(t, err)
+				assert.Positive(t, buf.Len())
+			} else {
+				require.ErrorIs(t, err, exec.ErrNoLaunchTiming)
+				assert.Zero(t, buf.Len(), "nothing is written")
+			}
+		})
 	}
 }
 

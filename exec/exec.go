@@ -35,7 +35,7 @@ type Executor struct {
 type Option func(*config)
 
 type config struct {
-	noTiming  bool
+	timing    bool
 	alloc     memory.Allocator
 	budget    *buffers.Budget
 	backend   *gpu.Backend
@@ -46,15 +46,17 @@ type config struct {
 // (default PlaceHEFT).
 func WithPlacement(p Placement) Option { return func(c *config) { c.placement = p } }
 
-// WithLaunchTiming turns the per-launch clock readings on (the default)
-// or off. With timing, every launch's Start and End are in the report (a
-// launch that directly follows another on its stream starts when that one
-// ended, so a launch costs one clock reading); without it they are zero
-// and a launch costs no clock reading at all, which matters for kernels
-// of a few hundred ns or less. Like CUDA's cudaEventDisableTiming, it
-// trades visibility for launch overhead; the run's Wall is measured
-// either way.
-func WithLaunchTiming(on bool) Option { return func(c *config) { c.noTiming = !on } }
+// WithLaunchTiming turns the per-launch clock readings on or off (the
+// default). With timing, every launch that ran has its Start and End in
+// the report (a launch that directly follows another on its stream
+// starts when that one ended, so a launch costs one clock reading, a few
+// tens of ns); without it they are zero and a launch costs no clock
+// reading at all, which matters for kernels of a few hundred ns or less. Either way the report holds every launch's status,
+// failure, error and chain, the event waits and the run's Wall (two clock
+// readings per run). Like CUDA's cudaEventDisableTiming, it trades
+// visibility for launch overhead: turn it on to trace a run (WriteTrace
+// needs it) or to report when each launch ran.
+func WithLaunchTiming(on bool) Option { return func(c *config) { c.timing = on } }
 
 // WithBackend names the GPU backend the executor's device came from (see
 // gpu.Backend.Acquire); every Report then carries the backend's metrics
@@ -98,7 +100,7 @@ func NewMulti(devs []gpu.Device, topo *topology.Topology, opts ...Option) (*Exec
 	for _, o := range opts {
 		o(&c)
 	}
-	e := &Executor{devs: devs, topo: topo, placement: c.placement, backend: c.backend, timing: !c.noTiming}
+	e := &Executor{devs: devs, topo: topo, placement: c.placement, backend: c.backend, timing: c.timing}
 	seen := map[topology.DeviceID]bool{}
 	for _, d := range devs {
 		if seen[d.ID()] {

@@ -19,12 +19,16 @@ import (
 
 // LaunchReport is the outcome of one launch.
 type LaunchReport struct {
-	Kernel  string
-	Device  topology.DeviceID
-	Stream  int
-	Status  Status
-	Start   time.Time // zero unless the kernel ran (a lost launch may have run before its work was superseded)
-	End     time.Time // zero unless the kernel ran
+	Kernel string
+	Device topology.DeviceID
+	Stream int
+	Status Status
+	// Start and End are when the kernel ran, with launch timing
+	// (WithLaunchTiming(true)); zero without it, and zero when the kernel
+	// did not run (a lost launch may have run before its work was
+	// superseded).
+	Start   time.Time
+	End     time.Time
 	Failure failgraph.FailureID
 	// Err is the launch's error: the kernel's own error for a failed
 	// launch, the root failure's error for a skipped one, the cause for a
@@ -51,7 +55,7 @@ type CopyReport struct {
 // Report is the outcome of one run.
 //
 // Per-launch outcomes are kept compactly while the run goes (a status
-// byte per launch, plus two clock readings with launch timing) and
+// byte per launch, plus a start and an end with launch timing) and
 // expanded into LaunchReports on the first call of Launches, so a run
 // whose caller only counts statuses pays for nothing else.
 type Report struct {
@@ -59,7 +63,10 @@ type Report struct {
 	Devices []topology.DeviceID
 	Streams int           // per device
 	Waits   int           // event waits inserted by the plan
-	Wall    time.Duration // from the start of Execute until every launch returned
+	Wall    time.Duration // from the start of Execute until every launch returned; measured with or without launch timing
+	// LaunchTiming says whether the run recorded each launch's Start and
+	// End (WithLaunchTiming(true)); without it they are zero.
+	LaunchTiming bool
 	// Copies lists the copy launches between devices; BytesByLink sums
 	// their bytes by link kind ("NV2", "PIX", "SYS", "host" when staged).
 	Copies      []CopyReport
@@ -217,7 +224,7 @@ func (r *Report) Err() error {
 // CheckReads).
 func newReport(p *Plan, o *outcomes, store *failgraph.Store, topo *topology.Topology) *Report {
 	rep := &Report{Device: p.devices[0], Devices: p.devices, Streams: p.streams,
-		Waits: p.waits, BytesByLink: map[string]int64{}, phases: []*outcomes{o}}
+		Waits: p.waits, LaunchTiming: o.times != nil, BytesByLink: map[string]int64{}, phases: []*outcomes{o}}
 	if len(p.devices) > 1 {
 		rep.Makespan, rep.Placement = p.placement.Makespan, p.placement.Strategy.String()
 	}
@@ -320,14 +327,15 @@ var ErrResultClosed = errors.New("result closed")
 //
 //	{"launches":[{"kernel","device","stream","status","failure","error","chain":[...],"start_ns","end_ns"}],
 //	 "counts":{"ok","failed","skipped","cancelled","lost"},
-//	 "waits":N,"wall_ns":N,"devices":["gpu0",…],"streams_per_device":N,
+//	 "waits":N,"wall_ns":N,"launch_timing":B,"devices":["gpu0",…],"streams_per_device":N,
 //	 "copies":[{"buffer","from","to","bytes","modeled_ns","route","link","via_host","status"}],
 //	 "bytes_by_link":{"NV2":N,…},"placement":"heft","makespan_ns":N,
 //	 "lost_device","migrations":[{"kernel","from","to"}],"reruns":[...],"backend":{…}}
 //
 // failure is 0 and error "" for ok launches; error is the first line of
 // the launch's error (a panic's stack is left out); start_ns and end_ns
-// count from the run's first start, 0 for a launch that did not run.
+// count from the run's first start, 0 for a launch that did not run and
+// for every launch when launch_timing is false (see WithLaunchTiming).
 // devices are DevicesUsed. copies, bytes_by_link, placement and
 // makespan_ns are left out of single-device runs (which copy nothing),
 // lost_device, migrations and reruns out of runs that lost no device.
@@ -360,6 +368,7 @@ func (r *Report) MarshalJSON() ([]byte, error) {
 		Counts      map[string]int       `json:"counts"`
 		Waits       int                  `json:"waits"`
 		WallNs      int64                `json:"wall_ns"`
+		Timing      bool                 `json:"launch_timing"`
 		Devices     []string             `json:"devices"`
 		Streams     int                  `json:"streams_per_device"`
 		Copies      []copyJSON           `json:"copies,omitempty"`
@@ -370,7 +379,7 @@ func (r *Report) MarshalJSON() ([]byte, error) {
 		Migrate     []map[string]string  `json:"migrations,omitempty"`
 		Reruns      []string             `json:"reruns,omitempty"`
 		Backend     *gpu.MetricsSnapshot `json:"backend,omitempty"`
-	}{Launches: make([]launch, r.NumLaunches()), Counts: map[string]int{}, Waits: r.Waits, WallNs: r.Wall.Nanoseconds(),
+	}{Launches: make([]launch, r.NumLaunches()), Counts: map[string]int{}, Waits: r.Waits, WallNs: r.Wall.Nanoseconds(), Timing: r.LaunchTiming,
 		Devices: []string{}, Streams: r.Streams, BytesByLink: r.BytesByLink, Placement: r.Placement,
 		MakespanNs: r.Makespan.Nanoseconds(), Backend: r.Backend}
 	for _, s := range []Status{StatusOK, StatusFailed, StatusSkipped, StatusCancelled, StatusLost} {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -101,7 +102,10 @@ func (r *Report) WriteTrace(w io.Writer) error { return WriteTrace(w, nil, r) }
 // streams_per_device, launches, waits, wall_ns, and lost_device after a
 // loss.
 //
-// WriteTrace buffers its output and returns the first write error.
+// The run must have had launch timing (WithLaunchTiming(true)): a report
+// without it has no start or end to place a launch at, and is
+// ErrNoLaunchTiming, with nothing written. WriteTrace buffers its output
+// and returns the first write error.
 // It is O(L log L) in the number of launches.
 func WriteTrace(w io.Writer, p *Plan, r *Report) error {
 	events, err := TraceEvents(p, r)
@@ -182,10 +186,18 @@ func tracePhases(p *Plan, r *Report) ([]tracePhase, error) {
 	return phases, nil
 }
 
+// ErrNoLaunchTiming is returned by WriteTrace and TraceEvents for the
+// report of a run without launch timing (see WithLaunchTiming).
+var ErrNoLaunchTiming = errors.New("exec: trace needs launch times: run with WithLaunchTiming(true)")
+
 // TraceEvents returns the events WriteTrace writes, metadata first, then
 // every track's events in time order (tracks ordered by device, then
-// stream). See WriteTrace for p.
+// stream). See WriteTrace for p. A report of a run without launch timing
+// is ErrNoLaunchTiming.
 func TraceEvents(p *Plan, r *Report) ([]TraceEvent, error) {
+	if len(r.phases) > 0 && !r.LaunchTiming {
+		return nil, ErrNoLaunchTiming
+	}
 	phases, err := tracePhases(p, r)
 	if err != nil {
 		return nil, err

@@ -133,7 +133,7 @@ func checkTraceFormat(t *testing.T, tf traceFile) int {
 }
 
 func TestWriteTrace(t *testing.T) {
-	e := newExecutor(t, 2)
+	e := newExecutor(t, 2, exec.WithLaunchTiming(true))
 	g := traceGraph()
 	p, err := e.Plan(g)
 	require.NoError(t, err)
@@ -186,7 +186,7 @@ func TestWriteTrace(t *testing.T) {
 }
 
 func TestWriteTraceWithoutPlan(t *testing.T) {
-	e := newExecutor(t, 2)
+	e := newExecutor(t, 2, exec.WithLaunchTiming(true))
 	res, err := e.Run(t.Context(), traceGraph())
 	require.NoError(t, err)
 	defer res.Close()
@@ -198,7 +198,7 @@ func TestWriteTraceWithoutPlan(t *testing.T) {
 }
 
 func TestWriteTraceCancelled(t *testing.T) {
-	e := newExecutor(t, 1)
+	e := newExecutor(t, 1, exec.WithLaunchTiming(true))
 	ctx, cancel := context.WithCancel(t.Context())
 	g := dag.New()
 	a, b := g.AddValue("a"), g.AddValue("b")
@@ -222,7 +222,7 @@ func TestWriteTraceCancelled(t *testing.T) {
 }
 
 func TestWriteTracePlanMismatch(t *testing.T) {
-	e := newExecutor(t, 2)
+	e := newExecutor(t, 2, exec.WithLaunchTiming(true))
 	res, err := e.Run(t.Context(), traceGraph())
 	require.NoError(t, err)
 	defer res.Close()
@@ -243,7 +243,7 @@ func bench1() *dag.Graph {
 // destination device, and the wait that orders it after its producer
 // crosses processes.
 func TestWriteTraceAndDOTAcrossDevices(t *testing.T) {
-	e, _ := simMachine(t, "dgx1-v100", 2)
+	e, _ := simMachine(t, "dgx1-v100", 2, exec.WithLaunchTiming(true))
 	g := dag.New()
 	x := g.AddBuffer("x", 4096)
 	g.AddKernel("produce", nop, dag.Writes(x), dag.OnDevice(topology.GPU(0)))
@@ -296,7 +296,7 @@ func TestWriteTraceAndDOTAcrossDevices(t *testing.T) {
 func TestWriteTraceDeviceLoss(t *testing.T) {
 	for _, at := range []float64{0, 0.5} {
 		t.Run(fmt.Sprint("after=", at), func(t *testing.T) {
-			e, _ := simMachine(t, "dgx1-v100", 2, exec.WithPlacement(exec.PlaceRoundRobin))
+			e, _ := simMachine(t, "dgx1-v100", 2, exec.WithPlacement(exec.PlaceRoundRobin), exec.WithLaunchTiming(true))
 			g, _ := sumGraph(nil)
 			p, err := e.Plan(g)
 			require.NoError(t, err)

@@ -215,12 +215,30 @@ func TestRunFlightsMetricsAndQuiet(t *testing.T) {
 	assert.Empty(t, m.Leases, "no GPU on a CPU-only host")
 	assert.Contains(t, m.ProcessConfig["kvio"], "compat mode auto", "kvio's settings are recorded with the backend")
 	var r struct {
-		Backend *json.RawMessage `json:"backend"`
+		Backend  *json.RawMessage `json:"backend"`
+		Timing   bool             `json:"launch_timing"`
+		Launches []struct {
+			Kernel  string `json:"kernel"`
+			Status  string `json:"status"`
+			StartNs int64  `json:"start_ns"`
+			EndNs   int64  `json:"end_ns"`
+		} `json:"launches"`
 	}
 	b, err = os.ReadFile(rep)
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(b, &r))
 	assert.NotNil(t, r.Backend, "the run report carries the backend's metrics")
+	// --report turns launch timing on: every launch that ran has its times.
+	assert.True(t, r.Timing, "--report asks for launch times")
+	require.NotEmpty(t, r.Launches)
+	var last int64
+	for _, l := range r.Launches {
+		require.Equal(t, "ok", l.Status, l.Kernel)
+		assert.GreaterOrEqual(t, l.EndNs, l.StartNs, l.Kernel)
+		assert.GreaterOrEqual(t, l.StartNs, int64(0), l.Kernel)
+		last = max(last, l.EndNs)
+	}
+	assert.Positive(t, last, "the launches' ends are recorded")
 }
 
 // The flights pipeline on 8 simulated V100s of a DGX-1 gives the same

@@ -72,7 +72,7 @@ With no --input it runs on the 200,000-row sample embedded in the binary
 	fl.StringVar(&f.dot, "dot", "", "write the plan (devices, streams, kernels, buffers, event waits) as Graphviz DOT to FILE; render it with 'streamdag graph'")
 	fl.StringVar(&f.trace, "trace", "", "write a Chrome/Perfetto trace of the run (a track per stream) as JSON to FILE")
 	fl.BoolVar(&f.jsonOut, "json", false, "write the result and a run summary as JSON on stdout instead of the table")
-	fl.StringVar(&f.report, "report", "", "write the run report (every launch: status, failure, error, chain; status counts, devices used, copies with bytes, link and modeled time) as JSON to FILE")
+	fl.StringVar(&f.report, "report", "", "write the run report (every launch: status, failure, error, chain, start and end; status counts, devices used, copies with bytes, link and modeled time) as JSON to FILE")
 	fl.StringVar(&f.topology, "topology", "", "run on simulated GPUs of a machine: sim:NAME (dgx1-v100, dgx-a100, …) or an nvidia-smi topo -m / JSON file")
 	fl.StringVar(&f.loseDevice, "lose-device", "", "with --topology: lose a simulated GPU part-way, e.g. gpu3@50% (after half the launches), and recover")
 	fl.BoolVar(&f.quiet, "quiet", false, "print only the result table and errors (no run summary)")
@@ -204,7 +204,10 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	if showProgress(stderr, f.quiet, os.Getenv) {
 		bar = countLaunches(p.Graph)
 	}
-	e, err := exec.NewMulti(devs, topo, exec.WithBackend(backend))
+	// Launch times cost a clock reading per launch: only the outputs that
+	// show them turn them on.
+	timed := exec.WithLaunchTiming(f.trace != "" || f.report != "")
+	e, err := exec.NewMulti(devs, topo, exec.WithBackend(backend), timed)
 	if err != nil {
 		return err
 	}

@@ -439,7 +439,7 @@ func markdown(rep Report) string {
 	fmt.Fprintf(&b, "| graph build, worst shape | ≤ %d ns/kernel | %.0f ns/kernel (build floor, chain-10k's bytes with no checks: %.0f) | %s |\n\n", targetBuildNs, worst, rep.BuildFloorNs, met(worst <= targetBuildNs))
 
 	for _, w := range []string{"empty", "spin-0.5us"} {
-		fmt.Fprintf(&b, "Kernels: %s. ns/launch, mean over the runs (× the sequential walk); allocations per launch in brackets. For streamdag and streamdag-timed on graphs of up to 100,000 kernels, the ratio is measured apart: the median of 8 back-to-back pairs of runs with the walk, so it can differ from the ratio of the two ns columns (the machine's speed drifts during a report). streamdag runs with launch timing off (exec.WithLaunchTiming(false)), streamdag-timed with it on (the default: one clock reading per launch).\n\n", w)
+		fmt.Fprintf(&b, "Kernels: %s. ns/launch, mean over the runs (× the sequential walk); allocations per launch in brackets. For streamdag and streamdag-timed on graphs of up to 100,000 kernels, the ratio is measured apart: the median of 8 back-to-back pairs of runs with the walk, so it can differ from the ratio of the two ns columns (the machine's speed drifts during a report). streamdag runs with the executor's default, launch timing off, streamdag-timed with it on (exec.WithLaunchTiming(true): one clock reading per launch).\n\n", w)
 		b.WriteString("| shape | kernels |")
 		for _, r := range bench.Runners {
 			fmt.Fprintf(&b, " %s |", r.Name)
