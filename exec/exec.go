@@ -46,16 +46,18 @@ type config struct {
 // (default PlaceHEFT).
 func WithPlacement(p Placement) Option { return func(c *config) { c.placement = p } }
 
-// WithLaunchTiming turns the per-launch clock readings on or off (the
-// default). With timing, every launch that ran has its Start and End in
-// the report (a launch that directly follows another on its stream
-// starts when that one ended, so a launch costs one clock reading, a few
-// tens of ns); without it they are zero and a launch costs no clock
-// reading at all, which matters for kernels of a few hundred ns or less. Either way the report holds every launch's status,
-// failure, error and chain, the event waits and the run's Wall (two clock
-// readings per run). Like CUDA's cudaEventDisableTiming, it trades
-// visibility for launch overhead: turn it on to trace a run (WriteTrace
-// needs it) or to report when each launch ran.
+// WithLaunchTiming turns the per-launch clock readings on (true) or off
+// (false, the default). With timing, every launch that ran has its Start
+// and End in the report (a launch that directly follows another on its
+// stream starts when that one ended, so a launch costs one clock reading,
+// a few tens of ns) and Report.LaunchTiming is true; without it they are
+// zero and a launch costs no clock reading at all, which matters for
+// kernels of a few hundred ns or less. Either way the report holds every
+// launch's status, failure, error and chain, the event waits and the
+// run's Wall (two clock readings per run). Like CUDA's
+// cudaEventDisableTiming, it trades visibility for launch overhead: turn
+// it on to trace a run (WriteTrace needs it) or to report when each
+// launch ran.
 func WithLaunchTiming(on bool) Option { return func(c *config) { c.timing = on } }
 
 // WithBackend names the GPU backend the executor's device came from (see
