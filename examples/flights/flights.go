@@ -90,7 +90,13 @@ type Pipeline struct {
 	// "delay", then "origin" or "time" (the key). No other column of the
 	// source is read or decoded (see kvio.Select).
 	Columns []string
+	// Skipped are the parts of the source that are not read: those whose
+	// "delay" statistics (kvio.IntRanger) show that no row passes the
+	// filter, every delay being null or at most MinDelay. They count in
+	// their partitions' rows as parts that were read and kept no row.
+	Skipped []int
 	src     kvio.Source // the view of Columns
+	skip    []bool      // skip[i]: part i is in Skipped
 	opts    Options
 }
 
@@ -106,7 +112,9 @@ type Partition struct {
 // signed integer "delay" column or both an "origin" and a "time" column,
 // naming the source and the columns it has. The source kernels read
 // src through kvio.Select of Pipeline.Columns, so the other columns of
-// src are not read; the pipeline does not close src nor its view.
+// src are not read, and read no part whose statistics prove the filter
+// rejects all its rows (Pipeline.Skipped); the pipeline does not close
+// src nor its view.
 func Build(src kvio.Source, opts Options) (*Pipeline, error) {
 	key, err := keyOf(src.Name(), src.Schema())
 	if err != nil {
@@ -126,6 +134,15 @@ func Build(src kvio.Source, opts Options) (*Pipeline, error) {
 	p := &Pipeline{Graph: dag.New(), Key: key, Columns: cols, src: view, opts: opts}
 	g := p.Graph
 	nparts := src.NumParts()
+	p.skip = make([]bool, nparts)
+	if rs, ok := view.(kvio.IntRanger); ok {
+		for i := range nparts {
+			if r, ok := rs.IntRange(i, "delay"); ok && (r.AllNull || r.Max <= opts.MinDelay) {
+				p.skip[i] = true
+				p.Skipped = append(p.Skipped, i)
+			}
+		}
+	}
 	want := max(opts.Partitions, 1)
 	// Sources: one per part (a Parquet row group, an IPC batch), except that
 	// consecutive small parts are grouped into ranges of at least
@@ -273,13 +290,16 @@ func isSignedInt(t arrow.DataType) bool {
 }
 
 // batchList is the value of a batches[s] buffer: the record batches of one
-// source, released with the buffer.
+// source, one per part, nil for a part not read (Pipeline.Skipped);
+// released with the buffer.
 type batchList []arrow.RecordBatch
 
 // Release releases every batch.
 func (b batchList) Release() {
 	for _, r := range b {
-		r.Release()
+		if r != nil {
+			r.Release()
+		}
 	}
 }
 
@@ -287,6 +307,10 @@ func (p *Pipeline) source(lo, hi int) dag.KernelFunc {
 	return func(ctx context.Context, l dag.Launch) error {
 		out := make(batchList, 0, hi-lo)
 		for i := lo; i < hi; i++ {
+			if p.skip[i] {
+				out = append(out, nil)
+				continue
+			}
 			rec, err := p.src.ReadPart(ctx, i, l.Allocator())
 			if err != nil {
 				out.Release()
@@ -312,11 +336,14 @@ func (p *Pipeline) filter(part Partition) dag.KernelFunc {
 		sel := make(selection, len(batches))
 		var off int64
 		for b, rec := range batches {
-			n := rec.NumRows()
+			n := p.src.PartRows(part.PartLo + b)
 			lo, hi := max(part.RowLo-off, 0), min(part.RowHi-off, n)
 			off += n
-			if lo >= hi {
+			if lo >= hi || rec == nil { // nil: skipped, no row passes
 				continue
+			}
+			if rec.NumRows() != n {
+				return fmt.Errorf("flights: part %d has %d rows, want %d", part.PartLo+b, rec.NumRows(), n)
 			}
 			delay, err := int64Column(rec, "delay")
 			if err != nil {
