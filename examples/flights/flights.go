@@ -90,6 +90,11 @@ type Pipeline struct {
 	// "delay", then "origin" or "time" (the key). No other column of the
 	// source is read or decoded (see kvio.Select).
 	Columns []string
+	// Dictionary holds "origin" when the source reads it as a dictionary
+	// array (kvio.Dictionary: a Parquet file that stores it
+	// dictionary-encoded); the partial group-by then keys on the
+	// dictionary index and decodes each distinct code once per batch.
+	Dictionary []string
 	// Skipped are the parts of the source that are not read: those whose
 	// "delay" statistics (kvio.IntRanger) show that no row passes the
 	// filter, every delay being null or at most MinDelay. They count in
@@ -131,7 +136,13 @@ func Build(src kvio.Source, opts Options) (*Pipeline, error) {
 	if err != nil {
 		return nil, fmt.Errorf("flights: %w", err)
 	}
-	p := &Pipeline{Graph: dag.New(), Key: key, Columns: cols, src: view, opts: opts}
+	var dict []string
+	if key == KeyOrigin {
+		if view, dict, err = kvio.Dictionary(view, "origin"); err != nil {
+			return nil, fmt.Errorf("flights: %w", err)
+		}
+	}
+	p := &Pipeline{Graph: dag.New(), Key: key, Columns: cols, Dictionary: dict, src: view, opts: opts}
 	g := p.Graph
 	nparts := src.NumParts()
 	p.skip = make([]bool, nparts)
@@ -398,6 +409,7 @@ func (p *Pipeline) partial() dag.KernelFunc {
 			return fmt.Errorf("flights: %s and %s do not match", l.In(0).Name(), l.In(1).Name())
 		}
 		g := newGroups()
+		var scratch []agg // groupByIndex's, one per dictionary index
 		for b, rec := range batches {
 			if len(sel[b]) == 0 {
 				continue
@@ -407,6 +419,14 @@ func (p *Pipeline) partial() dag.KernelFunc {
 				return err
 			}
 			if p.Key == KeyOrigin {
+				if col, err := column(rec, "origin"); err == nil {
+					if dict, ok := col.(*array.Dictionary); ok {
+						if err := groupByIndex(g, dict, delay, sel[b], &scratch); err != nil {
+							return err
+						}
+						continue
+					}
+				}
 				key, err := stringColumn(rec, "origin")
 				if err != nil {
 					return err
@@ -446,6 +466,70 @@ func (p *Pipeline) partial() dag.KernelFunc {
 		}
 		return l.Out(0).Store(g)
 	}
+}
+
+// groupByIndex adds the selected rows sel of a batch whose origin
+// column is the dictionary array dict to g: it aggregates by dictionary
+// index in scratch (reused across batches, grown as needed), then adds
+// each index's aggregate to g under its string, decoded once. Rows whose
+// index or dictionary value is null are skipped, as in the string path.
+func groupByIndex(g *groups, dict *array.Dictionary, delay func(int) (int64, bool), sel []int32, scratch *[]agg) error {
+	// Not dict.Dictionary(): it builds and caches the array on first use,
+	// unsynchronised, and partitions of one batch run concurrently.
+	dv := array.MakeFromData(dict.Data().Dictionary())
+	defer dv.Release()
+	values, err := stringArray(dv, "origin")
+	if err != nil {
+		return err
+	}
+	n := dv.Len()
+	if cap(*scratch) < n {
+		*scratch = make([]agg, n)
+	}
+	aggs := (*scratch)[:n]
+	clear(aggs)
+	if idx, ok := dict.Indices().(*array.Int32); ok {
+		codes := idx.Int32Values()
+		for _, i := range sel {
+			if !dict.IsValid(int(i)) {
+				continue
+			}
+			c := codes[i]
+			if c < 0 || int(c) >= n {
+				return fmt.Errorf("flights: origin row %d: dictionary index %d out of [0, %d)", i, c, n)
+			}
+			d, _ := delay(int(i))
+			aggs[c].add(d)
+		}
+	} else {
+		for _, i := range sel {
+			if !dict.IsValid(int(i)) {
+				continue
+			}
+			c := dict.GetValueIndex(int(i))
+			if c < 0 || c >= n {
+				return fmt.Errorf("flights: origin row %d: dictionary index %d out of [0, %d)", i, c, n)
+			}
+			d, _ := delay(int(i))
+			aggs[c].add(d)
+		}
+	}
+	for c := range aggs {
+		if aggs[c].count == 0 {
+			continue
+		}
+		k, ok := values(c)
+		if !ok {
+			continue
+		}
+		if a := g.byCode[k]; a != nil {
+			a.merge(aggs[c])
+		} else {
+			a := aggs[c]
+			g.byCode[strings.Clone(k)] = &a // k points into Arrow memory
+		}
+	}
+	return nil
 }
 
 func (p *Pipeline) merge(_ context.Context, l dag.Launch) error {
@@ -628,6 +712,12 @@ func stringColumn(rec arrow.RecordBatch, name string) (func(int) (string, bool),
 	if err != nil {
 		return nil, err
 	}
+	return stringArray(col, name)
+}
+
+// stringArray returns an accessor for a utf8, large_utf8 or utf8_view
+// array of the column name.
+func stringArray(col arrow.Array, name string) (func(int) (string, bool), error) {
 	switch a := col.(type) {
 	case *array.String:
 		return func(i int) (string, bool) { return a.Value(i), a.IsValid(i) }, nil
