@@ -9,10 +9,10 @@ import (
 
 // Dictionary returns a view of s with every column of s, in which each
 // named string column that the file stores dictionary-encoded in every
-// part is read as an Arrow dictionary array (int32 indices into the
-// part's distinct strings, arrow.DictionaryType with the column's string
-// type as values), and the names of the columns so read, in the order
-// given. A pipeline that groups by such a column can then key on the
+// part is read as an Arrow dictionary array (type dictionary<values=utf8,
+// indices=int32>, for a utf8 or a large_utf8 column alike: indices into
+// the part's distinct strings; a null row has a null index), and the
+// names of the columns so read, in the order given. A pipeline that groups by such a column can then key on the
 // index and decode each distinct string once per part.
 //
 // Only a Source of OpenParquet (or OpenAuto's Parquet), or a Select view
@@ -25,7 +25,10 @@ import (
 //
 // It fails, naming the Source's file and the column, when a name is not
 // a column of s.Schema() or is given twice. The view holds nothing of its
-// own; Close, budget and concurrency are as for Select's views.
+// own; Close, budget and concurrency are as for Select's views. Beware
+// that arrow-go's (*array.Dictionary).Dictionary builds its values
+// array lazily without synchronisation: readers of one batch on several
+// goroutines should use array.MakeFromData(a.Data().Dictionary()).
 func Dictionary(s Source, names ...string) (Source, []string, error) {
 	idx, err := project("dictionary", s.Name(), s.Schema(), names)
 	if err != nil {
