@@ -55,6 +55,11 @@
 // [WithColumns] projects columns at open, and [Select] gives a projected
 // view of an open Source (Parquet columns left out are not read), for a
 // pipeline that learns which columns it uses from the schema.
+// [Dictionary] gives a view that reads the string columns a Parquet file
+// stores dictionary-encoded as Arrow dictionary arrays, and a Parquet
+// Source is an [IntRanger]: it states each row group's bounds of a signed
+// integer column from the footer's statistics, so a pipeline can leave
+// out row groups its filter rejects whole.
 // [WithBudget] charges the bytes ReadPart allocates to a buffers.Budget,
 // and [WithMmap] decodes Arrow IPC files from a read-only mapping.
 //

@@ -32,8 +32,9 @@ type parquetSource struct {
 
 // pqColumn is one output column: a top-level field of the file.
 type pqColumn struct {
-	field  int          // index in pqarrow's schema manifest
-	leaves map[int]bool // its Parquet leaf columns; read-only once built
+	field  int            // index in pqarrow's schema manifest
+	leaves map[int]bool   // its Parquet leaf columns; read-only once built
+	dict   arrow.DataType // the dictionary type it is read as (see Dictionary); nil: as the file says
 }
 
 var _ Source = (*parquetSource)(nil)
@@ -226,7 +227,21 @@ func (s *parquetSource) newReader(ctx context.Context, mem memory.Allocator) (*p
 	if err != nil {
 		return nil, err
 	}
-	return pqarrow.NewFileReader(pf, pqArrowProps, mem)
+	fr, err := pqarrow.NewFileReader(pf, pqArrowProps, mem)
+	if err != nil {
+		return nil, err
+	}
+	// A column read as a dictionary: pqarrow picks the reader by the
+	// manifest's type (a stored ARROW:schema would restore the string type
+	// over ArrowReadProperties.SetReadDict).
+	for _, c := range s.fields {
+		if c.dict != nil {
+			f := *fr.Manifest.Fields[c.field].Field
+			f.Type = c.dict
+			fr.Manifest.Fields[c.field].Field = &f
+		}
+	}
+	return fr, nil
 }
 
 // readRun reads row groups of output column j with one pqarrow column

@@ -21,11 +21,16 @@ var (
 	_ exec.Copier = airportMap(nil)
 )
 
-// CopyTo deep-copies every record batch into mem.
+// CopyTo deep-copies every record batch into mem (a nil one, a part not
+// read, stays nil).
 func (b batchList) CopyTo(mem memory.Allocator) (any, int64, error) {
 	out := make(batchList, 0, len(b))
 	var n int64
 	for _, rec := range b {
+		if rec == nil {
+			out = append(out, nil)
+			continue
+		}
 		c, m, err := exec.CopyRecord(rec, mem)
 		if err != nil {
 			out.Release()

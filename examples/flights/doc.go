@@ -10,7 +10,12 @@
 // source[s] reads one Parquet row group, or a range of Arrow IPC record
 // batches, through kvio: only the columns the pipeline uses (delay and the
 // key column, Pipeline.Columns), through kvio.Select, so a Parquet file's
-// other columns are neither read nor decoded. filter[p] selects the rows of its row range with
+// other columns are neither read nor decoded. A Parquet row group whose
+// delay statistics prove that no row has delay > MinDelay is not read
+// (Pipeline.Skipped; kvio.IntRanger), and an origin column the file
+// stores dictionary-encoded is read as a dictionary array
+// (Pipeline.Dictionary; kvio.Dictionary), which partial[p] groups by
+// index, decoding each distinct code once per batch. filter[p] selects the rows of its row range with
 // delay > MinDelay. partial[p] groups them by key: count, delay sum and
 // delay max. merge adds the partial groups up, sort orders them by count
 // descending then key ascending, topk keeps the first TopK (all when 0),

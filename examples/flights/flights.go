@@ -90,7 +90,18 @@ type Pipeline struct {
 	// "delay", then "origin" or "time" (the key). No other column of the
 	// source is read or decoded (see kvio.Select).
 	Columns []string
+	// Dictionary holds "origin" when the source reads it as a dictionary
+	// array (kvio.Dictionary: a Parquet file that stores it
+	// dictionary-encoded); the partial group-by then keys on the
+	// dictionary index and decodes each distinct code once per batch.
+	Dictionary []string
+	// Skipped are the parts of the source that are not read: those whose
+	// "delay" statistics (kvio.IntRanger) show that no row passes the
+	// filter, every delay being null or at most MinDelay. They count in
+	// their partitions' rows as parts that were read and kept no row.
+	Skipped []int
 	src     kvio.Source // the view of Columns
+	skip    []bool      // skip[i]: part i is in Skipped
 	opts    Options
 }
 
@@ -106,7 +117,9 @@ type Partition struct {
 // signed integer "delay" column or both an "origin" and a "time" column,
 // naming the source and the columns it has. The source kernels read
 // src through kvio.Select of Pipeline.Columns, so the other columns of
-// src are not read; the pipeline does not close src nor its view.
+// src are not read, and read no part whose statistics prove the filter
+// rejects all its rows (Pipeline.Skipped); the pipeline does not close
+// src nor its view.
 func Build(src kvio.Source, opts Options) (*Pipeline, error) {
 	key, err := keyOf(src.Name(), src.Schema())
 	if err != nil {
@@ -123,9 +136,24 @@ func Build(src kvio.Source, opts Options) (*Pipeline, error) {
 	if err != nil {
 		return nil, fmt.Errorf("flights: %w", err)
 	}
-	p := &Pipeline{Graph: dag.New(), Key: key, Columns: cols, src: view, opts: opts}
+	var dict []string
+	if key == KeyOrigin {
+		if view, dict, err = kvio.Dictionary(view, "origin"); err != nil {
+			return nil, fmt.Errorf("flights: %w", err)
+		}
+	}
+	p := &Pipeline{Graph: dag.New(), Key: key, Columns: cols, Dictionary: dict, src: view, opts: opts}
 	g := p.Graph
 	nparts := src.NumParts()
+	p.skip = make([]bool, nparts)
+	if rs, ok := view.(kvio.IntRanger); ok {
+		for i := range nparts {
+			if r, ok := rs.IntRange(i, "delay"); ok && (r.AllNull || r.Max <= opts.MinDelay) {
+				p.skip[i] = true
+				p.Skipped = append(p.Skipped, i)
+			}
+		}
+	}
 	want := max(opts.Partitions, 1)
 	// Sources: one per part (a Parquet row group, an IPC batch), except that
 	// consecutive small parts are grouped into ranges of at least
@@ -273,13 +301,16 @@ func isSignedInt(t arrow.DataType) bool {
 }
 
 // batchList is the value of a batches[s] buffer: the record batches of one
-// source, released with the buffer.
+// source, one per part, nil for a part not read (Pipeline.Skipped);
+// released with the buffer.
 type batchList []arrow.RecordBatch
 
 // Release releases every batch.
 func (b batchList) Release() {
 	for _, r := range b {
-		r.Release()
+		if r != nil {
+			r.Release()
+		}
 	}
 }
 
@@ -287,6 +318,10 @@ func (p *Pipeline) source(lo, hi int) dag.KernelFunc {
 	return func(ctx context.Context, l dag.Launch) error {
 		out := make(batchList, 0, hi-lo)
 		for i := lo; i < hi; i++ {
+			if p.skip[i] {
+				out = append(out, nil)
+				continue
+			}
 			rec, err := p.src.ReadPart(ctx, i, l.Allocator())
 			if err != nil {
 				out.Release()
@@ -312,11 +347,14 @@ func (p *Pipeline) filter(part Partition) dag.KernelFunc {
 		sel := make(selection, len(batches))
 		var off int64
 		for b, rec := range batches {
-			n := rec.NumRows()
+			n := p.src.PartRows(part.PartLo + b)
 			lo, hi := max(part.RowLo-off, 0), min(part.RowHi-off, n)
 			off += n
-			if lo >= hi {
+			if lo >= hi || rec == nil { // nil: skipped, no row passes
 				continue
+			}
+			if rec.NumRows() != n {
+				return fmt.Errorf("flights: part %d has %d rows, want %d", part.PartLo+b, rec.NumRows(), n)
 			}
 			delay, err := int64Column(rec, "delay")
 			if err != nil {
@@ -371,6 +409,7 @@ func (p *Pipeline) partial() dag.KernelFunc {
 			return fmt.Errorf("flights: %s and %s do not match", l.In(0).Name(), l.In(1).Name())
 		}
 		g := newGroups()
+		var scratch []agg // groupByIndex's, one per dictionary index
 		for b, rec := range batches {
 			if len(sel[b]) == 0 {
 				continue
@@ -380,6 +419,14 @@ func (p *Pipeline) partial() dag.KernelFunc {
 				return err
 			}
 			if p.Key == KeyOrigin {
+				if col, err := column(rec, "origin"); err == nil {
+					if dict, ok := col.(*array.Dictionary); ok {
+						if err := groupByIndex(g, dict, delay, sel[b], &scratch); err != nil {
+							return err
+						}
+						continue
+					}
+				}
 				key, err := stringColumn(rec, "origin")
 				if err != nil {
 					return err
@@ -419,6 +466,70 @@ func (p *Pipeline) partial() dag.KernelFunc {
 		}
 		return l.Out(0).Store(g)
 	}
+}
+
+// groupByIndex adds the selected rows sel of a batch whose origin
+// column is the dictionary array dict to g: it aggregates by dictionary
+// index in scratch (reused across batches, grown as needed), then adds
+// each index's aggregate to g under its string, decoded once. Rows whose
+// index or dictionary value is null are skipped, as in the string path.
+func groupByIndex(g *groups, dict *array.Dictionary, delay func(int) (int64, bool), sel []int32, scratch *[]agg) error {
+	// Not dict.Dictionary(): it builds and caches the array on first use,
+	// unsynchronised, and partitions of one batch run concurrently.
+	dv := array.MakeFromData(dict.Data().Dictionary())
+	defer dv.Release()
+	values, err := stringArray(dv, "origin")
+	if err != nil {
+		return err
+	}
+	n := dv.Len()
+	if cap(*scratch) < n {
+		*scratch = make([]agg, n)
+	}
+	aggs := (*scratch)[:n]
+	clear(aggs)
+	if idx, ok := dict.Indices().(*array.Int32); ok {
+		codes := idx.Int32Values()
+		for _, i := range sel {
+			if !dict.IsValid(int(i)) {
+				continue
+			}
+			c := codes[i]
+			if c < 0 || int(c) >= n {
+				return fmt.Errorf("flights: origin row %d: dictionary index %d out of [0, %d)", i, c, n)
+			}
+			d, _ := delay(int(i))
+			aggs[c].add(d)
+		}
+	} else {
+		for _, i := range sel {
+			if !dict.IsValid(int(i)) {
+				continue
+			}
+			c := dict.GetValueIndex(int(i))
+			if c < 0 || c >= n {
+				return fmt.Errorf("flights: origin row %d: dictionary index %d out of [0, %d)", i, c, n)
+			}
+			d, _ := delay(int(i))
+			aggs[c].add(d)
+		}
+	}
+	for c := range aggs {
+		if aggs[c].count == 0 {
+			continue
+		}
+		k, ok := values(c)
+		if !ok {
+			continue
+		}
+		if a := g.byCode[k]; a != nil {
+			a.merge(aggs[c])
+		} else {
+			a := aggs[c]
+			g.byCode[strings.Clone(k)] = &a // k points into Arrow memory
+		}
+	}
+	return nil
 }
 
 func (p *Pipeline) merge(_ context.Context, l dag.Launch) error {
@@ -601,6 +712,12 @@ func stringColumn(rec arrow.RecordBatch, name string) (func(int) (string, bool),
 	if err != nil {
 		return nil, err
 	}
+	return stringArray(col, name)
+}
+
+// stringArray returns an accessor for a utf8, large_utf8 or utf8_view
+// array of the column name.
+func stringArray(col arrow.Array, name string) (func(int) (string, bool), error) {
 	switch a := col.(type) {
 	case *array.String:
 		return func(i int) (string, bool) { return a.Value(i), a.IsValid(i) }, nil
