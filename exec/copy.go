@@ -329,6 +329,9 @@ func copyArray(a arrow.Array, mem memory.Allocator) (arrow.Array, int64, error) 
 		for _, c := range d.Children() {
 			walk(c)
 		}
+		if d.DataType().ID() == arrow.DICTIONARY {
+			walk(d.Dictionary()) // the values, held beside the indices
+		}
 	}
 	walk(out.Data())
 	return out, n, nil
