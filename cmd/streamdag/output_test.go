@@ -252,3 +252,14 @@ func TestFmtDuration(t *testing.T) {
 		t.Run(c.want, func(t *testing.T) { assert.Equal(t, c.want, fmtDuration(c.d)) })
 	}
 }
+
+// A run whose row groups the delay statistics rule out reads none of
+// them, and the summary says so; the rate counts only rows read.
+func TestRunFlightsSummarySkippedParts(t *testing.T) {
+	input := testdata.File(t, "flights-3m.parquet")
+	code, out, errs := cli(t, "run", "flights", "--input", input, "--min-delay", "2000")
+	require.Equal(t, 0, code, errs)
+	assert.Equal(t, "origin  count  delay_sum  delay_mean  delay_max\n", out, "no group passes the filter")
+	assert.Regexp(t, regexp.MustCompile(`3000000 rows in \d+ partitions \((\d+) of \d+ source parts, 3000000 rows, not read: their delay statistics rule out every row\)`), errs)
+	assert.Contains(t, errs, "(0.0 M rows/s)")
+}

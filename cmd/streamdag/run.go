@@ -240,9 +240,12 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 			return err
 		}
 	}
-	var nrows int64
+	var nrows, skippedRows int64
 	for i := range src.NumParts() {
 		nrows += src.PartRows(i)
+	}
+	for _, i := range p.Skipped {
+		skippedRows += src.PartRows(i)
 	}
 	if f.jsonOut {
 		if err := writeRunJSON(stdout, src.Name(), nrows, len(p.Partitions), table, readErr, rep); err != nil {
@@ -251,7 +254,7 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	}
 	backend.SetProcessConfig("kvio", file.Describe()) // what the input file used in the run
 	if !f.quiet {
-		fmt.Fprintln(stderr, runLine(src.Name(), nrows, len(p.Partitions), rep))
+		fmt.Fprintln(stderr, runLine(src.Name(), nrows, skippedRows, len(p.Partitions), len(p.Skipped), src.NumParts(), rep))
 		fmt.Fprintf(stderr, "devices: %s\n", why)
 		if len(devs) > 1 {
 			fmt.Fprintln(stderr, placementSummary(plan, rep))
@@ -310,20 +313,26 @@ func parseLoss(s string) (exec.LossSpec, error) {
 	return spec, nil
 }
 
-// runLine is the run summary's first line: input, partitions, launches
-// (and those lost with a device and redone), streams, devices used, waits
-// and wall time.
-func runLine(input string, nrows int64, parts int, rep *exec.Report) string {
+// runLine is the run summary's first line: input, partitions, source
+// parts not read (skipped of nsrc, holding skippedRows of the nrows rows,
+// ruled out by their statistics), launches (and those lost with a device
+// and redone), streams, devices used, waits, wall time and the rate of
+// the rows read.
+func runLine(input string, nrows, skippedRows int64, parts, skipped, nsrc int, rep *exec.Report) string {
 	launches := plural(rep.NumLaunches(), "launch")
 	if n := rep.Count(exec.StatusLost); n > 0 {
 		launches += fmt.Sprintf(" (%d lost with %s and redone)", n, *rep.Lost)
 	}
 	rate := 0.0
 	if rep.Wall > 0 {
-		rate = float64(nrows) / rep.Wall.Seconds() / 1e6
+		rate = float64(nrows-skippedRows) / rep.Wall.Seconds() / 1e6
+	}
+	partitions := plural(parts, "partition")
+	if skipped > 0 {
+		partitions += fmt.Sprintf(" (%d of %d source parts, %d rows, not read: their delay statistics rule out every row)", skipped, nsrc, skippedRows)
 	}
 	return fmt.Sprintf("%s: %d rows in %s, %s on %s of %s, %s, %s (%.1f M rows/s)",
-		input, nrows, plural(parts, "partition"), launches, plural(rep.Streams, "stream"),
+		input, nrows, partitions, launches, plural(rep.Streams, "stream"),
 		devicesLabel(rep.DevicesUsed()), plural(rep.Waits, "event wait"), fmtDuration(rep.Wall), rate)
 }
 
