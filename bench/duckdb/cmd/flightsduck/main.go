@@ -76,7 +76,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--out %s: only .csv is written", *out)
 	}
 	if ext := strings.ToLower(filepath.Ext(*input)); ext == ".arrow" || ext == ".ipc" || ext == ".feather" {
-		return fmt.Errorf("%s: Arrow IPC needs DuckDB's arrow extension, which the static library lacks and cannot be downloaded here; give a Parquet file", *input)
+		return fmt.Errorf("%s: DuckDB reads Arrow IPC only through its arrow extension, which the statically linked library does not include; give a Parquet file", *input)
 	}
 	if _, err := os.Stat(*input); err != nil {
 		return err
