@@ -139,20 +139,10 @@ func TestBuildReadsOnlyItsColumns(t *testing.T) {
 			}
 			require.NotEmpty(t, r.fence)
 
-			f, err := kvio.NewFile("fenced.parquet", io.ReaderAt(r), int64(len(data)))
-			require.NoError(t, err)
-			defer func() { assert.NoError(t, f.Close()) }()
-			src, err := kvio.OpenParquet(t.Context(), f)
-			require.NoError(t, err)
-			defer func() { assert.NoError(t, src.Close()) }()
+			src := openParquet(t, "fenced.parquet", io.ReaderAt(r), int64(len(data)))
 			assert.Len(t, src.Schema().Fields(), len(tc.fields), "the source itself keeps every column")
 
-			dev, err := cpu.New(cpu.WithStreams(2))
-			require.NoError(t, err)
-			defer dev.Close()
-			e := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)))
-			out, err := flights.Run(t.Context(), e, src, flights.Options{})
-			require.NoError(t, err)
+			out := runOnCPU(t, src, 2, flights.Options{})
 			assert.Equal(t, tc.want, out.Pipeline.Columns)
 			require.NoError(t, out.Report.Err(), "seed %d", seed)
 			require.NotNil(t, out.Table)
@@ -170,4 +160,29 @@ func TestBuildReadsOnlyItsColumns(t *testing.T) {
 			r.mu.Unlock()
 		})
 	}
+}
+
+// openParquet opens the Parquet bytes r (size bytes) as a source named
+// name, closed when the test ends.
+func openParquet(t *testing.T, name string, r io.ReaderAt, size int64) kvio.Source {
+	t.Helper()
+	f, err := kvio.NewFile(name, r, size)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, f.Close()) })
+	src, err := kvio.OpenParquet(t.Context(), f)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, src.Close()) })
+	return src
+}
+
+// runOnCPU runs the flights pipeline over src on a CPU device of streams
+// streams, with a leak-checked allocator.
+func runOnCPU(t *testing.T, src kvio.Source, streams int, opts flights.Options) *flights.Output {
+	t.Helper()
+	dev, err := cpu.New(cpu.WithStreams(streams))
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, dev.Close()) })
+	out, err := flights.Run(t.Context(), exec.New(dev, exec.WithAllocator(leaktest.Allocator(t))), src, opts)
+	require.NoError(t, err)
+	return out
 }

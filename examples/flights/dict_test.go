@@ -15,10 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamdag/streamdag/examples/flights"
-	"github.com/streamdag/streamdag/exec"
-	"github.com/streamdag/streamdag/gpu/cpu"
-	"github.com/streamdag/streamdag/internal/leaktest"
-	"github.com/streamdag/streamdag/kvio"
 )
 
 // TestGroupByDictionary: an origin column the file stores
@@ -84,18 +80,8 @@ func TestGroupByDictionary(t *testing.T) {
 			require.NoError(t, pqarrow.WriteTable(tbl, &buf, 2500, tc.props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema())))
 			data := buf.Bytes()
 
-			f, err := kvio.NewFile("dict.parquet", bytes.NewReader(data), int64(len(data)))
-			require.NoError(t, err)
-			defer func() { assert.NoError(t, f.Close()) }()
-			src, err := kvio.OpenParquet(t.Context(), f)
-			require.NoError(t, err)
-			defer func() { assert.NoError(t, src.Close()) }()
-			dev, err := cpu.New(cpu.WithStreams(2))
-			require.NoError(t, err)
-			defer dev.Close()
-			e := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)))
-			out, err := flights.Run(t.Context(), e, src, flights.Options{Partitions: 4})
-			require.NoError(t, err)
+			src := openParquet(t, "dict.parquet", bytes.NewReader(data), int64(len(data)))
+			out := runOnCPU(t, src, 2, flights.Options{Partitions: 4})
 			assert.Equal(t, tc.dict, out.Pipeline.Dictionary)
 			require.NoError(t, out.Report.Err(), "seed %d", seed)
 			require.NotNil(t, out.Table)

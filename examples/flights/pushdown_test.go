@@ -16,10 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamdag/streamdag/examples/flights"
-	"github.com/streamdag/streamdag/exec"
-	"github.com/streamdag/streamdag/gpu/cpu"
-	"github.com/streamdag/streamdag/internal/leaktest"
-	"github.com/streamdag/streamdag/kvio"
 )
 
 // pushdownRowGroups are the delay ranges of the row groups of
@@ -109,19 +105,9 @@ func TestBuildSkipsRowGroups(t *testing.T) {
 					r.fence = append(r.fence, [2]int64{start, start + col.TotalCompressedSize()})
 				}
 			}
-			f, err := kvio.NewFile("pushdown.parquet", io.ReaderAt(r), int64(len(data)))
-			require.NoError(t, err)
-			defer func() { assert.NoError(t, f.Close()) }()
-			src, err := kvio.OpenParquet(t.Context(), f)
-			require.NoError(t, err)
-			defer func() { assert.NoError(t, src.Close()) }()
+			src := openParquet(t, "pushdown.parquet", io.ReaderAt(r), int64(len(data)))
 
-			dev, err := cpu.New(cpu.WithStreams(3))
-			require.NoError(t, err)
-			defer dev.Close()
-			e := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)))
-			out, err := flights.Run(t.Context(), e, src, flights.Options{MinDelay: tc.minDelay, Partitions: 4})
-			require.NoError(t, err)
+			out := runOnCPU(t, src, 3, flights.Options{MinDelay: tc.minDelay, Partitions: 4})
 			assert.Equal(t, tc.skipped, out.Pipeline.Skipped, "seed %d", seed)
 			require.NoError(t, out.Report.Err(), "seed %d", seed)
 			require.NotNil(t, out.Table)
@@ -181,18 +167,8 @@ func TestSkippedRowsCountAsLost(t *testing.T) {
 	require.NoError(t, err)
 	r := &fenced{data: data, fence: [][2]int64{{col.DataPageOffset(), col.DataPageOffset() + 1}}}
 
-	f, err := kvio.NewFile("lost.parquet", io.ReaderAt(r), int64(len(data)))
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, f.Close()) }()
-	src, err := kvio.OpenParquet(t.Context(), f)
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, src.Close()) }()
-	dev, err := cpu.New(cpu.WithStreams(2))
-	require.NoError(t, err)
-	defer dev.Close()
-	e := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)))
-	out, err := flights.Run(t.Context(), e, src, flights.Options{MinDelay: 10, Partitions: 2})
-	require.NoError(t, err)
+	src := openParquet(t, "lost.parquet", io.ReaderAt(r), int64(len(data)))
+	out := runOnCPU(t, src, 2, flights.Options{MinDelay: 10, Partitions: 2})
 	assert.Equal(t, []int{0}, out.Pipeline.Skipped)
 	require.Error(t, out.Report.Err())
 	require.NotNil(t, out.Table)
