@@ -82,11 +82,13 @@ type Stream interface {
 	// after Close.
 	Record() Event
 	// Wait makes every task queued on this stream after the call wait
-	// until e has fired. A wait that is already satisfied when the stream
-	// reaches it costs one atomic load. Waiting on an event of the same
-	// stream is a no-op. e must come from a stream of the same device: an
-	// event of another device (or a nil one) returns an error and queues
-	// nothing. After Close it returns ErrClosed.
+	// until e has fired, without blocking the calling goroutine. A wait
+	// on an event of the same device is enqueued on the device (on the
+	// CPU device, a wait already satisfied when the stream reaches it
+	// costs one atomic load; one on the same stream is a no-op). An event
+	// of another device, or a host event, is bridged: the stream waits
+	// until e fires as seen from the host. A nil e returns an error and
+	// queues nothing. After Close it returns ErrClosed.
 	Wait(e Event) error
 	// Synchronize blocks until every task queued before the call has
 	// returned, or ctx is done (returning ctx.Err(); the tasks go on).
@@ -103,6 +105,9 @@ type Stream interface {
 type Event interface {
 	// Done reports whether the event has fired. It never blocks.
 	Done() bool
-	// Wait blocks until the event fires or ctx is done (returning ctx.Err()).
+	// Wait blocks until the event fires or ctx is done (returning
+	// ctx.Err()). Once fired it returns nil, or, for an event of a
+	// CodeDevice, the failures the device reported for the commands the
+	// event covers (*CommandError each, joined).
 	Wait(ctx context.Context) error
 }

@@ -1,0 +1,121 @@
+package gpu
+
+import (
+	"fmt"
+
+	"github.com/streamdag/streamdag/topology"
+)
+
+// Memory is device memory: an opaque allocation of Bytes bytes on one
+// device, made by CodeDevice.Alloc. It is not addressable from Go; bytes
+// move in and out through a CodeStream's copies. Release frees it once
+// the commands already enqueued on it have finished; it is idempotent,
+// and a released Memory given to a command is an error (ErrClosed).
+// Methods are safe for concurrent use.
+type Memory interface {
+	// Device is the device the memory lives on.
+	Device() topology.DeviceID
+	// Bytes is the allocation's size in bytes.
+	Bytes() int64
+	// Release frees the memory (see the type's doc).
+	Release() error
+}
+
+// Program is device code built for one device (CodeDevice.Program): the
+// entry points a KernelLaunch names come from it. It is released with
+// its device.
+type Program interface {
+	// Name is the name the program was built under, for errors.
+	Name() string
+}
+
+// KernelArg is one argument of a device entry point: device memory (a
+// __global pointer to Mem's byte Offset) or, when Mem is nil, the scalar
+// Scalar, one of int32, uint32, int64, uint64, float32 or float64. A
+// device that cannot point at Offset (OpenCL needs sub-buffer origins
+// aligned to the device's base address alignment) returns an error
+// naming the argument.
+type KernelArg struct {
+	Mem    Memory
+	Offset int64
+	Scalar any
+}
+
+// KernelLaunch is one launch of device code: entry point Entry of
+// Program over Global work items per dimension (1 to 3 dimensions), in
+// work-groups of Local (nil: the device chooses), with Args bound in
+// order. Label names the launch in errors the device reports after the
+// fact (an executor puts the kernel's name there).
+type KernelLaunch struct {
+	Program Program
+	Entry   string
+	Global  []int
+	Local   []int
+	Args    []KernelArg
+	Label   string
+}
+
+// CodeDevice is a device that runs device code on memory of its own (an
+// OpenCL device): besides host tasks, its streams are CodeStreams.
+// Methods are safe for concurrent use.
+type CodeDevice interface {
+	Device
+	// Code is the kind of device code the device runs ("opencl").
+	Code() string
+	// Alloc makes bytes (> 0) of device memory. The allocation counts
+	// against the device's memory; errors name the device and the size.
+	Alloc(bytes int64) (Memory, error)
+	// Program builds source (compiler options may be empty) for the
+	// device, or returns the program already built from the same source
+	// and options. It blocks while the compiler runs. A compile error
+	// carries the compiler's log and name.
+	Program(name, source, options string) (Program, error)
+}
+
+// CodeStream is a stream of a CodeDevice. Every method enqueues and
+// returns without waiting for the device: commands run in enqueue order,
+// after the waits enqueued before them (Stream.Wait), and host tasks
+// (Stream.Launch) run in the same order. A failure the device reports
+// after the fact comes from the Wait of an Event recorded after the
+// command, as a *CommandError naming the device, the stream and the
+// command's label.
+type CodeStream interface {
+	Stream
+	// LaunchKernel enqueues k. Errors: a bad shape or argument, a
+	// program of another device, ErrClosed.
+	LaunchKernel(k *KernelLaunch) error
+	// CopyIn enqueues a copy of src into dst at off (host to device).
+	// src must stay unchanged until an event recorded after the call
+	// has fired.
+	CopyIn(dst Memory, off int64, src []byte) error
+	// CopyOut enqueues a copy of len(dst) bytes of src at off into dst
+	// (device to host); dst holds them once an event recorded after
+	// the call has fired.
+	CopyOut(dst []byte, src Memory, off int64) error
+	// Copy enqueues a copy of n bytes from src at srcOff to dst at
+	// dstOff; both on this stream's device.
+	Copy(dst Memory, dstOff int64, src Memory, srcOff, n int64) error
+	// Fill enqueues writing pattern (1, 2, 4, …, 128 bytes) over
+	// [off, off+n) of dst; off and n are multiples of its length.
+	Fill(dst Memory, off, n int64, pattern []byte) error
+}
+
+// CommandError is a command that a device reported failed after it was
+// enqueued: the device, the stream, the command's sequence number on the
+// stream (from 1), its label ("launch filter", "copy in") and the
+// device's error.
+type CommandError struct {
+	Device topology.DeviceID
+	Stream int
+	Seq    uint64
+	Label  string
+	Err    error
+}
+
+// Error returns "gpu: opencl0 stream 1 command 7 (launch filter) failed: …".
+func (e *CommandError) Error() string {
+	return fmt.Sprintf("gpu: %s stream %d command %d (%s) failed: %v", e.Device, e.Stream, e.Seq, e.Label, e.Err)
+}
+
+// Unwrap returns the device's error.
+func (e *CommandError) Unwrap() error { return e.Err }
