@@ -541,6 +541,48 @@ func TestDeviceWaitCarriesFailures(t *testing.T) {
 	}
 	assert.NoError(t, recordWait(t, s0), "reported once")
 	assert.NoError(t, recordWait(t, s1), "reported once")
+
+	// A fired event whose marker the stream has already released (a later
+	// Record sweeps it) still passes its failures on.
+	require.NoError(t, s0.Wait(failingEvent{root}))
+	e0 = s0.Record()
+	require.Error(t, e0.Wait(t.Context()))
+	require.NoError(t, recordWait(t, s0))
+	require.NoError(t, s1.Wait(e0))
+	var ce *gpu.CommandError
+	require.ErrorAs(t, recordWait(t, s1), &ce)
+	assert.Same(t, root, ce)
+	require.NoError(t, s1.Wait(s0.Record()), "a clean event")
+	assert.NoError(t, recordWait(t, s1))
+}
+
+// TestDeviceWaitBridgesOtherDevice: a stream of one OpenCL device waits
+// on an event of another; the data moves through host memory.
+func TestDeviceWaitBridgesOtherDevice(t *testing.T) {
+	a, b := newDevice(t, 1), newDevice(t, 1)
+	pa, pb := devProgram(t, a), devProgram(t, b)
+	const n = 1024
+	bufA, in, out := alloc(t, a, 4*n), alloc(t, b, 4*n), alloc(t, b, 4*n)
+	sa, sb := codeStream(a, 0), codeStream(b, 0)
+	const seed = 5
+	rng := rand.New(rand.NewPCG(seed, seed))
+	host, got := make([]int32, n), make([]int32, n)
+	for round := range 5 {
+		v := rng.Int32N(1 << 20)
+		require.NoError(t, sa.LaunchKernel(&gpu.KernelLaunch{Program: pa, Entry: "produce", Global: []int{n},
+			Args: []gpu.KernelArg{mem(bufA), scalar(v), scalar(int64(20000))}}))
+		require.NoError(t, sa.CopyOut(bytesOf(host), bufA, 0))
+		require.NoError(t, sb.Wait(sa.Record()))
+		require.NoError(t, sb.CopyIn(in, 0, bytesOf(host)))
+		require.NoError(t, sb.LaunchKernel(&gpu.KernelLaunch{Program: pb, Entry: "consume", Global: []int{n}, Args: []gpu.KernelArg{mem(in), mem(out)}}))
+		require.NoError(t, sb.CopyOut(bytesOf(got), out, 0))
+		eb := sb.Record()
+		require.NoError(t, sa.Wait(eb)) // the next round's copy out must not overwrite host before the copy in
+		require.NoError(t, eb.Wait(t.Context()))
+		for i, g := range got {
+			require.Equal(t, 2*v+1, g, "seed %d round %d element %d", seed, round, i)
+		}
+	}
 }
 
 func init() {
