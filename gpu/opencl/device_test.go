@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	osexec "os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"syscall"
@@ -311,6 +312,14 @@ func TestDeviceHostTaskPanic(t *testing.T) {
 	require.NoError(t, s.Launch(gpu.TaskFunc(func() { ran++ })))
 	require.NoError(t, s.Synchronize(t.Context()))
 	assert.Equal(t, 3, ran)
+	require.NoError(t, s.LaunchBatch([]gpu.Task{
+		gpu.TaskFunc(func() { runtime.Goexit() }),
+		gpu.TaskFunc(func() { ran++ }),
+	}))
+	require.NoError(t, s.Launch(gpu.TaskFunc(func() { ran++ })))
+	require.ErrorAs(t, s.Synchronize(t.Context()), &pe)
+	assert.True(t, pe.Goexit)
+	assert.Equal(t, 5, ran, "the tasks after the Goexit ran")
 	assert.ErrorContains(t, s.Launch(nil), "nil task")
 	assert.ErrorContains(t, s.LaunchBatch([]gpu.Task{gpu.TaskFunc(func() {}), nil}), "nil task at index 1 of 2")
 }
@@ -938,5 +947,47 @@ func TestDeviceRandomProgramsMatchOracle(t *testing.T) {
 				require.Equal(t, oracle[b], got[b], "seed %d buffer %d", seed, b)
 			}
 		})
+	}
+}
+
+// TestDeviceConcurrentUse: goroutines launch, record and wait on shared
+// streams at once; each adds to its own buffer, and every sum is right.
+func TestDeviceConcurrentUse(t *testing.T) {
+	d := newDevice(t, 2)
+	p, err := d.Program("random", randomKernels, "")
+	require.NoError(t, err)
+	const workers, n, rounds = 4, 32, 50
+	bufs := make([]gpu.Memory, workers)
+	for w := range bufs {
+		bufs[w] = alloc(t, d, 4*n)
+		require.NoError(t, codeStream(d, 0).Fill(bufs[w], 0, 4*n, []byte{0, 0, 0, 0}))
+	}
+	start := d.Stream(0).Record()
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			s := codeStream(d, w%2)
+			err := s.Wait(start)
+			for r := 0; r < rounds && err == nil; r++ {
+				err = s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "addk", Global: []int{n},
+					Args: []gpu.KernelArg{mem(bufs[w]), scalar(int32(w + 1))}})
+				if err == nil && r%10 == 0 {
+					err = s.Record().Wait(context.Background())
+				}
+			}
+			if err == nil {
+				got := make([]int32, n)
+				if err = s.CopyOut(bytesOf(got), bufs[w], 0); err == nil {
+					err = s.Record().Wait(context.Background())
+				}
+				if err == nil && got[n-1] != int32(rounds*(w+1)) {
+					err = fmt.Errorf("worker %d: sum %d, want %d", w, got[n-1], rounds*(w+1))
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range workers {
+		require.NoError(t, <-errs)
 	}
 }
