@@ -563,6 +563,15 @@ func TestDeviceWaitCarriesFailures(t *testing.T) {
 	assert.Same(t, root, ce)
 	require.NoError(t, s1.Wait(s0.Record()), "a clean event")
 	assert.NoError(t, recordWait(t, s1))
+
+	// Neither Synchronize nor a host task takes the failures from the
+	// next event.
+	require.NoError(t, s0.Wait(failingEvent{root}))
+	require.NoError(t, s0.Synchronize(t.Context()))
+	require.NoError(t, s0.Launch(gpu.TaskFunc(func() {})))
+	require.NoError(t, s0.Synchronize(t.Context()))
+	require.ErrorAs(t, recordWait(t, s0), &ce)
+	assert.Same(t, root, ce)
 }
 
 // TestDeviceWaitBridgesOtherDevice: a stream of one OpenCL device waits
