@@ -32,9 +32,10 @@ import (
 // it satisfies, as a store and load of a sync/atomic value do.
 type Counter struct {
 	n atomic.Uint64
-	// notNeed is the complement of the smallest target of a parked waiter:
-	// 0 (the zero value) when none is parked, as if the target were
-	// MaxUint64, so Publish tests it with one comparison.
+	// notNeed is the complement of the smallest target of a parked
+	// waiter: 0 (the zero value) when none is parked, as if the target
+	// were MaxUint64 (which only Publish(MaxUint64) reaches, and which
+	// then looks for waiters), so Publish tests it with one comparison.
 	notNeed atomic.Uint64
 
 	mu sync.Mutex
@@ -69,8 +70,8 @@ func (c *Counter) Load() uint64 { return c.n.Load() }
 func (c *Counter) Publish(n uint64) {
 	c.n.Store(n)
 	// The order (store n, then load notNeed) pairs with park's (store
-	// notNeed, then load n): with sequentially consistent atomics one side sees
-	// the other, so no wake-up is lost.
+	// notNeed, then load n): with sequentially consistent atomics one
+	// side sees the other, so no wake-up is lost.
 	if n >= ^c.notNeed.Load() {
 		c.wake(n)
 	}
