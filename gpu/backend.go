@@ -49,6 +49,24 @@ type BackendConfig struct {
 	// the Devices of gpu/nvml's Inventory). Entries that are not GPUs (the
 	// CPU device) are skipped; a GPU ID given twice is a config error.
 	Devices []topology.Device
+	// Drivers names the registered drivers whose devices the backend
+	// leases besides Devices, each an Enumerator (gpu/opencl's "opencl"):
+	// their devices (of LeaseTypes) follow Devices in the slot order,
+	// driver by driver in the order given, each in its driver's order.
+	// A found device that is one of Devices' GPUs (the same UUID or PCI
+	// bus ID: NVIDIA's OpenCL driver lists the GPUs NVML does) gets no
+	// slot of its own: it is how Backend.Acquire runs that GPU. nil means
+	// every registered Enumerator, in Drivers order; an empty non-nil
+	// slice, none. A kind that is not registered, or whose driver is no
+	// Enumerator, is a config error. A driver whose Enumerate fails adds
+	// nothing and says why in Notes.
+	Drivers []string
+	// LeaseTypes are the types (Found.Type) of the found devices that get
+	// a slot. nil means {"gpu"}: GPUs of any vendor. Name "cpu" to lease a
+	// CPU OpenCL device (PoCL) too. An unknown type is a config error.
+	// Found devices that match a GPU of Devices are used for it whatever
+	// their type.
+	LeaseTypes []string
 	// Streams is the number of streams each GPU's startup record must
 	// show; 0 means 1; negative is a config error.
 	Streams int
@@ -118,8 +136,14 @@ type DeviceStartupRecord struct {
 	Name        string `json:"name"`
 	MemoryBytes int64  `json:"memory_bytes"`
 	Streams     int    `json:"streams"`
-	// Runtime names what drives the device: "none" (the default: no CUDA
-	// device layer yet, nothing runs on the GPU), or what a hook set.
+	// Vendor is the device's vendor as its driver names it; "" when
+	// unknown.
+	Vendor string `json:"vendor,omitempty"`
+	// Runtime names what Backend.Acquire runs the device with, by
+	// default: the driver kind that opens it ("opencl"; for a GPU of
+	// Devices reached through a found device, "opencl opencl1"), or
+	// "none" when no registered driver can run it (an NVIDIA GPU with no
+	// CUDA device and no OpenCL driver listing it); or what a hook set.
 	Runtime string `json:"runtime"`
 }
 
@@ -254,7 +278,15 @@ var phaseNames = [...]string{"open", "service", "journal", "gpu_permits", "obser
 // when phase gpu_permits releases it (or never, on a failed close).
 type resources struct {
 	pool    *Pool
-	devices []topology.Device // GPUs, slot order
+	devices []topology.Device // leasable devices, slot order
+}
+
+// route is how Acquire opens a leased device: the driver that found it
+// and what it found.
+type route struct {
+	kind  string
+	drv   Enumerator
+	found Found
 }
 
 // Backend is the process-owned GPU backend (seed: GpuBackendCore). At most
@@ -278,6 +310,8 @@ type Backend struct {
 	id      BackendIdentity
 	cfg     BackendConfig
 	records []DeviceStartupRecord
+	routes  map[topology.DeviceID]route // immutable after NewBackend
+	notes   []string                    // immutable after NewBackend
 
 	procConfig map[string]string // guarded by mu; see SetProcessConfig
 
@@ -339,10 +373,15 @@ func NewBackend(cfg BackendConfig) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	found, err := discover(&cfg, profiles)
+	if err != nil {
+		return nil, err
+	}
+	profiles = append(profiles, found.profiles...)
 	if !claimOwner() {
 		return nil, ErrBackendAlreadyLive
 	}
-	b := &Backend{cfg: cfg, changed: make(chan struct{}), wake: make(chan struct{}, 1),
+	b := &Backend{cfg: cfg, changed: make(chan struct{}), wake: make(chan struct{}, 1), routes: found.routes, notes: found.notes,
 		drained: map[topology.DeviceID]bool{}, released: map[topology.DeviceID]bool{}, delivering: map[uint64]int{}}
 	b.id.ID = backendSeq.Add(1)
 	b.id.Devices = []string{}
@@ -412,8 +451,8 @@ func validate(cfg *BackendConfig) ([]DeviceProfile, error) {
 func (b *Backend) install(p DeviceProfile) (rec DeviceStartupRecord, err error) {
 	if b.cfg.Hooks.Install == nil {
 		d := p.Device
-		return DeviceStartupRecord{Device: d.ID.String(), UUID: d.UUID, Name: d.Name, MemoryBytes: d.MemoryBytes,
-			Streams: p.Streams, Runtime: "none"}, nil
+		return DeviceStartupRecord{Device: d.ID.String(), UUID: d.UUID, Name: d.Name, Vendor: d.Vendor, MemoryBytes: d.MemoryBytes,
+			Streams: p.Streams, Runtime: b.runtimeOf(d.ID)}, nil
 	}
 	defer func() {
 		if r := recover(); r != nil {

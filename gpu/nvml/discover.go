@@ -677,11 +677,12 @@ func readGPU(i int, h gonvml.Device, numaErr error, note func(string, ...any)) (
 // ERROR_INVALID_ARGUMENT, as go-nvml's mock servers answer) or either call
 // answers ERROR_GPU_IS_LOST. Anything else is no proof of loss and gives
 // nil: a GPU without a UUID, NVML failing to start (no other NVML call is
-// then made), another error, a panic in the library. Safe for concurrent
-// use.
+// then made), another error, a panic in the library. A device that is not
+// an NVML GPU (an OpenCL device the backend leases, whatever its UUID) is
+// not NVML's to judge: nil, with no NVML call. Safe for concurrent use.
 func HealthCheck(lib gonvml.Interface) gpu.HealthCheck {
 	return func(d topology.Device) error {
-		if d.UUID == "" {
+		if d.ID.Kind != topology.KindGPU || d.UUID == "" {
 			return nil
 		}
 		l := lib
