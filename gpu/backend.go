@@ -80,8 +80,8 @@ type BackendConfig struct {
 	// CleanupSlice; negative is a config error.
 	RollbackWait time.Duration
 	// Hooks install and release the per-device resources. Nil hooks do
-	// nothing: streamdag has no CUDA device layer yet, so the default
-	// startup record says so (Runtime "none").
+	// nothing, and the default startup record names the driver Acquire
+	// opens the device with, or Runtime "none" when there is none.
 	Hooks BackendHooks
 	// HealthCheck, when set, re-checks each GPU before a claim hands it
 	// out (see WithHealthCheck): a GPU found gone is never leased again.
@@ -289,7 +289,8 @@ type route struct {
 	found Found
 }
 
-// Backend is the process-owned GPU backend (seed: GpuBackendCore). At most
+// Backend is the process-owned device backend (seed: GpuBackendCore):
+// the lease pool over the NVML GPUs and the devices the drivers list. At most
 // one is live per process (an owner lease, claimed by NewBackend and freed
 // only at GPU-resource quiescence). A *Backend is the public handle: Go has
 // no drop, so there is no "last handle" close — call Close or
@@ -357,12 +358,15 @@ type counters struct {
 
 const maxReports = 64
 
-// NewBackend validates cfg, claims the process's owner lease, installs
-// every GPU's resources (BackendHooks.Install, in slot order, on the
-// caller's goroutine), checks each startup record against its profile, and
-// publishes the backend. It starts no goroutine.
+// NewBackend validates cfg, asks the drivers of cfg.Drivers for their
+// devices (Enumerator.Enumerate: nothing is opened), claims the process's
+// owner lease, installs every leasable device's resources
+// (BackendHooks.Install, in slot order, on the caller's goroutine), checks
+// each startup record against its profile, and publishes the backend. It
+// starts no goroutine.
 //
-// Errors: a config error (nothing claimed); ErrBackendAlreadyLive while
+// Errors: a config error, including an unknown or non-enumerating driver
+// in cfg.Drivers (nothing claimed); ErrBackendAlreadyLive while
 // another backend is live, draining or failed closed; a *ConstructionError
 // when an install fails or a record does not match, after rolling back
 // what was installed (see RollbackCleanup: the close coordinator takes the
@@ -518,18 +522,18 @@ func (b *Backend) Identity() BackendIdentity {
 	return id
 }
 
-// StartupRecords returns one record per GPU, in slot order, as checked by
-// NewBackend. It works at any time.
+// StartupRecords returns one record per leasable device (GPU or OpenCL
+// device), in slot order, as checked by NewBackend. It works at any time.
 func (b *Backend) StartupRecords() []DeviceStartupRecord {
 	return append([]DeviceStartupRecord{}, b.records...)
 }
 
-// NumGPUs returns the number of GPUs the backend owns (0 on a CPU-only
-// host). It works at any time.
+// NumGPUs returns the number of devices the backend leases: its GPUs and
+// OpenCL devices (0 on a host with none). It works at any time.
 func (b *Backend) NumGPUs() int { return len(b.records) }
 
-// Devices returns the GPUs of the backend's resource generation, in slot
-// order (a service read). After Close it returns ErrBackendClosing. The
+// Devices returns the leasable devices of the backend's resource
+// generation (GPUs and OpenCL devices), in slot order (a service read). After Close it returns ErrBackendClosing. The
 // CPUAffinity slices are shared: do not modify them.
 func (b *Backend) Devices() ([]topology.Device, error) {
 	b.mu.Lock()
@@ -542,13 +546,14 @@ func (b *Backend) Devices() ([]topology.Device, error) {
 	return append([]topology.Device{}, b.res.devices...), nil
 }
 
-// Claim admits one unit of GPU work: it waits FIFO for a lease on a free
-// GPU of the backend's pool (see Pool.Claim) and holds a GPU permit until
-// the lease is released, so close waits for it.
+// Claim admits one unit of device work: it waits FIFO for a lease on a
+// free device (GPU or OpenCL device) of the backend's pool (see
+// Pool.Claim) and holds a GPU permit until the lease is released, so
+// close waits for it. It opens nothing (Acquire does).
 //
 // Errors: ErrBackendClosing when close has been signalled before or while
 // waiting (a claim parked at close is woken and refused); ErrNoGPU at once
-// when the backend has no GPU (fall back to the CPU device), and wrapping
+// when the backend has no device to lease (fall back to the CPU device), and wrapping
 // each *LostError once BackendConfig.HealthCheck has found every GPU
 // gone; ctx.Err(),
 // at once when ctx is already done (no lease is taken, nothing is
