@@ -90,7 +90,10 @@ func (b *Backend) Acquire(ctx context.Context, cfg Config) (*Acquired, error) {
 			break
 		}
 		a.Device, a.Lease, a.close = dev, lease, dev.Close
-		a.Why = fmt.Sprintf("%s (%s, %s) leased", d.ID, d.Name, d.Vendor)
+		a.Why = fmt.Sprintf("%s (%s) leased", d.ID, d.Name)
+		if d.Vendor != "" {
+			a.Why = fmt.Sprintf("%s (%s, %s) leased", d.ID, d.Name, d.Vendor)
+		}
 		if dev.ID() != d.ID {
 			a.Why += fmt.Sprintf(", run through %s as %s", r.kind, dev.ID())
 		}

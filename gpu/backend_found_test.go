@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -270,4 +271,47 @@ func TestBackendAcquireFIFO(t *testing.T) {
 		assert.Zero(t, b.CloseSnapshot().ActiveGPUPermits)
 		assert.Equal(t, uint64(3), b.MetricsSnapshot().Admissions)
 	})
+}
+
+// TestBackendAcquireCloseWaitsForRelease: a run that holds an acquired
+// device holds its GPU permit, so CloseAndWait times out until the run
+// releases it (closing the device), and no new Acquire is admitted
+// meanwhile.
+func TestBackendAcquireCloseWaitsForRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		setEnum(t, nil, foundGPU(0, "only", "", ""))
+		b, err := gpu.NewBackend(gpu.BackendConfig{Drivers: []string{"test-enum"}})
+		require.NoError(t, err)
+		a, err := b.Acquire(t.Context(), gpu.Config{})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		s, err := b.CloseAndWait(ctx)
+		require.ErrorIs(t, err, gpu.ErrBackendCloseTimeout)
+		assert.Equal(t, int64(1), s.ActiveGPUPermits)
+		assert.Equal(t, "gpu_permits", s.Phase)
+		_, err = b.Acquire(t.Context(), gpu.Config{})
+		assert.ErrorIs(t, err, gpu.ErrBackendClosing)
+		dev := a.Device.(*fakeDevice)
+		a.Release()
+		assert.Equal(t, int32(1), dev.closes.Load())
+		s = closed(t, b)
+		assert.Equal(t, 1, s.CleanupLateSuccessCount, "the phase the deadline caught completed later")
+	})
+}
+
+// A driver that fails to open the leased device: the lease goes back and
+// the run goes to the CPU device (here: no CPU driver in this binary).
+func TestBackendAcquireOpenFails(t *testing.T) {
+	setEnum(t, nil, foundGPU(0, "only", "", ""))
+	enum.mu.Lock()
+	enum.openErr = errors.New("device busy")
+	enum.mu.Unlock()
+	b, err := gpu.NewBackend(gpu.BackendConfig{Drivers: []string{"test-enum"}})
+	require.NoError(t, err)
+	defer closed(t, b)
+	_, err = b.Acquire(t.Context(), gpu.Config{})
+	require.ErrorContains(t, err, `gpu: no driver "cpu" registered`)
+	assert.Zero(t, b.CloseSnapshot().ActiveGPUPermits, "the lease went back")
+	assert.Equal(t, uint64(1), b.MetricsSnapshot().Admissions)
 }

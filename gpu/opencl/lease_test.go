@@ -95,6 +95,7 @@ func TestBackendAcquireOpenCL(t *testing.T) {
 
 	a, err := b.Acquire(t.Context(), gpu.Config{Streams: 2})
 	require.NoError(t, err)
+	t.Cleanup(a.Release) // before the backend's close waits for it
 	require.NotNil(t, a.Lease)
 	assert.Equal(t, topology.OpenCL(0), a.Lease.Device().ID)
 	assert.Equal(t, topology.OpenCL(0), a.Device.ID())
@@ -135,6 +136,7 @@ func TestBackendAcquireOpenCLFIFO(t *testing.T) {
 	for range n {
 		a, err := b.Acquire(t.Context(), gpu.Config{Streams: 1})
 		require.NoError(t, err)
+		t.Cleanup(a.Release) // before the backend's close waits for it
 		require.NotNil(t, a.Lease)
 		held = append(held, a)
 	}
@@ -159,11 +161,22 @@ func TestBackendAcquireOpenCLFIFO(t *testing.T) {
 	first.Release()
 	r := <-got
 	require.NoError(t, r.err)
-	defer r.a.Release()
+	t.Cleanup(r.a.Release)
 	assert.Equal(t, first.Lease.Device().ID, r.a.Lease.Device().ID, "the freed device goes to the parked claimer")
 	assert.Equal(t, []int32{-2, -4}, scale(t, r.a.Device, []int32{1, 2}, -2))
 	assert.Equal(t, uint64(n+1), b.MetricsSnapshot().Admissions)
-	for _, a := range held[1:] {
-		a.Release()
-	}
+}
+
+// An OpenCL lease the driver cannot open (more streams than a device
+// has) goes back, and the run goes to the CPU device, saying why.
+func TestBackendAcquireOpenCLOpenFails(t *testing.T) {
+	b := leaseBackend(t)
+	a, err := b.Acquire(t.Context(), gpu.Config{Streams: opencl.MaxStreams + 1})
+	require.NoError(t, err)
+	defer a.Release()
+	assert.Equal(t, topology.CPU, a.Device.ID())
+	assert.Nil(t, a.Lease)
+	assert.Contains(t, a.Why, "opencl0 ("+device(t).Info().Name+") leased, but driver opencl could not open it: ")
+	assert.Contains(t, a.Why, "65 streams: want 1 to 64: running on the CPU device")
+	assert.Zero(t, b.CloseSnapshot().ActiveGPUPermits, "the lease went back")
 }
