@@ -59,7 +59,8 @@ type BackendConfig struct {
 	// every registered Enumerator, in Drivers order; an empty non-nil
 	// slice, none. A kind that is not registered, or whose driver is no
 	// Enumerator, is a config error. A driver whose Enumerate fails adds
-	// nothing and says why in Notes.
+	// nothing, and a found device whose ID another slot has is left out;
+	// Notes say so.
 	Drivers []string
 	// LeaseTypes are the types (Found.Type) of the found devices that get
 	// a slot. nil means {"gpu"}: GPUs of any vendor. Name "cpu" to lease a

@@ -23,7 +23,9 @@ type discovered struct {
 
 // discover asks cfg's drivers for their devices (cfg is validated; gpus
 // are the profiles of cfg.Devices). Config errors: an unknown driver, or
-// one that is no Enumerator; a driver's own errors become notes.
+// one that is no Enumerator, an unknown lease type. What a driver gets
+// wrong (an error, a device whose ID another device has, a negative
+// index or memory) leaves its devices out and becomes a note.
 func discover(cfg *BackendConfig, gpus []DeviceProfile) (discovered, error) {
 	out := discovered{routes: map[topology.DeviceID]route{}}
 	kinds := cfg.Drivers
@@ -75,11 +77,13 @@ func discover(cfg *BackendConfig, gpus []DeviceProfile) (discovered, error) {
 				continue
 			}
 			if by, dup := seen[d.ID]; dup {
-				return out, fmt.Errorf("gpu: BackendConfig.Drivers: %s lists %v, which %s has already", kind, d.ID, by)
+				out.notes = append(out.notes, fmt.Sprintf("%s: %s (%s) not leased: %s has a device with that ID", kind, d.ID, d.Name, by))
+				continue
 			}
 			seen[d.ID] = "driver " + kind
 			if d.ID.Index < 0 || d.MemoryBytes < 0 {
-				return out, fmt.Errorf("gpu: BackendConfig.Drivers: %s lists %v with a negative index or memory", kind, d.ID)
+				out.notes = append(out.notes, fmt.Sprintf("%s: %s (%s) not leased: negative index or memory", kind, d.ID, d.Name))
+				continue
 			}
 			d.CPUAffinity = append([]int(nil), d.CPUAffinity...)
 			out.profiles = append(out.profiles, DeviceProfile{Device: d, Streams: cfg.Streams})
