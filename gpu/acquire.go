@@ -4,40 +4,57 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 )
 
 // Acquired is the device a run executes on, from Backend.Acquire.
 type Acquired struct {
-	// Device runs the launches.
+	// Device runs the launches: the leased device opened by its driver
+	// (an OpenCL device is a CodeDevice), or the CPU device.
 	Device Device
-	// Lease is the GPU lease the run holds, or nil when it runs on the
-	// CPU device.
+	// Lease is the lease the run holds while it uses Device, or nil when
+	// it runs on the CPU device.
 	Lease *Lease
-	// Why says, when Device is the CPU device, why no GPU is used.
+	// Why says what the run runs on: the leased device and how it is
+	// driven, or, on the CPU device, why no leased device is used.
 	Why string
 
-	set Set // what Device came from; closed by Release
+	once  sync.Once
+	close func() error // closes Device
 }
 
-// Release closes the device and releases the lease. It is idempotent.
+// Release closes the device (waiting for the work queued on it) and then
+// releases the lease, so the next claimer gets a device no run still
+// uses. It is idempotent and safe for concurrent use. It must not be
+// called from a task of the device.
 func (a *Acquired) Release() {
-	if a.set != nil {
-		_ = a.set.Close()
-		a.set, a.Device = nil, nil
-	}
-	a.Lease.Release()
+	a.once.Do(func() {
+		if a.close != nil {
+			_ = a.close()
+		}
+		a.Lease.Release()
+	})
 }
 
 // Acquire gives a run its device through the backend, the same way on
-// every host: it claims a GPU lease (FIFO, waiting while every GPU is
-// leased), and runs on that GPU. streamdag has no CUDA stream runtime
-// yet, so a claimed lease is released at once and the run goes to the
-// CPU device, saying so in Why; on a CPU-only host Claim answers ErrNoGPU
-// at once (and, once every GPU is lost, with the reasons, which Why gives)
-// and the run goes to the CPU device too. The CPU device is opened with
-// Open(ctx, "cpu", cfg), so the driver of package gpu/cpu must be
-// registered (import it). Errors: ErrBackendClosing, ctx.Err(), or the
-// CPU driver's (an unregistered driver, a bad cfg.Streams).
+// every host. It claims a lease (Claim: FIFO, waiting while every device
+// of the pool is leased) and opens the leased device with the driver
+// that found it (an Enumerator of BackendConfig.Drivers), with cfg: an
+// OpenCL device, or an NVML GPU that an OpenCL driver lists too (the
+// same UUID or PCI bus ID). The Acquired holds the lease until Release.
+//
+// The run goes to the CPU device, with Why saying so and why, and no
+// lease held, when: the backend has no device (Claim's ErrNoGPU, at
+// once; with the reasons once every device is lost); the leased device
+// is an NVML GPU no registered driver runs (no CUDA device yet, no
+// OpenCL driver listing it); or its driver fails to open it (the error
+// is in Why). The CPU device is opened with Open(ctx, "cpu", cfg), so the
+// driver of package gpu/cpu must be registered (import it) for those
+// cases.
+//
+// Errors: ErrBackendClosing, ctx.Err() (no lease is held after either),
+// or the CPU driver's (an unregistered driver, a bad cfg.Streams).
 func (b *Backend) Acquire(ctx context.Context, cfg Config) (*Acquired, error) {
 	a := &Acquired{}
 	lease, err := b.Claim(ctx)
@@ -50,16 +67,57 @@ func (b *Backend) Acquire(ctx context.Context, cfg Config) (*Acquired, error) {
 			src = "devices not discovered (NewBackend)"
 		}
 		a.Why = "no GPU: " + src
+		if len(b.notes) > 0 {
+			a.Why += "; " + strings.Join(b.notes, "; ")
+		}
 	case err != nil:
 		return nil, err
 	default:
-		a.Why = fmt.Sprintf("%s leased, but GPU execution is not implemented yet (no CUDA stream runtime): running on the CPU device", lease.Device().ID)
-		lease.Release()
+		d := lease.Device()
+		r, ok := b.routes[d.ID]
+		if !ok {
+			a.Why = fmt.Sprintf("%s (%s) leased, but no registered driver runs it (no CUDA device yet; no OpenCL driver lists a GPU with its UUID or PCI bus ID): running on the CPU device", d.ID, d.Name)
+			lease.Release()
+			break
+		}
+		dev, err := callOpenDevice(ctx, r, cfg)
+		if err != nil {
+			lease.Release()
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			a.Why = fmt.Sprintf("%s (%s) leased, but driver %s could not open it: %v: running on the CPU device", d.ID, d.Name, r.kind, err)
+			break
+		}
+		a.Device, a.Lease, a.close = dev, lease, dev.Close
+		a.Why = fmt.Sprintf("%s (%s) leased", d.ID, d.Name)
+		if d.Vendor != "" {
+			a.Why = fmt.Sprintf("%s (%s, %s) leased", d.ID, d.Name, d.Vendor)
+		}
+		if dev.ID() != d.ID {
+			a.Why += fmt.Sprintf(", run through %s as %s", r.kind, dev.ID())
+		}
+		return a, nil
 	}
 	set, err := Open(ctx, "cpu", cfg)
 	if err != nil {
 		return nil, err
 	}
-	a.set, a.Device = set, set.Devices()[0]
+	a.Device, a.close = set.Devices()[0], set.Close
 	return a, nil
+}
+
+// callOpenDevice opens r's device, turning a panic of the driver into an
+// error.
+func callOpenDevice(ctx context.Context, r route, cfg Config) (d Device, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			d, err = nil, fmt.Errorf("open device: panic: %v", p)
+		}
+	}()
+	d, err = r.drv.OpenDevice(ctx, r.found, cfg)
+	if err == nil && d == nil {
+		err = errors.New("open device: the driver returned no device")
+	}
+	return d, err
 }

@@ -49,6 +49,25 @@ type BackendConfig struct {
 	// the Devices of gpu/nvml's Inventory). Entries that are not GPUs (the
 	// CPU device) are skipped; a GPU ID given twice is a config error.
 	Devices []topology.Device
+	// Drivers names the registered drivers whose devices the backend
+	// leases besides Devices, each an Enumerator (gpu/opencl's "opencl"):
+	// their devices (of LeaseTypes) follow Devices in the slot order,
+	// driver by driver in the order given, each in its driver's order.
+	// A found device that is one of Devices' GPUs (the same UUID or PCI
+	// bus ID: NVIDIA's OpenCL driver lists the GPUs NVML does) gets no
+	// slot of its own: it is how Backend.Acquire runs that GPU. nil means
+	// every registered Enumerator, in Drivers order; an empty non-nil
+	// slice, none. A kind that is not registered, or whose driver is no
+	// Enumerator, is a config error. A driver whose Enumerate fails adds
+	// nothing, and a found device whose ID another slot has is left out;
+	// Notes say so.
+	Drivers []string
+	// LeaseTypes are the types (Found.Type) of the found devices that get
+	// a slot. nil means {"gpu"}: GPUs of any vendor. Name "cpu" to lease a
+	// CPU OpenCL device (PoCL) too. An unknown type is a config error.
+	// Found devices that match a GPU of Devices are used for it whatever
+	// their type.
+	LeaseTypes []string
 	// Streams is the number of streams each GPU's startup record must
 	// show; 0 means 1; negative is a config error.
 	Streams int
@@ -62,8 +81,8 @@ type BackendConfig struct {
 	// CleanupSlice; negative is a config error.
 	RollbackWait time.Duration
 	// Hooks install and release the per-device resources. Nil hooks do
-	// nothing: streamdag has no CUDA device layer yet, so the default
-	// startup record says so (Runtime "none").
+	// nothing, and the default startup record names the driver Acquire
+	// opens the device with, or Runtime "none" when there is none.
 	Hooks BackendHooks
 	// HealthCheck, when set, re-checks each GPU before a claim hands it
 	// out (see WithHealthCheck): a GPU found gone is never leased again.
@@ -118,8 +137,14 @@ type DeviceStartupRecord struct {
 	Name        string `json:"name"`
 	MemoryBytes int64  `json:"memory_bytes"`
 	Streams     int    `json:"streams"`
-	// Runtime names what drives the device: "none" (the default: no CUDA
-	// device layer yet, nothing runs on the GPU), or what a hook set.
+	// Vendor is the device's vendor as its driver names it; "" when
+	// unknown.
+	Vendor string `json:"vendor,omitempty"`
+	// Runtime names what Backend.Acquire runs the device with, by
+	// default: the driver kind that opens it ("opencl"; for a GPU of
+	// Devices reached through a found device, "opencl opencl1"), or
+	// "none" when no registered driver can run it (an NVIDIA GPU with no
+	// CUDA device and no OpenCL driver listing it); or what a hook set.
 	Runtime string `json:"runtime"`
 }
 
@@ -254,10 +279,19 @@ var phaseNames = [...]string{"open", "service", "journal", "gpu_permits", "obser
 // when phase gpu_permits releases it (or never, on a failed close).
 type resources struct {
 	pool    *Pool
-	devices []topology.Device // GPUs, slot order
+	devices []topology.Device // leasable devices, slot order
 }
 
-// Backend is the process-owned GPU backend (seed: GpuBackendCore). At most
+// route is how Acquire opens a leased device: the driver that found it
+// and what it found.
+type route struct {
+	kind  string
+	drv   Enumerator
+	found Found
+}
+
+// Backend is the process-owned device backend (seed: GpuBackendCore):
+// the lease pool over the NVML GPUs and the devices the drivers list. At most
 // one is live per process (an owner lease, claimed by NewBackend and freed
 // only at GPU-resource quiescence). A *Backend is the public handle: Go has
 // no drop, so there is no "last handle" close — call Close or
@@ -278,6 +312,8 @@ type Backend struct {
 	id      BackendIdentity
 	cfg     BackendConfig
 	records []DeviceStartupRecord
+	routes  map[topology.DeviceID]route // immutable after NewBackend
+	notes   []string                    // immutable after NewBackend
 
 	procConfig map[string]string // guarded by mu; see SetProcessConfig
 
@@ -323,12 +359,15 @@ type counters struct {
 
 const maxReports = 64
 
-// NewBackend validates cfg, claims the process's owner lease, installs
-// every GPU's resources (BackendHooks.Install, in slot order, on the
-// caller's goroutine), checks each startup record against its profile, and
-// publishes the backend. It starts no goroutine.
+// NewBackend validates cfg, asks the drivers of cfg.Drivers for their
+// devices (Enumerator.Enumerate: nothing is opened), claims the process's
+// owner lease, installs every leasable device's resources
+// (BackendHooks.Install, in slot order, on the caller's goroutine), checks
+// each startup record against its profile, and publishes the backend. It
+// starts no goroutine.
 //
-// Errors: a config error (nothing claimed); ErrBackendAlreadyLive while
+// Errors: a config error, including an unknown or non-enumerating driver
+// in cfg.Drivers (nothing claimed); ErrBackendAlreadyLive while
 // another backend is live, draining or failed closed; a *ConstructionError
 // when an install fails or a record does not match, after rolling back
 // what was installed (see RollbackCleanup: the close coordinator takes the
@@ -339,10 +378,15 @@ func NewBackend(cfg BackendConfig) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	found, err := discover(&cfg, profiles)
+	if err != nil {
+		return nil, err
+	}
+	profiles = append(profiles, found.profiles...)
 	if !claimOwner() {
 		return nil, ErrBackendAlreadyLive
 	}
-	b := &Backend{cfg: cfg, changed: make(chan struct{}), wake: make(chan struct{}, 1),
+	b := &Backend{cfg: cfg, changed: make(chan struct{}), wake: make(chan struct{}, 1), routes: found.routes, notes: found.notes,
 		drained: map[topology.DeviceID]bool{}, released: map[topology.DeviceID]bool{}, delivering: map[uint64]int{}}
 	b.id.ID = backendSeq.Add(1)
 	b.id.Devices = []string{}
@@ -412,8 +456,8 @@ func validate(cfg *BackendConfig) ([]DeviceProfile, error) {
 func (b *Backend) install(p DeviceProfile) (rec DeviceStartupRecord, err error) {
 	if b.cfg.Hooks.Install == nil {
 		d := p.Device
-		return DeviceStartupRecord{Device: d.ID.String(), UUID: d.UUID, Name: d.Name, MemoryBytes: d.MemoryBytes,
-			Streams: p.Streams, Runtime: "none"}, nil
+		return DeviceStartupRecord{Device: d.ID.String(), UUID: d.UUID, Name: d.Name, Vendor: d.Vendor, MemoryBytes: d.MemoryBytes,
+			Streams: p.Streams, Runtime: b.runtimeOf(d.ID)}, nil
 	}
 	defer func() {
 		if r := recover(); r != nil {
@@ -479,18 +523,18 @@ func (b *Backend) Identity() BackendIdentity {
 	return id
 }
 
-// StartupRecords returns one record per GPU, in slot order, as checked by
-// NewBackend. It works at any time.
+// StartupRecords returns one record per leasable device (GPU or OpenCL
+// device), in slot order, as checked by NewBackend. It works at any time.
 func (b *Backend) StartupRecords() []DeviceStartupRecord {
 	return append([]DeviceStartupRecord{}, b.records...)
 }
 
-// NumGPUs returns the number of GPUs the backend owns (0 on a CPU-only
-// host). It works at any time.
+// NumGPUs returns the number of devices the backend leases: its GPUs and
+// OpenCL devices (0 on a host with none). It works at any time.
 func (b *Backend) NumGPUs() int { return len(b.records) }
 
-// Devices returns the GPUs of the backend's resource generation, in slot
-// order (a service read). After Close it returns ErrBackendClosing. The
+// Devices returns the leasable devices of the backend's resource
+// generation (GPUs and OpenCL devices), in slot order (a service read). After Close it returns ErrBackendClosing. The
 // CPUAffinity slices are shared: do not modify them.
 func (b *Backend) Devices() ([]topology.Device, error) {
 	b.mu.Lock()
@@ -503,13 +547,14 @@ func (b *Backend) Devices() ([]topology.Device, error) {
 	return append([]topology.Device{}, b.res.devices...), nil
 }
 
-// Claim admits one unit of GPU work: it waits FIFO for a lease on a free
-// GPU of the backend's pool (see Pool.Claim) and holds a GPU permit until
-// the lease is released, so close waits for it.
+// Claim admits one unit of device work: it waits FIFO for a lease on a
+// free device (GPU or OpenCL device) of the backend's pool (see
+// Pool.Claim) and holds a GPU permit until the lease is released, so
+// close waits for it. It opens nothing (Acquire does).
 //
 // Errors: ErrBackendClosing when close has been signalled before or while
 // waiting (a claim parked at close is woken and refused); ErrNoGPU at once
-// when the backend has no GPU (fall back to the CPU device), and wrapping
+// when the backend has no device to lease (fall back to the CPU device), and wrapping
 // each *LostError once BackendConfig.HealthCheck has found every GPU
 // gone; ctx.Err(),
 // at once when ctx is already done (no lease is taken, nothing is

@@ -2,7 +2,9 @@
 // executor drives on every kind of device ([Device], [Stream], [Event],
 // [Task]), the driver registry by kind ([Register], [Open], [Drivers]),
 // the process-owned [Backend] with its lease [Pool], and the multi-GPU
-// [Coordinator]. Nothing here needs cgo or loads a vendor library.
+// [Coordinator]. Nothing here needs cgo or loads a vendor library: the
+// driver packages do, and the backend reaches them only through the
+// registry.
 //
 // # Drivers
 //
@@ -20,6 +22,10 @@
 //	defer set.Close()
 //	dev := set.Devices()[0]
 //
+// A driver that can list its devices without opening them (gpu/opencl,
+// kind "opencl") implements [Enumerator] too ([Enumerate] asks it by
+// kind): what it lists, a backend can lease.
+//
 // The GPU inventory through NVML (which needs cgo) is package gpu/nvml,
 // the only package that imports go-nvml; a program that needs only the
 // CPU device or simulated GPUs builds dag, exec, gpu, gpu/cpu and gpu/sim
@@ -27,24 +33,36 @@
 //
 // # Backend and Pool (for executors)
 //
-// An executor gets its GPUs with gpu/nvml's Open (Discover, then
-// [NewBackend] over the GPUs found):
+// An executor gets its devices with gpu/nvml's Open (Discover, then
+// [NewBackend] over the GPUs found and the devices the registered
+// drivers list):
 //
 //	b, inv, err := nvml.Open(ctx, nvml.OpenConfig{}) // inv: what Discover found, with its Notes
 //	if err != nil { … }                          // ErrBackendAlreadyLive, config errors
 //	defer b.CloseAndWait(ctx)
 //	a, err := b.BeginAttempt(gpu.AttemptRequest{Name: "flights"})
-//	lease, err := b.Claim(ctx)                   // FIFO; ErrNoGPU at once on a CPU-only host
-//	if errors.Is(err, gpu.ErrNoGPU) { /* run on the CPU device */ }
-//	…; lease.Release(); a.Finish(runErr)
+//	acq, err := b.Acquire(ctx, gpu.Config{Streams: 4}) // FIFO; the leased device, opened
+//	defer acq.Release()                          // closes it, then frees the lease
+//	… run on acq.Device; acq.Why says what it is …
+//	a.Finish(runErr)
 //	m := b.MetricsSnapshot()                     // JSON-marshalable, monotonic Generation
 //
-// On a CPU-only host the same code path runs: the backend owns zero GPUs
-// and Claim returns [ErrNoGPU] at once. streamdag has no CUDA device layer
-// yet: a lease is exclusive use of a GPU's slot, and nothing here runs
-// work on a GPU or pretends to. [Backend.Acquire] gives a run its device
-// the same way on every host (the CPU device, through the registry, with
-// the reason no GPU is used).
+// Leases follow the devices: the pool has one slot per NVML GPU
+// ([BackendConfig].Devices) and per device that a driver implementing
+// [Enumerator] lists ([BackendConfig].Drivers: gpu/opencl's "opencl", a
+// GPU of any vendor; a CPU OpenCL device such as PoCL when
+// [BackendConfig].LeaseTypes names "cpu"), each with its vendor and
+// identity (UUID, PCI bus ID, name, memory; [Backend.StartupRecords],
+// [Backend.MetricsSnapshot]). A listed device that is one of the NVML
+// GPUs (the same UUID or PCI bus ID, as NVIDIA's OpenCL driver lists
+// them) is that GPU's way to run, not a slot of its own.
+// [Backend.Acquire] opens the leased device with the driver that found
+// it; an NVML GPU that no registered driver runs (streamdag has no CUDA
+// device yet, and no OpenCL driver lists it) is never used as if it ran:
+// Acquire gives its lease back and runs on the CPU device, saying why, as
+// it does on a host with no device to lease ([Backend.Claim] answers
+// [ErrNoGPU] at once). [Backend.Claim] alone takes a lease without opening
+// anything.
 //
 // The [Backend] follows the seed GpuBackendCore: one live backend per
 // process (an owner lease); a lifecycle gate that Close wins exactly once

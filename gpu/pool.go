@@ -68,8 +68,9 @@ func WithHealthCheck(check HealthCheck) PoolOption {
 	return func(c *poolConfig) { c.check = check }
 }
 
-// Pool hands out exclusive leases on GPUs: one slot per GPU, at most one
-// lease per slot. It follows the seed GpuPool (shared/seeds/GpuPool.txt,
+// Pool hands out exclusive leases on devices (GPUs and OpenCL devices;
+// "GPU" below means either): one slot per device, at most one lease per
+// slot. It follows the seed GpuPool (shared/seeds/GpuPool.txt,
 // NOTES.md section 2): a FIFO counting semaphore with one permit per slot
 // (golang.org/x/sync/semaphore.Weighted, whose waiters are served in
 // arrival order and whose TryAcquire fails while any waiter is queued),
@@ -101,12 +102,13 @@ type poolSlot struct {
 	lost atomic.Pointer[LostError] // set once, when the slot is retired
 }
 
-// NewPool returns a pool with one slot per GPU of devices, in the order
-// given (slot i is the i-th GPU). Entries that are not GPUs (the CPU
-// device, as gpu/nvml's Inventory.Devices holds first) are skipped, so
-// passing an inventory's Devices as is works. Device indices are kept as they are, so
-// they may be sparse (gpu0, gpu2, gpu5). A nil or GPU-less devices gives
-// an empty pool. The devices are copied. O(len(devices)).
+// NewPool returns a pool with one slot per leasable device of devices (a
+// GPU, an OpenCL device), in the order given (slot i is the i-th such
+// device). The CPU device (which gpu/nvml's Inventory.Devices holds
+// first) is skipped, so passing an inventory's Devices as is works.
+// Device indices are kept as they are, so they may be sparse (gpu0, gpu2,
+// gpu5). A nil devices, or one with only the CPU device, gives an empty
+// pool. The devices are copied. O(len(devices)).
 //
 // Errors: a GPU ID given twice ("gpu: NewPool: gpu2 given twice (entries
 // 1 and 2)", entries counted from 0 in devices); no pool is returned.
@@ -120,7 +122,7 @@ func NewPool(devices []topology.Device, opts ...PoolOption) (*Pool, error) {
 	p := &Pool{check: cfg.check}
 	seen := map[topology.DeviceID]int{}
 	for i, d := range devices {
-		if d.ID.Kind != topology.KindGPU {
+		if d.ID.Kind == topology.KindCPU {
 			continue
 		}
 		if j, ok := seen[d.ID]; ok {
@@ -329,12 +331,17 @@ func (e *allLostError) Unwrap() []error {
 type LeaseEntry struct {
 	// Slot is the slot's position in the pool, 0 <= Slot < Capacity.
 	Slot int `json:"slot"`
-	// Device is the GPU's ID, e.g. "gpu5" (indices may be sparse).
+	// Device is the device's ID, e.g. "gpu5" (indices may be sparse) or
+	// "opencl0".
 	Device string `json:"device"`
-	// Index is the GPU's inventory (NVML) index.
+	// Index is the device's index: a GPU's inventory (NVML) index, an
+	// OpenCL device's index among its driver's devices.
 	Index int `json:"index"`
-	// Name is the GPU's name, e.g. "NVIDIA H100 80GB HBM3".
+	// Name is the device's name, e.g. "NVIDIA H100 80GB HBM3".
 	Name string `json:"name"`
+	// Vendor is the device's vendor as its driver names it; "" when
+	// unknown.
+	Vendor string `json:"vendor,omitempty"`
 	// Leased is true while a lease holds the slot.
 	Leased bool `json:"leased"`
 	// Lost says why the slot's GPU is retired (the *LostError's text);
@@ -351,7 +358,7 @@ func (p *Pool) SnapshotLeases() []LeaseEntry {
 	out := make([]LeaseEntry, len(p.slots))
 	for i := range p.slots {
 		s := &p.slots[i]
-		out[i] = LeaseEntry{Slot: i, Device: s.dev.ID.String(), Index: s.dev.ID.Index, Name: s.dev.Name}
+		out[i] = LeaseEntry{Slot: i, Device: s.dev.ID.String(), Index: s.dev.ID.Index, Name: s.dev.Name, Vendor: s.dev.Vendor}
 		if le := s.lost.Load(); le != nil {
 			out[i].Lost = le.Error()
 		} else {
@@ -361,7 +368,7 @@ func (p *Pool) SnapshotLeases() []LeaseEntry {
 	return out
 }
 
-// Lease is the exclusive use of one GPU of a Pool until Release. A Lease is
+// Lease is the exclusive use of one device of a Pool until Release. A Lease is
 // safe for concurrent use.
 type Lease struct {
 	pool     *Pool
@@ -372,7 +379,7 @@ type Lease struct {
 	after func()
 }
 
-// Device returns the leased GPU's facts (also after Release). The
+// Device returns the leased device's facts (also after Release). The
 // CPUAffinity slice is shared: do not modify it.
 func (l *Lease) Device() topology.Device { return l.pool.slots[l.slot].dev }
 

@@ -95,6 +95,20 @@ func TestPoolSparseIndicesAndSlotOrder(t *testing.T) {
 	}
 }
 
+// TestPoolLeasesOpenCLDevices: OpenCL devices get slots beside GPUs, in
+// the order given, with their vendor; only the CPU device is skipped.
+func TestPoolLeasesOpenCLDevices(t *testing.T) {
+	devs := append(gpus(1), topology.Device{ID: topology.OpenCL(0), Name: "cl GPU", Vendor: "Some Vendor", NUMANode: -1})
+	p := newPool(t, devs)
+	require.Equal(t, 2, p.Capacity())
+	assert.Equal(t, []gpu.LeaseEntry{
+		{Slot: 0, Device: "gpu1", Index: 1, Name: "test GPU"},
+		{Slot: 1, Device: "opencl0", Index: 0, Name: "cl GPU", Vendor: "Some Vendor"},
+	}, p.SnapshotLeases())
+	_, err := gpu.NewPool(append(devs, devs[2]))
+	assert.EqualError(t, err, "gpu: NewPool: opencl0 given twice (entries 2 and 3)")
+}
+
 // TestPoolReleaseIdempotentConcurrent: many goroutines release one lease;
 // exactly one wins and exactly one permit returns.
 func TestPoolReleaseIdempotentConcurrent(t *testing.T) {

@@ -86,3 +86,80 @@ func Open(ctx context.Context, kind string, cfg Config) (Set, error) {
 	}
 	return d.Open(ctx, cfg)
 }
+
+// Found is one device an Enumerator lists: its facts, its type and a key
+// that finds it again.
+type Found struct {
+	// Device holds the facts: ID (the driver's ID for it, e.g. opencl1),
+	// Name, Vendor, MemoryBytes, Cores, and UUID and PCIBusID when the
+	// driver can read them ("" otherwise). A backend matches a found
+	// device to an NVML GPU by UUID or PCI bus ID.
+	Device topology.Device
+	// Type is what the device is: "gpu", "cpu", "accelerator" or
+	// "custom" (an OpenCL device type; the types BackendConfig.LeaseTypes
+	// names).
+	Type string
+	// Key identifies the device across Enumerate calls of the same
+	// process: its UUID when it has one, else what the driver knows it
+	// by (platform, name and position among devices of that name).
+	Key string
+}
+
+// Enumerator is a Driver that can list its devices without opening them
+// and open one of them. A backend (NewBackend) leases the devices its
+// drivers' Enumerate lists and Backend.Acquire opens a leased one with
+// OpenDevice. Safe for concurrent use.
+type Enumerator interface {
+	Driver
+	// Enumerate lists the kind's usable devices in the driver's order,
+	// starting nothing (no context, queue or goroutine). Errors say why
+	// there is none (no library, no platform); a nil error with no device
+	// is valid.
+	Enumerate(ctx context.Context) ([]Found, error)
+	// OpenDevice opens the device f (from Enumerate: found again by
+	// f.Key) with cfg.Streams streams (0: the driver's default), with the
+	// ID f.Device.ID. The caller owns the device and must Close it.
+	// Errors: the device is no longer listed, a bad stream count, the
+	// driver's own.
+	OpenDevice(ctx context.Context, f Found, cfg Config) (Device, error)
+}
+
+// enumerator returns the driver registered under kind as an Enumerator.
+// Errors (without the package prefix: the caller adds its context): no
+// driver of that kind, or one that does not implement Enumerator.
+func enumerator(kind string) (Enumerator, error) {
+	driversMu.RLock()
+	d, ok := drivers[kind]
+	driversMu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("no driver %q registered (registered: %v; import its package, e.g. gpu/%s)", kind, Drivers(), kind)
+	}
+	e, ok := d.(Enumerator)
+	if !ok {
+		return nil, fmt.Errorf("driver %q lists no devices to lease (it does not implement gpu.Enumerator)", kind)
+	}
+	return e, nil
+}
+
+// enumeratorKinds returns the kinds of the registered Enumerators, sorted.
+func enumeratorKinds() []string {
+	var out []string
+	for _, k := range Drivers() {
+		if _, err := enumerator(k); err == nil {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// Enumerate lists the devices of the driver registered under kind
+// (Enumerator.Enumerate), opening none. Errors: no driver of that kind,
+// one that is no Enumerator, or the driver's own (no library, no
+// platform). Safe for concurrent use.
+func Enumerate(ctx context.Context, kind string) ([]Found, error) {
+	e, err := enumerator(kind)
+	if err != nil {
+		return nil, fmt.Errorf("gpu: enumerate: %w", err)
+	}
+	return e.Enumerate(ctx)
+}

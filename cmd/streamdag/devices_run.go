@@ -18,11 +18,14 @@ import (
 // --streams is not given.
 const defaultSimStreams = 2
 
-// runDevices gives a run its devices. With no --topology, the device comes
-// from the GPU backend (gpu.Backend.Acquire: a GPU lease, or the CPU device
-// with the reason). With --topology, the run gets one simulated GPU per GPU
-// of that machine (sim.New), with the machine's topology for placement.
-// release frees what it took; why says what the run runs on.
+// runDevices gives a run its devices. With no --topology, they come from
+// the backend (gpu.Backend.Acquire): the CPU device with the reason no
+// device is leased, or the CPU device (for the kernels with host code
+// only) plus the leased device opened by its driver (an OpenCL GPU, an
+// NVIDIA GPU through its OpenCL driver). With --topology, the run gets one
+// simulated GPU per GPU of that machine (sim.New), with the machine's
+// topology for placement. release frees what it took; why says what the
+// run runs on.
 func runDevices(ctx context.Context, backend *gpu.Backend, topoSpec string, streams int) (
 	devs []gpu.Device, topo *topology.Topology, why string, release func(), err error) {
 	if topoSpec == "" {
@@ -30,7 +33,19 @@ func runDevices(ctx context.Context, backend *gpu.Backend, topoSpec string, stre
 		if err != nil {
 			return nil, nil, "", nil, err
 		}
-		return []gpu.Device{acq.Device}, nil, acq.Device.ID().String() + ": " + acq.Why, acq.Release, nil
+		if acq.Lease == nil {
+			return []gpu.Device{acq.Device}, nil, acq.Device.ID().String() + ": " + acq.Why, acq.Release, nil
+		}
+		set, err := gpu.Open(ctx, "cpu", gpu.Config{Streams: streams})
+		if err != nil {
+			acq.Release()
+			return nil, nil, "", nil, err
+		}
+		release := func() {
+			_ = set.Close()
+			acq.Release()
+		}
+		return []gpu.Device{set.Devices()[0], acq.Device}, nil, "cpu and " + acq.Why, release, nil
 	}
 	m, err := loadMachine(topoSpec)
 	if err != nil {

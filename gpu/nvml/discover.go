@@ -602,12 +602,16 @@ func countIn(a, b []string) int {
 	return n
 }
 
+// Vendor is the Vendor of every GPU Discover lists: NVML knows only
+// NVIDIA's GPUs, and this is how NVIDIA's drivers name their vendor.
+const Vendor = "NVIDIA Corporation"
+
 // readGPU reads the facts of GPU i. numaErr is non-nil when
 // nvmlDeviceGetNumaNodeId must not be called. lost is non-nil when a
 // query answered ERROR_GPU_IS_LOST ("memory: ERROR_GPU_IS_LOST"); the
 // queries that did not are then not noted.
 func readGPU(i int, h gonvml.Device, numaErr error, note func(string, ...any)) (d topology.Device, lost error) {
-	d = topology.Device{ID: topology.GPU(i), NUMANode: -1}
+	d = topology.Device{ID: topology.GPU(i), Vendor: Vendor, NUMANode: -1}
 	var notes []string
 	fail := func(what string, err any) {
 		if e, ok := err.(error); ok && errors.Is(e, gonvml.ERROR_GPU_IS_LOST) && lost == nil {
@@ -677,11 +681,12 @@ func readGPU(i int, h gonvml.Device, numaErr error, note func(string, ...any)) (
 // ERROR_INVALID_ARGUMENT, as go-nvml's mock servers answer) or either call
 // answers ERROR_GPU_IS_LOST. Anything else is no proof of loss and gives
 // nil: a GPU without a UUID, NVML failing to start (no other NVML call is
-// then made), another error, a panic in the library. Safe for concurrent
-// use.
+// then made), another error, a panic in the library. A device that is not
+// an NVML GPU (an OpenCL device the backend leases, whatever its UUID) is
+// not NVML's to judge: nil, with no NVML call. Safe for concurrent use.
 func HealthCheck(lib gonvml.Interface) gpu.HealthCheck {
 	return func(d topology.Device) error {
-		if d.UUID == "" {
+		if d.ID.Kind != topology.KindGPU || d.UUID == "" {
 			return nil
 		}
 		l := lib

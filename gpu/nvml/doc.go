@@ -1,7 +1,8 @@
 // Package nvml is streamdag's GPU inventory through NVML (layer 1, under
 // package gpu): [Discover] lists the CPU device and the GPUs NVML reports,
 // [HealthCheck] re-checks a GPU by UUID before the lease pool hands it
-// out, and [Open] builds a gpu.Backend over the GPUs found. It is the only
+// out, and [Open] builds a gpu.Backend over the GPUs found (and the
+// devices the registered drivers list). It is the only
 // package of the module that imports go-nvml (github.com/NVIDIA/go-nvml,
 // which needs cgo; imported here as gonvml), with its subpackage
 // gpu/nvml/nvmlmock, which completes go-nvml's mock servers from real

@@ -23,12 +23,16 @@ type OpenConfig struct {
 	Backend gpu.BackendConfig
 }
 
-// Open is what an executor calls to get its GPUs: it runs Discover (never
-// failing: on a CPU-only host, or without the NVIDIA library, the
+// Open is what an executor calls to get its devices: it runs Discover
+// (never failing: on a CPU-only host, or without the NVIDIA library, the
 // inventory is the CPU device alone and says why) and then gpu.NewBackend
-// over the discovered GPUs. On a CPU-only host the backend owns zero GPUs:
-// NumGPUs is 0 and Claim returns gpu.ErrNoGPU at once, so the caller runs
-// on the CPU device with no special case. The inventory returned is what
+// over the discovered GPUs and, as cfg.Backend.Drivers says (nil: every
+// registered gpu.Enumerator, such as gpu/opencl's when that package is
+// imported), the devices the drivers list. A GPU an OpenCL driver lists
+// too (the same UUID or PCI bus ID) is run through it by Acquire. On a
+// host with no device to lease the backend owns none: NumGPUs is 0 and
+// Claim returns gpu.ErrNoGPU at once, so the caller runs on the CPU
+// device with no special case. The inventory returned is what
 // Discover found, including its Notes; it is returned with the error too.
 //
 // Errors are gpu.NewBackend's (gpu.ErrBackendAlreadyLive while another

@@ -18,8 +18,10 @@ import (
 )
 
 // Acquire takes the same path on every host: on a CPU-only host it runs on
-// the CPU device and says why; with GPUs it takes (and, lacking a CUDA
-// runtime, returns) a lease and says so. Nothing pretends to run on a GPU.
+// the CPU device and says why; with NVML GPUs that no registered driver
+// runs (no CUDA device yet, and no OpenCL driver in this binary) it takes
+// a lease, gives it back and says so, and the startup records say
+// "none". Nothing pretends to run on a GPU.
 func TestAcquire(t *testing.T) {
 	t.Run("cpu-only", func(t *testing.T) {
 		b, _, err := nvml.Open(t.Context(), nvml.OpenConfig{})
@@ -43,11 +45,18 @@ func TestAcquire(t *testing.T) {
 		require.NoError(t, err)
 		defer a.Release()
 		assert.Equal(t, topology.CPU, a.Device.ID())
-		assert.Contains(t, a.Why, "gpu0 leased, but GPU execution is not implemented yet")
+		assert.Nil(t, a.Lease)
+		assert.Equal(t, "gpu0 (Mock NVIDIA A100-SXM4-40GB) leased, but no registered driver runs it "+
+			"(no CUDA device yet; no OpenCL driver lists a GPU with its UUID or PCI bus ID): running on the CPU device", a.Why)
 		m := b.MetricsSnapshot()
 		assert.Equal(t, uint64(1), m.Admissions)
+		assert.Zero(t, m.Close.ActiveGPUPermits, "the permit went back")
 		for _, l := range m.Leases {
 			assert.False(t, l.Leased, "the lease went back")
+		}
+		require.Len(t, m.StartupRecords, 8)
+		for _, r := range m.StartupRecords {
+			assert.Equal(t, "none", r.Runtime, r.Device)
 		}
 	})
 }
@@ -135,7 +144,8 @@ func TestOpenCPUOnly(t *testing.T) {
 	a, err := b.Acquire(context.Background(), gpu.Config{Streams: 1}) // the CPU device is used as always
 	require.NoError(t, err)
 	assert.Equal(t, topology.CPU, a.Device.ID())
-	assert.Equal(t, "no GPU: NVML unavailable (no NVIDIA driver library found, or it failed to start): nvml: Init: ERROR_LIBRARY_NOT_FOUND", a.Why)
+	assert.Equal(t, "no GPU: NVML unavailable (no NVIDIA driver library found, or it failed to start): nvml: Init: ERROR_LIBRARY_NOT_FOUND"+
+		"; test-list: no device", a.Why, "the reason, and what the registered drivers found (route_test.go's lists nothing here)")
 	a.Release()
 	closed(t, b)
 }

@@ -27,6 +27,13 @@
 // completes. A failure that leaves the device unusable matches
 // ErrDeviceLost and gpu.ErrGPULost. NewDevice's doc has the contract.
 //
+// The driver is a gpu.Enumerator too: its Enumerate lists the available
+// devices (type, vendor, memory, and the UUID and PCI bus ID where the
+// device reports them) without opening any, so a gpu.Backend leases them
+// (a GPU of any vendor; a CPU device such as PoCL when asked for) and
+// opens a leased one with OpenDevice; an NVIDIA GPU NVML lists is matched
+// to its OpenCL device by UUID or PCI bus ID.
+//
 // # Objects
 //
 // Platforms and Devices list what the ICD loader finds. Open makes a
