@@ -3,6 +3,7 @@ package kvio
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 
 	"runtime"
@@ -35,6 +36,7 @@ type pqColumn struct {
 	field  int            // index in pqarrow's schema manifest
 	leaves map[int]bool   // its Parquet leaf columns; read-only once built
 	dict   arrow.DataType // the dictionary type it is read as (see Dictionary); nil: as the file says
+	direct directKind     // how the direct decoder reads it; directNone: through pqarrow
 }
 
 var _ Source = (*parquetSource)(nil)
@@ -110,6 +112,7 @@ func OpenParquet(ctx context.Context, f *File, opts ...LoadOption) (Source, erro
 		for _, leaf := range appendLeaves(nil, &fr.Manifest.Fields[c]) {
 			s.fields[j].leaves[leaf] = true
 		}
+		s.fields[j].direct = directKindOf(s.meta, s.fields[j], fields[j].Type)
 	}
 	s.schema = arrow.NewSchema(fields, fr.Manifest.SchemaMeta)
 	s.rows = make([]int64, s.meta.NumRowGroups())
@@ -269,6 +272,17 @@ func (s *parquetSource) readRun(ctx context.Context, fr *pqarrow.FileReader, mem
 			if ctx.Err() != nil {
 				return context.Cause(ctx)
 			}
+			if k := s.fields[j].direct; k != directNone {
+				a, err := s.readDirect(ctx, fr.ParquetReader(), mem, j, rg, k)
+				if errors.Is(err, errFallback) {
+					a, err = s.readOne(ctx, fr, mem, j, rg)
+				}
+				if err != nil {
+					return err
+				}
+				put(rg, a)
+				continue
+			}
 			if cr == nil { // only now: a run may end before its first row group
 				rgs := make([]int, hi-lo)
 				for k := range rgs {
@@ -298,6 +312,26 @@ func (s *parquetSource) readRun(ctx context.Context, fr *pqarrow.FileReader, mem
 		return nil
 	})
 	return rg, err
+}
+
+// readOne reads output column j of row group rg alone through pqarrow.
+func (s *parquetSource) readOne(ctx context.Context, fr *pqarrow.FileReader, mem memory.Allocator, j, rg int) (arrow.Array, error) {
+	cr, err := fr.GetFieldReader(ctx, s.fields[j].field, s.fields[j].leaves, []int{rg})
+	if err != nil {
+		return nil, err
+	}
+	if cr == nil {
+		return nil, fmt.Errorf("column %q has no leaf to read", s.schema.Field(j).Name)
+	}
+	defer cr.Release()
+	ch, err := cr.NextBatch(s.rows[rg])
+	if err != nil {
+		if ch != nil {
+			ch.Release()
+		}
+		return nil, err
+	}
+	return oneArray(ch, s.rows[rg], mem)
 }
 
 // oneArray returns the chunks of ch, which holds one column of one row

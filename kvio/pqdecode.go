@@ -1,0 +1,593 @@
+package kvio
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/bitutil"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/metadata"
+)
+
+// The direct decoder: a column chunk of a flat column (one leaf that
+// repeats nothing, at most one definition level) of a fixed-width number
+// type, or of strings read as a dictionary (see Dictionary), is decoded
+// page by page from arrow-go's page reader (which reads the chunk and
+// decompresses its pages) straight into the Arrow buffers of the result:
+// definition levels into the validity bitmap, plain values copied,
+// dictionary indices unpacked and looked up (or, for a dictionary column,
+// kept as the array's int32 indices). Nothing is allocated per row, and a
+// chunk without nulls has no validity bitmap. Every other column, or a
+// chunk whose metadata lists an encoding this decoder does not know, goes
+// through pqarrow; so does a chunk whose pages turn out to use one
+// (errFallback), read again from the start. Bad bytes (a level or an index
+// out of range, a run or a page that holds fewer values than it claims,
+// more values than the row group's rows) are errors naming the column and
+// page, never a panic.
+
+// directKind says how the direct decoder reads an output column, if at
+// all.
+type directKind uint8
+
+const (
+	directNone     directKind = iota // through pqarrow
+	directInt32                      // INT32 as int32
+	directInt64                      // INT64 as int64
+	directFloat32                    // FLOAT as float32
+	directFloat64                    // DOUBLE as float64
+	directDictUTF8                   // BYTE_ARRAY as dictionary<values=utf8, indices=int32>
+)
+
+// width returns the bytes of one value in the Arrow array (the index for a
+// dictionary column).
+func (k directKind) width() int {
+	switch k {
+	case directInt64, directFloat64:
+		return 8
+	}
+	return 4
+}
+
+// errFallback means a chunk uses what the direct decoder does not read;
+// the caller reads it through pqarrow instead.
+var errFallback = errors.New("kvio: chunk needs pqarrow")
+
+// directKindOf returns how output column c, of Arrow type typ, can be read
+// directly from the file described by meta.
+func directKindOf(meta *metadata.FileMetaData, c pqColumn, typ arrow.DataType) directKind {
+	if len(c.leaves) != 1 {
+		return directNone
+	}
+	var leaf int
+	for l := range c.leaves {
+		leaf = l
+	}
+	descr := meta.Schema.Column(leaf)
+	if descr.MaxRepetitionLevel() != 0 || descr.MaxDefinitionLevel() > 1 {
+		return directNone
+	}
+	// A leaf at definition level 1 must be the top-level field itself,
+	// not a required leaf of an optional group.
+	if descr.MaxDefinitionLevel() == 1 && descr.SchemaNode().RepetitionType() != parquet.Repetitions.Optional {
+		return directNone
+	}
+	switch pt, id := descr.PhysicalType(), typ.ID(); {
+	case c.dict != nil:
+		if pt == parquet.Types.ByteArray {
+			return directDictUTF8
+		}
+	case pt == parquet.Types.Int32 && id == arrow.INT32:
+		return directInt32
+	case pt == parquet.Types.Int64 && id == arrow.INT64:
+		return directInt64
+	case pt == parquet.Types.Float && id == arrow.FLOAT32:
+		return directFloat32
+	case pt == parquet.Types.Double && id == arrow.FLOAT64:
+		return directFloat64
+	}
+	return directNone
+}
+
+// directChunk reports whether the chunk of leaf column leaf in row group
+// rg lists only encodings the direct decoder reads.
+func directChunk(meta *metadata.FileMetaData, rg, leaf int) bool {
+	col, err := meta.RowGroup(rg).ColumnChunk(leaf)
+	if err != nil {
+		return false
+	}
+	for _, e := range col.Encodings() {
+		switch e {
+		case parquet.Encodings.Plain, parquet.Encodings.PlainDict, parquet.Encodings.RLEDict, parquet.Encodings.RLE:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// scratch holds the buffers one decode reuses from page to page and
+// chunk to chunk; kept in scratchPool between reads.
+type scratch struct {
+	levels []uint32 // definition levels of a page
+	idx    []uint32 // dictionary indices or values of a page, before spacing
+	dict   []uint64 // a numeric dictionary, as raw little-endian bits
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// grow returns b resized to n elements, reallocating only to grow.
+func grow[T any](b []T, n int) []T {
+	if cap(b) < n {
+		return make([]T, n)
+	}
+	return b[:n]
+}
+
+// readDirect decodes output column j of row group rg, of kind k, into an
+// array of the row group's rows from mem, reading through pf. It returns
+// errFallback, holding nothing, when the chunk needs pqarrow.
+func (s *parquetSource) readDirect(ctx context.Context, pf *file.Reader, mem memory.Allocator, j, rg int, k directKind) (arrow.Array, error) {
+	var leaf int
+	for l := range s.fields[j].leaves {
+		leaf = l
+	}
+	if !directChunk(s.meta, rg, leaf) {
+		return nil, errFallback
+	}
+	pr, err := pf.RowGroup(rg).GetColumnPageReader(leaf)
+	if err != nil {
+		return nil, err
+	}
+	defer pr.Close()
+	sc := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(sc)
+	d := &chunkDecoder{
+		name: s.schema.Field(j).Name, kind: k, rows: int(s.rows[rg]),
+		optional: s.meta.Schema.Column(leaf).MaxDefinitionLevel() == 1,
+		mem:      mem, sc: sc, dictLen: -1,
+	}
+	defer d.release()
+	d.values = memory.NewResizableBuffer(mem)
+	d.values.Resize(d.rows * k.width())
+	for page := 0; pr.Next(); page++ {
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		if err := d.page(pr.Page()); err != nil {
+			if errors.Is(err, errFallback) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("column %q page %d: %w", d.name, page, err)
+		}
+	}
+	if err := pr.Err(); err != nil {
+		return nil, fmt.Errorf("column %q: %w", d.name, err)
+	}
+	if d.filled != d.rows {
+		return nil, fmt.Errorf("column %q: pages hold %d values for %d rows", d.name, d.filled, d.rows)
+	}
+	return d.array(s.schema.Field(j).Type), nil
+}
+
+// chunkDecoder decodes the pages of one column chunk into its arrays.
+type chunkDecoder struct {
+	name     string
+	kind     directKind
+	rows     int  // the row group's rows: values the chunk must hold
+	optional bool // one definition level
+	mem      memory.Allocator
+	sc       *scratch
+
+	values   *memory.Buffer // rows values of kind.width() bytes
+	valid    *memory.Buffer // validity bitmap; nil while no null was seen
+	nulls    int
+	filled   int         // values decoded so far
+	dictLen  int         // entries of the dictionary page; -1 before it
+	dictUTF8 *array.Data // directDictUTF8: the dictionary page's strings
+}
+
+// release frees what the decoder still holds (after array, nothing).
+func (d *chunkDecoder) release() {
+	for _, b := range []*memory.Buffer{d.values, d.valid} {
+		if b != nil {
+			b.Release()
+		}
+	}
+	if d.dictUTF8 != nil {
+		d.dictUTF8.Release()
+	}
+	d.values, d.valid, d.dictUTF8 = nil, nil, nil
+}
+
+// array returns the decoded chunk as an array of type typ, handing over
+// the decoder's buffers.
+func (d *chunkDecoder) array(typ arrow.DataType) arrow.Array {
+	var data *array.Data
+	bufs := []*memory.Buffer{d.valid, d.values}
+	if d.kind == directDictUTF8 {
+		if d.dictUTF8 == nil { // no value in the chunk at all
+			d.dictUTF8 = array.NewData(arrow.BinaryTypes.String, 0,
+				[]*memory.Buffer{nil, memory.NewBufferBytes(make([]byte, 4)), nil}, nil, 0, 0)
+		}
+		data = array.NewDataWithDictionary(typ, d.rows, bufs, d.nulls, 0, d.dictUTF8)
+	} else {
+		data = array.NewData(typ, d.rows, bufs, nil, d.nulls, 0)
+	}
+	defer data.Release()
+	d.release()
+	return array.MakeFromData(data)
+}
+
+// page decodes one page.
+func (d *chunkDecoder) page(p file.Page) error {
+	switch p := p.(type) {
+	case *file.DictionaryPage:
+		return d.dictionary(p)
+	case *file.DataPageV1:
+		data := p.Data()
+		var levels []byte
+		if d.optional {
+			if p.DefinitionLevelEncoding() != parquet.Encodings.RLE {
+				return errFallback
+			}
+			if len(data) < 4 {
+				return fmt.Errorf("%d bytes, too few for the definition levels' length", len(data))
+			}
+			n := binary.LittleEndian.Uint32(data)
+			if uint64(n) > uint64(len(data)-4) {
+				return fmt.Errorf("definition levels of %d bytes in a page of %d", n, len(data))
+			}
+			levels, data = data[4:4+n], data[4+n:]
+		}
+		return d.data(parquet.Encoding(p.Encoding()), int(p.NumValues()), levels, data)
+	case *file.DataPageV2:
+		data := p.Data()
+		rep, def := int(p.RepetitionLevelByteLen()), int(p.DefinitionLevelByteLen())
+		if rep < 0 || def < 0 || rep+def > len(data) {
+			return fmt.Errorf("levels of %d and %d bytes in a page of %d", rep, def, len(data))
+		}
+		levels := data[rep : rep+def]
+		if !d.optional {
+			levels = nil
+		}
+		return d.data(parquet.Encoding(p.Encoding()), int(p.NumValues()), levels, data[rep+def:])
+	}
+	return nil // index pages and the like carry no values
+}
+
+// dictionary decodes a dictionary page.
+func (d *chunkDecoder) dictionary(p *file.DictionaryPage) error {
+	if d.dictLen >= 0 {
+		return errors.New("a second dictionary page")
+	}
+	if e := parquet.Encoding(p.Encoding()); e != parquet.Encodings.Plain && e != parquet.Encodings.PlainDict {
+		return errFallback
+	}
+	n, data := int(p.NumValues()), p.Data()
+	if n < 0 {
+		return fmt.Errorf("dictionary of %d values", n)
+	}
+	if d.kind == directDictUTF8 {
+		dict, err := plainStrings(d.mem, n, data)
+		if err != nil {
+			return fmt.Errorf("dictionary: %w", err)
+		}
+		d.dictUTF8, d.dictLen = dict, n
+		return nil
+	}
+	w := d.kind.width()
+	if n > len(data)/w {
+		return fmt.Errorf("dictionary of %d values in %d bytes", n, len(data))
+	}
+	d.sc.dict = grow(d.sc.dict, n)
+	for i := range n {
+		if w == 8 {
+			d.sc.dict[i] = binary.LittleEndian.Uint64(data[8*i:])
+		} else {
+			d.sc.dict[i] = uint64(binary.LittleEndian.Uint32(data[4*i:]))
+		}
+	}
+	d.dictLen = n
+	return nil
+}
+
+// plainStrings returns n PLAIN-encoded byte arrays (a 4-byte little-endian
+// length, then the bytes) as a utf8 array from mem. It does not check
+// that the bytes are UTF-8, as pqarrow does not.
+func plainStrings(mem memory.Allocator, n int, data []byte) (*array.Data, error) {
+	if n > len(data)/4 {
+		return nil, fmt.Errorf("%d strings in %d bytes", n, len(data))
+	}
+	offsets := memory.NewResizableBuffer(mem)
+	offsets.Resize(4 * (n + 1))
+	offs := arrow.Int32Traits.CastFromBytes(offsets.Bytes())
+	bytesLen := 0
+	rest := data
+	for i := range n {
+		if len(rest) < 4 {
+			offsets.Release()
+			return nil, fmt.Errorf("string %d of %d: past the end of the page", i, n)
+		}
+		l := binary.LittleEndian.Uint32(rest)
+		if uint64(l) > uint64(len(rest)-4) {
+			offsets.Release()
+			return nil, fmt.Errorf("string %d of %d: %d bytes past the end of the page", i, n, l)
+		}
+		rest = rest[4+l:]
+		offs[i] = int32(bytesLen)
+		bytesLen += int(l)
+	}
+	if bytesLen > math.MaxInt32 {
+		offsets.Release()
+		return nil, fmt.Errorf("%d bytes of strings, more than a utf8 array holds", bytesLen)
+	}
+	offs[n] = int32(bytesLen)
+	values := memory.NewResizableBuffer(mem)
+	values.Resize(bytesLen)
+	vb := values.Bytes()
+	rest = data
+	for i := range n {
+		l := int(binary.LittleEndian.Uint32(rest))
+		copy(vb[offs[i]:], rest[4:4+l])
+		rest = rest[4+l:]
+	}
+	dict := array.NewData(arrow.BinaryTypes.String, n, []*memory.Buffer{nil, offsets, values}, nil, 0, 0)
+	offsets.Release()
+	values.Release()
+	return dict, nil
+}
+
+// data decodes a data page of n values (nulls included) with the given
+// value encoding, definition levels (nil for a required column) and
+// values.
+func (d *chunkDecoder) data(enc parquet.Encoding, n int, levels, values []byte) error {
+	if n < 0 || n > d.rows-d.filled {
+		return fmt.Errorf("%d values, more than the %d rows left of the row group", n, d.rows-d.filled)
+	}
+	dict := enc == parquet.Encodings.RLEDict || enc == parquet.Encodings.PlainDict
+	if !dict && (enc != parquet.Encodings.Plain || d.kind == directDictUTF8) {
+		return errFallback
+	}
+	present := n
+	if levels != nil {
+		var err error
+		if present, err = d.definitions(n, levels); err != nil {
+			return err
+		}
+	}
+	// The page's present values, unspaced, as raw bits in sc.idx (4-byte
+	// kinds) or written straight to the output when the page has no null
+	// (8-byte kinds go through sc.dict lookups or a plain copy).
+	out := d.values.Bytes()[d.filled*d.kind.width() : (d.filled+n)*d.kind.width()]
+	spaced := present != n
+	if dict {
+		if d.dictLen < 0 {
+			return errors.New("dictionary-encoded values before any dictionary page")
+		}
+		if len(values) < 1 {
+			return errors.New("no bit width for the dictionary indices")
+		}
+		bw := int(values[0])
+		if bw > 32 {
+			return fmt.Errorf("dictionary indices of %d bits", bw)
+		}
+		d.sc.idx = grow(d.sc.idx, present)
+		h := hybrid{data: values[1:], bw: bw}
+		if err := h.read(d.sc.idx); err != nil {
+			return fmt.Errorf("dictionary indices: %w", err)
+		}
+		for _, c := range d.sc.idx {
+			if int(c) >= d.dictLen {
+				return fmt.Errorf("dictionary index %d out of range [0, %d)", c, d.dictLen)
+			}
+		}
+		switch d.kind {
+		case directDictUTF8:
+			d.put32(out, d.sc.idx, spaced)
+		case directInt64, directFloat64:
+			o := arrow.Uint64Traits.CastFromBytes(out)
+			dv := d.sc.dict
+			if !spaced {
+				for i, c := range d.sc.idx {
+					o[i] = dv[c]
+				}
+			} else {
+				lv, k := d.sc.levels, 0
+				for i := range o {
+					if lv[i] != 0 {
+						o[i] = dv[d.sc.idx[k]]
+						k++
+					}
+				}
+			}
+		default:
+			for i, c := range d.sc.idx {
+				d.sc.idx[i] = uint32(d.sc.dict[c])
+			}
+			d.put32(out, d.sc.idx, spaced)
+		}
+	} else {
+		w := d.kind.width()
+		if len(values) < present*w {
+			return fmt.Errorf("%d plain values in %d bytes", present, len(values))
+		}
+		if w == 8 {
+			o := arrow.Uint64Traits.CastFromBytes(out)
+			lv, k := d.sc.levels, 0
+			for i := range o {
+				if !spaced || lv[i] != 0 {
+					o[i] = binary.LittleEndian.Uint64(values[8*k:])
+					k++
+				}
+			}
+		} else {
+			d.sc.idx = grow(d.sc.idx, present)
+			for i := range d.sc.idx {
+				d.sc.idx[i] = binary.LittleEndian.Uint32(values[4*i:])
+			}
+			d.put32(out, d.sc.idx, spaced)
+		}
+	}
+	d.filled += n
+	return nil
+}
+
+// put32 writes the 4-byte values v to out, one per row of the page, or,
+// when spaced, one per row whose definition level in sc.levels is set
+// (zero in the others).
+func (d *chunkDecoder) put32(out []byte, v []uint32, spaced bool) {
+	o := arrow.Uint32Traits.CastFromBytes(out)
+	if !spaced {
+		copy(o, v)
+		return
+	}
+	k := 0
+	for i, l := range d.sc.levels[:len(o)] {
+		if l != 0 {
+			o[i] = v[k]
+			k++
+		}
+	}
+}
+
+// definitions decodes the n definition levels of a page (bit width 1) into
+// sc.levels, records the nulls in the validity bitmap, and returns the
+// number of values present.
+func (d *chunkDecoder) definitions(n int, levels []byte) (int, error) {
+	d.sc.levels = grow(d.sc.levels, n)
+	h := hybrid{data: levels, bw: 1}
+	if err := h.read(d.sc.levels); err != nil {
+		return 0, fmt.Errorf("definition levels: %w", err)
+	}
+	present := 0
+	for _, l := range d.sc.levels {
+		present += int(l) // hybrid keeps values within the bit width
+	}
+	if present == n {
+		if d.valid != nil {
+			bitutil.SetBitsTo(d.valid.Bytes(), int64(d.filled), int64(n), true)
+		}
+		return n, nil
+	}
+	if d.valid == nil {
+		d.valid = memory.NewResizableBuffer(d.mem)
+		d.valid.Resize(int(bitutil.BytesForBits(int64(d.rows))))
+		bitutil.SetBitsTo(d.valid.Bytes(), 0, int64(d.filled), true)
+	}
+	vb := d.valid.Bytes()
+	for i, l := range d.sc.levels {
+		if l != 0 {
+			bitutil.SetBit(vb, d.filled+i)
+		} else {
+			bitutil.ClearBit(vb, d.filled+i)
+		}
+	}
+	d.nulls += n - present
+	return present, nil
+}
+
+// hybrid reads Parquet's RLE / bit-packing hybrid encoding of values of
+// bw bits (0 to 32) from data: runs, each a ULEB128 header whose low bit
+// says a bit-packed run of (header>>1)×8 values (bw bytes per 8 values,
+// least significant bit first) or a repeated run of header>>1 copies of
+// one value in ceil(bw/8) little-endian bytes. See the Parquet format's
+// Encodings.md, "Run Length Encoding / Bit-Packing Hybrid".
+type hybrid struct {
+	data []byte
+	bw   int
+
+	repeat   int    // values left in the current repeated run
+	value    uint32 // its value
+	packed   []byte // the current bit-packed run
+	pos, end int    // its next value and its count of values
+}
+
+// read fills out with the next len(out) values, or returns an error when
+// data ends first or holds a value wider than bw bits.
+func (h *hybrid) read(out []uint32) error {
+	mask := uint64(1)<<h.bw - 1
+	for len(out) > 0 {
+		if h.repeat > 0 {
+			k := min(h.repeat, len(out))
+			v := h.value
+			for i := range out[:k] {
+				out[i] = v
+			}
+			out, h.repeat = out[k:], h.repeat-k
+			continue
+		}
+		if h.pos < h.end {
+			k := min(h.end-h.pos, len(out))
+			unpack(out[:k], h.packed, h.pos, h.bw, mask)
+			out, h.pos = out[k:], h.pos+k
+			continue
+		}
+		hdr, n := binary.Uvarint(h.data)
+		if n <= 0 || hdr > math.MaxUint32 {
+			return fmt.Errorf("%d values missing: no run header", len(out))
+		}
+		h.data = h.data[n:]
+		if hdr&1 == 0 {
+			vb := (h.bw + 7) / 8
+			if len(h.data) < vb {
+				return errors.New("repeated run cut short")
+			}
+			var v uint64
+			for i := range vb {
+				v |= uint64(h.data[i]) << (8 * i)
+			}
+			if v > mask {
+				return fmt.Errorf("repeated value %d wider than %d bits", v, h.bw)
+			}
+			h.data, h.repeat, h.value = h.data[vb:], int(hdr>>1), uint32(v)
+			continue
+		}
+		nbytes := int(hdr>>1) * h.bw
+		// The last run may stop before its padding: take what is there.
+		nbytes = min(nbytes, len(h.data))
+		h.packed, h.data = h.data[:nbytes], h.data[nbytes:]
+		h.pos, h.end = 0, int(hdr>>1)*8
+		if h.bw > 0 {
+			h.end = min(h.end, nbytes*8/h.bw)
+		}
+	}
+	return nil
+}
+
+// unpack sets out to the bw-bit values number pos, pos+1, … of the
+// bit-packed bytes b, which hold them all; mask is 1<<bw - 1.
+func unpack(out []uint32, b []byte, pos, bw int, mask uint64) {
+	switch bw {
+	case 0:
+		clear(out)
+		return
+	case 8:
+		for i := range out {
+			out[i] = uint32(b[pos+i])
+		}
+		return
+	}
+	bit := pos * bw
+	i := 0
+	// Whole 8-byte loads while they stay inside b.
+	for ; i < len(out) && bit>>3+8 <= len(b); i++ {
+		out[i] = uint32(binary.LittleEndian.Uint64(b[bit>>3:]) >> (bit & 7) & mask)
+		bit += bw
+	}
+	for ; i < len(out); i++ {
+		var w uint64
+		for k, c := range b[bit>>3:] {
+			w |= uint64(c) << (8 * k)
+		}
+		out[i] = uint32(w >> (bit & 7) & mask)
+		bit += bw
+	}
+}
