@@ -36,7 +36,7 @@ type pqColumn struct {
 	field  int            // index in pqarrow's schema manifest
 	leaves map[int]bool   // its Parquet leaf columns; read-only once built
 	dict   arrow.DataType // the dictionary type it is read as (see Dictionary); nil: as the file says
-	direct directKind     // how the direct decoder reads it; directNone: through pqarrow
+	pages  pageKind       // how the page decoder reads it; pageNone: through pqarrow
 }
 
 var _ Source = (*parquetSource)(nil)
@@ -112,7 +112,7 @@ func OpenParquet(ctx context.Context, f *File, opts ...LoadOption) (Source, erro
 		for _, leaf := range appendLeaves(nil, &fr.Manifest.Fields[c]) {
 			s.fields[j].leaves[leaf] = true
 		}
-		s.fields[j].direct = directKindOf(s.meta, s.fields[j], fields[j].Type)
+		s.fields[j].pages = pageKindOf(s.meta, s.fields[j], fields[j].Type)
 	}
 	s.schema = arrow.NewSchema(fields, fr.Manifest.SchemaMeta)
 	s.rows = make([]int64, s.meta.NumRowGroups())
@@ -272,8 +272,8 @@ func (s *parquetSource) readRun(ctx context.Context, fr *pqarrow.FileReader, mem
 			if ctx.Err() != nil {
 				return context.Cause(ctx)
 			}
-			if k := s.fields[j].direct; k != directNone {
-				a, err := s.readDirect(ctx, fr.ParquetReader(), mem, j, rg, k)
+			if k := s.fields[j].pages; k != pageNone {
+				a, err := s.readPages(ctx, fr.ParquetReader(), mem, j, rg, k)
 				if errors.Is(err, errFallback) {
 					a, err = s.readOne(ctx, fr, mem, j, rg)
 				}

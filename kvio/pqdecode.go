@@ -17,7 +17,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 )
 
-// The direct decoder: a column chunk of a flat column (one leaf that
+// The page decoder: a column chunk of a flat column (one leaf that
 // repeats nothing, at most one definition level) of a fixed-width number
 // type, or of strings read as a dictionary (see Dictionary), is decoded
 // page by page from arrow-go's page reader (which reads the chunk and
@@ -33,38 +33,38 @@ import (
 // more values than the row group's rows) are errors naming the column and
 // page, never a panic.
 
-// directKind says how the direct decoder reads an output column, if at
+// pageKind says how the page decoder reads an output column, if at
 // all.
-type directKind uint8
+type pageKind uint8
 
 const (
-	directNone     directKind = iota // through pqarrow
-	directInt32                      // INT32 as int32
-	directInt64                      // INT64 as int64
-	directFloat32                    // FLOAT as float32
-	directFloat64                    // DOUBLE as float64
-	directDictUTF8                   // BYTE_ARRAY as dictionary<values=utf8, indices=int32>
+	pageNone     pageKind = iota // through pqarrow
+	pageInt32                    // INT32 as int32
+	pageInt64                    // INT64 as int64
+	pageFloat32                  // FLOAT as float32
+	pageFloat64                  // DOUBLE as float64
+	pageDictUTF8                 // BYTE_ARRAY as dictionary<values=utf8, indices=int32>
 )
 
 // width returns the bytes of one value in the Arrow array (the index for a
 // dictionary column).
-func (k directKind) width() int {
+func (k pageKind) width() int {
 	switch k {
-	case directInt64, directFloat64:
+	case pageInt64, pageFloat64:
 		return 8
 	}
 	return 4
 }
 
-// errFallback means a chunk uses what the direct decoder does not read;
+// errFallback means a chunk uses what the page decoder does not read;
 // the caller reads it through pqarrow instead.
 var errFallback = errors.New("kvio: chunk needs pqarrow")
 
-// directKindOf returns how output column c, of Arrow type typ, can be read
+// pageKindOf returns how output column c, of Arrow type typ, can be read
 // directly from the file described by meta.
-func directKindOf(meta *metadata.FileMetaData, c pqColumn, typ arrow.DataType) directKind {
+func pageKindOf(meta *metadata.FileMetaData, c pqColumn, typ arrow.DataType) pageKind {
 	if len(c.leaves) != 1 {
-		return directNone
+		return pageNone
 	}
 	var leaf int
 	for l := range c.leaves {
@@ -72,33 +72,33 @@ func directKindOf(meta *metadata.FileMetaData, c pqColumn, typ arrow.DataType) d
 	}
 	descr := meta.Schema.Column(leaf)
 	if descr.MaxRepetitionLevel() != 0 || descr.MaxDefinitionLevel() > 1 {
-		return directNone
+		return pageNone
 	}
 	// A leaf at definition level 1 must be the top-level field itself,
 	// not a required leaf of an optional group.
 	if descr.MaxDefinitionLevel() == 1 && descr.SchemaNode().RepetitionType() != parquet.Repetitions.Optional {
-		return directNone
+		return pageNone
 	}
 	switch pt, id := descr.PhysicalType(), typ.ID(); {
 	case c.dict != nil:
 		if pt == parquet.Types.ByteArray {
-			return directDictUTF8
+			return pageDictUTF8
 		}
 	case pt == parquet.Types.Int32 && id == arrow.INT32:
-		return directInt32
+		return pageInt32
 	case pt == parquet.Types.Int64 && id == arrow.INT64:
-		return directInt64
+		return pageInt64
 	case pt == parquet.Types.Float && id == arrow.FLOAT32:
-		return directFloat32
+		return pageFloat32
 	case pt == parquet.Types.Double && id == arrow.FLOAT64:
-		return directFloat64
+		return pageFloat64
 	}
-	return directNone
+	return pageNone
 }
 
-// directChunk reports whether the chunk of leaf column leaf in row group
-// rg lists only encodings the direct decoder reads.
-func directChunk(meta *metadata.FileMetaData, rg, leaf int) bool {
+// pageEncodings reports whether the chunk of leaf column leaf in row group
+// rg lists only encodings the page decoder reads.
+func pageEncodings(meta *metadata.FileMetaData, rg, leaf int) bool {
 	col, err := meta.RowGroup(rg).ColumnChunk(leaf)
 	if err != nil {
 		return false
@@ -131,15 +131,15 @@ func grow[T any](b []T, n int) []T {
 	return b[:n]
 }
 
-// readDirect decodes output column j of row group rg, of kind k, into an
+// readPages decodes output column j of row group rg, of kind k, into an
 // array of the row group's rows from mem, reading through pf. It returns
 // errFallback, holding nothing, when the chunk needs pqarrow.
-func (s *parquetSource) readDirect(ctx context.Context, pf *file.Reader, mem memory.Allocator, j, rg int, k directKind) (arrow.Array, error) {
+func (s *parquetSource) readPages(ctx context.Context, pf *file.Reader, mem memory.Allocator, j, rg int, k pageKind) (arrow.Array, error) {
 	var leaf int
 	for l := range s.fields[j].leaves {
 		leaf = l
 	}
-	if !directChunk(s.meta, rg, leaf) {
+	if !pageEncodings(s.meta, rg, leaf) {
 		return nil, errFallback
 	}
 	pr, err := pf.RowGroup(rg).GetColumnPageReader(leaf)
@@ -149,14 +149,8 @@ func (s *parquetSource) readDirect(ctx context.Context, pf *file.Reader, mem mem
 	defer pr.Close()
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
-	d := &chunkDecoder{
-		name: s.schema.Field(j).Name, kind: k, rows: int(s.rows[rg]),
-		optional: s.meta.Schema.Column(leaf).MaxDefinitionLevel() == 1,
-		mem:      mem, sc: sc, dictLen: -1,
-	}
+	d := newChunkDecoder(s.schema.Field(j).Name, k, int(s.rows[rg]), s.meta.Schema.Column(leaf).MaxDefinitionLevel() == 1, mem, sc)
 	defer d.release()
-	d.values = memory.NewResizableBuffer(mem)
-	d.values.Resize(d.rows * k.width())
 	for page := 0; pr.Next(); page++ {
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
@@ -180,7 +174,7 @@ func (s *parquetSource) readDirect(ctx context.Context, pf *file.Reader, mem mem
 // chunkDecoder decodes the pages of one column chunk into its arrays.
 type chunkDecoder struct {
 	name     string
-	kind     directKind
+	kind     pageKind
 	rows     int  // the row group's rows: values the chunk must hold
 	optional bool // one definition level
 	mem      memory.Allocator
@@ -191,7 +185,17 @@ type chunkDecoder struct {
 	nulls    int
 	filled   int         // values decoded so far
 	dictLen  int         // entries of the dictionary page; -1 before it
-	dictUTF8 *array.Data // directDictUTF8: the dictionary page's strings
+	dictUTF8 *array.Data // pageDictUTF8: the dictionary page's strings
+}
+
+// newChunkDecoder returns a decoder of the chunk of column name, of kind
+// k, that holds rows values, with a definition level when optional,
+// allocating the output from mem.
+func newChunkDecoder(name string, k pageKind, rows int, optional bool, mem memory.Allocator, sc *scratch) *chunkDecoder {
+	d := &chunkDecoder{name: name, kind: k, rows: rows, optional: optional, mem: mem, sc: sc, dictLen: -1}
+	d.values = memory.NewResizableBuffer(mem)
+	d.values.Resize(rows * k.width())
+	return d
 }
 
 // release frees what the decoder still holds (after array, nothing).
@@ -212,7 +216,7 @@ func (d *chunkDecoder) release() {
 func (d *chunkDecoder) array(typ arrow.DataType) arrow.Array {
 	var data *array.Data
 	bufs := []*memory.Buffer{d.valid, d.values}
-	if d.kind == directDictUTF8 {
+	if d.kind == pageDictUTF8 {
 		if d.dictUTF8 == nil { // no value in the chunk at all
 			d.dictUTF8 = array.NewData(arrow.BinaryTypes.String, 0,
 				[]*memory.Buffer{nil, memory.NewBufferBytes(make([]byte, 4)), nil}, nil, 0, 0)
@@ -265,17 +269,21 @@ func (d *chunkDecoder) page(p file.Page) error {
 
 // dictionary decodes a dictionary page.
 func (d *chunkDecoder) dictionary(p *file.DictionaryPage) error {
-	if d.dictLen >= 0 {
-		return errors.New("a second dictionary page")
-	}
 	if e := parquet.Encoding(p.Encoding()); e != parquet.Encodings.Plain && e != parquet.Encodings.PlainDict {
 		return errFallback
 	}
-	n, data := int(p.NumValues()), p.Data()
+	return d.dictionaryValues(int(p.NumValues()), p.Data())
+}
+
+// dictionaryValues decodes the n PLAIN values of a dictionary page.
+func (d *chunkDecoder) dictionaryValues(n int, data []byte) error {
+	if d.dictLen >= 0 {
+		return errors.New("a second dictionary page")
+	}
 	if n < 0 {
 		return fmt.Errorf("dictionary of %d values", n)
 	}
-	if d.kind == directDictUTF8 {
+	if d.kind == pageDictUTF8 {
 		dict, err := plainStrings(d.mem, n, data)
 		if err != nil {
 			return fmt.Errorf("dictionary: %w", err)
@@ -353,7 +361,7 @@ func (d *chunkDecoder) data(enc parquet.Encoding, n int, levels, values []byte) 
 		return fmt.Errorf("%d values, more than the %d rows left of the row group", n, d.rows-d.filled)
 	}
 	dict := enc == parquet.Encodings.RLEDict || enc == parquet.Encodings.PlainDict
-	if !dict && (enc != parquet.Encodings.Plain || d.kind == directDictUTF8) {
+	if !dict && (enc != parquet.Encodings.Plain || d.kind == pageDictUTF8) {
 		return errFallback
 	}
 	present := n
@@ -390,9 +398,9 @@ func (d *chunkDecoder) data(enc parquet.Encoding, n int, levels, values []byte) 
 			}
 		}
 		switch d.kind {
-		case directDictUTF8:
+		case pageDictUTF8:
 			d.put32(out, d.sc.idx, spaced)
-		case directInt64, directFloat64:
+		case pageInt64, pageFloat64:
 			o := arrow.Uint64Traits.CastFromBytes(out)
 			dv := d.sc.dict
 			if !spaced {
