@@ -276,6 +276,9 @@ func (s *parquetSource) readRun(ctx context.Context, fr *pqarrow.FileReader, mem
 				a, err := s.readPages(ctx, fr.ParquetReader(), mem, j, rg, k)
 				if errors.Is(err, errFallback) {
 					a, err = s.readOne(ctx, fr, mem, j, rg)
+					if err == nil && (k == pageInt32 || k == pageInt64) && !arrow.TypeEqual(a.DataType(), s.schema.Field(j).Type) {
+						a, err = narrowArray(a, s.schema.Field(j).Type, s.schema.Field(j).Name, mem)
+					}
 				}
 				if err != nil {
 					return err

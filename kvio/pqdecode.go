@@ -46,8 +46,8 @@ const (
 	pageDictUTF8                 // BYTE_ARRAY as dictionary<values=utf8, indices=int32>
 )
 
-// width returns the bytes of one value in the Arrow array (the index for a
-// dictionary column).
+// width returns the bytes of one value of the physical type (of an index,
+// for a dictionary column).
 func (k pageKind) width() int {
 	switch k {
 	case pageInt64, pageFloat64:
@@ -117,8 +117,9 @@ func pageEncodings(meta *metadata.FileMetaData, rg, leaf int) bool {
 // chunk to chunk; kept in scratchPool between reads.
 type scratch struct {
 	levels []uint32 // definition levels of a page
-	idx    []uint32 // dictionary indices or values of a page, before spacing
-	dict   []uint64 // a numeric dictionary, as raw little-endian bits
+	idx    []uint32 // dictionary indices of a page
+	vals   []uint64 // the values present in a page, as raw bits of the physical type
+	dict   []uint64 // a numeric dictionary, as raw bits of the physical type
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -149,7 +150,8 @@ func (s *parquetSource) readPages(ctx context.Context, pf *file.Reader, mem memo
 	defer pr.Close()
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
-	d := newChunkDecoder(s.schema.Field(j).Name, k, int(s.rows[rg]), s.meta.Schema.Column(leaf).MaxDefinitionLevel() == 1, mem, sc)
+	d := newChunkDecoder(s.schema.Field(j).Name, k, int(s.rows[rg]), s.meta.Schema.Column(leaf).MaxDefinitionLevel() == 1,
+		s.schema.Field(j).Type, mem, sc)
 	defer d.release()
 	for page := 0; pr.Next(); page++ {
 		if ctx.Err() != nil {
@@ -175,12 +177,15 @@ func (s *parquetSource) readPages(ctx context.Context, pf *file.Reader, mem memo
 type chunkDecoder struct {
 	name     string
 	kind     pageKind
-	rows     int  // the row group's rows: values the chunk must hold
-	optional bool // one definition level
+	rows     int   // the row group's rows: values the chunk must hold
+	optional bool  // one definition level
+	width    int   // bytes of an output value: kind.width(), or less when narrowed
+	narrow   bool  // the output type is narrower than the physical type:
+	lo, hi   int64 // its range, which every value must lie in
 	mem      memory.Allocator
 	sc       *scratch
 
-	values   *memory.Buffer // rows values of kind.width() bytes
+	values   *memory.Buffer // rows values of width bytes
 	valid    *memory.Buffer // validity bitmap; nil while no null was seen
 	nulls    int
 	filled   int         // values decoded so far
@@ -189,12 +194,19 @@ type chunkDecoder struct {
 }
 
 // newChunkDecoder returns a decoder of the chunk of column name, of kind
-// k, that holds rows values, with a definition level when optional,
-// allocating the output from mem.
-func newChunkDecoder(name string, k pageKind, rows int, optional bool, mem memory.Allocator, sc *scratch) *chunkDecoder {
-	d := &chunkDecoder{name: name, kind: k, rows: rows, optional: optional, mem: mem, sc: sc, dictLen: -1}
+// k, that holds rows values, with a definition level when optional, into
+// an array of type out (a narrower signed integer type than k's, for a
+// column of Narrow), allocating the output from mem.
+func newChunkDecoder(name string, k pageKind, rows int, optional bool, out arrow.DataType, mem memory.Allocator, sc *scratch) *chunkDecoder {
+	d := &chunkDecoder{name: name, kind: k, rows: rows, optional: optional, width: k.width(), mem: mem, sc: sc, dictLen: -1}
+	if k != pageDictUTF8 {
+		if fw, ok := out.(arrow.FixedWidthDataType); ok && fw.BitWidth()/8 < d.width {
+			d.width, d.narrow = fw.BitWidth()/8, true
+			d.lo, d.hi = intBounds(out.ID())
+		}
+	}
 	d.values = memory.NewResizableBuffer(mem)
-	d.values.Resize(rows * k.width())
+	d.values.Resize(rows * d.width)
 	return d
 }
 
@@ -303,6 +315,9 @@ func (d *chunkDecoder) dictionaryValues(n int, data []byte) error {
 			d.sc.dict[i] = uint64(binary.LittleEndian.Uint32(data[4*i:]))
 		}
 	}
+	if err := d.checkRange(d.sc.dict); err != nil {
+		return fmt.Errorf("dictionary: %w", err)
+	}
 	d.dictLen = n
 	return nil
 }
@@ -371,11 +386,8 @@ func (d *chunkDecoder) data(enc parquet.Encoding, n int, levels, values []byte) 
 			return err
 		}
 	}
-	// The page's present values, unspaced, as raw bits in sc.idx (4-byte
-	// kinds) or written straight to the output when the page has no null
-	// (8-byte kinds go through sc.dict lookups or a plain copy).
-	out := d.values.Bytes()[d.filled*d.kind.width() : (d.filled+n)*d.kind.width()]
 	spaced := present != n
+	out := d.values.Bytes()[d.filled*d.width : (d.filled+n)*d.width]
 	if dict {
 		if d.dictLen < 0 {
 			return errors.New("dictionary-encoded values before any dictionary page")
@@ -392,75 +404,92 @@ func (d *chunkDecoder) data(enc parquet.Encoding, n int, levels, values []byte) 
 		if err := h.read(d.sc.idx); err != nil {
 			return fmt.Errorf("dictionary indices: %w", err)
 		}
-		for _, c := range d.sc.idx {
-			if int(c) >= d.dictLen {
+		if d.kind == pageDictUTF8 {
+			for _, c := range d.sc.idx {
+				if int(c) >= d.dictLen {
+					return fmt.Errorf("dictionary index %d out of range [0, %d)", c, d.dictLen)
+				}
+			}
+			spread(arrow.Uint32Traits.CastFromBytes(out), d.sc.idx, d.sc.levels, spaced)
+			d.filled += n
+			return nil
+		}
+		// The dictionary's values were checked against the output type
+		// when it was read.
+		d.sc.vals = grow(d.sc.vals, present)
+		dv := d.sc.dict
+		for i, c := range d.sc.idx {
+			if int(c) >= len(dv) {
 				return fmt.Errorf("dictionary index %d out of range [0, %d)", c, d.dictLen)
 			}
-		}
-		switch d.kind {
-		case pageDictUTF8:
-			d.put32(out, d.sc.idx, spaced)
-		case pageInt64, pageFloat64:
-			o := arrow.Uint64Traits.CastFromBytes(out)
-			dv := d.sc.dict
-			if !spaced {
-				for i, c := range d.sc.idx {
-					o[i] = dv[c]
-				}
-			} else {
-				lv, k := d.sc.levels, 0
-				for i := range o {
-					if lv[i] != 0 {
-						o[i] = dv[d.sc.idx[k]]
-						k++
-					}
-				}
-			}
-		default:
-			for i, c := range d.sc.idx {
-				d.sc.idx[i] = uint32(d.sc.dict[c])
-			}
-			d.put32(out, d.sc.idx, spaced)
+			d.sc.vals[i] = dv[c]
 		}
 	} else {
 		w := d.kind.width()
 		if len(values) < present*w {
 			return fmt.Errorf("%d plain values in %d bytes", present, len(values))
 		}
+		d.sc.vals = grow(d.sc.vals, present)
 		if w == 8 {
-			o := arrow.Uint64Traits.CastFromBytes(out)
-			lv, k := d.sc.levels, 0
-			for i := range o {
-				if !spaced || lv[i] != 0 {
-					o[i] = binary.LittleEndian.Uint64(values[8*k:])
-					k++
-				}
+			for i := range d.sc.vals {
+				d.sc.vals[i] = binary.LittleEndian.Uint64(values[8*i:])
 			}
 		} else {
-			d.sc.idx = grow(d.sc.idx, present)
-			for i := range d.sc.idx {
-				d.sc.idx[i] = binary.LittleEndian.Uint32(values[4*i:])
+			for i := range d.sc.vals {
+				d.sc.vals[i] = uint64(binary.LittleEndian.Uint32(values[4*i:]))
 			}
-			d.put32(out, d.sc.idx, spaced)
 		}
+		if err := d.checkRange(d.sc.vals); err != nil {
+			return err
+		}
+	}
+	switch d.width {
+	case 8:
+		spread(arrow.Uint64Traits.CastFromBytes(out), d.sc.vals, d.sc.levels, spaced)
+	case 4:
+		spread(arrow.Uint32Traits.CastFromBytes(out), d.sc.vals, d.sc.levels, spaced)
+	case 2:
+		spread(arrow.Uint16Traits.CastFromBytes(out), d.sc.vals, d.sc.levels, spaced)
+	default:
+		spread(out, d.sc.vals, d.sc.levels, spaced)
 	}
 	d.filled += n
 	return nil
 }
 
-// put32 writes the 4-byte values v to out, one per row of the page, or,
-// when spaced, one per row whose definition level in sc.levels is set
-// (zero in the others).
-func (d *chunkDecoder) put32(out []byte, v []uint32, spaced bool) {
-	o := arrow.Uint32Traits.CastFromBytes(out)
+// checkRange returns an error for a value in vals (raw bits of the
+// column's physical type) outside [lo, hi], the range of a narrowed
+// output type (see Narrow); it does nothing for a column not narrowed.
+func (d *chunkDecoder) checkRange(vals []uint64) error {
+	if !d.narrow {
+		return nil
+	}
+	for _, v := range vals {
+		x := int64(v)
+		if d.kind == pageInt32 {
+			x = int64(int32(uint32(v)))
+		}
+		if x < d.lo || x > d.hi {
+			return fmt.Errorf("value %d outside [%d, %d], the bounds its statistics state", x, d.lo, d.hi)
+		}
+	}
+	return nil
+}
+
+// spread writes vals to o, converted to o's width (a narrowed value was
+// checked to fit), one per row of the page, or, when spaced, one per row
+// whose definition level in levels is set (zero in the others).
+func spread[T uint8 | uint16 | uint32 | uint64, V uint32 | uint64](o []T, vals []V, levels []uint32, spaced bool) {
 	if !spaced {
-		copy(o, v)
+		for i, v := range vals[:len(o)] {
+			o[i] = T(v)
+		}
 		return
 	}
 	k := 0
-	for i, l := range d.sc.levels[:len(o)] {
+	for i, l := range levels[:len(o)] {
 		if l != 0 {
-			o[i] = v[k]
+			o[i] = T(vals[k])
 			k++
 		}
 	}

@@ -459,50 +459,62 @@ func TestChunkDecoderBadPages(t *testing.T) {
 		optional bool
 		feed     func(d *chunkDecoder) error
 		want     string
+		out      arrow.DataType // nil: the kind's own type
 	}{
 		{"index out of range", pageInt64, false, func(d *chunkDecoder) error {
 			require.NoError(t, d.dictionaryValues(2, dict4))
 			return d.data(parquet.Encodings.RLEDict, 3, nil, []byte{2, 3 << 1, 3})
-		}, "dictionary index 3 out of range [0, 2)"},
+		}, "dictionary index 3 out of range [0, 2)", nil},
 		{"index bit width", pageInt64, false, func(d *chunkDecoder) error {
 			require.NoError(t, d.dictionaryValues(2, dict4))
 			return d.data(parquet.Encodings.RLEDict, 3, nil, []byte{33, 3 << 1, 0})
-		}, "dictionary indices of 33 bits"},
+		}, "dictionary indices of 33 bits", nil},
 		{"no bit width", pageInt64, false, func(d *chunkDecoder) error {
 			require.NoError(t, d.dictionaryValues(2, dict4))
 			return d.data(parquet.Encodings.RLEDict, 3, nil, nil)
-		}, "no bit width"},
+		}, "no bit width", nil},
 		{"indices before the dictionary", pageInt64, false, func(d *chunkDecoder) error {
 			return d.data(parquet.Encodings.RLEDict, 3, nil, []byte{1, 3 << 1, 0})
-		}, "before any dictionary page"},
+		}, "before any dictionary page", nil},
 		{"two dictionaries", pageInt64, false, func(d *chunkDecoder) error {
 			require.NoError(t, d.dictionaryValues(2, dict4))
 			return d.dictionaryValues(2, dict4)
-		}, "a second dictionary page"},
+		}, "a second dictionary page", nil},
 		{"dictionary too short", pageInt64, false, func(d *chunkDecoder) error {
 			return d.dictionaryValues(3, dict4)
-		}, "dictionary of 3 values in 16 bytes"},
+		}, "dictionary of 3 values in 16 bytes", nil},
 		{"more values than rows", pageInt64, false, func(d *chunkDecoder) error {
 			return d.data(parquet.Encodings.Plain, 11, nil, make([]byte, 88))
-		}, "11 values, more than the 10 rows left"},
+		}, "11 values, more than the 10 rows left", nil},
 		{"plain values short", pageInt32, false, func(d *chunkDecoder) error {
 			return d.data(parquet.Encodings.Plain, 4, nil, make([]byte, 15))
-		}, "4 plain values in 15 bytes"},
+		}, "4 plain values in 15 bytes", nil},
 		{"definition levels short", pageFloat64, true, func(d *chunkDecoder) error {
 			return d.data(parquet.Encodings.Plain, 4, []byte{2 << 1, 1}, make([]byte, 32))
-		}, "definition levels: 2 values missing"},
+		}, "definition levels: 2 values missing", nil},
 		{"string dictionary cut", pageDictUTF8, true, func(d *chunkDecoder) error {
 			return d.dictionaryValues(2, []byte{1, 0, 0, 0, 'a', 5, 0, 0, 0, 'b'})
-		}, "string 1 of 2: 5 bytes past the end of the page"},
+		}, "string 1 of 2: 5 bytes past the end of the page", nil},
 		{"string dictionary count", pageDictUTF8, true, func(d *chunkDecoder) error {
 			return d.dictionaryValues(3, []byte{1, 0, 0, 0, 'a'})
-		}, "3 strings in 5 bytes"},
+		}, "3 strings in 5 bytes", nil},
+		{"narrowed plain value too large", pageInt64, false, func(d *chunkDecoder) error {
+			return d.data(parquet.Encodings.Plain, 2, nil, []byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0})
+		}, "value 256 outside [-128, 127]", arrow.PrimitiveTypes.Int8},
+		{"narrowed dictionary value too small", pageInt32, false, func(d *chunkDecoder) error {
+			return d.dictionaryValues(2, []byte{1, 0, 0, 0, 0, 0, 0xff, 0xff})
+		}, "dictionary: value -65536 outside [-32768, 32767]", arrow.PrimitiveTypes.Int16},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 			defer mem.AssertSize(t, 0)
-			d := newChunkDecoder("c", tc.kind, 10, tc.optional, mem, new(scratch))
+			out := tc.out
+			if out == nil {
+				out = map[pageKind]arrow.DataType{pageInt32: arrow.PrimitiveTypes.Int32, pageInt64: arrow.PrimitiveTypes.Int64,
+					pageFloat64: arrow.PrimitiveTypes.Float64, pageDictUTF8: &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int32, ValueType: arrow.BinaryTypes.String}}[tc.kind]
+			}
+			d := newChunkDecoder("c", tc.kind, 10, tc.optional, out, mem, new(scratch))
 			err := tc.feed(d)
 			d.release()
 			require.Error(t, err)
@@ -609,8 +621,29 @@ func TestParquetReadAllocations(t *testing.T) {
 	}
 	alloc := int64(after.TotalAlloc - before.TotalAlloc)
 	t.Logf("allocated %d bytes for a batch of %d bytes from chunks of %d bytes", alloc, out, chunks)
-	// Scratch of 8 bytes a row counts too: the pool may drop it (it does
+	// Scratch of 16 bytes a row counts too: the pool may drop it (it does
 	// at random under the race detector). pqarrow allocates 16 MB here,
 	// 13 times the batch.
-	assert.LessOrEqual(t, alloc, 2*out+chunks+8*ps.rows[0]+512<<10, "bytes allocated by ReadPart")
+	assert.LessOrEqual(t, alloc, 2*out+chunks+16*ps.rows[0]+512<<10, "bytes allocated by ReadPart")
+}
+
+// narrowArray (the pqarrow path of a narrowed column) refuses a value
+// outside the narrow type, naming it, and holds nothing afterwards.
+func TestNarrowArray(t *testing.T) {
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	b := array.NewInt64Builder(mem)
+	b.AppendValues([]int64{1, -128, 127}, nil)
+	b.AppendNull()
+	ok := b.NewArray()
+	b.AppendValues([]int64{5, 300}, nil)
+	bad := b.NewArray()
+	b.Release()
+
+	got, err := narrowArray(ok, arrow.PrimitiveTypes.Int8, "c", mem)
+	require.NoError(t, err)
+	assert.Equal(t, "[1 -128 127 (null)]", fmt.Sprint(got))
+	got.Release()
+	_, err = narrowArray(bad, arrow.PrimitiveTypes.Int8, "c", mem)
+	assert.EqualError(t, err, `column "c": value 300 outside [-128, 127], the bounds its statistics state`)
 }
