@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -602,14 +603,22 @@ func TestParquetReadAllocations(t *testing.T) {
 		}
 	}
 	mem := memory.NewGoAllocator()
-	rec, err := ps.ReadPart(context.Background(), 0, mem) // warm the scratch pool
-	require.NoError(t, err)
-	rec.Release()
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	rec, err = ps.ReadPart(context.Background(), 0, mem)
-	runtime.ReadMemStats(&after)
-	require.NoError(t, err)
+	// The least of a few reads: pools (kvio's scratch, zstd's decoders)
+	// may have been emptied by a collection before any one of them.
+	alloc := int64(math.MaxInt64)
+	var rec arrow.RecordBatch
+	for range 4 {
+		if rec != nil {
+			rec.Release()
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		var err error
+		rec, err = ps.ReadPart(context.Background(), 0, mem)
+		runtime.ReadMemStats(&after)
+		require.NoError(t, err)
+		alloc = min(alloc, int64(after.TotalAlloc-before.TotalAlloc))
+	}
 	defer rec.Release()
 	var out int64
 	for _, col := range rec.Columns() {
@@ -619,12 +628,9 @@ func TestParquetReadAllocations(t *testing.T) {
 			}
 		}
 	}
-	alloc := int64(after.TotalAlloc - before.TotalAlloc)
 	t.Logf("allocated %d bytes for a batch of %d bytes from chunks of %d bytes", alloc, out, chunks)
-	// Scratch of 16 bytes a row counts too: the pool may drop it (it does
-	// at random under the race detector). pqarrow allocates 16 MB here,
-	// 13 times the batch.
-	assert.LessOrEqual(t, alloc, 2*out+chunks+16*ps.rows[0]+512<<10, "bytes allocated by ReadPart")
+	// pqarrow allocates 16 MB here, 13 times the batch.
+	assert.LessOrEqual(t, alloc, 2*out+chunks+512<<10, "bytes allocated by ReadPart")
 }
 
 // narrowArray (the pqarrow path of a narrowed column) refuses a value
