@@ -262,7 +262,10 @@ func (s *parquetSource) newReader(ctx context.Context, mem memory.Allocator) (*p
 func (s *parquetSource) readRun(ctx context.Context, fr *pqarrow.FileReader, mem memory.Allocator, j, lo, hi int, next func() int, put func(rg int, a arrow.Array)) (int, error) {
 	rg := lo
 	err := safely(func() error {
-		var cr *pqarrow.ColumnReader
+		var (
+			cr *pqarrow.ColumnReader
+			pf *file.Reader // of pageReader, for the page decoder
+		)
 		defer func() {
 			if cr != nil {
 				cr.Release()
@@ -273,7 +276,13 @@ func (s *parquetSource) readRun(ctx context.Context, fr *pqarrow.FileReader, mem
 				return context.Cause(ctx)
 			}
 			if k := s.fields[j].pages; k != pageNone {
-				a, err := s.readPages(ctx, fr.ParquetReader(), mem, j, rg, k)
+				if pf == nil {
+					var err error
+					if pf, err = s.pageReader(ctx); err != nil {
+						return err
+					}
+				}
+				a, err := s.readPages(ctx, pf, mem, j, rg, k)
 				if errors.Is(err, errFallback) {
 					a, err = s.readOne(ctx, fr, mem, j, rg)
 					if err == nil && (k == pageInt32 || k == pageInt64) && !arrow.TypeEqual(a.DataType(), s.schema.Field(j).Type) {

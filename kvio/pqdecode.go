@@ -132,9 +132,22 @@ func grow[T any](b []T, n int) []T {
 	return b[:n]
 }
 
+// pageMem holds the buffers of the page decoder's page readers
+// (decompressed data and dictionary pages) between them, so the pages of
+// a file reuse the memory of those decoded before them.
+var pageMem = &recycler{}
+
+// pageReader returns a Parquet reader over the shared footer whose reads
+// go through the File and stop when ctx is done, and whose page readers
+// take their buffers from pageMem.
+func (s *parquetSource) pageReader(ctx context.Context) (*file.Reader, error) {
+	return file.NewParquetReader(s.reader(ctx), file.WithMetadata(s.meta), file.WithReadProps(parquet.NewReaderProperties(pageMem)))
+}
+
 // readPages decodes output column j of row group rg, of kind k, into an
-// array of the row group's rows from mem, reading through pf. It returns
-// errFallback, holding nothing, when the chunk needs pqarrow.
+// array of the row group's rows from mem, reading through pf (of
+// pageReader). It returns errFallback, holding nothing, when the chunk
+// needs pqarrow.
 func (s *parquetSource) readPages(ctx context.Context, pf *file.Reader, mem memory.Allocator, j, rg int, k pageKind) (arrow.Array, error) {
 	var leaf int
 	for l := range s.fields[j].leaves {
@@ -416,13 +429,27 @@ func (d *chunkDecoder) data(enc parquet.Encoding, n int, levels, values []byte) 
 		}
 		// The dictionary's values were checked against the output type
 		// when it was read.
-		d.sc.vals = grow(d.sc.vals, present)
-		dv := d.sc.dict
-		for i, c := range d.sc.idx {
-			if int(c) >= len(dv) {
-				return fmt.Errorf("dictionary index %d out of range [0, %d)", c, d.dictLen)
+		if !spaced {
+			var err error
+			switch d.width {
+			case 8:
+				err = lookup(arrow.Uint64Traits.CastFromBytes(out), d.sc.idx, d.sc.dict)
+			case 4:
+				err = lookup(arrow.Uint32Traits.CastFromBytes(out), d.sc.idx, d.sc.dict)
+			case 2:
+				err = lookup(arrow.Uint16Traits.CastFromBytes(out), d.sc.idx, d.sc.dict)
+			default:
+				err = lookup(out, d.sc.idx, d.sc.dict)
 			}
-			d.sc.vals[i] = dv[c]
+			if err != nil {
+				return err
+			}
+			d.filled += n
+			return nil
+		}
+		d.sc.vals = grow(d.sc.vals, present)
+		if err := lookup(d.sc.vals, d.sc.idx, d.sc.dict); err != nil {
+			return err
 		}
 	} else {
 		w := d.kind.width()
@@ -476,6 +503,19 @@ func (d *chunkDecoder) checkRange(vals []uint64) error {
 	return nil
 }
 
+// lookup sets o[i] to the dictionary value dv[idx[i]], converted to o's
+// width (a narrowed dictionary was checked to fit), for each index, or
+// returns an error for an index out of range.
+func lookup[T uint8 | uint16 | uint32 | uint64](o []T, idx []uint32, dv []uint64) error {
+	for i, c := range idx[:len(o)] {
+		if int(c) >= len(dv) {
+			return fmt.Errorf("dictionary index %d out of range [0, %d)", c, len(dv))
+		}
+		o[i] = T(dv[c])
+	}
+	return nil
+}
+
 // spread writes vals to o, converted to o's width (a narrowed value was
 // checked to fit), one per row of the page, or, when spaced, one per row
 // whose definition level in levels is set (zero in the others).
@@ -499,6 +539,14 @@ func spread[T uint8 | uint16 | uint32 | uint64, V uint32 | uint64](o []T, vals [
 // sc.levels, records the nulls in the validity bitmap, and returns the
 // number of values present.
 func (d *chunkDecoder) definitions(n int, levels []byte) (int, error) {
+	// A page without nulls holds, as writers encode it, one repeated run
+	// of level 1 at least as long as the page.
+	if hdr, k := binary.Uvarint(levels); k > 0 && hdr&1 == 0 && hdr>>1 >= uint64(n) && len(levels) > k && levels[k] == 1 {
+		if d.valid != nil {
+			bitutil.SetBitsTo(d.valid.Bytes(), int64(d.filled), int64(n), true)
+		}
+		return n, nil
+	}
 	d.sc.levels = grow(d.sc.levels, n)
 	h := hybrid{data: levels, bw: 1}
 	if err := h.read(d.sc.levels); err != nil {

@@ -205,13 +205,13 @@ func sameParts(t *testing.T, s *parquetSource, mem memory.Allocator) int {
 		got.Release()
 		// Count the chunks the page decoder takes on (a fallback reads
 		// through pqarrow).
-		pf, err := ref.newReader(ctx, mem)
+		pf, err := ref.pageReader(ctx)
 		require.NoError(t, err)
 		for j, c := range s.fields {
 			if c.pages == pageNone {
 				continue
 			}
-			a, err := s.readPages(ctx, pf.ParquetReader(), mem, j, i, c.pages)
+			a, err := s.readPages(ctx, pf, mem, j, i, c.pages)
 			if err == nil {
 				a.Release()
 				decoded++
@@ -566,13 +566,13 @@ func TestPageDecoderGarbage(t *testing.T) {
 		g := openPages(t, path)
 		mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 		for rg := range g.NumParts() {
-			pf, err := g.newReader(context.Background(), mem)
+			pf, err := g.pageReader(context.Background())
 			require.NoError(t, err)
 			for j, c := range g.fields {
 				if c.pages == pageNone {
 					continue
 				}
-				a, err := g.readPages(context.Background(), pf.ParquetReader(), mem, j, rg, c.pages)
+				a, err := g.readPages(context.Background(), pf, mem, j, rg, c.pages)
 				if err != nil {
 					refused++
 					continue
@@ -652,4 +652,30 @@ func TestNarrowArray(t *testing.T) {
 	got.Release()
 	_, err = narrowArray(bad, arrow.PrimitiveTypes.Int8, "c", mem)
 	assert.EqualError(t, err, `column "c": value 300 outside [-128, 127], the bounds its statistics state`)
+}
+
+func TestRecycler(t *testing.T) {
+	r := &recycler{}
+	b := r.Allocate(100)
+	require.Len(t, b, 100)
+	assert.Equal(t, 128, cap(b))
+	for i := range b {
+		b[i] = 0xff
+	}
+	b = r.Reallocate(120, b) // fits: the same buffer
+	assert.Equal(t, byte(0xff), b[99])
+	big := r.Reallocate(300, b) // grows: copies, keeps b for later
+	assert.Equal(t, 512, cap(big))
+	assert.Equal(t, byte(0xff), big[99])
+	assert.Equal(t, byte(0), big[299])
+	r.Free(big)
+	r.Free(make([]byte, 100)) // not a power of two: dropped
+	for _, n := range []int{1, 65, 128, 500} {
+		c := r.Allocate(n)
+		require.Len(t, c, n)
+		assert.Equal(t, make([]byte, n), c, "a reused buffer of %d bytes comes back zeroed", n)
+		r.Free(c)
+	}
+	assert.Empty(t, r.Allocate(0))
+	assert.Panics(t, func() { r.Allocate(-1) })
 }
