@@ -47,22 +47,34 @@ var _ Source = (*parquetSource)(nil)
 var pqArrowProps = pqarrow.ArrowReadProperties{PreAllocBinaryData: true}
 
 // OpenParquet opens f as a Parquet file: it reads and parses the footer, and
-// each ReadPart then reads one row group through f (a large column chunk is
-// one read, split in parallel by f) and decodes it with arrow-go's pqarrow,
-// one column after the other. ReadAll on the Source decodes the file's
-// column chunks on several goroutines (see ReadAll). The parts are the row
-// groups; WithColumns selects top-level columns, and the others are not
-// read. WithBudget applies; WithMmap is ignored.
+// each ReadPart then reads one row group through f (each column chunk is
+// one read, a large one split in parallel by f) and decodes it one column
+// after the other. A top-level column of one leaf that repeats nothing,
+// of Parquet INT32, INT64, FLOAT or DOUBLE read as its own Arrow type (or
+// narrowed, see Narrow), or of strings read as a dictionary (see
+// Dictionary), is decoded by kvio's page decoder, page by page from
+// arrow-go's page reader into the Arrow buffers of the result, where its
+// pages are PLAIN or dictionary-encoded with RLE definition levels:
+// nothing is allocated per row besides the output, and a chunk without
+// nulls has no validity bitmap. Every other column or chunk is decoded by
+// arrow-go's pqarrow, with the same values. ReadAll on the Source decodes
+// the file's column chunks on several goroutines (see ReadAll). The parts
+// are the row groups; WithColumns selects top-level columns, and the
+// others are not read. WithBudget applies; WithMmap is ignored.
 //
 // It returns an error naming the file for an empty, truncated or corrupt
 // file (including a chunk of a column that repeats nothing whose value
 // count differs from its row group's row count), an unknown column, or a
-// failed read; ReadPart fails for a page that does not decode. Page CRCs
-// are not checked, so a changed value is found only where the page's codec
+// failed read; ReadPart fails for a page that does not decode (the page
+// decoder names the column, the page and what is wrong: a level or a
+// dictionary index out of range, a run or a page holding fewer values
+// than it claims, more values than the row group's rows). Page CRCs are
+// not checked, so a changed value is found only where the page's codec
 // checks its content (see the package documentation, "Damaged files").
-// The footer, and
-// buffers used while decoding (compressed and decompressed pages, decoded
-// dictionaries), live on the Go heap, not in the allocator of ReadPart.
+// The footer, and buffers used while decoding (compressed and
+// decompressed pages, decoded dictionaries), live on the Go heap, not in
+// the allocator of ReadPart; the page decoder keeps decompressed pages
+// between reads in pools that the garbage collector empties.
 func OpenParquet(ctx context.Context, f *File, opts ...LoadOption) (Source, error) {
 	cfg := newLoadConfig(opts)
 	s := &parquetSource{parts: parts{file: f, budget: cfg.budget}}
