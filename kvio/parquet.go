@@ -211,10 +211,7 @@ func appendLeaves(leaves []int, field *pqarrow.SchemaField) []int {
 // ReadPart reads row group i, one column after the other; see Source.
 func (s *parquetSource) ReadPart(ctx context.Context, i int, mem memory.Allocator) (arrow.RecordBatch, error) {
 	return s.readPart(ctx, i, mem, func(mem memory.Allocator) (arrow.RecordBatch, error) {
-		fr, err := s.newReader(ctx, mem)
-		if err != nil {
-			return nil, err
-		}
+		rd := &readers{s: s, ctx: ctx, mem: mem}
 		cols := make([]arrow.Array, len(s.fields))
 		for j := range s.fields {
 			taken := false
@@ -225,7 +222,7 @@ func (s *parquetSource) ReadPart(ctx context.Context, i int, mem memory.Allocato
 				taken = true
 				return i
 			}
-			if _, err := s.readRun(ctx, fr, mem, j, i, i+1, next, func(_ int, a arrow.Array) { cols[j] = a }); err != nil {
+			if _, err := s.readRun(ctx, rd, mem, j, i, i+1, next, func(_ int, a arrow.Array) { cols[j] = a }); err != nil {
 				releaseAll(cols)
 				return nil, err
 			}
@@ -259,25 +256,58 @@ func (s *parquetSource) newReader(ctx context.Context, mem memory.Allocator) (*p
 	return fr, nil
 }
 
+// readers makes, on first use, the readers of one goroutine's reads of a
+// parquetSource: a pqarrow.FileReader (newReader) and a file.Reader for
+// the page decoder (pageReader). A read that the page decoder does alone
+// makes no pqarrow reader, whose schema manifest costs more than a page.
+type readers struct {
+	s   *parquetSource
+	ctx context.Context
+	mem memory.Allocator
+	fr  *pqarrow.FileReader
+	pf  *file.Reader
+}
+
+// pqarrow returns the pqarrow reader, allocating from mem.
+func (r *readers) pqarrow() (*pqarrow.FileReader, error) {
+	if r.fr == nil {
+		fr, err := r.s.newReader(r.ctx, r.mem)
+		if err != nil {
+			return nil, err
+		}
+		r.fr = fr
+	}
+	return r.fr, nil
+}
+
+// pages returns the page decoder's reader.
+func (r *readers) pages() (*file.Reader, error) {
+	if r.pf == nil {
+		pf, err := r.s.pageReader(r.ctx)
+		if err != nil {
+			return nil, err
+		}
+		r.pf = pf
+	}
+	return r.pf, nil
+}
+
 // readRun reads row groups of output column j with one pqarrow column
 // reader over [lo, hi), so the reader's scratch buffers (levels, decoded
 // values) serve every row group after the first: next returns each row
 // group to read, in order from lo, and -1 to stop, which may come before
-// hi. It hands put one array per row group; put owns it. fr allocates from
-// mem. On failure it returns the row group being read and the error; the
+// hi. It hands put one array per row group; put owns it. The arrays come
+// from mem, through rd's readers. On failure it returns the row group being read and the error; the
 // arrays already put stay with put's owner. It recovers arrow-go's panics
 // (corrupt data, a budget refusal).
 //
 // One reader over several row groups needs each chunk to hold exactly its
 // row group's rows: checkChunks ensures it for columns that repeat
 // nothing, and oneArray verifies the row count of every array.
-func (s *parquetSource) readRun(ctx context.Context, fr *pqarrow.FileReader, mem memory.Allocator, j, lo, hi int, next func() int, put func(rg int, a arrow.Array)) (int, error) {
+func (s *parquetSource) readRun(ctx context.Context, rd *readers, mem memory.Allocator, j, lo, hi int, next func() int, put func(rg int, a arrow.Array)) (int, error) {
 	rg := lo
 	err := safely(func() error {
-		var (
-			cr *pqarrow.ColumnReader
-			pf *file.Reader // of pageReader, for the page decoder
-		)
+		var cr *pqarrow.ColumnReader
 		defer func() {
 			if cr != nil {
 				cr.Release()
@@ -288,15 +318,13 @@ func (s *parquetSource) readRun(ctx context.Context, fr *pqarrow.FileReader, mem
 				return context.Cause(ctx)
 			}
 			if k := s.fields[j].pages; k != pageNone {
-				if pf == nil {
-					var err error
-					if pf, err = s.pageReader(ctx); err != nil {
-						return err
-					}
+				pf, err := rd.pages()
+				if err != nil {
+					return err
 				}
 				a, err := s.readPages(ctx, pf, mem, j, rg, k)
 				if errors.Is(err, errFallback) {
-					a, err = s.readOne(ctx, fr, mem, j, rg)
+					a, err = s.readOne(ctx, rd, mem, j, rg)
 					if err == nil && (k == pageInt32 || k == pageInt64) && !arrow.TypeEqual(a.DataType(), s.schema.Field(j).Type) {
 						a, err = narrowArray(a, s.schema.Field(j).Type, s.schema.Field(j).Name, mem)
 					}
@@ -312,7 +340,10 @@ func (s *parquetSource) readRun(ctx context.Context, fr *pqarrow.FileReader, mem
 				for k := range rgs {
 					rgs[k] = lo + k
 				}
-				var err error
+				fr, err := rd.pqarrow()
+				if err != nil {
+					return err
+				}
 				if cr, err = fr.GetFieldReader(ctx, s.fields[j].field, s.fields[j].leaves, rgs); err != nil {
 					return err
 				}
@@ -339,7 +370,11 @@ func (s *parquetSource) readRun(ctx context.Context, fr *pqarrow.FileReader, mem
 }
 
 // readOne reads output column j of row group rg alone through pqarrow.
-func (s *parquetSource) readOne(ctx context.Context, fr *pqarrow.FileReader, mem memory.Allocator, j, rg int) (arrow.Array, error) {
+func (s *parquetSource) readOne(ctx context.Context, rd *readers, mem memory.Allocator, j, rg int) (arrow.Array, error) {
+	fr, err := rd.pqarrow()
+	if err != nil {
+		return nil, err
+	}
 	cr, err := fr.GetFieldReader(ctx, s.fields[j].field, s.fields[j].leaves, []int{rg})
 	if err != nil {
 		return nil, err
@@ -432,20 +467,13 @@ func (s *parquetSource) readAll(ctx context.Context, mem memory.Allocator) ([]ar
 	var wg sync.WaitGroup
 	for range min(runtime.GOMAXPROCS(0), nrg*ncol) {
 		wg.Go(func() {
-			var fr *pqarrow.FileReader
+			rd := &readers{s: s, ctx: ctx, mem: alloc}
 			for r, hi := sched.claim(ctx); r != nil; r, hi = sched.claim(ctx) {
-				if fr == nil {
-					var err error
-					if err = safely(func() error { fr, err = s.newReader(ctx, alloc); return err }); err != nil {
-						sched.fail(r.lo, err, cancel)
-						return
-					}
-				}
 				// r.j and r.lo are fixed; r.hi, as claimed, bounds the run,
 				// which a thief may shorten while it is read.
 				j := r.j
 				next := func() int { return sched.next(r) }
-				if rg, err := s.readRun(ctx, fr, alloc, j, r.lo, hi, next, func(rg int, a arrow.Array) { cols[rg*ncol+j] = a }); err != nil {
+				if rg, err := s.readRun(ctx, rd, alloc, j, r.lo, hi, next, func(rg int, a arrow.Array) { cols[rg*ncol+j] = a }); err != nil {
 					sched.fail(rg, err, cancel)
 					return
 				}
