@@ -412,16 +412,23 @@ func (d *chunkDecoder) data(enc parquet.Encoding, n int, levels, values []byte) 
 		if bw > 32 {
 			return fmt.Errorf("dictionary indices of %d bits", bw)
 		}
-		d.sc.idx = grow(d.sc.idx, present)
 		h := hybrid{data: values[1:], bw: bw}
+		if !spaced {
+			// Indices straight into the output (strings), or a block at a
+			// time through the cache into the dictionary's values.
+			if err := d.indices(&h, out); err != nil {
+				return err
+			}
+			d.filled += n
+			return nil
+		}
+		d.sc.idx = grow(d.sc.idx, present)
 		if err := h.read(d.sc.idx); err != nil {
 			return fmt.Errorf("dictionary indices: %w", err)
 		}
 		if d.kind == pageDictUTF8 {
-			for _, c := range d.sc.idx {
-				if int(c) >= d.dictLen {
-					return fmt.Errorf("dictionary index %d out of range [0, %d)", c, d.dictLen)
-				}
+			if err := d.checkIndices(d.sc.idx); err != nil {
+				return err
 			}
 			spread(arrow.Uint32Traits.CastFromBytes(out), d.sc.idx, d.sc.levels, spaced)
 			d.filled += n
@@ -429,24 +436,6 @@ func (d *chunkDecoder) data(enc parquet.Encoding, n int, levels, values []byte) 
 		}
 		// The dictionary's values were checked against the output type
 		// when it was read.
-		if !spaced {
-			var err error
-			switch d.width {
-			case 8:
-				err = lookup(arrow.Uint64Traits.CastFromBytes(out), d.sc.idx, d.sc.dict)
-			case 4:
-				err = lookup(arrow.Uint32Traits.CastFromBytes(out), d.sc.idx, d.sc.dict)
-			case 2:
-				err = lookup(arrow.Uint16Traits.CastFromBytes(out), d.sc.idx, d.sc.dict)
-			default:
-				err = lookup(out, d.sc.idx, d.sc.dict)
-			}
-			if err != nil {
-				return err
-			}
-			d.filled += n
-			return nil
-		}
 		d.sc.vals = grow(d.sc.vals, present)
 		if err := lookup(d.sc.vals, d.sc.idx, d.sc.dict); err != nil {
 			return err
@@ -481,6 +470,52 @@ func (d *chunkDecoder) data(enc parquet.Encoding, n int, levels, values []byte) 
 		spread(out, d.sc.vals, d.sc.levels, spaced)
 	}
 	d.filled += n
+	return nil
+}
+
+// indices decodes the dictionary indices of a page without nulls from h
+// into out: as they are for a dictionary column, else looked up in the
+// dictionary.
+func (d *chunkDecoder) indices(h *hybrid, out []byte) error {
+	if d.kind == pageDictUTF8 {
+		idx := arrow.Uint32Traits.CastFromBytes(out)
+		if err := h.read(idx); err != nil {
+			return fmt.Errorf("dictionary indices: %w", err)
+		}
+		return d.checkIndices(idx)
+	}
+	var block [1024]uint32
+	for off, n := 0, len(out)/d.width; off < n; off += len(block) {
+		idx := block[:min(len(block), n-off)]
+		if err := h.read(idx); err != nil {
+			return fmt.Errorf("dictionary indices: %w", err)
+		}
+		var err error
+		o := out[off*d.width : (off+len(idx))*d.width]
+		switch d.width {
+		case 8:
+			err = lookup(arrow.Uint64Traits.CastFromBytes(o), idx, d.sc.dict)
+		case 4:
+			err = lookup(arrow.Uint32Traits.CastFromBytes(o), idx, d.sc.dict)
+		case 2:
+			err = lookup(arrow.Uint16Traits.CastFromBytes(o), idx, d.sc.dict)
+		default:
+			err = lookup(o, idx, d.sc.dict)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkIndices returns an error for an index of idx out of the dictionary.
+func (d *chunkDecoder) checkIndices(idx []uint32) error {
+	for _, c := range idx {
+		if int(c) >= d.dictLen {
+			return fmt.Errorf("dictionary index %d out of range [0, %d)", c, d.dictLen)
+		}
+	}
 	return nil
 }
 
