@@ -24,8 +24,10 @@ import (
 // decompresses its pages) straight into the Arrow buffers of the result:
 // definition levels into the validity bitmap, plain values copied,
 // dictionary indices unpacked and looked up (or, for a dictionary column,
-// kept as the array's int32 indices). Nothing is allocated per row, and a
-// chunk without nulls has no validity bitmap. Every other column, or a
+// kept as the array's int32 indices), at the column's width or, for a
+// column of Narrow, at the narrower width once each value (or dictionary
+// entry) is checked to lie in the narrower type. Nothing is allocated per
+// row, and a chunk without nulls has no validity bitmap. Every other column, or a
 // chunk whose metadata lists an encoding this decoder does not know, goes
 // through pqarrow; so does a chunk whose pages turn out to use one
 // (errFallback), read again from the start. Bad bytes (a level or an index
