@@ -692,8 +692,8 @@ func unpack(out []uint32, b []byte, pos, bw int, mask uint64) {
 		clear(out)
 		return
 	case 8:
-		for i := range out {
-			out[i] = uint32(b[pos+i])
+		for i, c := range b[pos : pos+len(out)] {
+			out[i] = uint32(c)
 		}
 		return
 	}
