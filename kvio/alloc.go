@@ -1,6 +1,8 @@
 package kvio
 
 import (
+	"math/bits"
+	"sync"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -49,4 +51,57 @@ func AlignedBytes(n int) []byte {
 	b := make([]byte, n+PageAlignBytes-1)
 	skip := int(-uintptr(unsafe.Pointer(&b[0])) & (PageAlignBytes - 1))
 	return b[skip : skip+n : skip+n]
+}
+
+// recycler is a memory.Allocator of Go memory whose freed buffers serve
+// later allocations: sizes are rounded up to a power of two, and Free
+// keeps a buffer in a pool of its size for the next Allocate of at most
+// that size (zeroed then, as Allocate's bytes always are). The pools are
+// sync.Pools, so the garbage collector still reclaims what stays unused.
+// Only for buffers that nothing uses after Free. Safe for concurrent use.
+type recycler struct {
+	classes [48]sync.Pool // classes[c] holds *[]byte of cap 1<<c
+}
+
+var _ memory.Allocator = (*recycler)(nil)
+
+// Allocate returns size zeroed bytes, cap the next power of two.
+func (r *recycler) Allocate(size int) []byte {
+	if size <= 0 {
+		return make([]byte, size) // panics for a negative size, as make does
+	}
+	c := bits.Len(uint(size - 1))
+	if c >= len(r.classes) {
+		return make([]byte, size)
+	}
+	if p, ok := r.classes[c].Get().(*[]byte); ok {
+		b := (*p)[:size]
+		clear(b)
+		return b
+	}
+	return make([]byte, size, 1<<c)
+}
+
+// Reallocate returns b resized to size, keeping min(len(b), size) leading
+// bytes: b itself when size fits in cap(b), else a new buffer, b going
+// back to its pool.
+func (r *recycler) Reallocate(size int, b []byte) []byte {
+	if size <= cap(b) {
+		return b[:size]
+	}
+	n := r.Allocate(size)
+	copy(n, b)
+	r.Free(b)
+	return n
+}
+
+// Free keeps b for a later Allocate when its capacity is a power of two
+// (one of this allocator's buffers), and drops it otherwise.
+func (r *recycler) Free(b []byte) {
+	c := bits.Len(uint(cap(b))) - 1
+	if c < 0 || c >= len(r.classes) || cap(b) != 1<<c {
+		return
+	}
+	b = b[:0]
+	r.classes[c].Put(&b)
 }

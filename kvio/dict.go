@@ -50,6 +50,7 @@ func Dictionary(s Source, names ...string) (Source, []string, error) {
 		if ps.dictLeaf(j) {
 			cols[j].dict = &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int32, ValueType: arrow.BinaryTypes.String}
 			fields[j].Type = cols[j].dict
+			cols[j].pages = pageKindOf(ps.meta, cols[j], cols[j].dict)
 			read = append(read, fields[j].Name)
 		}
 	}

@@ -39,7 +39,9 @@
 // # Loaders
 //
 // A [Source] is a file cut into parts: the row groups of a Parquet file
-// ([OpenParquet], through arrow-go's pqarrow) or the record batches of an
+// ([OpenParquet]: flat number and dictionary string columns through kvio's
+// page decoder, straight into Arrow buffers; the others through arrow-go's
+// pqarrow) or the record batches of an
 // Arrow IPC file ([OpenIPC]); [OpenAuto] tells them apart by their magic
 // bytes. [Source.ReadPart] decodes one part into an arrow.RecordBatch whose
 // memory comes from the caller's allocator, and may be called from several
@@ -56,10 +58,11 @@
 // view of an open Source (Parquet columns left out are not read), for a
 // pipeline that learns which columns it uses from the schema.
 // [Dictionary] gives a view that reads the string columns a Parquet file
-// stores dictionary-encoded as Arrow dictionary arrays, and a Parquet
-// Source is an [IntRanger]: it states each row group's bounds of a signed
-// integer column from the footer's statistics, so a pipeline can leave
-// out row groups its filter rejects whole.
+// stores dictionary-encoded as Arrow dictionary arrays, [Narrow] one that
+// reads signed integer columns as the narrowest type their statistics
+// allow, and a Parquet Source is an [IntRanger]: it states each row
+// group's bounds of a signed integer column from the footer's statistics,
+// so a pipeline can leave out row groups its filter rejects whole.
 // [WithBudget] charges the bytes ReadPart allocates to a buffers.Budget,
 // and [WithMmap] decodes Arrow IPC files from a read-only mapping.
 //

@@ -3,6 +3,7 @@ package kvio
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 
 	"runtime"
@@ -35,6 +36,7 @@ type pqColumn struct {
 	field  int            // index in pqarrow's schema manifest
 	leaves map[int]bool   // its Parquet leaf columns; read-only once built
 	dict   arrow.DataType // the dictionary type it is read as (see Dictionary); nil: as the file says
+	pages  pageKind       // how the page decoder reads it; pageNone: through pqarrow
 }
 
 var _ Source = (*parquetSource)(nil)
@@ -45,22 +47,34 @@ var _ Source = (*parquetSource)(nil)
 var pqArrowProps = pqarrow.ArrowReadProperties{PreAllocBinaryData: true}
 
 // OpenParquet opens f as a Parquet file: it reads and parses the footer, and
-// each ReadPart then reads one row group through f (a large column chunk is
-// one read, split in parallel by f) and decodes it with arrow-go's pqarrow,
-// one column after the other. ReadAll on the Source decodes the file's
-// column chunks on several goroutines (see ReadAll). The parts are the row
-// groups; WithColumns selects top-level columns, and the others are not
-// read. WithBudget applies; WithMmap is ignored.
+// each ReadPart then reads one row group through f (each column chunk is
+// one read, a large one split in parallel by f) and decodes it one column
+// after the other. A top-level column of one leaf that repeats nothing,
+// of Parquet INT32, INT64, FLOAT or DOUBLE read as its own Arrow type (or
+// narrowed, see Narrow), or of strings read as a dictionary (see
+// Dictionary), is decoded by kvio's page decoder, page by page from
+// arrow-go's page reader into the Arrow buffers of the result, where its
+// pages are PLAIN or dictionary-encoded with RLE definition levels:
+// nothing is allocated per row besides the output, and a chunk without
+// nulls has no validity bitmap. Every other column or chunk is decoded by
+// arrow-go's pqarrow, with the same values. ReadAll on the Source decodes
+// the file's column chunks on several goroutines (see ReadAll). The parts
+// are the row groups; WithColumns selects top-level columns, and the
+// others are not read. WithBudget applies; WithMmap is ignored.
 //
 // It returns an error naming the file for an empty, truncated or corrupt
 // file (including a chunk of a column that repeats nothing whose value
 // count differs from its row group's row count), an unknown column, or a
-// failed read; ReadPart fails for a page that does not decode. Page CRCs
-// are not checked, so a changed value is found only where the page's codec
+// failed read; ReadPart fails for a page that does not decode (the page
+// decoder names the column, the page and what is wrong: a level or a
+// dictionary index out of range, a run or a page holding fewer values
+// than it claims, more values than the row group's rows). Page CRCs are
+// not checked, so a changed value is found only where the page's codec
 // checks its content (see the package documentation, "Damaged files").
-// The footer, and
-// buffers used while decoding (compressed and decompressed pages, decoded
-// dictionaries), live on the Go heap, not in the allocator of ReadPart.
+// The footer, and buffers used while decoding (compressed and
+// decompressed pages, decoded dictionaries), live on the Go heap, not in
+// the allocator of ReadPart; the page decoder keeps decompressed pages
+// between reads in pools that the garbage collector empties.
 func OpenParquet(ctx context.Context, f *File, opts ...LoadOption) (Source, error) {
 	cfg := newLoadConfig(opts)
 	s := &parquetSource{parts: parts{file: f, budget: cfg.budget}}
@@ -110,6 +124,7 @@ func OpenParquet(ctx context.Context, f *File, opts ...LoadOption) (Source, erro
 		for _, leaf := range appendLeaves(nil, &fr.Manifest.Fields[c]) {
 			s.fields[j].leaves[leaf] = true
 		}
+		s.fields[j].pages = pageKindOf(s.meta, s.fields[j], fields[j].Type)
 	}
 	s.schema = arrow.NewSchema(fields, fr.Manifest.SchemaMeta)
 	s.rows = make([]int64, s.meta.NumRowGroups())
@@ -196,10 +211,7 @@ func appendLeaves(leaves []int, field *pqarrow.SchemaField) []int {
 // ReadPart reads row group i, one column after the other; see Source.
 func (s *parquetSource) ReadPart(ctx context.Context, i int, mem memory.Allocator) (arrow.RecordBatch, error) {
 	return s.readPart(ctx, i, mem, func(mem memory.Allocator) (arrow.RecordBatch, error) {
-		fr, err := s.newReader(ctx, mem)
-		if err != nil {
-			return nil, err
-		}
+		rd := &readers{s: s, ctx: ctx, mem: mem}
 		cols := make([]arrow.Array, len(s.fields))
 		for j := range s.fields {
 			taken := false
@@ -210,7 +222,7 @@ func (s *parquetSource) ReadPart(ctx context.Context, i int, mem memory.Allocato
 				taken = true
 				return i
 			}
-			if _, err := s.readRun(ctx, fr, mem, j, i, i+1, next, func(_ int, a arrow.Array) { cols[j] = a }); err != nil {
+			if _, err := s.readRun(ctx, rd, mem, j, i, i+1, next, func(_ int, a arrow.Array) { cols[j] = a }); err != nil {
 				releaseAll(cols)
 				return nil, err
 			}
@@ -244,19 +256,55 @@ func (s *parquetSource) newReader(ctx context.Context, mem memory.Allocator) (*p
 	return fr, nil
 }
 
+// readers makes, on first use, the readers of one goroutine's reads of a
+// parquetSource: a pqarrow.FileReader (newReader) and a file.Reader for
+// the page decoder (pageReader). A read that the page decoder does alone
+// makes no pqarrow reader, whose schema manifest costs more than a page.
+type readers struct {
+	s   *parquetSource
+	ctx context.Context
+	mem memory.Allocator
+	fr  *pqarrow.FileReader
+	pf  *file.Reader
+}
+
+// pqarrow returns the pqarrow reader, allocating from mem.
+func (r *readers) pqarrow() (*pqarrow.FileReader, error) {
+	if r.fr == nil {
+		fr, err := r.s.newReader(r.ctx, r.mem)
+		if err != nil {
+			return nil, err
+		}
+		r.fr = fr
+	}
+	return r.fr, nil
+}
+
+// pages returns the page decoder's reader.
+func (r *readers) pages() (*file.Reader, error) {
+	if r.pf == nil {
+		pf, err := r.s.pageReader(r.ctx)
+		if err != nil {
+			return nil, err
+		}
+		r.pf = pf
+	}
+	return r.pf, nil
+}
+
 // readRun reads row groups of output column j with one pqarrow column
 // reader over [lo, hi), so the reader's scratch buffers (levels, decoded
 // values) serve every row group after the first: next returns each row
 // group to read, in order from lo, and -1 to stop, which may come before
-// hi. It hands put one array per row group; put owns it. fr allocates from
-// mem. On failure it returns the row group being read and the error; the
+// hi. It hands put one array per row group; put owns it. The arrays come
+// from mem, through rd's readers. On failure it returns the row group being read and the error; the
 // arrays already put stay with put's owner. It recovers arrow-go's panics
 // (corrupt data, a budget refusal).
 //
 // One reader over several row groups needs each chunk to hold exactly its
 // row group's rows: checkChunks ensures it for columns that repeat
 // nothing, and oneArray verifies the row count of every array.
-func (s *parquetSource) readRun(ctx context.Context, fr *pqarrow.FileReader, mem memory.Allocator, j, lo, hi int, next func() int, put func(rg int, a arrow.Array)) (int, error) {
+func (s *parquetSource) readRun(ctx context.Context, rd *readers, mem memory.Allocator, j, lo, hi int, next func() int, put func(rg int, a arrow.Array)) (int, error) {
 	rg := lo
 	err := safely(func() error {
 		var cr *pqarrow.ColumnReader
@@ -269,12 +317,33 @@ func (s *parquetSource) readRun(ctx context.Context, fr *pqarrow.FileReader, mem
 			if ctx.Err() != nil {
 				return context.Cause(ctx)
 			}
+			if k := s.fields[j].pages; k != pageNone {
+				pf, err := rd.pages()
+				if err != nil {
+					return err
+				}
+				a, err := s.readPages(ctx, pf, mem, j, rg, k)
+				if errors.Is(err, errFallback) {
+					a, err = s.readOne(ctx, rd, mem, j, rg)
+					if err == nil && (k == pageInt32 || k == pageInt64) && !arrow.TypeEqual(a.DataType(), s.schema.Field(j).Type) {
+						a, err = narrowArray(a, s.schema.Field(j).Type, s.schema.Field(j).Name, mem)
+					}
+				}
+				if err != nil {
+					return err
+				}
+				put(rg, a)
+				continue
+			}
 			if cr == nil { // only now: a run may end before its first row group
 				rgs := make([]int, hi-lo)
 				for k := range rgs {
 					rgs[k] = lo + k
 				}
-				var err error
+				fr, err := rd.pqarrow()
+				if err != nil {
+					return err
+				}
 				if cr, err = fr.GetFieldReader(ctx, s.fields[j].field, s.fields[j].leaves, rgs); err != nil {
 					return err
 				}
@@ -298,6 +367,30 @@ func (s *parquetSource) readRun(ctx context.Context, fr *pqarrow.FileReader, mem
 		return nil
 	})
 	return rg, err
+}
+
+// readOne reads output column j of row group rg alone through pqarrow.
+func (s *parquetSource) readOne(ctx context.Context, rd *readers, mem memory.Allocator, j, rg int) (arrow.Array, error) {
+	fr, err := rd.pqarrow()
+	if err != nil {
+		return nil, err
+	}
+	cr, err := fr.GetFieldReader(ctx, s.fields[j].field, s.fields[j].leaves, []int{rg})
+	if err != nil {
+		return nil, err
+	}
+	if cr == nil {
+		return nil, fmt.Errorf("column %q has no leaf to read", s.schema.Field(j).Name)
+	}
+	defer cr.Release()
+	ch, err := cr.NextBatch(s.rows[rg])
+	if err != nil {
+		if ch != nil {
+			ch.Release()
+		}
+		return nil, err
+	}
+	return oneArray(ch, s.rows[rg], mem)
 }
 
 // oneArray returns the chunks of ch, which holds one column of one row
@@ -374,20 +467,13 @@ func (s *parquetSource) readAll(ctx context.Context, mem memory.Allocator) ([]ar
 	var wg sync.WaitGroup
 	for range min(runtime.GOMAXPROCS(0), nrg*ncol) {
 		wg.Go(func() {
-			var fr *pqarrow.FileReader
+			rd := &readers{s: s, ctx: ctx, mem: alloc}
 			for r, hi := sched.claim(ctx); r != nil; r, hi = sched.claim(ctx) {
-				if fr == nil {
-					var err error
-					if err = safely(func() error { fr, err = s.newReader(ctx, alloc); return err }); err != nil {
-						sched.fail(r.lo, err, cancel)
-						return
-					}
-				}
 				// r.j and r.lo are fixed; r.hi, as claimed, bounds the run,
 				// which a thief may shorten while it is read.
 				j := r.j
 				next := func() int { return sched.next(r) }
-				if rg, err := s.readRun(ctx, fr, alloc, j, r.lo, hi, next, func(rg int, a arrow.Array) { cols[rg*ncol+j] = a }); err != nil {
+				if rg, err := s.readRun(ctx, rd, alloc, j, r.lo, hi, next, func(rg int, a arrow.Array) { cols[rg*ncol+j] = a }); err != nil {
 					sched.fail(rg, err, cancel)
 					return
 				}

@@ -46,19 +46,10 @@ func (s *parquetSource) IntRange(i int, column string) (IntRange, bool) {
 	if len(idx) != 1 || len(s.fields[idx[0]].leaves) != 1 {
 		return IntRange{}, false
 	}
-	var lo, hi int64
-	switch s.schema.Field(idx[0]).Type.ID() {
-	case arrow.INT8:
-		lo, hi = math.MinInt8, math.MaxInt8
-	case arrow.INT16:
-		lo, hi = math.MinInt16, math.MaxInt16
-	case arrow.INT32:
-		lo, hi = math.MinInt32, math.MaxInt32
-	case arrow.INT64:
-		lo, hi = math.MinInt64, math.MaxInt64
-	default:
+	if !isSignedInt(s.schema.Field(idx[0]).Type.ID()) {
 		return IntRange{}, false
 	}
+	lo, hi := intBounds(s.schema.Field(idx[0]).Type.ID())
 	var leaf int
 	for l := range s.fields[idx[0]].leaves {
 		leaf = l
@@ -77,6 +68,29 @@ func (s *parquetSource) IntRange(i int, column string) (IntRange, bool) {
 		return IntRange{}, false
 	}
 	return r, true
+}
+
+// isSignedInt reports whether id is int8, int16, int32 or int64.
+func isSignedInt(id arrow.Type) bool {
+	switch id {
+	case arrow.INT8, arrow.INT16, arrow.INT32, arrow.INT64:
+		return true
+	}
+	return false
+}
+
+// intBounds returns the least and greatest values of the signed integer
+// type id (int8 to int64), and those of int64 for any other type.
+func intBounds(id arrow.Type) (lo, hi int64) {
+	switch id {
+	case arrow.INT8:
+		return math.MinInt8, math.MaxInt8
+	case arrow.INT16:
+		return math.MinInt16, math.MaxInt16
+	case arrow.INT32:
+		return math.MinInt32, math.MaxInt32
+	}
+	return math.MinInt64, math.MaxInt64
 }
 
 // chunkRange returns the statistics of leaf column c in row group rg as an

@@ -117,9 +117,10 @@ type Partition struct {
 // signed integer "delay" column or both an "origin" and a "time" column,
 // naming the source and the columns it has. The source kernels read
 // src through kvio.Select of Pipeline.Columns, so the other columns of
-// src are not read, and read no part whose statistics prove the filter
-// rejects all its rows (Pipeline.Skipped); the pipeline does not close
-// src nor its view.
+// src are not read, with "delay" as the narrowest signed integer type
+// the file's statistics allow (kvio.Narrow), and read no part whose
+// statistics prove the filter rejects all its rows (Pipeline.Skipped);
+// the pipeline does not close src nor its view.
 func Build(src kvio.Source, opts Options) (*Pipeline, error) {
 	key, err := keyOf(src.Name(), src.Schema())
 	if err != nil {
@@ -141,6 +142,11 @@ func Build(src kvio.Source, opts Options) (*Pipeline, error) {
 		if view, dict, err = kvio.Dictionary(view, "origin"); err != nil {
 			return nil, fmt.Errorf("flights: %w", err)
 		}
+	}
+	// delay as the narrowest integer its statistics allow: the kernels
+	// widen it to int64 as they read it.
+	if view, _, err = kvio.Narrow(view, "delay"); err != nil {
+		return nil, fmt.Errorf("flights: %w", err)
 	}
 	p := &Pipeline{Graph: dag.New(), Key: key, Columns: cols, Dictionary: dict, src: view, opts: opts}
 	g := p.Graph
