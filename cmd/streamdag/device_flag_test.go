@@ -1,0 +1,72 @@
+package main
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/gpu/opencl"
+)
+
+// TestChooseDevice: --device resolved from the OpenCL devices found.
+func TestChooseDevice(t *testing.T) {
+	pocl := opencl.DeviceInfo{Name: "pthread-cpu", Type: opencl.TypeCPU | opencl.TypeDefault, Platform: "Portable Computing Language", Available: true}
+	gpuDev := opencl.DeviceInfo{Name: "NVIDIA H100", Type: opencl.TypeGPU, Platform: "NVIDIA CUDA", Available: true}
+	gone := gpuDev
+	gone.Available = false
+	noLib := errors.New("opencl: unavailable: libOpenCL.so.1: cannot open shared object file")
+	tests := []struct {
+		name    string
+		flag    string
+		infos   []opencl.DeviceInfo
+		listErr error
+		openCL  bool
+		index   int
+		why     []string // substrings of why, or of the error
+		wantErr bool
+	}{
+		{"cpu ignores OpenCL", deviceCPU, []opencl.DeviceInfo{gpuDev}, nil, false, 0, []string{"--device cpu"}, false},
+		{"auto with PoCL only", deviceAuto, []opencl.DeviceInfo{pocl}, nil, false, 0,
+			[]string{"--device auto: no OpenCL GPU", "pthread-cpu (CPU|default, Portable Computing Language)", "CPU device"}, false},
+		{"auto with a GPU after PoCL", deviceAuto, []opencl.DeviceInfo{pocl, gpuDev}, nil, true, 1, []string{"OpenCL GPU NVIDIA H100 (NVIDIA CUDA)"}, false},
+		{"auto skips an unavailable GPU", deviceAuto, []opencl.DeviceInfo{gone, pocl}, nil, false, 0, []string{"no OpenCL GPU"}, false},
+		{"auto without OpenCL", deviceAuto, nil, noLib, false, 0, []string{"no OpenCL GPU", "libOpenCL.so.1"}, false},
+		{"opencl takes PoCL", deviceOpenCL, []opencl.DeviceInfo{pocl}, nil, true, 0, []string{"--device opencl: pthread-cpu (CPU|default, Portable Computing Language) beside the CPU device"}, false},
+		{"opencl prefers the GPU", deviceOpenCL, []opencl.DeviceInfo{pocl, gpuDev}, nil, true, 1, []string{"NVIDIA H100"}, false},
+		{"opencl without a library", deviceOpenCL, nil, noLib, false, 0,
+			[]string{"--device opencl: no OpenCL device: looked for libOpenCL.so.1", "/etc/OpenCL/vendors", "cannot open shared object file", "apt-get install pocl-opencl-icd ocl-icd-libopencl1", "--device cpu"}, true},
+		{"opencl without devices", deviceOpenCL, nil, nil, false, 0, []string{"--device opencl: no OpenCL device", "pocl-opencl-icd"}, true},
+		{"opencl with none available", deviceOpenCL, []opencl.DeviceInfo{gone}, nil, false, 0, []string{"no OpenCL device", "found NVIDIA H100 (GPU, NVIDIA CUDA)"}, true},
+		{"unknown", "gpu", nil, nil, false, 0, []string{"--device gpu: want cpu, opencl or auto"}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := chooseDevice(tc.flag, tc.infos, tc.listErr)
+			text := c.why
+			if tc.wantErr {
+				require.Error(t, err)
+				text = err.Error()
+			} else {
+				require.NoError(t, err)
+			}
+			assert.Equal(t, tc.openCL, c.openCL)
+			assert.Equal(t, tc.index, c.index)
+			for _, w := range tc.why {
+				assert.Contains(t, text, w)
+			}
+		})
+	}
+}
+
+// TestRunFlightsBadDevice: an unknown --device is a usage error, and
+// --device opencl with --topology is refused before anything runs.
+func TestRunFlightsBadDevice(t *testing.T) {
+	code, _, errs := cli(t, "run", "flights", "--device", "cuda")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errs, "--device cuda: want cpu, opencl or auto")
+	code, _, errs = cli(t, "run", "flights", "--device", "opencl", "--topology", "sim:dgx1-v100")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errs, "--device opencl and --topology")
+}
