@@ -63,7 +63,7 @@ type hotLaunch struct {
 // compiled returns p's launch lists, built once per plan.
 func (p *Plan) compiled() *compiled {
 	p.compileOnce.Do(func() {
-		ns := len(p.devices) * p.streams
+		ns := p.NumGlobalStreams()
 		c := &compiled{lists: make([][]hotLaunch, ns), waits: make([][]Wait, ns), required: make([][]buffers.Binding, len(p.launches))}
 		for i := range p.launches {
 			gs := p.GlobalStream(i)
@@ -691,8 +691,9 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 			if b.list == nil {
 				continue
 			}
-			if err := devs[gs/p.streams].Stream(gs % p.streams).Launch(b); err != nil {
-				errs = append(errs, fmt.Errorf("exec: %v stream %d: %w", devs[gs/p.streams].ID(), gs%p.streams, err))
+			d, s := p.StreamOf(gs)
+			if err := devs[d].Stream(s).Launch(b); err != nil {
+				errs = append(errs, fmt.Errorf("exec: %v stream %d: %w", devs[d].ID(), s, err))
 				b.state.Store(listStarted) // not queued: not to be withdrawn
 				b.cancelRest(err)
 			}

@@ -88,12 +88,11 @@ func New(dev gpu.Device, opts ...Option) *Executor {
 	return e
 }
 
-// NewMulti returns an executor over devs (at least one; all with the same
+// NewMulti returns an executor over devs (at least one; each with its own
 // stream count), placing kernels by topo's transfer costs (nil: transfers
 // cost nothing in the model). Each device gets its own buffer pool, whose
 // budget is the device's memory when its facts give it (simulated GPUs
-// carry their model's memory). Errors: no devices, duplicate IDs, or
-// devices with different stream counts.
+// carry their model's memory). Errors: no devices, or duplicate IDs.
 func NewMulti(devs []gpu.Device, topo *topology.Topology, opts ...Option) (*Executor, error) {
 	if len(devs) == 0 {
 		return nil, errors.New("exec: an executor needs a device")
@@ -109,10 +108,6 @@ func NewMulti(devs []gpu.Device, topo *topology.Topology, opts ...Option) (*Exec
 			return nil, fmt.Errorf("exec: device %s given twice", d.ID())
 		}
 		seen[d.ID()] = true
-		if d.NumStreams() != devs[0].NumStreams() {
-			return nil, fmt.Errorf("exec: %s has %d streams, %s has %d: devices must have the same stream count",
-				d.ID(), d.NumStreams(), devs[0].ID(), devs[0].NumStreams())
-		}
 		budget := c.budget
 		if budget == nil && d.Info().MemoryBytes > 0 && d.ID().Kind == topology.KindGPU {
 			budget = buffers.NewBudget(d.Info().MemoryBytes)
@@ -185,9 +180,8 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 	for _, o := range opts {
 		o(&rc)
 	}
-	if len(p.devices) != len(e.devs) || p.streams > e.devs[0].NumStreams() {
-		return nil, fmt.Errorf("exec: plan for %d devices × %d streams, executor has %d × %d",
-			len(p.devices), p.streams, len(e.devs), e.devs[0].NumStreams())
+	if err := e.fits(p); err != nil {
+		return nil, err
 	}
 	var loss *deviceLoss
 	if rc.loss != nil {
@@ -229,6 +223,20 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 		return res, submitErr
 	}
 	return res, nil
+}
+
+// fits returns nil when p can run on e's devices: as many devices, each
+// with at least the streams the plan has for it.
+func (e *Executor) fits(p *Plan) error {
+	if len(p.devices) != len(e.devs) {
+		return fmt.Errorf("exec: plan for %d devices, executor has %d", len(p.devices), len(e.devs))
+	}
+	for d, n := range p.streams {
+		if n > e.devs[d].NumStreams() {
+			return fmt.Errorf("exec: plan for %d streams on %s, the executor's device has %d", n, e.devs[d].ID(), e.devs[d].NumStreams())
+		}
+	}
+	return nil
 }
 
 // run is the state one Execute (or one recovery phase) shares with its

@@ -82,14 +82,24 @@ type PlacementResult struct {
 // keeps each kernel to the devices that run code it has). Errors: an
 // unvalidated graph, a pin to a device not in devs.
 func Place(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *topology.Topology, strategy Placement) (PlacementResult, error) {
-	return place(g, devs, nil, lanes, topo, strategy)
+	return place(g, devs, nil, sameLanes(len(devs), lanes), topo, strategy)
 }
 
-// place is Place where device d runs kernel code of kind code[d] only: a
-// kernel goes only to a device that runs code it has (code nil: every
-// device runs every kernel). Errors as Place, and a kernel no device has
-// code for or pinned to a device without code for it.
-func place(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, lanes int, topo *topology.Topology, strategy Placement) (PlacementResult, error) {
+// sameLanes returns n devices' lane counts, lanes each.
+func sameLanes(n, lanes int) []int {
+	ls := make([]int, n)
+	for i := range ls {
+		ls[i] = lanes
+	}
+	return ls
+}
+
+// place is Place where device d has lanes[d] lanes and runs kernel code
+// of kind code[d] only: a kernel goes only to a device that runs code it
+// has (code nil: every device runs every kernel). Errors as Place, and a
+// kernel no device has code for or pinned to a device without code for
+// it.
+func place(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, lanes []int, topo *topology.Topology, strategy Placement) (PlacementResult, error) {
 	m, err := newModel(g, devs, code, lanes, topo)
 	if err != nil {
 		return PlacementResult{}, err
@@ -280,7 +290,7 @@ func OptimalPlacement(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *t
 	if g.NumKernels() > 12 {
 		return PlacementResult{}, fmt.Errorf("exec: optimal placement of %d kernels: at most 12", g.NumKernels())
 	}
-	m, err := newModel(g, devs, nil, lanes, topo)
+	m, err := newModel(g, devs, nil, sameLanes(len(devs), lanes), topo)
 	if err != nil {
 		return PlacementResult{}, err
 	}
@@ -309,7 +319,7 @@ func OptimalPlacement(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *t
 type model struct {
 	g      *dag.Graph
 	devs   []topology.DeviceID
-	lanes  int
+	lanes  []int // per device
 	topo   *topology.Topology
 	w      []time.Duration // compute estimate per kernel
 	prio   []dag.KernelID  // upward-rank order
@@ -321,14 +331,14 @@ type model struct {
 }
 
 // newModel builds the cost model of g on devs; code[d], when code is not
-// nil, is the kind of kernel code device d runs.
-func newModel(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, lanes int, topo *topology.Topology) (*model, error) {
+// nil, is the kind of kernel code device d runs; lanes[d] its lanes.
+func newModel(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, lanes []int, topo *topology.Topology) (*model, error) {
 	order := g.Order()
 	if order == nil && g.NumKernels() > 0 {
 		return nil, errors.New("exec: placement needs a validated graph")
 	}
-	if len(devs) == 0 || lanes < 1 {
-		return nil, fmt.Errorf("exec: placement on %d devices × %d lanes", len(devs), lanes)
+	if len(devs) == 0 || len(lanes) != len(devs) || slices.Min(lanes) < 1 {
+		return nil, fmt.Errorf("exec: placement on %d devices with lanes %v", len(devs), lanes)
 	}
 	nk := g.NumKernels()
 	m := &model{g: g, devs: devs, lanes: lanes, topo: topo, w: make([]time.Duration, nk),
@@ -467,7 +477,7 @@ func (m *model) newState() *state {
 		st.home[i] = -1
 	}
 	for d := range st.lanes {
-		st.lanes[d] = make([]time.Duration, m.lanes)
+		st.lanes[d] = make([]time.Duration, m.lanes[d])
 	}
 	return st
 }

@@ -16,8 +16,8 @@ import (
 )
 
 // Wait is one event wait in a plan: before its launch runs, stream Stream
-// (a global stream index, Device×StreamsPerDevice + stream) must have
-// completed Seq launches.
+// (a global stream index: the streams of every device, device by device;
+// see Plan.GlobalStream) must have completed Seq launches.
 type Wait struct {
 	Stream int
 	Seq    int
@@ -78,7 +78,9 @@ type PlannedBuffer struct {
 type Plan struct {
 	graph     *dag.Graph
 	devices   []topology.DeviceID // the executor's devices, by index
-	streams   int                 // streams per device
+	streams   []int               // streams by device
+	sbase     []int               // by device: the global index of its stream 0
+	sdev      []int               // by global stream: its device
 	launches  []PlannedLaunch     // in submission order (a topological order)
 	bufs      []PlannedBuffer     // the graph's buffers, then replicas
 	waits     int                 // event waits inserted
@@ -100,8 +102,24 @@ func (p *Plan) Graph() *dag.Graph { return p.graph }
 // a PlannedLaunch or PlannedBuffer indexes it).
 func (p *Plan) Devices() []topology.DeviceID { return slices.Clone(p.devices) }
 
-// Streams returns the number of streams per device.
-func (p *Plan) Streams() int { return p.streams }
+// Streams returns the number of streams of each device, by device index:
+// each device has its own count (the device's NumStreams when planned).
+func (p *Plan) Streams() []int { return slices.Clone(p.streams) }
+
+// NumStreams returns the number of streams of device d (an index into
+// Devices). It panics when d is out of range.
+func (p *Plan) NumStreams(d int) int { return p.streams[d] }
+
+// NumGlobalStreams returns the number of streams of all devices together:
+// global stream indices (GlobalStream, Wait.Stream) run from 0 below it.
+func (p *Plan) NumGlobalStreams() int { return len(p.sdev) }
+
+// StreamOf returns the device index and the stream index on that device
+// of global stream gs. It panics when gs is out of range.
+func (p *Plan) StreamOf(gs int) (device, stream int) {
+	d := p.sdev[gs]
+	return d, gs - p.sbase[d]
+}
 
 // NumLaunches returns the number of launches, copies included.
 func (p *Plan) NumLaunches() int { return len(p.launches) }
@@ -196,12 +214,12 @@ func (e *Executor) Plan(g *dag.Graph) (*Plan, error) {
 		}
 	} else {
 		var err error
-		pl, err = place(g, ids, code, e.devs[0].NumStreams(), e.topo, e.placement)
+		pl, err = place(g, ids, code, e.numStreams(), e.topo, e.placement)
 		if err != nil {
 			return nil, err
 		}
 	}
-	return planOn(g, ids, e.devs[0].NumStreams(), pl, nil), nil
+	return planOn(g, ids, e.numStreams(), pl, nil), nil
 }
 
 // DeviceCode returns the kind of kernel code dev runs, by its kind
@@ -275,13 +293,31 @@ type subset struct {
 	fallback int
 }
 
-func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementResult, sub *subset) *Plan {
+// numStreams returns the stream count of each of e's devices.
+func (e *Executor) numStreams() []int {
+	ns := make([]int, len(e.devs))
+	for i, d := range e.devs {
+		ns[i] = d.NumStreams()
+	}
+	return ns
+}
+
+// planOn builds the plan of g on devs, device d with nstreams[d] streams,
+// with placement pl (restricted to sub, when not nil).
+func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams []int, pl PlacementResult, sub *subset) *Plan {
 	order := g.Order()
 	if sub != nil {
 		order = slices.DeleteFunc(slices.Clone(order), func(k dag.KernelID) bool { return !sub.run[k] })
 	}
 	order = launchOrder(g, order, g.NumBuffers())
-	p := &Plan{graph: g, devices: devs, streams: nstreams, placement: pl}
+	p := &Plan{graph: g, devices: devs, streams: slices.Clone(nstreams), placement: pl}
+	p.sbase = make([]int, len(devs))
+	for d, n := range nstreams {
+		p.sbase[d] = len(p.sdev)
+		for range n {
+			p.sdev = append(p.sdev, d)
+		}
+	}
 	only := homeBuffers(p, order, sub)
 	if len(devs) == 1 {
 		for _, kid := range order {
@@ -316,7 +352,7 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementRe
 	}
 
 	// Stream assignment per device: chains stay on one stream.
-	load := make([]int, len(devs)*nstreams)
+	load := make([]int, len(p.sdev))
 	continued := make([]bool, n) // continued[i]: a successor took launch i's stream
 	gstream := make([]int, n)    // global stream index
 	// Launches with no dependency go to the stream that took the last such
@@ -325,17 +361,17 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementRe
 	// block stays on its stream: a reduction tree then waits only where
 	// blocks meet, not at every node. rootBlock grows with the plan and is
 	// 1 (plain alternation) below 128 launches per stream.
-	rootBlock := min(max(1, n/(nstreams*len(devs)*64)), 64)
+	rootBlock := min(max(1, n/(len(p.sdev)*64)), 64)
 	lastRoot := make([]int, len(devs)) // per device: global stream of the last root, -1: none
 	for d := range lastRoot {
 		lastRoot[d] = -1
 	}
 	for i := range p.launches {
 		l := &p.launches[i]
-		base := l.Device * nstreams
+		base, nds := p.sbase[l.Device], nstreams[l.Device]
 		s := -1
 		if l.Kernel >= 0 && l.pin >= 0 {
-			s = base + l.pin%nstreams
+			s = base + l.pin%nds
 		} else {
 			// Continue a dependency's chain: the one whose stream has the
 			// fewest launches, so chains that merge do not pile up on one
@@ -351,7 +387,7 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementRe
 				s = gstream[pick]
 			}
 			if s < 0 {
-				s = base + argmin(load[base:base+nstreams])
+				s = base + argmin(load[base:base+nds])
 				if len(l.Deps) == 0 {
 					if r := lastRoot[l.Device]; r >= 0 && load[r] < load[s]+rootBlock {
 						s = r
@@ -369,7 +405,7 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementRe
 	// Alignment with vector clocks over global streams: clock[s][t] is the
 	// number of launches of stream t that stream s is known to have
 	// waited for.
-	ns := len(devs) * nstreams
+	ns := len(p.sdev)
 	clock := make([][]int, ns)
 	for s := range clock {
 		clock[s] = make([]int, ns)
@@ -447,9 +483,9 @@ func homeBuffers(p *Plan, order []dag.KernelID, sub *subset) []bool {
 	return only
 }
 
-// GlobalStream returns launch i's stream as a global index:
-// Device×Streams + Stream.
-func (p *Plan) GlobalStream(i int) int { return p.launches[i].Device*p.streams + p.launches[i].Stream }
+// GlobalStream returns launch i's stream as a global index: the streams
+// of devices before its device, plus its Stream (StreamOf inverts it).
+func (p *Plan) GlobalStream(i int) int { return p.sbase[p.launches[i].Device] + p.launches[i].Stream }
 
 func argmin(xs []int) int {
 	best := 0
@@ -647,8 +683,16 @@ func dropCovered(as []access, w buffers.Binding, self int) []access {
 func (p *Plan) String() string {
 	if len(p.devices) == 1 {
 		return fmt.Sprintf("plan: %d launches on %d streams, %d event waits for %d cross-stream hazards",
-			len(p.launches), p.streams, p.waits, p.hazards)
+			len(p.launches), p.streams[0], p.waits, p.hazards)
 	}
-	return fmt.Sprintf("plan: %d launches on %d devices × %d streams, %d event waits for %d cross-stream hazards, %d copies",
-		len(p.launches), len(p.devices), p.streams, p.waits, p.hazards, p.copies)
+	if slices.Min(p.streams) == slices.Max(p.streams) {
+		return fmt.Sprintf("plan: %d launches on %d devices × %d streams, %d event waits for %d cross-stream hazards, %d copies",
+			len(p.launches), len(p.devices), p.streams[0], p.waits, p.hazards, p.copies)
+	}
+	ds := make([]string, len(p.devices))
+	for d, id := range p.devices {
+		ds[d] = fmt.Sprintf("%s × %d", id, p.streams[d])
+	}
+	return fmt.Sprintf("plan: %d launches on %d devices (%s streams), %d event waits for %d cross-stream hazards, %d copies",
+		len(p.launches), len(p.devices), strings.Join(ds, ", "), p.waits, p.hazards, p.copies)
 }

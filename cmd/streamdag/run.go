@@ -367,7 +367,7 @@ func runLine(input string, nrows, skippedRows int64, parts, skipped, nsrc int, r
 		partitions += fmt.Sprintf(" (%d of %d source parts, %d rows, not read: their delay statistics rule out every row)", skipped, nsrc, skippedRows)
 	}
 	return fmt.Sprintf("%s: %d rows in %s, %s on %s of %s, %s, %s (%.1f M rows/s)",
-		input, nrows, partitions, launches, plural(rep.Streams, "stream"),
+		input, nrows, partitions, launches, streamsLabel(rep.Streams),
 		devicesLabel(rep.DevicesUsed()), plural(rep.Waits, "event wait"), fmtDuration(rep.Wall), rate)
 }
 
@@ -488,6 +488,19 @@ func firstLine(err error) string {
 	}
 	s, _, _ := strings.Cut(err.Error(), "\n")
 	return s
+}
+
+// streamsLabel says how many streams each device has: "3 streams" when
+// every device has as many, else "2, 4 streams" by device.
+func streamsLabel(streams []int) string {
+	if len(streams) > 0 && slices.Min(streams) == slices.Max(streams) {
+		return plural(streams[0], "stream")
+	}
+	ns := make([]string, len(streams))
+	for i, n := range streams {
+		ns[i] = strconv.Itoa(n)
+	}
+	return strings.Join(ns, ", ") + " streams"
 }
 
 // plural returns "1 stream", "2 streams", "3 launches", "4 copies".
