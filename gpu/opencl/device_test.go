@@ -1,0 +1,539 @@
+package opencl_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/cpu"
+	"github.com/streamdag/streamdag/gpu/opencl"
+	"github.com/streamdag/streamdag/topology"
+)
+
+// newDevice opens device(t) as a gpu.CodeDevice with streams streams,
+// closed (and checked) at cleanup.
+func newDevice(t testing.TB, streams int) gpu.CodeDevice {
+	t.Helper()
+	d, err := opencl.NewDevice(device(t), streams)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, d.Close()) })
+	return d
+}
+
+func codeStream(d gpu.Device, i int) gpu.CodeStream { return d.Stream(i).(gpu.CodeStream) }
+
+func devProgram(t testing.TB, d gpu.CodeDevice) gpu.Program {
+	t.Helper()
+	p, err := d.Program("test", kernels, "")
+	require.NoError(t, err)
+	return p
+}
+
+func alloc(t testing.TB, d gpu.CodeDevice, n int64) gpu.Memory {
+	t.Helper()
+	m, err := d.Alloc(n)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, m.Release()) })
+	return m
+}
+
+func mem(m gpu.Memory) gpu.KernelArg { return gpu.KernelArg{Mem: m} }
+func scalar(v any) gpu.KernelArg     { return gpu.KernelArg{Scalar: v} }
+
+// recordWait records an event on s and waits for it, returning its Wait.
+func recordWait(t testing.TB, s gpu.Stream) error {
+	t.Helper()
+	return s.Record().Wait(t.Context())
+}
+
+func TestDriverOpen(t *testing.T) {
+	device(t)
+	set, err := gpu.Open(t.Context(), opencl.Kind, gpu.Config{Streams: 3})
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, set.Close()) }()
+	devs := set.Devices()
+	require.NotEmpty(t, devs)
+	for i, d := range devs {
+		assert.Equal(t, topology.OpenCL(i), d.ID())
+		assert.Equal(t, "opencl"+string(rune('0'+i)), d.ID().String())
+		assert.Equal(t, "opencl", d.Kind())
+		assert.Equal(t, 3, d.NumStreams())
+		cd, ok := d.(gpu.CodeDevice)
+		require.True(t, ok, "an OpenCL device is a gpu.CodeDevice")
+		assert.Equal(t, "opencl", cd.Code())
+		info := d.Info()
+		assert.Equal(t, d.ID(), info.ID)
+		assert.NotEmpty(t, info.Name)
+		assert.NotEmpty(t, info.Vendor)
+		assert.Positive(t, info.MemoryBytes)
+		assert.Positive(t, info.Cores)
+		for j := range d.NumStreams() {
+			s, ok := d.Stream(j).(gpu.CodeStream)
+			require.True(t, ok)
+			assert.Equal(t, j, s.Index())
+			assert.Equal(t, d.ID(), s.Device())
+		}
+		assert.Panics(t, func() { d.Stream(3) })
+	}
+	_, err = gpu.Open(t.Context(), opencl.Kind, gpu.Config{Streams: opencl.MaxStreams + 1})
+	assert.ErrorContains(t, err, "opencl: open: 65 streams per device: want 1 to 64")
+}
+
+func TestNewDeviceBadInput(t *testing.T) {
+	dev := device(t)
+	for _, tc := range []struct {
+		name    string
+		streams int
+		opts    []opencl.DeviceOption
+		want    string
+	}{
+		{"no streams", 0, nil, "0 streams: want 1 to 64"},
+		{"too many streams", 65, nil, "65 streams: want 1 to 64"},
+		{"negative index", 1, []opencl.DeviceOption{opencl.WithIndex(-1)}, "opencl: WithIndex(-1): the index must not be negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := opencl.NewDevice(dev, tc.streams, tc.opts...)
+			assert.Nil(t, d)
+			assert.ErrorContains(t, err, tc.want)
+		})
+	}
+	d, err := opencl.NewDevice(dev, 1, opencl.WithIndex(5), nil)
+	require.NoError(t, err)
+	assert.Equal(t, "opencl5", d.ID().String())
+	require.NoError(t, d.Close())
+}
+
+// TestDeviceStreamsOverlap: two kernels on two streams run at the same
+// time: each sees the other's flag while it spins.
+func TestDeviceStreamsOverlap(t *testing.T) {
+	d := newDevice(t, 2)
+	if d.Info().Cores < 2 {
+		t.Skipf("%s has %d compute unit: two kernels cannot overlap", d.ID(), d.Info().Cores)
+	}
+	p := devProgram(t, d)
+	flags, result := alloc(t, d, 8), alloc(t, d, 8)
+	s0, s1 := codeStream(d, 0), codeStream(d, 1)
+	require.NoError(t, s0.Fill(flags, 0, 8, []byte{0, 0, 0, 0}))
+	require.NoError(t, s0.Fill(result, 0, 8, []byte{0xff, 0xff, 0xff, 0xff}))
+	require.NoError(t, s1.Wait(s0.Record()))
+	var evs []gpu.Event
+	for me, s := range []gpu.CodeStream{s0, s1} {
+		require.NoError(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "handshake", Global: []int{1},
+			Args: []gpu.KernelArg{mem(flags), scalar(int32(me)), scalar(int32(1 - me)), scalar(int64(1 << 33)), mem(result)}}))
+		evs = append(evs, s.Record())
+	}
+	for _, e := range evs {
+		require.NoError(t, e.Wait(t.Context()))
+	}
+	got := make([]int32, 2)
+	require.NoError(t, s1.CopyOut(bytesOf(got), result, 0))
+	require.NoError(t, recordWait(t, s1))
+	assert.Equal(t, []int32{1, 1}, got, "each kernel saw the other's flag while it ran")
+}
+
+// TestDeviceCrossStreamDependency: a slow producer on stream 0, a
+// consumer on stream 1 after Wait(Record()): the consumer always reads
+// the producer's bytes, and the producer's next round waits for it.
+func TestDeviceCrossStreamDependency(t *testing.T) {
+	d := newDevice(t, 2)
+	p := devProgram(t, d)
+	const n = 256
+	in, out := alloc(t, d, 4*n), alloc(t, d, 4*n)
+	s0, s1 := codeStream(d, 0), codeStream(d, 1)
+	const seed = 11
+	rng := rand.New(rand.NewPCG(seed, seed))
+	got := make([]int32, n)
+	for round := range 20 {
+		v := rng.Int32N(1 << 20)
+		require.NoError(t, s0.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "produce", Global: []int{n},
+			Args: []gpu.KernelArg{mem(in), scalar(v), scalar(int64(20000))}, Label: "produce"}))
+		require.NoError(t, s1.Wait(s0.Record()))
+		require.NoError(t, s1.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "consume", Global: []int{n},
+			Args: []gpu.KernelArg{mem(in), mem(out)}, Label: "consume"}))
+		require.NoError(t, s1.CopyOut(bytesOf(got), out, 0))
+		e1 := s1.Record()
+		require.NoError(t, s0.Wait(e1))
+		require.NoError(t, e1.Wait(t.Context()))
+		for i, g := range got {
+			require.Equal(t, 2*v+1, g, "seed %d round %d element %d", seed, round, i)
+		}
+	}
+	require.NoError(t, recordWait(t, s0))
+}
+
+// gate is a CPU-device event that fires when open is closed.
+func gate(t *testing.T) (gpu.Event, chan struct{}) {
+	t.Helper()
+	c, err := cpu.New(cpu.WithStreams(1))
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, c.Close()) })
+	open := make(chan struct{})
+	require.NoError(t, c.Stream(0).Launch(gpu.TaskFunc(func() { <-open })))
+	return c.Stream(0).Record(), open
+}
+
+// TestDeviceWaitBridgesCPUEvent: an OpenCL stream waits on a CPU
+// device's event; the copy in, kernel and copy out behind the wait run
+// only once the CPU task has written the bytes, and CopyIn returns
+// while the wait holds the queue (it does not block).
+func TestDeviceWaitBridgesCPUEvent(t *testing.T) {
+	d := newDevice(t, 1)
+	p := devProgram(t, d)
+	c, err := cpu.New(cpu.WithStreams(1))
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, c.Close()) }()
+	const n = 1024
+	host := make([]int32, n)
+	open := make(chan struct{})
+	require.NoError(t, c.Stream(0).Launch(gpu.TaskFunc(func() {
+		<-open
+		for i := range host {
+			host[i] = int32(i) * 3
+		}
+	})))
+	ce := c.Stream(0).Record()
+	in, out := alloc(t, d, 4*n), alloc(t, d, 4*n)
+	s := codeStream(d, 0)
+	require.NoError(t, s.Wait(ce))
+	require.NoError(t, s.CopyIn(in, 0, bytesOf(host)))
+	require.NoError(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "consume", Global: []int{n}, Args: []gpu.KernelArg{mem(in), mem(out)}}))
+	got := make([]int32, n)
+	require.NoError(t, s.CopyOut(bytesOf(got), out, 0))
+	e := s.Record()
+	assert.False(t, e.Done(), "the OpenCL event fired before the CPU event it waits on")
+	close(open)
+	require.NoError(t, e.Wait(t.Context()))
+	for i, g := range got {
+		require.Equal(t, int32(i)*6+1, g, "element %d", i)
+	}
+}
+
+// TestCPUWaitsOnDeviceEvent: the reverse bridge: a CPU stream's task
+// waits on an OpenCL event and then reads the bytes the device copied
+// out; it sees the producer's values.
+func TestCPUWaitsOnDeviceEvent(t *testing.T) {
+	d := newDevice(t, 1)
+	p := devProgram(t, d)
+	c, err := cpu.New(cpu.WithStreams(1))
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, c.Close()) }()
+	ce, open := gate(t)
+	const n = 512
+	buf := alloc(t, d, 4*n)
+	s := codeStream(d, 0)
+	require.NoError(t, s.Wait(ce)) // hold the device until the CPU task is queued
+	require.NoError(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "produce", Global: []int{n},
+		Args: []gpu.KernelArg{mem(buf), scalar(int32(77)), scalar(int64(1000))}}))
+	got := make([]int32, n)
+	require.NoError(t, s.CopyOut(bytesOf(got), buf, 0))
+	e := s.Record()
+	var seen []int32
+	var waitErr error
+	require.NoError(t, c.Stream(0).Launch(gpu.TaskFunc(func() {
+		waitErr = e.Wait(context.Background())
+		seen = slices.Clone(got)
+	})))
+	close(open)
+	require.NoError(t, c.Stream(0).Synchronize(t.Context()))
+	require.NoError(t, waitErr)
+	require.Len(t, seen, n)
+	for i, g := range seen {
+		require.Equal(t, int32(77), g, "element %d", i)
+	}
+}
+
+// TestDeviceHostTaskOrdered: a host task between two kernels runs after
+// the first kernel and the copy out before it, and the copy in and
+// kernel after it see what it wrote.
+func TestDeviceHostTaskOrdered(t *testing.T) {
+	d := newDevice(t, 1)
+	p := devProgram(t, d)
+	const n = 256
+	a, b, out := alloc(t, d, 4*n), alloc(t, d, 4*n), alloc(t, d, 4*n)
+	s := codeStream(d, 0)
+	mid := make([]int32, n)
+	next := make([]int32, n)
+	got := make([]int32, n)
+	require.NoError(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "produce", Global: []int{n},
+		Args: []gpu.KernelArg{mem(a), scalar(int32(5)), scalar(int64(50000))}}))
+	require.NoError(t, s.CopyOut(bytesOf(mid), a, 0))
+	var sawFirst bool
+	require.NoError(t, s.Launch(gpu.TaskFunc(func() {
+		sawFirst = !slices.ContainsFunc(mid, func(v int32) bool { return v != 5 })
+		for i := range next {
+			next[i] = mid[i] + int32(i)
+		}
+	})))
+	require.NoError(t, s.CopyIn(b, 0, bytesOf(next)))
+	require.NoError(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "consume", Global: []int{n}, Args: []gpu.KernelArg{mem(b), mem(out)}}))
+	require.NoError(t, s.CopyOut(bytesOf(got), out, 0))
+	require.NoError(t, recordWait(t, s))
+	assert.True(t, sawFirst, "the host task ran after the first kernel and its copy out")
+	for i, g := range got {
+		require.Equal(t, (5+int32(i))*2+1, g, "element %d", i)
+	}
+	require.NoError(t, s.Synchronize(t.Context()))
+}
+
+// TestDeviceHostTaskPanic: a panicking host task is recovered; the next
+// Synchronize returns it and later work runs.
+func TestDeviceHostTaskPanic(t *testing.T) {
+	d := newDevice(t, 1)
+	s := d.Stream(0)
+	ran := 0
+	require.NoError(t, s.LaunchBatch([]gpu.Task{
+		gpu.TaskFunc(func() { ran++ }),
+		gpu.TaskFunc(func() { panic("boom") }),
+		gpu.TaskFunc(func() { panic("again") }),
+		gpu.TaskFunc(func() { ran++ }),
+	}))
+	err := s.Synchronize(t.Context())
+	var pe *opencl.PanicError
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, "boom", pe.Value)
+	assert.Equal(t, 1, pe.More)
+	assert.Equal(t, d.ID(), pe.Device)
+	assert.EqualError(t, pe, "opencl: opencl0 stream 0: task panicked: boom (and 1 more)")
+	assert.Equal(t, 2, ran)
+	assert.NoError(t, s.Synchronize(t.Context()), "the panic is forgotten")
+	require.NoError(t, s.Launch(gpu.TaskFunc(func() { ran++ })))
+	require.NoError(t, s.Synchronize(t.Context()))
+	assert.Equal(t, 3, ran)
+	assert.ErrorContains(t, s.Launch(nil), "nil task")
+	assert.ErrorContains(t, s.LaunchBatch([]gpu.Task{gpu.TaskFunc(func() {}), nil}), "nil task at index 1 of 2")
+}
+
+// TestDeviceCopyRoundTrip: 1 MiB of seeded random bytes in on one
+// stream and out on another; CopyIn and CopyOut return while the stream
+// is held by an unfired CPU event, so they are asynchronous.
+func TestDeviceCopyRoundTrip(t *testing.T) {
+	d := newDevice(t, 2)
+	const n, seed = 1 << 20, 3
+	rng := rand.New(rand.NewPCG(seed, seed))
+	src := make([]byte, n)
+	for i := range src {
+		src[i] = byte(rng.Uint32())
+	}
+	m := alloc(t, d, n)
+	s0, s1 := codeStream(d, 0), codeStream(d, 1)
+	ce, open := gate(t)
+	require.NoError(t, s0.Wait(ce))
+	require.NoError(t, s0.CopyIn(m, 0, src))
+	require.NoError(t, s1.Wait(s0.Record()))
+	dst := make([]byte, n)
+	require.NoError(t, s1.CopyOut(dst, m, 0))
+	e := s1.Record()
+	assert.False(t, e.Done(), "the copies ran before the event they wait on")
+	close(open)
+	require.NoError(t, e.Wait(t.Context()))
+	assert.True(t, bytesEqual(src, dst), "seed %d: the bytes came back changed", seed)
+
+	// Copy and Fill on the device, read back in part.
+	m2 := alloc(t, d, n)
+	require.NoError(t, s0.Fill(m2, 0, n, []byte{0xab, 0xcd}))
+	require.NoError(t, s0.Copy(m2, 4096, m, 8192, 4096))
+	part := make([]byte, 3*4096)
+	require.NoError(t, s0.CopyOut(part, m2, 0))
+	require.NoError(t, recordWait(t, s0))
+	assert.Equal(t, []byte{0xab, 0xcd}, part[:2])
+	assert.True(t, bytesEqual(src[8192:12288], part[4096:8192]), "seed %d: the device copy", seed)
+	assert.Equal(t, []byte{0xab, 0xcd}, part[8192:8194])
+}
+
+func bytesEqual(a, b []byte) bool { return string(a) == string(b) }
+
+// TestDeviceBuildError: a compile error keeps the *BuildError with the
+// compiler's log, naming the program.
+func TestDeviceBuildError(t *testing.T) {
+	d := newDevice(t, 1)
+	_, err := d.Program("broken", "__kernel void k(__global int *p) { p[0] = undefined_name; }", "")
+	var be *opencl.BuildError
+	require.ErrorAs(t, err, &be)
+	assert.Equal(t, "broken", be.Program)
+	assert.Contains(t, be.Log, "undefined_name")
+	assert.Contains(t, err.Error(), `build program "broken"`)
+	assert.Contains(t, err.Error(), "opencl0")
+	p1, err := d.Program("a", kernels, "")
+	require.NoError(t, err)
+	p2, err := d.Program("b", kernels, "")
+	require.NoError(t, err)
+	assert.Same(t, p1, p2, "the same source is built once")
+	assert.Equal(t, "a", p2.Name())
+}
+
+// fakeMemory and fakeProgram are of no OpenCL device.
+type fakeMemory struct{}
+
+func (fakeMemory) Device() topology.DeviceID { return topology.GPU(9) }
+func (fakeMemory) Bytes() int64              { return 4 }
+func (fakeMemory) Release() error            { return nil }
+
+type fakeProgram struct{}
+
+func (fakeProgram) Name() string { return "fake" }
+
+func TestDeviceLaunchBadInput(t *testing.T) {
+	d := newDevice(t, 1)
+	p := devProgram(t, d)
+	s := codeStream(d, 0)
+	buf := alloc(t, d, 4096)
+	released, err := d.Alloc(64)
+	require.NoError(t, err)
+	require.NoError(t, released.Release())
+	require.NoError(t, released.Release(), "Release is idempotent")
+	touch := func(args ...gpu.KernelArg) *gpu.KernelLaunch {
+		return &gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{1}, Args: args, Label: "touch it"}
+	}
+	for _, tc := range []struct {
+		name string
+		k    *gpu.KernelLaunch
+		want string
+		is   error
+	}{
+		{"nil launch", nil, "opencl: opencl0 stream 0: launch: nil KernelLaunch", nil},
+		{"program of no device", &gpu.KernelLaunch{Program: fakeProgram{}, Entry: "touch", Global: []int{1}}, "opencl: opencl0 stream 0: launch touch: program not built by this device (opencl_test.fakeProgram)", nil},
+		{"unknown entry", &gpu.KernelLaunch{Program: p, Entry: "nope", Global: []int{1}, Label: "nope"}, "CL_INVALID_KERNEL_NAME", opencl.InvalidKernelName},
+		{"memory of another device", touch(gpu.KernelArg{Mem: fakeMemory{}}), "touch it: argument 0: memory of another device (gpu9)", nil},
+		{"released memory", touch(mem(released)), "touch it: argument 0: memory released", gpu.ErrClosed},
+		{"offset outside", touch(gpu.KernelArg{Mem: buf, Offset: 4096}), "touch it: argument 0: offset 4096 outside the 4096-byte memory", nil},
+		{"unaligned offset", touch(gpu.KernelArg{Mem: buf, Offset: 4}), "touch it: argument 0: offset 4 is not a multiple of the device's", nil},
+		{"scalar of type int", &gpu.KernelLaunch{Program: p, Entry: "produce", Global: []int{1}, Args: []gpu.KernelArg{mem(buf), scalar(7)}},
+			"launch produce: argument 1: scalar of type int: want int32, uint32, int64, uint64, float32 or float64", nil},
+		{"zero argument", touch(gpu.KernelArg{}), "touch it: argument 0: neither memory nor a scalar", nil},
+		{"bad shape", &gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{1, 1, 1, 1}, Args: []gpu.KernelArg{mem(buf)}}, "want 1 to 3 dimensions", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := s.LaunchKernel(tc.k)
+			require.Error(t, err)
+			assert.ErrorContains(t, err, tc.want)
+			if tc.is != nil {
+				assert.ErrorIs(t, err, tc.is)
+			}
+		})
+	}
+	assert.ErrorContains(t, s.CopyIn(fakeMemory{}, 0, []byte{1}), "copy in: memory of another device (gpu9)")
+	assert.ErrorIs(t, s.CopyOut([]byte{1}, released, 0), gpu.ErrClosed)
+	assert.ErrorContains(t, s.CopyIn(buf, 4095, []byte{1, 2}), "range [4095, 4097) outside the 4096-byte buffer")
+	assert.ErrorContains(t, s.Wait(nil), "opencl: opencl0 stream 0: wait on a nil event")
+	require.NoError(t, recordWait(t, s), "bad input enqueued nothing that failed")
+}
+
+// TestDeviceArgumentOffset: an aligned offset binds a sub-buffer: the
+// kernel touches the element at that byte offset only.
+func TestDeviceArgumentOffset(t *testing.T) {
+	d := newDevice(t, 1)
+	p := devProgram(t, d)
+	s := codeStream(d, 0)
+	align := opencl.BaseAlignForTest(d)
+	require.Positive(t, align)
+	n := 3 * align / 4 // int32 elements over 3 alignments
+	buf := alloc(t, d, 4*n)
+	require.NoError(t, s.Fill(buf, 0, 4*n, []byte{0, 0, 0, 0}))
+	for range 2 { // the second launch reuses the sub-buffer and the set argument
+		require.NoError(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{1}, Args: []gpu.KernelArg{{Mem: buf, Offset: align}}}))
+	}
+	require.NoError(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{1}, Args: []gpu.KernelArg{mem(buf)}}))
+	got := make([]int32, n)
+	require.NoError(t, s.CopyOut(bytesOf(got), buf, 0))
+	require.NoError(t, recordWait(t, s))
+	want := make([]int32, n)
+	want[0], want[align/4] = 1, 2
+	assert.Equal(t, want, got)
+}
+
+func TestDeviceAllocBudget(t *testing.T) {
+	d := newDevice(t, 1)
+	total := d.Info().MemoryBytes
+	m := alloc(t, d, 1<<20)
+	assert.Equal(t, int64(1<<20), m.Bytes())
+	assert.Equal(t, d.ID(), m.Device())
+	_, err := d.Alloc(total)
+	assert.EqualError(t, err, "opencl: opencl0: alloc "+itoa(total)+" bytes: 1048576 of its "+itoa(total)+" bytes are in use")
+	_, err = d.Alloc(0)
+	assert.EqualError(t, err, "opencl: opencl0: alloc 0 bytes: the size must be positive")
+	require.NoError(t, m.Release())
+	m2, err := d.Alloc(1 << 20)
+	require.NoError(t, err, "a released allocation returns its bytes")
+	require.NoError(t, m2.Release())
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestDeviceClose: Close waits for work in flight, is idempotent, and
+// refuses new work with gpu.ErrClosed; Record after Close returns a
+// fired event; the leak check in TestMain sees every goroutine gone.
+func TestDeviceClose(t *testing.T) {
+	d, err := opencl.NewDevice(device(t), 2)
+	require.NoError(t, err)
+	p, err := d.Program("test", kernels, "")
+	require.NoError(t, err)
+	buf, err := d.Alloc(4 * 256)
+	require.NoError(t, err)
+	s := codeStream(d, 0)
+	ce, open := gate(t)
+	require.NoError(t, s.Wait(ce))
+	require.NoError(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "produce", Global: []int{256},
+		Args: []gpu.KernelArg{mem(buf), scalar(int32(9)), scalar(int64(1000))}}))
+	got := make([]int32, 256)
+	require.NoError(t, s.CopyOut(bytesOf(got), buf, 0))
+	ran := false
+	require.NoError(t, codeStream(d, 1).Launch(gpu.TaskFunc(func() { ran = true })))
+	e := s.Record()
+	close(open)
+	require.NoError(t, d.Close())
+	require.NoError(t, d.Close(), "Close is idempotent")
+	assert.True(t, e.Done(), "Close waited for the work")
+	assert.True(t, ran, "Close waited for the host task")
+	assert.Equal(t, int32(9), got[255])
+	require.NoError(t, e.Wait(t.Context()))
+	after := s.Record()
+	assert.True(t, after.Done())
+	assert.NoError(t, after.Wait(t.Context()))
+	assert.ErrorIs(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{1}, Args: []gpu.KernelArg{mem(buf)}}), gpu.ErrClosed)
+	assert.ErrorIs(t, s.CopyIn(buf, 0, []byte{1}), gpu.ErrClosed)
+	assert.ErrorIs(t, s.Launch(gpu.TaskFunc(func() {})), gpu.ErrClosed)
+	assert.ErrorIs(t, s.Wait(e), gpu.ErrClosed)
+	_, err = d.Alloc(4)
+	assert.ErrorIs(t, err, gpu.ErrClosed)
+	_, err = d.Program("test", kernels, "")
+	assert.ErrorIs(t, err, gpu.ErrClosed)
+	assert.NoError(t, s.Synchronize(t.Context()))
+}
+
+// failingEvent is a host event that has fired with a failure of another
+// device.
+type failingEvent struct{ err error }
+
+func (failingEvent) Done() bool                   { return true }
+func (e failingEvent) Wait(context.Context) error { return e.err }
+func (e failingEvent) String() string             { return "failing event" }
+
+var _ gpu.Event = failingEvent{}
+
+// TestDeviceWaitCarriesFailures: a bridged event's failure is reported by
+// the next event of the waiting stream, and by the event of a stream
+// that waited on that one; each failure once per stream.
+func TestDeviceWaitCarriesFailures(t *testing.T) {
+	d := newDevice(t, 2)
+	s0, s1 := codeStream(d, 0), codeStream(d, 1)
+	root := &gpu.CommandError{Device: topology.GPU(1), Stream: 2, Seq: 3, Label: "launch far", Err: errors.New("far away")}
+	require.NoError(t, s0.Wait(failingEvent{root}))
+	e0 := s0.Record()
+	require.NoError(t, s1.Wait(e0))
+	e1 := s1.Record()
+	for name, e := range map[string]gpu.Event{"waiting stream": e0, "stream waiting on it": e1} {
+		err := e.Wait(t.Context())
+		var ce *gpu.CommandError
+		require.ErrorAs(t, err, &ce, name)
+		assert.Same(t, root, ce, name)
+	}
+	assert.NoError(t, recordWait(t, s0), "reported once")
+	assert.NoError(t, recordWait(t, s1), "reported once")
+}
