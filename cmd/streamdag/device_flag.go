@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -88,20 +87,22 @@ func openCLInfos() ([]opencl.DeviceInfo, error) {
 	return infos, nil
 }
 
-// openOpenCL opens the OpenCL device choice names with streams streams,
-// through the gpu registry's "opencl" driver (whose devices come in
-// opencl.Devices order). closeCL closes every device the driver opened.
-func openOpenCL(ctx context.Context, choice deviceChoice, streams int) (dev gpu.Device, closeCL func(), err error) {
-	set, err := gpu.Open(ctx, deviceOpenCL, gpu.Config{Streams: streams})
+// openOpenCL opens the OpenCL device choice names (its index in
+// opencl.Devices) as the gpu.Device opencl0 with streams streams.
+// closeCL closes it.
+func openOpenCL(choice deviceChoice, streams int) (dev gpu.Device, closeCL func(), err error) {
+	ds, err := opencl.Devices()
 	if err != nil {
 		return nil, nil, fmt.Errorf("--device: %w", err)
 	}
-	ds := set.Devices()
 	if choice.index >= len(ds) {
-		_ = set.Close()
-		return nil, nil, fmt.Errorf("--device: the opencl driver opened %d devices, not OpenCL device %d (%s)", len(ds), choice.index, choice.name)
+		return nil, nil, fmt.Errorf("--device: OpenCL device %d (%s) is gone: %d devices now", choice.index, choice.name, len(ds))
 	}
-	return ds[choice.index], func() { _ = set.Close() }, nil
+	d, err := opencl.NewDevice(ds[choice.index], min(streams, opencl.MaxStreams))
+	if err != nil {
+		return nil, nil, fmt.Errorf("--device: %s: %w", choice.name, err)
+	}
+	return d, func() { _ = d.Close() }, nil
 }
 
 // deviceSummary is the run summary's line on a run with an OpenCL

@@ -2,12 +2,16 @@ package main
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamdag/streamdag/gpu/opencl"
+	"github.com/streamdag/streamdag/internal/testdata"
 )
 
 // TestChooseDevice: --device resolved from the OpenCL devices found.
@@ -69,4 +73,54 @@ func TestRunFlightsBadDevice(t *testing.T) {
 	code, _, errs = cli(t, "run", "flights", "--device", "opencl", "--topology", "sim:dgx1-v100")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errs, "--device opencl and --topology")
+}
+
+// needOpenCL skips the test when no OpenCL device is found (fails under
+// CI, whose .ci/run installs PoCL).
+func needOpenCL(t *testing.T) {
+	t.Helper()
+	if ds, err := opencl.Devices(); err != nil || len(ds) == 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("no OpenCL device: %v", err)
+		}
+		t.Skipf("no OpenCL device (apt-get install pocl-opencl-icd ocl-icd-libopencl1): %v", err)
+	}
+}
+
+// TestRunFlightsDeviceOpenCLSameCSV: --device opencl writes the CSV
+// --device cpu writes, byte for byte, on the embedded sample and on the
+// Parquet file and both Arrow IPC files, and its summary names the
+// kernels each device ran and the bytes copied.
+func TestRunFlightsDeviceOpenCLSameCSV(t *testing.T) {
+	needOpenCL(t)
+	for _, input := range []string{"", "flights-3m.parquet", "flights-200k.arrow", "flights-231k-multibatch.arrow"} {
+		name := input
+		if name == "" {
+			name = "embedded"
+		}
+		t.Run(name, func(t *testing.T) {
+			var args []string
+			if input != "" {
+				args = []string{"--input", testdata.File(t, input)}
+			}
+			dir := t.TempDir()
+			csvs := map[string]string{}
+			for _, dev := range []string{deviceCPU, deviceOpenCL} {
+				path := filepath.Join(dir, dev+".csv")
+				code, _, errs := cli(t, append([]string{"run", "flights", "--device", dev, "--top", "0", "--out", path}, args...)...)
+				require.Equal(t, 0, code, errs)
+				b, err := os.ReadFile(path)
+				require.NoError(t, err)
+				csvs[dev] = string(b)
+				if dev == deviceOpenCL {
+					assert.Contains(t, errs, "--device opencl: ")
+					assert.Regexp(t, `kernels: cpu: source( ×\d+)?, columns ×\d+, .*; \d+ cop(y|ies) between the devices, \d+\.\d MB`, errs)
+				} else {
+					assert.Contains(t, errs, "; --device cpu\n")
+				}
+			}
+			assert.Greater(t, strings.Count(csvs[deviceCPU], "\n"), 20)
+			assert.Equal(t, csvs[deviceCPU], csvs[deviceOpenCL])
+		})
+	}
 }

@@ -161,7 +161,9 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		return usagef("--device %s: want cpu, opencl or auto", f.device)
 	case f.topology != "" && f.device == deviceOpenCL:
 		return usagef("--device opencl and --topology: simulated GPUs run host code only; choose one")
-	case f.topology == "" && f.device != deviceCPU:
+	case f.topology == "" && f.device == deviceCPU:
+		choice.why = "--device cpu"
+	case f.topology == "":
 		infos, listErr := openCLInfos()
 		if choice, err = chooseDevice(f.device, infos, listErr); err != nil {
 			return err
@@ -182,7 +184,7 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		why += "; " + choice.why
 	}
 	if choice.openCL {
-		dev, closeCL, err := openOpenCL(ctx, choice, devs[0].NumStreams())
+		dev, closeCL, err := openOpenCL(choice, devs[0].NumStreams())
 		if err != nil {
 			return err
 		}
