@@ -3,10 +3,15 @@ package opencl_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"os"
+	osexec "os/exec"
 	"slices"
 	"strconv"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -536,4 +541,230 @@ func TestDeviceWaitCarriesFailures(t *testing.T) {
 	}
 	assert.NoError(t, recordWait(t, s0), "reported once")
 	assert.NoError(t, recordWait(t, s1), "reported once")
+}
+
+func init() {
+	children["device-failed"] = childDeviceFailed
+	children["device-fault"] = childDeviceFault
+	children["device-no-platform"] = childNoPlatform
+}
+
+// childDevice opens the first OpenCL device with 2 streams and builds
+// the test kernels plus one that stores far out of bounds.
+func childDevice() (gpu.CodeDevice, gpu.Program, gpu.Memory, error) {
+	ds, err := opencl.Devices()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	d, err := opencl.NewDevice(ds[0], 2)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	p, err := d.Program("child", kernels+`
+__kernel void wild(__global int *p) { p[(long)1 << 40] = 1; }
+`, "")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	m, err := d.Alloc(4)
+	return d, p, m, err
+}
+
+func say(format string, args ...any) { fmt.Fprintf(os.Stdout, format+"\n", args...) }
+
+// childDeviceFailed makes the device fail a launch (a failed OpenCL
+// status in its queue's wait list) and prints what the events after it report,
+// on its stream and on a stream that waited on it, and whether the
+// device still takes work.
+func childDeviceFailed() int {
+	d, p, m, err := childDevice()
+	if err != nil {
+		say("setup: %v", err)
+		return 2
+	}
+	s0, s1 := codeStream(d, 0), codeStream(d, 1)
+	fail, err := opencl.HoldForTest(s0)
+	if err != nil {
+		say("hold: %v", err)
+		return 2
+	}
+	if err := s0.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{1}, Args: []gpu.KernelArg{{Mem: m}}, Label: "launch my-touch"}); err != nil {
+		say("launch: %v", err)
+		return 2
+	}
+	e0 := s0.Record()
+	if err := s1.Wait(e0); err != nil {
+		say("wait: %v", err)
+		return 2
+	}
+	e1 := s1.Record()
+	if err := fail(-1); err != nil {
+		say("fail: %v", err)
+		return 2
+	}
+	for i, e := range []gpu.Event{e0, e1} {
+		err := e.Wait(context.Background())
+		var ce *gpu.CommandError
+		var oe *opencl.CommandError
+		if errors.As(err, &ce) && errors.As(err, &oe) {
+			say("event %d: command error: device %s stream %d label %q status %s", i, ce.Device, ce.Stream, ce.Label, oe.Status)
+		}
+		say("event %d: lost %v", i, errors.Is(err, gpu.ErrGPULost) && errors.Is(err, opencl.ErrDeviceLost))
+		say("event %d: %s", i, errString(err))
+	}
+	say("next event: %s", errString(s0.Record().Wait(context.Background())))
+	err = s0.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{1}, Args: []gpu.KernelArg{{Mem: m}}})
+	say("later launch: lost %v: %s", errors.Is(err, opencl.ErrDeviceLost), errString(err))
+	_, err = d.Alloc(4)
+	say("later alloc: lost %v", errors.Is(err, opencl.ErrDeviceLost))
+	_ = m.Release()
+	say("close: %s", errString(d.Close()))
+	return 0
+}
+
+// TestDeviceFailedLaunchReported: a launch the device fails after the
+// fact is reported by the next event of its stream as a
+// *gpu.CommandError with the launch's label (and by an event of a stream
+// that waited on it), once; the device goes on taking work.
+func TestDeviceFailedLaunchReported(t *testing.T) {
+	out, err := runChild(t, "device-failed")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, `event 0: command error: device opencl0 stream 0 label "launch my-touch" status `, out)
+	assert.Contains(t, out, `event 1: command error: device opencl0 stream 0 label "launch my-touch" status `, out)
+	assert.Contains(t, out, "event 0: lost false\n")
+	assert.Contains(t, out, "gpu: opencl0 stream 0 command 2 (launch my-touch) failed: ")
+	assert.Contains(t, out, "next event: no error\n")
+	assert.Contains(t, out, "later launch: lost false: no error\n")
+	assert.Contains(t, out, "close: no error\n")
+	t.Log(out)
+}
+
+// TestDeviceLost: a command the device reports failed with
+// CL_OUT_OF_RESOURCES (how GPU drivers report a faulted kernel; PoCL
+// cannot be made to, so the report is injected where the waiter's
+// failures enter the device) loses the device: the error matches
+// gpu.ErrGPULost and ErrDeviceLost, and so does every later launch,
+// copy, host task, allocation and recorded event.
+func TestDeviceLost(t *testing.T) {
+	d := newDevice(t, 2)
+	p := devProgram(t, d)
+	buf := alloc(t, d, 4)
+	s := codeStream(d, 1)
+	before := s.Record()
+	err := opencl.ReportForTest(d, &opencl.CommandError{Device: "dev", Queue: 1, Seq: 4, Op: "launch k", Status: opencl.OutOfResources})
+	var ce *gpu.CommandError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, gpu.CommandError{Device: d.ID(), Stream: 1, Seq: 4, Label: "launch k", Err: ce.Err}, *ce)
+	assert.ErrorIs(t, err, gpu.ErrGPULost)
+	assert.ErrorIs(t, err, opencl.ErrDeviceLost)
+	assert.ErrorIs(t, err, opencl.OutOfResources)
+	for name, err := range map[string]error{
+		"launch":    s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{1}, Args: []gpu.KernelArg{mem(buf)}}),
+		"copy in":   s.CopyIn(buf, 0, []byte{1}),
+		"host task": s.Launch(gpu.TaskFunc(func() {})),
+		"record":    s.Record().Wait(t.Context()),
+		"alloc":     func() error { _, err := d.Alloc(4); return err }(),
+		"sync":      s.Synchronize(t.Context()),
+	} {
+		assert.ErrorIs(t, err, gpu.ErrGPULost, name)
+		assert.ErrorContains(t, err, "opencl: opencl0: opencl: device lost: gpu: GPU lost: opencl: dev: queue 1 command 4 (launch k) failed: CL_OUT_OF_RESOURCES (-5)", name)
+	}
+	assert.NoError(t, before.Wait(t.Context()), "an event recorded before still fires")
+	other := opencl.ReportForTest(d, &opencl.CommandError{Device: "dev", Queue: 0, Seq: 9, Op: "fill", Status: -1})
+	assert.NotErrorIs(t, other, gpu.ErrGPULost, "an ordinary failure is not a loss")
+}
+
+// childDeviceFault launches a kernel that stores a terabyte past its
+// buffer through the device.
+func childDeviceFault() int {
+	d, p, m, err := childDevice()
+	if err != nil {
+		say("setup: %v", err)
+		return 2
+	}
+	s := codeStream(d, 0)
+	ce, open := childGate()
+	_ = s.Wait(ce)
+	if err := s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "wild", Global: []int{1}, Args: []gpu.KernelArg{{Mem: m}}, Label: "launch wild"}); err != nil {
+		say("launch: %v", err)
+		return 2
+	}
+	say("launched")
+	close(open)
+	err = s.Record().Wait(context.Background())
+	say("survived: %s", errString(err))
+	_ = d.Close()
+	return 0
+}
+
+// childGate is gate without a test: a CPU event that fires when open is
+// closed (the CPU device is left to the process's exit).
+func childGate() (gpu.Event, chan struct{}) {
+	c, _ := cpu.New(cpu.WithStreams(1))
+	open := make(chan struct{})
+	_ = c.Stream(0).Launch(gpu.TaskFunc(func() { <-open }))
+	return c.Stream(0).Record(), open
+}
+
+// TestDeviceFaultInSubprocess: a faulting kernel launched through the
+// device kills its process (contained in a subprocess) or is reported as
+// failed; it never passes as a success.
+func TestDeviceFaultInSubprocess(t *testing.T) {
+	out, err := runChild(t, "device-fault")
+	require.Contains(t, out, "launched\n", "the child got as far as the launch: %s", out)
+	if err == nil {
+		assert.NotContains(t, out, "survived: no error", "a faulting kernel reported success")
+		return
+	}
+	var ee *osexec.ExitError
+	require.ErrorAs(t, err, &ee, out)
+	assert.NotContains(t, out, "survived", "the process died in the fault")
+}
+
+// childNoPlatform opens the driver where the ICD loader finds no
+// platform (OCL_ICD_VENDORS names an empty directory).
+func childNoPlatform() int {
+	set, err := gpu.Open(context.Background(), opencl.Kind, gpu.Config{})
+	if err == nil {
+		_ = set.Close()
+	}
+	say("no platform: %v", errors.Is(err, opencl.ErrNoPlatform))
+	say("error: %s", errString(err))
+	return 0
+}
+
+// TestDriverNoPlatform: with no OpenCL platform installed, gpu.Open of
+// the opencl kind is an error wrapping ErrNoPlatform.
+func TestDriverNoPlatform(t *testing.T) {
+	device(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute) // stops only a hung child
+	defer cancel()
+	cmd := osexec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=device-no-platform", "OCL_ICD_VENDORS="+t.TempDir())
+	b, err := cmd.CombinedOutput()
+	out := string(b)
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "no platform: true\n", out)
+	assert.Contains(t, out, "error: opencl: open: opencl: no platform", out)
+}
+
+// TestDeviceCopyOutsideGoHeap: CopyIn and CopyOut of memory the Go heap
+// does not own (an anonymous mapping, as a memory-mapped file gives)
+// work: pinning ignores it.
+func TestDeviceCopyOutsideGoHeap(t *testing.T) {
+	d := newDevice(t, 1)
+	const n = 1 << 16
+	mapped, err := syscall.Mmap(-1, 0, 2*n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, syscall.Munmap(mapped)) }()
+	src, dst := mapped[:n], mapped[n:]
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
+	m := alloc(t, d, n)
+	s := codeStream(d, 0)
+	require.NoError(t, s.CopyIn(m, 0, src))
+	require.NoError(t, s.CopyOut(dst, m, 0))
+	require.NoError(t, recordWait(t, s))
+	assert.True(t, bytesEqual(src, dst))
 }

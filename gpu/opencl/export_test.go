@@ -1,6 +1,7 @@
 package opencl
 
 import (
+	"errors"
 	"unsafe"
 
 	"github.com/streamdag/streamdag/gpu"
@@ -50,4 +51,11 @@ func HoldForTest(s gpu.Stream) (fail func(st int32) error, err error) {
 		u.Event().Release()
 		return err
 	}, nil
+}
+
+// ReportForTest passes err to d as the queues' waiter would report it
+// in a marker's Err, and returns the event error d makes of it.
+func ReportForTest(d gpu.Device, err error) error {
+	out := d.(*clDevice).failures(err, nil)
+	return errors.Join(out...)
 }

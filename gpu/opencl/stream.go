@@ -643,13 +643,19 @@ func (e *clEvent) failures() error {
 // failures appends the failures in err (a marker's Err) to out: each
 // *CommandError of the device's queues as a *gpu.CommandError, each
 // *gpu.CommandError (of another device, through a bridged wait) as is,
-// any other error whole. A command that failed with a status that loses
+// any other error whole; a marker that failed only because an event it
+// waited on failed is left out (that failure is reported itself). A
+// command that failed with a status that loses
 // the device marks it lost.
 func (d *clDevice) failures(err error, out []error) []error {
 	switch e := err.(type) {
 	case nil:
 		return out
 	case *CommandError:
+		if e.Op == "marker" && e.Status == ExecStatusErrorForEventsInWaitList {
+			// A marker behind a failure: the failure itself is reported.
+			return out
+		}
 		var cause error = e
 		if e.Status == DeviceNotAvailable || e.Status == OutOfResources {
 			cause = d.markLost(e)
