@@ -125,7 +125,7 @@ type placer struct {
 	p      *Plan
 	g      *dag.Graph
 	devs   []topology.DeviceID
-	mem    devSet // the code devices: their instances are device memory
+	mem    devSet                // the code devices: their instances are device memory
 	pieces [][]piece             // by graph buffer: sorted, disjoint, covering its extent
 	rep    map[[2]int]buffers.ID // (graph buffer, device) → replica
 }

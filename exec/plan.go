@@ -52,8 +52,8 @@ type PlannedLaunch struct {
 	Copy          *Copy // non-nil for a copy launch
 	fn            dag.KernelFunc
 	variant       *dag.Variant // the device code a kernel launch on a code device runs
-	optional      []bool // the kernel's Optional
-	pin           int    // the kernel's Stream: -1 unpinned
+	optional      []bool       // the kernel's Optional
+	pin           int          // the kernel's Stream: -1 unpinned
 }
 
 // PlannedBuffer is a buffer of a plan: one of the graph's (same id), on
