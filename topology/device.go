@@ -17,15 +17,21 @@ const (
 	KindCPU Kind = iota
 	// KindGPU is a GPU, "gpu0", "gpu1", … in inventory order.
 	KindGPU
+	// KindOpenCL is an OpenCL device, "opencl0", "opencl1", … in the
+	// order the OpenCL platforms list them (a device of any type: a GPU
+	// of any vendor, or a CPU through PoCL).
+	KindOpenCL
 )
 
-// String returns "cpu" or "gpu".
+// String returns "cpu", "gpu" or "opencl".
 func (k Kind) String() string {
 	switch k {
 	case KindCPU:
 		return "cpu"
 	case KindGPU:
 		return "gpu"
+	case KindOpenCL:
+		return "opencl"
 	default:
 		return "kind(" + strconv.Itoa(int(k)) + ")"
 	}
@@ -46,7 +52,10 @@ var CPU = DeviceID{Kind: KindCPU}
 // GPU returns the ID of the GPU with inventory index i.
 func GPU(i int) DeviceID { return DeviceID{Kind: KindGPU, Index: i} }
 
-// String returns "cpu" or "gpuN".
+// OpenCL returns the ID of the OpenCL device with index i.
+func OpenCL(i int) DeviceID { return DeviceID{Kind: KindOpenCL, Index: i} }
+
+// String returns "cpu", "gpuN" or "openclN".
 func (id DeviceID) String() string {
 	if id.Kind == KindCPU {
 		return "cpu"
@@ -54,19 +63,21 @@ func (id DeviceID) String() string {
 	return id.Kind.String() + strconv.Itoa(id.Index)
 }
 
-// ParseDeviceID parses "cpu" or "gpuN" (N a non-negative decimal integer).
-// Any other text returns an error naming it.
+// ParseDeviceID parses "cpu", "gpuN" or "openclN" (N a non-negative
+// decimal integer). Any other text returns an error naming it.
 func ParseDeviceID(s string) (DeviceID, error) {
 	if s == "cpu" {
 		return CPU, nil
 	}
-	if rest, ok := strings.CutPrefix(s, "gpu"); ok && rest != "" {
-		n, err := strconv.Atoi(rest)
-		if err == nil && n >= 0 && strconv.Itoa(n) == rest {
-			return GPU(n), nil
+	for _, k := range []Kind{KindGPU, KindOpenCL} {
+		if rest, ok := strings.CutPrefix(s, k.String()); ok && rest != "" {
+			n, err := strconv.Atoi(rest)
+			if err == nil && n >= 0 && strconv.Itoa(n) == rest {
+				return DeviceID{Kind: k, Index: n}, nil
+			}
 		}
 	}
-	return DeviceID{}, fmt.Errorf("topology: unknown device %q (want \"cpu\" or \"gpuN\")", s)
+	return DeviceID{}, fmt.Errorf("topology: unknown device %q (want \"cpu\", \"gpuN\" or \"openclN\")", s)
 }
 
 // ComputeCapability is a CUDA compute capability such as 8.0 (A100) or
@@ -88,6 +99,7 @@ func (c ComputeCapability) String() string {
 type Device struct {
 	ID                DeviceID
 	Name              string            // marketing name, e.g. "NVIDIA A100-SXM4-40GB", or the CPU model
+	Vendor            string            // the vendor as the device's driver names it ("NVIDIA Corporation"); "" when unknown
 	UUID              string            // GPU UUID as NVML prints it; "" for the CPU
 	MemoryBytes       int64             // total device memory in bytes (host RAM for the CPU)
 	FreeMemoryBytes   int64             // free memory in bytes when the facts were read; 0 if unknown

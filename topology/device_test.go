@@ -21,6 +21,10 @@ func TestParseDeviceID(t *testing.T) {
 		{in: "gpu0", want: topology.GPU(0)},
 		{in: "gpu7", want: topology.GPU(7)},
 		{in: "gpu12", want: topology.GPU(12)},
+		{in: "opencl0", want: topology.OpenCL(0)},
+		{in: "opencl3", want: topology.OpenCL(3)},
+		{in: "opencl", wantErr: true},
+		{in: "opencl01", wantErr: true},
 		{in: "", wantErr: true},
 		{in: "gpu", wantErr: true},
 		{in: "gpu-1", wantErr: true},
@@ -43,7 +47,7 @@ func TestParseDeviceID(t *testing.T) {
 			got, err := topology.ParseDeviceID(tt.in)
 			if tt.wantErr {
 				require.Error(t, err)
-				assert.EqualError(t, err, "topology: unknown device "+strconv.Quote(tt.in)+` (want "cpu" or "gpuN")`)
+				assert.EqualError(t, err, "topology: unknown device "+strconv.Quote(tt.in)+` (want "cpu", "gpuN" or "openclN")`)
 				assert.Equal(t, topology.DeviceID{}, got)
 				return
 			}
@@ -55,7 +59,7 @@ func TestParseDeviceID(t *testing.T) {
 }
 
 func TestDeviceIDString(t *testing.T) {
-	for _, id := range []topology.DeviceID{topology.CPU, {}, topology.GPU(0), topology.GPU(1), topology.GPU(12), topology.GPU(1 << 20)} {
+	for _, id := range []topology.DeviceID{topology.CPU, {}, topology.GPU(0), topology.GPU(1), topology.GPU(12), topology.GPU(1 << 20), topology.OpenCL(0), topology.OpenCL(2)} {
 		s := id.String()
 		got, err := topology.ParseDeviceID(s)
 		require.NoError(t, err, s)
@@ -74,6 +78,7 @@ func TestDeviceIDString(t *testing.T) {
 func TestKindString(t *testing.T) {
 	assert.Equal(t, "cpu", topology.KindCPU.String())
 	assert.Equal(t, "gpu", topology.KindGPU.String())
+	assert.Equal(t, "opencl", topology.KindOpenCL.String())
 	assert.Equal(t, "kind(7)", topology.Kind(7).String())
 }
 

@@ -148,6 +148,41 @@ func (b *Buffer) Release() error {
 	return check("clReleaseMemObject", syscall(cl.releaseMemObject, b.h))
 }
 
+// Sub creates a sub-buffer: the n bytes of b from off, as a Buffer of its
+// own (clCreateSubBuffer; it shares b's memory and keeps it alive until
+// both are released). off must be a multiple of the device's
+// BaseAlignBytes. Release it like any Buffer (Context.Close releases it
+// too). Errors: a range outside b or an empty one, an unaligned off
+// (naming the alignment), ErrClosed, an *Error from clCreateSubBuffer
+// (CL_MISALIGNED_SUB_BUFFER_OFFSET).
+func (b *Buffer) Sub(off, n int64) (*Buffer, error) {
+	if err := b.span("sub-buffer", off, n); err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("opencl: sub-buffer at %d: empty", off)
+	}
+	if a := b.ctx.dev.info.BaseAlignBytes; a > 0 && off%a != 0 {
+		return nil, fmt.Errorf("opencl: sub-buffer at %d: offset is not a multiple of %s's %d-byte base address alignment", off, b.ctx.dev.info.Name, a)
+	}
+	c := b.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	region := &[2]uintptr{uintptr(off), uintptr(n)}
+	st := new(int32)
+	const clMemReadWrite, clBufferCreateTypeRegion = 1, 0x1220
+	h := syscall(cl.createSubBuffer, b.h, clMemReadWrite, clBufferCreateTypeRegion, uintptr(unsafe.Pointer(region)), uintptr(unsafe.Pointer(st)))
+	if err := check("clCreateSubBuffer", uintptr(uint32(*st))); err != nil {
+		return nil, fmt.Errorf("opencl: sub-buffer [%d, %d) of a %d-byte buffer on %s: %w", off, off+n, b.bytes, c.dev.info.Name, err)
+	}
+	s := &Buffer{h: h, bytes: n, ctx: c}
+	c.buffers[s] = struct{}{}
+	return s, nil
+}
+
 // span checks that [off, off+n) lies inside b.
 func (b *Buffer) span(op string, off, n int64) error {
 	if b == nil {

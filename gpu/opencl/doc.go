@@ -1,5 +1,7 @@
-// Package opencl is streamdag's OpenCL device layer: a small typed API over
-// the OpenCL 1.2 calls a device backend needs, loaded at run time from
+// Package opencl is streamdag's OpenCL device: a gpu.CodeDevice
+// (NewDevice; importing the package registers the driver kind "opencl"
+// for gpu.Open) built on a small typed API over the OpenCL 1.2 calls a
+// device backend needs, loaded at run time from
 // libOpenCL.so.1 (the Khronos ICD loader, which every vendor's OpenCL
 // driver registers with: PoCL on CPUs, NVIDIA, AMD and Intel on GPUs)
 // with purego, so the package builds with CGO_ENABLED=0 and a binary
@@ -7,20 +9,38 @@
 //
 // # Layer
 //
-// Layer 1, beside the other device kinds: it imports no streamdag package
-// above topology, and nothing of exec.
+// Layer 1, beside the other device kinds: it imports only gpu (the
+// device boundary it implements) and topology, and nothing of exec.
+//
+// # The device
+//
+// NewDevice (or gpu.Open with kind "opencl": every available device, as
+// opencl0, opencl1, …) puts one Context behind a gpu.CodeDevice: each
+// stream is a Queue, its kernel objects and a host-task goroutine.
+// Kernel launches, copies, fills and markers are enqueued and return;
+// CopyIn and CopyOut are asynchronous, with the Go memory pinned until
+// the queue's waiter has seen the copy complete. Host tasks are ordered
+// with the queue as cudaLaunchHostFunc orders them. Record's events
+// report the failures of the commands before them as *gpu.CommandError
+// (the label is the launch's); Wait on an event of the same device is a
+// marker wait list, on any other event a user event a goroutine
+// completes. A failure that leaves the device unusable matches
+// ErrDeviceLost and gpu.ErrGPULost. NewDevice's doc has the contract.
 //
 // # Objects
 //
 // Platforms and Devices list what the ICD loader finds. Open makes a
-// Context on one Device; from it come Buffers (opaque device memory),
-// Programs (OpenCL C source built for the device, cached by source and
+// Context on one Device; from it come Buffers (opaque device memory;
+// Buffer.Sub makes a sub-buffer at an aligned offset), Programs (OpenCL C source built for the device, cached by source and
 // options; a compile error is a *BuildError with the compiler's log),
 // Queues (one in-order command queue per stream) and UserEvents. A Queue
 // makes its own Kernel objects (OpenCL kernel arguments are state on the
 // kernel object, so kernels are per queue) and enqueues launches over an
-// NDRange, copies, fills, blocking host writes and reads, markers with
-// wait lists (Marker returns an Event) and waits (Wait).
+// NDRange, copies, fills, host writes and reads (blocking: Write, Read;
+// asynchronous, the Go memory pinned until the waiter has seen the copy
+// complete: WriteAsync, ReadAsync), markers with wait lists (Marker
+// returns an Event), checkpoints (markers that leave their failures to
+// the next Marker) and waits (Wait).
 //
 // # Completion and failures
 //
@@ -59,8 +79,8 @@
 //
 // # Concurrency and ownership
 //
-// Context, Queue, Buffer, Program, Event and UserEvent methods are safe
-// for concurrent use; a Kernel is not (set its arguments and launch it
+// The device, its streams, events and memory, and Context, Queue, Buffer,
+// Program, Event and UserEvent methods are safe for concurrent use; a Kernel is not (set its arguments and launch it
 // from one goroutine at a time). Context.Close completes outstanding user
 // events, closes every queue (waiting for its work), releases everything
 // and stops every goroutine the package started.

@@ -93,6 +93,10 @@ func (e *Event) Wait(ctx context.Context) error {
 	}
 }
 
+// Seq returns the event's sequence number on its queue (commands and
+// markers are numbered from 1 in enqueue order); 0 for a user event.
+func (e *Event) Seq() uint64 { return e.seq }
+
 // Status asks the OpenCL implementation for the event's execution status
 // now. It does not see failures tracked on the host: use Err for those.
 // Errors: ErrClosed after Release.

@@ -1,6 +1,11 @@
 package opencl
 
-import "unsafe"
+import (
+	"errors"
+	"unsafe"
+
+	"github.com/streamdag/streamdag/gpu"
+)
 
 // FailUserEventForTest sets u's OpenCL status to st (negative) without
 // completing it on the host: only for the subprocess tests that check
@@ -17,3 +22,40 @@ func PendingForTest(q *Queue) int {
 }
 
 var _ = unsafe.Pointer(nil)
+
+// BaseAlignForTest returns the base address alignment (bytes) of an
+// OpenCL gpu.Device made by NewDevice.
+func BaseAlignForTest(d gpu.Device) int64 { return d.(*clDevice).dev.info.BaseAlignBytes }
+
+// HoldForTest makes the commands enqueued on s after it wait for a user
+// event; fail completes that event with the OpenCL status st (0: success,
+// negative: failed, as a failed command would leave it) and releases it.
+func HoldForTest(s gpu.Stream) (fail func(st int32) error, err error) {
+	cs := s.(*clStream)
+	u, err := cs.d.ctx.NewUserEvent()
+	if err != nil {
+		return nil, err
+	}
+	cs.mu.Lock()
+	err = cs.q.Wait(u.Event())
+	cs.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return func(st int32) error {
+		var err error
+		if st != 0 {
+			err = FailUserEventForTest(u, st)
+		}
+		_ = u.Complete(nil)
+		u.Event().Release()
+		return err
+	}, nil
+}
+
+// ReportForTest passes err to d as the queues' waiter would report it
+// in a marker's Err, and returns the event error d makes of it.
+func ReportForTest(d gpu.Device, err error) error {
+	out := d.(*clDevice).failures(err, nil)
+	return errors.Join(out...)
+}

@@ -67,8 +67,8 @@ func (k *Kernel) set(i int, size uintptr) error {
 // clSetKernelArg (CL_INVALID_ARG_INDEX, CL_INVALID_ARG_SIZE when argument
 // i is not a pointer).
 func (k *Kernel) SetBuffer(i int, b *Buffer) error {
-	if err := b.span(fmt.Sprintf("kernel %q argument %d", k.name, i), 0, 0); err != nil {
-		return err
+	if b == nil || b.released.Load() {
+		return b.span(fmt.Sprintf("kernel %q argument %d", k.name, i), 0, 0)
 	}
 	if b.ctx != k.q.ctx {
 		return fmt.Errorf("opencl: kernel %q: argument %d: buffer of another context", k.name, i)

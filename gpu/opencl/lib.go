@@ -19,7 +19,7 @@ type fns struct {
 	getPlatformIDs, getPlatformInfo, getDeviceIDs, getDeviceInfo uintptr
 	createContext, releaseContext                                uintptr
 	createCommandQueue, releaseCommandQueue, flush, finish       uintptr
-	createBuffer, releaseMemObject                               uintptr
+	createBuffer, createSubBuffer, releaseMemObject              uintptr
 	enqueueWriteBuffer, enqueueReadBuffer                        uintptr
 	enqueueCopyBuffer, enqueueFillBuffer                         uintptr
 	createProgramWithSource, buildProgram, getProgramBuildInfo   uintptr
@@ -67,7 +67,8 @@ func load() error {
 			{"clCreateContext", &cl.createContext}, {"clReleaseContext", &cl.releaseContext},
 			{"clCreateCommandQueue", &cl.createCommandQueue}, {"clReleaseCommandQueue", &cl.releaseCommandQueue},
 			{"clFlush", &cl.flush}, {"clFinish", &cl.finish},
-			{"clCreateBuffer", &cl.createBuffer}, {"clReleaseMemObject", &cl.releaseMemObject},
+			{"clCreateBuffer", &cl.createBuffer}, {"clCreateSubBuffer", &cl.createSubBuffer},
+			{"clReleaseMemObject", &cl.releaseMemObject},
 			{"clEnqueueWriteBuffer", &cl.enqueueWriteBuffer}, {"clEnqueueReadBuffer", &cl.enqueueReadBuffer},
 			{"clEnqueueCopyBuffer", &cl.enqueueCopyBuffer}, {"clEnqueueFillBuffer", &cl.enqueueFillBuffer},
 			{"clCreateProgramWithSource", &cl.createProgramWithSource}, {"clBuildProgram", &cl.buildProgram},

@@ -17,6 +17,7 @@ const (
 	clDeviceMaxComputeUnits  = 0x1002
 	clDeviceMaxWorkGroupSize = 0x1004
 	clDeviceMaxMemAllocSize  = 0x1010
+	clDeviceMemBaseAddrAlign = 0x1019
 	clDeviceGlobalMemSize    = 0x101F
 	clDeviceAvailable        = 0x1027
 	clDeviceName             = 0x102B
@@ -76,6 +77,7 @@ type DeviceInfo struct {
 	GlobalMemBytes int64 // CL_DEVICE_GLOBAL_MEM_SIZE
 	MaxAllocBytes  int64 // CL_DEVICE_MAX_MEM_ALLOC_SIZE: the largest one buffer
 	MaxWorkGroup   int   // CL_DEVICE_MAX_WORK_GROUP_SIZE, work-items
+	BaseAlignBytes int64 // CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: a sub-buffer's origin must be a multiple of it
 	Available      bool  // CL_DEVICE_AVAILABLE
 }
 
@@ -194,6 +196,7 @@ func describe(id uintptr, platform string) (Device, error) {
 	d.info.GlobalMemBytes = int64(num(clDeviceGlobalMemSize, 8))
 	d.info.MaxAllocBytes = int64(num(clDeviceMaxMemAllocSize, 8))
 	d.info.MaxWorkGroup = int(num(clDeviceMaxWorkGroupSize, unsafe.Sizeof(uintptr(0))))
+	d.info.BaseAlignBytes = int64(num(clDeviceMemBaseAddrAlign, 4) / 8)
 	d.info.Available = num(clDeviceAvailable, 4) != 0
 	return d, errors.Join(errs...)
 }

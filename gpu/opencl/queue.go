@@ -22,6 +22,7 @@ type pendingCmd struct {
 	ev  uintptr
 	seq uint64
 	op  string
+	pin *runtime.Pinner // the Go memory of an asynchronous copy, unpinned once examined
 }
 
 // Queue is one in-order OpenCL command queue (a stream): commands run in
@@ -110,6 +111,11 @@ func (q *Queue) Close() error {
 	q.wmu.Unlock()
 	q.signal()
 	<-q.wdone
+	for _, c := range q.pending { // left when the last marker failed to enqueue
+		if c.pin != nil {
+			c.pin.Unpin()
+		}
+	}
 	errs := []error{err}
 	if last != nil {
 		errs = append(errs, last.err)
@@ -137,10 +143,10 @@ func (q *Queue) lockOpen(op string) error {
 }
 
 // enqueued records a command just enqueued with its event in
-// q.scratch.ev; q.mu is held.
-func (q *Queue) enqueued(op string) {
+// q.scratch.ev (and the pinned Go memory it uses, if any); q.mu is held.
+func (q *Queue) enqueued(op string, pin *runtime.Pinner) {
 	q.seq++
-	q.pending = append(q.pending, pendingCmd{ev: q.scratch.ev, seq: q.seq, op: op})
+	q.pending = append(q.pending, pendingCmd{ev: q.scratch.ev, seq: q.seq, op: op, pin: pin})
 	if len(q.pending) >= checkpointEvery {
 		if e, err := q.markerLocked(nil, true); err == nil {
 			e.Release()
@@ -158,6 +164,15 @@ func (q *Queue) enqueued(op string) {
 // CL_INVALID_WORK_GROUP_SIZE); a failure the device reports later comes
 // as a *CommandError from the next marker's Err.
 func (q *Queue) Launch(k *Kernel, global, local []int) error {
+	if k == nil || k.q != q {
+		return fmt.Errorf("opencl: queue %d: launch: kernel not made by this queue's Kernel", q.index)
+	}
+	return q.LaunchLabel(k, global, local, k.op)
+}
+
+// LaunchLabel is Launch with the label a failure of the launch carries as
+// its *CommandError's Op (Launch uses "launch NAME").
+func (q *Queue) LaunchLabel(k *Kernel, global, local []int, label string) error {
 	if k == nil || k.q != q {
 		return fmt.Errorf("opencl: queue %d: launch: kernel not made by this queue's Kernel", q.index)
 	}
@@ -185,9 +200,9 @@ func (q *Queue) Launch(k *Kernel, global, local []int) error {
 	r, _, _ := purego.SyscallN(cl.enqueueNDRangeKernel, q.h, k.h, uintptr(len(global)), 0, uintptr(unsafe.Pointer(&s.global[0])), lp,
 		0, 0, uintptr(unsafe.Pointer(&s.ev)))
 	if err := check("clEnqueueNDRangeKernel", r); err != nil {
-		return fmt.Errorf("opencl: queue %d: %s: %w", q.index, k.op, err)
+		return fmt.Errorf("opencl: queue %d: %s: %w", q.index, label, err)
 	}
-	q.enqueued(k.op)
+	q.enqueued(label, nil)
 	return nil
 }
 
@@ -214,7 +229,7 @@ func (q *Queue) Copy(dst *Buffer, dstOff int64, src *Buffer, srcOff int64, n int
 	if err := check("clEnqueueCopyBuffer", r); err != nil {
 		return fmt.Errorf("opencl: queue %d: copy %d bytes: %w", q.index, n, err)
 	}
-	q.enqueued("copy")
+	q.enqueued("copy", nil)
 	return nil
 }
 
@@ -242,7 +257,7 @@ func (q *Queue) Fill(b *Buffer, off, n int64, pattern []byte) error {
 	if err := check("clEnqueueFillBuffer", r); err != nil {
 		return fmt.Errorf("opencl: queue %d: fill %d bytes: %w", q.index, n, err)
 	}
-	q.enqueued("fill")
+	q.enqueued("fill", nil)
 	return nil
 }
 
@@ -261,6 +276,48 @@ func (q *Queue) Write(b *Buffer, off int64, src []byte) error {
 // clEnqueueReadBuffer.
 func (q *Queue) Read(b *Buffer, off int64, dst []byte) error {
 	return q.transfer("read", cl.enqueueReadBuffer, "clEnqueueReadBuffer", b, off, dst)
+}
+
+// WriteAsync enqueues a copy of src into b at off and returns at once.
+// src is pinned (runtime.Pinner) and must stay unchanged until a marker
+// enqueued after the call has completed; the queue's waiter unpins it
+// once it has seen the copy complete. Errors: a range outside b,
+// ErrClosed, an *Error from clEnqueueWriteBuffer; a failure the device
+// reports later comes as a *CommandError (Op "copy in") from the next
+// marker's Err.
+func (q *Queue) WriteAsync(b *Buffer, off int64, src []byte) error {
+	return q.transferAsync("copy in", cl.enqueueWriteBuffer, "clEnqueueWriteBuffer", b, off, src)
+}
+
+// ReadAsync enqueues a copy of len(dst) bytes of b at off into dst and
+// returns at once; dst holds them once a marker enqueued after the call
+// has completed, and is pinned until the queue's waiter has seen the copy
+// complete. Errors as WriteAsync's (Op "copy out").
+func (q *Queue) ReadAsync(b *Buffer, off int64, dst []byte) error {
+	return q.transferAsync("copy out", cl.enqueueReadBuffer, "clEnqueueReadBuffer", b, off, dst)
+}
+
+func (q *Queue) transferAsync(op string, fn uintptr, call string, b *Buffer, off int64, p []byte) error {
+	if err := b.span(op, off, int64(len(p))); err != nil {
+		return err
+	}
+	if err := q.lockOpen(op); err != nil {
+		return err
+	}
+	defer q.mu.Unlock()
+	if len(p) == 0 {
+		return nil
+	}
+	pin := new(runtime.Pinner)
+	pin.Pin(&p[0])
+	r, _, _ := purego.SyscallN(fn, q.h, b.h, 0, uintptr(off), uintptr(len(p)), uintptr(unsafe.Pointer(&p[0])), 0, 0,
+		uintptr(unsafe.Pointer(&q.scratch.ev)))
+	if err := check(call, r); err != nil {
+		pin.Unpin()
+		return fmt.Errorf("opencl: queue %d: %s %d bytes at %d: %w", q.index, op, len(p), off, err)
+	}
+	q.enqueued(op, pin)
+	return nil
 }
 
 func (q *Queue) transfer(op string, fn uintptr, call string, b *Buffer, off int64, p []byte) error {
@@ -313,6 +370,20 @@ func (q *Queue) Wait(events ...*Event) error {
 		e.Release()
 	}
 	return err
+}
+
+// Checkpoint enqueues a marker like Marker's, except that the failures
+// it finds are not reported by its Err (always nil) but passed on to the
+// next Marker of q, as Wait's are: use it to observe progress (Done)
+// without taking the failures from the event that will report them.
+// Release the returned event when done with it. Errors: ErrClosed, an
+// *Error from clEnqueueMarkerWithWaitList.
+func (q *Queue) Checkpoint() (*Event, error) {
+	if err := q.lockOpen("checkpoint"); err != nil {
+		return nil, err
+	}
+	defer q.mu.Unlock()
+	return q.markerLocked(nil, true)
 }
 
 // Finish enqueues a marker and waits for it (or for ctx): it returns the
@@ -425,7 +496,11 @@ func (q *Queue) settle(e *Event, carry []error) []error {
 			errs = append(errs, &CommandError{Device: dev, Queue: q.index, Seq: c.seq, Op: c.op, Status: Status(q.wstatus)})
 		}
 		syscall(cl.releaseEvent, c.ev)
+		if c.pin != nil {
+			c.pin.Unpin()
+		}
 	}
+	clear(e.covers)
 	if cap(e.covers) > 0 {
 		select {
 		case q.free <- e.covers[:0]:

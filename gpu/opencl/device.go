@@ -1,0 +1,493 @@
+package opencl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+
+	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/topology"
+)
+
+// Kind is the driver kind of OpenCL devices: importing this package
+// registers its driver under Kind, so gpu.Open(ctx, opencl.Kind, cfg)
+// opens every available OpenCL device (see NewDevice), with cfg.Streams
+// streams each (0: DefaultStreams), as "opencl0", "opencl1", … in the
+// order Devices lists them. With no OpenCL library the error wraps
+// ErrUnavailable; with no platform or no available device, ErrNoPlatform.
+const Kind = "opencl"
+
+// DefaultStreams is the number of streams of a device the driver opens
+// when gpu.Config.Streams is 0.
+const DefaultStreams = 4
+
+// MaxStreams bounds the stream count of one device (each stream is an
+// OpenCL command queue, a waiter goroutine and a host-task goroutine).
+const MaxStreams = 64
+
+// ErrDeviceLost is what a failure that leaves an OpenCL device unusable
+// matches (errors.Is), and so does gpu.ErrGPULost, which it wraps: an
+// enqueue that returns CL_DEVICE_NOT_AVAILABLE, or a command the device
+// reports failed after the fact with CL_DEVICE_NOT_AVAILABLE or
+// CL_OUT_OF_RESOURCES (how GPU drivers report a kernel that faulted; the
+// context is unusable after). From then on every call that enqueues work
+// on the device, and Alloc, returns an error wrapping ErrDeviceLost and
+// the first such failure; events already recorded still fire. The
+// recovery is the caller's: close the device and move the work.
+var ErrDeviceLost = fmt.Errorf("opencl: device lost: %w", gpu.ErrGPULost)
+
+// DeviceOption configures NewDevice.
+type DeviceOption func(*deviceOptions) error
+
+type deviceOptions struct{ index int }
+
+// WithIndex sets the device's index n >= 0: its ID is topology.OpenCL(n),
+// "openclN". The default is 0. A negative n makes NewDevice fail.
+func WithIndex(n int) DeviceOption {
+	return func(o *deviceOptions) error {
+		if n < 0 {
+			return fmt.Errorf("opencl: WithIndex(%d): the index must not be negative", n)
+		}
+		o.index = n
+		return nil
+	}
+}
+
+// NewDevice opens dev (from Devices or Platforms) as a gpu.CodeDevice
+// with streams streams (1 to MaxStreams): one OpenCL context, one
+// in-order command queue per stream (Queue, with its waiter goroutine)
+// and one goroutine per stream that runs its host tasks. Kind and Code
+// are "opencl"; Info gives the device's name, vendor, global memory and
+// compute units (as Cores). The caller owns the device and must Close it.
+// Errors: a bad stream count or option, an *Error from OpenCL (nothing is
+// left running then), ErrUnavailable.
+//
+// Streams are gpu.CodeStreams. LaunchKernel binds the arguments on the
+// stream's own kernel object for the entry point (made on the first
+// launch of it on the stream), setting only the arguments that differ
+// from its previous launch there, and enqueues the NDRange. CopyIn and
+// CopyOut are asynchronous: the Go memory stays pinned until the queue's
+// waiter has seen the copy complete. Launch and LaunchBatch run host
+// tasks in queue order (as cudaLaunchHostFunc): a task runs on the
+// stream's host goroutine once every command enqueued before it has
+// completed, and commands enqueued after it wait for it to return. A
+// panicking task is recovered; the stream's next Synchronize returns it
+// as a *PanicError.
+//
+// Record returns an event over a marker. Its Wait returns nil or the
+// failures the device reported for the commands enqueued on the stream
+// since the previous Record (and through Stream.Wait, the failures the
+// waited events report), each a *gpu.CommandError whose Err is the
+// *CommandError and whose Label is the command's (KernelLaunch.Label,
+// "copy in", "copy out", "copy", "fill"), joined: each failure is
+// reported by one event of its stream, so wait on every event recorded
+// to see them all. Stream.Wait on an event of the same device enqueues a
+// marker with a wait list (no host thread blocks); on any other gpu.Event
+// it enqueues a wait on a user event that a goroutine completes when the
+// event fires (carrying its failures). Close waits for everything
+// enqueued, including those bridged events; no goroutine outlives it.
+func NewDevice(dev Device, streams int, opts ...DeviceOption) (gpu.CodeDevice, error) {
+	o := deviceOptions{}
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if streams < 1 || streams > MaxStreams {
+		return nil, fmt.Errorf("opencl: new device %s: %d streams: want 1 to %d", dev, streams, MaxStreams)
+	}
+	c, err := Open(dev)
+	if err != nil {
+		return nil, err
+	}
+	info := dev.Info()
+	d := &clDevice{
+		id:  topology.OpenCL(o.index),
+		dev: dev,
+		ctx: c,
+		info: topology.Device{ID: topology.OpenCL(o.index), Name: info.Name, Vendor: info.Vendor,
+			MemoryBytes: info.GlobalMemBytes, NUMANode: -1, Cores: info.ComputeUnits},
+		progs: map[*Program]*clProgram{},
+		done:  make(chan struct{}),
+	}
+	for i := range streams {
+		q, err := c.NewQueue()
+		if err != nil {
+			_ = c.Close()
+			return nil, fmt.Errorf("opencl: new device %s stream %d: %w", d.id, i, err)
+		}
+		d.streams = append(d.streams, &clStream{d: d, idx: i, q: q, kernels: map[kernelKey]*streamKernel{},
+			hwake: make(chan struct{}, 1), prefix: fmt.Sprintf("opencl: %s stream %d: ", d.id, i)})
+	}
+	d.wg.Add(len(d.streams))
+	for _, s := range d.streams {
+		go s.hostWork()
+	}
+	return d, nil
+}
+
+// clDevice is one OpenCL device behind gpu.CodeDevice.
+type clDevice struct {
+	id      topology.DeviceID
+	dev     Device
+	ctx     *Context
+	info    topology.Device
+	streams []*clStream
+	wg      sync.WaitGroup // host workers and bridges
+
+	memMu     sync.Mutex
+	usedBytes int64
+
+	pmu   sync.Mutex
+	progs map[*Program]*clProgram
+
+	lost atomic.Pointer[error] // the first failure that lost the device
+
+	closeOnce sync.Once
+	closedA   atomic.Bool
+	done      chan struct{} // closed when Close has finished
+	closeErr  error
+}
+
+var (
+	_ gpu.CodeDevice = (*clDevice)(nil)
+	_ gpu.CodeStream = (*clStream)(nil)
+	_ gpu.Event      = (*clEvent)(nil)
+	_ gpu.Memory     = (*clMemory)(nil)
+	_ gpu.Program    = (*clProgram)(nil)
+)
+
+func (d *clDevice) ID() topology.DeviceID { return d.id }
+func (d *clDevice) Kind() string          { return Kind }
+func (d *clDevice) Code() string          { return "opencl" }
+func (d *clDevice) NumStreams() int       { return len(d.streams) }
+func (d *clDevice) String() string        { return d.id.String() + " (" + d.info.Name + ")" }
+
+// Info returns the device's facts: the OpenCL device's name and vendor,
+// its global memory as MemoryBytes, its compute units as Cores.
+func (d *clDevice) Info() topology.Device { return d.info }
+
+// Stream returns stream i; it panics when i is out of range.
+func (d *clDevice) Stream(i int) gpu.Stream {
+	if i < 0 || i >= len(d.streams) {
+		panic(fmt.Sprintf("opencl: %s: stream %d out of range [0, %d)", d.id, i, len(d.streams)))
+	}
+	return d.streams[i]
+}
+
+// lostErr returns the device-loss error, or nil while the device works.
+func (d *clDevice) lostErr() error {
+	if p := d.lost.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// markLost records cause as the device's loss (the first one is kept
+// for later calls) and returns cause wrapped with ErrDeviceLost.
+func (d *clDevice) markLost(cause error) error {
+	err := fmt.Errorf("opencl: %s: %w: %w", d.id, ErrDeviceLost, cause)
+	d.lost.CompareAndSwap(nil, &err)
+	return err
+}
+
+// enqueueErr wraps an error of an enqueue call: one that says the device
+// is gone marks it lost.
+func (d *clDevice) enqueueErr(prefix string, err error) error {
+	if errors.Is(err, DeviceNotAvailable) {
+		return d.markLost(err)
+	}
+	if errors.Is(err, ErrClosed) {
+		return fmt.Errorf("%s%w: %w", prefix, gpu.ErrClosed, err)
+	}
+	return fmt.Errorf("%s%w", prefix, err)
+}
+
+// Alloc makes bytes (> 0) of device memory, counted against the device's
+// global memory. Errors: the budget exceeded (naming the device, the
+// size and what is in use), an *Error from OpenCL, ErrDeviceLost,
+// gpu.ErrClosed.
+func (d *clDevice) Alloc(bytes int64) (gpu.Memory, error) {
+	if bytes <= 0 {
+		return nil, fmt.Errorf("opencl: %s: alloc %d bytes: the size must be positive", d.id, bytes)
+	}
+	if d.closedA.Load() {
+		return nil, fmt.Errorf("opencl: %s: alloc: %w", d.id, gpu.ErrClosed)
+	}
+	if err := d.lostErr(); err != nil {
+		return nil, err
+	}
+	d.memMu.Lock()
+	if total := d.info.MemoryBytes; bytes > total-d.usedBytes {
+		used := d.usedBytes
+		d.memMu.Unlock()
+		return nil, fmt.Errorf("opencl: %s: alloc %d bytes: %d of its %d bytes are in use", d.id, bytes, used, total)
+	}
+	d.usedBytes += bytes
+	d.memMu.Unlock()
+	b, err := d.ctx.Alloc(bytes)
+	if err != nil {
+		d.unbudget(bytes)
+		if errors.Is(err, ErrClosed) {
+			return nil, fmt.Errorf("opencl: %s: alloc: %w", d.id, gpu.ErrClosed)
+		}
+		return nil, fmt.Errorf("opencl: %s: %w", d.id, err)
+	}
+	return &clMemory{d: d, b: b}, nil
+}
+
+func (d *clDevice) unbudget(bytes int64) {
+	d.memMu.Lock()
+	d.usedBytes -= bytes
+	d.memMu.Unlock()
+}
+
+// Program builds OpenCL C source with options on the device through the
+// context's cache (Context.Program): the same source and options give
+// the same program. A compile error is a *BuildError with the log.
+func (d *clDevice) Program(name, source, options string) (gpu.Program, error) {
+	if d.closedA.Load() {
+		return nil, fmt.Errorf("opencl: %s: program %q: %w", d.id, name, gpu.ErrClosed)
+	}
+	p, err := d.ctx.Program(name, source, options)
+	if err != nil {
+		if errors.Is(err, ErrClosed) {
+			return nil, fmt.Errorf("opencl: %s: program %q: %w", d.id, name, gpu.ErrClosed)
+		}
+		return nil, fmt.Errorf("opencl: %s: %w", d.id, err)
+	}
+	d.pmu.Lock()
+	defer d.pmu.Unlock()
+	w, ok := d.progs[p]
+	if !ok {
+		w = &clProgram{d: d, p: p}
+		d.progs[p] = w
+	}
+	return w, nil
+}
+
+// Close refuses new work, lets everything enqueued finish (host tasks,
+// and bridged waits, which wait for their events to fire), stops every
+// goroutine of the device and releases the context. Every call waits for
+// that and returns the same result: nil, or the errors releasing OpenCL
+// objects returned. Events recorded before stay usable; Record after
+// Close returns an event that has fired, with the failures reported for
+// the commands after the last Record.
+func (d *clDevice) Close() error {
+	d.closeOnce.Do(func() {
+		d.closedA.Store(true)
+		for _, s := range d.streams {
+			s.close()
+		}
+		for _, s := range d.streams {
+			s.hmu.Lock()
+			s.hclosed = true
+			s.hmu.Unlock()
+			s.hsignal()
+		}
+		d.wg.Wait()
+		for _, s := range d.streams {
+			s.release()
+		}
+		d.closeErr = d.ctx.Close()
+		close(d.done)
+	})
+	<-d.done
+	return d.closeErr
+}
+
+// clProgram is a Program of the device's context.
+type clProgram struct {
+	d *clDevice
+	p *Program
+}
+
+// Name returns the name the program was first built under.
+func (p *clProgram) Name() string { return p.p.Name() }
+
+// clMemory is a device Buffer counted against the device's budget, with
+// the sub-buffers kernel arguments at an offset made of it.
+type clMemory struct {
+	d        *clDevice
+	b        *Buffer
+	released atomic.Bool
+
+	mu   sync.Mutex
+	subs map[int64]*Buffer
+}
+
+func (m *clMemory) Device() topology.DeviceID { return m.d.id }
+func (m *clMemory) Bytes() int64              { return m.b.bytes }
+
+// Release frees the buffer and its sub-buffers (OpenCL keeps the memory
+// until the commands enqueued on it finish) and returns its bytes to the
+// device's budget. It is idempotent.
+func (m *clMemory) Release() error {
+	if !m.released.CompareAndSwap(false, true) {
+		return nil
+	}
+	m.mu.Lock()
+	subs := m.subs
+	m.subs = nil
+	m.mu.Unlock()
+	var errs []error
+	for _, s := range subs {
+		errs = append(errs, s.Release())
+	}
+	errs = append(errs, m.b.Release())
+	m.d.unbudget(m.b.bytes)
+	return errors.Join(errs...)
+}
+
+// at returns the buffer a kernel argument at byte off points to: the
+// buffer itself, or a sub-buffer from off to the end (made once per
+// offset and kept until Release).
+func (m *clMemory) at(off int64) (*Buffer, error) {
+	if m.released.Load() {
+		return nil, fmt.Errorf("memory released: %w", gpu.ErrClosed)
+	}
+	if off == 0 {
+		return m.b, nil
+	}
+	if off < 0 || off >= m.b.bytes {
+		return nil, fmt.Errorf("offset %d outside the %d-byte memory", off, m.b.bytes)
+	}
+	if a := m.d.dev.info.BaseAlignBytes; a > 0 && off%a != 0 {
+		return nil, fmt.Errorf("offset %d is not a multiple of the device's %d-byte base address alignment (CL_DEVICE_MEM_BASE_ADDR_ALIGN)", off, a)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if b, ok := m.subs[off]; ok {
+		return b, nil
+	}
+	b, err := m.b.Sub(off, m.b.bytes-off)
+	if err != nil {
+		return nil, err
+	}
+	if m.subs == nil {
+		m.subs = map[int64]*Buffer{}
+	}
+	m.subs[off] = b
+	return b, nil
+}
+
+// PanicError is a panic (or runtime.Goexit) recovered from a host task
+// on a stream of an OpenCL device, as returned by the stream's
+// Synchronize. The stream went on running later work.
+type PanicError struct {
+	Device topology.DeviceID // the OpenCL device, "opencl0"
+	Stream int               // the stream's index on the device
+	Value  any               // the value passed to panic; nil when Goexit is true
+	Goexit bool              // the task called runtime.Goexit instead of returning
+	Stack  []byte            // the task's goroutine stack when it was recovered
+	More   int               // further panics on the stream since the previous Synchronize, not kept
+}
+
+// Error returns "opencl: opencl0 stream N: task panicked: VALUE", plus
+// how many more panics there were.
+func (e *PanicError) Error() string {
+	var msg string
+	if e.Goexit {
+		msg = fmt.Sprintf("opencl: %s stream %d: task called runtime.Goexit", e.Device, e.Stream)
+	} else {
+		msg = fmt.Sprintf("opencl: %s stream %d: task panicked: %v", e.Device, e.Stream, e.Value)
+	}
+	if e.More > 0 {
+		msg += fmt.Sprintf(" (and %d more)", e.More)
+	}
+	return msg
+}
+
+// Unwrap returns Value when it is an error; otherwise nil.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
+
+// runTask runs one host task, recovering a panic into the stream's panic
+// record. A task that calls runtime.Goexit ends the host goroutine: a
+// replacement resumes the stream's host work after the task.
+func (s *clStream) runTask(t gpu.Task) {
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		if r := recover(); r != nil {
+			s.notePanic(&PanicError{Device: s.d.id, Stream: s.idx, Value: r, Stack: debug.Stack()})
+			return
+		}
+		s.notePanic(&PanicError{Device: s.d.id, Stream: s.idx, Goexit: true, Stack: debug.Stack()})
+		s.d.wg.Add(1)
+		go s.hostWork()
+	}()
+	t.Run()
+	returned = true
+}
+
+func (s *clStream) notePanic(pe *PanicError) {
+	s.pmu.Lock()
+	if s.panicE == nil {
+		s.panicE = pe
+	}
+	s.panicsN++
+	s.pmu.Unlock()
+}
+
+// Driver opening.
+
+func init() { gpu.Register(Kind, driver{}) }
+
+type driver struct{}
+
+func (driver) Open(_ context.Context, cfg gpu.Config) (gpu.Set, error) {
+	streams := cfg.Streams
+	if streams == 0 {
+		streams = DefaultStreams
+	}
+	if streams < 1 || streams > MaxStreams {
+		return nil, fmt.Errorf("opencl: open: %d streams per device: want 1 to %d", streams, MaxStreams)
+	}
+	ds, err := Devices()
+	if err != nil {
+		return nil, fmt.Errorf("opencl: open: %w", err)
+	}
+	var avail []Device
+	for _, d := range ds {
+		if d.info.Available {
+			avail = append(avail, d)
+		}
+	}
+	if len(avail) == 0 {
+		return nil, fmt.Errorf("opencl: open: %w: the platforms list %d devices, none available", ErrNoPlatform, len(ds))
+	}
+	set := &deviceSet{}
+	for i, d := range avail {
+		dev, err := NewDevice(d, streams, WithIndex(i))
+		if err != nil {
+			_ = set.Close()
+			return nil, err
+		}
+		set.devs = append(set.devs, dev)
+	}
+	return set, nil
+}
+
+// deviceSet is the devices one driver Open returned.
+type deviceSet struct{ devs []gpu.Device }
+
+func (s *deviceSet) Devices() []gpu.Device { return append([]gpu.Device(nil), s.devs...) }
+
+func (s *deviceSet) Close() error {
+	var errs []error
+	for _, d := range s.devs {
+		errs = append(errs, d.Close())
+	}
+	return errors.Join(errs...)
+}
