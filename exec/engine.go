@@ -151,6 +151,7 @@ func (r *run) await(t int, n uint64) (uint64, bool) {
 func (r *run) stopWaits() {
 	r.mu.Lock()
 	r.stopped = true
+	r.halt.Store(true)
 	r.cond.Broadcast()
 	r.mu.Unlock()
 }
@@ -288,6 +289,7 @@ func (b *streamRun) run() {
 	}()
 	b.loop()
 	finished = true
+	b.r.quietStream(b.gs)
 	b.r.listDone()
 }
 
@@ -297,6 +299,7 @@ var errInternal = errors.New("exec: the stream stopped on an internal error")
 // marks the list finished.
 func (b *streamRun) cancelRest(cause error) {
 	b.cancelFrom(cause)
+	b.r.quietStream(b.gs)
 	b.r.listDone()
 }
 
@@ -647,6 +650,7 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 	r.ctx = context.WithValue(r.ctx, runKey{}, r) // what the kernels get: a run they start knows it is nested
 	r.out = newOutcomes(p, time.Now(), timing)
 	r.progress = make([]counter, len(c.lists))
+	r.quiet = make([]atomic.Bool, len(c.lists))
 	r.cond = sync.NewCond(&r.mu)
 	r.slow = r.ctx.Done() != nil || r.loss != nil || r.unalloc != nil
 	r.finished = make(chan struct{})
@@ -682,6 +686,7 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 		stop = context.AfterFunc(r.ctx, r.stopWaits)
 	}
 	var errs []error
+	var code sync.WaitGroup // the code streams' drivers
 	if r.inline {
 		r.runInline(runs)
 	} else {
@@ -692,6 +697,12 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 				continue
 			}
 			d, s := p.StreamOf(gs)
+			if p.mem[d] {
+				b.state.Store(listStarted) // driven, not queued: not to be withdrawn
+				cd, _ := codeDevice(devs[d])
+				r.startCode(b, cd, cd.Stream(s).(gpu.CodeStream), &code)
+				continue
+			}
 			if err := devs[d].Stream(s).Launch(b); err != nil {
 				errs = append(errs, fmt.Errorf("exec: %v stream %d: %w", devs[d].ID(), s, err))
 				b.state.Store(listStarted) // not queued: not to be withdrawn
@@ -705,12 +716,14 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 			for gs := range runs {
 				if b := &runs[gs]; b.list != nil && b.state.CompareAndSwap(listQueued, listWithdrawn) {
 					b.left = 0
+					r.quietStream(gs)
 					r.listDone()
 				}
 			}
 			<-r.finished
 		}
 	}
+	code.Wait()
 	stop()
 	// Launches a stream left when ctx was done: cancelled now, after
 	// every launch that ran has settled, in plan order.

@@ -183,6 +183,18 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 	if err := e.fits(p); err != nil {
 		return nil, err
 	}
+	if p.hasCode() {
+		if nested(ctx) {
+			releaseInputs(rc.inputs)
+			return nil, errors.New("exec: a graph run from inside a kernel cannot launch on a code device")
+		}
+		unlease, err := leaseCode(ctx, p, e.devs)
+		if err != nil {
+			releaseInputs(rc.inputs)
+			return nil, err
+		}
+		defer unlease()
+	}
 	var loss *deviceLoss
 	if rc.loss != nil {
 		var err error
@@ -198,6 +210,7 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 		ctx:   ctx,
 		plan:  p,
 		devs:  p.devices,
+		gdevs: e.devs,
 		pools: e.pools,
 		alloc: e.pools[0].Allocator(),
 		store: failgraph.New(func(id buffers.ID) string { return p.bufs[id].Name }),
@@ -207,6 +220,7 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 		return nil, err
 	}
 	submitErr := r.execute(e.devs, e.timing)
+	r.releaseMems() // no Result reads device memory
 	rep := newReport(p, r.out, r.store, e.topo)
 	res := &Result{graph: p.graph, run: r, store: r.store, Report: rep}
 	if submitErr == nil && loss != nil && loss.lost.Load() {
@@ -245,6 +259,7 @@ type run struct {
 	ctx     context.Context
 	plan    *Plan
 	devs    []topology.DeviceID
+	gdevs   []gpu.Device // the executor's devices, by index
 	pools   []*buffers.Pool
 	alloc   memory.Allocator
 	store   *failgraph.Store
@@ -257,6 +272,9 @@ type run struct {
 	// buffers take no bytes and are made on first use (buffer).
 	bufs []atomic.Pointer[buffers.Buffer]
 	made atomic.Int32 // value buffers made (or carried over) in bufs
+	// mems holds the run's instances on code devices (device memory), by
+	// plan buffer id; nil without any (see codestream.go).
+	mems []gpu.Memory
 
 	inline bool // started inside a kernel of a running run: runs on the calling goroutine (see execute)
 
@@ -265,6 +283,8 @@ type run struct {
 	lists    atomic.Int32  // stream lists not finished
 	finished chan struct{} // closed when every list has finished
 	running  atomic.Bool   // the run's launches are going (a run its kernels start is nested)
+	quiet    []atomic.Bool // by global stream: its list is done with the run (see progressEvent)
+	halt     atomic.Bool   // stopped, for readers that take no lock
 	mu       sync.Mutex    // guards cond's parking, stopped and internal
 	cond     *sync.Cond
 	parked   atomic.Int32
@@ -391,6 +411,10 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 	}
 	for _, i := range fits {
 		b := &r.plan.bufs[i]
+		if r.plan.mem[b.Device] {
+			r.allocMem(i)
+			continue
+		}
 		buf, _ := r.pools[b.Device].AllocateReserved(buffers.ID(i), b.Name, b.SizeBytes) // sizes checked above
 		r.bufs[i].Store(buf)
 	}
@@ -410,6 +434,7 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 // release releases every buffer the run holds and hands its slots back
 // to the plan for the next run; the run has no buffers after it.
 func (r *run) release() {
+	r.releaseMems()
 	if r.bufs == nil {
 		return
 	}

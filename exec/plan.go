@@ -51,8 +51,9 @@ type PlannedLaunch struct {
 	Reads, Writes []buffers.Binding
 	Copy          *Copy // non-nil for a copy launch
 	fn            dag.KernelFunc
-	optional      []bool // the kernel's Optional
-	pin           int    // the kernel's Stream: -1 unpinned
+	variant       *dag.Variant // the device code a kernel launch on a code device runs
+	optional      []bool       // the kernel's Optional
+	pin           int          // the kernel's Stream: -1 unpinned
 }
 
 // PlannedBuffer is a buffer of a plan: one of the graph's (same id), on
@@ -81,6 +82,7 @@ type Plan struct {
 	streams   []int               // streams by device
 	sbase     []int               // by device: the global index of its stream 0
 	sdev      []int               // by global stream: its device
+	mem       []bool              // by device: a code device, whose buffer instances are device memory (gpu.Memory)
 	launches  []PlannedLaunch     // in submission order (a topological order)
 	bufs      []PlannedBuffer     // the graph's buffers, then replicas
 	waits     int                 // event waits inserted
@@ -91,6 +93,8 @@ type Plan struct {
 
 	compileOnce sync.Once
 	comp        *compiled // the stream lists, built on the first run
+	codeOnce    sync.Once
+	cops        []codeOp // what code streams enqueue, by plan index (codeOps)
 	slotsMu     sync.Mutex
 	slots       [][]atomic.Pointer[buffers.Buffer] // buffer slots of closed runs, all nil, for reuse
 }
@@ -198,8 +202,12 @@ func (e *Executor) Plan(g *dag.Graph) (*Plan, error) {
 		return nil, fmt.Errorf("exec: a plan spans at most %d devices, the executor has %d", maxDevices, len(ids))
 	}
 	code := make([]dag.CodeKind, len(e.devs))
+	mem := e.codeMem()
 	for i, d := range e.devs {
 		code[i] = DeviceCode(d)
+	}
+	if err := checkCodeDevices(g, ids, code, mem); err != nil {
+		return nil, err
 	}
 	var pl PlacementResult
 	if len(e.devs) == 1 {
@@ -214,27 +222,105 @@ func (e *Executor) Plan(g *dag.Graph) (*Plan, error) {
 		}
 	} else {
 		var err error
-		pl, err = place(g, ids, code, e.numStreams(), e.topo, e.placement)
+		pl, err = place(g, ids, code, mem, e.numStreams(), e.topo, e.placement)
 		if err != nil {
 			return nil, err
 		}
 	}
-	return planOn(g, ids, e.numStreams(), pl, nil), nil
+	return planOn(g, ids, e.numStreams(), mem, pl, nil), nil
 }
 
-// DeviceCode returns the kind of kernel code dev runs, by its kind
-// (gpu.Device.Kind): dag.HostCode for the CPU device ("cpu") and for
-// simulated GPUs ("sim", whose launches run on CPU streams); 0, no code,
-// for a kind the executor cannot launch on, which Plan then places
-// nothing on. An OpenCL device (kind "opencl") runs dag.OpenCLCode once
-// the executor launches device code through gpu.Device; until then it
-// gets no kernels.
+// DeviceCode returns the kind of kernel code dev runs: dag.HostCode for
+// the CPU device (kind "cpu") and for simulated GPUs ("sim", whose
+// launches run on CPU streams); dag.OpenCLCode for a gpu.CodeDevice whose
+// Code is "opencl" (it runs kernels' OpenCL variants, on memory of its
+// own); 0, no code, for anything else, which Plan then places nothing on.
 func DeviceCode(dev gpu.Device) dag.CodeKind {
+	if cd, ok := dev.(gpu.CodeDevice); ok && cd.Code() == "opencl" {
+		return dag.OpenCLCode
+	}
 	switch dev.Kind() {
 	case "cpu", "sim":
 		return dag.HostCode
 	}
 	return 0
+}
+
+// codeMem returns, by device, whether e's device is a code device.
+func (e *Executor) codeMem() []bool {
+	mem := make([]bool, len(e.devs))
+	for i, d := range e.devs {
+		_, mem[i] = codeDevice(d)
+	}
+	return mem
+}
+
+// codeDevice returns dev as a code device the executor launches device
+// code on (DeviceCode gives dag.OpenCLCode), or false.
+func codeDevice(dev gpu.Device) (gpu.CodeDevice, bool) {
+	cd, ok := dev.(gpu.CodeDevice)
+	return cd, ok && DeviceCode(dev) == dag.OpenCLCode
+}
+
+// checkCodeDevices returns an error when g cannot be planned because of
+// the code devices among devs (mem[d]): every buffer's host copy lives on
+// a device that is not one, so a plan with one needs another device; and
+// a code device holds only raw bytes, so a kernel that reads or writes a
+// value buffer cannot run there (pinned there, or with code for no other
+// device of the plan).
+func checkCodeDevices(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, mem []bool) error {
+	host := slices.Index(mem, false)
+	if host < 0 {
+		return fmt.Errorf("exec: the executor's devices (%s, …) are all code devices: a plan keeps its buffers' host copies on a device that is not one (add the CPU device)", devs[0])
+	}
+	if !slices.Contains(mem, true) {
+		return nil
+	}
+	for _, k := range g.Kernels() {
+		vb, ok := valueAccess(g, k)
+		if !ok {
+			continue
+		}
+		if k.Device != nil {
+			if d := slices.Index(devs, *k.Device); d >= 0 && mem[d] {
+				return valueOnCodeError(g, k, vb, devs[d])
+			}
+			continue
+		}
+		elsewhere, on := false, -1
+		for d := range devs {
+			if code[d] != 0 && k.HasCode(code[d]) {
+				if mem[d] {
+					on = d
+				} else {
+					elsewhere = true
+				}
+			}
+		}
+		if !elsewhere && on >= 0 {
+			return valueOnCodeError(g, k, vb, devs[on])
+		}
+	}
+	return nil
+}
+
+// valueAccess returns the first value buffer kernel k reads or writes.
+func valueAccess(g *dag.Graph, k dag.Kernel) (dag.BufferID, bool) {
+	for _, bs := range [2][]buffers.Binding{k.Reads, k.Writes} {
+		for _, b := range bs {
+			if g.Buffer(b.Buffer).Value {
+				return b.Buffer, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// valueOnCodeError says that kernel k, which touches value buffer vb,
+// would run on code device dev.
+func valueOnCodeError(g *dag.Graph, k dag.Kernel, vb dag.BufferID, dev topology.DeviceID) error {
+	return fmt.Errorf("exec: kernel %q would run on %s, a code device, but reads or writes value buffer %q: a code device holds only raw bytes",
+		k.Name, dev, g.Buffer(vb).Name)
 }
 
 // codeDevices returns the devices (by index into code, the kind of code
@@ -302,15 +388,19 @@ func (e *Executor) numStreams() []int {
 	return ns
 }
 
-// planOn builds the plan of g on devs, device d with nstreams[d] streams,
-// with placement pl (restricted to sub, when not nil).
-func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams []int, pl PlacementResult, sub *subset) *Plan {
+// planOn builds the plan of g on devs, device d with nstreams[d] streams
+// and a code device when mem[d] (mem nil: none is), with placement pl
+// (restricted to sub, when not nil).
+func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool, pl PlacementResult, sub *subset) *Plan {
 	order := g.Order()
 	if sub != nil {
 		order = slices.DeleteFunc(slices.Clone(order), func(k dag.KernelID) bool { return !sub.run[k] })
 	}
 	order = launchOrder(g, order, g.NumBuffers())
-	p := &Plan{graph: g, devices: devs, streams: slices.Clone(nstreams), placement: pl}
+	if mem == nil {
+		mem = make([]bool, len(devs))
+	}
+	p := &Plan{graph: g, devices: devs, streams: slices.Clone(nstreams), mem: slices.Clone(mem), placement: pl}
 	p.sbase = make([]int, len(devs))
 	for d, n := range nstreams {
 		p.sbase[d] = len(p.sdev)
@@ -337,8 +427,12 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams []int, pl Placement
 			for i, w := range writes {
 				writes[i] = cp.write(w, d)
 			}
-			p.launches = append(p.launches, PlannedLaunch{Kernel: kid, Name: k.Name, Device: d, Reads: reads,
-				Writes: writes, fn: k.Fn, optional: k.Optional, pin: k.Stream})
+			l := PlannedLaunch{Kernel: kid, Name: k.Name, Device: d, Reads: reads,
+				Writes: writes, fn: k.Fn, optional: k.Optional, pin: k.Stream}
+			if p.mem[d] {
+				l.fn, l.variant = nil, variantOf(k, dag.OpenCLCode)
+			}
+			p.launches = append(p.launches, l)
 		}
 		cp.finish()
 	}
@@ -469,8 +563,12 @@ func homeBuffers(p *Plan, order []dag.KernelID, sub *subset) []bool {
 		}
 	}
 	only := make([]bool, len(home))
+	host := slices.Index(p.mem, false) // a code device holds no buffer's host copy
 	for _, b := range g.Buffers() {
 		d := home[b.ID]
+		if d >= 0 && p.mem[d] {
+			d = host
+		}
 		only[b.ID] = b.Input
 		if sub != nil && sub.home[b.ID] >= 0 {
 			d, only[b.ID] = sub.home[b.ID], true
@@ -481,6 +579,16 @@ func homeBuffers(p *Plan, order []dag.KernelID, sub *subset) []bool {
 		p.bufs = append(p.bufs, PlannedBuffer{Name: b.Name, SizeBytes: b.SizeBytes, Value: b.Value, Device: d, Of: b.ID, final: true})
 	}
 	return only
+}
+
+// variantOf returns k's variant of kind, or nil.
+func variantOf(k dag.Kernel, kind dag.CodeKind) *dag.Variant {
+	for i := range k.Variants {
+		if k.Variants[i].Kind == kind {
+			return &k.Variants[i]
+		}
+	}
+	return nil
 }
 
 // GlobalStream returns launch i's stream as a global index: the streams

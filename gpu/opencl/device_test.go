@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	osexec "os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"syscall"
@@ -311,6 +312,14 @@ func TestDeviceHostTaskPanic(t *testing.T) {
 	require.NoError(t, s.Launch(gpu.TaskFunc(func() { ran++ })))
 	require.NoError(t, s.Synchronize(t.Context()))
 	assert.Equal(t, 3, ran)
+	require.NoError(t, s.LaunchBatch([]gpu.Task{
+		gpu.TaskFunc(func() { runtime.Goexit() }),
+		gpu.TaskFunc(func() { ran++ }),
+	}))
+	require.NoError(t, s.Launch(gpu.TaskFunc(func() { ran++ })))
+	require.ErrorAs(t, s.Synchronize(t.Context()), &pe)
+	assert.True(t, pe.Goexit)
+	assert.Equal(t, 5, ran, "the tasks after the Goexit ran")
 	assert.ErrorContains(t, s.Launch(nil), "nil task")
 	assert.ErrorContains(t, s.LaunchBatch([]gpu.Task{gpu.TaskFunc(func() {}), nil}), "nil task at index 1 of 2")
 }
@@ -541,6 +550,57 @@ func TestDeviceWaitCarriesFailures(t *testing.T) {
 	}
 	assert.NoError(t, recordWait(t, s0), "reported once")
 	assert.NoError(t, recordWait(t, s1), "reported once")
+
+	// A fired event whose marker the stream has already released (a later
+	// Record sweeps it) still passes its failures on.
+	require.NoError(t, s0.Wait(failingEvent{root}))
+	e0 = s0.Record()
+	require.Error(t, e0.Wait(t.Context()))
+	require.NoError(t, recordWait(t, s0))
+	require.NoError(t, s1.Wait(e0))
+	var ce *gpu.CommandError
+	require.ErrorAs(t, recordWait(t, s1), &ce)
+	assert.Same(t, root, ce)
+	require.NoError(t, s1.Wait(s0.Record()), "a clean event")
+	assert.NoError(t, recordWait(t, s1))
+
+	// Neither Synchronize nor a host task takes the failures from the
+	// next event.
+	require.NoError(t, s0.Wait(failingEvent{root}))
+	require.NoError(t, s0.Synchronize(t.Context()))
+	require.NoError(t, s0.Launch(gpu.TaskFunc(func() {})))
+	require.NoError(t, s0.Synchronize(t.Context()))
+	require.ErrorAs(t, recordWait(t, s0), &ce)
+	assert.Same(t, root, ce)
+}
+
+// TestDeviceWaitBridgesOtherDevice: a stream of one OpenCL device waits
+// on an event of another; the data moves through host memory.
+func TestDeviceWaitBridgesOtherDevice(t *testing.T) {
+	a, b := newDevice(t, 1), newDevice(t, 1)
+	pa, pb := devProgram(t, a), devProgram(t, b)
+	const n = 1024
+	bufA, in, out := alloc(t, a, 4*n), alloc(t, b, 4*n), alloc(t, b, 4*n)
+	sa, sb := codeStream(a, 0), codeStream(b, 0)
+	const seed = 5
+	rng := rand.New(rand.NewPCG(seed, seed))
+	host, got := make([]int32, n), make([]int32, n)
+	for round := range 5 {
+		v := rng.Int32N(1 << 20)
+		require.NoError(t, sa.LaunchKernel(&gpu.KernelLaunch{Program: pa, Entry: "produce", Global: []int{n},
+			Args: []gpu.KernelArg{mem(bufA), scalar(v), scalar(int64(20000))}}))
+		require.NoError(t, sa.CopyOut(bytesOf(host), bufA, 0))
+		require.NoError(t, sb.Wait(sa.Record()))
+		require.NoError(t, sb.CopyIn(in, 0, bytesOf(host)))
+		require.NoError(t, sb.LaunchKernel(&gpu.KernelLaunch{Program: pb, Entry: "consume", Global: []int{n}, Args: []gpu.KernelArg{mem(in), mem(out)}}))
+		require.NoError(t, sb.CopyOut(bytesOf(got), out, 0))
+		eb := sb.Record()
+		require.NoError(t, sa.Wait(eb)) // the next round's copy out must not overwrite host before the copy in
+		require.NoError(t, eb.Wait(t.Context()))
+		for i, g := range got {
+			require.Equal(t, 2*v+1, g, "seed %d round %d element %d", seed, round, i)
+		}
+	}
 }
 
 func init() {
@@ -767,4 +827,176 @@ func TestDeviceCopyOutsideGoHeap(t *testing.T) {
 	require.NoError(t, s.CopyOut(dst, m, 0))
 	require.NoError(t, recordWait(t, s))
 	assert.True(t, bytesEqual(src, dst))
+}
+
+const randomKernels = `
+__kernel void addk(__global int *p, int k) { p[get_global_id(0)] += k; }
+__kernel void inc(__global const int *src, __global int *dst) { size_t i = get_global_id(0); dst[i] = src[i] + 1; }
+`
+
+// TestDeviceRandomProgramsMatchOracle runs seeded random programs of
+// kernels, device copies, fills and host tasks over a few buffers on
+// three streams, with the waits an executor would insert (a reader waits
+// for the last writer on another stream, a writer for the readers since),
+// and compares every buffer with a sequential oracle; host tasks of a
+// stream run in queue order. Without the waits it fails.
+func TestDeviceRandomProgramsMatchOracle(t *testing.T) {
+	d := newDevice(t, 3)
+	p, err := d.Program("random", randomKernels, "")
+	require.NoError(t, err)
+	const nbuf, n, ops = 4, 64, 150
+	bufs := make([]gpu.Memory, nbuf)
+	for i := range bufs {
+		bufs[i] = alloc(t, d, 4*n)
+	}
+	for _, seed := range []uint64{1, 2, 3, 4} {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, seed))
+			oracle := make([][]int32, nbuf)
+			type access struct {
+				s  int
+				ev gpu.Event
+			}
+			writer := make([]access, nbuf)
+			readers := make([]map[int]gpu.Event, nbuf)
+			for b := range bufs {
+				oracle[b] = make([]int32, n)
+				readers[b] = map[int]gpu.Event{}
+				require.NoError(t, codeStream(d, 0).Fill(bufs[b], 0, 4*n, []byte{0, 0, 0, 0}))
+			}
+			writer0 := codeStream(d, 0).Record()
+			for b := range writer {
+				writer[b] = access{0, writer0}
+			}
+			dep := func(s int, b int, write bool) {
+				st := d.Stream(s)
+				if w := writer[b]; w.s != s {
+					require.NoError(t, st.Wait(w.ev))
+				}
+				if write {
+					for rs, ev := range readers[b] {
+						if rs != s {
+							require.NoError(t, st.Wait(ev))
+						}
+					}
+				}
+			}
+			done := func(s int, ev gpu.Event, reads []int, writes []int) {
+				for _, b := range reads {
+					readers[b][s] = ev
+				}
+				for _, b := range writes {
+					writer[b] = access{s, ev}
+					clear(readers[b])
+				}
+			}
+			var order [3][]int
+			var want [3][]int
+			for op := range ops {
+				s := rng.IntN(3)
+				cs := codeStream(d, s)
+				a, b := rng.IntN(nbuf), rng.IntN(nbuf)
+				for b == a {
+					b = rng.IntN(nbuf)
+				}
+				var reads, writes []int
+				switch kind := rng.IntN(5); kind {
+				case 0, 1: // addk on a
+					k := rng.Int32N(100)
+					dep(s, a, true)
+					require.NoError(t, cs.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "addk", Global: []int{n},
+						Args: []gpu.KernelArg{mem(bufs[a]), scalar(k)}, Label: fmt.Sprintf("op %d addk", op)}))
+					for i := range oracle[a] {
+						oracle[a][i] += k
+					}
+					writes = []int{a}
+				case 2: // b = a + 1
+					dep(s, a, false)
+					dep(s, b, true)
+					require.NoError(t, cs.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "inc", Global: []int{n},
+						Args: []gpu.KernelArg{mem(bufs[a]), mem(bufs[b])}, Label: fmt.Sprintf("op %d inc", op)}))
+					for i := range oracle[b] {
+						oracle[b][i] = oracle[a][i] + 1
+					}
+					reads, writes = []int{a}, []int{b}
+				case 3: // copy half of a into b
+					dep(s, a, false)
+					dep(s, b, true)
+					require.NoError(t, cs.Copy(bufs[b], 0, bufs[a], 4*n/2, 4*n/2))
+					copy(oracle[b][:n/2], oracle[a][n/2:])
+					reads, writes = []int{a}, []int{b}
+				case 4: // a host task, then a fill of a
+					require.NoError(t, cs.Launch(gpu.TaskFunc(func() { order[s] = append(order[s], op) })))
+					want[s] = append(want[s], op)
+					v := rng.Int32N(1000)
+					dep(s, a, true)
+					require.NoError(t, cs.Fill(bufs[a], 0, 4*n, bytesOf([]int32{v})))
+					for i := range oracle[a] {
+						oracle[a][i] = v
+					}
+					writes = []int{a}
+				}
+				done(s, d.Stream(s).Record(), reads, writes)
+			}
+			s0 := codeStream(d, 0)
+			for s := 1; s < 3; s++ {
+				require.NoError(t, s0.Wait(d.Stream(s).Record()))
+			}
+			got := make([][]int32, nbuf)
+			for b := range bufs {
+				got[b] = make([]int32, n)
+				require.NoError(t, s0.CopyOut(bytesOf(got[b]), bufs[b], 0))
+			}
+			require.NoError(t, recordWait(t, s0), "seed %d", seed)
+			for s := range 3 {
+				require.NoError(t, d.Stream(s).Synchronize(t.Context()))
+				assert.Equal(t, want[s], order[s], "seed %d stream %d: host tasks in queue order", seed, s)
+			}
+			for b := range bufs {
+				require.Equal(t, oracle[b], got[b], "seed %d buffer %d", seed, b)
+			}
+		})
+	}
+}
+
+// TestDeviceConcurrentUse: goroutines launch, record and wait on shared
+// streams at once; each adds to its own buffer, and every sum is right.
+func TestDeviceConcurrentUse(t *testing.T) {
+	d := newDevice(t, 2)
+	p, err := d.Program("random", randomKernels, "")
+	require.NoError(t, err)
+	const workers, n, rounds = 4, 32, 50
+	bufs := make([]gpu.Memory, workers)
+	for w := range bufs {
+		bufs[w] = alloc(t, d, 4*n)
+		require.NoError(t, codeStream(d, 0).Fill(bufs[w], 0, 4*n, []byte{0, 0, 0, 0}))
+	}
+	start := d.Stream(0).Record()
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			s := codeStream(d, w%2)
+			err := s.Wait(start)
+			for r := 0; r < rounds && err == nil; r++ {
+				err = s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "addk", Global: []int{n},
+					Args: []gpu.KernelArg{mem(bufs[w]), scalar(int32(w + 1))}})
+				if err == nil && r%10 == 0 {
+					err = s.Record().Wait(context.Background())
+				}
+			}
+			if err == nil {
+				got := make([]int32, n)
+				if err = s.CopyOut(bytesOf(got), bufs[w], 0); err == nil {
+					err = s.Record().Wait(context.Background())
+				}
+				if err == nil && got[n-1] != int32(rounds*(w+1)) {
+					err = fmt.Errorf("worker %d: sum %d, want %d", w, got[n-1], rounds*(w+1))
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range workers {
+		require.NoError(t, <-errs)
+	}
 }

@@ -30,14 +30,17 @@
 // # Objects
 //
 // Platforms and Devices list what the ICD loader finds. Open makes a
-// Context on one Device; from it come Buffers (opaque device memory),
-// Programs (OpenCL C source built for the device, cached by source and
+// Context on one Device; from it come Buffers (opaque device memory;
+// Buffer.Sub makes a sub-buffer at an aligned offset), Programs (OpenCL C source built for the device, cached by source and
 // options; a compile error is a *BuildError with the compiler's log),
 // Queues (one in-order command queue per stream) and UserEvents. A Queue
 // makes its own Kernel objects (OpenCL kernel arguments are state on the
 // kernel object, so kernels are per queue) and enqueues launches over an
-// NDRange, copies, fills, blocking host writes and reads, markers with
-// wait lists (Marker returns an Event) and waits (Wait).
+// NDRange, copies, fills, host writes and reads (blocking: Write, Read;
+// asynchronous, the Go memory pinned until the waiter has seen the copy
+// complete: WriteAsync, ReadAsync), markers with wait lists (Marker
+// returns an Event), checkpoints (markers that leave their failures to
+// the next Marker) and waits (Wait).
 //
 // # Completion and failures
 //

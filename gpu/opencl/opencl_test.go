@@ -706,3 +706,41 @@ func TestConcurrentEnqueue(t *testing.T) {
 		}
 	}
 }
+
+// TestSubBuffer: a sub-buffer at an aligned offset shares its parent's
+// bytes; bad ranges and unaligned offsets are errors naming them; the
+// asynchronous copies move the bytes once a marker after them completes.
+func TestSubBuffer(t *testing.T) {
+	c := open(t)
+	q := newQueue(t, c)
+	align := c.Device().Info().BaseAlignBytes
+	require.Positive(t, align)
+	parent := mustAlloc(t, c, 4*align)
+	sub, err := parent.Sub(align, 2*align)
+	require.NoError(t, err)
+	assert.Equal(t, 2*align, sub.Bytes())
+	src := bytes.Repeat([]byte{7}, int(2*align))
+	require.NoError(t, q.Fill(parent, 0, 4*align, []byte{0}))
+	require.NoError(t, q.WriteAsync(sub, 0, src))
+	got := make([]byte, 4*align)
+	require.NoError(t, q.ReadAsync(parent, 0, got))
+	require.NoError(t, q.Finish(t.Context()))
+	want := make([]byte, 4*align)
+	copy(want[align:], src)
+	assert.Equal(t, want, got)
+	for _, tc := range []struct {
+		name   string
+		off, n int64
+		want   string
+	}{
+		{"unaligned", 1, 8, "opencl: sub-buffer at 1: offset is not a multiple of"},
+		{"empty", align, 0, "empty"},
+		{"outside", align, 4 * align, "outside the"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parent.Sub(tc.off, tc.n)
+			assert.ErrorContains(t, err, tc.want)
+		})
+	}
+	require.NoError(t, sub.Release())
+}

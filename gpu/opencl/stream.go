@@ -421,6 +421,8 @@ func (s *clStream) sweep() {
 }
 
 // Wait makes the commands and host tasks enqueued after it wait for e.
+// An event of this device that has fired enqueues nothing unless it
+// reports failures (they are passed on to the stream's next event).
 func (s *clStream) Wait(e gpu.Event) error {
 	if e == nil {
 		return fmt.Errorf("%swait on a nil event", s.prefix)
@@ -434,7 +436,7 @@ func (s *clStream) Wait(e gpu.Event) error {
 			return nil // queue order implies it
 		}
 		ce.mu.Lock()
-		if ce.m != nil && !ce.released {
+		if ce.m != nil && !ce.released && !ce.Done() {
 			err := s.q.Wait(ce.m)
 			ce.mu.Unlock()
 			if err != nil {
