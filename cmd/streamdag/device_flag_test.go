@@ -114,7 +114,7 @@ func TestRunFlightsDeviceOpenCLSameCSV(t *testing.T) {
 				csvs[dev] = string(b)
 				if dev == deviceOpenCL {
 					assert.Contains(t, errs, "--device opencl: ")
-					assert.Regexp(t, `kernels: cpu: source( ×\d+)?, columns ×\d+, .*; \d+ cop(y|ies) between the devices, \d+\.\d MB`, errs)
+					assert.Regexp(t, `kernels: cpu: source( ×\d+)?, columns ×(\d+), decode ×\d+, merge, sort, topk, write; opencl0: filter ×\d+, partial ×\d+; \d+ copies between the devices, \d+\.\d MB\n`, errs)
 				} else {
 					assert.Contains(t, errs, "; --device cpu\n")
 				}

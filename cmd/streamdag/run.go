@@ -219,6 +219,10 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	defer src.Close()
 
 	opts := flights.Options{MinDelay: f.minDelay, TopK: f.top, Partitions: len(devs) * devs[0].NumStreams(), OpenCL: choice.openCL}
+	if choice.openCL {
+		id := devs[len(devs)-1].ID()
+		opts.Device = &id // filter and partial on the OpenCL device
+	}
 	if f.airports != "" {
 		path := f.airports
 		if _, err := os.Stat(path); err != nil {

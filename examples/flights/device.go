@@ -14,6 +14,7 @@ import (
 
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
+	"github.com/streamdag/streamdag/topology"
 )
 
 // The device graph (Options.OpenCL): per partition p,
@@ -157,14 +158,18 @@ func (p *Pipeline) addDeviceKernels(i int, part Partition, batches dag.BufferID)
 	ng := partialGroups(rows)
 	table := g.AddBuffer(fmt.Sprintf("table[%d]", i), tableBytes(ng))
 	codes := g.AddValue(fmt.Sprintf("codes[%d]", i), dag.SizeHint(DeviceGroups*8))
+	where := dag.PreferDevice(topology.OpenCL(0))
+	if p.opts.Device != nil {
+		where = dag.OnDevice(*p.opts.Device)
+	}
 	grp := g.AddValue(fmt.Sprintf("groups[%d]", i), dag.SizeHint(groupsBytes))
 	g.AddKernel(fmt.Sprintf("columns[%d]", i), p.columns(part), dag.Reads(batches), dag.Writes(delay, key, codes),
 		dag.Estimate(time.Duration(rows)*filterNsPerRow))
 	g.AddKernel(fmt.Sprintf("filter[%d]", i), hostFilter(width, rows, p.opts.MinDelay), dag.Reads(delay, key), dag.Writes(keep),
-		dag.Estimate(time.Duration(rows)*filterNsPerRow),
+		dag.Estimate(time.Duration(rows)*filterNsPerRow), where,
 		filterOption(width, rows, p.opts.MinDelay, delay, key, keep))
 	g.AddKernel(fmt.Sprintf("partial[%d]", i), hostPartial(width, rows), dag.Reads(delay, key, keep), dag.Writes(table),
-		dag.Estimate(time.Duration(rows)*partialNsPerRow),
+		dag.Estimate(time.Duration(rows)*partialNsPerRow), where,
 		partialOption(width, rows, delay, key, keep, table))
 	g.AddKernel(fmt.Sprintf("decode[%d]", i), p.decode, dag.Reads(table, codes), dag.Writes(grp),
 		dag.Estimate(time.Duration(ng)*DeviceGroups*time.Nanosecond))

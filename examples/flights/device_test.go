@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -15,6 +17,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamdag/streamdag/examples/flights"
+	"github.com/streamdag/streamdag/exec"
+	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/cpu"
+	"github.com/streamdag/streamdag/gpu/opencl"
+	"github.com/streamdag/streamdag/internal/leaktest"
 	"github.com/streamdag/streamdag/internal/testdata"
 	"github.com/streamdag/streamdag/kvio"
 )
@@ -76,17 +83,7 @@ func TestDeviceGraphMatchesCPUGraph(t *testing.T) {
 		name string
 		open func(t *testing.T) kvio.Source
 	}
-	file := func(name string) input {
-		return input{name, func(t *testing.T) kvio.Source {
-			f, err := kvio.Open(testdata.File(t, name))
-			require.NoError(t, err)
-			t.Cleanup(func() { assert.NoError(t, f.Close()) })
-			src, err := kvio.OpenAuto(t.Context(), f)
-			require.NoError(t, err)
-			t.Cleanup(func() { assert.NoError(t, src.Close()) })
-			return src
-		}}
-	}
+	file := func(name string) input { return input{name, openFile(name)} }
 	generated := func(name string, dict bool, seed uint64) input {
 		return input{name, func(t *testing.T) kvio.Source {
 			data := nullableParquet(t, 30000, 2500, 200, dict, seed)
@@ -141,4 +138,74 @@ func TestDeviceGraphTooManyKeys(t *testing.T) {
 	require.NotNil(t, out.Table)
 	require.Len(t, out.Table.Lost, 1)
 	assert.Equal(t, int64(20000), out.Table.Lost[0].Rows)
+}
+
+// TestDeviceGraphOnOpenCL: the device graph with filter and partial on
+// the OpenCL device (their OpenCL C, the rest on the CPU device) gives
+// the CPU graph's rows, byte for byte in CSV, on the real files and on
+// random Parquet with nulls; every filter and partial ran on opencl0.
+func TestDeviceGraphOnOpenCL(t *testing.T) {
+	ds, err := opencl.Devices()
+	if err != nil || len(ds) == 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("no OpenCL device: %v", err)
+		}
+		t.Skipf("no OpenCL device (apt-get install pocl-opencl-icd ocl-icd-libopencl1): %v", err)
+	}
+	inputs := []struct {
+		name string
+		open func(t *testing.T) kvio.Source
+	}{
+		{"nulls-dictionary.parquet", func(t *testing.T) kvio.Source {
+			data := nullableParquet(t, 30000, 2500, 200, true, 144)
+			return openParquet(t, "nulls-dictionary.parquet", bytes.NewReader(data), int64(len(data)))
+		}},
+		{"flights-3m.parquet", openFile("flights-3m.parquet")},
+		{"flights-200k.arrow", openFile("flights-200k.arrow")},
+		{"flights-231k-multibatch.arrow", openFile("flights-231k-multibatch.arrow")},
+	}
+	for _, in := range inputs {
+		for _, minDelay := range []int64{0, 45} {
+			t.Run(fmt.Sprintf("%s/min=%d", in.name, minDelay), func(t *testing.T) {
+				src := in.open(t)
+				want := runOnCPU(t, src, 2, flights.Options{MinDelay: minDelay})
+				host, err := cpu.New(cpu.WithStreams(2))
+				require.NoError(t, err)
+				defer func() { assert.NoError(t, host.Close()) }()
+				cl, err := opencl.NewDevice(ds[0], 2)
+				require.NoError(t, err)
+				defer func() { assert.NoError(t, cl.Close()) }()
+				e, err := exec.NewMulti([]gpu.Device{host, cl}, nil, exec.WithAllocator(leaktest.Allocator(t)))
+				require.NoError(t, err)
+				id := cl.ID()
+				got, err := flights.Run(t.Context(), e, src, flights.Options{MinDelay: minDelay, OpenCL: true, Device: &id, Partitions: 4})
+				require.NoError(t, err)
+				assert.Equal(t, csvOf(t, want), csvOf(t, got))
+				assert.Equal(t, want.Table.Rows, got.Table.Rows)
+				ran := map[string]int{}
+				for _, l := range got.Report.Launches() {
+					name, _, _ := strings.Cut(l.Kernel, "[")
+					if name == "filter" || name == "partial" {
+						assert.Equal(t, id, l.Device, l.Kernel)
+						ran[name]++
+					}
+				}
+				assert.Equal(t, map[string]int{"filter": len(got.Pipeline.Partitions), "partial": len(got.Pipeline.Partitions)}, ran)
+				assert.NotEmpty(t, got.Report.Copies)
+			})
+		}
+	}
+}
+
+// openFile opens data set name as a source closed when the test ends.
+func openFile(name string) func(t *testing.T) kvio.Source {
+	return func(t *testing.T) kvio.Source {
+		f, err := kvio.Open(testdata.File(t, name))
+		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, f.Close()) })
+		src, err := kvio.OpenAuto(t.Context(), f)
+		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, src.Close()) })
+		return src
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/kvio"
+	"github.com/streamdag/streamdag/topology"
 )
 
 // Options configure the pipeline.
@@ -46,6 +47,10 @@ type Options struct {
 	// result is the same as without OpenCL, byte for byte. Default
 	// false: filter and partial read the Arrow batches directly.
 	OpenCL bool
+	// Device, with OpenCL, is the device filter[p] and partial[p] run on
+	// (dag.OnDevice: planning fails on an executor without it). nil
+	// leaves them to placement, preferring opencl0 (dag.PreferDevice).
+	Device *topology.DeviceID
 }
 
 // KeyKind says what a group key is.
