@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/stretchr/testify/require"
@@ -55,23 +56,28 @@ func (bb *benchBuffers) raw(tb testing.TB, name string, size int64) *buffers.Buf
 	return b
 }
 
-// BenchmarkDeviceKernels measures, on flights-3m.parquet with one
-// partition per row group (decoded outside the timer), in one run:
+// BenchmarkDeviceKernels compares, on flights-3m.parquet with one
+// partition per row group (read and decoded outside the timer), in one
+// run and interleaved (see interleaved), as milliseconds per iteration
+// and ratios to the first of each group:
 //
-//   - kernels/go-arrow: the CPU graph's filter and partial (Go, over the
-//     Arrow batches), the baseline;
-//   - kernels/go-raw: the device graph's Go variants over the raw columns;
-//   - kernels/opencl: the device graph's OpenCL C on the first OpenCL
-//     device (PoCL here), columns already in device memory, every
-//     partition's two launches on one queue, then a finish;
-//   - kernels/opencl+copies: the same with the columns copied in and the
-//     tables copied out;
-//   - run/cpu and run/opencl: `streamdag run flights` end to end
-//     (--device cpu: the CPU graph on the CPU device; --device opencl: the
-//     device graph on the CPU device plus the OpenCL device).
+//   - kernels: go-arrow, the CPU graph's filter and partial (Go, over the
+//     Arrow batches), the baseline; go-raw, the device graph's Go variants
+//     over the raw columns; opencl, its OpenCL C on the first OpenCL
+//     device (PoCL here), the columns already in device memory, every
+//     partition's two launches on one queue, then a finish; and
+//     opencl+copies, the same with the columns copied in and the tables
+//     copied out;
+//   - run: `streamdag run flights` end to end (Run: build, plan, read,
+//     decode, …, write): cpu, the CPU graph on the CPU device, the
+//     baseline; opencl, the device graph on the CPU device plus the
+//     OpenCL device, filter and partial on the OpenCL device.
 //
-// All kernels run one partition after another on one goroutine; an
+// The Go kernels run one partition after another on one goroutine; an
 // OpenCL launch spreads its work-groups over the device's compute units.
+// Run it short: go test -run '^$' -bench DeviceKernels -benchtime=10x
+// ./examples/flights/ (needs flights-3m.parquet; skipped without an
+// OpenCL device).
 func BenchmarkDeviceKernels(b *testing.B) {
 	path := testdata.File(b, "flights-3m.parquet")
 	ctx := context.Background()
@@ -113,31 +119,25 @@ func BenchmarkDeviceKernels(b *testing.B) {
 	width := pd.delayWidth()
 	require.Equal(b, 8, width)
 
-	b.Run("kernels/go-arrow", func(b *testing.B) {
-		b.SetBytes(rows * 8)
-		for b.Loop() {
-			for i, part := range pc.Partitions {
-				pb := parts[i]
-				if err := pc.filter(part)(ctx, &benchLaunch{in: []*buffers.Buffer{pb.batches}, out: []*buffers.Buffer{pb.sel}}); err != nil {
-					b.Fatal(err)
-				}
-				if err := pc.partial()(ctx, &benchLaunch{in: []*buffers.Buffer{pb.batches, pb.sel}, out: []*buffers.Buffer{pb.grp}}); err != nil {
-					b.Fatal(err)
-				}
+	goArrow := func(b *testing.B) {
+		for i, part := range pc.Partitions {
+			pb := parts[i]
+			if err := pc.filter(part)(ctx, &benchLaunch{in: []*buffers.Buffer{pb.batches}, out: []*buffers.Buffer{pb.sel}}); err != nil {
+				b.Fatal(err)
+			}
+			if err := pc.partial()(ctx, &benchLaunch{in: []*buffers.Buffer{pb.batches, pb.sel}, out: []*buffers.Buffer{pb.grp}}); err != nil {
+				b.Fatal(err)
 			}
 		}
-	})
-	b.Run("kernels/go-raw", func(b *testing.B) {
-		b.SetBytes(rows * 8)
-		for b.Loop() {
-			for i, part := range pd.Partitions {
-				pb := parts[i]
-				n := part.RowHi - part.RowLo
-				_ = hostFilter(width, n, 0)(ctx, &benchLaunch{in: []*buffers.Buffer{pb.delay, pb.key}, out: []*buffers.Buffer{pb.keep}})
-				_ = hostPartial(width, n)(ctx, &benchLaunch{in: []*buffers.Buffer{pb.delay, pb.key, pb.keep}, out: []*buffers.Buffer{pb.table}})
-			}
+	}
+	goRaw := func(*testing.B) {
+		for i, part := range pd.Partitions {
+			pb := parts[i]
+			n := part.RowHi - part.RowLo
+			_ = hostFilter(width, n, 0)(ctx, &benchLaunch{in: []*buffers.Buffer{pb.delay, pb.key}, out: []*buffers.Buffer{pb.keep}})
+			_ = hostPartial(width, n)(ctx, &benchLaunch{in: []*buffers.Buffer{pb.delay, pb.key, pb.keep}, out: []*buffers.Buffer{pb.table}})
 		}
-	})
+	}
 
 	ds, err := opencl.Devices()
 	if err != nil || len(ds) == 0 {
@@ -203,17 +203,11 @@ func BenchmarkDeviceKernels(b *testing.B) {
 		partialRows(width, pb.delay.Bytes(), int32s(pb.key.Bytes())[:n], pb.keep.Bytes()[:n], int64s(want))
 		require.Equal(b, want, got, "partition %d", i)
 	}
-	b.Run("kernels/opencl", func(b *testing.B) {
-		b.SetBytes(rows * 8)
-		for b.Loop() {
-			launch(b, false)
-		}
-	})
-	b.Run("kernels/opencl+copies", func(b *testing.B) {
-		b.SetBytes(rows * 8)
-		for b.Loop() {
-			launch(b, true)
-		}
+	interleaved(b, "kernels", rows, []variant{
+		{"go-arrow", goArrow},
+		{"go-raw", goRaw},
+		{"opencl", func(b *testing.B) { launch(b, false) }},
+		{"opencl+copies", func(b *testing.B) { launch(b, true) }},
 	})
 
 	cpuDev, err := cpu.New()
@@ -222,25 +216,60 @@ func BenchmarkDeviceKernels(b *testing.B) {
 	clDev, err := opencl.NewDevice(ds[0], cpuDev.NumStreams())
 	require.NoError(b, err)
 	defer clDev.Close()
-	for _, r := range []struct {
-		name   string
-		devs   []gpu.Device
-		openCL bool
-	}{{"run/cpu", []gpu.Device{cpuDev}, false}, {"run/opencl", []gpu.Device{cpuDev, clDev}, true}} {
-		b.Run(r.name, func(b *testing.B) {
-			e, err := exec.NewMulti(r.devs, nil)
-			require.NoError(b, err)
-			opts := Options{OpenCL: r.openCL, Partitions: len(r.devs) * cpuDev.NumStreams()}
-			b.SetBytes(rows * 8)
-			for b.Loop() {
-				out, err := Run(ctx, e, src, opts)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := out.Report.Err(); err != nil || out.Table == nil {
-					b.Fatal(fmt.Errorf("run: %v, no table: %t", err, out.Table == nil))
-				}
+	runOn := func(devs []gpu.Device, openCL bool) func(*testing.B) {
+		e, err := exec.NewMulti(devs, nil)
+		require.NoError(b, err)
+		opts := Options{OpenCL: openCL, Partitions: len(devs) * cpuDev.NumStreams()}
+		if openCL {
+			id := clDev.ID()
+			opts.Device = &id
+		}
+		return func(b *testing.B) {
+			out, err := Run(ctx, e, src, opts)
+			if err != nil {
+				b.Fatal(err)
 			}
-		})
+			if err := out.Report.Err(); err != nil || out.Table == nil {
+				b.Fatal(fmt.Errorf("run: %v, no table: %t", err, out.Table == nil))
+			}
+		}
 	}
+	interleaved(b, "run", rows, []variant{
+		{"cpu", runOn([]gpu.Device{cpuDev}, false)},
+		{"opencl", runOn([]gpu.Device{cpuDev, clDev}, true)},
+	})
+}
+
+// variant is one of the things an interleaved benchmark compares.
+type variant struct {
+	name string
+	run  func(*testing.B)
+}
+
+// interleaved runs every variant once per iteration, in an order that
+// rotates from one iteration to the next (so a change of the machine's
+// load during the run falls on all of them alike), and reports each
+// one's milliseconds per iteration ("NAME-ms") and its ratio to the
+// first, the baseline ("NAME/BASE").
+func interleaved(b *testing.B, name string, rows int64, vs []variant) {
+	b.Run(name, func(b *testing.B) {
+		b.SetBytes(rows * 8)
+		total := make([]time.Duration, len(vs))
+		it := 0
+		for b.Loop() {
+			for j := range vs {
+				v := (it + j) % len(vs)
+				start := time.Now()
+				vs[v].run(b)
+				total[v] += time.Since(start)
+			}
+			it++
+		}
+		for j, v := range vs {
+			b.ReportMetric(total[j].Seconds()*1e3/float64(it), v.name+"-ms")
+			if j > 0 {
+				b.ReportMetric(total[j].Seconds()/total[0].Seconds(), v.name+"/"+vs[0].name)
+			}
+		}
+	})
 }
