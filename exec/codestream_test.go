@@ -314,7 +314,6 @@ func TestValueBufferOnCodeDeviceIsAPlanError(t *testing.T) {
 	assert.ErrorContains(t, err, "are all code devices")
 }
 
-
 // launchByName returns the report of the launch of kernel name.
 func launchByName(t *testing.T, res *exec.Result, name string) exec.LaunchReport {
 	t.Helper()
