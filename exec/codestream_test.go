@@ -65,8 +65,9 @@ func ulongs(argBytes []int64) dag.Shape { return dag.Shape{Global: []int{int(arg
 
 // codeDev is a code device under test and how to make one.
 type codeDev struct {
-	name string
-	make func(t *testing.T, streams int) gpu.CodeDevice
+	name  string
+	avail func() error // nil: always there; else why there is none (make skips then)
+	make  func(t *testing.T, streams int) gpu.CodeDevice
 }
 
 // codeDevs returns the code devices the tests run on: the fake one, and
@@ -74,7 +75,7 @@ type codeDev struct {
 // reason where there is none, and fails under CI, which installs PoCL).
 func codeDevs() []codeDev {
 	return []codeDev{
-		{"fake", func(t *testing.T, streams int) gpu.CodeDevice {
+		{"fake", nil, func(t *testing.T, streams int) gpu.CodeDevice {
 			d := newFakeCode(topology.GPU(7), streams, fakeKernels)
 			t.Cleanup(func() {
 				require.NoError(t, d.Close())
@@ -82,8 +83,18 @@ func codeDevs() []codeDev {
 			})
 			return d
 		}},
-		{"opencl", openCLDevice},
+		{"opencl", openCLAvailable, openCLDevice},
 	}
+}
+
+// openCLAvailable returns nil when the machine has an OpenCL device,
+// else why not.
+func openCLAvailable() error {
+	ds, err := opencl.Devices()
+	if err == nil && len(ds) == 0 {
+		err = errors.New("no OpenCL device on any platform")
+	}
+	return err
 }
 
 // openCLDevice opens the machine's first OpenCL device with streams
@@ -94,16 +105,14 @@ func openCLDevice(t *testing.T, streams int) gpu.CodeDevice {
 	if os.Getenv("POCL_CACHE_DIR") == "" {
 		t.Setenv("POCL_CACHE_DIR", filepath.Join(os.TempDir(), "streamdag-pocl-cache"))
 	}
-	ds, err := opencl.Devices()
-	if err == nil && len(ds) == 0 {
-		err = errors.New("no OpenCL device on any platform")
-	}
+	err := openCLAvailable()
 	if err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("OpenCL needed under CI (.ci/run installs pocl-opencl-icd): %v", err)
 		}
 		t.Skipf("no OpenCL here: %v", err)
 	}
+	ds, _ := opencl.Devices()
 	d, err := opencl.NewDevice(ds[0], streams)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, d.Close()) })
