@@ -223,6 +223,12 @@ func leaseCode(ctx context.Context, p *Plan, devs []gpu.Device) (func(), error) 
 		v, _ := codeLeases.LoadOrStore(d, make(chan struct{}, 1))
 		c := v.(chan struct{})
 		select {
+		case c <- struct{}{}: // free: taken whatever ctx says, as a free budget is
+			held = append(held, c)
+			continue
+		default:
+		}
+		select {
 		case c <- struct{}{}:
 			held = append(held, c)
 		case <-ctx.Done():

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -17,6 +20,7 @@ import (
 	"github.com/streamdag/streamdag/failgraph"
 	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/gpu/cpu"
+	"github.com/streamdag/streamdag/gpu/opencl"
 	"github.com/streamdag/streamdag/internal/leaktest"
 	"github.com/streamdag/streamdag/topology"
 )
@@ -61,21 +65,58 @@ func ulongs(argBytes []int64) dag.Shape { return dag.Shape{Global: []int{int(arg
 
 // codeDev is a code device under test and how to make one.
 type codeDev struct {
-	name string
-	make func(t *testing.T, streams int) gpu.CodeDevice
+	name  string
+	avail func() error // nil: always there; else why there is none (make skips then)
+	make  func(t *testing.T, streams int) gpu.CodeDevice
 }
 
-// codeDevs returns the code devices the tests run on: the fake one
-// always, and an OpenCL device when the machine has one.
+// codeDevs returns the code devices the tests run on: the fake one, and
+// the machine's first OpenCL device (the test skips that case with the
+// reason where there is none, and fails under CI, which installs PoCL).
 func codeDevs() []codeDev {
-	return []codeDev{{"fake", func(t *testing.T, streams int) gpu.CodeDevice {
-		d := newFakeCode(topology.GPU(7), streams, fakeKernels)
-		t.Cleanup(func() {
-			require.NoError(t, d.Close())
-			assert.Zero(t, d.live(), "device memory left allocated")
-		})
-		return d
-	}}}
+	return []codeDev{
+		{"fake", nil, func(t *testing.T, streams int) gpu.CodeDevice {
+			d := newFakeCode(topology.GPU(7), streams, fakeKernels)
+			t.Cleanup(func() {
+				require.NoError(t, d.Close())
+				assert.Zero(t, d.live(), "device memory left allocated")
+			})
+			return d
+		}},
+		{"opencl", openCLAvailable, openCLDevice},
+	}
+}
+
+// openCLAvailable returns nil when the machine has an OpenCL device,
+// else why not.
+func openCLAvailable() error {
+	ds, err := opencl.Devices()
+	if err == nil && len(ds) == 0 {
+		err = errors.New("no OpenCL device on any platform")
+	}
+	return err
+}
+
+// openCLDevice opens the machine's first OpenCL device with streams
+// streams, closed at cleanup; it skips the test when there is none (fails
+// it under CI).
+func openCLDevice(t *testing.T, streams int) gpu.CodeDevice {
+	t.Helper()
+	if os.Getenv("POCL_CACHE_DIR") == "" {
+		t.Setenv("POCL_CACHE_DIR", filepath.Join(os.TempDir(), "streamdag-pocl-cache"))
+	}
+	err := openCLAvailable()
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("OpenCL needed under CI (.ci/run installs pocl-opencl-icd): %v", err)
+		}
+		t.Skipf("no OpenCL here: %v", err)
+	}
+	ds, _ := opencl.Devices()
+	d, err := opencl.NewDevice(ds[0], streams)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, d.Close()) })
+	return d
 }
 
 // cpuAnd returns an executor over a CPU device with cpuStreams streams
@@ -282,5 +323,244 @@ func TestValueBufferOnCodeDeviceIsAPlanError(t *testing.T) {
 	assert.ErrorContains(t, err, "are all code devices")
 }
 
-var _ = errors.New
-var _ = failgraph.ErrCancelled
+// launchByName returns the report of the launch of kernel name.
+func launchByName(t *testing.T, res *exec.Result, name string) exec.LaunchReport {
+	t.Helper()
+	for _, l := range res.Report.Launches() {
+		if l.Kernel == name {
+			return l
+		}
+	}
+	t.Fatalf("no launch %q", name)
+	return exec.LaunchReport{}
+}
+
+// A failed producer on one stream with its consumer on another: the
+// consumer is skipped with the root failure and its chain, whether the
+// producer failed on the CPU, softly on the code device (its status
+// word), or as a command the device reports failed; an unrelated branch
+// runs on.
+func TestCodeDeviceFailedProducerSkipsConsumer(t *testing.T) {
+	boom := errors.New("boom")
+	cases := []struct {
+		name     string
+		onlyFake bool
+		build    func(g *dag.Graph, in, mid, out dag.BufferID)
+		root     func(t *testing.T, err error)
+	}{
+		{
+			name: "host producer fails",
+			build: func(g *dag.Graph, in, mid, out dag.BufferID) {
+				g.AddKernel("produce", func(context.Context, dag.Launch) error { return boom }, dag.Writes(mid), dag.Reads(in))
+			},
+			root: func(t *testing.T, err error) { assert.ErrorIs(t, err, boom) },
+		},
+		{
+			name: "code producer fails softly",
+			build: func(g *dag.Graph, in, mid, out dag.BufferID) {
+				g.AddKernel("produce", nil, dag.Reads(in), dag.Writes(mid), dag.OnStream(0),
+					dag.OpenCL(checkCL, "check", ulongs, dag.BufferArg(in), dag.BufferArg(mid), dag.StatusArg()))
+			},
+			root: func(t *testing.T, err error) {
+				var se *exec.StatusError
+				require.ErrorAs(t, err, &se)
+				assert.Equal(t, exec.StatusError{Kernel: "produce", Value: 7}, *se)
+			},
+		},
+		{
+			name:     "device command fails",
+			onlyFake: true,
+			build: func(g *dag.Graph, in, mid, out dag.BufferID) {
+				g.AddKernel("produce", nil, dag.Reads(in), dag.Writes(mid), dag.OnStream(0),
+					dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(in), dag.BufferArg(mid), dag.ScalarArg(uint64(1)), dag.ScalarArg(uint64(0))))
+			},
+			root: func(t *testing.T, err error) {
+				var ce *gpu.CommandError
+				require.ErrorAs(t, err, &ce)
+				assert.Equal(t, "produce", ce.Label)
+				assert.ErrorIs(t, err, boom)
+			},
+		},
+	}
+	for _, cd := range codeDevs() {
+		for _, c := range cases {
+			if c.onlyFake && cd.name != "fake" {
+				continue // only the fake device fails commands on purpose
+			}
+			t.Run(cd.name+"/"+c.name, func(t *testing.T) {
+				dev := cd.make(t, 2)
+				if f, ok := dev.(*fakeCode); ok {
+					f.fail = func(label string) error {
+						if label == "produce" && c.onlyFake {
+							return boom
+						}
+						return nil
+					}
+				}
+				e := cpuAnd(t, 2, dev)
+				g := dag.New()
+				in, mid, out := g.AddBuffer("in", 8), g.AddBuffer("mid", 8), g.AddBuffer("out", 8)
+				g.AddKernel("source", put(3), dag.Writes(in)) // odd: check fails softly
+				c.build(g, in, mid, out)
+				g.AddKernel("consume", nil, dag.Reads(mid), dag.Writes(out), dag.OnStream(1), dag.OnDevice(dev.ID()),
+					dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(mid), dag.BufferArg(out), dag.ScalarArg(uint64(2)), dag.ScalarArg(uint64(0))))
+				other, otherOut := g.AddBuffer("other", 8), g.AddBuffer("other-out", 8)
+				g.AddKernel("unrelated-source", put(20), dag.Writes(other))
+				g.AddKernel("unrelated", nil, dag.Reads(other), dag.Writes(otherOut), dag.OnStream(1),
+					dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(other), dag.BufferArg(otherOut), dag.ScalarArg(uint64(2)), dag.ScalarArg(uint64(1))))
+				res, err := e.Run(t.Context(), g)
+				require.NoError(t, err)
+				defer res.Close()
+
+				prod := launchByName(t, res, "produce")
+				assert.Equal(t, exec.StatusFailed, prod.Status)
+				c.root(t, prod.Err)
+				cons := launchByName(t, res, "consume")
+				assert.Equal(t, exec.StatusSkipped, cons.Status)
+				assert.Equal(t, dev.ID(), cons.Device)
+				assert.Equal(t, prod.Failure, cons.Failure, "skipped with the root failure")
+				c.root(t, cons.Err)
+				require.NotEmpty(t, cons.Chain)
+				assert.Equal(t, "produce", cons.Chain[len(cons.Chain)-1], "the chain ends at the root kernel: %v", cons.Chain)
+				_, err = res.Buffer(out)
+				var ue *failgraph.UnwrittenError
+				require.ErrorAs(t, err, &ue)
+				assert.Equal(t, "produce", ue.Kernel)
+				c.root(t, ue.Root)
+
+				assert.Equal(t, exec.StatusOK, launchByName(t, res, "unrelated").Status)
+				assert.Equal(t, uint64(41), uint64Of(t, res, otherOut), "the unrelated branch runs on")
+			})
+		}
+	}
+}
+
+// A kernel's soft failure: its status word, zeroed before the launch,
+// holds a non-zero value after it; the launch fails naming the kernel and
+// the value. The same kernel on an even input succeeds.
+func TestCodeDeviceSoftFailure(t *testing.T) {
+	for _, cd := range codeDevs() {
+		t.Run(cd.name, func(t *testing.T) {
+			e := cpuAnd(t, 1, cd.make(t, 1))
+			for _, c := range []struct {
+				in   uint64
+				want string
+			}{
+				{4, ""},
+				{9, `exec: kernel "check" set its status word to 7`},
+				{10, ""},
+			} {
+				g := dag.New()
+				in, out := g.AddBuffer("in", 8), g.AddBuffer("out", 8)
+				g.AddKernel("source", put(c.in), dag.Writes(in))
+				g.AddKernel("check", nil, dag.Reads(in), dag.Writes(out),
+					dag.OpenCL(checkCL, "check", ulongs, dag.BufferArg(in), dag.BufferArg(out), dag.StatusArg()))
+				res, err := e.Run(t.Context(), g)
+				require.NoError(t, err)
+				l := launchByName(t, res, "check")
+				if c.want == "" {
+					assert.Equal(t, exec.StatusOK, l.Status, "input %d", c.in)
+					assert.Equal(t, c.in, uint64Of(t, res, out))
+				} else {
+					assert.Equal(t, exec.StatusFailed, l.Status, "input %d", c.in)
+					assert.EqualError(t, l.Err, c.want)
+					_, err := res.Buffer(out)
+					assert.Error(t, err, "the failed launch's writes are tainted")
+				}
+				res.Close()
+			}
+		})
+	}
+}
+
+// A build error fails the kernel's launch with the compiler's log and its
+// name; the rest of the graph runs on.
+func TestCodeDeviceBuildError(t *testing.T) {
+	for _, cd := range codeDevs() {
+		t.Run(cd.name, func(t *testing.T) {
+			e := cpuAnd(t, 1, cd.make(t, 1))
+			g := dag.New()
+			in, out := g.AddBuffer("in", 8), g.AddBuffer("out", 8)
+			g.AddKernel("source", put(1), dag.Writes(in))
+			g.AddKernel("broken", nil, dag.Reads(in), dag.Writes(out),
+				dag.OpenCL("#error this kernel does not build\n__kernel void scale(__global ulong *a) {}", "scale", ulongs, dag.BufferArg(in)))
+			res, err := e.Run(t.Context(), g)
+			require.NoError(t, err)
+			defer res.Close()
+			l := launchByName(t, res, "broken")
+			assert.Equal(t, exec.StatusFailed, l.Status)
+			assert.ErrorContains(t, l.Err, `exec: kernel "broken": build for`)
+			assert.ErrorContains(t, l.Err, "this kernel does not build", "the compiler's log")
+			assert.Equal(t, exec.StatusOK, launchByName(t, res, "source").Status)
+		})
+	}
+}
+
+// Cancellation: a host kernel cancels the run's ctx while a long chain
+// waits for it on the code device. The code stream stops enqueueing; what
+// it had enqueued runs to completion, what it had not is cancelled, and
+// Execute returns with ctx's error in the result.
+func TestCodeDeviceCancellation(t *testing.T) {
+	const chain = 300
+	for _, cd := range codeDevs() {
+		t.Run(cd.name, func(t *testing.T) {
+			e := cpuAnd(t, 1, cd.make(t, 1))
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			g := dag.New()
+			prev := g.AddBuffer("x", 8)
+			g.AddKernel("stop", func(context.Context, dag.Launch) error { cancel(); return nil }, dag.Writes(prev))
+			for i := range chain {
+				next := g.AddBuffer(fmt.Sprint("c", i), 8)
+				g.AddKernel(fmt.Sprint("link", i), nil, dag.Reads(prev), dag.Writes(next),
+					dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(prev), dag.BufferArg(next), dag.ScalarArg(uint64(1)), dag.ScalarArg(uint64(1))))
+				prev = next
+			}
+			res, err := e.Run(ctx, g)
+			require.NoError(t, err)
+			defer res.Close()
+			assert.ErrorIs(t, res.Err(), context.Canceled)
+			counts := map[exec.Status]int{}
+			for _, l := range res.Report.Launches() {
+				counts[l.Status]++
+			}
+			assert.Positive(t, counts[exec.StatusCancelled], "launches not enqueued are cancelled: %v", counts)
+			assert.Equal(t, res.Report.NumLaunches(), counts[exec.StatusOK]+counts[exec.StatusCancelled], "%v", counts)
+			assert.Less(t, counts[exec.StatusOK], 200, "the code stream stopped enqueueing: %v", counts)
+			_, err = res.Buffer(prev)
+			assert.ErrorIs(t, err, context.Canceled)
+		})
+	}
+}
+
+// Runs with failures, cancellation and device memory leave no goroutine
+// behind once the devices are closed, and no device memory allocated.
+func TestCodeDeviceNoLeaks(t *testing.T) {
+	for _, cd := range codeDevs() {
+		t.Run(cd.name, func(t *testing.T) {
+			dev := cd.make(t, 2)
+			before := runtime.NumGoroutine()
+			e := cpuAnd(t, 2, dev)
+			for seed := range uint64(4) {
+				g, total, want := scaleGraph(seed, 3, 4, false)
+				res, err := e.Run(t.Context(), g)
+				require.NoError(t, err)
+				assert.Equal(t, want, uint64Of(t, res, total), "seed %d", seed)
+				res.Close()
+				ctx, cancel := context.WithCancel(t.Context())
+				cancel()
+				res, err = e.Run(ctx, g)
+				if err != nil { // it could not start: the budget is not taken under a done ctx
+					assert.ErrorIs(t, err, context.Canceled)
+					continue
+				}
+				assert.ErrorIs(t, res.Err(), context.Canceled)
+				res.Close()
+			}
+			assert.LessOrEqual(t, runtime.NumGoroutine(), before+4, "goroutines of runs that ended")
+			if f, ok := dev.(*fakeCode); ok {
+				assert.Zero(t, f.live(), "device memory held after the runs")
+			}
+		})
+	}
+}
