@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"os"
+	osexec "os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -123,4 +125,52 @@ func TestRunFlightsDeviceOpenCLSameCSV(t *testing.T) {
 			assert.Equal(t, csvs[deviceCPU], csvs[deviceOpenCL])
 		})
 	}
+}
+
+// cliChildEnv holds, one a line, the arguments TestCLIChild runs the
+// command line with in a subprocess.
+const cliChildEnv = "STREAMDAG_CLI_CHILD_ARGS"
+
+// TestCLIChild is the subprocess of the tests that need a process of
+// their own (an environment the OpenCL loader reads once): it runs the
+// command line with the arguments in cliChildEnv and exits with its
+// status. Without cliChildEnv it does nothing.
+func TestCLIChild(t *testing.T) {
+	args := os.Getenv(cliChildEnv)
+	if args == "" {
+		t.Skip("runs only as the subprocess of another test")
+	}
+	os.Exit(run(context.Background(), strings.Split(args, "\n"), strings.NewReader(""), os.Stdout, os.Stderr))
+}
+
+// TestRunFlightsWithoutOpenCL: with no OpenCL platform (the ICD loader
+// pointed at an empty vendors directory), --device opencl is an error
+// naming what it looked for and how to install PoCL, and --device auto
+// runs on the CPU device and says why.
+func TestRunFlightsWithoutOpenCL(t *testing.T) {
+	if _, err := opencl.Platforms(); err != nil {
+		t.Skipf("no OpenCL loader to point elsewhere: %v", err)
+	}
+	vendors := t.TempDir()
+	child := func(args ...string) (int, string) {
+		cmd := osexec.Command(os.Args[0], "-test.run=^TestCLIChild$")
+		cmd.Env = append(os.Environ(), cliChildEnv+"="+strings.Join(args, "\n"), "OCL_ICD_VENDORS="+vendors)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var exit *osexec.ExitError
+		if errors.As(err, &exit) {
+			return exit.ExitCode(), stderr.String()
+		}
+		require.NoError(t, err)
+		return 0, stderr.String()
+	}
+	code, errs := child("run", "flights", "--device", "opencl")
+	assert.Equal(t, 1, code, errs)
+	assert.Contains(t, errs, "streamdag: --device opencl: no OpenCL device: looked for libOpenCL.so.1 and the platforms its ICD loader lists (/etc/OpenCL/vendors): opencl: no platform")
+	assert.Contains(t, errs, "apt-get install pocl-opencl-icd ocl-icd-libopencl1")
+	code, errs = child("run", "flights", "--top", "1")
+	assert.Equal(t, 0, code, errs)
+	assert.Contains(t, errs, "--device auto: no OpenCL GPU (opencl: no platform")
+	assert.Contains(t, errs, "so every kernel runs on the CPU device")
 }
