@@ -174,3 +174,16 @@ func TestRunFlightsWithoutOpenCL(t *testing.T) {
 	assert.Contains(t, errs, "--device auto: no OpenCL GPU (opencl: no platform")
 	assert.Contains(t, errs, "so every kernel runs on the CPU device")
 }
+
+// TestRunFlightsDeviceOpenCLFail: --fail fails a kernel that has OpenCL
+// C too: with --device opencl, filter[1] fails with the injected failure
+// (it runs its failing Go function, on the CPU device), partial[1] is
+// skipped, and the result is partial.
+func TestRunFlightsDeviceOpenCLFail(t *testing.T) {
+	needOpenCL(t)
+	code, _, errs := cli(t, "run", "flights", "--device", "opencl", "--fail", "filter[1]", "--top", "3")
+	assert.Equal(t, 1, code, errs)
+	assert.Contains(t, errs, `filter[1]: failed (failure #1): exec: kernel "filter[1]": injected failure`)
+	assert.Contains(t, errs, "partial[1]: skipped (failure #1) ← copy keep[1] cpu→opencl0 ← filter[1]")
+	assert.Contains(t, errs, "PARTIAL RESULT: 1 of 4 partitions lost")
+}
