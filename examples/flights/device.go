@@ -277,8 +277,14 @@ func (p *Pipeline) columns(part Partition) dag.KernelFunc {
 			if w, ok := delay.DataType().(arrow.FixedWidthDataType); !ok || w.Bytes() != width || !isSignedInt(delay.DataType()) {
 				return fmt.Errorf("flights: column \"delay\" is %s, want a signed integer of %d bytes", delay.DataType(), width)
 			}
-			vals := delay.Data().Buffers()[1].Bytes()
 			start := int64(delay.Data().Offset()) + lo
+			var vals []byte
+			if bufs := delay.Data().Buffers(); len(bufs) > 1 && bufs[1] != nil {
+				vals = bufs[1].Bytes()
+			}
+			if int64(len(vals)) < (start+hi-lo)*int64(width) {
+				return fmt.Errorf("flights: part %d: column \"delay\" holds %d bytes of values, want %d", part.PartLo+b, len(vals), (start+hi-lo)*int64(width))
+			}
 			copy(dst, vals[start*int64(width):(start+hi-lo)*int64(width)])
 			if err := p.codeRows(c, rec, int(lo), int(hi), kdst); err != nil {
 				return err
