@@ -41,7 +41,7 @@ import (
 // partition of the device graph (Options.OpenCL) can hold: the size of
 // the group-by's per-work-group tables in OpenCL local memory (24 bytes
 // a key). A partition with more fails in its columns kernel with an error
-// naming it and the count.
+// naming the kernel, its rows and the limit.
 const DeviceGroups = 1024
 
 // deviceWorkGroup is the work-group size of the partial kernel's launch,
