@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"reflect"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -198,7 +199,7 @@ func (r *run) releaseMems() {
 }
 
 // codeLeases holds, per code device, the run launching on it now.
-var codeLeases sync.Map // gpu.Device → chan struct{} (capacity 1)
+var codeLeases sync.Map // gpu.Device (or its ID) → chan struct{} (capacity 1)
 
 // leaseCode takes every code device of p among devs, in the order of
 // their IDs (so runs that need several never hold one each and wait for
@@ -220,7 +221,11 @@ func leaseCode(ctx context.Context, p *Plan, devs []gpu.Device) (func(), error) 
 		}
 	}
 	for _, d := range ds {
-		v, _ := codeLeases.LoadOrStore(d, make(chan struct{}, 1))
+		var key any = d
+		if !reflect.TypeOf(d).Comparable() { // not a map key: its ID stands for it
+			key = d.ID().String()
+		}
+		v, _ := codeLeases.LoadOrStore(key, make(chan struct{}, 1))
 		c := v.(chan struct{})
 		select {
 		case c <- struct{}{}: // free: taken whatever ctx says, as a free budget is

@@ -23,7 +23,8 @@ import (
 
 // The run engine. A plan is known ahead, so each device stream is handed
 // its whole launch list at once, as one task (a streamRun) queued on the
-// stream: the stream's worker runs the list in order. An event is a
+// stream: the stream's worker runs the list in order (a code device's
+// stream is driven instead by a goroutine of the run: codestream.go). An event is a
 // (stream, count) pair: stream t's progress counter is the number of its
 // launches that have settled in this run, and a wait for (t, n) is
 // satisfied once the counter reaches n. A satisfied wait costs one atomic

@@ -184,6 +184,10 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 		return nil, err
 	}
 	if p.hasCode() {
+		if rc.loss != nil {
+			releaseInputs(rc.inputs)
+			return nil, errors.New("exec: a device loss is not simulated on a plan with code devices")
+		}
 		if nested(ctx) {
 			releaseInputs(rc.inputs)
 			return nil, errors.New("exec: a graph run from inside a kernel cannot launch on a code device")
