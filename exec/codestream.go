@@ -672,9 +672,11 @@ func (c *codeRun) settleSegment() {
 
 // attribute maps the failures a segment's event reported (err: nil, or
 // *gpu.CommandError values, joined) to the launches of the segment, from
-// c.set to end: a kernel by its label; anything else to the segment's
-// copy, or, when it has none, to every launch of the segment that was
-// enqueued (the device's word is all there is).
+// c.set to end: a kernel by its label; anything else (a copy's command,
+// a status word's read-back) to the launches that issued such commands:
+// the segment's copy (a segment holds at most one, at its end) and its
+// kernels with a status word, or, when it has neither, to every launch of
+// the segment that was enqueued (the device's word is all there is).
 func (c *codeRun) attribute(end int, err error) map[int]error {
 	if err == nil {
 		return nil
@@ -698,17 +700,25 @@ func (c *codeRun) attribute(end int, err error) map[int]error {
 				}
 			}
 		}
-		if at < 0 && p.launches[c.b.list[end-1].idx].Copy != nil {
-			at = end - 1
-		}
 		if at >= 0 {
 			fails[at] = errors.Join(fails[at], e)
 			continue
 		}
+		var to []int
 		for k := c.set; k < end; k++ {
-			if c.state[k].enqueued {
-				fails[k] = errors.Join(fails[k], e)
+			if c.state[k].enqueued && (p.launches[c.b.list[k].idx].Copy != nil || c.statusSlot[k] >= 0) {
+				to = append(to, k)
 			}
+		}
+		if to == nil {
+			for k := c.set; k < end; k++ {
+				if c.state[k].enqueued {
+					to = append(to, k)
+				}
+			}
+		}
+		for _, k := range to {
+			fails[k] = errors.Join(fails[k], e)
 		}
 	}
 	return fails

@@ -204,10 +204,11 @@ func TestCodeDeviceMixedPlan(t *testing.T) {
 			defer cpuRes.Close()
 			require.Equal(t, want, uint64Of(t, cpuRes, totalHost), "seed %d: CPU alone", seed)
 
-			dev := cd.make(t, 2)
+			dev := cd.make(t, 4)
 			e := cpuAnd(t, 2, dev, exec.WithLaunchTiming(true))
 			p, err := e.Plan(g)
 			require.NoError(t, err)
+			assert.Equal(t, []int{2, 4}, p.Streams(), "a CPU device with 2 streams and a code device with 4")
 			for _, l := range p.Launches() {
 				if l.Kernel >= 0 {
 					want := 0
@@ -563,4 +564,50 @@ func TestCodeDeviceNoLeaks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Bytes written on one code device and read on another go through the
+// buffer's host copy: a CopyOut on the first device's stream, a CopyIn on
+// the second's; each device keeps its own stream count.
+func TestCodeDeviceToCodeDeviceThroughHost(t *testing.T) {
+	a := newFakeCode(topology.GPU(5), 2, fakeKernels)
+	b := newFakeCode(topology.GPU(6), 4, fakeKernels)
+	t.Cleanup(func() {
+		require.NoError(t, a.Close())
+		require.NoError(t, b.Close())
+		assert.Zero(t, a.live()+b.live(), "device memory left allocated")
+	})
+	dev, err := cpu.New(cpu.WithStreams(1))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, dev.Close()) })
+	e, err := exec.NewMulti([]gpu.Device{dev, a, b}, nil, exec.WithAllocator(leaktest.Allocator(t)))
+	require.NoError(t, err)
+	g := dag.New()
+	in, mid, out := g.AddBuffer("in", 16), g.AddBuffer("mid", 16), g.AddBuffer("out", 16)
+	g.AddKernel("source", func(_ context.Context, l dag.Launch) error {
+		binary.LittleEndian.PutUint64(l.Out(0).Bytes(), 5)
+		binary.LittleEndian.PutUint64(l.Out(0).Bytes()[8:], 6)
+		return nil
+	}, dag.Writes(in))
+	g.AddKernel("on-a", nil, dag.Reads(in), dag.Writes(mid), dag.OnDevice(a.ID()),
+		dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(in), dag.BufferArg(mid), dag.ScalarArg(uint64(10)), dag.ScalarArg(uint64(1))))
+	g.AddKernel("on-b", nil, dag.Reads(mid), dag.Writes(out), dag.OnDevice(b.ID()),
+		dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(mid), dag.BufferArg(out), dag.ScalarArg(uint64(2)), dag.ScalarArg(uint64(0))))
+	p, err := e.Plan(g)
+	require.NoError(t, err)
+	assert.Equal(t, []int{1, 2, 4}, p.Streams())
+	res, err := e.Execute(t.Context(), p)
+	require.NoError(t, err)
+	defer res.Close()
+	require.NoError(t, res.Err())
+	ob, err := res.Buffer(out)
+	require.NoError(t, err)
+	assert.Equal(t, []uint64{102, 122}, []uint64{u64(ob.Bytes(), 0), u64(ob.Bytes(), 8)})
+	var route []string
+	for _, c := range res.Report.Copies {
+		route = append(route, fmt.Sprintf("%s %s→%s", c.Buffer, c.From, c.To))
+	}
+	assert.Contains(t, route, "mid gpu5→cpu", "a's output comes out to its host copy")
+	assert.Contains(t, route, "mid cpu→gpu6", "and goes in to b from there")
+	assert.NotContains(t, route, "mid gpu5→gpu6")
 }
