@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamdag/streamdag/buffers"
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/failgraph"
@@ -610,4 +611,38 @@ func TestCodeDeviceToCodeDeviceThroughHost(t *testing.T) {
 	assert.Contains(t, route, "mid gpu5→cpu", "a's output comes out to its host copy")
 	assert.Contains(t, route, "mid cpu→gpu6", "and goes in to b from there")
 	assert.NotContains(t, route, "mid gpu5→gpu6")
+}
+
+// A code device's memory counts against its budget (its memory): an
+// instance that does not fit reads as an unallocated failure wrapping
+// buffers.ErrOverBudget, the launches that need it are skipped with it,
+// and unrelated branches run on.
+func TestCodeDeviceMemoryBudget(t *testing.T) {
+	d := newFakeCode(topology.GPU(7), 1, fakeKernels)
+	d.memBytes = 100
+	t.Cleanup(func() {
+		require.NoError(t, d.Close())
+		assert.Zero(t, d.live())
+	})
+	e := cpuAnd(t, 1, d)
+	g := dag.New()
+	big, bigOut := g.AddBuffer("big", 128), g.AddBuffer("big-out", 8)
+	small, smallOut := g.AddBuffer("small", 8), g.AddBuffer("small-out", 8)
+	g.AddKernel("src-big", put(1), dag.Writes(big))
+	g.AddKernel("src-small", put(4), dag.Writes(small))
+	g.AddKernel("use-big", nil, dag.Reads(big), dag.Writes(bigOut),
+		dag.OpenCL(scaleCL, "scale", func([]int64) dag.Shape { return dag.Shape{Global: []int{1}} },
+			dag.BufferArg(big), dag.BufferArg(bigOut), dag.ScalarArg(uint64(1)), dag.ScalarArg(uint64(0))))
+	g.AddKernel("use-small", nil, dag.Reads(small), dag.Writes(smallOut),
+		dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(small), dag.BufferArg(smallOut), dag.ScalarArg(uint64(3)), dag.ScalarArg(uint64(0))))
+	res, err := e.Run(t.Context(), g)
+	require.NoError(t, err)
+	defer res.Close()
+	l := launchByName(t, res, "use-big")
+	assert.Equal(t, exec.StatusSkipped, l.Status)
+	assert.ErrorIs(t, l.Err, buffers.ErrOverBudget)
+	_, err = res.Buffer(bigOut)
+	assert.ErrorIs(t, err, buffers.ErrOverBudget)
+	assert.Equal(t, exec.StatusOK, launchByName(t, res, "use-small").Status)
+	assert.Equal(t, uint64(12), uint64Of(t, res, smallOut))
 }

@@ -92,7 +92,8 @@ func New(dev gpu.Device, opts ...Option) *Executor {
 // stream count), placing kernels by topo's transfer costs (nil: transfers
 // cost nothing in the model). Each device gets its own buffer pool, whose
 // budget is the device's memory when its facts give it (simulated GPUs
-// carry their model's memory). Errors: no devices, or duplicate IDs.
+// carry their model's memory; a code device's budget counts its device
+// memory). Errors: no devices, or duplicate IDs.
 func NewMulti(devs []gpu.Device, topo *topology.Topology, opts ...Option) (*Executor, error) {
 	if len(devs) == 0 {
 		return nil, errors.New("exec: an executor needs a device")
@@ -109,7 +110,8 @@ func NewMulti(devs []gpu.Device, topo *topology.Topology, opts ...Option) (*Exec
 		}
 		seen[d.ID()] = true
 		budget := c.budget
-		if budget == nil && d.Info().MemoryBytes > 0 && d.ID().Kind == topology.KindGPU {
+		_, code := codeDevice(d)
+		if budget == nil && d.Info().MemoryBytes > 0 && (d.ID().Kind == topology.KindGPU || code) {
 			budget = buffers.NewBudget(d.Info().MemoryBytes)
 		}
 		e.pools = append(e.pools, buffers.NewPool(d.ID(), c.alloc, budget))

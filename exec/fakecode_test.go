@@ -27,6 +27,8 @@ type fakeCode struct {
 	// fail, when set, is asked before each kernel runs: a non-nil error
 	// fails the command (the device's own failure).
 	fail func(label string) error
+	// memBytes is the memory Info reports (0: unknown).
+	memBytes int64
 
 	mu        sync.Mutex
 	liveBytes int64
@@ -55,7 +57,9 @@ func newFakeCode(id topology.DeviceID, streams int, kernels map[string]fakeKerne
 func (d *fakeCode) ID() topology.DeviceID { return d.id }
 func (d *fakeCode) Kind() string          { return "opencl" }
 func (d *fakeCode) Code() string          { return "opencl" }
-func (d *fakeCode) Info() topology.Device { return topology.Device{ID: d.id, Name: "fake code device"} }
+func (d *fakeCode) Info() topology.Device {
+	return topology.Device{ID: d.id, Name: "fake code device", MemoryBytes: d.memBytes}
+}
 func (d *fakeCode) NumStreams() int       { return len(d.streams) }
 func (d *fakeCode) Stream(i int) gpu.Stream {
 	return d.streams[i]
