@@ -77,7 +77,7 @@ type codeDev struct {
 func codeDevs() []codeDev {
 	return []codeDev{
 		{"fake", nil, func(t *testing.T, streams int) gpu.CodeDevice {
-			d := newFakeCode(topology.GPU(7), streams, fakeKernels)
+			d := newFakeCode(topology.OpenCL(7), streams, fakeKernels)
 			t.Cleanup(func() {
 				require.NoError(t, d.Close())
 				assert.Zero(t, d.live(), "device memory left allocated")
@@ -303,7 +303,7 @@ func TestValueBufferOnCodeDeviceIsAPlanError(t *testing.T) {
 	g.AddKernel("k", nil, dag.Reads(v), dag.Writes(x), dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(x), dag.BufferArg(x),
 		dag.ScalarArg(uint64(1)), dag.ScalarArg(uint64(0))))
 	_, err := e.Plan(g)
-	assert.EqualError(t, err, `exec: kernel "k" would run on gpu7, a code device, but reads or writes value buffer "table": a code device holds only raw bytes`)
+	assert.EqualError(t, err, `exec: kernel "k" would run on opencl7, a code device, but reads or writes value buffer "table": a code device holds only raw bytes`)
 
 	// With a host twin, it runs on the CPU instead.
 	g2 := dag.New()
@@ -618,7 +618,7 @@ func TestCodeDeviceToCodeDeviceThroughHost(t *testing.T) {
 // buffers.ErrOverBudget, the launches that need it are skipped with it,
 // and unrelated branches run on.
 func TestCodeDeviceMemoryBudget(t *testing.T) {
-	d := newFakeCode(topology.GPU(7), 1, fakeKernels)
+	d := newFakeCode(topology.OpenCL(7), 1, fakeKernels)
 	d.memBytes = 100
 	t.Cleanup(func() {
 		require.NoError(t, d.Close())

@@ -60,7 +60,7 @@ func (d *fakeCode) Code() string          { return "opencl" }
 func (d *fakeCode) Info() topology.Device {
 	return topology.Device{ID: d.id, Name: "fake code device", MemoryBytes: d.memBytes}
 }
-func (d *fakeCode) NumStreams() int       { return len(d.streams) }
+func (d *fakeCode) NumStreams() int { return len(d.streams) }
 func (d *fakeCode) Stream(i int) gpu.Stream {
 	return d.streams[i]
 }
