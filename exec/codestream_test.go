@@ -646,3 +646,49 @@ func TestCodeDeviceMemoryBudget(t *testing.T) {
 	assert.Equal(t, exec.StatusOK, launchByName(t, res, "use-small").Status)
 	assert.Equal(t, uint64(12), uint64Of(t, res, smallOut))
 }
+
+// Concurrent runs on one code device take turns with it and each gets its
+// own answer; a chain longer than the enqueue window settles as it goes.
+func TestCodeDeviceConcurrentRunsAndLongChains(t *testing.T) {
+	const runs, links = 4, 150
+	for _, cd := range codeDevs() {
+		t.Run(cd.name, func(t *testing.T) {
+			e := cpuAnd(t, 2, cd.make(t, 2))
+			chain := func(start uint64) (*dag.Graph, dag.BufferID) {
+				g := dag.New()
+				prev := g.AddBuffer("x", 8)
+				g.AddKernel("start", put(start), dag.Writes(prev))
+				for i := range links {
+					next := g.AddBuffer(fmt.Sprint("c", i), 8)
+					g.AddKernel(fmt.Sprint("link", i), nil, dag.Reads(prev), dag.Writes(next),
+						dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(prev), dag.BufferArg(next), dag.ScalarArg(uint64(1)), dag.ScalarArg(uint64(2))))
+					prev = next
+				}
+				return g, prev
+			}
+			errs := make(chan error, runs)
+			for r := range runs {
+				go func() {
+					g, last := chain(uint64(1000 * r))
+					res, err := e.Run(t.Context(), g)
+					if err != nil {
+						errs <- err
+						return
+					}
+					err = res.Err()
+					if err == nil {
+						var b *buffers.Buffer
+						if b, err = res.Buffer(last); err == nil && u64(b.Bytes(), 0) != uint64(1000*r+2*links) {
+							err = fmt.Errorf("run %d: got %d, want %d", r, u64(b.Bytes(), 0), 1000*r+2*links)
+						}
+					}
+					res.Close()
+					errs <- err
+				}()
+			}
+			for range runs {
+				assert.NoError(t, <-errs)
+			}
+		})
+	}
+}
