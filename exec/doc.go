@@ -23,10 +23,13 @@
 // Running ([Executor.Execute], [Executor.Run]) reserves the graph's raw
 // buffers (value buffers are made on first use) and hands each device
 // stream its whole launch list at once, as one task on the stream. An
-// event is a (stream, count) pair: a stream publishes its progress after
-// each launch another stream waits on, a wait that is already satisfied
+// event is a (stream, count) pair, and every wait is a [gpu.Counter]
+// event, the same event machine the CPU device's streams use: each stream
+// of a run has a counter of its settled launches, which it publishes after
+// each launch another stream waits on; a wait that is already satisfied
 // costs one atomic load (none when an earlier load already saw enough),
-// and only an unsatisfied one spins briefly, yields, then parks. Per
+// and only an unsatisfied one spins briefly, yields, then parks, giving up
+// when the run's ctx is done. Per
 // launch there is no goroutine, channel, lock or allocation on the clean
 // path, and by default no clock reading either (launch timing,
 // [WithLaunchTiming](true), reads the clock once per launch). Each

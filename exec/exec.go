@@ -285,16 +285,12 @@ type run struct {
 	inline bool // started inside a kernel of a running run: runs on the calling goroutine (see execute)
 
 	out      *outcomes
-	progress []counter     // by global stream: launches settled
+	progress []gpu.Counter // by global stream: launches settled (see settled)
 	lists    atomic.Int32  // stream lists not finished
 	finished chan struct{} // closed when every list has finished
 	running  atomic.Bool   // the run's launches are going (a run its kernels start is nested)
-	quiet    []atomic.Bool // by global stream: its list is done with the run (see progressEvent)
-	halt     atomic.Bool   // stopped, for readers that take no lock
-	mu       sync.Mutex    // guards cond's parking, stopped and internal
-	cond     *sync.Cond
-	parked   atomic.Int32
-	stopped  bool // ctx is done: waits give up
+	quiet    []quietSignal // by global stream: its list is done with the run (see progressEvent)
+	mu       sync.Mutex    // guards internal
 	internal error
 }
 

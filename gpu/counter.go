@@ -3,6 +3,7 @@ package gpu
 import (
 	"context"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -30,13 +31,17 @@ import (
 // every Load that observes its count, and before the return of every wait
 // it satisfies, as a store and load of a sync/atomic value do.
 type Counter struct {
-	n    atomic.Uint64
-	need atomic.Uint64 // the smallest target of a parked waiter; 0 when none is parked
+	n atomic.Uint64
+	// notNeed is the complement of the smallest target of a parked
+	// waiter: 0 (the zero value) when none is parked, as if the target
+	// were MaxUint64 (which only Publish(MaxUint64) reaches, and which
+	// then looks for waiters), so Publish tests it with one comparison.
+	notNeed atomic.Uint64
 
 	mu sync.Mutex
 	ws []parkedWaiter // guarded by mu
 
-	_ [16]byte // to a whole cache line: n, need, mu and ws take 48 bytes
+	_ [16]byte // to a whole cache line: n, notNeed, mu and ws take 48 bytes
 }
 
 type parkedWaiter struct {
@@ -64,10 +69,10 @@ func (c *Counter) Load() uint64 { return c.n.Load() }
 // checked.
 func (c *Counter) Publish(n uint64) {
 	c.n.Store(n)
-	// The order (store n, then load need) pairs with park's (store need,
-	// then load n): with sequentially consistent atomics one side sees
-	// the other, so no wake-up is lost.
-	if w := c.need.Load(); w != 0 && n >= w {
+	// The order (store n, then load notNeed) pairs with park's (store
+	// notNeed, then load n): with sequentially consistent atomics one
+	// side sees the other, so no wake-up is lost.
+	if n >= ^c.notNeed.Load() {
 		c.wake(n)
 	}
 }
@@ -84,17 +89,15 @@ func (c *Counter) wake(n uint64) {
 	}
 	clear(c.ws[len(kept):])
 	c.ws = kept
-	c.need.Store(c.minLocked())
+	c.notNeed.Store(^c.minLocked())
 	c.mu.Unlock()
 }
 
-// minLocked returns the smallest parked target, 0 when none.
+// minLocked returns the smallest parked target, MaxUint64 when none.
 func (c *Counter) minLocked() uint64 {
-	var m uint64
+	m := uint64(math.MaxUint64)
 	for _, w := range c.ws {
-		if m == 0 || w.n < m {
-			m = w.n
-		}
+		m = min(m, w.n)
 	}
 	return m
 }
@@ -147,8 +150,8 @@ func (c *Counter) park(ctx context.Context, n uint64) (uint64, error) {
 	defer wakeChans.Put(ch) // empty again on every path below
 	c.mu.Lock()
 	c.ws = append(c.ws, parkedWaiter{n: n, ch: ch})
-	if w := c.need.Load(); w == 0 || n < w {
-		c.need.Store(n)
+	if n < ^c.notNeed.Load() {
+		c.notNeed.Store(^n)
 	}
 	if v := c.n.Load(); v >= n {
 		c.removeLocked(ch)
@@ -190,7 +193,7 @@ func (c *Counter) removeLocked(ch chan struct{}) bool {
 		c.ws[i] = c.ws[last]
 		c.ws[last] = parkedWaiter{}
 		c.ws = c.ws[:last]
-		c.need.Store(c.minLocked())
+		c.notNeed.Store(^c.minLocked())
 		return true
 	}
 	return false

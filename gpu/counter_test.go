@@ -3,6 +3,7 @@ package gpu_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -102,6 +103,23 @@ func TestCounterParkedWaitHonoursCtx(t *testing.T) {
 	r = <-woken
 	require.NoError(t, r.err)
 	assert.Equal(t, uint64(7), r.v)
+	assert.Equal(t, 0, c.ParkedForTest())
+}
+
+// The largest target parks like any other and is woken by the one
+// Publish that reaches it.
+func TestCounterMaxTarget(t *testing.T) {
+	var c gpu.Counter
+	woken := make(chan error, 1)
+	go func() {
+		_, err := c.WaitFor(context.Background(), math.MaxUint64)
+		woken <- err
+	}()
+	waitParked(t, &c, 1)
+	c.Publish(math.MaxUint64 - 1)
+	assert.Equal(t, 1, c.ParkedForTest(), "one below the target wakes nobody")
+	c.Publish(math.MaxUint64)
+	require.NoError(t, <-woken)
 	assert.Equal(t, 0, c.ParkedForTest())
 }
 
