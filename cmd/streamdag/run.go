@@ -183,7 +183,11 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	}
 	defer src.Close()
 
-	opts := flights.Options{MinDelay: f.minDelay, TopK: f.top, Partitions: len(devs) * devs[0].NumStreams()}
+	parts := 0 // a partition per stream of every device
+	for _, d := range devs {
+		parts += d.NumStreams()
+	}
+	opts := flights.Options{MinDelay: f.minDelay, TopK: f.top, Partitions: parts}
 	if f.airports != "" {
 		path := f.airports
 		if _, err := os.Stat(path); err != nil {
