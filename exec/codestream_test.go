@@ -645,6 +645,8 @@ func TestCodeDeviceMemoryBudget(t *testing.T) {
 	assert.ErrorIs(t, err, buffers.ErrOverBudget)
 	assert.Equal(t, exec.StatusOK, launchByName(t, res, "use-small").Status)
 	assert.Equal(t, uint64(12), uint64Of(t, res, smallOut))
+	assert.Zero(t, d.runs("use-big"), "a launch whose taint was known before it was enqueued is never enqueued")
+	assert.Equal(t, 1, d.runs("use-small"))
 }
 
 // Concurrent runs on one code device take turns with it and each gets its
