@@ -2,6 +2,8 @@ package exec
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -82,4 +84,53 @@ func TestKernelCallersResolve(t *testing.T) {
 		"github.com/streamdag/streamdag/exec.(*streamRun).fast",
 	}, kernelCallers)
 	assert.False(t, inKernel(), "a test goroutine runs no kernel")
+}
+
+// r.settled is the gpu.Event of a stream's progress in a run: a kernel on
+// one stream that waits for another stream to settle its launches sees
+// their writes; an event not reached honours its ctx; n = 0 has fired.
+func TestSettledEvent(t *testing.T) {
+	dev, err := cpu.New(cpu.WithStreams(2))
+	require.NoError(t, err)
+	defer dev.Close()
+	e := New(dev)
+	g := dag.New()
+	a, b, seen := g.AddValue("a"), g.AddValue("b"), g.AddValue("seen")
+	g.AddKernel("writeA", func(_ context.Context, l dag.Launch) error { return l.Out(0).Store(1) }, dag.Writes(a), dag.OnStream(1))
+	g.AddKernel("writeB", func(_ context.Context, l dag.Launch) error { return l.Out(0).Store(2) }, dag.Writes(b), dag.OnStream(1))
+	g.AddKernel("watch", func(ctx context.Context, l dag.Launch) error {
+		r := ctx.Value(runKey{}).(*run)
+		if !r.settled(1, 0).Done() {
+			return errors.New("the event of 0 launches has not fired")
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := r.settled(1, 3).Wait(cctx); !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("a wait past the stream's launches under a cancelled ctx returned %v", err)
+		}
+		ev := r.settled(1, 2)
+		if err := ev.Wait(ctx); err != nil {
+			return err
+		}
+		// Stream 1's launches have settled: their statuses are in.
+		var st [2]Status
+		for i := range r.plan.launches {
+			switch r.plan.launches[i].Name {
+			case "writeA":
+				st[0] = r.out.get(i)
+			case "writeB":
+				st[1] = r.out.get(i)
+			}
+		}
+		return l.Out(0).Store(st)
+	}, dag.Writes(seen), dag.OnStream(0))
+	p, err := e.Plan(g)
+	require.NoError(t, err)
+	res, err := e.Execute(t.Context(), p)
+	require.NoError(t, err)
+	defer res.Close()
+	require.NoError(t, res.Err())
+	got, err := res.Value(seen)
+	require.NoError(t, err)
+	assert.Equal(t, [2]Status{StatusOK, StatusOK}, got)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"reflect"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -198,7 +199,7 @@ func (r *run) releaseMems() {
 }
 
 // codeLeases holds, per code device, the run launching on it now.
-var codeLeases sync.Map // gpu.Device → chan struct{} (capacity 1)
+var codeLeases sync.Map // gpu.Device (or its ID) → chan struct{} (capacity 1)
 
 // leaseCode takes every code device of p among devs, in the order of
 // their IDs (so runs that need several never hold one each and wait for
@@ -220,7 +221,11 @@ func leaseCode(ctx context.Context, p *Plan, devs []gpu.Device) (func(), error) 
 		}
 	}
 	for _, d := range ds {
-		v, _ := codeLeases.LoadOrStore(d, make(chan struct{}, 1))
+		var key any = d
+		if !reflect.TypeOf(d).Comparable() { // not a map key: its ID stands for it
+			key = d.ID().String()
+		}
+		v, _ := codeLeases.LoadOrStore(key, make(chan struct{}, 1))
 		c := v.(chan struct{})
 		select {
 		case c <- struct{}{}: // free: taken whatever ctx says, as a free budget is
@@ -241,9 +246,10 @@ func leaseCode(ctx context.Context, p *Plan, devs []gpu.Device) (func(), error) 
 
 // progressEvent is the run's settled progress of global stream gs
 // reaching n, as a gpu.Event a code stream waits on (the device bridges
-// it). Once the run's waits are stopped (its ctx is done) it also fires
-// when stream gs has stopped for good, so a device never waits for work
-// that will not come.
+// it). It also fires once stream gs is done with the run (quiet): its
+// list either published all its progress or stopped because the run's
+// ctx is done, and then a device must not wait for work that will not
+// come.
 type progressEvent struct {
 	r  *run
 	gs int
@@ -254,8 +260,7 @@ var _ gpu.Event = progressEvent{}
 
 // Done reports whether the event has fired.
 func (e progressEvent) Done() bool {
-	r := e.r
-	return r.progress[e.gs].n.Load() >= e.n || r.halt.Load() && r.quiet[e.gs].Load()
+	return e.r.progress[e.gs].Load() >= e.n || e.r.quiet[e.gs].ctx.Err() != nil
 }
 
 // Wait blocks until the event fires (nil) or ctx is done (ctx.Err()).
@@ -263,37 +268,35 @@ func (e progressEvent) Wait(ctx context.Context) error {
 	if e.Done() {
 		return nil
 	}
-	r := e.r
-	stop := context.AfterFunc(ctx, func() {
-		r.mu.Lock()
-		r.cond.Broadcast()
-		r.mu.Unlock()
-	})
-	defer stop()
-	r.mu.Lock()
-	r.parked.Add(1)
-	for !e.Done() && ctx.Err() == nil {
-		r.cond.Wait()
-	}
-	r.parked.Add(-1)
-	r.mu.Unlock()
-	if e.Done() {
+	q := e.r.quiet[e.gs].ctx
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(q, cancel)()
+	if _, err := e.r.progress[e.gs].WaitFor(wctx, e.n); err == nil || q.Err() != nil {
 		return nil
 	}
 	return ctx.Err()
 }
 
-// quietStream marks global stream gs as done with the run: its progress
-// moves no further, and a progressEvent of it fires once the run's waits
-// are stopped.
-func (r *run) quietStream(gs int) {
-	r.quiet[gs].Store(true)
-	if r.parked.Load() != 0 {
-		r.mu.Lock()
-		r.cond.Broadcast()
-		r.mu.Unlock()
-	}
+// quietSignal is done (its ctx) once a stream's list is done with the
+// run: its progress moves no further.
+type quietSignal struct {
+	ctx    context.Context
+	cancel context.CancelFunc
 }
+
+// newQuiet returns n streams' quiet signals, none done.
+func newQuiet(n int) []quietSignal {
+	qs := make([]quietSignal, n)
+	for i := range qs {
+		qs[i].ctx, qs[i].cancel = context.WithCancel(context.Background())
+	}
+	return qs
+}
+
+// quietStream marks global stream gs as done with the run (see
+// progressEvent). It is idempotent.
+func (r *run) quietStream(gs int) { r.quiet[gs].cancel() }
 
 // segment is a run of a code stream's launches, [start, end) by position,
 // covered by one recorded event.
@@ -374,7 +377,7 @@ func (c *codeRun) run(dev gpu.CodeDevice, slots int) {
 				}
 				c.set++
 			}
-			r.publish(b.gs, uint64(len(b.list)))
+			r.progress[b.gs].Publish(uint64(len(b.list)))
 		}
 		c.releaseStatus()
 		r.quietStream(b.gs)
@@ -408,7 +411,7 @@ func (c *codeRun) run(dev gpu.CodeDevice, slots int) {
 		c.settleSegment()
 	}
 	if b.left < 0 {
-		r.publish(b.gs, uint64(len(b.list)))
+		r.progress[b.gs].Publish(uint64(len(b.list)))
 	}
 }
 
@@ -493,7 +496,7 @@ func (c *codeRun) enqueue() {
 		if b.seen[w.Stream] >= need {
 			continue
 		}
-		if b.seen[w.Stream] = r.progress[w.Stream].n.Load(); b.seen[w.Stream] >= need {
+		if b.seen[w.Stream] = r.progress[w.Stream].Load(); b.seen[w.Stream] >= need {
 			continue
 		}
 		pending = true
@@ -505,7 +508,7 @@ func (c *codeRun) enqueue() {
 		c.state[k].settled = true
 		c.set++
 		if h.record {
-			r.publish(b.gs, uint64(c.set))
+			r.progress[b.gs].Publish(uint64(c.set))
 		}
 		return
 	}
@@ -667,9 +670,11 @@ func (c *codeRun) settleSegment() {
 
 // attribute maps the failures a segment's event reported (err: nil, or
 // *gpu.CommandError values, joined) to the launches of the segment, from
-// c.set to end: a kernel by its label; anything else to the segment's
-// copy, or, when it has none, to every launch of the segment that was
-// enqueued (the device's word is all there is).
+// c.set to end: a kernel by its label; anything else (a copy's command,
+// a status word's read-back) to the launches that issued such commands:
+// the segment's copy (a segment holds at most one, at its end) and its
+// kernels with a status word, or, when it has neither, to every launch of
+// the segment that was enqueued (the device's word is all there is).
 func (c *codeRun) attribute(end int, err error) map[int]error {
 	if err == nil {
 		return nil
@@ -693,17 +698,25 @@ func (c *codeRun) attribute(end int, err error) map[int]error {
 				}
 			}
 		}
-		if at < 0 && p.launches[c.b.list[end-1].idx].Copy != nil {
-			at = end - 1
-		}
 		if at >= 0 {
 			fails[at] = errors.Join(fails[at], e)
 			continue
 		}
+		var to []int
 		for k := c.set; k < end; k++ {
-			if c.state[k].enqueued {
-				fails[k] = errors.Join(fails[k], e)
+			if c.state[k].enqueued && (p.launches[c.b.list[k].idx].Copy != nil || c.statusSlot[k] >= 0) {
+				to = append(to, k)
 			}
+		}
+		if to == nil {
+			for k := c.set; k < end; k++ {
+				if c.state[k].enqueued {
+					to = append(to, k)
+				}
+			}
+		}
+		for _, k := range to {
+			fails[k] = errors.Join(fails[k], e)
 		}
 	}
 	return fails
@@ -722,7 +735,7 @@ func (c *codeRun) settleOne(k int, cmdErr error, end int64) {
 	}
 	defer func() {
 		if h.record {
-			r.publish(b.gs, uint64(k+1))
+			r.progress[b.gs].Publish(uint64(k + 1))
 		}
 	}()
 	if b.left >= 0 && k >= b.left {

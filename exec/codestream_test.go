@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamdag/streamdag/buffers"
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/failgraph"
@@ -76,7 +77,7 @@ type codeDev struct {
 func codeDevs() []codeDev {
 	return []codeDev{
 		{"fake", nil, func(t *testing.T, streams int) gpu.CodeDevice {
-			d := newFakeCode(topology.GPU(7), streams, fakeKernels)
+			d := newFakeCode(topology.OpenCL(7), streams, fakeKernels)
 			t.Cleanup(func() {
 				require.NoError(t, d.Close())
 				assert.Zero(t, d.live(), "device memory left allocated")
@@ -204,10 +205,11 @@ func TestCodeDeviceMixedPlan(t *testing.T) {
 			defer cpuRes.Close()
 			require.Equal(t, want, uint64Of(t, cpuRes, totalHost), "seed %d: CPU alone", seed)
 
-			dev := cd.make(t, 2)
+			dev := cd.make(t, 4)
 			e := cpuAnd(t, 2, dev, exec.WithLaunchTiming(true))
 			p, err := e.Plan(g)
 			require.NoError(t, err)
+			assert.Equal(t, []int{2, 4}, p.Streams(), "a CPU device with 2 streams and a code device with 4")
 			for _, l := range p.Launches() {
 				if l.Kernel >= 0 {
 					want := 0
@@ -301,7 +303,7 @@ func TestValueBufferOnCodeDeviceIsAPlanError(t *testing.T) {
 	g.AddKernel("k", nil, dag.Reads(v), dag.Writes(x), dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(x), dag.BufferArg(x),
 		dag.ScalarArg(uint64(1)), dag.ScalarArg(uint64(0))))
 	_, err := e.Plan(g)
-	assert.EqualError(t, err, `exec: kernel "k" would run on gpu7, a code device, but reads or writes value buffer "table": a code device holds only raw bytes`)
+	assert.EqualError(t, err, `exec: kernel "k" would run on opencl7, a code device, but reads or writes value buffer "table": a code device holds only raw bytes`)
 
 	// With a host twin, it runs on the CPU instead.
 	g2 := dag.New()
@@ -560,6 +562,134 @@ func TestCodeDeviceNoLeaks(t *testing.T) {
 			assert.LessOrEqual(t, runtime.NumGoroutine(), before+4, "goroutines of runs that ended")
 			if f, ok := dev.(*fakeCode); ok {
 				assert.Zero(t, f.live(), "device memory held after the runs")
+			}
+		})
+	}
+}
+
+// Bytes written on one code device and read on another go through the
+// buffer's host copy: a CopyOut on the first device's stream, a CopyIn on
+// the second's; each device keeps its own stream count.
+func TestCodeDeviceToCodeDeviceThroughHost(t *testing.T) {
+	a := newFakeCode(topology.GPU(5), 2, fakeKernels)
+	b := newFakeCode(topology.GPU(6), 4, fakeKernels)
+	t.Cleanup(func() {
+		require.NoError(t, a.Close())
+		require.NoError(t, b.Close())
+		assert.Zero(t, a.live()+b.live(), "device memory left allocated")
+	})
+	dev, err := cpu.New(cpu.WithStreams(1))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, dev.Close()) })
+	e, err := exec.NewMulti([]gpu.Device{dev, a, b}, nil, exec.WithAllocator(leaktest.Allocator(t)))
+	require.NoError(t, err)
+	g := dag.New()
+	in, mid, out := g.AddBuffer("in", 16), g.AddBuffer("mid", 16), g.AddBuffer("out", 16)
+	g.AddKernel("source", func(_ context.Context, l dag.Launch) error {
+		binary.LittleEndian.PutUint64(l.Out(0).Bytes(), 5)
+		binary.LittleEndian.PutUint64(l.Out(0).Bytes()[8:], 6)
+		return nil
+	}, dag.Writes(in))
+	g.AddKernel("on-a", nil, dag.Reads(in), dag.Writes(mid), dag.OnDevice(a.ID()),
+		dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(in), dag.BufferArg(mid), dag.ScalarArg(uint64(10)), dag.ScalarArg(uint64(1))))
+	g.AddKernel("on-b", nil, dag.Reads(mid), dag.Writes(out), dag.OnDevice(b.ID()),
+		dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(mid), dag.BufferArg(out), dag.ScalarArg(uint64(2)), dag.ScalarArg(uint64(0))))
+	p, err := e.Plan(g)
+	require.NoError(t, err)
+	assert.Equal(t, []int{1, 2, 4}, p.Streams())
+	res, err := e.Execute(t.Context(), p)
+	require.NoError(t, err)
+	defer res.Close()
+	require.NoError(t, res.Err())
+	ob, err := res.Buffer(out)
+	require.NoError(t, err)
+	assert.Equal(t, []uint64{102, 122}, []uint64{u64(ob.Bytes(), 0), u64(ob.Bytes(), 8)})
+	var route []string
+	for _, c := range res.Report.Copies {
+		route = append(route, fmt.Sprintf("%s %s→%s", c.Buffer, c.From, c.To))
+	}
+	assert.Contains(t, route, "mid gpu5→cpu", "a's output comes out to its host copy")
+	assert.Contains(t, route, "mid cpu→gpu6", "and goes in to b from there")
+	assert.NotContains(t, route, "mid gpu5→gpu6")
+}
+
+// A code device's memory counts against its budget (its memory): an
+// instance that does not fit reads as an unallocated failure wrapping
+// buffers.ErrOverBudget, the launches that need it are skipped with it,
+// and unrelated branches run on.
+func TestCodeDeviceMemoryBudget(t *testing.T) {
+	d := newFakeCode(topology.OpenCL(7), 1, fakeKernels)
+	d.memBytes = 100
+	t.Cleanup(func() {
+		require.NoError(t, d.Close())
+		assert.Zero(t, d.live())
+	})
+	e := cpuAnd(t, 1, d)
+	g := dag.New()
+	big, bigOut := g.AddBuffer("big", 128), g.AddBuffer("big-out", 8)
+	small, smallOut := g.AddBuffer("small", 8), g.AddBuffer("small-out", 8)
+	g.AddKernel("src-big", put(1), dag.Writes(big))
+	g.AddKernel("src-small", put(4), dag.Writes(small))
+	g.AddKernel("use-big", nil, dag.Reads(big), dag.Writes(bigOut),
+		dag.OpenCL(scaleCL, "scale", func([]int64) dag.Shape { return dag.Shape{Global: []int{1}} },
+			dag.BufferArg(big), dag.BufferArg(bigOut), dag.ScalarArg(uint64(1)), dag.ScalarArg(uint64(0))))
+	g.AddKernel("use-small", nil, dag.Reads(small), dag.Writes(smallOut),
+		dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(small), dag.BufferArg(smallOut), dag.ScalarArg(uint64(3)), dag.ScalarArg(uint64(0))))
+	res, err := e.Run(t.Context(), g)
+	require.NoError(t, err)
+	defer res.Close()
+	l := launchByName(t, res, "use-big")
+	assert.Equal(t, exec.StatusSkipped, l.Status)
+	assert.ErrorIs(t, l.Err, buffers.ErrOverBudget)
+	_, err = res.Buffer(bigOut)
+	assert.ErrorIs(t, err, buffers.ErrOverBudget)
+	assert.Equal(t, exec.StatusOK, launchByName(t, res, "use-small").Status)
+	assert.Equal(t, uint64(12), uint64Of(t, res, smallOut))
+	assert.Zero(t, d.runs("use-big"), "a launch whose taint was known before it was enqueued is never enqueued")
+	assert.Equal(t, 1, d.runs("use-small"))
+}
+
+// Concurrent runs on one code device take turns with it and each gets its
+// own answer; a chain longer than the enqueue window settles as it goes.
+func TestCodeDeviceConcurrentRunsAndLongChains(t *testing.T) {
+	const runs, links = 4, 150
+	for _, cd := range codeDevs() {
+		t.Run(cd.name, func(t *testing.T) {
+			e := cpuAnd(t, 2, cd.make(t, 2))
+			chain := func(start uint64) (*dag.Graph, dag.BufferID) {
+				g := dag.New()
+				prev := g.AddBuffer("x", 8)
+				g.AddKernel("start", put(start), dag.Writes(prev))
+				for i := range links {
+					next := g.AddBuffer(fmt.Sprint("c", i), 8)
+					g.AddKernel(fmt.Sprint("link", i), nil, dag.Reads(prev), dag.Writes(next),
+						dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(prev), dag.BufferArg(next), dag.ScalarArg(uint64(1)), dag.ScalarArg(uint64(2))))
+					prev = next
+				}
+				return g, prev
+			}
+			errs := make(chan error, runs)
+			for r := range runs {
+				go func() {
+					g, last := chain(uint64(1000 * r))
+					res, err := e.Run(t.Context(), g)
+					if err != nil {
+						errs <- err
+						return
+					}
+					err = res.Err()
+					if err == nil {
+						var b *buffers.Buffer
+						if b, err = res.Buffer(last); err == nil && u64(b.Bytes(), 0) != uint64(1000*r+2*links) {
+							err = fmt.Errorf("run %d: got %d, want %d", r, u64(b.Bytes(), 0), 1000*r+2*links)
+						}
+					}
+					res.Close()
+					errs <- err
+				}()
+			}
+			for range runs {
+				assert.NoError(t, <-errs)
 			}
 		})
 	}

@@ -145,17 +145,18 @@ func (p *program) hashVariant(i int, aligned bool) (dag.KernelOption, bool) {
 // The differential property test on mixed plans: the random programs of
 // TestDifferentialMultiDevice, whose kernels of raw reads and writes also
 // get an OpenCL variant (hashCL; a third of them with no Go function), run
-// on a CPU device plus a code device with several streams each, under
-// every placement strategy and with each kernel placed at random among
-// the devices with code for it, and must give what the CPU device alone
-// gives: statuses and errors (a code kernel's injected failure is a soft
-// one, through its status word) and every buffer's bytes and roots.
+// on a CPU device plus a code device with several streams each (1 + 2
+// and 2 + 3), under every placement strategy and with each kernel placed
+// at random among the devices with code for it, and must give what the
+// CPU device alone gives: statuses and errors (a code kernel's injected
+// failure is a soft one, through its status word) and every buffer's
+// bytes and roots.
 //
-// Every seed runs on the fake code device; every eighth also on the
-// machine's OpenCL device when there is one (its kernels' arguments
-// start at their buffers' first byte). 200 seeds by default, a few seconds
-// under -race; STREAMDAG_DIFF_CODE_SEEDS=N runs N, STREAMDAG_DIFF_SEED=S
-// the one seed S.
+// Every seed runs on the fake code device (in one of its two shapes);
+// every eighth also on the machine's OpenCL device when there is one
+// (there its kernels' arguments start at their buffers' first byte).
+// 200 seeds by default, a few seconds under -race;
+// STREAMDAG_DIFF_CODE_SEEDS=N runs N, STREAMDAG_DIFF_SEED=S the one seed S.
 func TestDifferentialCodeDevices(t *testing.T) {
 	seeds := envInt(t, "STREAMDAG_DIFF_CODE_SEEDS", 200)
 	first := uint64(0)
@@ -166,7 +167,10 @@ func TestDifferentialCodeDevices(t *testing.T) {
 	type mixed struct {
 		name    string
 		aligned bool
-		every   uint64
+		every   uint64 // runs the seeds that are phase modulo every
+		phase   uint64
+		cpu     int // streams of the CPU device
+		code    int // streams of the code device
 		id      topology.DeviceID
 		ran     int // launches that ran on the code device
 		e       map[exec.Placement]*exec.Executor
@@ -182,20 +186,27 @@ func TestDifferentialCodeDevices(t *testing.T) {
 				continue
 			}
 		}
-		m := &mixed{name: cd.name, aligned: cd.name != "fake", every: 1, e: map[exec.Placement]*exec.Executor{}}
-		if m.aligned {
-			m.every = 8
+		// The fake device in two shapes (CPU 1 + 2 streams on even seeds,
+		// CPU 2 + 3 on odd ones); OpenCL as CPU 2 + 3 on every eighth.
+		shapes := [][2]int{{1, 2}, {2, 3}}
+		every, phase := uint64(2), []uint64{0, 1}
+		if cd.name != "fake" {
+			shapes, every, phase = [][2]int{{2, 3}}, 8, []uint64{0}
 		}
-		dev := cd.make(t, 3)
-		m.id = dev.ID()
-		for _, pl := range []exec.Placement{exec.PlaceHEFT, exec.PlaceRoundRobin, exec.PlaceLeastLoaded} {
-			m.e[pl] = cpuAnd(t, 2, dev, exec.WithPlacement(pl))
+		for i, sh := range shapes {
+			m := &mixed{name: cd.name, aligned: cd.name != "fake", every: every, phase: phase[i],
+				cpu: sh[0], code: sh[1], e: map[exec.Placement]*exec.Executor{}}
+			dev := cd.make(t, sh[1])
+			m.id = dev.ID()
+			for _, pl := range []exec.Placement{exec.PlaceHEFT, exec.PlaceRoundRobin, exec.PlaceLeastLoaded} {
+				m.e[pl] = cpuAnd(t, sh[0], dev, exec.WithPlacement(pl))
+			}
+			machines = append(machines, m)
 		}
-		machines = append(machines, m)
 	}
 	for seed := first; seed < first+uint64(seeds); seed++ {
 		for _, m := range machines {
-			if seed%m.every != 0 {
+			if seed%m.every != m.phase {
 				continue
 			}
 			rng := rand.New(rand.NewPCG(seed, seed))
@@ -213,11 +224,11 @@ func TestDifferentialCodeDevices(t *testing.T) {
 				return opt, host[i], ok
 			}
 			for _, pl := range []exec.Placement{exec.PlaceHEFT, exec.PlaceRoundRobin, exec.PlaceLeastLoaded, placeAnywhere} {
-				what := fmt.Sprintf("seed %d on cpu×2 + %s×3, %s", seed, m.name, pl)
+				what := fmt.Sprintf("seed %d on cpu×%d + %s×%d, %s", seed, m.cpu, m.name, m.code, pl)
 				e := m.e[pl]
 				var anywhere []int
 				if pl == placeAnywhere {
-					e, what = m.e[exec.PlaceHEFT], fmt.Sprintf("seed %d on cpu×2 + %s×3, kernels placed at random", seed, m.name)
+					e, what = m.e[exec.PlaceHEFT], fmt.Sprintf("seed %d on cpu×%d + %s×%d, kernels placed at random", seed, m.cpu, m.name, m.code)
 					for i := range prog.kernels {
 						d := 0
 						if has[i] && (!host[i] || rng.IntN(2) == 0) {
@@ -239,7 +250,7 @@ func TestDifferentialCodeDevices(t *testing.T) {
 		}
 	}
 	for _, m := range machines {
-		t.Logf("%s: %d launches ran on the code device", m.name, m.ran)
+		t.Logf("cpu×%d + %s×%d: %d launches ran on the code device", m.cpu, m.name, m.code, m.ran)
 		if seeds >= 50 {
 			require.Positive(t, m.ran, "%s: no launch ran on the code device", m.name)
 		}

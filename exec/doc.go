@@ -23,10 +23,13 @@
 // Running ([Executor.Execute], [Executor.Run]) reserves the graph's raw
 // buffers (value buffers are made on first use) and hands each device
 // stream its whole launch list at once, as one task on the stream. An
-// event is a (stream, count) pair: a stream publishes its progress after
-// each launch another stream waits on, a wait that is already satisfied
+// event is a (stream, count) pair, and every wait is a [gpu.Counter]
+// event, the same event machine the CPU device's streams use: each stream
+// of a run has a counter of its settled launches, which it publishes after
+// each launch another stream waits on; a wait that is already satisfied
 // costs one atomic load (none when an earlier load already saw enough),
-// and only an unsatisfied one spins briefly, yields, then parks. Per
+// and only an unsatisfied one spins briefly, yields, then parks, giving up
+// when the run's ctx is done. Per
 // launch there is no goroutine, channel, lock or allocation on the clean
 // path, and by default no clock reading either (launch timing,
 // [WithLaunchTiming](true), reads the clock once per launch). Each
@@ -50,6 +53,22 @@
 // bytes byte for byte, so a reader is skipped exactly when it would be on
 // one device. After a device loss ([WithDeviceLoss]) the same planner
 // plans the recovery over the surviving devices.
+//
+// Devices each have their own stream count. A code device (a
+// gpu.CodeDevice running OpenCL C, see [DeviceCode]) runs kernels'
+// OpenCL variants on memory of its own: the buffers they read and write
+// get device-memory instances, reserved with the run's other buffers and
+// released when it ends, and the copy launches between host and device
+// instances run on the code device's stream as CopyIn and CopyOut. One
+// goroutine per code stream enqueues its launches in order (waits on
+// other streams' settled progress, bridged by the device; the launch; a
+// Record where another stream waits) and settles them in order as their
+// events fire, under the same contract as a CPU stream: skipped with the
+// root failure when a required read is tainted, failed with the device's
+// *gpu.CommandError or a soft failure ([StatusError], through a
+// dag.StatusArg status word), cancelled when ctx ended before the launch
+// was enqueued. Every graph buffer's own instance stays in host memory,
+// so a [Result] reads only host bytes.
 //
 // The [Result] gives buffer contents only through the error graph's read
 // check, so failed work can never be read as if it succeeded, and a

@@ -23,13 +23,19 @@ import (
 
 // The run engine. A plan is known ahead, so each device stream is handed
 // its whole launch list at once, as one task (a streamRun) queued on the
-// stream: the stream's worker runs the list in order. An event is a
-// (stream, count) pair: stream t's progress counter is the number of its
-// launches that have settled in this run, and a wait for (t, n) is
-// satisfied once the counter reaches n. A satisfied wait costs one atomic
-// load; an unsatisfied one spins briefly, yields, then parks on the run's
-// condition variable, which a stream broadcasts on only while somebody is
-// parked, and which the run's ctx, once done, wakes for good (stopWaits).
+// stream: the stream's worker runs the list in order (a code device's
+// stream is driven instead by a goroutine of the run: codestream.go). An
+// event is a
+// (stream, count) pair: stream t's progress is a gpu.Counter holding the
+// number of its launches that have settled in this run (r.progress[t]),
+// and a wait for (t, n) is satisfied once the counter reaches n, the same
+// event machine the CPU device's streams use. A satisfied wait costs one
+// atomic load; an unsatisfied one is the counter's WaitFor under the
+// run's ctx: it spins briefly, yields, then parks, and gives up once ctx
+// is done. A stream publishes its progress (Counter.Publish) after each
+// launch another stream waits on and when its list ends; r.settled gives
+// the event "stream t has settled n launches" to code that needs a
+// gpu.Event of it (a device stream told to wait on this run's progress).
 // Per launch there is no goroutine, channel, lock or allocation on the
 // clean path; with launch timing off (the default), a plain kernel in a
 // run with nothing failed costs a call and a status store
@@ -102,71 +108,10 @@ func (p *Plan) compiled() *compiled {
 	return p.comp
 }
 
-// counter is a stream's progress counter, alone on its cache line so
-// streams on different cores do not slow each other down.
-type counter struct {
-	n atomic.Uint64
-	_ [56]byte
-}
-
-// Spin and yield budget of an unsatisfied wait before it parks: on a
-// busy pipeline the producing stream is usually a few launches away, so a
-// short spin saves the park and wake (a few hundred ns each).
-const (
-	waitSpins  = 256
-	waitYields = 8
-)
-
-// await blocks until stream t's progress reaches n, and returns the
-// progress it saw and true; or, once the run's waits are stopped (its ctx
-// is done), the progress it saw and false.
-func (r *run) await(t int, n uint64) (uint64, bool) {
-	c := &r.progress[t].n
-	for range waitSpins {
-		if v := c.Load(); v >= n {
-			return v, true
-		}
-	}
-	for range waitYields {
-		runtime.Gosched()
-		if v := c.Load(); v >= n {
-			return v, true
-		}
-	}
-	r.mu.Lock()
-	r.parked.Add(1)
-	v := c.Load()
-	for ; v < n && !r.stopped; v = c.Load() {
-		r.cond.Wait()
-	}
-	r.parked.Add(-1)
-	r.mu.Unlock()
-	return v, v >= n
-}
-
-// stopWaits makes every wait of the run that is not satisfied give up:
-// the run's ctx is done. Waits that already gave up, and the lists of
-// streams that never started, are cancelled once the run has quiesced
-// (see execute).
-func (r *run) stopWaits() {
-	r.mu.Lock()
-	r.stopped = true
-	r.halt.Store(true)
-	r.cond.Broadcast()
-	r.mu.Unlock()
-}
-
-// publish sets stream gs's progress to n and wakes parked waiters. The
-// order (store, then load parked) pairs with await's (add parked, then
-// load the counter): one side always sees the other, so no wake is lost.
-func (r *run) publish(gs int, n uint64) {
-	r.progress[gs].n.Store(n)
-	if r.parked.Load() != 0 {
-		r.mu.Lock()
-		r.cond.Broadcast()
-		r.mu.Unlock()
-	}
-}
+// settled returns the event "global stream gs has settled n launches of
+// this run": it fires once r.progress[gs] reaches n. Boxing it allocates
+// 16 bytes; the engine's own waits use the counter directly.
+func (r *run) settled(gs int, n uint64) gpu.Event { return r.progress[gs].Event(n) }
 
 // outcomes are the launches' results of one run phase, by plan index. A
 // launch's slot is written only by the stream that runs it; the rare
@@ -284,7 +229,7 @@ func (b *streamRun) run() {
 			return
 		}
 		// runtime.Goexit in a kernel: the launch settled in call.
-		b.r.publish(b.gs, uint64(b.pos))
+		b.r.progress[b.gs].Publish(uint64(b.pos))
 		go b.run()
 	}()
 	b.loop()
@@ -310,7 +255,7 @@ func (b *streamRun) cancelFrom(cause error) {
 		b.pos++
 		b.r.cancel(i, &b.r.plan.launches[i], cause)
 	}
-	b.r.publish(b.gs, uint64(len(b.list)))
+	b.r.progress[b.gs].Publish(uint64(len(b.list)))
 }
 
 // listDone counts one stream list of the run as finished.
@@ -362,7 +307,7 @@ func (b *streamRun) stretch() {
 		if r.loss != nil {
 			r.loss.settled()
 		}
-		r.publish(b.gs, uint64(b.pos))
+		r.progress[b.gs].Publish(uint64(b.pos))
 	}()
 	status := o.status[b.base:]
 	var times []int64
@@ -407,7 +352,7 @@ func (b *streamRun) stretch() {
 		if slow || h.option || !store.Empty() {
 			if !b.ready(i, &p.launches[i], req[i], done, o) {
 				if h.record {
-					r.publish(b.gs, uint64(pos))
+					r.progress[b.gs].Publish(uint64(pos))
 				}
 				continue
 			}
@@ -441,10 +386,10 @@ func (b *streamRun) stretch() {
 			r.loss.settled()
 		}
 		if h.record {
-			r.publish(b.gs, uint64(pos))
+			r.progress[b.gs].Publish(uint64(pos))
 		}
 	}
-	r.publish(b.gs, uint64(b.pos))
+	r.progress[b.gs].Publish(uint64(b.pos))
 }
 
 // fast runs launches from b.pos for as long as nothing needs more than a
@@ -494,31 +439,33 @@ func (b *streamRun) fast(wfrom int, running *int) int {
 		if err != nil {
 			b.settle(int(h.idx), k, err)
 			if h.record {
-				r.publish(b.gs, uint64(pos))
+				r.progress[b.gs].Publish(uint64(pos))
 			}
 			return wfrom
 		}
 		status[k] = byte(StatusOK)
 		if h.record {
-			r.publish(b.gs, uint64(pos))
+			r.progress[b.gs].Publish(uint64(pos))
 		}
 	}
 	return wfrom
 }
 
 // awaitAll waits until every wait of waits is satisfied (true), or until
-// the run's waits are stopped (false). seen caches the other streams'
-// progress: a wait it covers costs no load of a cache line another core
-// keeps writing.
+// the run's ctx is done while one is not (false). seen caches the other
+// streams' progress: a wait it covers costs no load of a cache line
+// another core keeps writing, and one the counter already satisfies costs
+// one atomic load.
 func (b *streamRun) awaitAll(waits []Wait) bool {
 	r, seen := b.r, b.seen
 	for _, w := range waits {
 		if need := uint64(w.Seq); seen[w.Stream] < need {
-			if seen[w.Stream] = r.progress[w.Stream].n.Load(); seen[w.Stream] < need {
-				var ok bool
-				seen[w.Stream], ok = r.await(w.Stream, need)
+			c := &r.progress[w.Stream]
+			if seen[w.Stream] = c.Load(); seen[w.Stream] < need {
+				var err error
+				seen[w.Stream], err = c.WaitFor(r.ctx, need)
 				b.fresh = true
-				if !ok {
+				if err != nil {
 					return false
 				}
 			}
@@ -641,7 +588,8 @@ var enqueueMu sync.Mutex
 // instead: its lists would otherwise queue behind the kernel that waits
 // for them.
 //
-// When ctx is done, waits that are not satisfied give up, lists that no
+// When ctx is done, waits that are not satisfied give up (a
+// gpu.Counter wait under the run's ctx), lists that no
 // stream has started are withdrawn, and once every launch that runs has
 // returned, the launches left over are cancelled.
 func (r *run) execute(devs []gpu.Device, timing bool) error {
@@ -649,9 +597,8 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 	c := p.compiled()
 	r.ctx = context.WithValue(r.ctx, runKey{}, r) // what the kernels get: a run they start knows it is nested
 	r.out = newOutcomes(p, time.Now(), timing)
-	r.progress = make([]counter, len(c.lists))
-	r.quiet = make([]atomic.Bool, len(c.lists))
-	r.cond = sync.NewCond(&r.mu)
+	r.progress = make([]gpu.Counter, len(c.lists))
+	r.quiet = newQuiet(len(c.lists))
 	r.slow = r.ctx.Done() != nil || r.loss != nil || r.unalloc != nil
 	r.finished = make(chan struct{})
 	runs := make([]streamRun, len(c.lists))
@@ -681,10 +628,6 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 		r.running.Store(false)
 		liveRuns.Add(-1)
 	}()
-	stop := func() bool { return false }
-	if r.ctx.Done() != nil {
-		stop = context.AfterFunc(r.ctx, r.stopWaits)
-	}
 	var errs []error
 	var code sync.WaitGroup // the code streams' drivers
 	if r.inline {
@@ -724,7 +667,9 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 		}
 	}
 	code.Wait()
-	stop()
+	for i := range r.quiet { // every list is done with the run
+		r.quiet[i].cancel()
+	}
 	// Launches a stream left when ctx was done: cancelled now, after
 	// every launch that ran has settled, in plan order.
 	var left []int

@@ -92,7 +92,8 @@ func New(dev gpu.Device, opts ...Option) *Executor {
 // stream count), placing kernels by topo's transfer costs (nil: transfers
 // cost nothing in the model). Each device gets its own buffer pool, whose
 // budget is the device's memory when its facts give it (simulated GPUs
-// carry their model's memory). Errors: no devices, or duplicate IDs.
+// carry their model's memory; a code device's budget counts its device
+// memory). Errors: no devices, or duplicate IDs.
 func NewMulti(devs []gpu.Device, topo *topology.Topology, opts ...Option) (*Executor, error) {
 	if len(devs) == 0 {
 		return nil, errors.New("exec: an executor needs a device")
@@ -109,7 +110,8 @@ func NewMulti(devs []gpu.Device, topo *topology.Topology, opts ...Option) (*Exec
 		}
 		seen[d.ID()] = true
 		budget := c.budget
-		if budget == nil && d.Info().MemoryBytes > 0 && d.ID().Kind == topology.KindGPU {
+		_, code := codeDevice(d)
+		if budget == nil && d.Info().MemoryBytes > 0 && (d.ID().Kind == topology.KindGPU || code) {
 			budget = buffers.NewBudget(d.Info().MemoryBytes)
 		}
 		e.pools = append(e.pools, buffers.NewPool(d.ID(), c.alloc, budget))
@@ -184,6 +186,10 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 		return nil, err
 	}
 	if p.hasCode() {
+		if rc.loss != nil {
+			releaseInputs(rc.inputs)
+			return nil, errors.New("exec: a device loss is not simulated on a plan with code devices")
+		}
 		if nested(ctx) {
 			releaseInputs(rc.inputs)
 			return nil, errors.New("exec: a graph run from inside a kernel cannot launch on a code device")
@@ -279,16 +285,12 @@ type run struct {
 	inline bool // started inside a kernel of a running run: runs on the calling goroutine (see execute)
 
 	out      *outcomes
-	progress []counter     // by global stream: launches settled
+	progress []gpu.Counter // by global stream: launches settled (see settled)
 	lists    atomic.Int32  // stream lists not finished
 	finished chan struct{} // closed when every list has finished
 	running  atomic.Bool   // the run's launches are going (a run its kernels start is nested)
-	quiet    []atomic.Bool // by global stream: its list is done with the run (see progressEvent)
-	halt     atomic.Bool   // stopped, for readers that take no lock
-	mu       sync.Mutex    // guards cond's parking, stopped and internal
-	cond     *sync.Cond
-	parked   atomic.Int32
-	stopped  bool // ctx is done: waits give up
+	quiet    []quietSignal // by global stream: its list is done with the run (see progressEvent)
+	mu       sync.Mutex    // guards internal
 	internal error
 }
 

@@ -27,10 +27,13 @@ type fakeCode struct {
 	// fail, when set, is asked before each kernel runs: a non-nil error
 	// fails the command (the device's own failure).
 	fail func(label string) error
+	// memBytes is the memory Info reports (0: unknown).
+	memBytes int64
 
 	mu        sync.Mutex
 	liveBytes int64
 	programs  map[string]*fakeProgram
+	ran       map[string]int // kernel launches run, by label
 }
 
 // fakeKernel is a fake entry point: args are []byte (the memory from the
@@ -43,7 +46,7 @@ var (
 )
 
 func newFakeCode(id topology.DeviceID, streams int, kernels map[string]fakeKernel) *fakeCode {
-	d := &fakeCode{id: id, kernels: kernels, programs: map[string]*fakeProgram{}}
+	d := &fakeCode{id: id, kernels: kernels, programs: map[string]*fakeProgram{}, ran: map[string]int{}}
 	for i := range streams {
 		s := &fakeStream{dev: d, idx: i, wake: make(chan struct{}, 1), done: make(chan struct{})}
 		d.streams = append(d.streams, s)
@@ -55,8 +58,10 @@ func newFakeCode(id topology.DeviceID, streams int, kernels map[string]fakeKerne
 func (d *fakeCode) ID() topology.DeviceID { return d.id }
 func (d *fakeCode) Kind() string          { return "opencl" }
 func (d *fakeCode) Code() string          { return "opencl" }
-func (d *fakeCode) Info() topology.Device { return topology.Device{ID: d.id, Name: "fake code device"} }
-func (d *fakeCode) NumStreams() int       { return len(d.streams) }
+func (d *fakeCode) Info() topology.Device {
+	return topology.Device{ID: d.id, Name: "fake code device", MemoryBytes: d.memBytes}
+}
+func (d *fakeCode) NumStreams() int { return len(d.streams) }
 func (d *fakeCode) Stream(i int) gpu.Stream {
 	return d.streams[i]
 }
@@ -67,6 +72,13 @@ func (d *fakeCode) Close() error {
 		s.close()
 	}
 	return nil
+}
+
+// runs returns how many launches labelled label the device ran.
+func (d *fakeCode) runs(label string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.ran[label]
 }
 
 // live returns the bytes of memory allocated and not released.
@@ -307,6 +319,9 @@ func (s *fakeStream) LaunchKernel(k *gpu.KernelLaunch) error {
 	}
 	global, label, fail := append([]int(nil), k.Global...), k.Label, s.dev.fail
 	return s.push(fakeCmd{label: label, run: func() error {
+		s.dev.mu.Lock()
+		s.dev.ran[label]++
+		s.dev.mu.Unlock()
 		if fail != nil {
 			if err := fail(label); err != nil {
 				return err

@@ -30,6 +30,9 @@ type Wait struct {
 // To, because a launch there reads them or, at the end of a plan, because
 // To is the buffer's home. A copy follows the last write of the bytes it
 // moves, and each byte it writes carries the taint of the byte it copied.
+// It runs on a stream of To, or of From when From is a code device (a
+// code device's stream copies its memory out: CopyOut; into it: CopyIn);
+// between two code devices the bytes go through the buffer's home.
 type Copy struct {
 	Buffer   dag.BufferID
 	From, To int   // device indices
@@ -59,8 +62,10 @@ type PlannedLaunch struct {
 // PlannedBuffer is a buffer of a plan: one of the graph's (same id), on
 // its home device, or a replica of one on another device (ids after the
 // graph's). A graph buffer lives where its first writer runs (its first
-// reader, for an input nobody writes); it ends every run with the final
-// bytes, copied home where a launch elsewhere wrote them.
+// reader, for an input nobody writes), or, when that is a code device, on
+// the plan's first device that is not one (a code device's instances are
+// device memory, which a Result does not read); it ends every run with
+// the final bytes, copied home where a launch elsewhere wrote them.
 type PlannedBuffer struct {
 	Name      string
 	SizeBytes int64
@@ -180,14 +185,21 @@ func (p *Plan) Placement() PlacementResult {
 // a single-device executor), copy launches of the byte ranges that reads
 // across devices need (see Copy),
 // streams assigned per device, and event waits only where a hazard
-// crosses streams. Each kernel goes only to a device that runs code it
-// has (see DeviceCode): a kernel with a Go function and an OpenCL variant
-// runs its Go function on the CPU device or a simulated GPU. Errors:
-// g.Validate's; a kernel no device of the executor has code for (an
-// OpenCL-only kernel on an executor without an OpenCL device), naming the
-// kernel; a pinned device the executor does not have, that has no code for
-// the kernel, or that contradicts where the buffers it writes live; more
-// than 64 devices.
+// crosses streams. Each device keeps its own stream count. Each kernel
+// goes only to a device that runs code it has (see DeviceCode): a kernel
+// with a Go function and an OpenCL variant runs its Go function on the
+// CPU device or a simulated GPU and its OpenCL C on an OpenCL device
+// (with no OpenCL device in the executor, the Go function runs: the same
+// answer); a kernel that reads or writes a value buffer never goes to a
+// code device. Errors: g.Validate's; a kernel no device of the executor
+// has code for (an OpenCL-only kernel on an executor without an OpenCL
+// device), naming the kernel; a kernel that touches a value buffer and
+// would run on a code device (pinned there, or with code for nothing
+// else), naming the kernel and the buffer; an executor of code devices
+// only (a plan keeps its buffers' host copies on another device); a
+// pinned device the executor does not have, that has no code for the
+// kernel, or that contradicts where the buffers it writes live; more than
+// 64 devices.
 // Planning is O(V + E + H) plus placement (O(V·D) estimates for HEFT),
 // where H counts buffer accesses scanned for hazards.
 func (e *Executor) Plan(g *dag.Graph) (*Plan, error) {

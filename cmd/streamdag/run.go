@@ -218,7 +218,11 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	}
 	defer src.Close()
 
-	opts := flights.Options{MinDelay: f.minDelay, TopK: f.top, Partitions: len(devs) * devs[0].NumStreams(), OpenCL: choice.openCL}
+	parts := 0 // a partition per stream of every device
+	for _, d := range devs {
+		parts += d.NumStreams()
+	}
+	opts := flights.Options{MinDelay: f.minDelay, TopK: f.top, Partitions: parts, OpenCL: choice.openCL}
 	if choice.openCL {
 		id := devs[len(devs)-1].ID()
 		opts.Device = &id // filter and partial on the OpenCL device

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -48,14 +47,17 @@ func WithStreams(n int) Option {
 // its own (the queue's slice grows, amortised, up to the largest backlog
 // seen). LaunchBatch takes the lock once for the whole batch.
 //
-// Events are (stream, sequence number) values; every queued task and wait
-// takes one sequence number. Event.Done and a wait that has already fired
-// cost one atomic load; an unfired wait makes the waiting worker yield a
-// few times, then park until the source stream completes the entry (a
-// stream pays one extra atomic load per completed entry while nobody
-// waits on it). Record allocates its 16-byte event value when it is
-// boxed in the Event interface; Stream.Wait, Synchronize and Event.Wait
-// allocate nothing in steady state.
+// Events are (stream, sequence number) values: each stream keeps its
+// count of completed entries in a gpu.Counter, every queued task and wait
+// takes one sequence number, and an event fires when its stream's count
+// reaches its number. Event.Done and a wait that has already fired cost
+// one atomic load; an unfired wait makes the waiting worker spin briefly,
+// yield, then park until the source stream completes the entry (a stream
+// pays one extra atomic load per completed entry while nobody waits on
+// it). Record allocates its 16-byte event value when it is boxed in the
+// Event interface; a wait on an event of this device, Synchronize and
+// Event.Wait allocate nothing in steady state. Stream.Wait on any other
+// event (a gpu.Counter's, another device's) bridges it: see Wait.
 //
 // A task that panics does not stop its stream: the panic is recovered and
 // returned, as a *PanicError, by the stream's next Synchronize, and later
@@ -76,11 +78,10 @@ func New(opts ...Option) (gpu.Device, error) {
 		}
 	}
 	d := &cpuDevice{info: topology.CPUDevice()}
+	d.closing, d.giveUp = context.WithCancel(context.Background())
 	d.streams = make([]*cpuStream, o.streams)
 	for i := range d.streams {
-		s := &cpuStream{dev: d, idx: i, wake: make(chan struct{}, 1), evwake: make(chan struct{}, 1)}
-		s.wmin.Store(math.MaxUint64)
-		d.streams[i] = s
+		d.streams[i] = &cpuStream{dev: d, idx: i, wake: make(chan struct{}, 1)}
 	}
 	d.wg.Add(len(d.streams))
 	for _, s := range d.streams {
@@ -97,6 +98,10 @@ type cpuDevice struct {
 
 	closeMu sync.Mutex
 	closed  bool
+
+	// closing is done once Close has been called: bridged waits give up.
+	closing context.Context
+	giveUp  context.CancelFunc
 }
 
 var (
@@ -135,6 +140,10 @@ func (d *cpuDevice) String() string { return "cpu" }
 // Close refuses new work on every stream, lets every queued task and wait
 // run, and returns once all worker goroutines have exited. Every call
 // (first or later, concurrent or not) waits for that and returns nil.
+// Bridged waits (Stream.Wait on an event not of this device) still
+// pending give up, so Close never waits for another device: the tasks
+// queued behind such a wait run without it, and the stream's next
+// Synchronize reports it.
 func (d *cpuDevice) Close() error {
 	d.closeMu.Lock()
 	if !d.closed {
@@ -150,6 +159,7 @@ func (d *cpuDevice) Close() error {
 				s.wake <- struct{}{}
 			}
 		}
+		d.giveUp()
 	}
 	d.closeMu.Unlock()
 	d.wg.Wait()
@@ -157,7 +167,7 @@ func (d *cpuDevice) Close() error {
 }
 
 // item is one queue entry: a task (src == nil) or a wait until src's
-// completed count reaches seq.
+// completed count reaches seq. A bridged wait is a task (a *bridge).
 type item struct {
 	task gpu.Task
 	src  *cpuStream
@@ -185,28 +195,17 @@ type cpuStream struct {
 	wake chan struct{} // 1-buffered; one send per park
 
 	// Owned by the running worker goroutine.
-	batch  []item
-	pos    int
-	evwake chan struct{} // 1-buffered; the worker's channel when it parks on an event
+	batch []item
+	pos   int
 
-	done atomic.Uint64 // entries completed; written only by the worker
+	done gpu.Counter // entries completed; published only by the worker
 
-	// Waiters parked on this stream's completed count, guarded by wmu.
-	// wmin is the smallest seq among them (MaxUint64 when none), so a
-	// completion costs one extra atomic load when nobody waits.
-	wmu     sync.Mutex
-	waiters []waiter
-	wmin    atomic.Uint64
-
-	// First task panic since the last Synchronize, guarded by pmu.
+	// First task panic and first bridged wait given up at Close since the
+	// last Synchronize, guarded by pmu.
 	pmu     sync.Mutex
 	panicE  *PanicError
 	panicsN int
-}
-
-type waiter struct {
-	seq uint64
-	ch  chan struct{} // 1-buffered; receives one send when done >= seq
+	gaveUp  error
 }
 
 // Device returns topology.CPU.
@@ -280,21 +279,26 @@ func (s *cpuStream) Record() gpu.Event {
 	return cpuEvent{s: s, seq: seq}
 }
 
-// Wait queues a wait on e. An event that has already fired, or that
-// belongs to this stream, queues nothing. An event that is not from a
-// stream of this device returns an error naming it and queues nothing.
+// Wait queues a wait on e. An event of this device that has already
+// fired, or that belongs to this stream, queues nothing, and neither does
+// any other event whose Done reports true.
+//
+// Any other event (a gpu.Counter's, a CodeDevice's, a CPU device's other
+// than this one) is bridged: the stream's worker, on reaching the wait,
+// checks e.Done and otherwise blocks in e.Wait until it fires, so the
+// tasks behind it wait too, and no other goroutine is involved. A bridged
+// wait allocates its 32-byte queue record. The event's own outcome (the
+// failures e.Wait reports for a CodeDevice's commands) is not the
+// stream's: whoever needs it asks the event. Close gives up a bridged
+// wait that is still pending (see the device's Close); the next
+// Synchronize returns an error wrapping gpu.ErrClosed that names it.
 func (s *cpuStream) Wait(e gpu.Event) error {
-	ce, ok := e.(cpuEvent)
-	if !ok || ce.s == nil {
-		if e == nil {
-			return fmt.Errorf("cpu: %v: wait on a nil event", s)
-		}
-		return fmt.Errorf("cpu: %v: cannot wait on an event of another device (%T)", s, e)
+	if e == nil {
+		return fmt.Errorf("cpu: %v: wait on a nil event", s)
 	}
-	if ce.s.dev != s.dev {
-		return fmt.Errorf("cpu: %v: cannot wait on an event of another device (%v of a different device instance)", s, ce)
-	}
-	if ce.s == s || ce.s.done.Load() >= ce.seq {
+	ce, own := e.(cpuEvent)
+	own = own && (ce.s == nil || ce.s.dev == s.dev)
+	if own && (ce.s == nil || ce.s == s || ce.s.done.Load() >= ce.seq) || !own && e.Done() {
 		// Queue order already implies it, or it has fired: nothing to
 		// queue, and no lock to take.
 		if s.closedA.Load() {
@@ -302,16 +306,20 @@ func (s *cpuStream) Wait(e gpu.Event) error {
 		}
 		return nil
 	}
+	it := item{src: ce.s, seq: ce.seq}
+	if !own {
+		it = item{task: &bridge{s: s, ev: e}}
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return gpu.ErrClosed
 	}
-	if ce.s.done.Load() >= ce.seq {
+	if own && ce.s.done.Load() >= ce.seq {
 		s.mu.Unlock()
 		return nil // fired since the check above
 	}
-	s.queue = append(s.queue, item{src: ce.s, seq: ce.seq})
+	s.queue = append(s.queue, it)
 	s.enq++
 	wake := s.sleeping
 	s.sleeping = false
@@ -322,28 +330,55 @@ func (s *cpuStream) Wait(e gpu.Event) error {
 	return nil
 }
 
+// bridge is a wait on an event not of the stream's device, run as a task
+// on the waiting stream's worker.
+type bridge struct {
+	s  *cpuStream
+	ev gpu.Event
+}
+
+// Run waits for the event, or gives up when the device is closing.
+func (w *bridge) Run() {
+	if w.ev.Done() {
+		return
+	}
+	closing := w.s.dev.closing
+	if err := w.ev.Wait(closing); err != nil && closing.Err() != nil && !w.ev.Done() {
+		w.s.pmu.Lock()
+		if w.s.gaveUp == nil {
+			w.s.gaveUp = fmt.Errorf("cpu: %v: wait on %v given up at Close: %w", w.s, w.ev, gpu.ErrClosed)
+		}
+		w.s.pmu.Unlock()
+	}
+}
+
 // Synchronize waits until every entry queued before the call is complete,
-// then returns and clears the stream's first recovered task panic, if any.
-// It returns ctx.Err() if ctx is done first; the panic is then kept for the
-// next Synchronize. It works after Close.
+// then returns and clears the stream's first recovered task panic (a
+// *PanicError) and its first bridged wait given up at Close (an error
+// wrapping gpu.ErrClosed), if any: one of them, or both joined. It returns
+// ctx.Err() if ctx is done first; what it would have returned is then kept
+// for the next Synchronize. It works after Close.
 func (s *cpuStream) Synchronize(ctx context.Context) error {
 	s.mu.Lock()
 	seq := s.enq
 	s.mu.Unlock()
-	if err := s.awaitCtx(ctx, seq); err != nil {
+	if _, err := s.done.WaitFor(ctx, seq); err != nil {
 		return err
 	}
 	s.pmu.Lock()
-	pe := s.panicE
+	pe, gaveUp := s.panicE, s.gaveUp
 	if pe != nil {
 		pe.More = s.panicsN - 1
 	}
-	s.panicE, s.panicsN = nil, 0
+	s.panicE, s.panicsN, s.gaveUp = nil, 0, nil
 	s.pmu.Unlock()
-	if pe == nil {
-		return nil
+	switch {
+	case pe == nil:
+		return gaveUp
+	case gaveUp == nil:
+		return pe
 	}
-	return pe
+	return errors.Join(pe, gaveUp)
 }
 
 // work is the stream's worker loop. It runs the current batch from pos,
@@ -358,7 +393,9 @@ func (s *cpuStream) work() {
 			if it.src == nil {
 				s.run(it.task)
 			} else if it.src.done.Load() < it.seq {
-				it.src.await(it.seq, s.evwake)
+				// An event of this device: it fires once the tasks
+				// before it have run, which Close lets happen.
+				_, _ = it.src.done.WaitFor(context.Background(), it.seq)
 			}
 			s.complete()
 		}
@@ -386,12 +423,6 @@ func (s *cpuStream) work() {
 // maxKeptBatch is the largest queue capacity (entries) a worker keeps for
 // reuse after draining it.
 const maxKeptBatch = 1 << 16
-
-// awaitYields is how many times a worker yields (runtime.Gosched),
-// re-checking the event, before it parks on an unfired event. Parking and
-// waking cost a few hundred ns; on a ping-pong between two streams the
-// yields cut the cost of a handoff by about a third (BenchmarkEventWait).
-const awaitYields = 4
 
 // run calls t.Run, recovering a panic into the stream's panic record. If t
 // calls runtime.Goexit, the worker goroutine cannot be saved: run records
@@ -427,122 +458,11 @@ func (s *cpuStream) notePanic(pe *PanicError) {
 	s.pmu.Unlock()
 }
 
-// complete marks one more entry complete and wakes the waiters it satisfies.
+// complete marks one more entry complete and wakes the waiters it
+// satisfies. Only the stream's worker calls it.
 func (s *cpuStream) complete() {
-	n := s.done.Add(1)
-	if n >= s.wmin.Load() {
-		s.wakeWaiters(n)
-	}
+	s.done.Publish(s.done.Load() + 1)
 }
-
-func (s *cpuStream) wakeWaiters(n uint64) {
-	s.wmu.Lock()
-	minSeq := uint64(math.MaxUint64)
-	kept := s.waiters[:0]
-	for _, w := range s.waiters {
-		if w.seq <= n {
-			w.ch <- struct{}{} // 1-buffered, one send per registration: never blocks
-			continue
-		}
-		kept = append(kept, w)
-		minSeq = min(minSeq, w.seq)
-	}
-	clear(s.waiters[len(kept):])
-	s.waiters = kept
-	s.wmin.Store(minSeq)
-	s.wmu.Unlock()
-}
-
-// register adds a waiter for done >= seq and reports whether it was already
-// reached, in which case nothing stays registered. The order (publish wmin,
-// then load done) pairs with complete's (add done, then load wmin): with
-// sequentially consistent atomics at least one side sees the other, so no
-// wake-up is lost.
-func (s *cpuStream) register(seq uint64, ch chan struct{}) (reached bool) {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	s.waiters = append(s.waiters, waiter{seq: seq, ch: ch})
-	if seq < s.wmin.Load() {
-		s.wmin.Store(seq)
-	}
-	if s.done.Load() >= seq {
-		s.removeLocked(ch)
-		return true
-	}
-	return false
-}
-
-// unregister removes ch's registration and reports whether it was still
-// there; if not, a wake-up was (or is being) sent on ch under wmu.
-func (s *cpuStream) unregister(ch chan struct{}) bool {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	return s.removeLocked(ch)
-}
-
-func (s *cpuStream) removeLocked(ch chan struct{}) bool {
-	for i, w := range s.waiters {
-		if w.ch != ch {
-			continue
-		}
-		last := len(s.waiters) - 1
-		s.waiters[i] = s.waiters[last]
-		s.waiters[last] = waiter{}
-		s.waiters = s.waiters[:last]
-		minSeq := uint64(math.MaxUint64)
-		for _, w := range s.waiters {
-			minSeq = min(minSeq, w.seq)
-		}
-		s.wmin.Store(minSeq)
-		return true
-	}
-	return false
-}
-
-// await blocks until done >= seq, first yielding a few times, then parking
-// on ch (the waiting worker's own 1-buffered channel, empty on entry and on
-// return).
-func (s *cpuStream) await(seq uint64, ch chan struct{}) {
-	for range awaitYields {
-		runtime.Gosched()
-		if s.done.Load() >= seq {
-			return
-		}
-	}
-	if s.register(seq, ch) {
-		return
-	}
-	<-ch
-}
-
-// awaitCtx blocks until done >= seq or ctx is done.
-func (s *cpuStream) awaitCtx(ctx context.Context, seq uint64) error {
-	if s.done.Load() >= seq {
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	ch := wakeChans.Get().(chan struct{})
-	defer wakeChans.Put(ch) // empty again on every path below
-	if s.register(seq, ch) {
-		return nil
-	}
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		if !s.unregister(ch) {
-			<-ch // fired while we were giving up; the send is already in ch
-			return nil
-		}
-		return ctx.Err()
-	}
-}
-
-// wakeChans holds empty 1-buffered channels for awaitCtx, so Synchronize
-// and Event.Wait do not allocate one per call.
-var wakeChans = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
 
 // cpuEvent is a point in a CPU stream's queue: it fires when the stream's
 // completed count reaches seq.
@@ -560,7 +480,8 @@ func (e cpuEvent) Wait(ctx context.Context) error {
 	if e.s == nil {
 		return nil
 	}
-	return e.s.awaitCtx(ctx, e.seq)
+	_, err := e.s.done.WaitFor(ctx, e.seq)
+	return err
 }
 
 // String returns "cpu stream N @ seq".

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -198,29 +199,173 @@ func TestEventWaitDeadline(t *testing.T) {
 	require.NoError(t, e.Wait(context.Background()))
 }
 
-func TestCrossDeviceWait(t *testing.T) {
+// A wait on an event that is not of the stream's device is bridged: the
+// tasks queued after it run only once it has fired, and see what was
+// written before it fired (-race checks the happens-before). An event's
+// own failure is not the stream's.
+func TestBridgedWait(t *testing.T) {
+	var counter gpu.Counter
+	other := newCPU(t, 1)
+	otherRelease := make(chan struct{})
+	failing := &chanEvent{fire: make(chan struct{}), err: &gpu.CommandError{Stream: 1, Seq: 7, Label: "launch filter", Err: errors.New("out of resources")}}
+	plain := &chanEvent{fire: make(chan struct{})}
+	tests := []struct {
+		name  string
+		event func(t *testing.T) gpu.Event // the event, recorded before fire
+		fire  func()                       // makes it fire, after writing box
+	}{
+		{"counter event published from a goroutine",
+			func(*testing.T) gpu.Event { return counter.Event(1) },
+			func() { counter.Publish(1) }},
+		{"another CPU device's event",
+			func(t *testing.T) gpu.Event {
+				require.NoError(t, other.Stream(0).Launch(gpu.TaskFunc(func() { <-otherRelease })))
+				return other.Stream(0).Record()
+			},
+			func() { close(otherRelease) }},
+		{"foreign event",
+			func(*testing.T) gpu.Event { return plain },
+			func() { close(plain.fire) }},
+		{"foreign event that reports a failure",
+			func(*testing.T) gpu.Event { return failing },
+			func() { close(failing.fire) }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newCPU(t, 2)
+			s := d.Stream(1)
+			var box, seen int
+			e := tc.event(t)
+			require.False(t, e.Done())
+			require.NoError(t, s.Wait(e))
+			require.NoError(t, s.Launch(gpu.TaskFunc(func() { seen = box })))
+			after := s.Record()
+			assert.False(t, after.Done(), "the task behind the bridged wait ran before the event fired")
+			fired := make(chan struct{})
+			go func() {
+				defer close(fired)
+				box = 42
+				tc.fire()
+			}()
+			require.NoError(t, s.Synchronize(context.Background()), "the event's outcome is not the stream's")
+			<-fired
+			assert.True(t, e.Done())
+			assert.Equal(t, 42, seen)
+		})
+	}
+}
+
+// Wait queues nothing for an event that has fired, whatever its kind, and
+// refuses a nil one.
+func TestWaitFiredOrNil(t *testing.T) {
 	d1 := newCPU(t, 1)
 	d2 := newCPU(t, 1)
-	release := make(chan struct{})
-	defer close(release)
-	require.NoError(t, d2.Stream(0).Launch(gpu.TaskFunc(func() { <-release })))
-	err := d1.Stream(0).Wait(d2.Stream(0).Record())
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "another device")
-
-	err = d1.Stream(0).Wait(foreignEvent{})
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "cpu_test.foreignEvent")
-
-	err = d1.Stream(0).Wait(nil)
+	var counter gpu.Counter
+	counter.Publish(3)
+	for _, tc := range []struct {
+		name string
+		e    gpu.Event
+	}{
+		{"fired foreign event", foreignEvent{}},
+		{"reached counter event", counter.Event(3)},
+		{"idle stream of another CPU device", d2.Stream(0).Record()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.NoError(t, d1.Stream(0).Wait(tc.e))
+			assert.True(t, d1.Stream(0).Record().Done(), "nothing was queued")
+		})
+	}
+	err := d1.Stream(0).Wait(nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "nil event")
+}
+
+// Close does not wait for a bridged wait that never fires: the wait gives
+// up, the tasks behind it run once each, and the stream's Synchronize says
+// so with an error wrapping gpu.ErrClosed.
+func TestCloseGivesUpBridgedWait(t *testing.T) {
+	tests := []struct {
+		name    string
+		pending func(entered chan struct{}) gpu.Event
+	}{
+		{"counter event", func(entered chan struct{}) gpu.Event {
+			close(entered) // a Counter cannot say when its waiter parks; Close gives it up either way
+			return new(gpu.Counter).Event(1)
+		}},
+		{"foreign event blocked in Wait", func(entered chan struct{}) gpu.Event {
+			return &blockingEvent{entered: entered}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := cpu.New(cpu.WithStreams(2))
+			require.NoError(t, err)
+			s := d.Stream(0)
+			entered := make(chan struct{})
+			e := tc.pending(entered)
+			var ran atomic.Int64
+			require.NoError(t, s.Wait(e))
+			require.NoError(t, s.Launch(gpu.TaskFunc(func() { ran.Add(1) })))
+			<-entered
+			closed := make(chan error, 1)
+			go func() { closed <- d.Close() }()
+			select {
+			case err := <-closed:
+				require.NoError(t, err)
+			case <-time.After(time.Minute): // a hang guard: a correct Close returns at once
+				t.Fatal("Close hangs on a bridged wait")
+			}
+			assert.Equal(t, int64(1), ran.Load(), "the task behind the given-up wait ran once")
+			err = s.Synchronize(context.Background())
+			require.ErrorIs(t, err, gpu.ErrClosed)
+			assert.Contains(t, err.Error(), "cpu: cpu stream 0: wait on ")
+			assert.Contains(t, err.Error(), "given up at Close")
+			require.NoError(t, s.Synchronize(context.Background()), "reported once")
+			assert.ErrorIs(t, s.Wait(e), gpu.ErrClosed)
+		})
+	}
 }
 
 type foreignEvent struct{}
 
 func (foreignEvent) Done() bool                     { return true }
 func (foreignEvent) Wait(ctx context.Context) error { return nil }
+
+// chanEvent fires when fire is closed; its Wait then returns err.
+type chanEvent struct {
+	fire chan struct{}
+	err  error
+}
+
+func (e *chanEvent) Done() bool {
+	select {
+	case <-e.fire:
+		return true
+	default:
+		return false
+	}
+}
+
+func (e *chanEvent) Wait(ctx context.Context) error {
+	select {
+	case <-e.fire:
+		return e.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// blockingEvent never fires; its Wait closes entered, then blocks until
+// ctx is done.
+type blockingEvent struct{ entered chan struct{} }
+
+func (*blockingEvent) Done() bool { return false }
+
+func (e *blockingEvent) Wait(ctx context.Context) error {
+	close(e.entered)
+	<-ctx.Done()
+	return ctx.Err()
+}
 
 func TestSynchronizeReturnsPanic(t *testing.T) {
 	d := newCPU(t, 1)

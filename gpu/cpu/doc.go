@@ -5,10 +5,12 @@
 //
 // Each stream is one long-lived worker goroutine that drains an ordered
 // queue; an event is a (stream, sequence number) pair that fires when the
-// stream's completed count reaches it, so a satisfied wait is one atomic
-// load. Queuing a task needs no goroutine, channel or allocation of its
-// own. A task that panics does not stop its stream: the panic comes back
-// as a [*PanicError] from the stream's next Synchronize.
+// stream's completed count, a gpu.Counter, reaches it, so a satisfied wait
+// is one atomic load. A stream waits on any other event (a gpu.Counter's,
+// another device's) by bridging it on its worker. Queuing a task needs no
+// goroutine, channel or allocation of its own. A task that panics does not
+// stop its stream: the panic comes back as a [*PanicError] from the
+// stream's next Synchronize.
 //
 // Ownership: the caller of New owns the device and must Close it; Close
 // drains every stream and stops their workers (no goroutine outlives it).
