@@ -750,3 +750,27 @@ func TestCodeDeviceExecuteRefuses(t *testing.T) {
 		assert.EqualError(t, inner, "exec: a graph run from inside a kernel cannot launch on a code device")
 	})
 }
+
+// A launch shape that fails Shape.Check fails the launch, naming the
+// kernel and what is wrong; the device runs nothing for it.
+func TestCodeDeviceBadShape(t *testing.T) {
+	for _, cd := range codeDevs() {
+		t.Run(cd.name, func(t *testing.T) {
+			e := cpuAnd(t, 1, cd.make(t, 1))
+			g := dag.New()
+			in, out := g.AddBuffer("in", 8), g.AddBuffer("out", 8)
+			g.AddKernel("source", put(1), dag.Writes(in))
+			g.AddKernel("bad", nil, dag.Reads(in), dag.Writes(out),
+				dag.OpenCL(scaleCL, "scale", func([]int64) dag.Shape { return dag.Shape{Global: []int{1, 1, 1, 1}} },
+					dag.BufferArg(in), dag.BufferArg(out), dag.ScalarArg(uint64(1)), dag.ScalarArg(uint64(0))))
+			res, err := e.Run(t.Context(), g)
+			require.NoError(t, err)
+			defer res.Close()
+			l := launchByName(t, res, "bad")
+			assert.Equal(t, exec.StatusFailed, l.Status)
+			assert.EqualError(t, l.Err, `exec: kernel "bad": dag: launch shape with 4 dimensions: want 1 to 3`)
+			_, err = res.Buffer(out)
+			assert.Error(t, err)
+		})
+	}
+}
