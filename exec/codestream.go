@@ -41,8 +41,9 @@ import (
 //   - a Record after a launch another stream waits on, after a copy, and
 //     at the end of the list (or of the enqueue window); the failures a
 //     recorded event reports (*gpu.CommandError) are mapped back to the
-//     launches it covers by label (a kernel launch's label is its name; a
-//     copy ends its segment).
+//     launches it covers by label (a kernel launch's label is its name,
+//     unique in the graph; a copy, whose commands the device labels by
+//     kind, ends its segment).
 //
 // Settling a launch follows the CPU device's contract: once the launches
 // it waits for have settled, a launch whose required read is tainted is
@@ -370,6 +371,7 @@ func (c *codeRun) run(dev gpu.CodeDevice, slots int) {
 		if v := recover(); v != nil {
 			r.noteInternal(fmt.Errorf("exec: internal error on code stream %d: %v\n%s", b.gs, v, debug.Stack()))
 			_ = c.st.Record().Wait(context.Background())
+			b.left = -1 // cancelled here, not again once the run has quiesced
 			for c.set < len(b.list) {
 				i := int(b.list[c.set].idx)
 				if !c.state[c.set].settled {
@@ -389,7 +391,9 @@ func (c *codeRun) run(dev gpu.CodeDevice, slots int) {
 		if done != nil {
 			select {
 			case <-done:
-				b.left = c.pos
+				if b.left < 0 { // else a settled launch gave up earlier
+					b.left = c.pos
+				}
 			default:
 			}
 			if b.left >= 0 {
@@ -515,26 +519,11 @@ func (c *codeRun) enqueue() {
 	if c.state[k].err == nil {
 		c.state[k].err = c.launch(k, l)
 	}
-	if l.Copy != nil || h.record || c.pos == len(b.list) || c.labelTaken(k) {
+	// A kernel's failure names it (its label: kernel names are unique in
+	// a graph), but a copy's names only its kind: a copy ends a segment.
+	if l.Copy != nil || h.record || c.pos == len(b.list) {
 		c.recordTo(c.pos)
 	}
-}
-
-// labelTaken reports whether a launch before k in the open segment (not
-// yet covered by a Record) has k's name: a failure could not be told
-// apart then, so k starts a segment of its own.
-func (c *codeRun) labelTaken(k int) bool {
-	from := c.set
-	if n := len(c.segs); n > 0 {
-		from = c.segs[n-1].end
-	}
-	name := c.r.plan.launches[c.b.list[k].idx].Name
-	for j := from; j < k; j++ {
-		if c.r.plan.launches[c.b.list[j].idx].Name == name {
-			return true
-		}
-	}
-	return false
 }
 
 // recordTo records an event covering the launches before end that no

@@ -694,3 +694,83 @@ func TestCodeDeviceConcurrentRunsAndLongChains(t *testing.T) {
 		})
 	}
 }
+
+// What Execute refuses on a plan with a code device, with an error naming
+// why: a run while another holds the device and ctx ends, a device loss,
+// a run from inside a kernel.
+func TestCodeDeviceExecuteRefuses(t *testing.T) {
+	d := codeDevs()[0].make(t, 1)
+	e := cpuAnd(t, 1, d)
+	g, _, _ := scaleGraph(1, 1, 2, false)
+	p, err := e.Plan(g)
+	require.NoError(t, err)
+
+	t.Run("device held by another run", func(t *testing.T) {
+		started, release := make(chan struct{}), make(chan struct{})
+		hold := dag.New()
+		x, y := hold.AddBuffer("x", 8), hold.AddBuffer("y", 8)
+		hold.AddKernel("wait", func(context.Context, dag.Launch) error {
+			close(started)
+			<-release
+			return nil
+		}, dag.Writes(x))
+		hold.AddKernel("scale", nil, dag.Reads(x), dag.Writes(y),
+			dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(x), dag.BufferArg(y), dag.ScalarArg(uint64(1)), dag.ScalarArg(uint64(0))))
+		done := make(chan error, 1)
+		go func() {
+			res, err := e.Run(t.Context(), hold)
+			if err == nil {
+				err = res.Err()
+				res.Close()
+			}
+			done <- err
+		}()
+		<-started
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		_, err := e.Execute(ctx, p)
+		assert.EqualError(t, err, "exec: wait for opencl7, which another run holds: context canceled")
+		close(release)
+		assert.NoError(t, <-done)
+	})
+	t.Run("device loss", func(t *testing.T) {
+		_, err := e.Execute(t.Context(), p, exec.WithDeviceLoss(topology.CPU, 0.5))
+		assert.EqualError(t, err, "exec: a device loss is not simulated on a plan with code devices")
+	})
+	t.Run("from inside a kernel", func(t *testing.T) {
+		outer := dag.New()
+		var inner error
+		outer.AddKernel("nest", func(ctx context.Context, _ dag.Launch) error {
+			_, inner = e.Execute(ctx, p)
+			return nil
+		}, dag.Writes(outer.AddBuffer("z", 8)))
+		res, err := newExecutor(t, 1).Run(t.Context(), outer)
+		require.NoError(t, err)
+		res.Close()
+		assert.EqualError(t, inner, "exec: a graph run from inside a kernel cannot launch on a code device")
+	})
+}
+
+// A launch shape that fails Shape.Check fails the launch, naming the
+// kernel and what is wrong; the device runs nothing for it.
+func TestCodeDeviceBadShape(t *testing.T) {
+	for _, cd := range codeDevs() {
+		t.Run(cd.name, func(t *testing.T) {
+			e := cpuAnd(t, 1, cd.make(t, 1))
+			g := dag.New()
+			in, out := g.AddBuffer("in", 8), g.AddBuffer("out", 8)
+			g.AddKernel("source", put(1), dag.Writes(in))
+			g.AddKernel("bad", nil, dag.Reads(in), dag.Writes(out),
+				dag.OpenCL(scaleCL, "scale", func([]int64) dag.Shape { return dag.Shape{Global: []int{1, 1, 1, 1}} },
+					dag.BufferArg(in), dag.BufferArg(out), dag.ScalarArg(uint64(1)), dag.ScalarArg(uint64(0))))
+			res, err := e.Run(t.Context(), g)
+			require.NoError(t, err)
+			defer res.Close()
+			l := launchByName(t, res, "bad")
+			assert.Equal(t, exec.StatusFailed, l.Status)
+			assert.EqualError(t, l.Err, `exec: kernel "bad": dag: launch shape with 4 dimensions: want 1 to 3`)
+			_, err = res.Buffer(out)
+			assert.Error(t, err)
+		})
+	}
+}

@@ -29,10 +29,10 @@
 // each launch another stream waits on; a wait that is already satisfied
 // costs one atomic load (none when an earlier load already saw enough),
 // and only an unsatisfied one spins briefly, yields, then parks, giving up
-// when the run's ctx is done. Per
-// launch there is no goroutine, channel, lock or allocation on the clean
-// path, and by default no clock reading either (launch timing,
-// [WithLaunchTiming](true), reads the clock once per launch). Each
+// when the run's ctx is done. Per launch there is no goroutine, channel,
+// lock or allocation on the clean path, and by default no clock reading
+// either (launch timing, [WithLaunchTiming](true), reads the clock once
+// per launch). Each
 // launch is settled through the error graph (package failgraph): a
 // launch whose reads are tainted is skipped and passes the root failure on
 // to its writes; a kernel error or panic fails the launch and taints its

@@ -643,7 +643,13 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 			if p.mem[d] {
 				b.state.Store(listStarted) // driven, not queued: not to be withdrawn
 				cd, _ := codeDevice(devs[d])
-				r.startCode(b, cd, cd.Stream(s).(gpu.CodeStream), &code)
+				if st, ok := cd.Stream(s).(gpu.CodeStream); ok {
+					r.startCode(b, cd, st, &code)
+				} else {
+					err := fmt.Errorf("exec: %v stream %d is not a gpu.CodeStream", devs[d].ID(), s)
+					errs = append(errs, err)
+					b.cancelRest(err)
+				}
 				continue
 			}
 			if err := devs[d].Stream(s).Launch(b); err != nil {
