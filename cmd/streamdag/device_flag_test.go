@@ -187,3 +187,23 @@ func TestRunFlightsDeviceOpenCLFail(t *testing.T) {
 	assert.Contains(t, errs, "partial[1]: skipped (failure #1) ← copy keep[1] cpu→opencl0 ← filter[1]")
 	assert.Contains(t, errs, "PARTIAL RESULT: 1 of 4 partitions lost")
 }
+
+// TestRunFlightsDeviceAutoWithoutGPU: where the OpenCL devices are CPUs
+// (PoCL), --device auto (the default) runs every kernel on the CPU device
+// and says why, naming the OpenCL devices it found.
+func TestRunFlightsDeviceAutoWithoutGPU(t *testing.T) {
+	needOpenCL(t)
+	infos, err := openCLInfos()
+	require.NoError(t, err)
+	for _, d := range infos {
+		if d.Type&opencl.TypeGPU != 0 {
+			t.Skipf("an OpenCL GPU is present (%s): auto takes it", d.Name)
+		}
+	}
+	code, _, errs := cli(t, "run", "flights", "--top", "1")
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, errs, "--device auto: no OpenCL GPU (found "+infos[0].Name+" (")
+	assert.Contains(t, errs, "so every kernel runs on the CPU device\n")
+	assert.Regexp(t, `launches on \d+ streams? of cpu,`, errs)
+	assert.NotContains(t, errs, "opencl0")
+}
