@@ -11,7 +11,8 @@ import (
 
 // TestReadmeProgram: the README's program in "Device code (OpenCL)" is
 // Example's code: every line of it from the OpenCL C source on, but
-// func main, is a line of example_test.go, in the same order.
+// func main, is a line of example_test.go, in the same order; and the
+// output the README shows is the Example's.
 func TestReadmeProgram(t *testing.T) {
 	readme, err := os.ReadFile("../../README.md")
 	require.NoError(t, err)
@@ -21,6 +22,7 @@ func TestReadmeProgram(t *testing.T) {
 	j := strings.Index(s[i:], "```go\n")
 	require.GreaterOrEqual(t, j, 0)
 	block := s[i+j+len("```go\n"):]
+	rest := block[strings.Index(block, "```\n")+4:]
 	block = block[:strings.Index(block, "```\n")]
 	k := strings.Index(block, "const squareCL")
 	require.GreaterOrEqual(t, k, 0, "the program declares squareCL")
@@ -40,4 +42,19 @@ func TestReadmeProgram(t *testing.T) {
 		}
 		at++
 	}
+
+	const outHead = "Output:\n\n```\n"
+	require.True(t, strings.HasPrefix(rest, "\n"+outHead), "the program's output follows it")
+	shown := rest[len(outHead)+1:]
+	shown = shown[:strings.Index(shown, "```\n")]
+	example := string(ex)
+	example = example[strings.Index(example, "\t// Output:\n")+len("\t// Output:\n"):]
+	var want strings.Builder
+	for _, l := range strings.Split(example, "\n") {
+		if !strings.HasPrefix(l, "\t// ") {
+			break
+		}
+		want.WriteString(strings.TrimPrefix(l, "\t// ") + "\n")
+	}
+	assert.Equal(t, want.String(), shown)
 }
