@@ -107,8 +107,10 @@ const (
 // pointer to the first byte the kernel declares of id, and covers through
 // the last (the hull of its declared reads and writes of id: a kernel
 // that declares several ranges of id gets one pointer). The device code
-// may touch only the bytes the kernel declares. A value buffer binds
-// as the bytes its device holds for the value.
+// may touch only the bytes the kernel declares. Device code runs on raw
+// buffers only: a kernel that reads or writes a value buffer runs its
+// host code (exec's Plan reports an error naming the kernel and the
+// buffer when it has none).
 func BufferArg(id BufferID) Arg { return Arg{kind: argBuffer, bind: buffers.Binding{Buffer: id}} }
 
 // ScalarArg binds the entry point's argument to a scalar value, passed by

@@ -31,11 +31,17 @@ import (
 // enqueues the launches in order and settles them in order as the device
 // completes them:
 //
-//   - a launch's cross-stream waits are enqueued as Stream.Wait on the
-//     producers' settle events (progressEvent: the run's per-stream
-//     progress counter as a gpu.Event, which the device bridges), so a
-//     launch starts on the device only once the launches it waits for have
-//     settled, on whatever device they ran;
+//   - a launch's cross-stream waits are taken on the host, on the run's
+//     per-stream progress (the launches it waits for have settled, on
+//     whatever device they ran), after the stream has settled what it
+//     enqueued before: a device's queue runs in order, so nothing the
+//     launch precedes could have started sooner, and a device never holds
+//     a command whose producers may not run. (Waits enqueued on the
+//     device, Stream.Wait on a settle event, cannot be withdrawn when the
+//     run's ctx ends: the device would then wait for work that will not
+//     come, or have to be let go before what the command must follow has
+//     finished, a CopyOut into host memory that a host kernel still
+//     reads, say.);
 //   - the launch itself: LaunchKernel with the variant's shape and
 //     arguments, or the copy;
 //   - a Record after a launch another stream waits on, after a copy, and
@@ -245,60 +251,6 @@ func leaseCode(ctx context.Context, p *Plan, devs []gpu.Device) (func(), error) 
 	return release, nil
 }
 
-// progressEvent is the run's settled progress of global stream gs
-// reaching n, as a gpu.Event a code stream waits on (the device bridges
-// it). It also fires once stream gs is done with the run (quiet): its
-// list either published all its progress or stopped because the run's
-// ctx is done, and then a device must not wait for work that will not
-// come.
-type progressEvent struct {
-	r  *run
-	gs int
-	n  uint64
-}
-
-var _ gpu.Event = progressEvent{}
-
-// Done reports whether the event has fired.
-func (e progressEvent) Done() bool {
-	return e.r.progress[e.gs].Load() >= e.n || e.r.quiet[e.gs].ctx.Err() != nil
-}
-
-// Wait blocks until the event fires (nil) or ctx is done (ctx.Err()).
-func (e progressEvent) Wait(ctx context.Context) error {
-	if e.Done() {
-		return nil
-	}
-	q := e.r.quiet[e.gs].ctx
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(q, cancel)()
-	if _, err := e.r.progress[e.gs].WaitFor(wctx, e.n); err == nil || q.Err() != nil {
-		return nil
-	}
-	return ctx.Err()
-}
-
-// quietSignal is done (its ctx) once a stream's list is done with the
-// run: its progress moves no further.
-type quietSignal struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-}
-
-// newQuiet returns n streams' quiet signals, none done.
-func newQuiet(n int) []quietSignal {
-	qs := make([]quietSignal, n)
-	for i := range qs {
-		qs[i].ctx, qs[i].cancel = context.WithCancel(context.Background())
-	}
-	return qs
-}
-
-// quietStream marks global stream gs as done with the run (see
-// progressEvent). It is idempotent.
-func (r *run) quietStream(gs int) { r.quiet[gs].cancel() }
-
 // segment is a run of a code stream's launches, [start, end) by position,
 // covered by one recorded event.
 type segment struct {
@@ -382,7 +334,6 @@ func (c *codeRun) run(dev gpu.CodeDevice, slots int) {
 			r.progress[b.gs].Publish(uint64(len(b.list)))
 		}
 		c.releaseStatus()
-		r.quietStream(b.gs)
 		r.listDone()
 	}()
 	c.prepare(dev, slots)
@@ -478,24 +429,24 @@ func (c *codeRun) releaseStatus() {
 	}
 }
 
-// enqueue enqueues the launch at pos: its waits, its commands and, where
-// needed, a Record. A launch whose taint is known already (every launch
-// before it on the stream has settled, and so have those it waits for)
-// is settled here instead, without enqueueing.
+// enqueue enqueues the launch at pos, once the launches of other streams
+// it waits for have settled, and where needed a Record. While one has
+// not, the stream first settles what it has enqueued (the launch waited
+// for may itself wait for those), then waits on the host: the device is
+// given only commands whose producers have settled, so a run whose ctx
+// ends never leaves a device waiting for work that will not come, or
+// running a command before what it must follow. When ctx ends during that
+// wait the launch is not enqueued: it and the rest of the list are
+// cancelled once the run has quiesced. A launch whose taint is known
+// already (every launch before it on the stream has settled, and so have
+// those it waits for) is settled here instead, without enqueueing.
 func (c *codeRun) enqueue() {
 	r, b := c.r, c.b
 	k := c.pos
 	h := &b.list[k]
 	i := int(h.idx)
 	l := &r.plan.launches[i]
-	waits := b.waits[c.wfrom:h.waits]
-	c.wfrom = int(h.waits)
-	c.pos++
-	if c.enqAt != nil {
-		c.enqAt[k] = int64(time.Since(r.out.base))
-	}
-	pending := false
-	for _, w := range waits {
+	for _, w := range b.waits[c.wfrom:h.waits] {
 		need := uint64(w.Seq)
 		if b.seen[w.Stream] >= need {
 			continue
@@ -503,12 +454,22 @@ func (c *codeRun) enqueue() {
 		if b.seen[w.Stream] = r.progress[w.Stream].Load(); b.seen[w.Stream] >= need {
 			continue
 		}
-		pending = true
-		if err := c.st.Wait(progressEvent{r: r, gs: w.Stream, n: need}); err != nil && c.state[k].err == nil {
-			c.state[k].err = fmt.Errorf("exec: %s stream %d: wait for stream %d: %w", r.devs[l.Device], l.Stream, w.Stream, err)
+		c.recordTo(k)
+		for len(c.segs) > 0 {
+			c.settleSegment()
+		}
+		var err error
+		if b.seen[w.Stream], err = r.progress[w.Stream].WaitFor(r.ctx, need); err != nil {
+			b.left = k // ctx is done
+			return
 		}
 	}
-	if !pending && c.set == k && (r.slow || !r.store.Empty()) && !c.ready(k) {
+	c.wfrom = int(h.waits)
+	c.pos++
+	if c.enqAt != nil {
+		c.enqAt[k] = int64(time.Since(r.out.base))
+	}
+	if c.set == k && (r.slow || !r.store.Empty()) && !c.ready(k) {
 		c.state[k].settled = true
 		c.set++
 		if h.record {
@@ -516,7 +477,7 @@ func (c *codeRun) enqueue() {
 		}
 		return
 	}
-	if c.state[k].err == nil {
+	if c.state[k].err == nil { // else a build error, say: nothing to enqueue
 		c.state[k].err = c.launch(k, l)
 	}
 	// A kernel's failure names it (its label: kernel names are unique in
@@ -727,18 +688,14 @@ func (c *codeRun) settleOne(k int, cmdErr error, end int64) {
 			r.progress[b.gs].Publish(uint64(k + 1))
 		}
 	}()
-	if b.left >= 0 && k >= b.left {
-		return // cancelled once the run has quiesced
-	}
 	wfrom := 0
 	if k > 0 {
 		wfrom = int(b.list[k-1].waits)
 	}
 	if !b.awaitAll(b.waits[wfrom:h.waits]) {
-		// ctx is done and a launch it waits for will not settle: it and
-		// the rest of the list are cancelled once the run has quiesced.
-		b.left = k
-		return
+		// Not reached: a launch is enqueued only once the launches it
+		// waits for have settled.
+		panic(fmt.Sprintf("exec: launch %d of code stream %d settled before what it waits for", k, b.gs))
 	}
 	if c.enqAt != nil {
 		slot := 2 * int(r.out.slot[i])

@@ -246,6 +246,14 @@ func TestCodeDeviceMixedPlan(t *testing.T) {
 				assert.False(t, l.End.Before(l.Start), "%s ends before it starts", l.Kernel)
 				assert.False(t, l.Start.IsZero(), "%s has no start", l.Kernel)
 			}
+			// The plan's DOT and the run's trace show the code device's
+			// streams like any other.
+			dot, err := p.MarshalDOT()
+			require.NoError(t, err)
+			assert.Contains(t, string(dot), dev.ID().String()+" stream 3")
+			var trace strings.Builder
+			require.NoError(t, exec.WriteTrace(&trace, p, res.Report))
+			assert.Contains(t, trace.String(), dev.ID().String()+" stream 0")
 		})
 	}
 }

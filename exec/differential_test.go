@@ -152,6 +152,10 @@ type program struct {
 	// code, when set, gives kernel i's OpenCL variant (and whether the
 	// kernel keeps its Go function beside it), or false for none.
 	code func(i int) (opt dag.KernelOption, host bool, ok bool)
+	// cancel, when set, is called by kernel cancelAt's Go function
+	// before it does anything else.
+	cancel   func()
+	cancelAt int
 }
 
 // randomProgram returns a program of 4–16 kernels over raw and value
@@ -329,6 +333,9 @@ func (p *program) graph(devs []topology.DeviceID) *dag.Graph {
 func (p *program) kernelFunc(i int) dag.KernelFunc {
 	k := p.kernels[i]
 	return func(_ context.Context, l dag.Launch) error {
+		if p.cancel != nil && i == p.cancelAt {
+			p.cancel()
+		}
 		h := mix(0xcbf29ce484222325, uint64(i))
 		for j, r := range k.reads {
 			if r.optional && l.Missing(j) != nil {
@@ -420,6 +427,12 @@ type outcome struct {
 // executor's placement.
 func runProgram(t *testing.T, e *exec.Executor, prog *program, loss *exec.LossSpec, place []int) *outcome {
 	t.Helper()
+	return runProgramCtx(t, t.Context(), e, prog, loss, place)
+}
+
+// runProgramCtx is runProgram under ctx.
+func runProgramCtx(t *testing.T, ctx context.Context, e *exec.Executor, prog *program, loss *exec.LossSpec, place []int) *outcome {
+	t.Helper()
 	var ids []topology.DeviceID
 	for _, d := range e.Devices() {
 		ids = append(ids, d.ID())
@@ -442,7 +455,7 @@ func runProgram(t *testing.T, e *exec.Executor, prog *program, loss *exec.LossSp
 	if loss != nil {
 		opts = append(opts, exec.WithDeviceLoss(loss.Device, loss.After))
 	}
-	res, err := e.Execute(t.Context(), p, opts...)
+	res, err := e.Execute(ctx, p, opts...)
 	require.NoError(t, err)
 	defer res.Close()
 	o := &outcome{status: map[string]string{}, ran: map[topology.DeviceID]int{}}

@@ -60,8 +60,8 @@
 // get device-memory instances, reserved with the run's other buffers and
 // released when it ends, and the copy launches between host and device
 // instances run on the code device's stream as CopyIn and CopyOut. One
-// goroutine per code stream enqueues its launches in order (waits on
-// other streams' settled progress, bridged by the device; the launch; a
+// goroutine per code stream enqueues its launches in order (once the
+// launches of other streams they wait for have settled; the launch; a
 // Record where another stream waits) and settles them in order as their
 // events fire, under the same contract as a CPU stream: skipped with the
 // root failure when a required read is tainted, failed with the device's

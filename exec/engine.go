@@ -234,7 +234,6 @@ func (b *streamRun) run() {
 	}()
 	b.loop()
 	finished = true
-	b.r.quietStream(b.gs)
 	b.r.listDone()
 }
 
@@ -244,7 +243,6 @@ var errInternal = errors.New("exec: the stream stopped on an internal error")
 // marks the list finished.
 func (b *streamRun) cancelRest(cause error) {
 	b.cancelFrom(cause)
-	b.r.quietStream(b.gs)
 	b.r.listDone()
 }
 
@@ -598,7 +596,6 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 	r.ctx = context.WithValue(r.ctx, runKey{}, r) // what the kernels get: a run they start knows it is nested
 	r.out = newOutcomes(p, time.Now(), timing)
 	r.progress = make([]gpu.Counter, len(c.lists))
-	r.quiet = newQuiet(len(c.lists))
 	r.slow = r.ctx.Done() != nil || r.loss != nil || r.unalloc != nil
 	r.finished = make(chan struct{})
 	runs := make([]streamRun, len(c.lists))
@@ -665,7 +662,6 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 			for gs := range runs {
 				if b := &runs[gs]; b.list != nil && b.state.CompareAndSwap(listQueued, listWithdrawn) {
 					b.left = 0
-					r.quietStream(gs)
 					r.listDone()
 				}
 			}
@@ -673,9 +669,6 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 		}
 	}
 	code.Wait()
-	for i := range r.quiet { // every list is done with the run
-		r.quiet[i].cancel()
-	}
 	// Launches a stream left when ctx was done: cancelled now, after
 	// every launch that ran has settled, in plan order.
 	var left []int

@@ -292,7 +292,6 @@ type run struct {
 	lists    atomic.Int32  // stream lists not finished
 	finished chan struct{} // closed when every list has finished
 	running  atomic.Bool   // the run's launches are going (a run its kernels start is nested)
-	quiet    []quietSignal // by global stream: its list is done with the run (see progressEvent)
 	mu       sync.Mutex    // guards internal
 	internal error
 }
