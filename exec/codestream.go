@@ -542,6 +542,13 @@ func (c *codeRun) launch(k int, l *PlannedLaunch) error {
 	if err := shape.Check(); err != nil {
 		return fmt.Errorf("exec: kernel %q: %w", l.Name, err)
 	}
+	if slices.Contains(shape.Global, 0) {
+		// dag.Shape: a zero size runs no work-item. OpenCL refuses an
+		// empty NDRange, so nothing is enqueued; the launch succeeds
+		// (its status word stays zero).
+		c.state[k].enqueued = true
+		return nil
+	}
 	args := make([]gpu.KernelArg, len(op.args))
 	for j, a := range op.args {
 		switch {

@@ -209,3 +209,39 @@ func openFile(name string) func(t *testing.T) kvio.Source {
 		return src
 	}
 }
+
+// TestDeviceGraphOnOpenCLEmptyPartitions: a source of fewer rows than
+// partitions gives partitions of no rows, whose filter launches have no
+// work-item: on the OpenCL device they run nothing, and the result is the
+// CPU graph's.
+func TestDeviceGraphOnOpenCLEmptyPartitions(t *testing.T) {
+	ds, err := opencl.Devices()
+	if err != nil || len(ds) == 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("no OpenCL device: %v", err)
+		}
+		t.Skipf("no OpenCL device: %v", err)
+	}
+	data := nullableParquet(t, 5, 5, 3, true, 145)
+	src := openParquet(t, "tiny.parquet", bytes.NewReader(data), int64(len(data)))
+	want := runOnCPU(t, src, 1, flights.Options{Partitions: 8, MinDelay: -100})
+	host, err := cpu.New(cpu.WithStreams(1))
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, host.Close()) }()
+	cl, err := opencl.NewDevice(ds[0], 1)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, cl.Close()) }()
+	e, err := exec.NewMulti([]gpu.Device{host, cl}, nil, exec.WithAllocator(leaktest.Allocator(t)))
+	require.NoError(t, err)
+	id := cl.ID()
+	got, err := flights.Run(t.Context(), e, src, flights.Options{Partitions: 8, MinDelay: -100, OpenCL: true, Device: &id})
+	require.NoError(t, err)
+	empty := 0
+	for _, p := range got.Pipeline.Partitions {
+		if p.RowHi == p.RowLo {
+			empty++
+		}
+	}
+	require.Positive(t, empty, "some partitions have no rows")
+	assert.Equal(t, csvOf(t, want), csvOf(t, got))
+}
