@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/streamdag/streamdag/topology"
 )
 
 // ErrInjected is the root error of a failure injected with InjectFailure.
@@ -24,6 +26,9 @@ func (g *Graph) KernelByName(name string) (KernelID, bool) {
 // InjectFailure replaces the function of the kernel named name with one
 // that returns ErrInjected, or panics with it when panics is set: fault
 // injection for users and tests (`streamdag run --fail KERNEL[:panic]`).
+// The kernel's device variants are dropped, and with them a pin
+// (OnDevice) or a preference (PreferDevice) for an OpenCL device, so the
+// failing function is its only code and runs wherever host code runs.
 // An unknown name is an error that lists a few kernel names.
 func (g *Graph) InjectFailure(name string, panics bool) error {
 	k, ok := g.KernelByName(name)
@@ -43,6 +48,16 @@ func (g *Graph) InjectFailure(name string, panics bool) error {
 		g.SetFunc(k, func(context.Context, Launch) error { panic(err) })
 	} else {
 		g.SetFunc(k, func(context.Context, Launch) error { return err })
+	}
+	if r := g.krecs[k]; r.extra != 0 {
+		ex := &g.extras[r.extra-1]
+		ex.variants = nil
+		if ex.device != nil && ex.device.Kind == topology.KindOpenCL {
+			ex.device = nil
+		}
+		if ex.prefer != nil && ex.prefer.Kind == topology.KindOpenCL {
+			ex.prefer = nil
+		}
 	}
 	return nil
 }

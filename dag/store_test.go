@@ -13,6 +13,7 @@ import (
 
 	"github.com/streamdag/streamdag/buffers"
 	"github.com/streamdag/streamdag/dag"
+	"github.com/streamdag/streamdag/topology"
 )
 
 func TestNamesAreCopied(t *testing.T) {
@@ -136,6 +137,35 @@ func TestSetFuncAndKernelByName(t *testing.T) {
 	require.NoError(t, g.InjectFailure("k", false))
 	assert.ErrorIs(t, g.Kernel(k).Fn(t.Context(), nil), dag.ErrInjected)
 	assert.ErrorContains(t, g.InjectFailure("x", false), `dag: no kernel "x" to fail (kernels: k)`)
+}
+
+// TestInjectFailureDropsDeviceCode: a failure injected into a kernel with
+// an OpenCL variant, pinned to an OpenCL device, leaves it only the
+// failing Go function, with no pin to the OpenCL device; a pin to
+// another device stays.
+func TestInjectFailureDropsDeviceCode(t *testing.T) {
+	nop := func(context.Context, dag.Launch) error { return nil }
+	g := dag.New()
+	b := g.AddBuffer("b", 8)
+	c := g.AddBuffer("c", 8)
+	cl := dag.OpenCL("__kernel void k(__global int *b) {}", "k", func([]int64) dag.Shape { return dag.Shape{Global: []int{1}} }, dag.BufferArg(b))
+	k := g.AddKernel("k", nop, dag.Writes(b), cl, dag.OnDevice(topology.OpenCL(0)))
+	h := g.AddKernel("h", nop, dag.Writes(c), cl, dag.Reads(b), dag.OnDevice(topology.GPU(1)))
+	p := g.AddKernel("p", nop, dag.Reads(c), dag.PreferDevice(topology.OpenCL(0)), dag.OpenCL("__kernel void p(__global int *c) {}", "p", func([]int64) dag.Shape { return dag.Shape{Global: []int{1}} }, dag.BufferArg(c)))
+	require.NoError(t, g.Validate())
+	for _, name := range []string{"k", "h", "p"} {
+		require.NoError(t, g.InjectFailure(name, false))
+	}
+	for _, id := range []dag.KernelID{k, h, p} {
+		kr := g.Kernel(id)
+		assert.Empty(t, kr.Variants, kr.Name)
+		assert.Equal(t, "cpu", kr.Codes(), kr.Name)
+		assert.ErrorIs(t, kr.Fn(t.Context(), nil), dag.ErrInjected, kr.Name)
+	}
+	assert.Nil(t, g.Kernel(k).Device)
+	assert.Equal(t, topology.GPU(1), *g.Kernel(h).Device, "a pin to a device that runs host code stays")
+	assert.Nil(t, g.Kernel(p).Prefer)
+	require.NoError(t, g.Validate())
 }
 
 func TestBuildWithFormattedNamesAllocatesNothing(t *testing.T) {

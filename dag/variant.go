@@ -87,18 +87,19 @@ func (s Shape) Check() error {
 type ShapeFunc func(argBytes []int64) Shape
 
 // Arg binds one argument of a device entry point: a buffer the kernel
-// declares (BufferArg) or a scalar (ScalarArg). The zero Arg is an
-// invalid argument, reported by Validate.
+// declares (BufferArg), a scalar (ScalarArg) or the launch's status word
+// (StatusArg). The zero Arg is an invalid argument, reported by Validate.
 type Arg struct {
 	bind   buffers.Binding // a buffer argument: the buffer, and in a kernel's variant the range bound
 	scalar any             // a scalar argument's value
-	kind   uint8           // argBuffer or argScalar
+	kind   uint8           // argBuffer, argScalar or argStatus
 }
 
 const (
 	argNone = iota
 	argBuffer
 	argScalar
+	argStatus
 )
 
 // BufferArg binds the entry point's argument to buffer id, which the
@@ -106,8 +107,10 @@ const (
 // pointer to the first byte the kernel declares of id, and covers through
 // the last (the hull of its declared reads and writes of id: a kernel
 // that declares several ranges of id gets one pointer). The device code
-// may touch only the bytes the kernel declares. A value buffer binds
-// as the bytes its device holds for the value.
+// may touch only the bytes the kernel declares. Device code runs on raw
+// buffers only: a kernel that reads or writes a value buffer runs its
+// host code (exec's Plan reports an error naming the kernel and the
+// buffer when it has none).
 func BufferArg(id BufferID) Arg { return Arg{kind: argBuffer, bind: buffers.Binding{Buffer: id}} }
 
 // ScalarArg binds the entry point's argument to a scalar value, passed by
@@ -115,6 +118,19 @@ func BufferArg(id BufferID) Arg { return Arg{kind: argBuffer, bind: buffers.Bind
 // (ulong), float32 (float) or float64 (double). Another type is recorded
 // as a mistake of the kernel and reported by Validate.
 func ScalarArg(v any) Arg { return Arg{kind: argScalar, scalar: v} }
+
+// StatusArg binds the entry point's argument to the launch's status word:
+// a __global int * to one int32 that the executor zeroes before the
+// launch and reads after it. Device code reports a soft failure by
+// storing a non-zero value there; the launch then fails with an error
+// naming the kernel and the value, and its writes are tainted as for any
+// failure. A variant has at most one status argument (Validate reports
+// a second).
+func StatusArg() Arg { return Arg{kind: argStatus} }
+
+// Status reports whether the argument is the launch's status word
+// (StatusArg).
+func (a Arg) Status() bool { return a.kind == argStatus }
 
 // Buffer returns the range a buffer argument binds (in an option, before
 // it is bound to a kernel: only the buffer id is set) and true, or false
@@ -132,6 +148,8 @@ func (a Arg) String() string {
 		return fmt.Sprintf("buffer %d [%d:%d)", a.bind.Buffer, a.bind.Offset, a.bind.End())
 	case argScalar:
 		return fmt.Sprintf("%T %v", a.scalar, a.scalar)
+	case argStatus:
+		return "status word"
 	}
 	return "invalid argument"
 }
@@ -195,6 +213,7 @@ func (g *Graph) bindVariant(k KernelID, v Variant, reads, writes []buffers.Bindi
 	}
 	out := v
 	out.Args = slices.Clone(v.Args)
+	status := 0
 	for i := range out.Args {
 		a := &out.Args[i]
 		switch a.kind {
@@ -216,8 +235,12 @@ func (g *Graph) bindVariant(k KernelID, v Variant, reads, writes []buffers.Bindi
 				g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: %s argument %d is a scalar of type %T: want int32, uint32, int64, uint64, float32 or float64",
 					name, v.Kind, i, a.scalar))
 			}
+		case argStatus:
+			if status++; status == 2 {
+				g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: %s argument %d is a second status word", name, v.Kind, i))
+			}
 		default:
-			g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: %s argument %d is neither a buffer nor a scalar (the zero Arg)", name, v.Kind, i))
+			g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: %s argument %d is neither a buffer, a scalar nor a status word (the zero Arg)", name, v.Kind, i))
 		}
 	}
 	return out

@@ -84,7 +84,15 @@ func TestVariantProblems(t *testing.T) {
 				x := g.AddBuffer("x", 8)
 				g.AddKernel("k", nil, dag.Writes(x), dag.OpenCL(copyCL, "copy", bytesShape, dag.Arg{}))
 			},
-			want: `dag: kernel "k": opencl argument 0 is neither a buffer nor a scalar (the zero Arg)`,
+			want: `dag: kernel "k": opencl argument 0 is neither a buffer, a scalar nor a status word (the zero Arg)`,
+		},
+		{
+			name: "two status words",
+			build: func(g *dag.Graph) {
+				x := g.AddBuffer("x", 8)
+				g.AddKernel("k", nil, dag.Writes(x), dag.OpenCL(copyCL, "copy", bytesShape, dag.BufferArg(x), dag.StatusArg(), dag.StatusArg()))
+			},
+			want: `dag: kernel "k": opencl argument 2 is a second status word`,
 		},
 		{
 			name: "two OpenCL variants",
@@ -230,4 +238,23 @@ func TestHostKernelsBesideVariantsAllocateNothing(t *testing.T) {
 		i++
 	})
 	assert.Zero(t, allocs, "allocations per host-only kernel")
+}
+
+func TestStatusArg(t *testing.T) {
+	a := dag.StatusArg()
+	assert.True(t, a.Status())
+	_, isBuf := a.Buffer()
+	_, isScalar := a.Scalar()
+	assert.False(t, isBuf)
+	assert.False(t, isScalar)
+	assert.Equal(t, "status word", a.String())
+	assert.False(t, dag.ScalarArg(int32(1)).Status())
+
+	g := dag.New()
+	x := g.AddBuffer("x", 8)
+	k := g.AddKernel("k", nil, dag.Writes(x), dag.OpenCL(copyCL, "copy", bytesShape, dag.StatusArg(), dag.BufferArg(x)))
+	require.NoError(t, g.Validate())
+	vs := g.KernelVariants(k)
+	require.Len(t, vs, 1)
+	assert.True(t, vs[0].Args[0].Status())
 }

@@ -125,17 +125,25 @@ type placer struct {
 	p      *Plan
 	g      *dag.Graph
 	devs   []topology.DeviceID
+	mem    devSet                // the code devices: their instances are device memory
 	pieces [][]piece             // by graph buffer: sorted, disjoint, covering its extent
 	rep    map[[2]int]buffers.ID // (graph buffer, device) → replica
 }
 
 // newPlacer starts tracking p's graph buffers: the bytes of buffer b are
-// on every device (nothing has written them), or only on its home device
-// when only[b] (an input, or bytes carried from an earlier phase).
+// on every device but code devices (nothing has written them: they read
+// as zeros, which device memory does not hold until copied there), or
+// only on its home device when only[b] (an input, or bytes carried from
+// an earlier phase).
 func newPlacer(p *Plan, only []bool) *placer {
 	pl := &placer{p: p, g: p.graph, devs: p.devices, pieces: make([][]piece, len(p.bufs)), rep: map[[2]int]buffers.ID{}}
+	for d, m := range p.mem {
+		if m {
+			pl.mem |= 1 << d
+		}
+	}
 	for b := range p.bufs {
-		on := allDevs
+		on := allDevs &^ pl.mem
 		if only[b] {
 			on = 1 << p.bufs[b].Device
 		}
@@ -210,11 +218,21 @@ func (pl *placer) read(r buffers.Binding, d int) buffers.Binding {
 			continue
 		}
 		// One copy for a run of pieces that come from the same device.
-		from := ps[i].on.pick(pl.p.bufs[b].Device)
+		home := pl.p.bufs[b].Device
+		from := ps[i].on.pick(home)
 		k := i
-		for k < j && !ps[k].on.has(d) && ps[k].on.pick(pl.p.bufs[b].Device) == from {
+		for k < j && !ps[k].on.has(d) && ps[k].on.pick(home) == from {
 			ps[k].on |= 1 << d
 			k++
+		}
+		if pl.mem.has(from) && pl.mem.has(d) && from != d {
+			// Between two code devices: through the host copy at home
+			// (which does not hold these bytes, or pick would give it).
+			pl.copy(b, ps[i].off, ps[k-1].end, from, home)
+			for x := i; x < k; x++ {
+				ps[x].on |= 1 << home
+			}
+			from = home
 		}
 		pl.copy(b, ps[i].off, ps[k-1].end, from, d)
 		i = k
@@ -255,7 +273,8 @@ func (pl *placer) merge(b dag.BufferID) {
 }
 
 // copy appends a copy launch of bytes [off, end) of b from device from
-// to device to.
+// to device to. It runs on a stream of to, or of from when from is a code
+// device (a code device's stream copies its memory out to the host).
 func (pl *placer) copy(b dag.BufferID, off, end int64, from, to int) {
 	buf := pl.g.Buffer(b)
 	name := buf.Name
@@ -267,7 +286,11 @@ func (pl *placer) copy(b dag.BufferID, off, end int64, from, to int) {
 	}
 	rd := buffers.Binding{Buffer: pl.instance(b, from), Offset: off, Length: end - off}
 	wr := buffers.Binding{Buffer: pl.instance(b, to), Offset: off, Length: end - off}
-	pl.p.launches = append(pl.p.launches, PlannedLaunch{Kernel: -1, Device: to,
+	on := to
+	if pl.mem.has(from) {
+		on = from
+	}
+	pl.p.launches = append(pl.p.launches, PlannedLaunch{Kernel: -1, Device: on,
 		Copy:  &Copy{Buffer: b, From: from, To: to, Bytes: bytes},
 		Name:  fmt.Sprintf("copy %s %s→%s", name, pl.devs[from], pl.devs[to]),
 		Reads: []buffers.Binding{rd}, Writes: []buffers.Binding{wr},

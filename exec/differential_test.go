@@ -149,6 +149,13 @@ type program struct {
 	bufs    []dag.Buffer
 	inputs  map[dag.BufferID]num
 	kernels []progKernel
+	// code, when set, gives kernel i's OpenCL variant (and whether the
+	// kernel keeps its Go function beside it), or false for none.
+	code func(i int) (opt dag.KernelOption, host bool, ok bool)
+	// cancel, when set, is called by kernel cancelAt's Go function
+	// before it does anything else.
+	cancel   func()
+	cancelAt int
 }
 
 // randomProgram returns a program of 4–16 kernels over raw and value
@@ -307,7 +314,16 @@ func (p *program) graph(devs []topology.DeviceID) *dag.Graph {
 		if k.prefer >= 0 && len(devs) > 0 {
 			opts = append(opts, dag.PreferDevice(devs[k.prefer%len(devs)]))
 		}
-		g.AddKernel(k.name, p.kernelFunc(i), opts...)
+		fn := p.kernelFunc(i)
+		if p.code != nil {
+			if opt, host, ok := p.code(i); ok {
+				opts = append(opts, opt)
+				if !host {
+					fn = nil
+				}
+			}
+		}
+		g.AddKernel(k.name, fn, opts...)
 	}
 	return g
 }
@@ -317,6 +333,9 @@ func (p *program) graph(devs []topology.DeviceID) *dag.Graph {
 func (p *program) kernelFunc(i int) dag.KernelFunc {
 	k := p.kernels[i]
 	return func(_ context.Context, l dag.Launch) error {
+		if p.cancel != nil && i == p.cancelAt {
+			p.cancel()
+		}
 		h := mix(0xcbf29ce484222325, uint64(i))
 		for j, r := range k.reads {
 			if r.optional && l.Missing(j) != nil {
@@ -397,8 +416,9 @@ func (p *program) describe() string {
 // outcome is what a run of a program gives a caller.
 type outcome struct {
 	planErr error
-	status  map[string]string // kernel → final status and error
-	buffers []string          // by buffer: its bytes or value, or why it cannot be read
+	status  map[string]string         // kernel → final status and error
+	buffers []string                  // by buffer: its bytes or value, or why it cannot be read
+	ran     map[topology.DeviceID]int // launches that ran (ok or failed) by device; not compared
 }
 
 // runProgram runs prog on e (losing a device when loss is not nil) and
@@ -406,6 +426,12 @@ type outcome struct {
 // when not nil, puts kernel k on device place[k] instead of asking the
 // executor's placement.
 func runProgram(t *testing.T, e *exec.Executor, prog *program, loss *exec.LossSpec, place []int) *outcome {
+	t.Helper()
+	return runProgramCtx(t, t.Context(), e, prog, loss, place)
+}
+
+// runProgramCtx is runProgram under ctx.
+func runProgramCtx(t *testing.T, ctx context.Context, e *exec.Executor, prog *program, loss *exec.LossSpec, place []int) *outcome {
 	t.Helper()
 	var ids []topology.DeviceID
 	for _, d := range e.Devices() {
@@ -429,15 +455,18 @@ func runProgram(t *testing.T, e *exec.Executor, prog *program, loss *exec.LossSp
 	if loss != nil {
 		opts = append(opts, exec.WithDeviceLoss(loss.Device, loss.After))
 	}
-	res, err := e.Execute(t.Context(), p, opts...)
+	res, err := e.Execute(ctx, p, opts...)
 	require.NoError(t, err)
 	defer res.Close()
-	o := &outcome{status: map[string]string{}}
+	o := &outcome{status: map[string]string{}, ran: map[topology.DeviceID]int{}}
 	for _, l := range res.Report.Launches() {
+		if l.Status == exec.StatusOK || l.Status == exec.StatusFailed {
+			o.ran[l.Device]++
+		}
 		line := l.Status.String()
 		if l.Err != nil {
 			msg, _, _ := strings.Cut(l.Err.Error(), "\n")
-			line += ": " + msg
+			line += ": " + softAsHost(msg)
 		}
 		o.status[l.Kernel] = line // the last launch of a kernel is its final one
 	}
@@ -466,7 +495,7 @@ func roots(err error) string {
 	for _, e := range errs {
 		var ue *failgraph.UnwrittenError
 		if errors.As(e, &ue) {
-			out = append(out, fmt.Sprintf("%s (%v)", ue.Kernel, ue.Root))
+			out = append(out, fmt.Sprintf("%s (%s)", ue.Kernel, softAsHost(fmt.Sprint(ue.Root))))
 		} else {
 			out = append(out, e.Error())
 		}

@@ -54,6 +54,22 @@
 // one device. After a device loss ([WithDeviceLoss]) the same planner
 // plans the recovery over the surviving devices.
 //
+// Devices each have their own stream count. A code device (a
+// gpu.CodeDevice running OpenCL C, see [DeviceCode]) runs kernels'
+// OpenCL variants on memory of its own: the buffers they read and write
+// get device-memory instances, reserved with the run's other buffers and
+// released when it ends, and the copy launches between host and device
+// instances run on the code device's stream as CopyIn and CopyOut. One
+// goroutine per code stream enqueues its launches in order (once the
+// launches of other streams they wait for have settled; the launch; a
+// Record where another stream waits) and settles them in order as their
+// events fire, under the same contract as a CPU stream: skipped with the
+// root failure when a required read is tainted, failed with the device's
+// *gpu.CommandError or a soft failure ([StatusError], through a
+// dag.StatusArg status word), cancelled when ctx ended before the launch
+// was enqueued. Every graph buffer's own instance stays in host memory,
+// so a [Result] reads only host bytes.
+//
 // The [Result] gives buffer contents only through the error graph's read
 // check, so failed work can never be read as if it succeeded, and a
 // [Report] per run: every launch with kernel, device, stream, status,

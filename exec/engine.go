@@ -23,7 +23,9 @@ import (
 
 // The run engine. A plan is known ahead, so each device stream is handed
 // its whole launch list at once, as one task (a streamRun) queued on the
-// stream: the stream's worker runs the list in order. An event is a
+// stream: the stream's worker runs the list in order (a code device's
+// stream is driven instead by a goroutine of the run: codestream.go). An
+// event is a
 // (stream, count) pair: stream t's progress is a gpu.Counter holding the
 // number of its launches that have settled in this run (r.progress[t]),
 // and a wait for (t, n) is satisfied once the counter reaches n, the same
@@ -67,7 +69,7 @@ type hotLaunch struct {
 // compiled returns p's launch lists, built once per plan.
 func (p *Plan) compiled() *compiled {
 	p.compileOnce.Do(func() {
-		ns := len(p.devices) * p.streams
+		ns := p.NumGlobalStreams()
 		c := &compiled{lists: make([][]hotLaunch, ns), waits: make([][]Wait, ns), required: make([][]buffers.Binding, len(p.launches))}
 		for i := range p.launches {
 			gs := p.GlobalStream(i)
@@ -624,6 +626,7 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 		liveRuns.Add(-1)
 	}()
 	var errs []error
+	var code sync.WaitGroup // the code streams' drivers
 	if r.inline {
 		r.runInline(runs)
 	} else {
@@ -633,8 +636,21 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 			if b.list == nil {
 				continue
 			}
-			if err := devs[gs/p.streams].Stream(gs % p.streams).Launch(b); err != nil {
-				errs = append(errs, fmt.Errorf("exec: %v stream %d: %w", devs[gs/p.streams].ID(), gs%p.streams, err))
+			d, s := p.StreamOf(gs)
+			if p.mem[d] {
+				b.state.Store(listStarted) // driven, not queued: not to be withdrawn
+				cd, _ := codeDevice(devs[d])
+				if st, ok := cd.Stream(s).(gpu.CodeStream); ok {
+					r.startCode(b, cd, st, &code)
+				} else {
+					err := fmt.Errorf("exec: %v stream %d is not a gpu.CodeStream", devs[d].ID(), s)
+					errs = append(errs, err)
+					b.cancelRest(err)
+				}
+				continue
+			}
+			if err := devs[d].Stream(s).Launch(b); err != nil {
+				errs = append(errs, fmt.Errorf("exec: %v stream %d: %w", devs[d].ID(), s, err))
 				b.state.Store(listStarted) // not queued: not to be withdrawn
 				b.cancelRest(err)
 			}
@@ -652,6 +668,7 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 			<-r.finished
 		}
 	}
+	code.Wait()
 	// Launches a stream left when ctx was done: cancelled now, after
 	// every launch that ran has settled, in plan order.
 	var left []int

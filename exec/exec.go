@@ -88,12 +88,12 @@ func New(dev gpu.Device, opts ...Option) *Executor {
 	return e
 }
 
-// NewMulti returns an executor over devs (at least one; all with the same
+// NewMulti returns an executor over devs (at least one; each with its own
 // stream count), placing kernels by topo's transfer costs (nil: transfers
 // cost nothing in the model). Each device gets its own buffer pool, whose
 // budget is the device's memory when its facts give it (simulated GPUs
-// carry their model's memory). Errors: no devices, duplicate IDs, or
-// devices with different stream counts.
+// carry their model's memory; a code device's budget counts its device
+// memory). Errors: no devices, or duplicate IDs.
 func NewMulti(devs []gpu.Device, topo *topology.Topology, opts ...Option) (*Executor, error) {
 	if len(devs) == 0 {
 		return nil, errors.New("exec: an executor needs a device")
@@ -109,12 +109,9 @@ func NewMulti(devs []gpu.Device, topo *topology.Topology, opts ...Option) (*Exec
 			return nil, fmt.Errorf("exec: device %s given twice", d.ID())
 		}
 		seen[d.ID()] = true
-		if d.NumStreams() != devs[0].NumStreams() {
-			return nil, fmt.Errorf("exec: %s has %d streams, %s has %d: devices must have the same stream count",
-				d.ID(), d.NumStreams(), devs[0].ID(), devs[0].NumStreams())
-		}
 		budget := c.budget
-		if budget == nil && d.Info().MemoryBytes > 0 && d.ID().Kind == topology.KindGPU {
+		_, code := codeDevice(d)
+		if budget == nil && d.Info().MemoryBytes > 0 && (d.ID().Kind == topology.KindGPU || code) {
 			budget = buffers.NewBudget(d.Info().MemoryBytes)
 		}
 		e.pools = append(e.pools, buffers.NewPool(d.ID(), c.alloc, budget))
@@ -159,10 +156,13 @@ func (e *Executor) Run(ctx context.Context, g *dag.Graph, opts ...RunOption) (*R
 }
 
 // Execute runs plan p. It returns an error only when the run could not
-// start (a plan for more streams than the device has, an input for an
+// start (a plan for more streams than a device has, an input for an
 // unknown buffer, ctx done while waiting for budget that concurrent runs
-// hold) or the device refused work (closed). A raw buffer that can never
-// be reserved (see WithBudget) is not such an error: it reads as an
+// hold, or for a code device another run holds: runs on one code device
+// take turns; a plan with code devices asked for a device loss or run
+// from inside a kernel) or a device refused work (closed). A raw buffer
+// that can never be reserved (see WithBudget; on a code device, device
+// memory it cannot allocate) is not such an error: it reads as an
 // unallocated failure, and the launches that would write or read it are
 // skipped. The launches' own failures are in the Result's Report, and
 // Result.Err joins them.
@@ -185,9 +185,24 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 	for _, o := range opts {
 		o(&rc)
 	}
-	if len(p.devices) != len(e.devs) || p.streams > e.devs[0].NumStreams() {
-		return nil, fmt.Errorf("exec: plan for %d devices × %d streams, executor has %d × %d",
-			len(p.devices), p.streams, len(e.devs), e.devs[0].NumStreams())
+	if err := e.fits(p); err != nil {
+		return nil, err
+	}
+	if p.hasCode() {
+		if rc.loss != nil {
+			releaseInputs(rc.inputs)
+			return nil, errors.New("exec: a device loss is not simulated on a plan with code devices")
+		}
+		if nested(ctx) {
+			releaseInputs(rc.inputs)
+			return nil, errors.New("exec: a graph run from inside a kernel cannot launch on a code device")
+		}
+		unlease, err := leaseCode(ctx, p, e.devs)
+		if err != nil {
+			releaseInputs(rc.inputs)
+			return nil, err
+		}
+		defer unlease()
 	}
 	var loss *deviceLoss
 	if rc.loss != nil {
@@ -204,6 +219,7 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 		ctx:   ctx,
 		plan:  p,
 		devs:  p.devices,
+		gdevs: e.devs,
 		pools: e.pools,
 		alloc: e.pools[0].Allocator(),
 		store: failgraph.New(func(id buffers.ID) string { return p.bufs[id].Name }),
@@ -213,6 +229,7 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 		return nil, err
 	}
 	submitErr := r.execute(e.devs, e.timing)
+	r.releaseMems() // no Result reads device memory
 	rep := newReport(p, r.out, r.store, e.topo)
 	res := &Result{graph: p.graph, run: r, store: r.store, Report: rep}
 	if submitErr == nil && loss != nil && loss.lost.Load() {
@@ -231,12 +248,27 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 	return res, nil
 }
 
+// fits returns nil when p can run on e's devices: as many devices, each
+// with at least the streams the plan has for it.
+func (e *Executor) fits(p *Plan) error {
+	if len(p.devices) != len(e.devs) {
+		return fmt.Errorf("exec: plan for %d devices, executor has %d", len(p.devices), len(e.devs))
+	}
+	for d, n := range p.streams {
+		if n > e.devs[d].NumStreams() {
+			return fmt.Errorf("exec: plan for %d streams on %s, the executor's device has %d", n, e.devs[d].ID(), e.devs[d].NumStreams())
+		}
+	}
+	return nil
+}
+
 // run is the state one Execute (or one recovery phase) shares with its
 // launches.
 type run struct {
 	ctx     context.Context
 	plan    *Plan
 	devs    []topology.DeviceID
+	gdevs   []gpu.Device // the executor's devices, by index
 	pools   []*buffers.Pool
 	alloc   memory.Allocator
 	store   *failgraph.Store
@@ -249,6 +281,9 @@ type run struct {
 	// buffers take no bytes and are made on first use (buffer).
 	bufs []atomic.Pointer[buffers.Buffer]
 	made atomic.Int32 // value buffers made (or carried over) in bufs
+	// mems holds the run's instances on code devices (device memory), by
+	// plan buffer id; nil without any (see codestream.go).
+	mems []gpu.Memory
 
 	inline bool // started inside a kernel of a running run: runs on the calling goroutine (see execute)
 
@@ -380,6 +415,10 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 	}
 	for _, i := range fits {
 		b := &r.plan.bufs[i]
+		if r.plan.mem[b.Device] {
+			r.allocMem(i)
+			continue
+		}
 		buf, _ := r.pools[b.Device].AllocateReserved(buffers.ID(i), b.Name, b.SizeBytes) // sizes checked above
 		r.bufs[i].Store(buf)
 	}
@@ -399,6 +438,7 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 // release releases every buffer the run holds and hands its slots back
 // to the plan for the next run; the run has no buffers after it.
 func (r *run) release() {
+	r.releaseMems()
 	if r.bufs == nil {
 		return
 	}

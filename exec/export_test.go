@@ -21,5 +21,5 @@ func PlanPlaced(e *Executor, g *dag.Graph, dev []int) (*Plan, error) {
 	for i, d := range e.devs {
 		ids[i] = d.ID()
 	}
-	return planOn(g, ids, e.devs[0].NumStreams(), PlacementResult{Device: dev}, nil), nil
+	return planOn(g, ids, e.numStreams(), e.codeMem(), PlacementResult{Device: dev}, nil), nil
 }

@@ -199,7 +199,7 @@ func (e *Executor) recoverLoss(ctx context.Context, p1 *Plan, r1 *run, rep1 *Rep
 		r1.release()
 		return nil, err
 	}
-	p2 := planOn(rc.g, p1.devices, p1.streams, rc.pl, &subset{run: rc.rerun, home: rc.home, fallback: rc.fallback()})
+	p2 := planOn(rc.g, p1.devices, p1.streams, p1.mem, rc.pl, &subset{run: rc.rerun, home: rc.home, fallback: rc.fallback()})
 	r2, err := rc.start(ctx, p2)
 	if err != nil {
 		return nil, fmt.Errorf("exec: recover from losing %s: %w", rc.loss.id, err)
@@ -411,7 +411,7 @@ func (rc *recovery) start(ctx context.Context, p2 *Plan) (*run, error) {
 		}
 	}
 	rc.loss.inputs = nil
-	r2 := &run{ctx: ctx, plan: p2, devs: p2.devices, pools: rc.e.pools, alloc: rc.r1.alloc,
+	r2 := &run{ctx: ctx, plan: p2, devs: p2.devices, gdevs: rc.e.devs, pools: rc.e.pools, alloc: rc.r1.alloc,
 		store: failgraph.New(func(id buffers.ID) string { return p2.bufs[id].Name })}
 	if err := r2.allocate(ctx, rc.carried, refill); err != nil {
 		return nil, err

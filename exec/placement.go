@@ -82,15 +82,26 @@ type PlacementResult struct {
 // keeps each kernel to the devices that run code it has). Errors: an
 // unvalidated graph, a pin to a device not in devs.
 func Place(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *topology.Topology, strategy Placement) (PlacementResult, error) {
-	return place(g, devs, nil, lanes, topo, strategy)
+	return place(g, devs, nil, nil, sameLanes(len(devs), lanes), topo, strategy)
 }
 
-// place is Place where device d runs kernel code of kind code[d] only: a
-// kernel goes only to a device that runs code it has (code nil: every
-// device runs every kernel). Errors as Place, and a kernel no device has
-// code for or pinned to a device without code for it.
-func place(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, lanes int, topo *topology.Topology, strategy Placement) (PlacementResult, error) {
-	m, err := newModel(g, devs, code, lanes, topo)
+// sameLanes returns n devices' lane counts, lanes each.
+func sameLanes(n, lanes int) []int {
+	ls := make([]int, n)
+	for i := range ls {
+		ls[i] = lanes
+	}
+	return ls
+}
+
+// place is Place where device d has lanes[d] lanes and runs kernel code
+// of kind code[d] only: a kernel goes only to a device that runs code it
+// has (code nil: every device runs every kernel), and a kernel that reads
+// or writes a value buffer not to a code device (mem[d]; mem nil: none).
+// Errors as Place, and a kernel no device has code for or pinned to a
+// device without code for it.
+func place(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, mem []bool, lanes []int, topo *topology.Topology, strategy Placement) (PlacementResult, error) {
+	m, err := newModel(g, devs, code, mem, lanes, topo)
 	if err != nil {
 		return PlacementResult{}, err
 	}
@@ -280,7 +291,7 @@ func OptimalPlacement(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *t
 	if g.NumKernels() > 12 {
 		return PlacementResult{}, fmt.Errorf("exec: optimal placement of %d kernels: at most 12", g.NumKernels())
 	}
-	m, err := newModel(g, devs, nil, lanes, topo)
+	m, err := newModel(g, devs, nil, nil, sameLanes(len(devs), lanes), topo)
 	if err != nil {
 		return PlacementResult{}, err
 	}
@@ -309,7 +320,7 @@ func OptimalPlacement(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *t
 type model struct {
 	g      *dag.Graph
 	devs   []topology.DeviceID
-	lanes  int
+	lanes  []int // per device
 	topo   *topology.Topology
 	w      []time.Duration // compute estimate per kernel
 	prio   []dag.KernelID  // upward-rank order
@@ -321,14 +332,16 @@ type model struct {
 }
 
 // newModel builds the cost model of g on devs; code[d], when code is not
-// nil, is the kind of kernel code device d runs.
-func newModel(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, lanes int, topo *topology.Topology) (*model, error) {
+// nil, is the kind of kernel code device d runs; lanes[d] its lanes;
+// mem[d] (mem may be nil) whether it is a code device, which a kernel
+// that touches a value buffer does not go to.
+func newModel(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, mem []bool, lanes []int, topo *topology.Topology) (*model, error) {
 	order := g.Order()
 	if order == nil && g.NumKernels() > 0 {
 		return nil, errors.New("exec: placement needs a validated graph")
 	}
-	if len(devs) == 0 || lanes < 1 {
-		return nil, fmt.Errorf("exec: placement on %d devices × %d lanes", len(devs), lanes)
+	if len(devs) == 0 || len(lanes) != len(devs) || slices.Min(lanes) < 1 {
+		return nil, fmt.Errorf("exec: placement on %d devices with lanes %v", len(devs), lanes)
 	}
 	nk := g.NumKernels()
 	m := &model{g: g, devs: devs, lanes: lanes, topo: topo, w: make([]time.Duration, nk),
@@ -348,6 +361,18 @@ func newModel(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, lanes
 			var all bool
 			if m.cands[k.ID], all = codeDevices(k, code); !all && m.cands[k.ID] == nil {
 				return nil, noCodeError(k, devs, code)
+			}
+		}
+		if slices.Contains(mem, true) {
+			if _, ok := valueAccess(g, k); ok {
+				cs := m.cands[k.ID]
+				if cs == nil {
+					cs = m.all
+				}
+				m.cands[k.ID] = slices.DeleteFunc(slices.Clone(cs), func(d int) bool { return mem[d] })
+				if len(m.cands[k.ID]) == 0 {
+					return nil, fmt.Errorf("exec: kernel %q reads or writes a value buffer and has code only for code devices", k.Name)
+				}
 			}
 		}
 		if k.Device != nil {
@@ -467,7 +492,7 @@ func (m *model) newState() *state {
 		st.home[i] = -1
 	}
 	for d := range st.lanes {
-		st.lanes[d] = make([]time.Duration, m.lanes)
+		st.lanes[d] = make([]time.Duration, m.lanes[d])
 	}
 	return st
 }

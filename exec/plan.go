@@ -16,8 +16,8 @@ import (
 )
 
 // Wait is one event wait in a plan: before its launch runs, stream Stream
-// (a global stream index, Device×StreamsPerDevice + stream) must have
-// completed Seq launches.
+// (a global stream index: the streams of every device, device by device;
+// see Plan.GlobalStream) must have completed Seq launches.
 type Wait struct {
 	Stream int
 	Seq    int
@@ -30,6 +30,9 @@ type Wait struct {
 // To, because a launch there reads them or, at the end of a plan, because
 // To is the buffer's home. A copy follows the last write of the bytes it
 // moves, and each byte it writes carries the taint of the byte it copied.
+// It runs on a stream of To, or of From when From is a code device (a
+// code device's stream copies its memory out: CopyOut; into it: CopyIn);
+// between two code devices the bytes go through the buffer's home.
 type Copy struct {
 	Buffer   dag.BufferID
 	From, To int   // device indices
@@ -51,15 +54,18 @@ type PlannedLaunch struct {
 	Reads, Writes []buffers.Binding
 	Copy          *Copy // non-nil for a copy launch
 	fn            dag.KernelFunc
-	optional      []bool // the kernel's Optional
-	pin           int    // the kernel's Stream: -1 unpinned
+	variant       *dag.Variant // the device code a kernel launch on a code device runs
+	optional      []bool       // the kernel's Optional
+	pin           int          // the kernel's Stream: -1 unpinned
 }
 
 // PlannedBuffer is a buffer of a plan: one of the graph's (same id), on
 // its home device, or a replica of one on another device (ids after the
 // graph's). A graph buffer lives where its first writer runs (its first
-// reader, for an input nobody writes); it ends every run with the final
-// bytes, copied home where a launch elsewhere wrote them.
+// reader, for an input nobody writes), or, when that is a code device, on
+// the plan's first device that is not one (a code device's instances are
+// device memory, which a Result does not read); it ends every run with
+// the final bytes, copied home where a launch elsewhere wrote them.
 type PlannedBuffer struct {
 	Name      string
 	SizeBytes int64
@@ -78,7 +84,10 @@ type PlannedBuffer struct {
 type Plan struct {
 	graph     *dag.Graph
 	devices   []topology.DeviceID // the executor's devices, by index
-	streams   int                 // streams per device
+	streams   []int               // streams by device
+	sbase     []int               // by device: the global index of its stream 0
+	sdev      []int               // by global stream: its device
+	mem       []bool              // by device: a code device, whose buffer instances are device memory (gpu.Memory)
 	launches  []PlannedLaunch     // in submission order (a topological order)
 	bufs      []PlannedBuffer     // the graph's buffers, then replicas
 	waits     int                 // event waits inserted
@@ -89,6 +98,8 @@ type Plan struct {
 
 	compileOnce sync.Once
 	comp        *compiled // the stream lists, built on the first run
+	codeOnce    sync.Once
+	cops        []codeOp // what code streams enqueue, by plan index (codeOps)
 	slotsMu     sync.Mutex
 	slots       [][]atomic.Pointer[buffers.Buffer] // buffer slots of closed runs, all nil, for reuse
 }
@@ -100,8 +111,24 @@ func (p *Plan) Graph() *dag.Graph { return p.graph }
 // a PlannedLaunch or PlannedBuffer indexes it).
 func (p *Plan) Devices() []topology.DeviceID { return slices.Clone(p.devices) }
 
-// Streams returns the number of streams per device.
-func (p *Plan) Streams() int { return p.streams }
+// Streams returns the number of streams of each device, by device index:
+// each device has its own count (the device's NumStreams when planned).
+func (p *Plan) Streams() []int { return slices.Clone(p.streams) }
+
+// NumStreams returns the number of streams of device d (an index into
+// Devices). It panics when d is out of range.
+func (p *Plan) NumStreams(d int) int { return p.streams[d] }
+
+// NumGlobalStreams returns the number of streams of all devices together:
+// global stream indices (GlobalStream, Wait.Stream) run from 0 below it.
+func (p *Plan) NumGlobalStreams() int { return len(p.sdev) }
+
+// StreamOf returns the device index and the stream index on that device
+// of global stream gs. It panics when gs is out of range.
+func (p *Plan) StreamOf(gs int) (device, stream int) {
+	d := p.sdev[gs]
+	return d, gs - p.sbase[d]
+}
 
 // NumLaunches returns the number of launches, copies included.
 func (p *Plan) NumLaunches() int { return len(p.launches) }
@@ -158,14 +185,21 @@ func (p *Plan) Placement() PlacementResult {
 // a single-device executor), copy launches of the byte ranges that reads
 // across devices need (see Copy),
 // streams assigned per device, and event waits only where a hazard
-// crosses streams. Each kernel goes only to a device that runs code it
-// has (see DeviceCode): a kernel with a Go function and an OpenCL variant
-// runs its Go function on the CPU device or a simulated GPU. Errors:
-// g.Validate's; a kernel no device of the executor has code for (an
-// OpenCL-only kernel on an executor without an OpenCL device), naming the
-// kernel; a pinned device the executor does not have, that has no code for
-// the kernel, or that contradicts where the buffers it writes live; more
-// than 64 devices.
+// crosses streams. Each device keeps its own stream count. Each kernel
+// goes only to a device that runs code it has (see DeviceCode): a kernel
+// with a Go function and an OpenCL variant runs its Go function on the
+// CPU device or a simulated GPU and its OpenCL C on an OpenCL device
+// (with no OpenCL device in the executor, the Go function runs: the same
+// answer); a kernel that reads or writes a value buffer never goes to a
+// code device. Errors: g.Validate's; a kernel no device of the executor
+// has code for (an OpenCL-only kernel on an executor without an OpenCL
+// device), naming the kernel; a kernel that touches a value buffer and
+// would run on a code device (pinned there, or with code for nothing
+// else), naming the kernel and the buffer; an executor of code devices
+// only (a plan keeps its buffers' host copies on another device); a
+// pinned device the executor does not have, that has no code for the
+// kernel, or that contradicts where the buffers it writes live; more than
+// 64 devices.
 // Planning is O(V + E + H) plus placement (O(V·D) estimates for HEFT),
 // where H counts buffer accesses scanned for hazards.
 func (e *Executor) Plan(g *dag.Graph) (*Plan, error) {
@@ -180,8 +214,12 @@ func (e *Executor) Plan(g *dag.Graph) (*Plan, error) {
 		return nil, fmt.Errorf("exec: a plan spans at most %d devices, the executor has %d", maxDevices, len(ids))
 	}
 	code := make([]dag.CodeKind, len(e.devs))
+	mem := e.codeMem()
 	for i, d := range e.devs {
 		code[i] = DeviceCode(d)
+	}
+	if err := checkCodeDevices(g, ids, code, mem); err != nil {
+		return nil, err
 	}
 	var pl PlacementResult
 	if len(e.devs) == 1 {
@@ -196,27 +234,105 @@ func (e *Executor) Plan(g *dag.Graph) (*Plan, error) {
 		}
 	} else {
 		var err error
-		pl, err = place(g, ids, code, e.devs[0].NumStreams(), e.topo, e.placement)
+		pl, err = place(g, ids, code, mem, e.numStreams(), e.topo, e.placement)
 		if err != nil {
 			return nil, err
 		}
 	}
-	return planOn(g, ids, e.devs[0].NumStreams(), pl, nil), nil
+	return planOn(g, ids, e.numStreams(), mem, pl, nil), nil
 }
 
-// DeviceCode returns the kind of kernel code dev runs, by its kind
-// (gpu.Device.Kind): dag.HostCode for the CPU device ("cpu") and for
-// simulated GPUs ("sim", whose launches run on CPU streams); 0, no code,
-// for a kind the executor cannot launch on, which Plan then places
-// nothing on. An OpenCL device (kind "opencl") runs dag.OpenCLCode once
-// the executor launches device code through gpu.Device; until then it
-// gets no kernels.
+// DeviceCode returns the kind of kernel code dev runs: dag.HostCode for
+// the CPU device (kind "cpu") and for simulated GPUs ("sim", whose
+// launches run on CPU streams); dag.OpenCLCode for a gpu.CodeDevice whose
+// Code is "opencl" (it runs kernels' OpenCL variants, on memory of its
+// own); 0, no code, for anything else, which Plan then places nothing on.
 func DeviceCode(dev gpu.Device) dag.CodeKind {
+	if cd, ok := dev.(gpu.CodeDevice); ok && cd.Code() == "opencl" {
+		return dag.OpenCLCode
+	}
 	switch dev.Kind() {
 	case "cpu", "sim":
 		return dag.HostCode
 	}
 	return 0
+}
+
+// codeMem returns, by device, whether e's device is a code device.
+func (e *Executor) codeMem() []bool {
+	mem := make([]bool, len(e.devs))
+	for i, d := range e.devs {
+		_, mem[i] = codeDevice(d)
+	}
+	return mem
+}
+
+// codeDevice returns dev as a code device the executor launches device
+// code on (DeviceCode gives dag.OpenCLCode), or false.
+func codeDevice(dev gpu.Device) (gpu.CodeDevice, bool) {
+	cd, ok := dev.(gpu.CodeDevice)
+	return cd, ok && DeviceCode(dev) == dag.OpenCLCode
+}
+
+// checkCodeDevices returns an error when g cannot be planned because of
+// the code devices among devs (mem[d]): every buffer's host copy lives on
+// a device that is not one, so a plan with one needs another device; and
+// a code device holds only raw bytes, so a kernel that reads or writes a
+// value buffer cannot run there (pinned there, or with code for no other
+// device of the plan).
+func checkCodeDevices(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, mem []bool) error {
+	host := slices.Index(mem, false)
+	if host < 0 {
+		return fmt.Errorf("exec: the executor's devices (%s, …) are all code devices: a plan keeps its buffers' host copies on a device that is not one (add the CPU device)", devs[0])
+	}
+	if !slices.Contains(mem, true) {
+		return nil
+	}
+	for _, k := range g.Kernels() {
+		vb, ok := valueAccess(g, k)
+		if !ok {
+			continue
+		}
+		if k.Device != nil {
+			if d := slices.Index(devs, *k.Device); d >= 0 && mem[d] {
+				return valueOnCodeError(g, k, vb, devs[d])
+			}
+			continue
+		}
+		elsewhere, on := false, -1
+		for d := range devs {
+			if code[d] != 0 && k.HasCode(code[d]) {
+				if mem[d] {
+					on = d
+				} else {
+					elsewhere = true
+				}
+			}
+		}
+		if !elsewhere && on >= 0 {
+			return valueOnCodeError(g, k, vb, devs[on])
+		}
+	}
+	return nil
+}
+
+// valueAccess returns the first value buffer kernel k reads or writes.
+func valueAccess(g *dag.Graph, k dag.Kernel) (dag.BufferID, bool) {
+	for _, bs := range [2][]buffers.Binding{k.Reads, k.Writes} {
+		for _, b := range bs {
+			if g.Buffer(b.Buffer).Value {
+				return b.Buffer, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// valueOnCodeError says that kernel k, which touches value buffer vb,
+// would run on code device dev.
+func valueOnCodeError(g *dag.Graph, k dag.Kernel, vb dag.BufferID, dev topology.DeviceID) error {
+	return fmt.Errorf("exec: kernel %q would run on %s, a code device, but reads or writes value buffer %q: a code device holds only raw bytes",
+		k.Name, dev, g.Buffer(vb).Name)
 }
 
 // codeDevices returns the devices (by index into code, the kind of code
@@ -275,13 +391,35 @@ type subset struct {
 	fallback int
 }
 
-func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementResult, sub *subset) *Plan {
+// numStreams returns the stream count of each of e's devices.
+func (e *Executor) numStreams() []int {
+	ns := make([]int, len(e.devs))
+	for i, d := range e.devs {
+		ns[i] = d.NumStreams()
+	}
+	return ns
+}
+
+// planOn builds the plan of g on devs, device d with nstreams[d] streams
+// and a code device when mem[d] (mem nil: none is), with placement pl
+// (restricted to sub, when not nil).
+func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool, pl PlacementResult, sub *subset) *Plan {
 	order := g.Order()
 	if sub != nil {
 		order = slices.DeleteFunc(slices.Clone(order), func(k dag.KernelID) bool { return !sub.run[k] })
 	}
 	order = launchOrder(g, order, g.NumBuffers())
-	p := &Plan{graph: g, devices: devs, streams: nstreams, placement: pl}
+	if mem == nil {
+		mem = make([]bool, len(devs))
+	}
+	p := &Plan{graph: g, devices: devs, streams: slices.Clone(nstreams), mem: slices.Clone(mem), placement: pl}
+	p.sbase = make([]int, len(devs))
+	for d, n := range nstreams {
+		p.sbase[d] = len(p.sdev)
+		for range n {
+			p.sdev = append(p.sdev, d)
+		}
+	}
 	only := homeBuffers(p, order, sub)
 	if len(devs) == 1 {
 		for _, kid := range order {
@@ -301,8 +439,12 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementRe
 			for i, w := range writes {
 				writes[i] = cp.write(w, d)
 			}
-			p.launches = append(p.launches, PlannedLaunch{Kernel: kid, Name: k.Name, Device: d, Reads: reads,
-				Writes: writes, fn: k.Fn, optional: k.Optional, pin: k.Stream})
+			l := PlannedLaunch{Kernel: kid, Name: k.Name, Device: d, Reads: reads,
+				Writes: writes, fn: k.Fn, optional: k.Optional, pin: k.Stream}
+			if p.mem[d] {
+				l.fn, l.variant = nil, variantOf(k, dag.OpenCLCode)
+			}
+			p.launches = append(p.launches, l)
 		}
 		cp.finish()
 	}
@@ -316,7 +458,7 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementRe
 	}
 
 	// Stream assignment per device: chains stay on one stream.
-	load := make([]int, len(devs)*nstreams)
+	load := make([]int, len(p.sdev))
 	continued := make([]bool, n) // continued[i]: a successor took launch i's stream
 	gstream := make([]int, n)    // global stream index
 	// Launches with no dependency go to the stream that took the last such
@@ -325,17 +467,17 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementRe
 	// block stays on its stream: a reduction tree then waits only where
 	// blocks meet, not at every node. rootBlock grows with the plan and is
 	// 1 (plain alternation) below 128 launches per stream.
-	rootBlock := min(max(1, n/(nstreams*len(devs)*64)), 64)
+	rootBlock := min(max(1, n/(len(p.sdev)*64)), 64)
 	lastRoot := make([]int, len(devs)) // per device: global stream of the last root, -1: none
 	for d := range lastRoot {
 		lastRoot[d] = -1
 	}
 	for i := range p.launches {
 		l := &p.launches[i]
-		base := l.Device * nstreams
+		base, nds := p.sbase[l.Device], nstreams[l.Device]
 		s := -1
 		if l.Kernel >= 0 && l.pin >= 0 {
-			s = base + l.pin%nstreams
+			s = base + l.pin%nds
 		} else {
 			// Continue a dependency's chain: the one whose stream has the
 			// fewest launches, so chains that merge do not pile up on one
@@ -351,7 +493,7 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementRe
 				s = gstream[pick]
 			}
 			if s < 0 {
-				s = base + argmin(load[base:base+nstreams])
+				s = base + argmin(load[base:base+nds])
 				if len(l.Deps) == 0 {
 					if r := lastRoot[l.Device]; r >= 0 && load[r] < load[s]+rootBlock {
 						s = r
@@ -369,7 +511,7 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementRe
 	// Alignment with vector clocks over global streams: clock[s][t] is the
 	// number of launches of stream t that stream s is known to have
 	// waited for.
-	ns := len(devs) * nstreams
+	ns := len(p.sdev)
 	clock := make([][]int, ns)
 	for s := range clock {
 		clock[s] = make([]int, ns)
@@ -433,8 +575,12 @@ func homeBuffers(p *Plan, order []dag.KernelID, sub *subset) []bool {
 		}
 	}
 	only := make([]bool, len(home))
+	host := slices.Index(p.mem, false) // a code device holds no buffer's host copy
 	for _, b := range g.Buffers() {
 		d := home[b.ID]
+		if d >= 0 && p.mem[d] {
+			d = host
+		}
 		only[b.ID] = b.Input
 		if sub != nil && sub.home[b.ID] >= 0 {
 			d, only[b.ID] = sub.home[b.ID], true
@@ -447,9 +593,19 @@ func homeBuffers(p *Plan, order []dag.KernelID, sub *subset) []bool {
 	return only
 }
 
-// GlobalStream returns launch i's stream as a global index:
-// Device×Streams + Stream.
-func (p *Plan) GlobalStream(i int) int { return p.launches[i].Device*p.streams + p.launches[i].Stream }
+// variantOf returns k's variant of kind, or nil.
+func variantOf(k dag.Kernel, kind dag.CodeKind) *dag.Variant {
+	for i := range k.Variants {
+		if k.Variants[i].Kind == kind {
+			return &k.Variants[i]
+		}
+	}
+	return nil
+}
+
+// GlobalStream returns launch i's stream as a global index: the streams
+// of devices before its device, plus its Stream (StreamOf inverts it).
+func (p *Plan) GlobalStream(i int) int { return p.sbase[p.launches[i].Device] + p.launches[i].Stream }
 
 func argmin(xs []int) int {
 	best := 0
@@ -647,8 +803,16 @@ func dropCovered(as []access, w buffers.Binding, self int) []access {
 func (p *Plan) String() string {
 	if len(p.devices) == 1 {
 		return fmt.Sprintf("plan: %d launches on %d streams, %d event waits for %d cross-stream hazards",
-			len(p.launches), p.streams, p.waits, p.hazards)
+			len(p.launches), p.streams[0], p.waits, p.hazards)
 	}
-	return fmt.Sprintf("plan: %d launches on %d devices × %d streams, %d event waits for %d cross-stream hazards, %d copies",
-		len(p.launches), len(p.devices), p.streams, p.waits, p.hazards, p.copies)
+	if slices.Min(p.streams) == slices.Max(p.streams) {
+		return fmt.Sprintf("plan: %d launches on %d devices × %d streams, %d event waits for %d cross-stream hazards, %d copies",
+			len(p.launches), len(p.devices), p.streams[0], p.waits, p.hazards, p.copies)
+	}
+	ds := make([]string, len(p.devices))
+	for d, id := range p.devices {
+		ds[d] = fmt.Sprintf("%s × %d", id, p.streams[d])
+	}
+	return fmt.Sprintf("plan: %d launches on %d devices (%s streams), %d event waits for %d cross-stream hazards, %d copies",
+		len(p.launches), len(p.devices), strings.Join(ds, ", "), p.waits, p.hazards, p.copies)
 }

@@ -42,7 +42,7 @@ func (p *Plan) MarshalDOT() ([]byte, error) {
 	// Launches by device and stream, in submission order.
 	streams := make([][][]int, len(p.devices)) // device → stream → plan indices
 	for d := range streams {
-		streams[d] = make([][]int, p.streams)
+		streams[d] = make([][]int, p.streams[d])
 	}
 	for i := range p.launches {
 		l := &p.launches[i]

@@ -61,7 +61,7 @@ type CopyReport struct {
 type Report struct {
 	Device  topology.DeviceID // the first device
 	Devices []topology.DeviceID
-	Streams int           // per device
+	Streams []int         // by device (an index into Devices): its stream count
 	Waits   int           // event waits inserted by the plan
 	Wall    time.Duration // from the start of Execute until every launch returned; measured with or without launch timing
 	// LaunchTiming says whether the run recorded each launch's Start and
@@ -223,7 +223,7 @@ func (r *Report) Err() error {
 // their root error and chain when they were skipped (failgraph's
 // CheckReads).
 func newReport(p *Plan, o *outcomes, store *failgraph.Store, topo *topology.Topology) *Report {
-	rep := &Report{Device: p.devices[0], Devices: p.devices, Streams: p.streams,
+	rep := &Report{Device: p.devices[0], Devices: p.devices, Streams: slices.Clone(p.streams),
 		Waits: p.waits, LaunchTiming: o.times != nil, BytesByLink: map[string]int64{}, phases: []*outcomes{o}}
 	if len(p.devices) > 1 {
 		rep.Makespan, rep.Placement = p.placement.Makespan, p.placement.Strategy.String()
@@ -370,7 +370,7 @@ func (r *Report) MarshalJSON() ([]byte, error) {
 		WallNs      int64                `json:"wall_ns"`
 		Timing      bool                 `json:"launch_timing"`
 		Devices     []string             `json:"devices"`
-		Streams     int                  `json:"streams_per_device"`
+		Streams     []int                `json:"streams_per_device"`
 		Copies      []copyJSON           `json:"copies,omitempty"`
 		BytesByLink map[string]int64     `json:"bytes_by_link,omitempty"`
 		Placement   string               `json:"placement,omitempty"`

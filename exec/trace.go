@@ -225,8 +225,10 @@ func TraceEvents(p *Plan, r *Report) ([]TraceEvent, error) {
 	tracks := map[traceTrack]bool{}
 	for i, d := range devs {
 		pids[d] = i + 1
-		for s := range r.Streams {
-			tracks[traceTrack{d, s}] = true
+		if k := slices.Index(r.Devices, d); k >= 0 && k < len(r.Streams) {
+			for s := range r.Streams[k] {
+				tracks[traceTrack{d, s}] = true
+			}
 		}
 	}
 	for i := range ls {

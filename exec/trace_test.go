@@ -385,7 +385,7 @@ func TestReportJSONCopiesAndDevices(t *testing.T) {
 	require.NoError(t, err)
 	var got struct {
 		Devices          []string `json:"devices"`
-		StreamsPerDevice int      `json:"streams_per_device"`
+		StreamsPerDevice []int    `json:"streams_per_device"`
 		Placement        string   `json:"placement"`
 		Copies           []struct {
 			Buffer, From, To, Link, Route, Status string
@@ -398,7 +398,10 @@ func TestReportJSONCopiesAndDevices(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(b, &got), "%s", b)
 	assert.Equal(t, []string{"gpu0", "gpu3"}, got.Devices, "the devices used, not the first one")
-	assert.Equal(t, 2, got.StreamsPerDevice)
+	require.NotEmpty(t, got.StreamsPerDevice)
+	for _, n := range got.StreamsPerDevice {
+		assert.Equal(t, 2, n, "%v", got.StreamsPerDevice)
+	}
 	assert.NotEmpty(t, got.Placement)
 	require.Len(t, got.Copies, 1)
 	c := got.Copies[0]

@@ -44,6 +44,7 @@ type flightsFlags struct {
 	fail                        []string
 	quiet, jsonOut              bool
 	trace, topology, loseDevice string
+	device                      string
 	minDelay                    int64
 	top, streams                int
 }
@@ -57,6 +58,12 @@ func newFlightsCmd() *cobra.Command {
 batch range, then filter (delay > --min-delay), partial group-by, merge, sort,
 top-k and write, spread over --streams streams of the CPU device.
 
+--device opencl adds an OpenCL device (a GPU, or PoCL's OpenCL on the CPU
+cores): filter and partial group-by then run there as OpenCL C over the
+delay and key columns copied into device buffers, the rest on the CPU
+device; the result is the same, byte for byte. --device auto (the default)
+does so when an OpenCL GPU is present.
+
 With no --input it runs on the 200,000-row sample embedded in the binary
 (vega-datasets flights-200k.arrow, grouped by hour of day).`,
 		Args: cobra.NoArgs,
@@ -67,7 +74,8 @@ With no --input it runs on the 200,000-row sample embedded in the binary
 	fl.StringVar(&f.airports, "airports", "", "airports.csv (iata,name,city,…) to add names and cities")
 	fl.Int64Var(&f.minDelay, "min-delay", 0, "keep flights with delay > N minutes")
 	fl.IntVar(&f.top, "top", 10, "print the K groups with the most flights; 0 prints all")
-	fl.IntVar(&f.streams, "streams", 0, "CPU streams, 1 to 1024 (0: GOMAXPROCS)")
+	fl.IntVar(&f.streams, "streams", 0, "CPU streams, 1 to 1024 (0: GOMAXPROCS); with --device opencl, as many on the OpenCL device")
+	fl.StringVar(&f.device, "device", deviceAuto, "where filter and partial group-by run: cpu, opencl (an OpenCL device beside the CPU device; an error when there is none) or auto (opencl when an OpenCL GPU is present, else cpu)")
 	fl.StringVar(&f.out, "out", "", "also write the result to FILE.csv or FILE.json")
 	fl.StringVar(&f.dot, "dot", "", "write the plan (devices, streams, kernels, buffers, event waits) as Graphviz DOT to FILE; render it with 'streamdag graph'")
 	fl.StringVar(&f.trace, "trace", "", "write a Chrome/Perfetto trace of the run (a track per stream) as JSON to FILE")
@@ -146,6 +154,22 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	}
 	outFile, dotFile, traceFile, reportFile, metricsFile, errorsFile := files[0], files[1], files[2], files[3], files[4], files[5]
 
+	var choice deviceChoice
+	var err error
+	switch {
+	case f.device != deviceAuto && f.device != deviceCPU && f.device != deviceOpenCL:
+		return usagef("--device %s: want cpu, opencl or auto", f.device)
+	case f.topology != "" && f.device == deviceOpenCL:
+		return usagef("--device opencl and --topology: simulated GPUs run host code only; choose one")
+	case f.topology == "" && f.device == deviceCPU:
+		choice.why = "--device cpu"
+	case f.topology == "":
+		infos, listErr := openCLInfos()
+		if choice, err = chooseDevice(f.device, infos, listErr); err != nil {
+			return err
+		}
+	}
+
 	backend, _, err := nvml.Open(ctx, nvml.OpenConfig{})
 	if err != nil {
 		return err
@@ -156,6 +180,17 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		return err
 	}
 	defer release()
+	if f.topology == "" {
+		why += "; " + choice.why
+	}
+	if choice.openCL {
+		dev, closeCL, err := openOpenCL(choice, devs[0].NumStreams())
+		if err != nil {
+			return err
+		}
+		defer closeCL()
+		devs = append(devs, dev)
+	}
 	if loss != nil {
 		ids := make([]string, len(devs))
 		for i, d := range devs {
@@ -183,7 +218,15 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	}
 	defer src.Close()
 
-	opts := flights.Options{MinDelay: f.minDelay, TopK: f.top, Partitions: len(devs) * devs[0].NumStreams()}
+	parts := 0 // a partition per stream of every device
+	for _, d := range devs {
+		parts += d.NumStreams()
+	}
+	opts := flights.Options{MinDelay: f.minDelay, TopK: f.top, Partitions: parts, OpenCL: choice.openCL}
+	if choice.openCL {
+		id := devs[len(devs)-1].ID()
+		opts.Device = &id // filter and partial on the OpenCL device
+	}
 	if f.airports != "" {
 		path := f.airports
 		if _, err := os.Stat(path); err != nil {
@@ -256,7 +299,9 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	if !f.quiet {
 		fmt.Fprintln(stderr, runLine(src.Name(), nrows, skippedRows, len(p.Partitions), len(p.Skipped), src.NumParts(), rep))
 		fmt.Fprintf(stderr, "devices: %s\n", why)
-		if len(devs) > 1 {
+		if choice.openCL {
+			fmt.Fprintln(stderr, deviceSummary(rep))
+		} else if len(devs) > 1 {
 			fmt.Fprintln(stderr, placementSummary(plan, rep))
 		}
 		if rep.Lost != nil {
@@ -332,7 +377,7 @@ func runLine(input string, nrows, skippedRows int64, parts, skipped, nsrc int, r
 		partitions += fmt.Sprintf(" (%d of %d source parts, %d rows, not read: their delay statistics rule out every row)", skipped, nsrc, skippedRows)
 	}
 	return fmt.Sprintf("%s: %d rows in %s, %s on %s of %s, %s, %s (%.1f M rows/s)",
-		input, nrows, partitions, launches, plural(rep.Streams, "stream"),
+		input, nrows, partitions, launches, streamsLabel(rep.Streams),
 		devicesLabel(rep.DevicesUsed()), plural(rep.Waits, "event wait"), fmtDuration(rep.Wall), rate)
 }
 
@@ -453,6 +498,19 @@ func firstLine(err error) string {
 	}
 	s, _, _ := strings.Cut(err.Error(), "\n")
 	return s
+}
+
+// streamsLabel says how many streams each device has: "3 streams" when
+// every device has as many, else "2, 4 streams" by device.
+func streamsLabel(streams []int) string {
+	if len(streams) > 0 && slices.Min(streams) == slices.Max(streams) {
+		return plural(streams[0], "stream")
+	}
+	ns := make([]string, len(streams))
+	for i, n := range streams {
+		ns[i] = strconv.Itoa(n)
+	}
+	return strings.Join(ns, ", ") + " streams"
 }
 
 // plural returns "1 stream", "2 streams", "3 launches", "4 copies".

@@ -168,8 +168,8 @@ type runFigures struct {
 	InputRows        int64    `json:"input_rows"`
 	Partitions       int      `json:"partitions"`
 	Launches         int      `json:"launches"`
-	Devices          []string `json:"devices"` // the devices that held launches
-	StreamsPerDevice int      `json:"streams_per_device"`
+	Devices          []string `json:"devices"`            // the devices that held launches
+	StreamsPerDevice []int    `json:"streams_per_device"` // by device of the executor, in its order
 	LostDevice       string   `json:"lost_device,omitempty"`
 	EventWaits       int      `json:"event_waits"`
 	WallNs           int64    `json:"wall_ns"`

@@ -60,7 +60,7 @@ func TestRunFlightsJSONOutput(t *testing.T) {
 	assert.Equal(t, "17", s.Rows[0].Key)
 	assert.EqualValues(t, 6888, s.Rows[0].Count)
 	assert.EqualValues(t, 200000, s.Summary.InputRows)
-	assert.Equal(t, 3, s.Summary.StreamsPerDevice)
+	assert.Equal(t, []int{3}, s.Summary.StreamsPerDevice)
 	assert.Equal(t, []string{"cpu"}, s.Summary.Devices)
 	assert.Equal(t, s.Summary.Launches, s.Summary.OK)
 	assert.Empty(t, s.Problems)

@@ -26,6 +26,14 @@
 // A source with a single large batch is split into several row ranges, so
 // its partitions run on several streams even then.
 //
+// With Options.OpenCL the partitions run as the device graph instead:
+// columns[p] copies the partition's delay values and one int32 group code
+// per row into raw buffers, filter[p] and partial[p] run over those
+// bytes in Go or as OpenCL C on an OpenCL device (the group-by in
+// per-work-group tables of count, sum and max), and decode[p] turns the
+// tables into the groups merge reads; the result is the same, byte for
+// byte (see device.go).
+//
 // Kernel names are those above with the partition index in brackets
 // ("filter[3]"), which is what `streamdag run flights --fail` takes.
 //

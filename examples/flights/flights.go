@@ -19,6 +19,7 @@ import (
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/kvio"
+	"github.com/streamdag/streamdag/topology"
 )
 
 // Options configure the pipeline.
@@ -36,6 +37,20 @@ type Options struct {
 	Airports func() (io.ReadCloser, error)
 	// Sink, when non-nil, receives the final table in the write kernel.
 	Sink func(*Table) error
+	// OpenCL builds the device graph: filter[p] and partial[p] run over
+	// raw buffers of the partition's delay values and group codes, which
+	// a columns[p] kernel writes, and carry an OpenCL C variant beside
+	// their Go function, so an executor with an OpenCL device may run
+	// them there (and one without runs the Go function, with the same
+	// result); a decode[p] kernel turns partial's tables into groups. A
+	// partition then holds at most DeviceGroups distinct keys. The
+	// result is the same as without OpenCL, byte for byte. Default
+	// false: filter and partial read the Arrow batches directly.
+	OpenCL bool
+	// Device, with OpenCL, is the device filter[p] and partial[p] run on
+	// (dag.OnDevice: planning fails on an executor without it). nil
+	// leaves them to placement, preferring opencl0 (dag.PreferDevice).
+	Device *topology.DeviceID
 }
 
 // KeyKind says what a group key is.
@@ -194,6 +209,10 @@ func Build(src kvio.Source, opts Options) (*Pipeline, error) {
 			part := Partition{Source: s, PartLo: lo, PartHi: hi, RowLo: rows * int64(j) / int64(splits), RowHi: rows * int64(j+1) / int64(splits)}
 			i := len(p.Partitions)
 			p.Partitions = append(p.Partitions, part)
+			if opts.OpenCL {
+				partials = append(partials, p.addDeviceKernels(i, part, batches))
+				continue
+			}
 			prows := part.RowHi - part.RowLo
 			sel := g.AddValue(fmt.Sprintf("selected[%d]", i), dag.SizeHint(prows*2))
 			grp := g.AddValue(fmt.Sprintf("groups[%d]", i), dag.SizeHint(groupsBytes))

@@ -351,7 +351,7 @@ func measureBuild(s bench.Shape, minTime time.Duration) (Build, error) {
 		return Build{}, err
 	}
 	b.PlanNsPerKernel = st.PerLaunch(n) - b.ValidateNsPerKernel // Plan validates first
-	b.Waits, b.Hazards, b.Streams, b.Ops = p.Waits(), p.Hazards(), p.Streams(), p.NumLaunches()
+	b.Waits, b.Hazards, b.Streams, b.Ops = p.Waits(), p.Hazards(), p.NumStreams(0), p.NumLaunches()
 	return b, nil
 }
 

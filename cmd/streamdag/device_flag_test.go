@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/gpu/opencl"
+	"github.com/streamdag/streamdag/internal/testdata"
+)
+
+// TestChooseDevice: --device resolved from the OpenCL devices found.
+func TestChooseDevice(t *testing.T) {
+	pocl := opencl.DeviceInfo{Name: "pthread-cpu", Type: opencl.TypeCPU | opencl.TypeDefault, Platform: "Portable Computing Language", Available: true}
+	gpuDev := opencl.DeviceInfo{Name: "NVIDIA H100", Type: opencl.TypeGPU, Platform: "NVIDIA CUDA", Available: true}
+	gone := gpuDev
+	gone.Available = false
+	noLib := errors.New("opencl: unavailable: libOpenCL.so.1: cannot open shared object file")
+	tests := []struct {
+		name    string
+		flag    string
+		infos   []opencl.DeviceInfo
+		listErr error
+		openCL  bool
+		index   int
+		why     []string // substrings of why, or of the error
+		wantErr bool
+	}{
+		{"cpu ignores OpenCL", deviceCPU, []opencl.DeviceInfo{gpuDev}, nil, false, 0, []string{"--device cpu"}, false},
+		{"auto with PoCL only", deviceAuto, []opencl.DeviceInfo{pocl}, nil, false, 0,
+			[]string{"--device auto: no OpenCL GPU", "pthread-cpu (CPU|default, Portable Computing Language)", "CPU device"}, false},
+		{"auto with a GPU after PoCL", deviceAuto, []opencl.DeviceInfo{pocl, gpuDev}, nil, true, 1, []string{"OpenCL GPU NVIDIA H100 (NVIDIA CUDA)"}, false},
+		{"auto skips an unavailable GPU", deviceAuto, []opencl.DeviceInfo{gone, pocl}, nil, false, 0, []string{"no OpenCL GPU"}, false},
+		{"auto without OpenCL", deviceAuto, nil, noLib, false, 0, []string{"no OpenCL GPU", "libOpenCL.so.1"}, false},
+		{"opencl takes PoCL", deviceOpenCL, []opencl.DeviceInfo{pocl}, nil, true, 0, []string{"--device opencl: pthread-cpu (CPU|default, Portable Computing Language) beside the CPU device"}, false},
+		{"opencl prefers the GPU", deviceOpenCL, []opencl.DeviceInfo{pocl, gpuDev}, nil, true, 1, []string{"NVIDIA H100"}, false},
+		{"opencl without a library", deviceOpenCL, nil, noLib, false, 0,
+			[]string{"--device opencl: no OpenCL device: looked for libOpenCL.so.1", "/etc/OpenCL/vendors", "cannot open shared object file", "apt-get install pocl-opencl-icd ocl-icd-libopencl1", "--device cpu"}, true},
+		{"opencl without devices", deviceOpenCL, nil, nil, false, 0, []string{"--device opencl: no OpenCL device", "pocl-opencl-icd"}, true},
+		{"opencl with none available", deviceOpenCL, []opencl.DeviceInfo{gone}, nil, false, 0, []string{"no OpenCL device", "found NVIDIA H100 (GPU, NVIDIA CUDA)"}, true},
+		{"unknown", "gpu", nil, nil, false, 0, []string{"--device gpu: want cpu, opencl or auto"}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := chooseDevice(tc.flag, tc.infos, tc.listErr)
+			text := c.why
+			if tc.wantErr {
+				require.Error(t, err)
+				text = err.Error()
+			} else {
+				require.NoError(t, err)
+			}
+			assert.Equal(t, tc.openCL, c.openCL)
+			assert.Equal(t, tc.index, c.index)
+			for _, w := range tc.why {
+				assert.Contains(t, text, w)
+			}
+		})
+	}
+}
+
+// TestRunFlightsBadDevice: an unknown --device is a usage error, and
+// --device opencl with --topology is refused before anything runs.
+func TestRunFlightsBadDevice(t *testing.T) {
+	code, _, errs := cli(t, "run", "flights", "--device", "cuda")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errs, "--device cuda: want cpu, opencl or auto")
+	code, _, errs = cli(t, "run", "flights", "--device", "opencl", "--topology", "sim:dgx1-v100")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errs, "--device opencl and --topology")
+}
+
+// needOpenCL skips the test when no OpenCL device is found (fails under
+// CI, whose .ci/run installs PoCL).
+func needOpenCL(t *testing.T) {
+	t.Helper()
+	if ds, err := opencl.Devices(); err != nil || len(ds) == 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("no OpenCL device: %v", err)
+		}
+		t.Skipf("no OpenCL device (apt-get install pocl-opencl-icd ocl-icd-libopencl1): %v", err)
+	}
+}
+
+// TestRunFlightsDeviceOpenCLSameCSV: --device opencl writes the CSV
+// --device cpu writes, byte for byte, on the embedded sample and on the
+// Parquet file and both Arrow IPC files, and its summary names the
+// kernels each device ran and the bytes copied.
+func TestRunFlightsDeviceOpenCLSameCSV(t *testing.T) {
+	needOpenCL(t)
+	for _, input := range []string{"", "flights-3m.parquet", "flights-200k.arrow", "flights-231k-multibatch.arrow"} {
+		name := input
+		if name == "" {
+			name = "embedded"
+		}
+		t.Run(name, func(t *testing.T) {
+			var args []string
+			if input != "" {
+				args = []string{"--input", testdata.File(t, input)}
+			}
+			dir := t.TempDir()
+			csvs := map[string]string{}
+			for _, dev := range []string{deviceCPU, deviceOpenCL} {
+				path := filepath.Join(dir, dev+".csv")
+				code, _, errs := cli(t, append([]string{"run", "flights", "--device", dev, "--top", "0", "--out", path}, args...)...)
+				require.Equal(t, 0, code, errs)
+				b, err := os.ReadFile(path)
+				require.NoError(t, err)
+				csvs[dev] = string(b)
+				if dev == deviceOpenCL {
+					assert.Contains(t, errs, "--device opencl: ")
+					assert.Regexp(t, `kernels: cpu: source( ×\d+)?, columns ×(\d+), decode ×\d+, merge, sort, topk, write; opencl0: filter ×\d+, partial ×\d+; \d+ copies between the devices, \d+\.\d MB\n`, errs)
+				} else {
+					assert.Contains(t, errs, "; --device cpu\n")
+				}
+			}
+			assert.Greater(t, strings.Count(csvs[deviceCPU], "\n"), 20)
+			assert.Equal(t, csvs[deviceCPU], csvs[deviceOpenCL])
+		})
+	}
+}
+
+// cliChildEnv holds, one a line, the arguments TestCLIChild runs the
+// command line with in a subprocess.
+const cliChildEnv = "STREAMDAG_CLI_CHILD_ARGS"
+
+// TestCLIChild is the subprocess of the tests that need a process of
+// their own (an environment the OpenCL loader reads once): it runs the
+// command line with the arguments in cliChildEnv and exits with its
+// status. Without cliChildEnv it does nothing.
+func TestCLIChild(t *testing.T) {
+	args := os.Getenv(cliChildEnv)
+	if args == "" {
+		t.Skip("runs only as the subprocess of another test")
+	}
+	os.Exit(run(context.Background(), strings.Split(args, "\n"), strings.NewReader(""), os.Stdout, os.Stderr))
+}
+
+// TestRunFlightsWithoutOpenCL: with no OpenCL platform (the ICD loader
+// pointed at an empty vendors directory), --device opencl is an error
+// naming what it looked for and how to install PoCL, and --device auto
+// runs on the CPU device and says why.
+func TestRunFlightsWithoutOpenCL(t *testing.T) {
+	if _, err := opencl.Platforms(); err != nil {
+		t.Skipf("no OpenCL loader to point elsewhere: %v", err)
+	}
+	vendors := t.TempDir()
+	child := func(args ...string) (int, string) {
+		cmd := osexec.Command(os.Args[0], "-test.run=^TestCLIChild$")
+		cmd.Env = append(os.Environ(), cliChildEnv+"="+strings.Join(args, "\n"), "OCL_ICD_VENDORS="+vendors)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var exit *osexec.ExitError
+		if errors.As(err, &exit) {
+			return exit.ExitCode(), stderr.String()
+		}
+		require.NoError(t, err)
+		return 0, stderr.String()
+	}
+	code, errs := child("run", "flights", "--device", "opencl")
+	assert.Equal(t, 1, code, errs)
+	assert.Contains(t, errs, "streamdag: --device opencl: no OpenCL device: looked for libOpenCL.so.1 and the platforms its ICD loader lists (/etc/OpenCL/vendors): opencl: no platform")
+	assert.Contains(t, errs, "apt-get install pocl-opencl-icd ocl-icd-libopencl1")
+	code, errs = child("run", "flights", "--top", "1")
+	assert.Equal(t, 0, code, errs)
+	assert.Contains(t, errs, "--device auto: no OpenCL GPU (opencl: no platform")
+	assert.Contains(t, errs, "so every kernel runs on the CPU device")
+}
+
+// TestRunFlightsDeviceOpenCLFail: --fail fails a kernel that has OpenCL
+// C too: with --device opencl, filter[1] fails with the injected failure
+// (it runs its failing Go function, on the CPU device), partial[1] is
+// skipped, and the result is partial.
+func TestRunFlightsDeviceOpenCLFail(t *testing.T) {
+	needOpenCL(t)
+	code, _, errs := cli(t, "run", "flights", "--device", "opencl", "--fail", "filter[1]", "--top", "3")
+	assert.Equal(t, 1, code, errs)
+	assert.Contains(t, errs, `filter[1]: failed (failure #1): exec: kernel "filter[1]": injected failure`)
+	assert.Contains(t, errs, "partial[1]: skipped (failure #1) ← copy keep[1] cpu→opencl0 ← filter[1]")
+	assert.Contains(t, errs, "PARTIAL RESULT: 1 of 4 partitions lost")
+}
+
+// TestRunFlightsDeviceAutoWithoutGPU: where the OpenCL devices are CPUs
+// (PoCL), --device auto (the default) runs every kernel on the CPU device
+// and says why, naming the OpenCL devices it found.
+func TestRunFlightsDeviceAutoWithoutGPU(t *testing.T) {
+	needOpenCL(t)
+	infos, err := openCLInfos()
+	require.NoError(t, err)
+	for _, d := range infos {
+		if d.Type&opencl.TypeGPU != 0 {
+			t.Skipf("an OpenCL GPU is present (%s): auto takes it", d.Name)
+		}
+	}
+	code, _, errs := cli(t, "run", "flights", "--top", "1")
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, errs, "--device auto: no OpenCL GPU (found "+infos[0].Name+" (")
+	assert.Contains(t, errs, "so every kernel runs on the CPU device\n")
+	assert.Regexp(t, `launches on \d+ streams? of cpu,`, errs)
+	assert.NotContains(t, errs, "opencl0")
+}

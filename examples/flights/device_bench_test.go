@@ -1,0 +1,275 @@
+package flights
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/buffers"
+	"github.com/streamdag/streamdag/dag"
+	"github.com/streamdag/streamdag/exec"
+	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/cpu"
+	"github.com/streamdag/streamdag/gpu/opencl"
+	"github.com/streamdag/streamdag/internal/testdata"
+	"github.com/streamdag/streamdag/kvio"
+	"github.com/streamdag/streamdag/topology"
+)
+
+// benchLaunch is the dag.Launch a kernel function sees, over buffers of
+// its own, for calling kernels outside an executor.
+type benchLaunch struct {
+	in, out []*buffers.Buffer
+}
+
+func (l *benchLaunch) Kernel() string              { return "bench" }
+func (l *benchLaunch) Device() topology.DeviceID   { return topology.CPU }
+func (l *benchLaunch) Stream() int                 { return 0 }
+func (l *benchLaunch) In(i int) *buffers.Buffer    { return l.in[i] }
+func (l *benchLaunch) NumIn() int                  { return len(l.in) }
+func (l *benchLaunch) Out(i int) *buffers.Buffer   { return l.out[i] }
+func (l *benchLaunch) NumOut() int                 { return len(l.out) }
+func (l *benchLaunch) Allocator() memory.Allocator { return memory.DefaultAllocator }
+func (l *benchLaunch) Missing(int) error           { return nil }
+
+var _ dag.Launch = (*benchLaunch)(nil)
+
+// benchBuffers makes host buffers outside an executor.
+type benchBuffers struct {
+	pool *buffers.Pool
+	next buffers.ID
+}
+
+func (bb *benchBuffers) value(name string) *buffers.Buffer {
+	bb.next++
+	return bb.pool.AllocateValues([]buffers.ValueSpec{{ID: bb.next, Name: name}})[0]
+}
+
+func (bb *benchBuffers) raw(tb testing.TB, name string, size int64) *buffers.Buffer {
+	bb.next++
+	b, err := bb.pool.Allocate(context.Background(), bb.next, name, size)
+	require.NoError(tb, err)
+	return b
+}
+
+// BenchmarkDeviceKernels compares, on flights-3m.parquet with one
+// partition per row group (read and decoded outside the timer), in one
+// run and interleaved (see interleaved), as milliseconds per iteration
+// and ratios to the first of each group:
+//
+//   - kernels: go-arrow, the CPU graph's filter and partial (Go, over the
+//     Arrow batches), the baseline; go-raw, the device graph's Go variants
+//     over the raw columns; opencl, its OpenCL C on the first OpenCL
+//     device (PoCL here), the columns already in device memory, every
+//     partition's two launches on one queue, then a finish; and
+//     opencl+copies, the same with the columns copied in and the tables
+//     copied out;
+//   - run: `streamdag run flights` end to end (Run: build, plan, read,
+//     decode, …, write): cpu, the CPU graph on the CPU device, the
+//     baseline; opencl, the device graph on the CPU device plus the
+//     OpenCL device, filter and partial on the OpenCL device.
+//
+// The Go kernels run one partition after another on one goroutine; an
+// OpenCL launch spreads its work-groups over the device's compute units.
+// Run it short: go test -run '^$' -bench DeviceKernels -benchtime=10x
+// ./examples/flights/ (needs flights-3m.parquet; skipped without an
+// OpenCL device).
+func BenchmarkDeviceKernels(b *testing.B) {
+	path := testdata.File(b, "flights-3m.parquet")
+	ctx := context.Background()
+	f, err := kvio.Open(path)
+	require.NoError(b, err)
+	defer f.Close()
+	src, err := kvio.OpenAuto(ctx, f)
+	require.NoError(b, err)
+	defer src.Close()
+	pc, err := Build(src, Options{})
+	require.NoError(b, err)
+	pd, err := Build(src, Options{OpenCL: true})
+	require.NoError(b, err)
+	require.Equal(b, pc.Partitions, pd.Partitions)
+
+	bb := &benchBuffers{pool: buffers.NewPool(topology.CPU, memory.DefaultAllocator, buffers.NewBudget(1<<40))}
+	batches := map[int]*buffers.Buffer{}
+	type partBufs struct{ batches, sel, grp, delay, key, keep, table, codes *buffers.Buffer }
+	parts := make([]partBufs, len(pd.Partitions))
+	var rows int64
+	for i, part := range pd.Partitions {
+		if batches[part.Source] == nil {
+			batches[part.Source] = bb.value("batches")
+			require.NoError(b, pc.source(part.PartLo, part.PartHi)(ctx, &benchLaunch{out: []*buffers.Buffer{batches[part.Source]}}))
+		}
+		n := part.RowHi - part.RowLo
+		rows += n
+		pb := partBufs{batches: batches[part.Source], sel: bb.value("sel"), grp: bb.value("grp"),
+			delay: bb.raw(b, "delay", max(n*8, minDeviceBytes)), key: bb.raw(b, "key", max(n*4, minDeviceBytes)),
+			keep: bb.raw(b, "keep", max(n, minDeviceBytes)), table: bb.raw(b, "table", tableBytes(partialGroups(n))), codes: bb.value("codes")}
+		require.NoError(b, pd.columns(part)(ctx, &benchLaunch{in: []*buffers.Buffer{pb.batches}, out: []*buffers.Buffer{pb.delay, pb.key, pb.codes}}))
+		parts[i] = pb
+	}
+	defer func() {
+		for _, x := range batches {
+			x.Release()
+		}
+	}()
+	width := pd.delayWidth()
+	require.Equal(b, 8, width)
+
+	goArrow := func(b *testing.B) {
+		for i, part := range pc.Partitions {
+			pb := parts[i]
+			if err := pc.filter(part)(ctx, &benchLaunch{in: []*buffers.Buffer{pb.batches}, out: []*buffers.Buffer{pb.sel}}); err != nil {
+				b.Fatal(err)
+			}
+			if err := pc.partial()(ctx, &benchLaunch{in: []*buffers.Buffer{pb.batches, pb.sel}, out: []*buffers.Buffer{pb.grp}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	goRaw := func(*testing.B) {
+		for i, part := range pd.Partitions {
+			pb := parts[i]
+			n := part.RowHi - part.RowLo
+			_ = hostFilter(width, n, 0)(ctx, &benchLaunch{in: []*buffers.Buffer{pb.delay, pb.key}, out: []*buffers.Buffer{pb.keep}})
+			_ = hostPartial(width, n)(ctx, &benchLaunch{in: []*buffers.Buffer{pb.delay, pb.key, pb.keep}, out: []*buffers.Buffer{pb.table}})
+		}
+	}
+
+	ds, err := opencl.Devices()
+	if err != nil || len(ds) == 0 {
+		b.Skipf("no OpenCL device: %v", err)
+	}
+	c, err := opencl.Open(ds[0])
+	require.NoError(b, err)
+	defer c.Close()
+	q, err := c.NewQueue()
+	require.NoError(b, err)
+	prog, err := c.Program("flights", deviceSource(width), "")
+	require.NoError(b, err)
+	fk, err := q.Kernel(prog, "flights_filter")
+	require.NoError(b, err)
+	pk, err := q.Kernel(prog, "flights_partial")
+	require.NoError(b, err)
+	type devBufs struct{ delay, key, keep, table *opencl.Buffer }
+	dev := make([]devBufs, len(parts))
+	for i, pb := range parts {
+		for _, x := range []struct {
+			dst **opencl.Buffer
+			src *buffers.Buffer
+		}{{&dev[i].delay, pb.delay}, {&dev[i].key, pb.key}, {&dev[i].keep, pb.keep}, {&dev[i].table, pb.table}} {
+			*x.dst, err = c.Alloc(x.src.SizeBytes())
+			require.NoError(b, err)
+			require.NoError(b, q.Write(*x.dst, 0, x.src.Bytes()))
+		}
+	}
+	launch := func(b *testing.B, copies bool) {
+		for i, part := range pd.Partitions {
+			n := part.RowHi - part.RowLo
+			d := dev[i]
+			if copies {
+				require.NoError(b, q.Write(d.delay, 0, parts[i].delay.Bytes()))
+				require.NoError(b, q.Write(d.key, 0, parts[i].key.Bytes()))
+			}
+			for j, x := range []*opencl.Buffer{d.delay, d.key, d.keep} {
+				require.NoError(b, fk.SetBuffer(j, x))
+			}
+			require.NoError(b, fk.SetInt64(3, 0))
+			if n > 0 {
+				require.NoError(b, q.Launch(fk, []int{int(n)}, nil))
+			}
+			for j, x := range []*opencl.Buffer{d.delay, d.key, d.keep, d.table} {
+				require.NoError(b, pk.SetBuffer(j, x))
+			}
+			require.NoError(b, pk.SetInt64(4, n))
+			require.NoError(b, q.Launch(pk, []int{partialGroups(n) * deviceWorkGroup}, []int{deviceWorkGroup}))
+			if copies {
+				require.NoError(b, q.Read(d.table, 0, parts[i].table.Bytes()))
+			}
+		}
+		require.NoError(b, q.Finish(ctx))
+	}
+	// The OpenCL tables equal the Go variants' (checked once).
+	launch(b, false)
+	for i, pb := range parts {
+		got := make([]byte, pb.table.SizeBytes())
+		require.NoError(b, q.Read(dev[i].table, 0, got))
+		want := make([]byte, len(got))
+		n := pd.Partitions[i].RowHi - pd.Partitions[i].RowLo
+		filterRows(width, pb.delay.Bytes(), int32s(pb.key.Bytes())[:n], pb.keep.Bytes()[:n], 0)
+		partialRows(width, pb.delay.Bytes(), int32s(pb.key.Bytes())[:n], pb.keep.Bytes()[:n], int64s(want))
+		require.Equal(b, want, got, "partition %d", i)
+	}
+	interleaved(b, "kernels", rows, []variant{
+		{"go-arrow", goArrow},
+		{"go-raw", goRaw},
+		{"opencl", func(b *testing.B) { launch(b, false) }},
+		{"opencl+copies", func(b *testing.B) { launch(b, true) }},
+	})
+
+	cpuDev, err := cpu.New()
+	require.NoError(b, err)
+	defer cpuDev.Close()
+	clDev, err := opencl.NewDevice(ds[0], cpuDev.NumStreams())
+	require.NoError(b, err)
+	defer clDev.Close()
+	runOn := func(devs []gpu.Device, openCL bool) func(*testing.B) {
+		e, err := exec.NewMulti(devs, nil)
+		require.NoError(b, err)
+		opts := Options{OpenCL: openCL, Partitions: len(devs) * cpuDev.NumStreams()}
+		if openCL {
+			id := clDev.ID()
+			opts.Device = &id
+		}
+		return func(b *testing.B) {
+			out, err := Run(ctx, e, src, opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := out.Report.Err(); err != nil || out.Table == nil {
+				b.Fatal(fmt.Errorf("run: %v, no table: %t", err, out.Table == nil))
+			}
+		}
+	}
+	interleaved(b, "run", rows, []variant{
+		{"cpu", runOn([]gpu.Device{cpuDev}, false)},
+		{"opencl", runOn([]gpu.Device{cpuDev, clDev}, true)},
+	})
+}
+
+// variant is one of the things an interleaved benchmark compares.
+type variant struct {
+	name string
+	run  func(*testing.B)
+}
+
+// interleaved runs every variant once per iteration, in an order that
+// rotates from one iteration to the next (so a change of the machine's
+// load during the run falls on all of them alike), and reports each
+// one's milliseconds per iteration ("NAME-ms") and its ratio to the
+// first, the baseline ("NAME/BASE").
+func interleaved(b *testing.B, name string, rows int64, vs []variant) {
+	b.Run(name, func(b *testing.B) {
+		b.SetBytes(rows * 8)
+		total := make([]time.Duration, len(vs))
+		it := 0
+		for b.Loop() {
+			for j := range vs {
+				v := (it + j) % len(vs)
+				start := time.Now()
+				vs[v].run(b)
+				total[v] += time.Since(start)
+			}
+			it++
+		}
+		for j, v := range vs {
+			b.ReportMetric(total[j].Seconds()*1e3/float64(it), v.name+"-ms")
+			if j > 0 {
+				b.ReportMetric(total[j].Seconds()/total[0].Seconds(), v.name+"/"+vs[0].name)
+			}
+		}
+	})
+}

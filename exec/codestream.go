@@ -1,0 +1,744 @@
+package exec
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"reflect"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/streamdag/streamdag/buffers"
+	"github.com/streamdag/streamdag/dag"
+	"github.com/streamdag/streamdag/gpu"
+)
+
+// Code devices. A plan places a kernel on a gpu.CodeDevice (DeviceCode
+// gives dag.OpenCLCode) only when the kernel has an OpenCL variant and
+// touches no value buffer; the buffers such a kernel reads and writes
+// have instances in the device's memory (gpu.Memory, reserved with the
+// run's other buffers and released when it ends), and the plan's copy
+// launches between a host instance and a device instance run on the code
+// device's stream as CopyIn or CopyOut. Every graph buffer's own instance
+// (the one a Result reads) lives on a device that is not a code device,
+// so a Result reads host memory only.
+//
+// Each code stream's list is driven by one goroutine (a codeRun) that
+// enqueues the launches in order and settles them in order as the device
+// completes them:
+//
+//   - a launch's cross-stream waits are taken on the host, on the run's
+//     per-stream progress (the launches it waits for have settled, on
+//     whatever device they ran), after the stream has settled what it
+//     enqueued before: a device's queue runs in order, so nothing the
+//     launch precedes could have started sooner, and a device never holds
+//     a command whose producers may not run. (Waits enqueued on the
+//     device, Stream.Wait on a settle event, cannot be withdrawn when the
+//     run's ctx ends: the device would then wait for work that will not
+//     come, or have to be let go before what the command must follow has
+//     finished, a CopyOut into host memory that a host kernel still
+//     reads, say.);
+//   - the launch itself: LaunchKernel with the variant's shape and
+//     arguments, or the copy;
+//   - a Record after a launch another stream waits on, after a copy, and
+//     at the end of the list (or of the enqueue window); the failures a
+//     recorded event reports (*gpu.CommandError) are mapped back to the
+//     launches it covers by label (a kernel launch's label is its name,
+//     unique in the graph; a copy, whose commands the device labels by
+//     kind, ends its segment).
+//
+// Settling a launch follows the CPU device's contract: once the launches
+// it waits for have settled, a launch whose required read is tainted is
+// skipped with the root failure and its chain (never enqueued, when the
+// driver knew the taint before enqueueing it; its outcome discarded
+// otherwise); a launch the device reports failed fails with the
+// *gpu.CommandError; a kernel whose status word (dag.StatusArg) holds a
+// non-zero value fails with a *StatusError; otherwise its writes are
+// clean (a copy carries its source's taint byte for byte). Settled
+// progress is published as on a CPU stream, so other streams' waits see
+// it. When the run's ctx is done the driver stops enqueueing; launches it
+// did not enqueue are cancelled once the run has quiesced, and enqueued
+// ones run to completion (a device cannot withdraw them) before the run
+// returns.
+//
+// A run holds each code device it launches on for its whole duration
+// (codeLease): runs on one code device take turns, so the commands of one
+// run never sit between the waits of another on a device queue.
+
+// codeWindow bounds how many launches a code stream enqueues ahead of the
+// oldest it has not settled: cancellation stops enqueueing, so what a
+// done ctx still lets run is at most this much per stream.
+const codeWindow = 64
+
+// statusStride is the distance in bytes between the status words of a
+// code stream's launches in its status memory: a multiple of every
+// device's base address alignment (OpenCL requires sub-buffer origins
+// aligned to CL_DEVICE_MEM_BASE_ADDR_ALIGN, at most 4096 bits in
+// practice).
+const statusStride = 512
+
+// StatusError is a launch of device code that reported a soft failure:
+// its status word (dag.StatusArg) held Value, not zero, when it ended.
+type StatusError struct {
+	Kernel string
+	Value  int32
+}
+
+// Error returns "exec: kernel "k" set its status word to 3".
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("exec: kernel %q set its status word to %d", e.Kernel, e.Value)
+}
+
+// codeArg is one argument of a code launch, bound to the plan: a buffer
+// instance (inst >= 0) at off, a scalar, or the status word.
+type codeArg struct {
+	inst   buffers.ID // plan buffer; -1 for a scalar or the status word
+	off    int64
+	scalar any
+	status bool
+}
+
+// codeOp is what a code stream needs to enqueue one launch, built once
+// per plan (codeOps).
+type codeOp struct {
+	kernel   bool
+	variant  *dag.Variant
+	args     []codeArg
+	argBytes []int64 // the ShapeFunc's input
+	status   bool    // the kernel has a status word
+	// A copy: from host bytes into device memory (in), device memory out
+	// to host bytes (out), or within the device (neither).
+	in, out bool
+}
+
+// hasCode reports whether the plan has launches on code devices.
+func (p *Plan) hasCode() bool { return slices.Contains(p.mem, true) }
+
+// codeOps returns, by plan index, what a code stream enqueues for each
+// launch on a code device (zero for the others), built once per plan.
+func (p *Plan) codeOps() []codeOp {
+	p.codeOnce.Do(func() {
+		ops := make([]codeOp, len(p.launches))
+		for i := range p.launches {
+			l := &p.launches[i]
+			if !p.mem[l.Device] {
+				continue
+			}
+			op := &ops[i]
+			if l.Copy != nil {
+				src, dst := l.Reads[0].Buffer, l.Writes[0].Buffer
+				op.in = !p.mem[p.bufs[src].Device]
+				op.out = !p.mem[p.bufs[dst].Device]
+				continue
+			}
+			op.kernel, op.variant = true, l.variant
+			for _, a := range l.variant.Args {
+				switch bd, ok := a.Buffer(); {
+				case ok:
+					op.args = append(op.args, codeArg{inst: p.instanceOf(l, bd.Buffer), off: bd.Offset})
+					op.argBytes = append(op.argBytes, bd.Length)
+				case a.Status():
+					op.args = append(op.args, codeArg{inst: -1, status: true})
+					op.argBytes = append(op.argBytes, 0)
+					op.status = true
+				default:
+					v, _ := a.Scalar()
+					op.args = append(op.args, codeArg{inst: -1, scalar: v})
+					op.argBytes = append(op.argBytes, 0)
+				}
+			}
+		}
+		p.cops = ops
+	})
+	return p.cops
+}
+
+// instanceOf returns the plan buffer launch l uses for graph buffer b:
+// the instance its reads and writes are redirected to.
+func (p *Plan) instanceOf(l *PlannedLaunch, b dag.BufferID) buffers.ID {
+	for _, bs := range [2][]buffers.Binding{l.Reads, l.Writes} {
+		for _, x := range bs {
+			if p.bufs[x.Buffer].Of == b {
+				return x.Buffer
+			}
+		}
+	}
+	return -1 // dag binds only declared buffers: not reached
+}
+
+// allocMem makes plan buffer i's device memory on its code device. A
+// failure reads as the buffer's unallocated failure, as an over-budget
+// reservation does, and gives its budget bytes back.
+func (r *run) allocMem(i int32) {
+	b := &r.plan.bufs[i]
+	if r.mems == nil {
+		r.mems = make([]gpu.Memory, len(r.plan.bufs))
+	}
+	cd, _ := codeDevice(r.gdevs[b.Device])
+	m, err := cd.Alloc(b.SizeBytes)
+	if err != nil {
+		r.pools[b.Device].Budget().Release(b.SizeBytes)
+		r.store.FailUnallocated("allocate "+b.Name, buffers.ID(i),
+			fmt.Errorf("exec: allocate %q (%d bytes) on %s: %w", b.Name, b.SizeBytes, r.devs[b.Device], err))
+		if r.unalloc == nil {
+			r.unalloc = &unallocated{bufs: make([]bool, len(r.plan.bufs))}
+		}
+		r.unalloc.bufs[i] = true
+		return
+	}
+	r.mems[i] = m
+}
+
+// releaseMems releases the run's device memory and gives its bytes back
+// to the budgets. It is idempotent.
+func (r *run) releaseMems() {
+	for i, m := range r.mems {
+		if m != nil {
+			m.Release()
+			r.pools[r.plan.bufs[i].Device].Budget().Release(r.plan.bufs[i].SizeBytes)
+		}
+	}
+	r.mems = nil
+}
+
+// codeLeases holds, per code device, the run launching on it now.
+var codeLeases sync.Map // gpu.Device (or its ID) → chan struct{} (capacity 1)
+
+// leaseCode takes every code device of p among devs, in the order of
+// their IDs (so runs that need several never hold one each and wait for
+// the other), waiting while other runs hold them; it returns the
+// function that gives them back. ctx done while waiting is an error
+// naming the device, and nothing is held then.
+func leaseCode(ctx context.Context, p *Plan, devs []gpu.Device) (func(), error) {
+	var ds []gpu.Device
+	for d, m := range p.mem {
+		if m {
+			ds = append(ds, devs[d])
+		}
+	}
+	slices.SortFunc(ds, func(a, b gpu.Device) int { return cmp.Compare(a.ID().String(), b.ID().String()) })
+	var held []chan struct{}
+	release := func() {
+		for _, c := range held {
+			<-c
+		}
+	}
+	for _, d := range ds {
+		var key any = d
+		if !reflect.TypeOf(d).Comparable() { // not a map key: its ID stands for it
+			key = d.ID().String()
+		}
+		v, _ := codeLeases.LoadOrStore(key, make(chan struct{}, 1))
+		c := v.(chan struct{})
+		select {
+		case c <- struct{}{}: // free: taken whatever ctx says, as a free budget is
+			held = append(held, c)
+			continue
+		default:
+		}
+		select {
+		case c <- struct{}{}:
+			held = append(held, c)
+		case <-ctx.Done():
+			release()
+			return nil, fmt.Errorf("exec: wait for %s, which another run holds: %w", d.ID(), ctx.Err())
+		}
+	}
+	return release, nil
+}
+
+// segment is a run of a code stream's launches, [start, end) by position,
+// covered by one recorded event.
+type segment struct {
+	end int
+	ev  gpu.Event
+}
+
+// codeRun is one code stream's launch list in one run: its driver.
+type codeRun struct {
+	b     *streamRun // the list, its waits and slots; b.left is set as for a CPU stream
+	r     *run
+	st    gpu.CodeStream
+	ops   []codeOp
+	progs []gpu.Program // by position: the kernel's program
+	state []codeState   // by position
+	segs  []segment     // recorded and not settled, oldest first
+	pos   int           // next launch to enqueue
+	set   int           // next launch to settle
+	wfrom int           // where the waits of the launch at pos start
+	// status words: device memory, a stride per launch with one, and
+	// their host copies (4 bytes each), by position's status slot.
+	statusMem  gpu.Memory
+	statusHost []byte
+	statusSlot []int32 // by position: its slot, or -1
+	enqAt      []int64 // by position: when it was enqueued (ns since the run's base), with timing
+	lastEnd    int64
+}
+
+// codeState is how far a launch of a code stream got.
+type codeState struct {
+	enqueued bool  // its commands are on the device
+	settled  bool  // settled before it was enqueued (skipped, or cancelled)
+	err      error // it failed when it was enqueued (a bad shape, a build error, …)
+	copied   int64 // bytes a copy moves
+}
+
+// startCode starts the driver of code stream list b.
+func (r *run) startCode(b *streamRun, dev gpu.CodeDevice, st gpu.CodeStream, wg *sync.WaitGroup) {
+	c := &codeRun{b: b, r: r, st: st, ops: r.plan.codeOps()}
+	n := len(b.list)
+	c.progs = make([]gpu.Program, n)
+	c.state = make([]codeState, n)
+	c.statusSlot = make([]int32, n)
+	if r.out.times != nil {
+		c.enqAt = make([]int64, n)
+	}
+	slots := 0
+	for k, h := range b.list {
+		c.statusSlot[k] = -1
+		if c.ops[h.idx].status {
+			c.statusSlot[k] = int32(slots)
+			slots++
+		}
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.run(dev, slots)
+	}()
+}
+
+// run drives the list: prepare, enqueue within the window while settling
+// what the device has finished, then settle the rest; it returns once
+// every command it enqueued has finished. A bug here that panics fails
+// what is left of the list as an internal error, after the device has
+// finished what was enqueued.
+func (c *codeRun) run(dev gpu.CodeDevice, slots int) {
+	r, b := c.r, c.b
+	defer func() {
+		if v := recover(); v != nil {
+			r.noteInternal(fmt.Errorf("exec: internal error on code stream %d: %v\n%s", b.gs, v, debug.Stack()))
+			_ = c.st.Record().Wait(context.Background())
+			b.left = -1 // cancelled here, not again once the run has quiesced
+			for c.set < len(b.list) {
+				i := int(b.list[c.set].idx)
+				if !c.state[c.set].settled {
+					r.cancel(i, &r.plan.launches[i], errInternal)
+				}
+				c.set++
+			}
+			r.progress[b.gs].Publish(uint64(len(b.list)))
+		}
+		c.releaseStatus()
+		r.listDone()
+	}()
+	c.prepare(dev, slots)
+	done := r.ctx.Done()
+	for c.pos < len(b.list) {
+		if done != nil {
+			select {
+			case <-done:
+				if b.left < 0 { // else a settled launch gave up earlier
+					b.left = c.pos
+				}
+			default:
+			}
+			if b.left >= 0 {
+				break
+			}
+		}
+		for len(c.segs) > 0 && c.segs[0].ev.Done() {
+			c.settleSegment()
+		}
+		if c.pos-c.set >= codeWindow {
+			c.recordTo(c.pos)
+			c.settleSegment()
+			continue
+		}
+		c.enqueue()
+	}
+	c.recordTo(c.pos)
+	for len(c.segs) > 0 {
+		c.settleSegment()
+	}
+	if b.left < 0 {
+		r.progress[b.gs].Publish(uint64(len(b.list)))
+	}
+}
+
+// prepare builds the list's programs (a build error fails the launches
+// of that kernel when they are enqueued) and zeroes the status words.
+func (c *codeRun) prepare(dev gpu.CodeDevice, slots int) {
+	p := c.r.plan
+	built := map[*dag.Variant]gpu.Program{}
+	failed := map[*dag.Variant]error{}
+	for k, h := range c.b.list {
+		op := &c.ops[h.idx]
+		if !op.kernel {
+			continue
+		}
+		v := op.variant
+		if prog, ok := built[v]; ok {
+			c.progs[k] = prog
+			continue
+		}
+		if err, ok := failed[v]; ok {
+			c.state[k].err = err
+			continue
+		}
+		name := p.launches[h.idx].Name
+		prog, err := dev.Program(name, v.Source, "")
+		if err != nil {
+			err = fmt.Errorf("exec: kernel %q: build for %s: %w", name, dev.ID(), err)
+			failed[v], c.state[k].err = err, err
+			continue
+		}
+		built[v], c.progs[k] = prog, prog
+	}
+	if slots == 0 {
+		return
+	}
+	m, err := dev.Alloc(int64(slots) * statusStride)
+	if err == nil {
+		err = c.st.Fill(m, 0, int64(slots)*statusStride, []byte{0, 0, 0, 0})
+	}
+	if err != nil {
+		if m != nil {
+			m.Release()
+		}
+		err = fmt.Errorf("exec: status words on %s: %w", dev.ID(), err)
+		for k := range c.b.list {
+			if c.statusSlot[k] >= 0 && c.state[k].err == nil {
+				c.state[k].err = err
+			}
+		}
+		return
+	}
+	c.statusMem, c.statusHost = m, make([]byte, 4*slots)
+}
+
+// releaseStatus releases the status words' memory.
+func (c *codeRun) releaseStatus() {
+	if c.statusMem != nil {
+		c.statusMem.Release()
+		c.statusMem = nil
+	}
+}
+
+// enqueue enqueues the launch at pos, once the launches of other streams
+// it waits for have settled, and where needed a Record. While one has
+// not, the stream first settles what it has enqueued (the launch waited
+// for may itself wait for those), then waits on the host: the device is
+// given only commands whose producers have settled, so a run whose ctx
+// ends never leaves a device waiting for work that will not come, or
+// running a command before what it must follow. When ctx ends during that
+// wait the launch is not enqueued: it and the rest of the list are
+// cancelled once the run has quiesced. A launch whose taint is known
+// already (every launch before it on the stream has settled, and so have
+// those it waits for) is settled here instead, without enqueueing.
+func (c *codeRun) enqueue() {
+	r, b := c.r, c.b
+	k := c.pos
+	h := &b.list[k]
+	i := int(h.idx)
+	l := &r.plan.launches[i]
+	for _, w := range b.waits[c.wfrom:h.waits] {
+		need := uint64(w.Seq)
+		if b.seen[w.Stream] >= need {
+			continue
+		}
+		if b.seen[w.Stream] = r.progress[w.Stream].Load(); b.seen[w.Stream] >= need {
+			continue
+		}
+		c.recordTo(k)
+		for len(c.segs) > 0 {
+			c.settleSegment()
+		}
+		var err error
+		if b.seen[w.Stream], err = r.progress[w.Stream].WaitFor(r.ctx, need); err != nil {
+			b.left = k // ctx is done
+			return
+		}
+	}
+	c.wfrom = int(h.waits)
+	c.pos++
+	if c.enqAt != nil {
+		c.enqAt[k] = int64(time.Since(r.out.base))
+	}
+	if c.set == k && (r.slow || !r.store.Empty()) && !c.ready(k) {
+		c.state[k].settled = true
+		c.set++
+		if h.record {
+			r.progress[b.gs].Publish(uint64(c.set))
+		}
+		return
+	}
+	if c.state[k].err == nil { // else a build error, say: nothing to enqueue
+		c.state[k].err = c.launch(k, l)
+	}
+	// A kernel's failure names it (its label: kernel names are unique in
+	// a graph), but a copy's names only its kind: a copy ends a segment.
+	if l.Copy != nil || h.record || c.pos == len(b.list) {
+		c.recordTo(c.pos)
+	}
+}
+
+// recordTo records an event covering the launches before end that no
+// segment covers yet.
+func (c *codeRun) recordTo(end int) {
+	from := c.set
+	if n := len(c.segs); n > 0 {
+		from = c.segs[n-1].end
+	}
+	if end > from {
+		c.segs = append(c.segs, segment{end: end, ev: c.st.Record()})
+	}
+}
+
+// launch enqueues the commands of launch k (plan launch l): a copy, or
+// the kernel with its status word's read-back. It returns an error the
+// launch fails with when it cannot be enqueued; nothing then runs for it.
+func (c *codeRun) launch(k int, l *PlannedLaunch) error {
+	r := c.r
+	op := &c.ops[c.b.list[k].idx]
+	if l.Copy != nil {
+		src, dst := l.Reads[0], l.Writes[0]
+		off, n := src.Offset, src.Length
+		var err error
+		switch {
+		case op.in:
+			hb, m := r.buffer(src.Buffer), c.mem(dst.Buffer)
+			if hb == nil || m == nil || r.unalloc != nil && (r.unalloc.bufs[src.Buffer] || r.unalloc.bufs[dst.Buffer]) {
+				return nil // a failed reservation: the copy carries its taint
+			}
+			err = c.st.CopyIn(m, off, hb.Bytes()[off:off+n])
+		case op.out:
+			m, hb := c.mem(src.Buffer), r.buffer(dst.Buffer)
+			if hb == nil || m == nil || r.unalloc != nil && (r.unalloc.bufs[src.Buffer] || r.unalloc.bufs[dst.Buffer]) {
+				return nil
+			}
+			err = c.st.CopyOut(hb.Bytes()[off:off+n], m, off)
+		default:
+			ms, md := c.mem(src.Buffer), c.mem(dst.Buffer)
+			if ms == nil || md == nil {
+				return nil
+			}
+			err = c.st.Copy(md, off, ms, off, n)
+		}
+		if err != nil {
+			return fmt.Errorf("exec: %s: %w", l.Name, err)
+		}
+		c.state[k].enqueued, c.state[k].copied = true, n
+		return nil
+	}
+	if c.progs[k] == nil {
+		return fmt.Errorf("exec: kernel %q has no program", l.Name)
+	}
+	shape := op.variant.Shape(op.argBytes)
+	if err := shape.Check(); err != nil {
+		return fmt.Errorf("exec: kernel %q: %w", l.Name, err)
+	}
+	if slices.Contains(shape.Global, 0) {
+		// dag.Shape: a zero size runs no work-item. OpenCL refuses an
+		// empty NDRange, so nothing is enqueued; the launch succeeds
+		// (its status word stays zero).
+		c.state[k].enqueued = true
+		return nil
+	}
+	args := make([]gpu.KernelArg, len(op.args))
+	for j, a := range op.args {
+		switch {
+		case a.status:
+			args[j] = gpu.KernelArg{Mem: c.statusMem, Offset: int64(c.statusSlot[k]) * statusStride}
+		case a.inst >= 0:
+			m := c.mem(a.inst)
+			if m == nil {
+				return fmt.Errorf("exec: kernel %q: argument %d: buffer %q has no device memory", l.Name, j, r.plan.bufs[a.inst].Name)
+			}
+			args[j] = gpu.KernelArg{Mem: m, Offset: a.off}
+		default:
+			args[j] = gpu.KernelArg{Scalar: a.scalar}
+		}
+	}
+	kl := gpu.KernelLaunch{Program: c.progs[k], Entry: op.variant.Entry, Global: shape.Global, Local: shape.Local, Args: args, Label: l.Name}
+	if err := c.st.LaunchKernel(&kl); err != nil {
+		return fmt.Errorf("exec: kernel %q: %w", l.Name, err)
+	}
+	c.state[k].enqueued = true
+	if s := c.statusSlot[k]; s >= 0 {
+		if err := c.st.CopyOut(c.statusHost[4*s:4*s+4], c.statusMem, int64(s)*statusStride); err != nil {
+			return fmt.Errorf("exec: kernel %q: read its status word: %w", l.Name, err)
+		}
+	}
+	return nil
+}
+
+// mem returns plan buffer id's device memory, nil when it has none.
+func (c *codeRun) mem(id buffers.ID) gpu.Memory {
+	if c.r.mems == nil {
+		return nil
+	}
+	return c.r.mems[id]
+}
+
+// ready is the CPU stream's ready check for launch k, whose producers
+// have settled: it is cancelled (ctx done, before it was enqueued) or
+// skipped (a required read is tainted), each recorded here, or it runs
+// (true).
+func (c *codeRun) ready(k int) bool {
+	r := c.r
+	i := int(c.b.list[k].idx)
+	op := &r.plan.launches[i]
+	if !c.state[k].enqueued && r.ctx.Err() != nil {
+		r.cancel(i, op, r.ctx.Err())
+		return false
+	}
+	required := r.plan.compiled().required[i]
+	if r.unalloc != nil {
+		required = r.unalloc.required(required, op.Writes)
+	}
+	if sk, skip := r.store.CheckReads(op.Name, required, op.Writes); skip {
+		r.out.set(i, StatusSkipped)
+		r.out.note(i, func(x *launchExtra) { x.failure, x.err, x.chain = sk.Failure, sk.Root, sk.Chain })
+		return false
+	}
+	return true
+}
+
+// settleSegment waits for the oldest segment's event and settles its
+// launches in order.
+func (c *codeRun) settleSegment() {
+	s := c.segs[0]
+	c.segs = c.segs[1:]
+	err := s.ev.Wait(context.Background())
+	var end int64
+	if c.enqAt != nil {
+		end = int64(time.Since(c.r.out.base))
+	}
+	fails := c.attribute(s.end, err)
+	for ; c.set < s.end; c.set++ {
+		c.settleOne(c.set, fails[c.set], end)
+	}
+}
+
+// attribute maps the failures a segment's event reported (err: nil, or
+// *gpu.CommandError values, joined) to the launches of the segment, from
+// c.set to end: a kernel by its label; anything else (a copy's command,
+// a status word's read-back) to the launches that issued such commands:
+// the segment's copy (a segment holds at most one, at its end) and its
+// kernels with a status word, or, when it has neither, to every launch of
+// the segment that was enqueued (the device's word is all there is).
+func (c *codeRun) attribute(end int, err error) map[int]error {
+	if err == nil {
+		return nil
+	}
+	var errs []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	} else {
+		errs = []error{err}
+	}
+	p := c.r.plan
+	fails := map[int]error{}
+	for _, e := range errs {
+		at := -1
+		var ce *gpu.CommandError
+		if errors.As(e, &ce) {
+			for k := c.set; k < end; k++ {
+				if l := &p.launches[c.b.list[k].idx]; l.Copy == nil && l.Name == ce.Label {
+					at = k
+					break
+				}
+			}
+		}
+		if at >= 0 {
+			fails[at] = errors.Join(fails[at], e)
+			continue
+		}
+		var to []int
+		for k := c.set; k < end; k++ {
+			if c.state[k].enqueued && (p.launches[c.b.list[k].idx].Copy != nil || c.statusSlot[k] >= 0) {
+				to = append(to, k)
+			}
+		}
+		if to == nil {
+			for k := c.set; k < end; k++ {
+				if c.state[k].enqueued {
+					to = append(to, k)
+				}
+			}
+		}
+		for _, k := range to {
+			fails[k] = errors.Join(fails[k], e)
+		}
+	}
+	return fails
+}
+
+// settleOne settles launch k, whose commands (if any) the device has
+// finished, failed with cmdErr when the device said so; end is when the
+// driver saw them finish (with timing).
+func (c *codeRun) settleOne(k int, cmdErr error, end int64) {
+	r, b := c.r, c.b
+	h := &b.list[k]
+	i := int(h.idx)
+	st := &c.state[k]
+	if st.settled {
+		return
+	}
+	defer func() {
+		if h.record {
+			r.progress[b.gs].Publish(uint64(k + 1))
+		}
+	}()
+	wfrom := 0
+	if k > 0 {
+		wfrom = int(b.list[k-1].waits)
+	}
+	if !b.awaitAll(b.waits[wfrom:h.waits]) {
+		// Not reached: a launch is enqueued only once the launches it
+		// waits for have settled.
+		panic(fmt.Sprintf("exec: launch %d of code stream %d settled before what it waits for", k, b.gs))
+	}
+	if c.enqAt != nil {
+		slot := 2 * int(r.out.slot[i])
+		r.out.times[slot], r.out.times[slot+1] = max(c.enqAt[k], c.lastEnd), end
+		c.lastEnd = end
+	}
+	if !c.ready(k) {
+		return
+	}
+	l := &r.plan.launches[i]
+	err := st.err
+	if err == nil && cmdErr != nil {
+		err = fmt.Errorf("exec: %s: %w", l.Name, cmdErr)
+	}
+	if err == nil && l.Copy == nil && !st.enqueued {
+		err = fmt.Errorf("exec: kernel %q was not launched", l.Name)
+	}
+	if err == nil && st.enqueued && c.statusSlot[k] >= 0 {
+		s := c.statusSlot[k]
+		if v := int32(binary.LittleEndian.Uint32(c.statusHost[4*s:])); v != 0 {
+			err = &StatusError{Kernel: l.Name, Value: v}
+		}
+	}
+	if err != nil {
+		r.out.set(i, StatusFailed)
+		id := r.store.Fail(l.Name, err, l.Writes)
+		r.out.note(i, func(x *launchExtra) { x.failure, x.err = id, err })
+		return
+	}
+	r.out.set(i, StatusOK)
+	if l.Copy != nil {
+		if n := st.copied; n > 0 {
+			r.out.note(i, func(x *launchExtra) { x.copied = n })
+		}
+		r.settleCopy(l)
+		return
+	}
+	r.store.Written(l.Writes)
+}

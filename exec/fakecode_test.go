@@ -1,0 +1,376 @@
+package exec_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/topology"
+)
+
+// fakeCode is a gpu.CodeDevice that runs "device code" as Go functions
+// on memory of its own: each stream is a worker goroutine running its
+// commands in order, events fire when the worker reaches them, waits on
+// events block the worker (never the caller), and failures are reported
+// after the fact by the events recorded after them, as *gpu.CommandError.
+// It stands for an OpenCL device where no OpenCL platform is present,
+// and lets tests fail commands on purpose (fail).
+type fakeCode struct {
+	id      topology.DeviceID
+	kernels map[string]fakeKernel // by entry point
+	streams []*fakeStream
+	// fail, when set, is asked before each kernel runs: a non-nil error
+	// fails the command (the device's own failure).
+	fail func(label string) error
+	// memBytes is the memory Info reports (0: unknown).
+	memBytes int64
+
+	mu        sync.Mutex
+	liveBytes int64
+	programs  map[string]*fakeProgram
+	ran       map[string]int // kernel launches run, by label
+}
+
+// fakeKernel is a fake entry point: args are []byte (the memory from the
+// argument's offset) or scalars; global the launch shape.
+type fakeKernel func(global []int, args []any) error
+
+var (
+	_ gpu.CodeDevice = (*fakeCode)(nil)
+	_ gpu.CodeStream = (*fakeStream)(nil)
+)
+
+func newFakeCode(id topology.DeviceID, streams int, kernels map[string]fakeKernel) *fakeCode {
+	d := &fakeCode{id: id, kernels: kernels, programs: map[string]*fakeProgram{}, ran: map[string]int{}}
+	for i := range streams {
+		s := &fakeStream{dev: d, idx: i, wake: make(chan struct{}, 1), done: make(chan struct{})}
+		d.streams = append(d.streams, s)
+		go s.work()
+	}
+	return d
+}
+
+func (d *fakeCode) ID() topology.DeviceID { return d.id }
+func (d *fakeCode) Kind() string          { return "opencl" }
+func (d *fakeCode) Code() string          { return "opencl" }
+func (d *fakeCode) Info() topology.Device {
+	return topology.Device{ID: d.id, Name: "fake code device", MemoryBytes: d.memBytes}
+}
+func (d *fakeCode) NumStreams() int { return len(d.streams) }
+func (d *fakeCode) Stream(i int) gpu.Stream {
+	return d.streams[i]
+}
+
+// Close stops the streams after their queued commands.
+func (d *fakeCode) Close() error {
+	for _, s := range d.streams {
+		s.close()
+	}
+	return nil
+}
+
+// runs returns how many launches labelled label the device ran.
+func (d *fakeCode) runs(label string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.ran[label]
+}
+
+// live returns the bytes of memory allocated and not released.
+func (d *fakeCode) live() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.liveBytes
+}
+
+type fakeMem struct {
+	dev      *fakeCode
+	b        []byte
+	released atomic.Bool
+}
+
+func (m *fakeMem) Device() topology.DeviceID { return m.dev.id }
+func (m *fakeMem) Bytes() int64              { return int64(len(m.b)) }
+func (m *fakeMem) Release() error {
+	if m.released.CompareAndSwap(false, true) {
+		m.dev.mu.Lock()
+		m.dev.liveBytes -= int64(len(m.b))
+		m.dev.mu.Unlock()
+	}
+	return nil
+}
+
+func (d *fakeCode) Alloc(bytes int64) (gpu.Memory, error) {
+	if bytes <= 0 {
+		return nil, fmt.Errorf("fake: alloc %d bytes on %s", bytes, d.id)
+	}
+	d.mu.Lock()
+	d.liveBytes += bytes
+	d.mu.Unlock()
+	b := make([]byte, bytes)
+	for i := range b {
+		b[i] = 0xA5 // device memory is not zeroed
+	}
+	return &fakeMem{dev: d, b: b}, nil
+}
+
+type fakeProgram struct {
+	dev  *fakeCode
+	name string
+}
+
+func (p *fakeProgram) Name() string { return p.name }
+
+// Program "builds" source: a source containing "#error" fails with a log.
+func (d *fakeCode) Program(name, source, options string) (gpu.Program, error) {
+	if i := strings.Index(source, "#error"); i >= 0 {
+		return nil, fmt.Errorf("fake: build %q: log: %s", name, strings.TrimSpace(source[i:]))
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p, ok := d.programs[source+"\x00"+options]
+	if !ok {
+		p = &fakeProgram{dev: d, name: name}
+		d.programs[source+"\x00"+options] = p
+	}
+	return p, nil
+}
+
+// fakeCmd is one command of a stream: run returns its failure, if any.
+type fakeCmd struct {
+	label string
+	run   func() error
+	ev    *fakeEvent // for a Record: fired when reached
+}
+
+type fakeStream struct {
+	dev  *fakeCode
+	idx  int
+	mu   sync.Mutex
+	q    []fakeCmd
+	seq  uint64
+	shut bool
+	wake chan struct{}
+	done chan struct{}
+	// worker state
+	errs []error // failures since the last Record
+}
+
+type fakeEvent struct {
+	fired chan struct{}
+	err   error
+}
+
+func (e *fakeEvent) Done() bool {
+	select {
+	case <-e.fired:
+		return true
+	default:
+		return false
+	}
+}
+
+func (e *fakeEvent) Wait(ctx context.Context) error {
+	select {
+	case <-e.fired:
+		return e.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *fakeStream) Device() topology.DeviceID { return s.dev.id }
+func (s *fakeStream) Index() int                { return s.idx }
+
+func (s *fakeStream) push(c fakeCmd) error {
+	s.mu.Lock()
+	if s.shut {
+		s.mu.Unlock()
+		return gpu.ErrClosed
+	}
+	s.q = append(s.q, c)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (s *fakeStream) close() {
+	s.mu.Lock()
+	already := s.shut
+	s.shut = true
+	s.mu.Unlock()
+	if !already {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+	<-s.done
+}
+
+func (s *fakeStream) work() {
+	defer close(s.done)
+	for {
+		s.mu.Lock()
+		q := s.q
+		s.q = nil
+		shut := s.shut
+		s.mu.Unlock()
+		if len(q) == 0 {
+			if shut {
+				return
+			}
+			<-s.wake
+			continue
+		}
+		for _, c := range q {
+			if c.ev != nil {
+				c.ev.err = errors.Join(s.errs...)
+				s.errs = nil
+				close(c.ev.fired)
+				continue
+			}
+			s.seq++
+			if err := c.run(); err != nil {
+				s.errs = append(s.errs, &gpu.CommandError{Device: s.dev.id, Stream: s.idx, Seq: s.seq, Label: c.label, Err: err})
+			}
+		}
+	}
+}
+
+func (s *fakeStream) Launch(t gpu.Task) error {
+	return s.push(fakeCmd{label: "host task", run: func() error { t.Run(); return nil }})
+}
+
+func (s *fakeStream) LaunchBatch(ts []gpu.Task) error {
+	for _, t := range ts {
+		if err := s.Launch(t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *fakeStream) Record() gpu.Event {
+	e := &fakeEvent{fired: make(chan struct{})}
+	if s.push(fakeCmd{ev: e}) != nil {
+		close(e.fired)
+	}
+	return e
+}
+
+func (s *fakeStream) Wait(e gpu.Event) error {
+	if e == nil {
+		return errors.New("fake: wait on a nil event")
+	}
+	return s.push(fakeCmd{label: "wait", run: func() error {
+		_ = e.Wait(context.Background()) // a foreign event's failure is its own stream's
+		return nil
+	}})
+}
+
+func (s *fakeStream) Synchronize(ctx context.Context) error {
+	_ = s.Record().Wait(ctx)
+	return ctx.Err()
+}
+
+func (s *fakeStream) mem(m gpu.Memory, off, n int64) ([]byte, error) {
+	fm, ok := m.(*fakeMem)
+	if !ok || fm.dev != s.dev {
+		return nil, fmt.Errorf("fake: memory of another device")
+	}
+	if fm.released.Load() {
+		return nil, gpu.ErrClosed
+	}
+	if off < 0 || n < 0 || off+n > int64(len(fm.b)) {
+		return nil, fmt.Errorf("fake: range [%d:%d) outside %d bytes", off, off+n, len(fm.b))
+	}
+	return fm.b[off : off+n], nil
+}
+
+func (s *fakeStream) LaunchKernel(k *gpu.KernelLaunch) error {
+	p, ok := k.Program.(*fakeProgram)
+	if !ok || p.dev != s.dev {
+		return errors.New("fake: program of another device")
+	}
+	fn, ok := s.dev.kernels[k.Entry]
+	if !ok {
+		return fmt.Errorf("fake: no entry point %q", k.Entry)
+	}
+	args := make([]any, len(k.Args))
+	for i, a := range k.Args {
+		if a.Mem == nil {
+			args[i] = a.Scalar
+			continue
+		}
+		b, err := s.mem(a.Mem, a.Offset, a.Mem.Bytes()-a.Offset)
+		if err != nil {
+			return fmt.Errorf("fake: argument %d: %w", i, err)
+		}
+		args[i] = b
+	}
+	global, label, fail := append([]int(nil), k.Global...), k.Label, s.dev.fail
+	return s.push(fakeCmd{label: label, run: func() error {
+		s.dev.mu.Lock()
+		s.dev.ran[label]++
+		s.dev.mu.Unlock()
+		if fail != nil {
+			if err := fail(label); err != nil {
+				return err
+			}
+		}
+		return fn(global, args)
+	}})
+}
+
+func (s *fakeStream) CopyIn(dst gpu.Memory, off int64, src []byte) error {
+	b, err := s.mem(dst, off, int64(len(src)))
+	if err != nil {
+		return err
+	}
+	return s.push(fakeCmd{label: "copy in", run: func() error { copy(b, src); return nil }})
+}
+
+func (s *fakeStream) CopyOut(dst []byte, src gpu.Memory, off int64) error {
+	b, err := s.mem(src, off, int64(len(dst)))
+	if err != nil {
+		return err
+	}
+	return s.push(fakeCmd{label: "copy out", run: func() error { copy(dst, b); return nil }})
+}
+
+func (s *fakeStream) Copy(dst gpu.Memory, dstOff int64, src gpu.Memory, srcOff, n int64) error {
+	d, err := s.mem(dst, dstOff, n)
+	if err != nil {
+		return err
+	}
+	b, err := s.mem(src, srcOff, n)
+	if err != nil {
+		return err
+	}
+	return s.push(fakeCmd{label: "copy", run: func() error { copy(d, b); return nil }})
+}
+
+func (s *fakeStream) Fill(dst gpu.Memory, off, n int64, pattern []byte) error {
+	b, err := s.mem(dst, off, n)
+	if err != nil {
+		return err
+	}
+	return s.push(fakeCmd{label: "fill", run: func() error {
+		for i := 0; i < len(b); i += len(pattern) {
+			copy(b[i:], pattern)
+		}
+		return nil
+	}})
+}
+
+// u64 reads a little-endian uint64 at byte i of b.
+func u64(b []byte, i int) uint64 { return binary.LittleEndian.Uint64(b[i:]) }
