@@ -2,10 +2,8 @@ package exec_test
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sync/atomic"
 	"testing"
 
@@ -14,29 +12,7 @@ import (
 
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/gpu"
-	"github.com/streamdag/streamdag/gpu/opencl"
 )
-
-// openCLDevice opens this machine's first OpenCL device with streams
-// streams, closed at cleanup; it skips the test when there is none (and
-// fails it under CI, which installs PoCL).
-func openCLDevice(t *testing.T, streams int) gpu.CodeDevice {
-	t.Helper()
-	ds, err := opencl.Devices()
-	if err == nil && len(ds) == 0 {
-		err = errors.New("no OpenCL device on any platform")
-	}
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("OpenCL needed under CI (.ci/run installs pocl-opencl-icd): %v", err)
-		}
-		t.Skipf("no OpenCL here: %v", err)
-	}
-	dev, err := opencl.NewDevice(ds[0], streams)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, dev.Close()) })
-	return dev
-}
 
 // TestSchedulerOpenCLStreams runs the multi-stream scheduler on an
 // OpenCL device's streams (NewDeviceBackend: the device's command
