@@ -704,8 +704,7 @@ func TestCodeDeviceConcurrentRunsAndLongChains(t *testing.T) {
 }
 
 // What Execute refuses on a plan with a code device, with an error naming
-// why: a run while another holds the device and ctx ends, a device loss,
-// a run from inside a kernel.
+// why: a device loss, a run from inside a kernel.
 func TestCodeDeviceExecuteRefuses(t *testing.T) {
 	d := codeDevs()[0].make(t, 1)
 	e := cpuAnd(t, 1, d)
@@ -713,34 +712,6 @@ func TestCodeDeviceExecuteRefuses(t *testing.T) {
 	p, err := e.Plan(g)
 	require.NoError(t, err)
 
-	t.Run("device held by another run", func(t *testing.T) {
-		started, release := make(chan struct{}), make(chan struct{})
-		hold := dag.New()
-		x, y := hold.AddBuffer("x", 8), hold.AddBuffer("y", 8)
-		hold.AddKernel("wait", func(context.Context, dag.Launch) error {
-			close(started)
-			<-release
-			return nil
-		}, dag.Writes(x))
-		hold.AddKernel("scale", nil, dag.Reads(x), dag.Writes(y),
-			dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(x), dag.BufferArg(y), dag.ScalarArg(uint64(1)), dag.ScalarArg(uint64(0))))
-		done := make(chan error, 1)
-		go func() {
-			res, err := e.Run(t.Context(), hold)
-			if err == nil {
-				err = res.Err()
-				res.Close()
-			}
-			done <- err
-		}()
-		<-started
-		ctx, cancel := context.WithCancel(t.Context())
-		cancel()
-		_, err := e.Execute(ctx, p)
-		assert.EqualError(t, err, "exec: wait for opencl7, which another run holds: context canceled")
-		close(release)
-		assert.NoError(t, <-done)
-	})
 	t.Run("device loss", func(t *testing.T) {
 		_, err := e.Execute(t.Context(), p, exec.WithDeviceLoss(topology.CPU, 0.5))
 		assert.EqualError(t, err, "exec: a device loss is not simulated on a plan with code devices")
@@ -779,6 +750,47 @@ func TestCodeDeviceBadShape(t *testing.T) {
 			assert.EqualError(t, l.Err, `exec: kernel "bad": dag: launch shape with 4 dimensions: want 1 to 3`)
 			_, err = res.Buffer(out)
 			assert.Error(t, err)
+		})
+	}
+}
+
+// Runs share a code device without taking turns: while one run's code
+// stream waits for a host kernel that does not return, another run on the
+// same code device (beside a CPU device of its own: a CPU stream runs its
+// lists in order) runs to its end.
+func TestCodeDeviceRunsShareADevice(t *testing.T) {
+	for _, cd := range codeDevs() {
+		t.Run(cd.name, func(t *testing.T) {
+			dev := cd.make(t, 1)
+			e, other := cpuAnd(t, 1, dev), cpuAnd(t, 1, dev)
+			started, release := make(chan struct{}), make(chan struct{})
+			hold := dag.New()
+			x, y := hold.AddBuffer("x", 8), hold.AddBuffer("y", 8)
+			hold.AddKernel("wait", func(context.Context, dag.Launch) error {
+				close(started)
+				<-release
+				return nil
+			}, dag.Writes(x))
+			hold.AddKernel("scale", nil, dag.Reads(x), dag.Writes(y),
+				dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(x), dag.BufferArg(y), dag.ScalarArg(uint64(1)), dag.ScalarArg(uint64(0))))
+			done := make(chan error, 1)
+			go func() {
+				res, err := e.Run(t.Context(), hold)
+				if err == nil {
+					err = res.Err()
+					res.Close()
+				}
+				done <- err
+			}()
+			<-started
+			g, total, want := scaleGraph(2, 3, 4, false)
+			res, err := other.Run(t.Context(), g)
+			require.NoError(t, err)
+			require.NoError(t, res.Err())
+			assert.Equal(t, want, uint64Of(t, res, total), "the second run ends while the first waits")
+			res.Close()
+			close(release)
+			assert.NoError(t, <-done)
 		})
 	}
 }
