@@ -657,7 +657,7 @@ func TestCodeDeviceMemoryBudget(t *testing.T) {
 	assert.Equal(t, 1, d.runs("use-small"))
 }
 
-// Concurrent runs on one code device take turns with it and each gets its
+// Concurrent runs on one code device interleave their commands and each gets its
 // own answer; a chain longer than the enqueue window settles as it goes.
 func TestCodeDeviceConcurrentRunsAndLongChains(t *testing.T) {
 	const runs, links = 4, 150
