@@ -1,12 +1,10 @@
 package exec
 
 import (
-	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"reflect"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -65,9 +63,10 @@ import (
 // ones run to completion (a device cannot withdraw them) before the run
 // returns.
 //
-// A run holds each code device it launches on for its whole duration
-// (codeLease): runs on one code device take turns, so the commands of one
-// run never sit between the waits of another on a device queue.
+// Since a device is only ever given commands whose producers have
+// settled, every command it holds can run to completion: runs that share
+// a code device interleave their commands on its queues without waiting
+// for one another.
 
 // codeWindow bounds how many launches a code stream enqueues ahead of the
 // oldest it has not settled: cancellation stops enqueueing, so what a
@@ -203,52 +202,6 @@ func (r *run) releaseMems() {
 		}
 	}
 	r.mems = nil
-}
-
-// codeLeases holds, per code device, the run launching on it now.
-var codeLeases sync.Map // gpu.Device (or its ID) → chan struct{} (capacity 1)
-
-// leaseCode takes every code device of p among devs, in the order of
-// their IDs (so runs that need several never hold one each and wait for
-// the other), waiting while other runs hold them; it returns the
-// function that gives them back. ctx done while waiting is an error
-// naming the device, and nothing is held then.
-func leaseCode(ctx context.Context, p *Plan, devs []gpu.Device) (func(), error) {
-	var ds []gpu.Device
-	for d, m := range p.mem {
-		if m {
-			ds = append(ds, devs[d])
-		}
-	}
-	slices.SortFunc(ds, func(a, b gpu.Device) int { return cmp.Compare(a.ID().String(), b.ID().String()) })
-	var held []chan struct{}
-	release := func() {
-		for _, c := range held {
-			<-c
-		}
-	}
-	for _, d := range ds {
-		var key any = d
-		if !reflect.TypeOf(d).Comparable() { // not a map key: its ID stands for it
-			key = d.ID().String()
-		}
-		v, _ := codeLeases.LoadOrStore(key, make(chan struct{}, 1))
-		c := v.(chan struct{})
-		select {
-		case c <- struct{}{}: // free: taken whatever ctx says, as a free budget is
-			held = append(held, c)
-			continue
-		default:
-		}
-		select {
-		case c <- struct{}{}:
-			held = append(held, c)
-		case <-ctx.Done():
-			release()
-			return nil, fmt.Errorf("exec: wait for %s, which another run holds: %w", d.ID(), ctx.Err())
-		}
-	}
-	return release, nil
 }
 
 // segment is a run of a code stream's launches, [start, end) by position,

@@ -158,9 +158,8 @@ func (e *Executor) Run(ctx context.Context, g *dag.Graph, opts ...RunOption) (*R
 // Execute runs plan p. It returns an error only when the run could not
 // start (a plan for more streams than a device has, an input for an
 // unknown buffer, ctx done while waiting for budget that concurrent runs
-// hold, or for a code device another run holds: runs on one code device
-// take turns; a plan with code devices asked for a device loss or run
-// from inside a kernel) or a device refused work (closed). A raw buffer
+// hold, a plan with code devices asked for a device loss or run from
+// inside a kernel) or a device refused work (closed). A raw buffer
 // that can never be reserved (see WithBudget; on a code device, device
 // memory it cannot allocate) is not such an error: it reads as an
 // unallocated failure, and the launches that would write or read it are
@@ -197,12 +196,6 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 			releaseInputs(rc.inputs)
 			return nil, errors.New("exec: a graph run from inside a kernel cannot launch on a code device")
 		}
-		unlease, err := leaseCode(ctx, p, e.devs)
-		if err != nil {
-			releaseInputs(rc.inputs)
-			return nil, err
-		}
-		defer unlease()
 	}
 	var loss *deviceLoss
 	if rc.loss != nil {
