@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -15,8 +17,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamdag/streamdag/examples/flights"
 	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/gpu/opencl"
+	"github.com/streamdag/streamdag/kvio"
 )
 
 // gpuLikeKind is the kind of leaseCountingDriver in the registry.
@@ -339,4 +343,29 @@ func TestRunDevicesReleasesTheLease(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFlightsExtensionsMatchTheKernels: flightsExtensions are exactly the
+// extensions the flights kernels' OpenCL C enables, so the check before a
+// device is chosen asks for what the kernels need.
+func TestFlightsExtensionsMatchTheKernels(t *testing.T) {
+	file, err := flights.Sample()
+	require.NoError(t, err)
+	defer file.Close()
+	src, err := kvio.OpenAuto(t.Context(), file)
+	require.NoError(t, err)
+	defer src.Close()
+	p, err := flights.Build(src, flights.Options{Partitions: 2, OpenCL: true})
+	require.NoError(t, err)
+	pragma := regexp.MustCompile(`#pragma OPENCL EXTENSION (\w+) : enable`)
+	enabled := map[string]bool{}
+	for _, k := range p.Graph.Kernels() {
+		for _, v := range k.Variants {
+			for _, m := range pragma.FindAllStringSubmatch(v.Source, -1) {
+				enabled[m[1]] = true
+			}
+		}
+	}
+	require.NotEmpty(t, enabled, "the flights graph has OpenCL C that enables extensions")
+	assert.ElementsMatch(t, flightsExtensions, slices.Sorted(maps.Keys(enabled)))
 }
