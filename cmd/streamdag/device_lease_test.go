@@ -21,6 +21,7 @@ import (
 	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/gpu/opencl"
 	"github.com/streamdag/streamdag/kvio"
+	"github.com/streamdag/streamdag/topology"
 )
 
 // gpuLikeKind is the kind of leaseCountingDriver in the registry.
@@ -368,4 +369,29 @@ func TestFlightsExtensionsMatchTheKernels(t *testing.T) {
 	}
 	require.NotEmpty(t, enabled, "the flights graph has OpenCL C that enables extensions")
 	assert.ElementsMatch(t, flightsExtensions, slices.Sorted(maps.Keys(enabled)))
+}
+
+// TestRunDevicesAutoWithAnNVMLGPUNoDriverRuns: --device auto on a host
+// whose backend leases an NVML GPU that no registered driver runs (no
+// OpenCL driver lists it) runs on the CPU device alone, saying so in the
+// devices line with Acquire's reason, and holds no lease.
+func TestRunDevicesAutoWithAnNVMLGPUNoDriverRuns(t *testing.T) {
+	cfg := leaseConfig(deviceAuto, false)
+	cfg.Devices = []topology.Device{{ID: topology.GPU(0), Name: "NVIDIA H200", MemoryBytes: 140 << 30,
+		UUID: "GPU-5f0c1a2b-3c4d-5e6f-7081-92a3b4c5d6e7", NUMANode: -1}}
+	b, err := gpu.NewBackend(cfg)
+	require.NoError(t, err)
+	defer func() {
+		_, err := b.CloseAndWait(context.Background())
+		assert.NoError(t, err)
+	}()
+	setup, err := runDevices(t.Context(), b, deviceAuto, "", 2)
+	require.NoError(t, err)
+	defer setup.release()
+	assert.False(t, setup.openCL)
+	require.Len(t, setup.devs, 1)
+	assert.Equal(t, "cpu", setup.devs[0].ID().String())
+	assert.Contains(t, setup.why, "cpu; --device auto: no OpenCL GPU (gpu0 (NVIDIA H200) leased, but no registered driver runs it")
+	assert.Contains(t, setup.why, "so every kernel runs on the CPU device")
+	assert.NotContains(t, leaseState(b), true, "the lease is given back")
 }
