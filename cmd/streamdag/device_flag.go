@@ -8,6 +8,7 @@ import (
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/gpu/opencl"
+	"github.com/streamdag/streamdag/topology"
 )
 
 // The values of run flights --device.
@@ -17,92 +18,121 @@ const (
 	deviceOpenCL = "opencl"
 )
 
-// deviceChoice is what --device resolved to: the CPU device alone, or the
-// CPU device plus OpenCL device number index of opencl.Devices (name
-// its name), and why.
+// openCLDriver is the kind of the driver whose devices --device opencl
+// and auto lease (gpu/opencl's; a test names a driver that wraps it).
+var openCLDriver = opencl.Kind
+
+// flightsExtensions are the OpenCL extensions the flights kernels
+// (examples/flights' OpenCL C) enable: 64-bit atomics on local memory
+// (atom_inc, atom_add, atom_max on long) for the partial group-by.
+var flightsExtensions = []string{"cl_khr_int64_base_atomics", "cl_khr_int64_extended_atomics"}
+
+// leaseConfig is the backend configuration of a run with --device flag
+// (sim: with --topology): which devices its backend leases.
+//
+//   - cpu, and simulated GPUs: no driver; the backend owns the NVML GPUs
+//     but the run leases nothing.
+//   - opencl: the OpenCL driver's devices of any type (a GPU of any
+//     vendor, PoCL's CPU device) and nothing else, so a claim never gets
+//     an NVML GPU that no driver runs.
+//   - auto: the NVML GPUs and the OpenCL driver's GPUs; a GPU the OpenCL
+//     driver lists too is run through it.
+func leaseConfig(flag string, sim bool) gpu.BackendConfig {
+	switch {
+	case sim || flag == deviceCPU:
+		return gpu.BackendConfig{Drivers: []string{}}
+	case flag == deviceOpenCL:
+		return gpu.BackendConfig{Devices: []topology.Device{}, Drivers: []string{openCLDriver},
+			LeaseTypes: []string{"gpu", "cpu"}, Source: "--device opencl leases OpenCL devices only"}
+	default:
+		return gpu.BackendConfig{Drivers: []string{openCLDriver}}
+	}
+}
+
+// leased is what the backend's Acquire gave a run with --device opencl or
+// auto, as chooseDevice judges it.
+type leased struct {
+	held  bool               // a lease is held: the device is the leased one
+	id    string             // the device's ID: "opencl0"
+	info  *opencl.DeviceInfo // the device's OpenCL description; nil when it is no OpenCL device
+	why   string             // Acquire's Why
+	slots int                // the devices the backend leases (Backend.NumGPUs)
+	notes []string           // the backend's Notes (Backend.Notes)
+}
+
+// deviceChoice is what --device resolved to: the CPU device alone, or
+// the CPU device plus the leased OpenCL device (openCL), and why.
 type deviceChoice struct {
 	openCL bool
-	index  int
-	name   string
 	why    string
 }
 
-// chooseDevice resolves --device flag from the OpenCL devices found
-// (infos, or the error that says why there are none). auto takes the
-// first OpenCL device of type GPU, else the CPU device alone (PoCL's
-// OpenCL device is the CPU itself: the Go kernels run there directly);
-// opencl takes the first GPU, else the first device of any type, and is
-// an error naming what was looked for when there is none.
-func chooseDevice(flag string, infos []opencl.DeviceInfo, listErr error) (deviceChoice, error) {
-	gpu := slices.IndexFunc(infos, func(d opencl.DeviceInfo) bool { return d.Type&opencl.TypeGPU != 0 && d.Available })
-	found := func() string {
-		if listErr != nil {
-			return listErr.Error()
+// chooseDevice resolves --device flag (opencl or auto) over what the
+// backend leased (l). The leased device is used when it is an OpenCL
+// device that has every extension of flightsExtensions. Otherwise auto
+// runs every kernel on the CPU device and says why (no GPU leased, or
+// Acquire's reason such as an NVML GPU no driver runs, a device that is
+// no OpenCL device, the extensions it lacks), and opencl is an error that
+// says the same and what to do. cpu resolves to the CPU device without
+// looking at l.
+func chooseDevice(flag string, l leased) (deviceChoice, error) {
+	var lacks string // why the leased device cannot run the flights kernels
+	if l.held {
+		switch {
+		case l.info == nil:
+			lacks = l.id + " is no OpenCL device: the flights kernels have OpenCL C only"
+		default:
+			var missing []string
+			for _, e := range flightsExtensions {
+				if !l.info.HasExtension(e) {
+					missing = append(missing, e)
+				}
+			}
+			if len(missing) > 0 {
+				lacks = fmt.Sprintf("%s (%s, %s, %s) lacks %s, which the flights kernels need (64-bit atomics on local memory)",
+					l.id, l.info.Name, l.info.Type, l.info.Platform, strings.Join(missing, " and "))
+			}
 		}
-		if len(infos) == 0 {
-			return "no OpenCL device"
-		}
-		var ds []string
-		for _, d := range infos {
-			ds = append(ds, fmt.Sprintf("%s (%s, %s)", d.Name, d.Type, d.Platform))
-		}
-		return "found " + strings.Join(ds, ", ")
 	}
 	switch flag {
 	case deviceCPU:
 		return deviceChoice{why: "--device cpu"}, nil
 	case deviceAuto:
-		if gpu < 0 {
-			return deviceChoice{why: "--device auto: no OpenCL GPU (" + found() + "), so every kernel runs on the CPU device"}, nil
+		switch {
+		case !l.held:
+			return deviceChoice{why: "--device auto: no OpenCL GPU (" + l.why + "), so every kernel runs on the CPU device"}, nil
+		case lacks != "":
+			return deviceChoice{why: "--device auto: " + lacks + ", so every kernel runs on the CPU device"}, nil
 		}
-		d := infos[gpu]
-		return deviceChoice{openCL: true, index: gpu, name: d.Name,
-			why: fmt.Sprintf("--device auto: OpenCL GPU %s (%s)", d.Name, d.Platform)}, nil
+		return deviceChoice{openCL: true, why: "--device auto: OpenCL GPU " + l.why}, nil
 	case deviceOpenCL:
-		i := gpu
-		if i < 0 {
-			i = slices.IndexFunc(infos, func(d opencl.DeviceInfo) bool { return d.Available })
-		}
-		if i < 0 {
+		switch {
+		case !l.held:
+			reason := l.why
+			if l.slots == 0 {
+				reason = noteText(l.notes)
+			}
 			return deviceChoice{}, fmt.Errorf("--device opencl: no OpenCL device: looked for libOpenCL.so.1 and the platforms its ICD loader lists (/etc/OpenCL/vendors): %s; "+
-				"install one, e.g. apt-get install pocl-opencl-icd ocl-icd-libopencl1 (PoCL: OpenCL on the CPU cores), or use --device cpu", found())
+				"install one, e.g. apt-get install pocl-opencl-icd ocl-icd-libopencl1 (PoCL: OpenCL on the CPU cores), or use --device cpu", reason)
+		case lacks != "":
+			return deviceChoice{}, fmt.Errorf("--device opencl: %s; use --device cpu", lacks)
 		}
-		d := infos[i]
-		return deviceChoice{openCL: true, index: i, name: d.Name,
-			why: fmt.Sprintf("--device opencl: %s (%s, %s) beside the CPU device", d.Name, d.Type, d.Platform)}, nil
+		return deviceChoice{openCL: true, why: "--device opencl: " + l.why + ", beside the CPU device"}, nil
 	}
 	return deviceChoice{}, usagef("--device %s: want cpu, opencl or auto", flag)
 }
 
-// openCLInfos lists the OpenCL devices' descriptions.
-func openCLInfos() ([]opencl.DeviceInfo, error) {
-	ds, err := opencl.Devices()
-	if err != nil {
-		return nil, err
+// noteText joins the backend's notes of the OpenCL driver, each without
+// the driver's kind ("opencl: no platform …"), or says there was none.
+func noteText(notes []string) string {
+	out := make([]string, 0, len(notes))
+	for _, n := range notes {
+		out = append(out, strings.TrimPrefix(n, openCLDriver+": "))
 	}
-	infos := make([]opencl.DeviceInfo, len(ds))
-	for i, d := range ds {
-		infos[i] = d.Info()
+	if len(out) == 0 {
+		return "no OpenCL device"
 	}
-	return infos, nil
-}
-
-// openOpenCL opens the OpenCL device choice names (its index in
-// opencl.Devices) as the gpu.Device opencl0 with streams streams.
-// closeCL closes it.
-func openOpenCL(choice deviceChoice, streams int) (dev gpu.Device, closeCL func(), err error) {
-	ds, err := opencl.Devices()
-	if err != nil {
-		return nil, nil, fmt.Errorf("--device: %w", err)
-	}
-	if choice.index >= len(ds) {
-		return nil, nil, fmt.Errorf("--device: OpenCL device %d (%s) is gone: %d devices now", choice.index, choice.name, len(ds))
-	}
-	d, err := opencl.NewDevice(ds[choice.index], min(streams, opencl.MaxStreams))
-	if err != nil {
-		return nil, nil, fmt.Errorf("--device: %s: %w", choice.name, err)
-	}
-	return d, func() { _ = d.Close() }, nil
+	return strings.Join(out, "; ")
 }
 
 // deviceSummary is the run summary's line on a run with an OpenCL

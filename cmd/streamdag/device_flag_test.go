@@ -16,40 +16,66 @@ import (
 	"github.com/streamdag/streamdag/internal/testdata"
 )
 
-// TestChooseDevice: --device resolved from the OpenCL devices found.
+// TestChooseDevice: --device resolved over what the backend leased: the
+// leased OpenCL device when it has the extensions the flights kernels
+// need; else, with auto, the CPU device and why, and with opencl an error
+// naming the device and what it lacks, or why nothing was leased.
 func TestChooseDevice(t *testing.T) {
-	pocl := opencl.DeviceInfo{Name: "pthread-cpu", Type: opencl.TypeCPU | opencl.TypeDefault, Platform: "Portable Computing Language", Available: true}
-	gpuDev := opencl.DeviceInfo{Name: "NVIDIA H100", Type: opencl.TypeGPU, Platform: "NVIDIA CUDA", Available: true}
-	gone := gpuDev
-	gone.Available = false
-	noLib := errors.New("opencl: unavailable: libOpenCL.so.1: cannot open shared object file")
+	int64Atomics := []string{"cl_khr_byte_addressable_store", "cl_khr_int64_base_atomics", "cl_khr_int64_extended_atomics", "cl_khr_fp64"}
+	pocl := opencl.DeviceInfo{Name: "pthread-cpu", Type: opencl.TypeCPU | opencl.TypeDefault, Platform: "Portable Computing Language", Available: true, Extensions: int64Atomics}
+	gpuDev := opencl.DeviceInfo{Name: "NVIDIA H100", Type: opencl.TypeGPU, Platform: "NVIDIA CUDA", Available: true, Extensions: int64Atomics}
+	noExtended := gpuDev
+	noExtended.Extensions = []string{"cl_khr_int64_base_atomics"}
+	noInt64 := gpuDev
+	noInt64.Extensions = []string{"cl_khr_fp64"}
+	noLib := "opencl: opencl: unavailable: libOpenCL.so.1: cannot open shared object file"
 	tests := []struct {
 		name    string
 		flag    string
-		infos   []opencl.DeviceInfo
-		listErr error
+		l       leased
 		openCL  bool
-		index   int
 		why     []string // substrings of why, or of the error
 		wantErr bool
 	}{
-		{"cpu ignores OpenCL", deviceCPU, []opencl.DeviceInfo{gpuDev}, nil, false, 0, []string{"--device cpu"}, false},
-		{"auto with PoCL only", deviceAuto, []opencl.DeviceInfo{pocl}, nil, false, 0,
-			[]string{"--device auto: no OpenCL GPU", "pthread-cpu (CPU|default, Portable Computing Language)", "CPU device"}, false},
-		{"auto with a GPU after PoCL", deviceAuto, []opencl.DeviceInfo{pocl, gpuDev}, nil, true, 1, []string{"OpenCL GPU NVIDIA H100 (NVIDIA CUDA)"}, false},
-		{"auto skips an unavailable GPU", deviceAuto, []opencl.DeviceInfo{gone, pocl}, nil, false, 0, []string{"no OpenCL GPU"}, false},
-		{"auto without OpenCL", deviceAuto, nil, noLib, false, 0, []string{"no OpenCL GPU", "libOpenCL.so.1"}, false},
-		{"opencl takes PoCL", deviceOpenCL, []opencl.DeviceInfo{pocl}, nil, true, 0, []string{"--device opencl: pthread-cpu (CPU|default, Portable Computing Language) beside the CPU device"}, false},
-		{"opencl prefers the GPU", deviceOpenCL, []opencl.DeviceInfo{pocl, gpuDev}, nil, true, 1, []string{"NVIDIA H100"}, false},
-		{"opencl without a library", deviceOpenCL, nil, noLib, false, 0,
-			[]string{"--device opencl: no OpenCL device: looked for libOpenCL.so.1", "/etc/OpenCL/vendors", "cannot open shared object file", "apt-get install pocl-opencl-icd ocl-icd-libopencl1", "--device cpu"}, true},
-		{"opencl without devices", deviceOpenCL, nil, nil, false, 0, []string{"--device opencl: no OpenCL device", "pocl-opencl-icd"}, true},
-		{"opencl with none available", deviceOpenCL, []opencl.DeviceInfo{gone}, nil, false, 0, []string{"no OpenCL device", "found NVIDIA H100 (GPU, NVIDIA CUDA)"}, true},
-		{"unknown", "gpu", nil, nil, false, 0, []string{"--device gpu: want cpu, opencl or auto"}, true},
+		{"cpu ignores the lease", deviceCPU, leased{held: true, id: "opencl0", info: &gpuDev}, false, []string{"--device cpu"}, false},
+		{"auto with PoCL only", deviceAuto,
+			leased{why: "no GPU: NVML: libnvidia-ml.so.1 not found; opencl: opencl0 (pthread-cpu) is a cpu device: not leased (BackendConfig.LeaseTypes [gpu])"}, false,
+			[]string{"--device auto: no OpenCL GPU (no GPU: NVML", "opencl0 (pthread-cpu) is a cpu device: not leased", "), so every kernel runs on the CPU device"}, false},
+		{"auto with an NVML GPU no driver runs", deviceAuto,
+			leased{why: "gpu0 (NVIDIA H200) leased, but no registered driver runs it (no CUDA device yet; no OpenCL driver lists a GPU with its UUID or PCI bus ID): running on the CPU device", slots: 1}, false,
+			[]string{"--device auto: no OpenCL GPU (gpu0 (NVIDIA H200) leased, but no registered driver runs it", "so every kernel runs on the CPU device"}, false},
+		{"auto with an OpenCL GPU", deviceAuto,
+			leased{held: true, id: "opencl0", info: &gpuDev, why: "opencl0 (NVIDIA H100, NVIDIA Corporation) leased", slots: 1}, true,
+			[]string{"--device auto: OpenCL GPU opencl0 (NVIDIA H100, NVIDIA Corporation) leased"}, false},
+		{"auto with a GPU lacking extended atomics", deviceAuto,
+			leased{held: true, id: "opencl0", info: &noExtended, why: "opencl0 (NVIDIA H100) leased", slots: 1}, false,
+			[]string{"--device auto: opencl0 (NVIDIA H100, GPU, NVIDIA CUDA) lacks cl_khr_int64_extended_atomics, which the flights kernels need", "so every kernel runs on the CPU device"}, false},
+		{"auto with a GPU lacking 64-bit atomics", deviceAuto,
+			leased{held: true, id: "opencl0", info: &noInt64, slots: 1}, false,
+			[]string{"lacks cl_khr_int64_base_atomics and cl_khr_int64_extended_atomics", "CPU device"}, false},
+		{"auto with a leased device of another kind", deviceAuto,
+			leased{held: true, id: "gpu0", why: "gpu0 (NVIDIA H100) leased", slots: 1}, false,
+			[]string{"--device auto: gpu0 is no OpenCL device: the flights kernels have OpenCL C only", "CPU device"}, false},
+		{"opencl takes the leased PoCL", deviceOpenCL,
+			leased{held: true, id: "opencl0", info: &pocl, why: "opencl0 (pthread-cpu, GenuineIntel) leased", slots: 1}, true,
+			[]string{"--device opencl: opencl0 (pthread-cpu, GenuineIntel) leased, beside the CPU device"}, false},
+		{"opencl with a device lacking extended atomics", deviceOpenCL,
+			leased{held: true, id: "opencl1", info: &noExtended, slots: 2}, false,
+			[]string{"--device opencl: opencl1 (NVIDIA H100, GPU, NVIDIA CUDA) lacks cl_khr_int64_extended_atomics, which the flights kernels need (64-bit atomics on local memory); use --device cpu"}, true},
+		{"opencl without a library", deviceOpenCL,
+			leased{why: "no GPU: --device opencl leases OpenCL devices only; " + noLib, notes: []string{noLib}}, false,
+			[]string{"--device opencl: no OpenCL device: looked for libOpenCL.so.1 and the platforms its ICD loader lists (/etc/OpenCL/vendors): opencl: unavailable: libOpenCL.so.1: cannot open shared object file;",
+				"apt-get install pocl-opencl-icd ocl-icd-libopencl1", "--device cpu"}, true},
+		{"opencl without devices", deviceOpenCL, leased{why: "no GPU: --device opencl leases OpenCL devices only"}, false,
+			[]string{"--device opencl: no OpenCL device: looked for libOpenCL.so.1", "(/etc/OpenCL/vendors): no OpenCL device;", "pocl-opencl-icd"}, true},
+		{"opencl whose device does not open", deviceOpenCL,
+			leased{why: "opencl0 (pthread-cpu) leased, but driver opencl could not open it: out of host memory: running on the CPU device", slots: 1}, false,
+			[]string{"--device opencl: no OpenCL device", "driver opencl could not open it: out of host memory"}, true},
+		{"unknown", "gpu", leased{}, false, []string{"--device gpu: want cpu, opencl or auto"}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := chooseDevice(tc.flag, tc.infos, tc.listErr)
+			c, err := chooseDevice(tc.flag, tc.l)
 			text := c.why
 			if tc.wantErr {
 				require.Error(t, err)
@@ -58,7 +84,6 @@ func TestChooseDevice(t *testing.T) {
 				require.NoError(t, err)
 			}
 			assert.Equal(t, tc.openCL, c.openCL)
-			assert.Equal(t, tc.index, c.index)
 			for _, w := range tc.why {
 				assert.Contains(t, text, w)
 			}
@@ -171,7 +196,8 @@ func TestRunFlightsWithoutOpenCL(t *testing.T) {
 	assert.Contains(t, errs, "apt-get install pocl-opencl-icd ocl-icd-libopencl1")
 	code, errs = child("run", "flights", "--top", "1")
 	assert.Equal(t, 0, code, errs)
-	assert.Contains(t, errs, "--device auto: no OpenCL GPU (opencl: no platform")
+	assert.Contains(t, errs, "--device auto: no OpenCL GPU (no GPU: ")
+	assert.Contains(t, errs, "; opencl: opencl: no platform")
 	assert.Contains(t, errs, "so every kernel runs on the CPU device")
 }
 
@@ -193,16 +219,17 @@ func TestRunFlightsDeviceOpenCLFail(t *testing.T) {
 // and says why, naming the OpenCL devices it found.
 func TestRunFlightsDeviceAutoWithoutGPU(t *testing.T) {
 	needOpenCL(t)
-	infos, err := openCLInfos()
+	ds, err := opencl.Devices()
 	require.NoError(t, err)
-	for _, d := range infos {
-		if d.Type&opencl.TypeGPU != 0 {
-			t.Skipf("an OpenCL GPU is present (%s): auto takes it", d.Name)
+	for _, d := range ds {
+		if d.Info().Type&opencl.TypeGPU != 0 {
+			t.Skipf("an OpenCL GPU is present (%s): auto takes it", d.Info().Name)
 		}
 	}
 	code, _, errs := cli(t, "run", "flights", "--top", "1")
 	require.Equal(t, 0, code, errs)
-	assert.Contains(t, errs, "--device auto: no OpenCL GPU (found "+infos[0].Name+" (")
+	assert.Contains(t, errs, "--device auto: no OpenCL GPU (no GPU: ")
+	assert.Contains(t, errs, "opencl: opencl0 ("+ds[0].Info().Name+") is a cpu device: not leased")
 	assert.Contains(t, errs, "so every kernel runs on the CPU device\n")
 	assert.Regexp(t, `launches on \d+ streams? of cpu,`, errs)
 	assert.NotContains(t, errs, "kernels: ", "no per-device kernel line: every kernel ran on the CPU device")

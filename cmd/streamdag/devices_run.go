@@ -10,6 +10,7 @@ import (
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/gpu"
 	_ "github.com/streamdag/streamdag/gpu/cpu" // registers the CPU driver backend.Acquire opens
+	"github.com/streamdag/streamdag/gpu/opencl"
 	"github.com/streamdag/streamdag/gpu/sim"
 	"github.com/streamdag/streamdag/topology"
 )
@@ -18,46 +19,98 @@ import (
 // --streams is not given.
 const defaultSimStreams = 2
 
-// runDevices gives a run its devices. With no --topology, they come from
-// the backend (gpu.Backend.Acquire): the CPU device with the reason no
-// device is leased, or the CPU device (for the kernels with host code
-// only) plus the leased device opened by its driver (an OpenCL GPU, an
-// NVIDIA GPU through its OpenCL driver). With --topology, the run gets one
-// simulated GPU per GPU of that machine (sim.New), with the machine's
-// topology for placement. release frees what it took; why says what the
-// run runs on.
-func runDevices(ctx context.Context, backend *gpu.Backend, topoSpec string, streams int) (
-	devs []gpu.Device, topo *topology.Topology, why string, release func(), err error) {
+// runSetup is the devices a run executes on and how to give them back.
+type runSetup struct {
+	devs []gpu.Device
+	// topo is the simulated machine's topology (--topology), else nil.
+	topo *topology.Topology
+	// why says what the run runs on, for the summary's devices line.
+	why string
+	// openCL: the last of devs is the leased OpenCL device, where the
+	// flights kernels with OpenCL C run.
+	openCL bool
+	// release closes the devices and releases the lease; idempotent.
+	release func()
+}
+
+// runDevices gives a run its devices; every device but the CPU device
+// comes from the backend's lease, opened once, by the driver that found
+// it. With --topology (topoSpec), the run gets one simulated GPU per GPU
+// of that machine (sim.New) with the machine's topology for placement,
+// and leases nothing. Otherwise, with --device flag:
+//
+//   - cpu: the CPU device with streams streams; nothing leased.
+//   - opencl, auto: the CPU device plus the device the backend leases
+//     (Backend.Acquire; see leaseConfig for what each flag leases),
+//     opened with as many streams as the CPU device has (at most
+//     opencl.MaxStreams), when chooseDevice takes it. When auto does not
+//     (no device leased, or one the flights kernels cannot run on), the
+//     lease is released at once and the run has the CPU device alone;
+//     when opencl does not, the error is chooseDevice's and nothing is
+//     left held.
+//
+// The setup's release frees everything it took: call it when the run
+// ends, on every path. Errors: ctx.Err() while claiming (nothing held),
+// the CPU driver's, chooseDevice's, a bad --topology.
+func runDevices(ctx context.Context, backend *gpu.Backend, flag, topoSpec string, streams int) (*runSetup, error) {
 	if topoSpec == "" {
-		acq, err := backend.Acquire(ctx, gpu.Config{Streams: streams})
-		if err != nil {
-			return nil, nil, "", nil, err
-		}
-		if acq.Lease == nil {
-			return []gpu.Device{acq.Device}, nil, acq.Device.ID().String() + ": " + acq.Why, acq.Release, nil
-		}
 		set, err := gpu.Open(ctx, "cpu", gpu.Config{Streams: streams})
 		if err != nil {
-			acq.Release()
-			return nil, nil, "", nil, err
+			return nil, err
 		}
-		release := func() {
+		cpuDev := set.Devices()[0]
+		rs := &runSetup{devs: []gpu.Device{cpuDev}, release: func() { _ = set.Close() }}
+		if flag == deviceCPU {
+			c, err := chooseDevice(flag, leased{})
+			if err != nil {
+				rs.release()
+				return nil, err
+			}
+			rs.why = cpuDev.ID().String() + "; " + c.why
+			return rs, nil
+		}
+		acq, err := backend.Acquire(ctx, gpu.Config{Streams: min(cpuDev.NumStreams(), opencl.MaxStreams)})
+		if err != nil {
+			rs.release()
+			return nil, err
+		}
+		l := leased{held: acq.Lease != nil, id: acq.Device.ID().String(), why: acq.Why,
+			slots: backend.NumGPUs(), notes: backend.Notes()}
+		if info, ok := opencl.InfoOf(acq.Device); ok && l.held {
+			l.info = &info
+		}
+		c, err := chooseDevice(flag, l)
+		if err != nil || !c.openCL {
+			acq.Release() // its CPU device, or the leased device the run does not use, and the lease
+		}
+		if err != nil {
+			rs.release()
+			return nil, err
+		}
+		if !c.openCL {
+			rs.why = cpuDev.ID().String() + "; " + c.why
+			return rs, nil
+		}
+		rs.devs = append(rs.devs, acq.Device)
+		rs.openCL = true
+		rs.why = cpuDev.ID().String() + " and " + acq.Device.ID().String() + "; " + c.why
+		rs.release = func() {
+			acq.Release()
 			_ = set.Close()
-			acq.Release()
 		}
-		return []gpu.Device{set.Devices()[0], acq.Device}, nil, "cpu and " + acq.Why, release, nil
+		return rs, nil
 	}
 	m, err := loadMachine(topoSpec)
 	if err != nil {
-		return nil, nil, "", nil, fmt.Errorf("--topology: %w", err)
+		return nil, fmt.Errorf("--topology: %w", err)
 	}
 	var opts []topology.Option
 	if m.spec != nil {
 		opts = append(opts, topology.WithGPUSpec(*m.spec))
 	}
-	topo, err = topology.New(m.facts, opts...)
+	topo, err := topology.New(m.facts, opts...)
 	if err != nil {
-		return nil, nil, "", nil, fmt.Errorf("--topology %s: %w", topoSpec, err)
+		return nil, fmt.Errorf("--topology %s: %w", topoSpec, err)
 	}
 	gpus := topo.GPUs()
 	for i := range gpus {
@@ -70,15 +123,15 @@ func runDevices(ctx context.Context, backend *gpu.Backend, topoSpec string, stre
 	}
 	set, err := sim.New(gpus, streams)
 	if err != nil {
-		return nil, nil, "", nil, fmt.Errorf("--topology %s: %w", topoSpec, err)
+		return nil, fmt.Errorf("--topology %s: %w", topoSpec, err)
 	}
 	spec := topology.DefaultSpec.Name + " (default model)"
 	if m.spec != nil {
 		spec = m.spec.Name
 	}
-	why = fmt.Sprintf("%d simulated %s GPUs of %s; kernels run on CPU streams, copies between GPUs are real copies timed by the topology model",
+	why := fmt.Sprintf("%d simulated %s GPUs of %s; kernels run on CPU streams, copies between GPUs are real copies timed by the topology model",
 		len(gpus), spec, m.source)
-	return set.Devices(), topo, why, func() { _ = set.Close() }, nil
+	return &runSetup{devs: set.Devices(), topo: topo, why: why, release: func() { _ = set.Close() }}, nil
 }
 
 // placementSummary is one line on the placement and copies of a

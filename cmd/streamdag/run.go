@@ -58,11 +58,14 @@ func newFlightsCmd() *cobra.Command {
 batch range, then filter (delay > --min-delay), partial group-by, merge, sort,
 top-k and write, spread over --streams streams of the CPU device.
 
---device opencl adds an OpenCL device (a GPU, or PoCL's OpenCL on the CPU
-cores): filter and partial group-by then run there as OpenCL C over the
-delay and key columns copied into device buffers, the rest on the CPU
-device; the result is the same, byte for byte. --device auto (the default)
-does so when an OpenCL GPU is present.
+--device opencl leases an OpenCL device from the GPU backend (a GPU of any
+vendor, or PoCL's OpenCL on the CPU cores) and holds it until the run ends:
+filter and partial group-by then run there as OpenCL C over the delay and
+key columns copied into device buffers, the rest on the CPU device; the
+result is the same, byte for byte. The device must offer 64-bit atomics
+(cl_khr_int64_base_atomics and cl_khr_int64_extended_atomics). --device
+auto (the default) does so when the backend leases an OpenCL GPU that has
+them, and otherwise runs on the CPU device and says why.
 
 With no --input it runs on the 200,000-row sample embedded in the binary
 (vega-datasets flights-200k.arrow, grouped by hour of day).`,
@@ -75,7 +78,7 @@ With no --input it runs on the 200,000-row sample embedded in the binary
 	fl.Int64Var(&f.minDelay, "min-delay", 0, "keep flights with delay > N minutes")
 	fl.IntVar(&f.top, "top", 10, "print the K groups with the most flights; 0 prints all")
 	fl.IntVar(&f.streams, "streams", 0, "CPU streams, 1 to 1024 (0: GOMAXPROCS); with --device opencl, as many on the OpenCL device")
-	fl.StringVar(&f.device, "device", deviceAuto, "where filter and partial group-by run: cpu, opencl (an OpenCL device beside the CPU device; an error when there is none) or auto (opencl when an OpenCL GPU is present, else cpu)")
+	fl.StringVar(&f.device, "device", deviceAuto, "where filter and partial group-by run: cpu (nothing leased), opencl (an OpenCL device leased from the backend, beside the CPU device; an error when there is none) or auto (opencl when the backend leases an OpenCL GPU, else cpu)")
 	fl.StringVar(&f.out, "out", "", "also write the result to FILE.csv or FILE.json")
 	fl.StringVar(&f.dot, "dot", "", "write the plan (devices, streams, kernels, buffers, event waits) as Graphviz DOT to FILE; render it with 'streamdag graph'")
 	fl.StringVar(&f.trace, "trace", "", "write a Chrome/Perfetto trace of the run (a track per stream) as JSON to FILE")
@@ -154,43 +157,27 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	}
 	outFile, dotFile, traceFile, reportFile, metricsFile, errorsFile := files[0], files[1], files[2], files[3], files[4], files[5]
 
-	var choice deviceChoice
-	var err error
 	switch {
 	case f.device != deviceAuto && f.device != deviceCPU && f.device != deviceOpenCL:
 		return usagef("--device %s: want cpu, opencl or auto", f.device)
 	case f.topology != "" && f.device == deviceOpenCL:
 		return usagef("--device opencl and --topology: simulated GPUs run host code only; choose one")
-	case f.topology == "" && f.device == deviceCPU:
-		choice.why = "--device cpu"
-	case f.topology == "":
-		infos, listErr := openCLInfos()
-		if choice, err = chooseDevice(f.device, infos, listErr); err != nil {
-			return err
-		}
 	}
 
-	backend, _, err := nvml.Open(ctx, nvml.OpenConfig{})
+	// The run's devices come from the backend: it leases what --device
+	// asks for, and the lease is held (the device open) until the run
+	// ends, on every path.
+	backend, _, err := nvml.Open(ctx, nvml.OpenConfig{Backend: leaseConfig(f.device, f.topology != "")})
 	if err != nil {
 		return err
 	}
 	defer backend.CloseAndWait(context.WithoutCancel(ctx))
-	devs, topo, why, release, err := runDevices(ctx, backend, f.topology, f.streams)
+	setup, err := runDevices(ctx, backend, f.device, f.topology, f.streams)
 	if err != nil {
 		return err
 	}
-	defer release()
-	if f.topology == "" {
-		why += "; " + choice.why
-	}
-	if choice.openCL {
-		dev, closeCL, err := openOpenCL(choice, devs[0].NumStreams())
-		if err != nil {
-			return err
-		}
-		defer closeCL()
-		devs = append(devs, dev)
-	}
+	defer setup.release()
+	devs, topo, why := setup.devs, setup.topo, setup.why
 	if loss != nil {
 		ids := make([]string, len(devs))
 		for i, d := range devs {
@@ -222,8 +209,8 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	for _, d := range devs {
 		parts += d.NumStreams()
 	}
-	opts := flights.Options{MinDelay: f.minDelay, TopK: f.top, Partitions: parts, OpenCL: choice.openCL}
-	if choice.openCL {
+	opts := flights.Options{MinDelay: f.minDelay, TopK: f.top, Partitions: parts, OpenCL: setup.openCL}
+	if setup.openCL {
 		id := devs[len(devs)-1].ID()
 		opts.Device = &id // filter and partial on the OpenCL device
 	}
@@ -299,7 +286,7 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	if !f.quiet {
 		fmt.Fprintln(stderr, runLine(src.Name(), nrows, skippedRows, len(p.Partitions), len(p.Skipped), src.NumParts(), rep))
 		fmt.Fprintf(stderr, "devices: %s\n", why)
-		if choice.openCL {
+		if setup.openCL {
 			fmt.Fprintln(stderr, deviceSummary(rep))
 		} else if len(devs) > 1 {
 			fmt.Fprintln(stderr, placementSummary(plan, rep))

@@ -132,6 +132,18 @@ func NewDevice(dev Device, streams int, opts ...DeviceOption) (gpu.CodeDevice, e
 	return d, nil
 }
 
+// InfoOf returns the description of the OpenCL device d runs on, and
+// true, when d is a device NewDevice made (or the driver opened: Open,
+// OpenDevice, a gpu.Backend's Acquire); the zero DeviceInfo and false
+// for any other device. It works after Close too.
+func InfoOf(d gpu.Device) (DeviceInfo, bool) {
+	cd, ok := d.(*clDevice)
+	if !ok {
+		return DeviceInfo{}, false
+	}
+	return cd.dev.info, true
+}
+
 // clDevice is one OpenCL device behind gpu.CodeDevice.
 type clDevice struct {
 	id      topology.DeviceID

@@ -1000,3 +1000,31 @@ func TestDeviceConcurrentUse(t *testing.T) {
 		require.NoError(t, <-errs)
 	}
 }
+
+// TestDeviceExtensions: DeviceInfo.Extensions holds the names
+// CL_DEVICE_EXTENSIONS lists (one name each, no blanks), HasExtension
+// finds exactly those, and InfoOf gives an opened device's description
+// and refuses a device of another kind.
+func TestDeviceExtensions(t *testing.T) {
+	info := device(t).Info()
+	require.NotEmpty(t, info.Extensions, "%s lists no extension", info.Name)
+	for _, e := range info.Extensions {
+		assert.Regexp(t, `^cl_[A-Za-z0-9_]+$`, e)
+		assert.True(t, info.HasExtension(e), e)
+	}
+	assert.False(t, info.HasExtension("cl_no_such_extension"))
+	assert.False(t, info.HasExtension(""))
+	assert.Equal(t, len(info.Extensions), len(slices.Compact(slices.Sorted(slices.Values(info.Extensions)))), "no name twice: %v", info.Extensions)
+
+	d := newDevice(t, 1)
+	got, ok := opencl.InfoOf(d)
+	require.True(t, ok)
+	assert.Equal(t, info.Name, got.Name)
+	assert.Equal(t, info.Extensions, got.Extensions)
+
+	c, err := cpu.New(cpu.WithStreams(1))
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, c.Close()) }()
+	_, ok = opencl.InfoOf(c)
+	assert.False(t, ok, "the CPU device is no OpenCL device")
+}

@@ -3,6 +3,7 @@ package opencl
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unsafe"
 )
@@ -79,7 +80,16 @@ type DeviceInfo struct {
 	MaxWorkGroup   int   // CL_DEVICE_MAX_WORK_GROUP_SIZE, work-items
 	BaseAlignBytes int64 // CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: a sub-buffer's origin must be a multiple of it
 	Available      bool  // CL_DEVICE_AVAILABLE
+	// Extensions are the names CL_DEVICE_EXTENSIONS lists, in its order
+	// (e.g. "cl_khr_int64_base_atomics"); empty when the device lists
+	// none. The slice is shared by every copy of the DeviceInfo: do not
+	// modify it.
+	Extensions []string
 }
+
+// HasExtension reports whether the device lists the extension name
+// (exact, case-sensitive, as in CL_DEVICE_EXTENSIONS).
+func (i DeviceInfo) HasExtension(name string) bool { return slices.Contains(i.Extensions, name) }
 
 // Device is one OpenCL device as Platforms found it: an opaque handle plus
 // its description. The zero Device is invalid (Open refuses it).
@@ -198,5 +208,6 @@ func describe(id uintptr, platform string) (Device, error) {
 	d.info.MaxWorkGroup = int(num(clDeviceMaxWorkGroupSize, unsafe.Sizeof(uintptr(0))))
 	d.info.BaseAlignBytes = int64(num(clDeviceMemBaseAddrAlign, 4) / 8)
 	d.info.Available = num(clDeviceAvailable, 4) != 0
+	d.info.Extensions = strings.Fields(str(clDeviceExtensions))
 	return d, errors.Join(errs...)
 }
