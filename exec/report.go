@@ -214,7 +214,7 @@ func (r *Report) Err() error {
 		}
 	}
 	if n, c := r.Count(StatusSkipped), r.Count(StatusCancelled); n+c > 0 { // lost launches were redone
-		errs = append(errs, fmt.Errorf("exec: %d launches skipped, %d cancelled", n, c))
+		errs = append(errs, fmt.Errorf("exec: %s skipped%s, %d cancelled", plural(n, "launch", "launches"), r.skippedNames(3), c))
 	}
 	return errors.Join(errs...)
 }
@@ -422,4 +422,36 @@ func (r *Report) MarshalJSON() ([]byte, error) {
 		out.Launches[i] = j
 	}
 	return json.Marshal(out)
+}
+
+// plural returns "1 launch" or "n launches".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// skippedNames returns " (a, b, c, …)": the kernels of the first max
+// skipped launches of the last phase, in plan order, or "" when none.
+func (r *Report) skippedNames(max int) string {
+	var names []string
+	more := false
+	for _, l := range r.Launches() {
+		if l.Status != StatusSkipped {
+			continue
+		}
+		if len(names) == max {
+			more = true
+			break
+		}
+		names = append(names, l.Kernel)
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	if more {
+		names = append(names, "…")
+	}
+	return " (" + strings.Join(names, ", ") + ")"
 }

@@ -3,6 +3,7 @@ package exec_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -82,7 +83,7 @@ func TestErrCarriesRootsWithoutFailedLaunch(t *testing.T) {
 		err = res.Err()
 		require.ErrorIs(t, err, buffers.ErrOverBudget)
 		assert.ErrorContains(t, err, `"big"`)
-		assert.ErrorContains(t, err, "3 launches skipped, 0 cancelled")
+		assert.ErrorContains(t, err, "3 launches skipped (fill, use, use2), 0 cancelled")
 		assert.Len(t, err.(interface{ Unwrap() []error }).Unwrap(), 2, "one root, once, and the count: %v", err)
 	})
 	t.Run("pinned to a lost device", func(t *testing.T) {
@@ -124,4 +125,32 @@ func TestErrCarriesRootsWithoutFailedLaunch(t *testing.T) {
 		assert.ErrorContains(t, err, `"big"`)
 		assert.ErrorContains(t, err, `"b"`, "b's reservation failed too, though no launch met it first")
 	})
+}
+
+// Report.Err's count line is singular for one launch and names the
+// skipped launches, at most three.
+func TestErrNamesSkippedLaunches(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		readers int
+		want    string
+	}{
+		{"one", 1, "exec: 1 launch skipped (r0), 0 cancelled"},
+		{"three", 3, "exec: 3 launches skipped (r0, r1, r2), 0 cancelled"},
+		{"five", 5, "exec: 5 launches skipped (r0, r1, r2, …), 0 cancelled"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newExecutor(t, 1)
+			g := dag.New()
+			a := g.AddBuffer("a", 8)
+			g.AddKernel("w", func(context.Context, dag.Launch) error { return errors.New("boom") }, dag.Writes(a))
+			for i := range tc.readers {
+				g.AddKernel(fmt.Sprintf("r%d", i), nop, dag.Reads(a))
+			}
+			res, err := e.Run(t.Context(), g)
+			require.NoError(t, err)
+			defer res.Close()
+			assert.ErrorContains(t, res.Err(), tc.want)
+		})
+	}
 }
