@@ -346,7 +346,7 @@ func (c *codeRun) prepare(dev gpu.CodeDevice, slots int) {
 		name := p.launches[h.idx].Name
 		prog, err := dev.Program(name, v.Source, "")
 		if err != nil {
-			err = fmt.Errorf("exec: kernel %q: build for %s: %w", name, dev.ID(), err)
+			err = fmt.Errorf("exec: kernel %q: %w", name, err) // the device's error names it
 			failed[v], c.state[k].err = err, err
 			continue
 		}

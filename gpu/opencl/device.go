@@ -272,6 +272,10 @@ func (d *clDevice) Program(name, source, options string) (gpu.Program, error) {
 		if errors.Is(err, ErrClosed) {
 			return nil, fmt.Errorf("opencl: %s: program %q: %w", d.id, name, gpu.ErrClosed)
 		}
+		var be *BuildError
+		if errors.As(err, &be) {
+			return nil, fmt.Errorf("%s: %w", d.id, err) // one "opencl:" prefix: the build error's
+		}
 		return nil, fmt.Errorf("opencl: %s: %w", d.id, err)
 	}
 	d.pmu.Lock()

@@ -134,7 +134,12 @@ func (e *BuildError) Error() string {
 		more = fmt.Sprintf("\n(%d more lines)", len(lines)-maxLogLines)
 		lines = lines[:maxLogLines]
 	}
-	return fmt.Sprintf("opencl: build program %q on %s: %v:\n%s%s", e.Program, e.Device, e.Err, strings.Join(lines, "\n"), more)
+	why := fmt.Sprint(e.Err)
+	var ce *Error
+	if errors.As(e.Err, &ce) {
+		why = fmt.Sprintf("%s: %v (%d)", ce.Call, ce.Code, int32(ce.Code))
+	}
+	return fmt.Sprintf("opencl: build program %q on %s: %s:\n%s%s", e.Program, e.Device, why, strings.Join(lines, "\n"), more)
 }
 
 // Unwrap returns the OpenCL error.
