@@ -438,3 +438,30 @@ func WaitCost(n int, minTime time.Duration) (waits int, nsPerWait float64, same,
 	}
 	return waits, (stats[1].NsPerOp - stats[0].NsPerOp) / float64(waits), stats[0], stats[1], nil
 }
+
+// PrepareOneShot returns run, which does what a user who runs a graph
+// once pays for, end to end: it builds s's graph with fn's kernels, runs
+// it with Executor.Run (validation, planning and one Execute, launch
+// timing off, the executor's default) on a CPU device with GOMAXPROCS
+// streams, checks that every launch is ok (Result.Err otherwise) and
+// closes the result. done closes the device. The graph of each run is new,
+// so nothing of an earlier run's plan is reused.
+func PrepareOneShot(s Shape, fn dag.KernelFunc) (run func() error, done func(), err error) {
+	dev, err := cpu.New()
+	if err != nil {
+		return nil, nil, err
+	}
+	e := exec.New(dev)
+	ctx := context.Background()
+	return func() error {
+		res, err := e.Run(ctx, s.Build(fn))
+		if err != nil {
+			return err
+		}
+		defer res.Close()
+		if res.Report.Count(exec.StatusOK) != res.Report.NumLaunches() {
+			return res.Err()
+		}
+		return nil
+	}, func() { dev.Close() }, nil
+}

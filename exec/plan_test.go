@@ -1,0 +1,102 @@
+package exec_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/dag"
+)
+
+// planShapes builds the planner's benchmark shapes at about n kernels: a
+// chain, a fan-out/fan-in, a binary reduction tree and a square
+// wavefront.
+func planShapes(n int) map[string]*dag.Graph {
+	out := map[string]*dag.Graph{}
+	g := dag.New()
+	prev := g.AddValue("b0")
+	g.AddKernel("k0", nop, dag.Writes(prev))
+	for i := 1; i < n; i++ {
+		b := g.AddValue(fmt.Sprint("b", i))
+		g.AddKernel(fmt.Sprint("k", i), nop, dag.Reads(prev), dag.Writes(b))
+		prev = b
+	}
+	out["chain"] = g
+
+	g = dag.New()
+	src := g.AddValue("src")
+	g.AddKernel("source", nop, dag.Writes(src))
+	outs := make([]dag.BufferID, n)
+	for i := range outs {
+		outs[i] = g.AddValue(fmt.Sprint("w", i))
+		g.AddKernel(fmt.Sprint("worker", i), nop, dag.Reads(src), dag.Writes(outs[i]))
+	}
+	g.AddKernel("sink", nop, dag.Reads(outs...))
+	out["fanout"] = g
+
+	g = dag.New()
+	m := 1
+	for m < n {
+		m *= 2
+	}
+	m--
+	bufs := make([]dag.BufferID, m)
+	for i := m - 1; i >= 0; i-- {
+		bufs[i] = g.AddValue(fmt.Sprint("t", i))
+		if l := 2*i + 1; l < m {
+			g.AddKernel(fmt.Sprint("node", i), nop, dag.Reads(bufs[l], bufs[l+1]), dag.Writes(bufs[i]))
+		} else {
+			g.AddKernel(fmt.Sprint("node", i), nop, dag.Writes(bufs[i]))
+		}
+	}
+	out["tree"] = g
+
+	g = dag.New()
+	w := 1
+	for w*w < n {
+		w++
+	}
+	cells := make([]dag.BufferID, w*w)
+	for i := range w {
+		for j := range w {
+			c := i*w + j
+			cells[c] = g.AddValue(fmt.Sprint("c", i, "_", j))
+			opts := []dag.KernelOption{dag.Writes(cells[c])}
+			if i > 0 {
+				opts = append(opts, dag.Reads(cells[c-w]))
+			}
+			if j > 0 {
+				opts = append(opts, dag.Reads(cells[c-1]))
+			}
+			g.AddKernel(fmt.Sprint("cell", i, "_", j), nop, opts...)
+		}
+	}
+	out["wavefront"] = g
+	return out
+}
+
+// Planning allocates per plan, not per kernel: a plan of 16 times the
+// kernels (validation included) takes at most a few more allocations
+// (arrays that double past their first size), on every shape and with 1,
+// 2 and 5 streams.
+func TestPlanAllocationsDoNotGrowWithTheGraph(t *testing.T) {
+	small, large := planShapes(500), planShapes(8000)
+	for _, streams := range []int{1, 2, 5} {
+		e := newExecutor(t, streams)
+		for name := range small {
+			t.Run(fmt.Sprintf("%s/streams=%d", name, streams), func(t *testing.T) {
+				allocs := func(g *dag.Graph) float64 {
+					_, err := e.Plan(g)
+					require.NoError(t, err)
+					return testing.AllocsPerRun(3, func() { _, _ = e.Plan(g) })
+				}
+				a, b := allocs(small[name]), allocs(large[name])
+				assert.LessOrEqual(t, b, a+8, "allocations: %.0f for a plan of %d kernels, %.0f for %d",
+					b, large[name].NumKernels(), a, small[name].NumKernels())
+				assert.Less(t, b, 64.0, "allocations of a plan of %d kernels", large[name].NumKernels())
+			})
+		}
+	}
+}
