@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -127,23 +128,58 @@ func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
 // process is one finished run of a command.
 type process struct {
 	wall      time.Duration
-	peakBytes int64 // peak resident set; 0 where the system does not say
+	peakBytes int64 // peak resident set; 0 where it cannot be read
 	stderr    string
 }
 
+// timeCmd is GNU time, which reads a child's peak RSS after its exec;
+// without it runProcess falls back to the child's rusage, which on Linux
+// counts the pages it shared with the report before its exec (see
+// peakRSS).
+const timeCmd = "/usr/bin/time"
+
 // runProcess runs args (the program first) in dir and returns its wall
-// time, start to exit, its peak RSS and its stderr.
+// time, start to exit, its peak RSS and its stderr. The peak comes from
+// timeCmd when it exists (its start is in the wall time: about a
+// millisecond), else from the child's rusage.
 func runProcess(dir string, args []string) (process, error) {
 	var errb bytes.Buffer
+	rss := ""
+	if _, err := os.Stat(timeCmd); err == nil {
+		f, err := os.CreateTemp(dir, "rss")
+		if err != nil {
+			return process{}, err
+		}
+		f.Close()
+		rss = f.Name()
+		defer os.Remove(rss)
+		args = append([]string{timeCmd, "-f", "%M", "-o", rss}, args...)
+	}
 	cmd := osexec.Command(args[0], args[1:]...)
 	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, io.Discard, &errb
 	t := time.Now()
 	err := cmd.Run()
 	wall := time.Since(t)
-	if err != nil {
-		return process{}, fmt.Errorf("report: %s: %w: %s", filepath.Base(args[0]), err, firstLines(errb.Bytes(), 3))
+	name := filepath.Base(args[0])
+	if rss != "" {
+		name = filepath.Base(args[5])
 	}
-	return process{wall: wall, peakBytes: peakRSS(cmd.ProcessState), stderr: errb.String()}, nil
+	if err != nil {
+		return process{}, fmt.Errorf("report: %s: %w: %s", name, err, firstLines(errb.Bytes(), 3))
+	}
+	p := process{wall: wall, peakBytes: peakRSS(cmd.ProcessState), stderr: errb.String()}
+	if rss != "" {
+		b, err := os.ReadFile(rss)
+		if err != nil {
+			return process{}, err
+		}
+		kib, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			return process{}, fmt.Errorf("report: %s of %s: %q: %w", timeCmd, name, b, err)
+		}
+		p.peakBytes = kib << 10
+	}
+	return p, nil
 }
 
 var (

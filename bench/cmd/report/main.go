@@ -158,6 +158,8 @@ func run(out string, minTime time.Duration, skip1M bool, duckRuns int, logw io.W
 		return err
 	}
 	rep := Report{Machine: machine()}
+	// First, while the report's own resident set is small (see peakRSS).
+	rep.DuckDB = duckComparison(out, duckRuns, logw)
 	shapes := bench.Shapes
 	if !skip1M {
 		shapes = append(shapes[:len(shapes):len(shapes)], bench.RandomDAG)
@@ -254,7 +256,6 @@ func run(out string, minTime time.Duration, skip1M bool, duckRuns int, logw io.W
 	rep.WaitChain, rep.Waits, rep.NsPerWait = chain, waits, perWait
 	rep.SameStreamNs, rep.AltStreamNs = same.NsPerOp/chain, alt.NsPerOp/chain
 	fmt.Fprintf(logw, "event waits: %d waits, %.0f ns per wait\n", waits, perWait)
-	rep.DuckDB = duckComparison(out, duckRuns, logw)
 	if rep.Profiles, err = profiles(rep, shapes, profileTime); err != nil {
 		return err
 	}
