@@ -295,7 +295,7 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl Placement
 		nacc += len(g.KernelReads(kid)) + len(g.KernelWrites(kid))
 	}
 	haz := newHazards(nacc)
-	order, known := launchOrder(g, order, haz, estimates)
+	order, from, found := launchOrder(g, order, haz, estimates)
 	p := &Plan{graph: g, devices: devs, streams: nstreams, placement: pl}
 	only := homeBuffers(p, order, sub)
 	if len(devs) == 1 {
@@ -334,9 +334,13 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl Placement
 	ints := make([]int32, 2*n)
 	gstream, keep := ints[:n:n], ints[n:]
 
-	// Hazards, in plan order: those launchOrder found, when the plan
-	// keeps its kernels in g's order and their bindings.
-	if !known || len(devs) > 1 {
+	// Hazards, in plan order. On one device the launches keep the
+	// kernels' bindings, so they are those launchOrder found, renumbered
+	// (see hazards.reorder); with copies, found again.
+	switch {
+	case found && len(devs) == 1 && from != nil:
+		haz.reorder(from)
+	case !found || len(devs) > 1:
 		haz.reset(len(p.bufs), n)
 		for i := range p.launches {
 			haz.access(i, p.launches[i].Reads, p.launches[i].Writes)
@@ -571,13 +575,15 @@ const defaultLaunchCost = 1.0
 // it: a counting sort when no kernel has an Estimate (every rank is then
 // a whole number of default costs, at most the number of kernels), a
 // comparison sort otherwise. O(V + E + H), plus O(V log V) with
-// estimates. When order already is in that order, launchOrder returns
-// it with same set, and haz then holds its hazards, as planWith would
-// find them for a plan on one device.
-func launchOrder(g *dag.Graph, order []dag.KernelID, haz *hazards, estimates bool) (out []dag.KernelID, same bool) {
+// estimates.
+//
+// found reports that haz holds the hazards of order (it has none to
+// find below 3 kernels). from is nil when order already is in launch
+// order (out is order itself); else from[j] is out[j]'s position in order.
+func launchOrder(g *dag.Graph, order []dag.KernelID, haz *hazards, estimates bool) (out []dag.KernelID, from []int32, found bool) {
 	n := len(order)
 	if n < 3 {
-		return order, false
+		return order, nil, false
 	}
 	haz.reset(g.NumBuffers(), n)
 	for i, kid := range order {
@@ -605,15 +611,14 @@ func launchOrder(g *dag.Graph, order []dag.KernelID, haz *hazards, estimates boo
 		}
 	}
 	if sorted {
-		return order, true
+		return order, nil, true
 	}
-	out = make([]dag.KernelID, n)
+	out, from = make([]dag.KernelID, n), make([]int32, n)
 	if estimates {
-		pos := make([]int32, n)
-		for i := range pos {
-			pos[i] = int32(i)
+		for i := range from {
+			from[i] = int32(i)
 		}
-		slices.SortFunc(pos, func(a, b int32) int {
+		slices.SortFunc(from, func(a, b int32) int {
 			if rank[a] != rank[b] {
 				if rank[a] > rank[b] {
 					return -1
@@ -622,10 +627,10 @@ func launchOrder(g *dag.Graph, order []dag.KernelID, haz *hazards, estimates boo
 			}
 			return cmp.Compare(a, b)
 		})
-		for k, i := range pos {
+		for k, i := range from {
 			out[k] = order[i]
 		}
-		return out, false
+		return out, from, true
 	}
 	// Whole ranks 1..n: count each, then place the kernels by rank
 	// (highest first), each rank's in position order.
@@ -638,10 +643,10 @@ func launchOrder(g *dag.Graph, order []dag.KernelID, haz *hazards, estimates boo
 		at[r], next = next, next+at[r]
 	}
 	for i, r := range rank {
-		out[at[int(r)]] = order[i]
+		out[at[int(r)]], from[at[int(r)]] = order[i], int32(i)
 		at[int(r)]++
 	}
-	return out, false
+	return out, from, true
 }
 
 // hazards tracks, per buffer, the accesses that a later access may
@@ -655,6 +660,10 @@ type hazards struct {
 	mark  []int32 // mark[d] == i+1: d is already a dependency of launch i
 	deps  []int   // every launch's dependencies, launch after launch
 	ends  []int32 // by launch: the end of its dependencies in deps
+	// runs holds (start, end) in deps of each run of two or more
+	// dependencies one chain scan found; runEnds, by launch, the end of
+	// its runs in runs.
+	runs, runEnds []int32
 }
 
 // hazardNode is one access: the byte range [off, off+n) of the chain's
@@ -696,7 +705,10 @@ func (h *hazards) reset(nbuf, nlaunch int) {
 	if cap(h.ends) < nlaunch {
 		h.ends = make([]int32, 0, nlaunch)
 	}
-	h.ends = h.ends[:0]
+	if cap(h.runEnds) < nlaunch {
+		h.runEnds = make([]int32, 0, nlaunch)
+	}
+	h.ends, h.runs, h.runEnds = h.ends[:0], h.runs[:0], h.runEnds[:0]
 	h.mark = resize(h.mark, nlaunch)
 }
 
@@ -737,11 +749,13 @@ func (h *hazards) access(i int, reads, writes []buffers.Binding) {
 		h.push(&l.writes, w, i)
 	}
 	h.ends = append(h.ends, int32(len(h.deps)))
+	h.runEnds = append(h.runEnds, int32(len(h.runs)))
 }
 
 // conflicts adds to launch i's dependencies the launches of c's accesses
 // that overlap b (a binding of c's buffer; see buffers.Binding.Overlaps).
 func (h *hazards) conflicts(i int, c hazardChain, b buffers.Binding) {
+	start := len(h.deps)
 	for x := c.head; x != 0; x = h.nodes[x].next {
 		nd := &h.nodes[x]
 		if d := int(nd.launch); d != i && h.mark[d] != int32(i+1) && nd.n > 0 && b.Length > 0 && nd.off < b.End() && b.Offset < nd.off+nd.n {
@@ -749,6 +763,44 @@ func (h *hazards) conflicts(i int, c hazardChain, b buffers.Binding) {
 			h.deps = append(h.deps, d)
 		}
 	}
+	if len(h.deps)-start >= 2 {
+		h.runs = append(h.runs, int32(start), int32(len(h.deps)))
+	}
+}
+
+// reorder renumbers the hazards found over a sequence of launches for
+// the same launches in another order, one that keeps every pair with a
+// hazard in order: launch j of the new order is launch from[j] of the
+// old. The dependencies become those access would find over the new
+// order. It would find the same dependencies in each chain scan: the
+// accesses that overlap the scanned binding all have a hazard with it,
+// so they precede it in both orders, as do the covering writes that
+// dropped any of them (a write that covers an access overlapping the
+// binding overlaps it too, and the access it covers). Only their order
+// within one scan differs, a chain being in launch order: reorder sorts
+// each scan's run in the new numbering. O(V + E), plus the sorting of
+// the runs of two or more.
+func (h *hazards) reorder(from []int32) {
+	to := make([]int32, len(from)) // old launch → new
+	for j, i := range from {
+		to[i] = int32(j)
+	}
+	deps, ends := make([]int, 0, len(h.deps)), make([]int32, len(from))
+	for j, i := range from {
+		start, runStart := int32(0), int32(0)
+		if i > 0 {
+			start, runStart = h.ends[i-1], h.runEnds[i-1]
+		}
+		base := len(deps)
+		for _, d := range h.deps[start:h.ends[i]] {
+			deps = append(deps, int(to[d]))
+		}
+		for r := runStart; r < h.runEnds[i]; r += 2 {
+			slices.Sort(deps[base+int(h.runs[r]-start) : base+int(h.runs[r+1]-start)])
+		}
+		ends[j] = int32(len(deps))
+	}
+	h.deps, h.ends, h.runs, h.runEnds = deps, ends, h.runs[:0], h.runEnds[:0]
 }
 
 // push appends launch i's access b to chain c.
