@@ -2,6 +2,7 @@ package exec
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -185,18 +186,18 @@ func (e *Executor) Plan(g *dag.Graph) (*Plan, error) {
 	}
 	if len(e.devs) == 1 {
 		pl := PlacementResult{Device: make([]int, g.NumKernels())}
-		estimates := false
+		if p := planWith(g, ids, e.devs[0].NumStreams(), pl, nil, code[0], false); p != nil {
+			return p, nil
+		}
+		// Some kernel cannot run on the device: name the first, by id.
 		for id := range dag.KernelID(g.NumKernels()) {
-			k := g.Kernel(id)
-			if !k.HasCode(code[0]) {
+			if k := g.Kernel(id); !k.HasCode(code[0]) {
 				return nil, noCodeError(k, ids, code)
-			}
-			if k.Device != nil && *k.Device != ids[0] {
+			} else if k.Device != nil && *k.Device != ids[0] {
 				return nil, fmt.Errorf("exec: kernel %q is pinned to %s, the executor has only %s", k.Name, *k.Device, ids[0])
 			}
-			estimates = estimates || k.Estimate > 0
 		}
-		return planWith(g, ids, e.devs[0].NumStreams(), pl, nil, estimates), nil
+		return nil, errors.New("exec: internal error: a kernel failed the one-device checks of planning and passes them now")
 	}
 	pl, err := place(g, ids, code, e.devs[0].NumStreams(), e.topo, e.placement)
 	if err != nil {
@@ -280,12 +281,16 @@ type subset struct {
 // nstreams streams each, kernel k on device pl.Device[k]: launch order,
 // copies, hazards, streams and event waits.
 func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementResult, sub *subset) *Plan {
-	return planWith(g, devs, nstreams, pl, sub, true)
+	return planWith(g, devs, nstreams, pl, sub, 0, true)
 }
 
-// planWith is planOn; estimates is false when no kernel of g has an
-// Estimate, which spares launchOrder looking for them.
-func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementResult, sub *subset, estimates bool) *Plan {
+// planWith is planOn. With check not 0 (a plan of all of g on one
+// device, which runs code of kind check), it checks each kernel as it
+// copies it into its launch, and returns nil when one has no code of kind
+// check or is pinned to another device. With lookup false it plans as if
+// no kernel had an Estimate, which spares launchOrder looking for them,
+// and plans again, looking, when the copying finds one (check not 0).
+func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl PlacementResult, sub *subset, check dag.CodeKind, lookup bool) *Plan {
 	order := g.Order()
 	if sub != nil {
 		order = slices.DeleteFunc(slices.Clone(order), func(k dag.KernelID) bool { return !sub.run[k] })
@@ -295,13 +300,21 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl Placement
 		nacc += len(g.KernelReads(kid)) + len(g.KernelWrites(kid))
 	}
 	haz := newHazards(nacc)
-	order, from, found := launchOrder(g, order, haz, estimates)
+	order, from, found := launchOrder(g, order, haz, lookup)
 	p := &Plan{graph: g, devices: devs, streams: nstreams, placement: pl}
 	only := homeBuffers(p, order, sub)
 	if len(devs) == 1 {
 		p.launches = make([]PlannedLaunch, len(order))
 		for i, kid := range order {
 			k := g.Kernel(kid)
+			if check != 0 {
+				switch {
+				case !k.HasCode(check) || k.Device != nil && *k.Device != devs[0]:
+					return nil
+				case k.Estimate > 0 && !lookup: // the launch order ranks by estimates
+					return planWith(g, devs, nstreams, pl, sub, check, true)
+				}
+			}
 			p.launches[i] = PlannedLaunch{Kernel: kid, Name: k.Name, Reads: k.Reads,
 				Writes: k.Writes, fn: k.Fn, optional: k.Optional, pin: k.Stream}
 		}
@@ -565,7 +578,8 @@ const defaultLaunchCost = 1.0
 // independent kernels move, which lets the plan interleave independent
 // work (the cells of one anti-diagonal of a wavefront, say) across
 // streams. haz tracks the hazards (it is reset first, and left for the
-// caller to reuse); with estimates false, no kernel of g has an Estimate.
+// caller to reuse); with estimates false it ranks every kernel at the
+// default cost, as if none had an Estimate.
 //
 // A kernel's rank is its cost plus the largest rank of the kernels that
 // depend on it, so it is at least theirs, and they come after it in

@@ -3,6 +3,7 @@ package exec_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -98,5 +99,37 @@ func TestPlanAllocationsDoNotGrowWithTheGraph(t *testing.T) {
 				assert.Less(t, b, 64.0, "allocations of a plan of %d kernels", large[name].NumKernels())
 			})
 		}
+	}
+}
+
+// A one-device plan checks each kernel as it copies it into its launch,
+// in launch order, yet its error names the first kernel by id that the
+// device cannot run, as a check in id order would: here "sink" (id 1, the
+// lowest rank, launched last) has no code for the CPU device, and so
+// does "head" (id 2, at the head of a chain, launched first). With
+// estimates the plan ranks again, and checks the same way.
+func TestPlanOnOneDeviceNamesTheFirstKernelItCannotRun(t *testing.T) {
+	e := newExecutor(t, 2)
+	for _, estimate := range []bool{false, true} {
+		g := dag.New()
+		x, y := g.AddBuffer("x", 8), g.AddBuffer("y", 8)
+		chain := g.AddValue("c0")
+		g.AddKernel("produce", put(21), dag.Writes(x))
+		g.AddKernel("sink", nil, dag.Reads(x), dag.Writes(y),
+			dag.OpenCL(doubleCL, "double_it", oneItem, dag.BufferArg(x), dag.BufferArg(y)))
+		g.AddKernel("head", nil, dag.Writes(chain), dag.OpenCL(doubleCL, "double_it", oneItem))
+		for i := range 4 {
+			next := g.AddValue(fmt.Sprint("c", i+1))
+			opts := []dag.KernelOption{dag.Reads(chain), dag.Writes(next)}
+			if estimate {
+				opts = append(opts, dag.Estimate(time.Duration(i+1)*time.Millisecond))
+			}
+			g.AddKernel(fmt.Sprint("link", i), nop, opts...)
+			chain = next
+		}
+		require.NoError(t, g.Validate())
+		_, err := e.Plan(g)
+		assert.EqualError(t, err, `exec: kernel "sink": no device of the plan has code for it (the kernel has opencl code; cpu runs cpu code)`,
+			"estimates %v", estimate)
 	}
 }
