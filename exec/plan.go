@@ -315,8 +315,12 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl Placement
 					return planWith(g, devs, nstreams, pl, sub, check, true)
 				}
 			}
-			p.launches[i] = PlannedLaunch{Kernel: kid, Name: k.Name, Reads: k.Reads,
-				Writes: k.Writes, fn: k.Fn, optional: k.Optional, pin: k.Stream}
+			// Field by field into the zeroed launch: a whole-struct store
+			// would copy it through the write barrier's bulk path while
+			// the collector marks.
+			l := &p.launches[i]
+			l.Kernel, l.Name, l.Reads, l.Writes = kid, k.Name, k.Reads, k.Writes
+			l.fn, l.optional, l.pin = k.Fn, k.Optional, k.Stream
 		}
 	} else {
 		p.launches = make([]PlannedLaunch, 0, len(order))
@@ -506,8 +510,8 @@ func homeBuffers(p *Plan, order []dag.KernelID, sub *subset) []bool {
 	if len(p.devices) == 1 && sub == nil {
 		p.bufs = p.bufs[:g.NumBuffers()]
 		for id := range p.bufs {
-			b := g.Buffer(dag.BufferID(id))
-			p.bufs[id] = PlannedBuffer{Name: b.Name, SizeBytes: b.SizeBytes, Value: b.Value, Of: b.ID, final: true}
+			b, pb := g.Buffer(dag.BufferID(id)), &p.bufs[id] // field by field, as the launches
+			pb.Name, pb.SizeBytes, pb.Value, pb.Of, pb.final = b.Name, b.SizeBytes, b.Value, b.ID, true
 		}
 		return nil
 	}
