@@ -9,6 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamdag/streamdag/dag"
+	"github.com/streamdag/streamdag/exec"
+	"github.com/streamdag/streamdag/gpu/cpu"
+	"github.com/streamdag/streamdag/gpu/sim"
+	"github.com/streamdag/streamdag/topology"
 )
 
 // planShapes builds the planner's benchmark shapes at about n kernels: a
@@ -131,5 +135,54 @@ func TestPlanOnOneDeviceNamesTheFirstKernelItCannotRun(t *testing.T) {
 		_, err := e.Plan(g)
 		assert.EqualError(t, err, `exec: kernel "sink": no device of the plan has code for it (the kernel has opencl code; cpu runs cpu code)`,
 			"estimates %v", estimate)
+	}
+}
+
+// BenchmarkPlanOnSimulatedGPUs measures planning per kernel on the eight
+// simulated GPUs of dgx1-v100 (2 streams each) under HEFT and
+// round-robin placement (placement, copies, hazards, streams and event
+// waits), beside planning the same graph on one CPU device, in the same
+// run: go test -run '^$' -bench PlanOnSimulatedGPUs ./exec/
+func BenchmarkPlanOnSimulatedGPUs(b *testing.B) {
+	m, err := topology.LoadMachine("dgx1-v100")
+	require.NoError(b, err)
+	topo, err := topology.New(m.Facts, topology.WithGPUSpec(m.Spec))
+	require.NoError(b, err)
+	gpus := topo.GPUs()
+	for i := range gpus {
+		gpus[i].MemoryBytes = m.MemoryBytes
+	}
+	set, err := sim.New(gpus, 2)
+	require.NoError(b, err)
+	defer func() { require.NoError(b, set.Close()) }()
+	dev, err := cpu.New(cpu.WithStreams(2))
+	require.NoError(b, err)
+	defer dev.Close()
+	executors := []struct {
+		name string
+		e    *exec.Executor
+	}{{"one-device", exec.New(dev)}}
+	for _, pl := range []exec.Placement{exec.PlaceHEFT, exec.PlaceRoundRobin} {
+		e, err := exec.NewMulti(set.Devices(), topo, exec.WithPlacement(pl))
+		require.NoError(b, err)
+		executors = append(executors, struct {
+			name string
+			e    *exec.Executor
+		}{pl.String(), e})
+	}
+	shapes := planShapes(10_000)
+	for _, name := range []string{"chain", "fanout", "tree", "wavefront"} {
+		g := shapes[name]
+		for _, x := range executors {
+			b.Run(name+"/"+x.name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := x.e.Plan(g); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(g.NumKernels()), "ns/kernel")
+			})
+		}
 	}
 }
