@@ -368,7 +368,7 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams int, pl Placement
 			p.launches[i].Deps = ds
 		}
 	}
-	haz = nil // the launches' Deps hold haz.deps
+	haz.release() // the launches' Deps hold haz.deps, which it lets go
 
 	// Stream assignment per device: chains stay on one stream.
 	load := make([]int, ns)
@@ -699,10 +699,33 @@ type hazardLists struct{ writes, reads hazardChain }
 // empty.
 type hazardChain struct{ head, tail int32 }
 
+// hazardPool holds trackers between plans, for their arrays (a plan
+// keeps only the dependencies, which it takes with it): planning again,
+// or planning graph after graph, then writes into memory already mapped
+// and makes no garbage of them. A tracker holds, for the largest graph
+// it planned, 24 bytes per binding, 16 per buffer and 12 per launch; like
+// any sync.Pool, the pool lets it go after two collections without use.
+var hazardPool sync.Pool
+
 // newHazards returns a tracker with room for nacc accesses (a hint); it
 // tracks nothing until reset.
 func newHazards(nacc int) *hazards {
-	return &hazards{nodes: make([]hazardNode, 1, nacc+1), deps: make([]int, 0, nacc)}
+	h, _ := hazardPool.Get().(*hazards)
+	if h == nil {
+		h = &hazards{}
+	}
+	if cap(h.nodes) < nacc+1 {
+		h.nodes = make([]hazardNode, 1, nacc+1)
+	}
+	h.nodes, h.deps = h.nodes[:1], make([]int, 0, nacc)
+	return h
+}
+
+// release hands h's arrays back for a later plan, all but its
+// dependencies; h must not be used after.
+func (h *hazards) release() {
+	h.deps = nil
+	hazardPool.Put(h)
 }
 
 // launchDeps returns the dependencies of launch i, found by access, with

@@ -2,6 +2,8 @@ package exec_test
 
 import (
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -184,5 +186,52 @@ func BenchmarkPlanOnSimulatedGPUs(b *testing.B) {
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(g.NumKernels()), "ns/kernel")
 			})
 		}
+	}
+}
+
+// Plans made at the same time, from several goroutines (which share the
+// planner's pooled scratch arrays), are the plans made one at a time. Each
+// goroutine plans graphs of its own: Plan validates its graph, which
+// must not run concurrently with anything else on that graph.
+func TestPlansInParallelAreTheSame(t *testing.T) {
+	e := newExecutor(t, 2)
+	// The launches' exported fields, as text.
+	launches := func(p *exec.Plan) string {
+		var b strings.Builder
+		for _, l := range p.Launches() {
+			fmt.Fprintf(&b, "%d %s d%d s%d q%d waits %v deps %v reads %v writes %v\n", l.Kernel, l.Name, l.Device, l.Stream, l.Seq,
+				l.Waits, l.Deps, l.Reads, l.Writes)
+		}
+		return b.String()
+	}
+	want := map[string]string{}
+	for name, g := range planShapes(300) {
+		p, err := e.Plan(g)
+		require.NoError(t, err)
+		want[name] = launches(p)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		shapes := planShapes(300)
+		wg.Go(func() {
+			for r := range 20 {
+				for name, g := range shapes {
+					p, err := e.Plan(g)
+					if err == nil && launches(p) != want[name] {
+						err = fmt.Errorf("worker %d, round %d: the plan of %s differs", w, r, name)
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
