@@ -46,6 +46,7 @@ func spread(xs []float64) Spread {
 	return Spread{Median: (s[(n-1)/2] + s[n/2]) / 2, Min: s[0], Max: s[n-1]}
 }
 
+// String renders s as "median [min–max]", one decimal each.
 func (s Spread) String() string { return fmt.Sprintf("%.1f [%.1f–%.1f]", s.Median, s.Min, s.Max) }
 
 // duckHowTo says how to measure the DuckDB comparison.
@@ -129,6 +130,7 @@ func measureDuck(root, input string, runs int, logw io.Writer) (Duck, error) {
 		DuckQueryMs: spread(dq), DuckOpenMs: spread(do), StreamRunMs: spread(sr), Identical: bytes.Equal(a, b)}, nil
 }
 
+// ms returns d in milliseconds.
 func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
 
 // process is one finished run of a command.
