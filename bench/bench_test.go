@@ -2,11 +2,14 @@ package bench_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamdag/streamdag/bench"
 	"github.com/streamdag/streamdag/dag"
+	"github.com/streamdag/streamdag/exec"
+	"github.com/streamdag/streamdag/gpu/cpu"
 )
 
 // benchRunners measures every runner on g (built with w's kernels): one
@@ -85,5 +88,88 @@ func BenchmarkWaits(b *testing.B) {
 		require.NoError(b, err)
 		b.ReportMetric(float64(waits), "waits")
 		b.ReportMetric(ns, "ns/wait")
+	}
+}
+
+// BenchmarkOneShot measures, per kernel, on each shape with empty
+// kernels, what running a graph once costs beside running a reused plan:
+// build (the graph alone), plan (Executor.Plan of a built graph,
+// validation included), oneshot (build, Executor.Run and Result.Close on
+// a fresh graph each time: bench.PrepareOneShot) and reused (Execute of
+// one plan: the streamdag runner, the baseline). ratio alternates a
+// one-shot run and a reused one in each iteration and reports
+// oneshot÷reused, a ratio measured in the same run:
+//
+//	go test -run '^$' -bench OneShot -benchtime 200ms -count 3 ./bench/
+func BenchmarkOneShot(b *testing.B) {
+	perKernel := func(b *testing.B, n int) {
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/kernel")
+	}
+	for _, s := range bench.Shapes {
+		g := s.Build(bench.Empty)
+		require.NoError(b, g.Validate())
+		n := g.NumKernels()
+		b.Run(s.Name+"/build", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				s.Build(bench.Empty)
+			}
+			perKernel(b, n)
+		})
+		b.Run(s.Name+"/plan", func(b *testing.B) {
+			dev, err := cpu.New()
+			require.NoError(b, err)
+			defer dev.Close()
+			e := exec.New(dev)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := e.Plan(g); err != nil {
+					b.Fatal(err)
+				}
+			}
+			perKernel(b, n)
+		})
+		oneShot, doneOne, err := bench.PrepareOneShot(s, bench.Empty)
+		require.NoError(b, err)
+		reused, doneReused, err := bench.Runners[1].Prepare(g)
+		require.NoError(b, err)
+		require.Equal(b, "streamdag", bench.Runners[1].Name)
+		b.Run(s.Name+"/oneshot", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := oneShot(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			perKernel(b, n)
+		})
+		b.Run(s.Name+"/reused", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := reused(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			perKernel(b, n)
+		})
+		b.Run(s.Name+"/ratio", func(b *testing.B) {
+			var one, re time.Duration
+			for b.Loop() {
+				t := time.Now()
+				if err := oneShot(); err != nil {
+					b.Fatal(err)
+				}
+				t2 := time.Now()
+				if err := reused(); err != nil {
+					b.Fatal(err)
+				}
+				one, re = one+t2.Sub(t), re+time.Since(t2)
+			}
+			b.ReportMetric(float64(one.Nanoseconds())/float64(b.N)/float64(n), "oneshot-ns/kernel")
+			b.ReportMetric(float64(re.Nanoseconds())/float64(b.N)/float64(n), "reused-ns/kernel")
+			b.ReportMetric(float64(one)/float64(re), "oneshot/reused")
+		})
+		doneOne()
+		doneReused()
 	}
 }

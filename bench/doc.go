@@ -13,6 +13,10 @@
 //     floor), streamdag with launch timing off and on, a goroutine per
 //     task, errgroup and go-taskflow. BenchmarkRandom1M does the same on
 //     RandomDAG, 1,000,000 kernels.
+//   - BenchmarkOneShot: per kernel on each shape, what running a graph
+//     once costs (build, plan, and a one-shot run: PrepareOneShot)
+//     beside a reused plan's Execute, and the one-shot ÷ reused ratio of
+//     runs alternated in one loop.
 //   - BenchmarkWaits: what one cross-stream event wait costs (WaitCost).
 //   - BenchmarkBuild: building and validating each shape's graph and the
 //     random DAG's, per kernel, beside BenchmarkBuildFloor (ChainFloor: what chain-10k's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -334,11 +335,15 @@ func prepareTaskflow(g *dag.Graph) (func() error, func(), error) {
 
 // Stats are the measurements of one runner on one graph.
 type Stats struct {
-	Runs        int
-	NsPerOp     float64 // wall time of one run of the whole graph
-	CPUNsPerOp  float64 // CPU time of the process (all threads) per run; 0 where not measured
-	AllocsPerOp float64
-	BytesPerOp  float64
+	Runs    int
+	NsPerOp float64 // wall time of one run of the whole graph, the mean of the runs
+	// MedianNsPerOp is the median of the runs' wall times: on a shared
+	// machine, a run the scheduler left waiting moves it less than the
+	// mean.
+	MedianNsPerOp float64
+	CPUNsPerOp    float64 // CPU time of the process (all threads) per run; 0 where not measured
+	AllocsPerOp   float64
+	BytesPerOp    float64
 }
 
 // PerLaunch returns ns per launch for a graph of n kernels.
@@ -349,31 +354,40 @@ func (s Stats) PerLaunch(n int) float64 { return s.NsPerOp / float64(n) }
 // mean wall time, the process's CPU time (all threads, GC included: on a
 // machine shared with other work it shows what the runner itself
 // consumed) and the allocations per run (runtime.MemStats deltas, which
-// include any goroutine the runner left working). A GC runs before the
-// timed runs. It returns run's first error.
+// include any goroutine the runner left working), and the median wall
+// time of a run. A GC runs before the timed runs. It returns run's first
+// error.
 func Measure(run func() error, minRuns, maxRuns int, minTime time.Duration) (Stats, error) {
+	if maxRuns < 1 {
+		return Stats{}, fmt.Errorf("bench: measure at most %d runs: need at least 1", maxRuns)
+	}
 	if err := run(); err != nil {
 		return Stats{}, err
 	}
+	times := make([]time.Duration, 0, maxRuns)
 	runtime.GC()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	start, cpu := time.Now(), processCPU()
-	n := 0
-	for n < maxRuns && (n < minRuns || time.Since(start) < minTime) {
+	last := start
+	for len(times) < maxRuns && (len(times) < minRuns || last.Sub(start) < minTime) {
 		if err := run(); err != nil {
 			return Stats{}, err
 		}
-		n++
+		now := time.Now()
+		times, last = append(times, now.Sub(last)), now
 	}
-	el, cpuEl := time.Since(start), processCPU()-cpu
+	el, cpuEl := last.Sub(start), processCPU()-cpu
 	runtime.ReadMemStats(&after)
+	n := len(times)
+	slices.Sort(times)
 	return Stats{
-		Runs:        n,
-		NsPerOp:     float64(el.Nanoseconds()) / float64(n),
-		CPUNsPerOp:  float64(cpuEl.Nanoseconds()) / float64(n),
-		AllocsPerOp: float64(after.Mallocs-before.Mallocs) / float64(n),
-		BytesPerOp:  float64(after.TotalAlloc-before.TotalAlloc) / float64(n),
+		Runs:          n,
+		NsPerOp:       float64(el.Nanoseconds()) / float64(n),
+		MedianNsPerOp: float64(times[(n-1)/2]+times[n/2]) / 2,
+		CPUNsPerOp:    float64(cpuEl.Nanoseconds()) / float64(n),
+		AllocsPerOp:   float64(after.Mallocs-before.Mallocs) / float64(n),
+		BytesPerOp:    float64(after.TotalAlloc-before.TotalAlloc) / float64(n),
 	}, nil
 }
 
@@ -437,4 +451,31 @@ func WaitCost(n int, minTime time.Duration) (waits int, nsPerWait float64, same,
 		return 0, 0, stats[0], stats[1], fmt.Errorf("bench: alternating chain planned no waits")
 	}
 	return waits, (stats[1].NsPerOp - stats[0].NsPerOp) / float64(waits), stats[0], stats[1], nil
+}
+
+// PrepareOneShot returns run, which does what a user who runs a graph
+// once pays for, end to end: it builds s's graph with fn's kernels, runs
+// it with Executor.Run (validation, planning and one Execute, launch
+// timing off, the executor's default) on a CPU device with GOMAXPROCS
+// streams, checks that every launch is ok (Result.Err otherwise) and
+// closes the result. done closes the device. The graph of each run is new,
+// so nothing of an earlier run's plan is reused.
+func PrepareOneShot(s Shape, fn dag.KernelFunc) (run func() error, done func(), err error) {
+	dev, err := cpu.New()
+	if err != nil {
+		return nil, nil, err
+	}
+	e := exec.New(dev)
+	ctx := context.Background()
+	return func() error {
+		res, err := e.Run(ctx, s.Build(fn))
+		if err != nil {
+			return err
+		}
+		defer res.Close()
+		if res.Report.Count(exec.StatusOK) != res.Report.NumLaunches() {
+			return res.Err()
+		}
+		return nil
+	}, func() { dev.Close() }, nil
 }

@@ -122,13 +122,26 @@ type piece struct {
 // not on the buffer's home are copied home, so the buffer itself always
 // ends with the final bytes (a Result reads it).
 type placer struct {
-	p      *Plan
-	g      *dag.Graph
-	devs   []topology.DeviceID
-	mem    devSet                // the code devices: their instances are device memory
-	pieces [][]piece             // by graph buffer: sorted, disjoint, covering its extent
-	rep    map[[2]int]buffers.ID // (graph buffer, device) → replica
+	p        *Plan
+	g        *dag.Graph
+	devs     []topology.DeviceID
+	devNames []string              // devs[d].String()
+	mem      devSet                // the code devices: their instances are device memory
+	pieces   [][]piece             // by graph buffer: sorted, disjoint, covering its extent
+	rep      map[[2]int]buffers.ID // (graph buffer, device) → replica
+	// The copy launches' records, allocated in chunks: each copy takes
+	// one Copy and two bindings (its read and its write).
+	copies   []Copy
+	bindings []buffers.Binding
 }
+
+// copyChunk is how many copy launches' records the placer allocates at
+// once.
+const copyChunk = 256
+
+// copyOptional is every copy launch's Optional: its one read is never
+// required (a copy carries its source's taint). Shared, never written.
+var copyOptional = []bool{true}
 
 // newPlacer starts tracking p's graph buffers: the bytes of buffer b are
 // on every device but code devices (nothing has written them: they read
@@ -136,18 +149,24 @@ type placer struct {
 // only on its home device when only[b] (an input, or bytes carried from
 // an earlier phase).
 func newPlacer(p *Plan, only []bool) *placer {
-	pl := &placer{p: p, g: p.graph, devs: p.devices, pieces: make([][]piece, len(p.bufs)), rep: map[[2]int]buffers.ID{}}
+	pl := &placer{p: p, g: p.graph, devs: p.devices, devNames: make([]string, len(p.devices)),
+		pieces: make([][]piece, len(p.bufs)), rep: map[[2]int]buffers.ID{}}
+	for d, id := range p.devices {
+		pl.devNames[d] = id.String()
+	}
 	for d, m := range p.mem {
 		if m {
 			pl.mem |= 1 << d
 		}
 	}
+	first := make([]piece, len(p.bufs)) // each buffer's one piece, until a split moves it out
 	for b := range p.bufs {
 		on := allDevs &^ pl.mem
 		if only[b] {
 			on = 1 << p.bufs[b].Device
 		}
-		pl.pieces[b] = []piece{{0, pl.g.Buffer(dag.BufferID(b)).Whole().Length, on}}
+		first[b] = piece{0, pl.g.Buffer(dag.BufferID(b)).Whole().Length, on}
+		pl.pieces[b] = first[b : b+1 : b+1]
 	}
 	return pl
 }
@@ -164,7 +183,7 @@ func (pl *placer) instance(b dag.BufferID, d int) buffers.ID {
 	if !ok {
 		id = buffers.ID(len(pl.p.bufs))
 		pl.rep[key] = id
-		pl.p.bufs = append(pl.p.bufs, PlannedBuffer{Name: src.Name + "@" + pl.devs[d].String(),
+		pl.p.bufs = append(pl.p.bufs, PlannedBuffer{Name: src.Name + "@" + pl.devNames[d],
 			SizeBytes: src.SizeBytes, Value: src.Value, Device: d, Of: b})
 	}
 	return id
@@ -284,18 +303,23 @@ func (pl *placer) copy(b dag.BufferID, off, end int64, from, to int) {
 	} else if off != 0 || end != buf.SizeBytes {
 		name = fmt.Sprintf("%s[%d:%d)", buf.Name, off, end)
 	}
-	rd := buffers.Binding{Buffer: pl.instance(b, from), Offset: off, Length: end - off}
-	wr := buffers.Binding{Buffer: pl.instance(b, to), Offset: off, Length: end - off}
-	on := to
+	if len(pl.copies) == cap(pl.copies) {
+		pl.copies, pl.bindings = make([]Copy, 0, copyChunk), make([]buffers.Binding, 0, 2*copyChunk)
+	}
+	pl.copies = append(pl.copies, Copy{Buffer: b, From: from, To: to, Bytes: bytes})
+	pl.bindings = append(pl.bindings,
+		buffers.Binding{Buffer: pl.instance(b, from), Offset: off, Length: end - off},
+		buffers.Binding{Buffer: pl.instance(b, to), Offset: off, Length: end - off})
+	c, n := &pl.copies[len(pl.copies)-1], len(pl.bindings)
+	on := to // a copy runs on the destination, or on the code device it leaves
 	if pl.mem.has(from) {
 		on = from
 	}
-	pl.p.launches = append(pl.p.launches, PlannedLaunch{Kernel: -1, Device: on,
-		Copy:  &Copy{Buffer: b, From: from, To: to, Bytes: bytes},
-		Name:  fmt.Sprintf("copy %s %s→%s", name, pl.devs[from], pl.devs[to]),
-		Reads: []buffers.Binding{rd}, Writes: []buffers.Binding{wr},
+	pl.p.launches = append(pl.p.launches, PlannedLaunch{Kernel: -1, Device: on, Copy: c,
+		Name:  "copy " + name + " " + pl.devNames[from] + "→" + pl.devNames[to],
+		Reads: pl.bindings[n-2 : n-1 : n-1], Writes: pl.bindings[n-1 : n : n],
 		// A copy is never skipped: it carries its source's taint.
-		optional: []bool{true}})
+		optional: copyOptional})
 	pl.p.copies++
 }
 

@@ -329,6 +329,7 @@ type model struct {
 	cands  [][]int         // per kernel, the devices with code for it; nil: every device
 	prefer []int
 	cost   map[[3]int64]time.Duration // (bytes, src, dst) → transfer cost
+	avg    map[int64]time.Duration    // bytes → mean transfer cost over device pairs
 }
 
 // newModel builds the cost model of g on devs; code[d], when code is not
@@ -346,7 +347,7 @@ func newModel(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, mem [
 	nk := g.NumKernels()
 	m := &model{g: g, devs: devs, lanes: lanes, topo: topo, w: make([]time.Duration, nk),
 		pin: make([]int, nk), prefer: make([]int, nk), all: make([]int, len(devs)), cands: make([][]int, nk),
-		cost: map[[3]int64]time.Duration{}}
+		cost: map[[3]int64]time.Duration{}, avg: map[int64]time.Duration{}}
 	for d := range m.all {
 		m.all[d] = d
 	}
@@ -388,21 +389,38 @@ func newModel(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, mem [
 			m.prefer[k.ID] = index(*k.Prefer)
 		}
 	}
-	// Upward rank: w + max over successors (average transfer + rank).
-	succ := make([][]dag.KernelID, nk)
-	for k, ps := range g.Predecessors() {
-		for _, p := range ps {
-			succ[p] = append(succ[p], dag.KernelID(k))
-		}
-	}
+	// Upward rank: w + max over successors (average transfer of what the
+	// successor reads of the kernel's writes + its rank), found from the
+	// end: when a kernel's rank is known, each of its predecessors takes
+	// it into its best (all of a kernel's successors come after it).
+	preds := g.Predecessors()
+	wOff, wAt := writersOf(g)
+	eb := make([]int64, nk)           // by predecessor: bytes the kernel at hand reads of its writes
+	best := make([]time.Duration, nk) // by kernel: the largest transfer + rank among its successors so far
 	rank := make([]time.Duration, nk)
 	for i := len(order) - 1; i >= 0; i-- {
 		k := order[i]
-		var best time.Duration
-		for _, s := range succ[k] {
-			best = max(best, m.avgTransfer(m.edgeBytes(k, s))+rank[s])
+		rank[k] = m.w[k] + best[k]
+		if len(preds[k]) == 0 {
+			continue
 		}
-		rank[k] = m.w[k] + best
+		// edge bytes (p, k): for each read of k, the buffer's transfer
+		// bytes when p writes it.
+		reads := g.KernelReads(k)
+		for _, r := range reads {
+			n := g.Buffer(r.Buffer).TransferBytes()
+			for _, p := range wAt[wOff[r.Buffer]:wOff[r.Buffer+1]] {
+				eb[p] += n
+			}
+		}
+		for _, p := range preds[k] {
+			best[p] = max(best[p], m.avgTransfer(eb[p])+rank[k])
+		}
+		for _, r := range reads {
+			for _, p := range wAt[wOff[r.Buffer]:wOff[r.Buffer+1]] {
+				eb[p] = 0
+			}
+		}
 	}
 	pos := make([]int, nk)
 	for i, k := range order {
@@ -420,21 +438,37 @@ func newModel(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, mem [
 	return m, nil
 }
 
-// edgeBytes is what kernel s reads of what kernel p writes.
-func (m *model) edgeBytes(p, s dag.KernelID) int64 {
-	var n int64
-	for _, r := range m.g.KernelReads(s) {
-		for _, w := range m.g.KernelWrites(p) {
-			if w.Buffer == r.Buffer {
-				n += m.g.Buffer(r.Buffer).TransferBytes()
-				break
+// writersOf returns, by buffer, the kernels that write it, each once, in
+// id order: buffer b's are at[off[b]:off[b+1]].
+func writersOf(g *dag.Graph) (off []int32, at []dag.KernelID) {
+	off = make([]int32, g.NumBuffers()+1)
+	last := make([]dag.KernelID, g.NumBuffers()) // 1 + the last kernel counted for the buffer
+	for k := range dag.KernelID(g.NumKernels()) {
+		for _, w := range g.KernelWrites(k) {
+			if last[w.Buffer] != k+1 {
+				last[w.Buffer] = k + 1
+				off[w.Buffer+1]++
 			}
 		}
 	}
-	return n
+	for b := range g.NumBuffers() {
+		off[b+1] += off[b]
+	}
+	at = make([]dag.KernelID, off[len(off)-1])
+	next := slices.Clone(off[:len(off)-1])
+	clear(last)
+	for k := range dag.KernelID(g.NumKernels()) {
+		for _, w := range g.KernelWrites(k) {
+			if last[w.Buffer] != k+1 {
+				last[w.Buffer] = k + 1
+				at[next[w.Buffer]] = k
+				next[w.Buffer]++
+			}
+		}
+	}
+	return off, at
 }
 
-// transfer is the modeled cost of moving bytes from device a to b.
 func (m *model) transfer(bytes int64, a, b int) time.Duration {
 	if a == b || m.topo == nil {
 		return 0
@@ -451,10 +485,14 @@ func (m *model) transfer(bytes int64, a, b int) time.Duration {
 	return c
 }
 
-// avgTransfer is the mean transfer cost of bytes over ordered device pairs.
+// avgTransfer is the mean transfer cost of bytes over ordered device
+// pairs, computed once per byte count.
 func (m *model) avgTransfer(bytes int64) time.Duration {
 	if len(m.devs) < 2 || m.topo == nil {
 		return 0
+	}
+	if c, ok := m.avg[bytes]; ok {
+		return c
 	}
 	var sum time.Duration
 	for a := range m.devs {
@@ -464,7 +502,9 @@ func (m *model) avgTransfer(bytes int64) time.Duration {
 			}
 		}
 	}
-	return sum / time.Duration(len(m.devs)*(len(m.devs)-1))
+	c := sum / time.Duration(len(m.devs)*(len(m.devs)-1))
+	m.avg[bytes] = c
+	return c
 }
 
 // state is a partial schedule.

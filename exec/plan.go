@@ -2,6 +2,7 @@ package exec
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -221,23 +222,24 @@ func (e *Executor) Plan(g *dag.Graph) (*Plan, error) {
 	if err := checkCodeDevices(g, ids, code, mem); err != nil {
 		return nil, err
 	}
-	var pl PlacementResult
 	if len(e.devs) == 1 {
-		pl = PlacementResult{Device: make([]int, g.NumKernels())}
-		for _, k := range g.Kernels() {
-			if !k.HasCode(code[0]) {
+		pl := PlacementResult{Device: make([]int, g.NumKernels())}
+		if p := planWith(g, ids, e.numStreams(), mem, pl, nil, code[0], false); p != nil {
+			return p, nil
+		}
+		// Some kernel cannot run on the device: name the first, by id.
+		for id := range dag.KernelID(g.NumKernels()) {
+			if k := g.Kernel(id); !k.HasCode(code[0]) {
 				return nil, noCodeError(k, ids, code)
-			}
-			if k.Device != nil && *k.Device != ids[0] {
+			} else if k.Device != nil && *k.Device != ids[0] {
 				return nil, fmt.Errorf("exec: kernel %q is pinned to %s, the executor has only %s", k.Name, *k.Device, ids[0])
 			}
 		}
-	} else {
-		var err error
-		pl, err = place(g, ids, code, mem, e.numStreams(), e.topo, e.placement)
-		if err != nil {
-			return nil, err
-		}
+		return nil, errors.New("exec: internal error: a kernel failed the one-device checks of planning and passes them now")
+	}
+	pl, err := place(g, ids, code, mem, e.numStreams(), e.topo, e.placement)
+	if err != nil {
+		return nil, err
 	}
 	return planOn(g, ids, e.numStreams(), mem, pl, nil), nil
 }
@@ -400,15 +402,31 @@ func (e *Executor) numStreams() []int {
 	return ns
 }
 
-// planOn builds the plan of g on devs, device d with nstreams[d] streams
-// and a code device when mem[d] (mem nil: none is), with placement pl
-// (restricted to sub, when not nil).
+// planOn plans g's kernels (those of sub, when not nil) on devs, device d
+// with nstreams[d] streams and a code device when mem[d] (mem nil: none
+// is), kernel k on device pl.Device[k]: launch order, copies, hazards,
+// streams and event waits.
 func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool, pl PlacementResult, sub *subset) *Plan {
+	return planWith(g, devs, nstreams, mem, pl, sub, 0, true)
+}
+
+// planWith is planOn. With check not 0 (a plan of all of g on one
+// device, which runs code of kind check), it checks each kernel as it
+// copies it into its launch, and returns nil when one has no code of kind
+// check or is pinned to another device. With lookup false it plans as if
+// no kernel had an Estimate, which spares launchOrder looking for them,
+// and plans again, looking, when the copying finds one (check not 0).
+func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool, pl PlacementResult, sub *subset, check dag.CodeKind, lookup bool) *Plan {
 	order := g.Order()
 	if sub != nil {
 		order = slices.DeleteFunc(slices.Clone(order), func(k dag.KernelID) bool { return !sub.run[k] })
 	}
-	order = launchOrder(g, order, g.NumBuffers())
+	nacc := 0 // bindings of every kernel
+	for _, kid := range order {
+		nacc += len(g.KernelReads(kid)) + len(g.KernelWrites(kid))
+	}
+	haz := newHazards(nacc)
+	order, from, found := launchOrder(g, order, haz, lookup)
 	if mem == nil {
 		mem = make([]bool, len(devs))
 	}
@@ -422,23 +440,40 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool, 
 	}
 	only := homeBuffers(p, order, sub)
 	if len(devs) == 1 {
-		for _, kid := range order {
+		p.launches = make([]PlannedLaunch, len(order))
+		for i, kid := range order {
 			k := g.Kernel(kid)
-			p.launches = append(p.launches, PlannedLaunch{Kernel: kid, Name: k.Name, Reads: k.Reads,
-				Writes: k.Writes, fn: k.Fn, optional: k.Optional, pin: k.Stream})
+			if check != 0 {
+				switch {
+				case !k.HasCode(check) || k.Device != nil && *k.Device != devs[0]:
+					return nil
+				case k.Estimate > 0 && !lookup: // the launch order ranks by estimates
+					return planWith(g, devs, nstreams, mem, pl, sub, check, true)
+				}
+			}
+			// Field by field into the zeroed launch: a whole-struct store
+			// would copy it through the write barrier's bulk path while
+			// the collector marks.
+			l := &p.launches[i]
+			l.Kernel, l.Name, l.Reads, l.Writes = kid, k.Name, k.Reads, k.Writes
+			l.fn, l.optional, l.pin = k.Fn, k.Optional, k.Stream
 		}
 	} else {
+		p.launches = make([]PlannedLaunch, 0, len(order))
 		cp := newPlacer(p, only)
+		var arena []buffers.Binding // the redirected bindings, launch after launch
 		for _, kid := range order {
 			k := g.Kernel(kid)
 			d := pl.Device[kid]
-			reads, writes := slices.Clone(k.Reads), slices.Clone(k.Writes)
-			for i, r := range reads {
-				reads[i] = cp.read(r, d)
+			start := len(arena)
+			for _, r := range k.Reads {
+				arena = append(arena, cp.read(r, d))
 			}
-			for i, w := range writes {
-				writes[i] = cp.write(w, d)
+			mid := len(arena)
+			for _, w := range k.Writes {
+				arena = append(arena, cp.write(w, d))
 			}
+			reads, writes := window(arena, start, mid, k.Reads == nil), window(arena, mid, len(arena), k.Writes == nil)
 			l := PlannedLaunch{Kernel: kid, Name: k.Name, Device: d, Reads: reads,
 				Writes: writes, fn: k.Fn, optional: k.Optional, pin: k.Stream}
 			if p.mem[d] {
@@ -450,17 +485,34 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool, 
 	}
 	n := len(p.launches)
 	p.record = make([]bool, n)
+	ns := len(p.sdev)
+	// The planner's per-launch integers, in one allocation: each launch's
+	// global stream and its row in after (1-based; 0: not kept).
+	ints := make([]int32, 2*n)
+	gstream, keep := ints[:n:n], ints[n:]
 
-	// Hazards, in plan order.
-	haz := newHazards(len(p.bufs), n)
-	for i := range p.launches {
-		p.launches[i].Deps = haz.access(i, p.launches[i].Reads, p.launches[i].Writes)
+	// Hazards, in plan order. On one device the launches keep the
+	// kernels' bindings, so they are those launchOrder found, renumbered
+	// (see hazards.reorder); with copies, found again.
+	switch {
+	case found && len(devs) == 1 && from != nil:
+		haz.reorder(from)
+	case !found || len(devs) > 1:
+		haz.reset(len(p.bufs), n)
+		for i := range p.launches {
+			haz.access(i, p.launches[i].Reads, p.launches[i].Writes)
+		}
 	}
+	for i := range p.launches {
+		if ds := haz.launchDeps(i); len(ds) > 0 {
+			p.launches[i].Deps = ds
+		}
+	}
+	haz.release() // the launches' Deps hold haz.deps, which it lets go
 
 	// Stream assignment per device: chains stay on one stream.
-	load := make([]int, len(p.sdev))
+	load := make([]int, ns)
 	continued := make([]bool, n) // continued[i]: a successor took launch i's stream
-	gstream := make([]int, n)    // global stream index
 	// Launches with no dependency go to the stream that took the last such
 	// launch while its load is within rootBlock of the least loaded one, so
 	// independent work comes in blocks per stream and what descends from a
@@ -490,7 +542,7 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool, 
 			}
 			if pick >= 0 {
 				continued[pick] = true
-				s = gstream[pick]
+				s = int(gstream[pick])
 			}
 			if s < 0 {
 				s = base + argmin(load[base:base+nds])
@@ -502,46 +554,87 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool, 
 				}
 			}
 		}
-		gstream[i] = s
+		gstream[i] = int32(s)
 		load[s]++
 		l.Stream = s - base
 		l.Seq = load[s]
 	}
 
-	// Alignment with vector clocks over global streams: clock[s][t] is the
-	// number of launches of stream t that stream s is known to have
-	// waited for.
-	ns := len(p.sdev)
-	clock := make([][]int, ns)
-	for s := range clock {
-		clock[s] = make([]int, ns)
-	}
-	after := make([]int, n*ns) // clock of launch i's stream right after it
+	// Alignment with vector clocks over global streams: clock[s*ns+t] is
+	// the number of launches of stream t that stream s is known to have
+	// waited for. Only a launch that a launch on another stream depends
+	// on keeps its stream's clock as it was right after it (a row of
+	// after); every cross-stream hazard is one such dependency.
+	kept := 0
 	for i := range p.launches {
-		l := &p.launches[i]
-		s := gstream[i]
-		deps := slices.Clone(l.Deps)
-		slices.SortFunc(deps, func(a, b int) int { return cmp.Compare(b, a) }) // newest first: its wait covers older ones
-		for _, d := range deps {
-			t, seq := gstream[d], p.launches[d].Seq
-			if t == s {
-				continue
-			}
-			p.hazards++
-			if clock[s][t] >= seq {
-				continue
-			}
-			l.Waits = append(l.Waits, Wait{Stream: t, Seq: seq, Launch: d})
-			p.record[d] = true
-			p.waits++
-			for u, c := range after[d*ns : (d+1)*ns] {
-				clock[s][u] = max(clock[s][u], c)
+		for _, d := range p.launches[i].Deps {
+			if gstream[d] != gstream[i] {
+				p.hazards++
+				if keep[d] == 0 {
+					kept++
+					keep[d] = int32(kept)
+				}
 			}
 		}
-		clock[s][s] = l.Seq
-		copy(after[i*ns:], clock[s])
 	}
+	if p.hazards == 0 {
+		return p
+	}
+	clock := make([]int, ns*ns)
+	after := make([]int, kept*ns)
+	waits := make([]Wait, 0, p.hazards) // every launch's waits, one after another: at most one per hazard
+	var newest []int                    // a launch's dependencies, sorted
+	for i := range p.launches {
+		l := &p.launches[i]
+		s := int(gstream[i])
+		row := clock[s*ns : (s+1)*ns]
+		if crosses(l.Deps, gstream, s) {
+			newest = append(newest[:0], l.Deps...)
+			slices.Sort(newest)
+			w0 := len(waits)
+			for j := len(newest) - 1; j >= 0; j-- { // newest first: its wait covers older ones
+				d := newest[j]
+				t, seq := int(gstream[d]), p.launches[d].Seq
+				if t == s || row[t] >= seq {
+					continue
+				}
+				waits = append(waits, Wait{Stream: t, Seq: seq, Launch: d})
+				p.record[d] = true
+				for u, c := range after[int(keep[d]-1)*ns : int(keep[d])*ns] {
+					row[u] = max(row[u], c)
+				}
+			}
+			if len(waits) > w0 {
+				l.Waits = waits[w0:len(waits):len(waits)]
+			}
+		}
+		row[s] = l.Seq
+		if k := int(keep[i]); k > 0 {
+			copy(after[(k-1)*ns:k*ns], row)
+		}
+	}
+	p.waits = len(waits)
 	return p
+}
+
+// window returns as[lo:hi] with no room to grow, or nil when wasNil (the
+// bindings it redirects were nil).
+func window(as []buffers.Binding, lo, hi int, wasNil bool) []buffers.Binding {
+	if wasNil {
+		return nil
+	}
+	return as[lo:hi:hi]
+}
+
+// crosses reports whether a launch on global stream s with dependencies
+// deps waits for another stream's launches.
+func crosses(deps []int, gstream []int32, s int) bool {
+	for _, d := range deps {
+		if int(gstream[d]) != s {
+			return true
+		}
+	}
+	return false
 }
 
 // homeBuffers sets where each of p's graph buffers lives: on the device
@@ -549,9 +642,19 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool, 
 // 0 (sub.fallback in a recovery plan), unless sub carries it on a device
 // of its own. It returns, by buffer, whether its bytes start out on that
 // device alone (an input, or carried) rather than being unwritten
-// everywhere.
+// everywhere; nil for a full plan on one device, which places no copies
+// and so never asks.
 func homeBuffers(p *Plan, order []dag.KernelID, sub *subset) []bool {
 	g := p.graph
+	p.bufs = make([]PlannedBuffer, 0, g.NumBuffers())
+	if len(p.devices) == 1 && sub == nil {
+		p.bufs = p.bufs[:g.NumBuffers()]
+		for id := range p.bufs {
+			b, pb := g.Buffer(dag.BufferID(id)), &p.bufs[id] // field by field, as the launches
+			pb.Name, pb.SizeBytes, pb.Value, pb.Of, pb.final = b.Name, b.SizeBytes, b.Value, b.ID, true
+		}
+		return nil
+	}
 	fallback := 0
 	if sub != nil {
 		fallback = sub.fallback
@@ -632,171 +735,302 @@ const defaultLaunchCost = 1.0
 // relative order, so every read sees the same writes as in order; only
 // independent kernels move, which lets the plan interleave independent
 // work (the cells of one anti-diagonal of a wavefront, say) across
-// streams. nbuf is the graph's buffer count. O(V + E + H) plus a heap.
-func launchOrder(g *dag.Graph, order []dag.KernelID, nbuf int) []dag.KernelID {
+// streams. haz tracks the hazards (it is reset first, and left for the
+// caller to reuse); with estimates false it ranks every kernel at the
+// default cost, as if none had an Estimate.
+//
+// A kernel's rank is its cost plus the largest rank of the kernels that
+// depend on it, so it is at least theirs, and they come after it in
+// order: each kernel that becomes ready comes after the one just taken in
+// the order (rank descending, then position), so the list schedule takes
+// the kernels in exactly that order. launchOrder therefore sorts them by
+// it: a counting sort when no kernel has an Estimate (every rank is then
+// a whole number of default costs, at most the number of kernels), a
+// comparison sort otherwise. O(V + E + H), plus O(V log V) with
+// estimates.
+//
+// found reports that haz holds the hazards of order (it has none to
+// find below 3 kernels). from is nil when order already is in launch
+// order (out is order itself); else from[j] is out[j]'s position in order.
+func launchOrder(g *dag.Graph, order []dag.KernelID, haz *hazards, estimates bool) (out []dag.KernelID, from []int32, found bool) {
 	n := len(order)
 	if n < 3 {
-		return order
+		return order, nil, false
 	}
-	haz := newHazards(nbuf, n)
-	deps := make([][]int, n) // by position in order
+	haz.reset(g.NumBuffers(), n)
 	for i, kid := range order {
-		deps[i] = haz.access(i, g.KernelReads(kid), g.KernelWrites(kid))
+		haz.access(i, g.KernelReads(kid), g.KernelWrites(kid))
 	}
-	succs := make([][]int32, n)
-	indeg := make([]int32, n)
-	for i, ds := range deps {
-		indeg[i] = int32(len(ds))
-		for _, d := range ds {
-			succs[d] = append(succs[d], int32(i))
-		}
-	}
+	// Ranks, from the end: rank[i] holds the largest rank of i's
+	// dependents until i is reached, then i's own.
 	rank := make([]float64, n)
+	lookup := estimates
+	estimates = false // whether some kernel has one
+	sorted := true    // whether order is already by rank, highest first
 	for i := n - 1; i >= 0; i-- {
-		r := 0.0
-		for _, s := range succs[i] {
-			r = max(r, rank[s])
-		}
 		c := defaultLaunchCost
-		if e := g.Kernel(order[i]).Estimate; e > 0 {
-			c = float64(e) / float64(time.Microsecond)
-		}
-		rank[i] = r + c
-	}
-	h := &rankHeap{rank: rank}
-	for i := range n {
-		if indeg[i] == 0 {
-			h.push(int32(i))
-		}
-	}
-	out := make([]dag.KernelID, 0, n)
-	for h.len() > 0 {
-		i := h.pop()
-		out = append(out, order[i])
-		for _, s := range succs[i] {
-			if indeg[s]--; indeg[s] == 0 {
-				h.push(s)
+		if lookup {
+			if e := g.Kernel(order[i]).Estimate; e > 0 {
+				c, estimates = float64(e)/float64(time.Microsecond), true
 			}
 		}
-	}
-	return out
-}
-
-// rankHeap is a max-heap of positions by rank, ties by smaller position.
-type rankHeap struct {
-	rank []float64
-	xs   []int32
-}
-
-func (h *rankHeap) len() int { return len(h.xs) }
-
-func (h *rankHeap) less(a, b int32) bool {
-	if h.rank[a] != h.rank[b] {
-		return h.rank[a] > h.rank[b]
-	}
-	return a < b
-}
-
-func (h *rankHeap) push(x int32) {
-	h.xs = append(h.xs, x)
-	for i := len(h.xs) - 1; i > 0; {
-		p := (i - 1) / 2
-		if !h.less(h.xs[i], h.xs[p]) {
-			break
+		rank[i] += c
+		if i+1 < n && rank[i+1] > rank[i] {
+			sorted = false
 		}
-		h.xs[i], h.xs[p] = h.xs[p], h.xs[i]
-		i = p
+		for _, d := range haz.launchDeps(i) {
+			rank[d] = max(rank[d], rank[i])
+		}
 	}
-}
-
-func (h *rankHeap) pop() int32 {
-	top := h.xs[0]
-	last := len(h.xs) - 1
-	h.xs[0] = h.xs[last]
-	h.xs = h.xs[:last]
-	for i := 0; ; {
-		l, r, m := 2*i+1, 2*i+2, i
-		if l < len(h.xs) && h.less(h.xs[l], h.xs[m]) {
-			m = l
-		}
-		if r < len(h.xs) && h.less(h.xs[r], h.xs[m]) {
-			m = r
-		}
-		if m == i {
-			break
-		}
-		h.xs[i], h.xs[m] = h.xs[m], h.xs[i]
-		i = m
+	if sorted {
+		return order, nil, true
 	}
-	return top
+	out, from = make([]dag.KernelID, n), make([]int32, n)
+	if estimates {
+		for i := range from {
+			from[i] = int32(i)
+		}
+		slices.SortFunc(from, func(a, b int32) int {
+			if rank[a] != rank[b] {
+				if rank[a] > rank[b] {
+					return -1
+				}
+				return 1
+			}
+			return cmp.Compare(a, b)
+		})
+		for k, i := range from {
+			out[k] = order[i]
+		}
+		return out, from, true
+	}
+	// Whole ranks 1..n: count each, then place the kernels by rank
+	// (highest first), each rank's in position order.
+	at := make([]int32, n+2) // by rank: where its kernels go next
+	for _, r := range rank {
+		at[int(r)]++
+	}
+	next := int32(0)
+	for r := n + 1; r >= 0; r-- {
+		at[r], next = next, next+at[r]
+	}
+	for i, r := range rank {
+		out[at[int(r)]], from[at[int(r)]] = order[i], int32(i)
+		at[int(r)]++
+	}
+	return out, from, true
 }
 
 // hazards tracks, per buffer, the accesses that a later access may
 // conflict with: the writes not yet covered by a later write, and the reads
-// since.
+// since. Each buffer's two lists are chains of nodes in one array, in the
+// order the accesses came, so that tracking takes a few allocations per
+// plan, not one per buffer.
 type hazards struct {
-	writes [][]access
-	reads  [][]access
-	mark   []int // mark[d] == i+1: d is already a dependency of launch i
+	nodes []hazardNode // nodes[0] is unused: index 0 ends a chain
+	lists []hazardLists
+	mark  []int32 // mark[d] == i+1: d is already a dependency of launch i
+	deps  []int   // every launch's dependencies, launch after launch
+	ends  []int32 // by launch: the end of its dependencies in deps
+	// runs holds (start, end) in deps of each run of two or more
+	// dependencies one chain scan found; runEnds, by launch, the end of
+	// its runs in runs.
+	runs, runEnds []int32
 }
 
-type access struct {
-	b      buffers.Binding
-	launch int
+// hazardNode is one access: the byte range [off, off+n) of the chain's
+// buffer, the launch, and the next access in its chain.
+type hazardNode struct {
+	off, n int64
+	launch int32
+	next   int32
 }
 
-func newHazards(nbuf, nlaunch int) *hazards {
-	return &hazards{writes: make([][]access, nbuf), reads: make([][]access, nbuf), mark: make([]int, nlaunch)}
-}
+// hazardLists are one buffer's chains of writes and reads.
+type hazardLists struct{ writes, reads hazardChain }
 
-// access records launch i's reads and writes and returns the plan indices
-// of earlier launches it has a hazard with: read-after-write with the
-// writes of overlapping bytes, write-after-write and write-after-read with
-// overlapping writes and reads.
-func (h *hazards) access(i int, reads, writes []buffers.Binding) []int {
-	var deps []int
-	add := func(d int) {
-		if d != i && h.mark[d] != i+1 {
-			h.mark[d] = i + 1
-			deps = append(deps, d)
-		}
+// hazardChain is a chain of hazardNodes: the first and last index, 0 when
+// empty.
+type hazardChain struct{ head, tail int32 }
+
+// hazardPool holds trackers between plans, for their arrays (a plan
+// keeps only the dependencies, which it takes with it): planning again,
+// or planning graph after graph, then writes into memory already mapped
+// and makes no garbage of them. A tracker holds, for the largest graph
+// it planned, 24 bytes per binding, 16 per buffer and 12 per launch; like
+// any sync.Pool, the pool lets it go after two collections without use.
+var hazardPool sync.Pool
+
+// newHazards returns a tracker with room for nacc accesses (a hint); it
+// tracks nothing until reset.
+func newHazards(nacc int) *hazards {
+	h, _ := hazardPool.Get().(*hazards)
+	if h == nil {
+		h = &hazards{}
 	}
+	if cap(h.nodes) < nacc+1 {
+		h.nodes = make([]hazardNode, 1, nacc+1)
+	}
+	h.nodes, h.deps = h.nodes[:1], make([]int, 0, nacc)
+	return h
+}
+
+// release hands h's arrays back for a later plan, all but its
+// dependencies; h must not be used after.
+func (h *hazards) release() {
+	h.deps = nil
+	hazardPool.Put(h)
+}
+
+// launchDeps returns the dependencies of launch i, found by access, with
+// no room to grow.
+func (h *hazards) launchDeps(i int) []int {
+	start := int32(0)
+	if i > 0 {
+		start = h.ends[i-1]
+	}
+	return h.deps[start:h.ends[i]:h.ends[i]]
+}
+
+// reset forgets every access and dependency and tracks the accesses of
+// nlaunch launches to nbuf buffers, reusing the arrays.
+func (h *hazards) reset(nbuf, nlaunch int) {
+	h.nodes, h.deps = h.nodes[:1], h.deps[:0]
+	h.lists = resize(h.lists, nbuf)
+	if cap(h.ends) < nlaunch {
+		h.ends = make([]int32, 0, nlaunch)
+	}
+	if cap(h.runEnds) < nlaunch {
+		h.runEnds = make([]int32, 0, nlaunch)
+	}
+	h.ends, h.runs, h.runEnds = h.ends[:0], h.runs[:0], h.runEnds[:0]
+	h.mark = resize(h.mark, nlaunch)
+}
+
+// resize returns s with length n, zeroed, reusing its array when it is
+// large enough.
+func resize[E any](s []E, n int) []E {
+	if cap(s) < n {
+		return make([]E, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
+
+// access records launch i's reads and writes and appends to h.deps the
+// plan indices of earlier launches it has a hazard with: read-after-write
+// with the writes of overlapping bytes, write-after-write and
+// write-after-read with overlapping writes and reads; each once, in the
+// order found. Launches are recorded in order: i is the number recorded
+// before.
+func (h *hazards) access(i int, reads, writes []buffers.Binding) {
 	for _, r := range reads {
-		for _, w := range h.writes[r.Buffer] {
-			if w.b.Overlaps(r) {
-				add(w.launch)
-			}
-		}
+		h.conflicts(i, h.lists[r.Buffer].writes, r)
 	}
 	for _, w := range writes {
-		for _, x := range h.writes[w.Buffer] {
-			if x.b.Overlaps(w) {
-				add(x.launch)
-			}
-		}
-		for _, x := range h.reads[w.Buffer] {
-			if x.b.Overlaps(w) {
-				add(x.launch)
-			}
-		}
+		h.conflicts(i, h.lists[w.Buffer].writes, w)
+		h.conflicts(i, h.lists[w.Buffer].reads, w)
 	}
 	for _, r := range reads {
-		h.reads[r.Buffer] = append(h.reads[r.Buffer], access{r, i})
+		h.push(&h.lists[r.Buffer].reads, r, i)
 	}
 	for _, w := range writes {
 		// Accesses fully covered by this write are ordered before it; later
 		// accesses need only depend on the write.
-		h.writes[w.Buffer] = dropCovered(h.writes[w.Buffer], w, i)
-		h.reads[w.Buffer] = dropCovered(h.reads[w.Buffer], w, i)
-		h.writes[w.Buffer] = append(h.writes[w.Buffer], access{w, i})
+		l := &h.lists[w.Buffer]
+		h.dropCovered(&l.writes, w, i)
+		h.dropCovered(&l.reads, w, i)
+		h.push(&l.writes, w, i)
 	}
-	return deps
+	h.ends = append(h.ends, int32(len(h.deps)))
+	h.runEnds = append(h.runEnds, int32(len(h.runs)))
 }
 
-func dropCovered(as []access, w buffers.Binding, self int) []access {
-	return slices.DeleteFunc(as, func(a access) bool {
-		return a.launch != self && a.b.Offset >= w.Offset && a.b.End() <= w.End()
-	})
+// conflicts adds to launch i's dependencies the launches of c's accesses
+// that overlap b (a binding of c's buffer; see buffers.Binding.Overlaps).
+func (h *hazards) conflicts(i int, c hazardChain, b buffers.Binding) {
+	start := len(h.deps)
+	for x := c.head; x != 0; x = h.nodes[x].next {
+		nd := &h.nodes[x]
+		if d := int(nd.launch); d != i && h.mark[d] != int32(i+1) && nd.n > 0 && b.Length > 0 && nd.off < b.End() && b.Offset < nd.off+nd.n {
+			h.mark[d] = int32(i + 1)
+			h.deps = append(h.deps, d)
+		}
+	}
+	if len(h.deps)-start >= 2 {
+		h.runs = append(h.runs, int32(start), int32(len(h.deps)))
+	}
+}
+
+// reorder renumbers the hazards found over a sequence of launches for
+// the same launches in another order, one that keeps every pair with a
+// hazard in order: launch j of the new order is launch from[j] of the
+// old. The dependencies become those access would find over the new
+// order. It would find the same dependencies in each chain scan: the
+// accesses that overlap the scanned binding all have a hazard with it,
+// so they precede it in both orders, as do the covering writes that
+// dropped any of them (a write that covers an access overlapping the
+// binding overlaps it too, and the access it covers). Only their order
+// within one scan differs, a chain being in launch order: reorder sorts
+// each scan's run in the new numbering. O(V + E), plus the sorting of
+// the runs of two or more.
+func (h *hazards) reorder(from []int32) {
+	to := make([]int32, len(from)) // old launch → new
+	for j, i := range from {
+		to[i] = int32(j)
+	}
+	deps, ends := make([]int, 0, len(h.deps)), make([]int32, len(from))
+	for j, i := range from {
+		start, runStart := int32(0), int32(0)
+		if i > 0 {
+			start, runStart = h.ends[i-1], h.runEnds[i-1]
+		}
+		base := len(deps)
+		for _, d := range h.deps[start:h.ends[i]] {
+			deps = append(deps, int(to[d]))
+		}
+		for r := runStart; r < h.runEnds[i]; r += 2 {
+			slices.Sort(deps[base+int(h.runs[r]-start) : base+int(h.runs[r+1]-start)])
+		}
+		ends[j] = int32(len(deps))
+	}
+	h.deps, h.ends, h.runs, h.runEnds = deps, ends, h.runs[:0], h.runEnds[:0]
+}
+
+// push appends launch i's access b to chain c.
+func (h *hazards) push(c *hazardChain, b buffers.Binding, i int) {
+	x := int32(len(h.nodes))
+	h.nodes = append(h.nodes, hazardNode{off: b.Offset, n: b.Length, launch: int32(i)})
+	if c.tail != 0 {
+		h.nodes[c.tail].next = x
+	} else {
+		c.head = x
+	}
+	c.tail = x
+}
+
+// dropCovered unlinks from c the accesses of launches other than self
+// whose bytes w covers.
+func (h *hazards) dropCovered(c *hazardChain, w buffers.Binding, self int) {
+	prev := int32(0)
+	for x := c.head; x != 0; {
+		nd := &h.nodes[x]
+		next := nd.next
+		if int(nd.launch) != self && nd.off >= w.Offset && nd.off+nd.n <= w.End() {
+			if prev == 0 {
+				c.head = next
+			} else {
+				h.nodes[prev].next = next
+			}
+			if c.tail == x {
+				c.tail = prev
+			}
+		} else {
+			prev = x
+		}
+		x = next
+	}
 }
 
 // String summarises the plan: launches, streams, waits.

@@ -1,16 +1,27 @@
 // Command report runs streamdag's executor benchmarks beside their
 // baselines and writes the results to a folder:
 //
-//	go run ./bench/cmd/report [-out bench/results] [-min-time 300ms] [-skip-1m]
+//	go run ./bench/cmd/report [-out bench/results] [-min-time 300ms] [-skip-1m] [-duckdb-runs 5]
 //
 // For every shape of bench.Shapes and bench.RandomDAG, with empty kernels
 // and with ~0.5 µs spinning kernels, it measures every bench.Runner
 // (sequential walk, streamdag with launch timing off, streamdag-timed with
 // it on, goroutine per task, errgroup, go-taskflow):
 // ns per launch, launches/s, allocations per launch, and the ratios to the
-// sequential walk and to go-taskflow. It also measures graph build and
-// validation per kernel, counts the event waits each plan inserts, and
-// measures what one cross-stream wait costs (bench.WaitCost). Last, it
+// sequential walk and to go-taskflow. With empty kernels it also measures
+// a one-shot run of every shape (bench.PrepareOneShot: the graph built,
+// planned and run once with Executor.Run, what a user who runs a graph
+// once pays), against the reused plan in back-to-back pairs. It measures
+// graph build, validation and planning per kernel, counts the event waits
+// each plan inserts, and measures what one cross-stream wait costs
+// (bench.WaitCost). It compares the flights job with DuckDB: it builds
+// `streamdag` and bench/duckdb's flightsduck (a separate module, so the
+// core module never depends on DuckDB) and runs the two as whole
+// processes in alternation on $STREAMDAG_DATA/flights-3m.parquet
+// (-duckdb-runs times each, after a warm-up run); when it cannot (no
+// data, the module's dependencies not downloaded, -duckdb-runs 0), it
+// says why and how to run it, and shows the figures of the last report
+// that did, from results.json in -out. Last, it
 // CPU-profiles the worst graph build and streamdag on the empty-kernel
 // shape furthest from the sequential walk, 3 s each, and splits the
 // samples into categories (bench.ProfileCPU with bench.BuildCategories
@@ -20,7 +31,7 @@
 // It writes results.md (the tables and the targets, met or not),
 // results.json (every figure, the profiles' breakdowns included), and PNG charts: ns-per-launch-empty.png,
 // ns-per-launch-spin.png (log scale, one line per runner) and build.png.
-// On a 2-core machine it takes about two minutes.
+// On a 2-core machine it takes about three minutes.
 package main
 
 import (
@@ -56,7 +67,27 @@ const (
 	targetVsTaskflow   = 10.0 // and at least this × faster than go-taskflow
 	targetLaunchesPerS = 20e6 // on the 1M-kernel random DAG
 	targetBuildNs      = 150  // graph build ns per kernel
+	targetOneShotNs    = 400  // one-shot Run (build + plan + run) ns per kernel, worst of the four shapes
+	targetPlanNs       = 200  // planning (Plan without its Validate) ns per kernel, worst of the four shapes
+	targetDefaultRatio = 1.5  // the default Execute at most this × the launch-timing-off path
+	targetDuckWall     = 1.0  // streamdag run flights at most this × DuckDB's wall time, whole process
+	targetDuckPeak     = 2.0  // and at most this × its peak memory
 )
+
+// OneShot is one shape with empty kernels run once (bench.PrepareOneShot):
+// the graph built, planned and run with Executor.Run, per kernel.
+type OneShot struct {
+	Shape           string
+	Kernels         int
+	Runs            int
+	NsPerKernel     float64 // the median run's
+	CPUNsPerKernel  float64 // process CPU time (all threads) per kernel, the mean of the runs
+	AllocsPerKernel float64
+	// VsReused is NsPerKernel ÷ the reused plan's ns/launch (the
+	// streamdag runner): on graphs of up to 100,000 kernels the median of
+	// 8 back-to-back pairs of runs, else the ratio of the two means.
+	VsReused float64
+}
 
 // Result is one runner on one shape with one kind of kernel.
 type Result struct {
@@ -94,6 +125,8 @@ type Report struct {
 	BuildFloorNs float64 // ns/kernel of bench.ChainFloor(10,000)
 	SameStreamNs float64 // ns/launch of the chain on one stream
 	AltStreamNs  float64 // ns/launch of the chain alternating streams
+	OneShots     []OneShot
+	DuckDB       *Duck // nil when neither measured nor recorded
 	Profiles     []Profile
 	Elapsed      time.Duration
 }
@@ -112,18 +145,21 @@ func main() {
 	out := flag.String("out", filepath.Join("bench", "results"), "folder for results.md, results.json and the PNG charts")
 	minTime := flag.Duration("min-time", 300*time.Millisecond, "least time measured per runner and shape (at least 3 runs)")
 	skip1M := flag.Bool("skip-1m", false, "leave out the 1,000,000-kernel random DAG")
+	duckRuns := flag.Int("duckdb-runs", 5, "timed runs of streamdag and of DuckDB each on the flights job; 0 shows the last recorded figures")
 	flag.Parse()
-	if err := run(*out, *minTime, *skip1M, os.Stderr); err != nil {
+	if err := run(*out, *minTime, *skip1M, *duckRuns, os.Stderr); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(out string, minTime time.Duration, skip1M bool, logw io.Writer) error {
+func run(out string, minTime time.Duration, skip1M bool, duckRuns int, logw io.Writer) error {
 	start := time.Now()
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
 	rep := Report{Machine: machine()}
+	// First, while the report's own resident set is small (see peakRSS).
+	rep.DuckDB = duckComparison(out, duckRuns, logw)
 	shapes := bench.Shapes
 	if !skip1M {
 		shapes = append(shapes[:len(shapes):len(shapes)], bench.RandomDAG)
@@ -200,6 +236,16 @@ func run(out string, minTime time.Duration, skip1M bool, logw io.Writer) error {
 				runtime.GC()
 			}
 			seqDone()
+			if w.Name == bench.EmptyWork.Name {
+				o, err := measureOneShot(s, g, w, minRuns, maxRuns, mt)
+				if err != nil {
+					return fmt.Errorf("%s/%s/one-shot: %w", s.Name, w.Name, err)
+				}
+				rep.OneShots = append(rep.OneShots, o)
+				fmt.Fprintf(logw, "%-18s %-10s %-10s %9.1f ns/kernel (cpu %9.1f) %7.2f allocs/kernel %8.1f× the reused plan (%d runs)\n",
+					s.Name, w.Name, "one-shot", o.NsPerKernel, o.CPUNsPerKernel, o.AllocsPerKernel, o.VsReused, o.Runs)
+				runtime.GC()
+			}
 		}
 	}
 	const chain = 10_000
@@ -321,10 +367,72 @@ func pairedRatio(run, seq func() error, pairs int, each time.Duration) (float64,
 	return (ratios[(pairs-1)/2] + ratios[pairs/2]) / 2, nil
 }
 
+// measureOneShot measures s run once per call (bench.PrepareOneShot with
+// w's kernels), and its ratio to the reused plan of g (s built with w's
+// kernels) through the streamdag runner.
+func measureOneShot(s bench.Shape, g *dag.Graph, w bench.Work, minRuns, maxRuns int, minTime time.Duration) (OneShot, error) {
+	n := g.NumKernels()
+	one, doneOne, err := bench.PrepareOneShot(s, w.Kernel)
+	if err != nil {
+		return OneShot{}, err
+	}
+	defer doneOne()
+	i := slices.IndexFunc(bench.Runners, func(r bench.Runner) bool { return r.Name == "streamdag" })
+	reused, doneReused, err := bench.Runners[i].Prepare(g)
+	if err != nil {
+		return OneShot{}, err
+	}
+	defer doneReused()
+	st, err := bench.Measure(one, minRuns, maxRuns, minTime)
+	if err != nil {
+		return OneShot{}, err
+	}
+	o := OneShot{Shape: s.Name, Kernels: n, Runs: st.Runs, NsPerKernel: st.MedianNsPerOp / float64(n),
+		CPUNsPerKernel: st.CPUNsPerOp / float64(n), AllocsPerKernel: st.AllocsPerOp / float64(n)}
+	if n <= 100_000 {
+		o.VsReused, err = pairedRatio(one, reused, 8, minTime/8)
+	} else {
+		var r bench.Stats
+		r, err = bench.Measure(reused, minRuns, maxRuns, minTime)
+		o.VsReused = st.NsPerOp / r.NsPerOp
+	}
+	return o, err
+}
+
+// duckComparison measures the flights job against DuckDB (measureDuck)
+// runs times each; when it cannot (runs 0, no data, a build that fails),
+// it logs why and how to run it and returns the figures recorded in out's
+// results.json by an earlier report, with Recorded saying why, or nil.
+func duckComparison(out string, runs int, logw io.Writer) *Duck {
+	why := "-duckdb-runs 0"
+	if runs > 0 {
+		root, err := repoRoot()
+		if err == nil {
+			var d Duck
+			if d, err = measureDuck(root, duckInput(root), runs, logw); err == nil {
+				return &d
+			}
+		}
+		why = err.Error()
+	}
+	fmt.Fprintf(logw, "DuckDB comparison not measured (%s): %s\n", why, duckHowTo)
+	if d, ok := recordedDuck(out); ok {
+		if d.Recorded == "" {
+			d.Recorded = why
+		}
+		fmt.Fprintf(logw, "DuckDB comparison recorded %s: streamdag %s ms, DuckDB %s ms (whole process, median [range] of %d runs)\n",
+			d.Date, d.StreamWallMs, d.DuckWallMs, d.Runs)
+		return &d
+	}
+	return nil
+}
+
 // measureBuild times building the shape with empty kernels (the mean of
 // at least 3 builds over at least minTime, so the collections a build
 // causes are counted in proportion), then validating and planning it (the
-// mean of 3 runs each).
+// median of at least 3 runs over at least minTime, 3 above 100,000
+// kernels: planning a graph already built is what a one-shot run adds,
+// and the median is less moved by a run the scheduler left waiting).
 func measureBuild(s bench.Shape, minTime time.Duration) (Build, error) {
 	var g *dag.Graph
 	st, err := bench.Measure(func() error { g = s.Build(bench.Empty); return nil }, 3, 1000, minTime)
@@ -334,11 +442,15 @@ func measureBuild(s bench.Shape, minTime time.Duration) (Build, error) {
 	n := g.NumKernels()
 	b := Build{Shape: s.Name, Kernels: n, BuildNsPerKernel: st.PerLaunch(n), BuildCPUNsPerKernel: st.CPUNsPerOp / float64(n),
 		BuildAllocsPerKernel: st.AllocsPerOp / float64(n)}
-	st, err = bench.Measure(g.Validate, 3, 3, 0)
+	maxRuns, mt := 1000, minTime
+	if n > 100_000 {
+		maxRuns, mt = 3, 0
+	}
+	st, err = bench.Measure(g.Validate, 3, maxRuns, mt)
 	if err != nil {
 		return Build{}, err
 	}
-	b.ValidateNsPerKernel = st.PerLaunch(n)
+	b.ValidateNsPerKernel = st.MedianNsPerOp / float64(n)
 	dev, err := cpu.New()
 	if err != nil {
 		return Build{}, err
@@ -346,11 +458,11 @@ func measureBuild(s bench.Shape, minTime time.Duration) (Build, error) {
 	defer dev.Close()
 	e := exec.New(dev)
 	var p *exec.Plan
-	st, err = bench.Measure(func() (err error) { p, err = e.Plan(g); return err }, 3, 3, 0)
+	st, err = bench.Measure(func() (err error) { p, err = e.Plan(g); return err }, 3, maxRuns, mt)
 	if err != nil {
 		return Build{}, err
 	}
-	b.PlanNsPerKernel = st.PerLaunch(n) - b.ValidateNsPerKernel // Plan validates first
+	b.PlanNsPerKernel = st.MedianNsPerOp/float64(n) - b.ValidateNsPerKernel // Plan validates first
 	b.Waits, b.Hazards, b.Streams, b.Ops = p.Waits(), p.Hazards(), p.NumStreams(0), p.NumLaunches()
 	return b, nil
 }
@@ -397,6 +509,86 @@ func find(rep Report, shape, work, runner string) (Result, bool) {
 	return Result{}, false
 }
 
+// findBuild returns the build figures of shape.
+func findBuild(rep Report, shape string) (Build, bool) {
+	i := slices.IndexFunc(rep.Builds, func(b Build) bool { return b.Shape == shape })
+	if i < 0 {
+		return Build{}, false
+	}
+	return rep.Builds[i], true
+}
+
+// worstOf returns the item of xs, among the four shapes of bench.Shapes,
+// whose figure is the largest.
+func worstOf[T any](xs []T, fig func(T) (shape string, v float64)) (T, bool) {
+	var worst T
+	found := false
+	for _, x := range xs {
+		shape, v := fig(x)
+		if !slices.ContainsFunc(bench.Shapes, func(s bench.Shape) bool { return s.Name == shape }) {
+			continue
+		}
+		if _, w := fig(worst); !found || v > w {
+			worst, found = x, true
+		}
+	}
+	return worst, found
+}
+
+// summary renders the table of what a user meets first: each shape's
+// reused plan and one-shot run against go-taskflow, and the flights job
+// against DuckDB.
+func summary(rep Report) string {
+	var b strings.Builder
+	b.WriteString("Summary. Shapes with empty kernels, ns per kernel: a reused plan is Executor.Execute of a plan made once; a one-shot run builds the graph, plans it and runs it once (Executor.Run on a fresh graph), in brackets how many times the reused plan that is; go-taskflow re-runs a task graph it built once. The flights job: whole processes, start to exit, median of the runs")
+	if d := rep.DuckDB; d != nil && d.Recorded != "" {
+		fmt.Fprintf(&b, " (recorded %s by an earlier report)", d.Date)
+	}
+	b.WriteString("; `streamdag run flights` builds, plans and runs its graph once.\n\n")
+	b.WriteString("| workload | streamdag, reused plan | streamdag, one-shot | peer | streamdag ÷ peer |\n|---|---:|---:|---:|---:|\n")
+	for _, o := range rep.OneShots {
+		sd, ok1 := find(rep, o.Shape, "empty", "streamdag")
+		tf, ok2 := find(rep, o.Shape, "empty", "taskflow")
+		if !ok1 || !ok2 {
+			continue
+		}
+		fmt.Fprintf(&b, "| %s, %d empty kernels, ns/kernel | %.0f | %.0f (%.0f×) | go-taskflow, reused graph: %.0f | reused %.3f×, one-shot %.2f× |\n",
+			o.Shape, o.Kernels, sd.NsPerLaunch, o.NsPerKernel, o.VsReused, tf.NsPerLaunch, sd.NsPerLaunch/tf.NsPerLaunch, o.NsPerKernel/tf.NsPerLaunch)
+	}
+	if d := rep.DuckDB; d != nil {
+		fmt.Fprintf(&b, "| flights job on %s, whole process: wall ms, peak MiB | — | %.1f ms, %.0f MiB | DuckDB: %.1f ms, %.0f MiB | %.2f×, %.2f× |\n",
+			d.Input, d.StreamWallMs.Median, d.StreamPeakMiB.Median, d.DuckWallMs.Median, d.DuckPeakMiB.Median,
+			d.StreamWallMs.Median/d.DuckWallMs.Median, d.StreamPeakMiB.Median/d.DuckPeakMiB.Median)
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// duckMarkdown renders the DuckDB comparison, or says how to measure it.
+func duckMarkdown(d *Duck) string {
+	if d == nil {
+		return "\nThe flights job against DuckDB was not measured, and no earlier report recorded it: " + duckHowTo + ".\n"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nThe flights job against DuckDB (bench/duckdb's flightsduck: the same query through DuckDB's read_parquet, duckdb-go, DuckDB linked statically) on %s: the two built, then run as whole processes in alternation, %d times each after one warm-up run of each; median [range]. ", d.Input, d.Runs)
+	if d.Recorded != "" {
+		fmt.Fprintf(&b, "These figures were recorded on %s by an earlier report; this one could not measure them (%s): %s. ", d.Date, d.Recorded, duckHowTo)
+	} else {
+		fmt.Fprintf(&b, "Measured %s. ", d.Date)
+	}
+	if d.Identical {
+		b.WriteString("The two CSVs are byte-identical.\n\n")
+	} else {
+		b.WriteString("**The two CSVs differ.**\n\n")
+	}
+	b.WriteString("| | streamdag | DuckDB | streamdag ÷ DuckDB |\n|---|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "| whole process, wall ms | %s | %s | %.2f× |\n", d.StreamWallMs, d.DuckWallMs, d.StreamWallMs.Median/d.DuckWallMs.Median)
+	fmt.Fprintf(&b, "| whole process, peak RSS MiB | %s | %s | %.2f× |\n", d.StreamPeakMiB, d.DuckPeakMiB, d.StreamPeakMiB.Median/d.DuckPeakMiB.Median)
+	fmt.Fprintf(&b, "| in process, ms: streamdag's run (its summary line), DuckDB's query | %s | %s | %.2f× |\n", d.StreamRunMs, d.DuckQueryMs, d.StreamRunMs.Median/d.DuckQueryMs.Median)
+	fmt.Fprintf(&b, "| in process, ms: DuckDB opening its database | | %s | |\n", d.DuckOpenMs)
+	return b.String()
+}
+
 func met(ok bool) string {
 	if ok {
 		return "met"
@@ -436,7 +628,37 @@ func markdown(rep Report) string {
 	for _, bd := range rep.Builds {
 		worst = max(worst, bd.BuildNsPerKernel)
 	}
-	fmt.Fprintf(&b, "| graph build, worst shape | ≤ %d ns/kernel | %.0f ns/kernel (build floor, chain-10k's bytes with no checks: %.0f) | %s |\n\n", targetBuildNs, worst, rep.BuildFloorNs, met(worst <= targetBuildNs))
+	fmt.Fprintf(&b, "| graph build, worst shape | ≤ %d ns/kernel | %.0f ns/kernel (build floor, chain-10k's bytes with no checks: %.0f) | %s |\n", targetBuildNs, worst, rep.BuildFloorNs, met(worst <= targetBuildNs))
+	if o, ok := worstOf(rep.OneShots, func(o OneShot) (string, float64) { return o.Shape, o.NsPerKernel }); ok {
+		fmt.Fprintf(&b, "| one-shot Run (build + plan + run), worst of the four shapes | ≤ %d ns/kernel | %.0f ns/kernel (%s) | %s |\n", targetOneShotNs, o.NsPerKernel, o.Shape, met(o.NsPerKernel <= targetOneShotNs))
+	}
+	if p, ok := worstOf(rep.Builds, func(b Build) (string, float64) { return b.Shape, b.PlanNsPerKernel }); ok {
+		fmt.Fprintf(&b, "| planning (Plan less its Validate: launch order, hazards, streams, event waits), worst of the four shapes | ≤ %d ns/kernel | %.0f ns/kernel (%s) | %s |\n", targetPlanNs, p.PlanNsPerKernel, p.Shape, met(p.PlanNsPerKernel <= targetPlanNs))
+	}
+	var timed float64
+	nt := 0
+	for _, s := range bench.Shapes {
+		sd, ok1 := find(rep, s.Name, "empty", "streamdag")
+		st, ok2 := find(rep, s.Name, "empty", "streamdag-timed")
+		if ok1 && ok2 {
+			timed += st.NsPerLaunch / sd.NsPerLaunch
+			nt++
+		}
+	}
+	if nt > 0 {
+		fmt.Fprintf(&b, "| the default Execute (exec.New(dev), a reused plan) against the launch-timing-off path | ≤ %.1f× | 1.0×: the default is launch timing off (with it on, streamdag-timed, %.1f× on average) | %s |\n", targetDefaultRatio, timed/float64(nt), met(true))
+	}
+	if d := rep.DuckDB; d != nil {
+		when := ""
+		if d.Recorded != "" {
+			when = ", recorded " + d.Date
+		}
+		wall, peak := d.StreamWallMs.Median/d.DuckWallMs.Median, d.StreamPeakMiB.Median/d.DuckPeakMiB.Median
+		fmt.Fprintf(&b, "| `streamdag run flights` ÷ DuckDB on %s, whole process: wall time | ≤ %.1f× | %.2f× (%.1f ms against %.1f%s) | %s |\n", d.Input, targetDuckWall, wall, d.StreamWallMs.Median, d.DuckWallMs.Median, when, met(wall <= targetDuckWall))
+		fmt.Fprintf(&b, "| the same: peak memory | ≤ %.1f× | %.2f× (%.0f MiB against %.0f) | %s |\n", targetDuckPeak, peak, d.StreamPeakMiB.Median, d.DuckPeakMiB.Median, met(peak <= targetDuckPeak))
+	}
+	b.WriteString("\n")
+	b.WriteString(summary(rep))
 
 	for _, w := range []string{"empty", "spin-0.5us"} {
 		fmt.Fprintf(&b, "Kernels: %s. ns/launch, mean over the runs (× the sequential walk); allocations per launch in brackets. For streamdag and streamdag-timed on graphs of up to 100,000 kernels, the ratio is measured apart: the median of 8 back-to-back pairs of runs with the walk, so it can differ from the ratio of the two ns columns (the machine's speed drifts during a report). streamdag runs with the executor's default, launch timing off, streamdag-timed with it on (exec.WithLaunchTiming(true): one clock reading per launch).\n\n", w)
@@ -469,12 +691,23 @@ func markdown(rep Report) string {
 		b.WriteString("\n")
 	}
 
-	b.WriteString("Graph build (AddValue + AddKernel per kernel, names included), validation and planning, per kernel; event waits the plan inserts (GOMAXPROCS streams).\n\n")
+	b.WriteString("Graph build (AddValue + AddKernel per kernel, names included; the mean of the runs), validation and planning (Plan less its Validate; median runs), per kernel; event waits the plan inserts (GOMAXPROCS streams).\n\n")
 	b.WriteString("| shape | kernels | build ns | build CPU ns | build allocs | validate ns | plan ns | cross-stream hazards | event waits |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, bd := range rep.Builds {
 		fmt.Fprintf(&b, "| %s | %d | %.0f | %.0f | %.1f | %.0f | %.0f | %d | %d |\n", bd.Shape, bd.Kernels, bd.BuildNsPerKernel,
 			bd.BuildCPUNsPerKernel, bd.BuildAllocsPerKernel, bd.ValidateNsPerKernel, bd.PlanNsPerKernel, bd.Hazards, bd.Waits)
 	}
+	if len(rep.OneShots) > 0 {
+		b.WriteString("\nOne-shot runs, empty kernels: the graph built, planned and run once (Executor.Run on a fresh graph; bench.PrepareOneShot), ns per kernel of the median run (CPU: the mean of all threads), against the reused plan (Executor.Execute of a plan made once, the streamdag runner). The ratio is the median of 8 back-to-back pairs of runs on graphs of up to 100,000 kernels. Build, validate and plan are the columns of the table above, measured apart (validate and plan: median runs).\n\n")
+		b.WriteString("| shape | kernels | one-shot ns | one-shot CPU ns | allocs | build ns | validate ns | plan ns | reused plan ns | one-shot ÷ reused |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, o := range rep.OneShots {
+			bd, _ := findBuild(rep, o.Shape)
+			sd, _ := find(rep, o.Shape, "empty", "streamdag")
+			fmt.Fprintf(&b, "| %s | %d | %.0f | %.0f | %.2f | %.0f | %.0f | %.0f | %.1f | %.0f× |\n", o.Shape, o.Kernels, o.NsPerKernel, o.CPUNsPerKernel,
+				o.AllocsPerKernel, bd.BuildNsPerKernel, bd.ValidateNsPerKernel, bd.PlanNsPerKernel, sd.NsPerLaunch, o.VsReused)
+		}
+	}
+	b.WriteString(duckMarkdown(rep.DuckDB))
 	fmt.Fprintf(&b, "\nBuild floor: appending what chain-10k's build stores (the same names formatted and copied, records and bindings of the same sizes, to presized slices, with no checks; bench.ChainFloor) costs **%.0f ns per kernel** on this machine.\n",
 		rep.BuildFloorNs)
 	fmt.Fprintf(&b, "\nCross-stream waits: a chain of %d empty kernels (launch timing off) costs %.1f ns/launch on one stream and %.1f ns/launch alternating between two streams (%d waits): **%.0f ns per wait**. This is a wait at its worst, a handoff with nothing to overlap it: a cache-line round trip between the cores when the waiting stream catches the other's progress while it spins, a park and wake-up when it does not, so it varies from run to run. Where the streams have other work, as in wavefront, a wait costs less (see the profile).\n",
