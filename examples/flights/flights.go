@@ -381,18 +381,83 @@ func (p *Pipeline) filter(part Partition) dag.KernelFunc {
 			if rec.NumRows() != n {
 				return fmt.Errorf("flights: part %d has %d rows, want %d", part.PartLo+b, rec.NumRows(), n)
 			}
-			delay, err := int64Column(rec, "delay")
+			col, err := column(rec, "delay")
 			if err != nil {
 				return err
 			}
-			for i := lo; i < hi; i++ {
-				if d, ok := delay(int(i)); ok && d > minDelay {
-					sel[b] = append(sel[b], int32(i))
-				}
+			switch a := col.(type) {
+			case *array.Int16:
+				sel[b] = keepRows(a.Int16Values(), a, int(lo), int(hi), minDelay)
+			case *array.Int32:
+				sel[b] = keepRows(a.Int32Values(), a, int(lo), int(hi), minDelay)
+			case *array.Int64:
+				sel[b] = keepRows(a.Int64Values(), a, int(lo), int(hi), minDelay)
+			case *array.Int8:
+				sel[b] = keepRows(a.Int8Values(), a, int(lo), int(hi), minDelay)
+			default:
+				return fmt.Errorf("flights: column %q is %s, not a signed integer", "delay", col.DataType())
 			}
 		}
 		return l.Out(0).Store(sel)
 	}
+}
+
+// signed is the Go type of a signed integer Arrow column's values.
+type signed interface {
+	~int8 | ~int16 | ~int32 | ~int64
+}
+
+// keepRows returns the indices i in [lo, hi) of the rows whose delay
+// vals[i] is valid in a and greater than minDelay, in increasing order,
+// in a slice of exactly that length (nil when none): a counting pass
+// sizes it, then a branch-free pass fills it. vals are a's values (as
+// Int16Values and the like give them, offset applied).
+func keepRows[T signed](vals []T, a arrow.Array, lo, hi int, minDelay int64) []int32 {
+	vals = vals[lo:hi]
+	nulls := a.NullN() > 0
+	n := 0
+	if nulls {
+		for i, v := range vals {
+			if int64(v) > minDelay && a.IsValid(lo+i) {
+				n++
+			}
+		}
+	} else {
+		for _, v := range vals {
+			n += b2i(int64(v) > minDelay)
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	// One spare slot: the branch-free pass writes every row's index at
+	// k and advances k only for a kept row, so the last write may land
+	// one past the last kept row.
+	out := make([]int32, n+1)
+	k := 0
+	if nulls {
+		for i, v := range vals {
+			if int64(v) > minDelay && a.IsValid(lo+i) {
+				out[k] = int32(lo + i)
+				k++
+			}
+		}
+	} else {
+		for i, v := range vals {
+			out[k] = int32(lo + i)
+			k += b2i(int64(v) > minDelay)
+		}
+	}
+	return out[:n:n]
+}
+
+// b2i is 1 for true and 0 for false, without a branch.
+func b2i(b bool) int {
+	var i int
+	if b {
+		i = 1
+	}
+	return i
 }
 
 // agg accumulates one group.
@@ -439,19 +504,25 @@ func (p *Pipeline) partial() dag.KernelFunc {
 			if len(sel[b]) == 0 {
 				continue
 			}
-			delay, err := int64Column(rec, "delay")
-			if err != nil {
-				return err
-			}
 			if p.Key == KeyOrigin {
 				if col, err := column(rec, "origin"); err == nil {
 					if dict, ok := col.(*array.Dictionary); ok {
-						if err := groupByIndex(g, dict, delay, sel[b], &scratch); err != nil {
+						dcol, err := column(rec, "delay")
+						if err != nil {
+							return err
+						}
+						if err := groupByIndex(g, dict, dcol, sel[b], &scratch); err != nil {
 							return err
 						}
 						continue
 					}
 				}
+			}
+			delay, err := int64Column(rec, "delay")
+			if err != nil {
+				return err
+			}
+			if p.Key == KeyOrigin {
 				key, err := stringColumn(rec, "origin")
 				if err != nil {
 					return err
@@ -494,11 +565,14 @@ func (p *Pipeline) partial() dag.KernelFunc {
 }
 
 // groupByIndex adds the selected rows sel of a batch whose origin
-// column is the dictionary array dict to g: it aggregates by dictionary
-// index in scratch (reused across batches, grown as needed), then adds
-// each index's aggregate to g under its string, decoded once. Rows whose
-// index or dictionary value is null are skipped, as in the string path.
-func groupByIndex(g *groups, dict *array.Dictionary, delay func(int) (int64, bool), sel []int32, scratch *[]agg) error {
+// column is the dictionary array dict and whose delay column is delay
+// (a signed integer array) to g: it aggregates by dictionary index in
+// scratch (reused across batches, grown as needed), then adds each
+// index's aggregate to g under its string, decoded once. Rows whose
+// index or dictionary value is null are skipped, as in the string path;
+// sel holds only rows whose delay is valid (the filter's), so delay's
+// validity is not checked again.
+func groupByIndex(g *groups, dict *array.Dictionary, delay arrow.Array, sel []int32, scratch *[]agg) error {
 	// Not dict.Dictionary(): it builds and caches the array on first use,
 	// unsynchronised, and partitions of one batch run concurrently.
 	dv := array.MakeFromData(dict.Data().Dictionary())
@@ -513,20 +587,31 @@ func groupByIndex(g *groups, dict *array.Dictionary, delay func(int) (int64, boo
 	}
 	aggs := (*scratch)[:n]
 	clear(aggs)
+	if delay.Len() != dict.Len() {
+		return fmt.Errorf("flights: delay has %d rows, origin %d", delay.Len(), dict.Len())
+	}
 	if idx, ok := dict.Indices().(*array.Int32); ok {
 		codes := idx.Int32Values()
-		for _, i := range sel {
-			if !dict.IsValid(int(i)) {
-				continue
-			}
-			c := codes[i]
-			if c < 0 || int(c) >= n {
-				return fmt.Errorf("flights: origin row %d: dictionary index %d out of [0, %d)", i, c, n)
-			}
-			d, _ := delay(int(i))
-			aggs[c].add(d)
+		switch d := delay.(type) {
+		case *array.Int16:
+			err = aggregate(aggs, codes, d.Int16Values(), dict, sel)
+		case *array.Int32:
+			err = aggregate(aggs, codes, d.Int32Values(), dict, sel)
+		case *array.Int64:
+			err = aggregate(aggs, codes, d.Int64Values(), dict, sel)
+		case *array.Int8:
+			err = aggregate(aggs, codes, d.Int8Values(), dict, sel)
+		default:
+			return fmt.Errorf("flights: column %q is %s, not a signed integer", "delay", delay.DataType())
+		}
+		if err != nil {
+			return err
 		}
 	} else {
+		dval, err := int64Array(delay, "delay")
+		if err != nil {
+			return err
+		}
 		for _, i := range sel {
 			if !dict.IsValid(int(i)) {
 				continue
@@ -535,7 +620,7 @@ func groupByIndex(g *groups, dict *array.Dictionary, delay func(int) (int64, boo
 			if c < 0 || c >= n {
 				return fmt.Errorf("flights: origin row %d: dictionary index %d out of [0, %d)", i, c, n)
 			}
-			d, _ := delay(int(i))
+			d, _ := dval(int(i))
 			aggs[c].add(d)
 		}
 	}
@@ -553,6 +638,25 @@ func groupByIndex(g *groups, dict *array.Dictionary, delay func(int) (int64, boo
 			a := aggs[c]
 			g.byCode[strings.Clone(k)] = &a // k points into Arrow memory
 		}
+	}
+	return nil
+}
+
+// aggregate adds delays[i] to aggs[codes[i]] for each row i of sel whose
+// index is valid in dict (codes are dict's indices, delays the delay
+// column's values, both offset applied). It fails on an index outside
+// aggs, naming the row.
+func aggregate[T signed](aggs []agg, codes []int32, delays []T, dict *array.Dictionary, sel []int32) error {
+	nulls := dict.NullN() > 0
+	for _, i := range sel {
+		if nulls && !dict.IsValid(int(i)) {
+			continue
+		}
+		c := codes[i]
+		if uint32(c) >= uint32(len(aggs)) {
+			return fmt.Errorf("flights: origin row %d: dictionary index %d out of [0, %d)", i, c, len(aggs))
+		}
+		aggs[c].add(int64(delays[i]))
 	}
 	return nil
 }
@@ -717,6 +821,12 @@ func int64Column(rec arrow.RecordBatch, name string) (func(int) (int64, bool), e
 	if err != nil {
 		return nil, err
 	}
+	return int64Array(col, name)
+}
+
+// int64Array returns an accessor for a signed integer array of the
+// column name.
+func int64Array(col arrow.Array, name string) (func(int) (int64, bool), error) {
 	switch a := col.(type) {
 	case *array.Int64:
 		return func(i int) (int64, bool) { return a.Value(i), a.IsValid(i) }, nil

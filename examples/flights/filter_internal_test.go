@@ -1,0 +1,213 @@
+package flights
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/exec"
+	"github.com/streamdag/streamdag/gpu/cpu"
+	"github.com/streamdag/streamdag/kvio"
+)
+
+// delayArray returns an array of type dt (a signed integer type) of the
+// values, null where valid is false.
+func delayArray(dt arrow.DataType, vals []int64, valid []bool) arrow.Array {
+	b := array.NewBuilder(memory.DefaultAllocator, dt)
+	defer b.Release()
+	for i, v := range vals {
+		switch {
+		case !valid[i]:
+			b.AppendNull()
+		case dt.ID() == arrow.INT8:
+			b.(*array.Int8Builder).Append(int8(v))
+		case dt.ID() == arrow.INT16:
+			b.(*array.Int16Builder).Append(int16(v))
+		case dt.ID() == arrow.INT32:
+			b.(*array.Int32Builder).Append(int32(v))
+		default:
+			b.(*array.Int64Builder).Append(v)
+		}
+	}
+	return b.NewArray()
+}
+
+// randomDelays returns n delays in [-100, 120) (fits every width), null
+// with probability nullPct/100.
+func randomDelays(rng *rand.Rand, n, nullPct int) ([]int64, []bool) {
+	vals, valid := make([]int64, n), make([]bool, n)
+	for i := range n {
+		vals[i], valid[i] = int64(rng.IntN(220)-100), rng.IntN(100) >= nullPct
+	}
+	return vals, valid
+}
+
+// TestKeepRows checks the filter's row selection against a plain loop
+// on every delay width, with and without nulls, on sliced arrays (a
+// non-zero offset), at thresholds that keep all, some or no rows, and
+// that the selection holds no spare capacity.
+func TestKeepRows(t *testing.T) {
+	const seed = 15
+	types := []arrow.DataType{arrow.PrimitiveTypes.Int8, arrow.PrimitiveTypes.Int16, arrow.PrimitiveTypes.Int32, arrow.PrimitiveTypes.Int64}
+	tests := []struct {
+		name     string
+		nullPct  int
+		off, n   int // the slice of the array the filter sees
+		lo, hi   int // the rows of the partition within it
+		minDelay int64
+	}{
+		{name: "no nulls", n: 1000, hi: 1000},
+		{name: "nulls", nullPct: 10, n: 1000, hi: 1000},
+		{name: "all null", nullPct: 100, n: 100, hi: 100},
+		{name: "offset and range", nullPct: 10, off: 37, n: 900, lo: 13, hi: 801},
+		{name: "offset no nulls", off: 5, n: 900, lo: 100, hi: 899, minDelay: 20},
+		{name: "keeps every row", n: 500, hi: 500, minDelay: -1 << 40},
+		{name: "keeps no row", nullPct: 10, n: 500, hi: 500, minDelay: 1 << 40},
+		{name: "empty range", n: 500, lo: 250, hi: 250},
+	}
+	for _, dt := range types {
+		for ci, tc := range tests {
+			t.Run(dt.String()+"/"+tc.name, func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(seed, uint64(ci)))
+				vals, valid := randomDelays(rng, tc.off+tc.n, tc.nullPct)
+				whole := delayArray(dt, vals, valid)
+				defer whole.Release()
+				a := array.NewSlice(whole, int64(tc.off), int64(tc.off+tc.n))
+				defer a.Release()
+				var want []int32
+				for i := tc.lo; i < tc.hi; i++ {
+					if valid[tc.off+i] && vals[tc.off+i] > tc.minDelay {
+						want = append(want, int32(i))
+					}
+				}
+				var got []int32
+				switch x := a.(type) {
+				case *array.Int8:
+					got = keepRows(x.Int8Values(), x, tc.lo, tc.hi, tc.minDelay)
+				case *array.Int16:
+					got = keepRows(x.Int16Values(), x, tc.lo, tc.hi, tc.minDelay)
+				case *array.Int32:
+					got = keepRows(x.Int32Values(), x, tc.lo, tc.hi, tc.minDelay)
+				case *array.Int64:
+					got = keepRows(x.Int64Values(), x, tc.lo, tc.hi, tc.minDelay)
+				}
+				assert.Equal(t, want, got, "seed %d", seed)
+				assert.Equal(t, len(got), cap(got), "seed %d: the selection has spare capacity", seed)
+			})
+		}
+	}
+}
+
+// TestFilterSelectionExact runs the pipeline over a Parquet file of
+// several row groups with null delays and origins, split into more
+// partitions than row groups, and checks every selected[p] value: per
+// batch, exactly the rows of the partition whose delay is valid and
+// above MinDelay, in a slice with no spare capacity (the selections are
+// alive until the run ends, so spare capacity is memory the run holds),
+// and the result against a plain loop.
+func TestFilterSelectionExact(t *testing.T) {
+	const seed, rows, groupRows = 7, 5000, 1500
+	for _, dt := range []arrow.DataType{arrow.PrimitiveTypes.Int16, arrow.PrimitiveTypes.Int64} {
+		t.Run(dt.String(), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, seed))
+			vals, valid := randomDelays(rng, rows, 10)
+			delay := delayArray(dt, vals, valid)
+			defer delay.Release()
+			ob := array.NewStringBuilder(memory.DefaultAllocator)
+			defer ob.Release()
+			origins := make([]string, rows)
+			for i := range rows {
+				if rng.IntN(20) == 0 {
+					ob.AppendNull()
+					continue
+				}
+				origins[i] = fmt.Sprintf("A%02d", rng.IntN(20))
+				ob.Append(origins[i])
+			}
+			origin := ob.NewArray()
+			defer origin.Release()
+			sc := arrow.NewSchema([]arrow.Field{{Name: "delay", Type: dt, Nullable: true}, {Name: "origin", Type: arrow.BinaryTypes.String, Nullable: true}}, nil)
+			rec := array.NewRecordBatch(sc, []arrow.Array{delay, origin}, rows)
+			defer rec.Release()
+			tbl := array.NewTableFromRecords(sc, []arrow.RecordBatch{rec})
+			defer tbl.Release()
+			var buf bytes.Buffer
+			require.NoError(t, pqarrow.WriteTable(tbl, &buf, groupRows, parquet.NewWriterProperties(), pqarrow.DefaultWriterProps()))
+			f, err := kvio.NewFile("sel.parquet", bytes.NewReader(buf.Bytes()), int64(buf.Len()))
+			require.NoError(t, err)
+			defer func() { assert.NoError(t, f.Close()) }()
+			src, err := kvio.OpenParquet(t.Context(), f)
+			require.NoError(t, err)
+			defer func() { assert.NoError(t, src.Close()) }()
+
+			const minDelay = 5
+			p, err := Build(src, Options{MinDelay: minDelay, Partitions: 8})
+			require.NoError(t, err)
+			dev, err := cpu.New(cpu.WithStreams(2))
+			require.NoError(t, err)
+			defer func() { assert.NoError(t, dev.Close()) }()
+			res, err := exec.New(dev).Run(t.Context(), p.Graph)
+			require.NoError(t, err)
+			defer res.Close()
+			require.NoError(t, res.Report.Err())
+
+			sels := map[string]selection{}
+			for _, b := range p.Graph.Buffers() {
+				if v, err := res.Value(b.ID); err == nil {
+					if s, ok := v.(selection); ok {
+						sels[b.Name] = s
+					}
+				}
+			}
+			require.Len(t, sels, len(p.Partitions))
+			want := map[string]Row{}
+			for i := range rows {
+				if valid[i] && vals[i] > minDelay && origins[i] != "" {
+					r := want[origins[i]]
+					r.Count++
+					r.DelaySum += vals[i]
+					r.DelayMax = max(r.DelayMax, vals[i])
+					want[origins[i]] = r
+				}
+			}
+			for i, part := range p.Partitions {
+				sel := sels[fmt.Sprintf("selected[%d]", i)]
+				require.Len(t, sel, part.PartHi-part.PartLo, "partition %d", i)
+				base := int64(0)
+				for j := range part.PartLo {
+					base += src.PartRows(j)
+				}
+				var off int64
+				for b := range sel {
+					n := src.PartRows(part.PartLo + b)
+					var wantSel []int32
+					for r := max(part.RowLo-off, 0); r < min(part.RowHi-off, n); r++ {
+						if g := base + off + r; valid[g] && vals[g] > minDelay {
+							wantSel = append(wantSel, int32(r))
+						}
+					}
+					assert.Equal(t, wantSel, sel[b], "seed %d partition %d batch %d", seed, i, b)
+					assert.Equal(t, len(sel[b]), cap(sel[b]), "seed %d partition %d batch %d: spare capacity", seed, i, b)
+					off += n
+				}
+			}
+			v, err := res.Value(p.Output)
+			require.NoError(t, err)
+			got := v.(*Table).Rows
+			require.Len(t, got, len(want), "seed %d", seed)
+			for _, r := range got {
+				w := want[r.Key]
+				assert.Equal(t, [3]int64{w.Count, w.DelaySum, w.DelayMax}, [3]int64{r.Count, r.DelaySum, r.DelayMax}, "seed %d key %s", seed, r.Key)
+			}
+		})
+	}
+}
