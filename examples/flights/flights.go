@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -79,7 +80,7 @@ type Row struct {
 // per-row costs on the CPU device (the 3M-row Parquet file decodes,
 // filters and groups in about 0.6 s on 2 cores, decoding most of it); a
 // decoded row of the five columns is about 40 bytes, about half of the
-// rows pass a delay > 0 filter (4-byte indices), and a partial group
+// rows pass a delay > 0 filter (a bit a row), and a partial group
 // table is a few KiB. They steer placement only; results never depend on
 // them.
 const (
@@ -214,7 +215,7 @@ func Build(src kvio.Source, opts Options) (*Pipeline, error) {
 				continue
 			}
 			prows := part.RowHi - part.RowLo
-			sel := g.AddValue(fmt.Sprintf("selected[%d]", i), dag.SizeHint(prows*2))
+			sel := g.AddValue(fmt.Sprintf("selected[%d]", i), dag.SizeHint(prows/8+8))
 			grp := g.AddValue(fmt.Sprintf("groups[%d]", i), dag.SizeHint(groupsBytes))
 			g.AddKernel(fmt.Sprintf("filter[%d]", i), p.filter(part), dag.Reads(batches), dag.Writes(sel),
 				dag.Estimate(time.Duration(prows)*filterNsPerRow))
@@ -359,8 +360,47 @@ func (p *Pipeline) source(lo, hi int) dag.KernelFunc {
 }
 
 // selection is the value of a selected[p] buffer: for each batch of the
-// source, the indices of the rows kept.
-type selection [][]int32
+// source, the rows kept (an empty rowSet for a batch outside the
+// partition or not read).
+type selection []rowSet
+
+// rowSet is a set of rows of one batch as a bitmap: row r is in the set
+// when bit r%64 of words[(r-base)/64] is set. base is a multiple of 64, so
+// a partition's rows [lo, hi) take (hi-base+63)/64 words: one bit a row.
+type rowSet struct {
+	base  int
+	words []uint64
+}
+
+// empty reports whether no row is in the set.
+func (s rowSet) empty() bool {
+	for _, w := range s.words {
+		if w != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// len returns the number of rows in the set.
+func (s rowSet) len() int {
+	n := 0
+	for _, w := range s.words {
+		n += bits.OnesCount64(w)
+	}
+	return n
+}
+
+// rows yields the rows in the set in increasing order.
+func (s rowSet) rows(yield func(int) bool) {
+	for wi, w := range s.words {
+		for row := s.base + wi*64; w != 0; w &= w - 1 {
+			if !yield(row + bits.TrailingZeros64(w)) {
+				return
+			}
+		}
+	}
+}
 
 func (p *Pipeline) filter(part Partition) dag.KernelFunc {
 	minDelay := p.opts.MinDelay
@@ -407,48 +447,33 @@ type signed interface {
 	~int8 | ~int16 | ~int32 | ~int64
 }
 
-// keepRows returns the indices i in [lo, hi) of the rows whose delay
-// vals[i] is valid in a and greater than minDelay, in increasing order,
-// in a slice of exactly that length (nil when none): a counting pass
-// sizes it, then a branch-free pass fills it. vals are a's values (as
-// Int16Values and the like give them, offset applied).
-func keepRows[T signed](vals []T, a arrow.Array, lo, hi int, minDelay int64) []int32 {
-	vals = vals[lo:hi]
+// keepRows returns the set of rows i in [lo, hi) whose delay vals[i] is
+// valid in a and greater than minDelay, one bit a row of the range
+// (branch-free where a has no nulls). vals are a's values (as
+// Int16Values and the like give them, offset applied); 0 <= lo <= hi <=
+// len(vals).
+func keepRows[T signed](vals []T, a arrow.Array, lo, hi int, minDelay int64) rowSet {
+	base := lo &^ 63
+	s := rowSet{base: base, words: make([]uint64, (hi-base+63)/64)}
 	nulls := a.NullN() > 0
-	n := 0
-	if nulls {
-		for i, v := range vals {
-			if int64(v) > minDelay && a.IsValid(lo+i) {
-				n++
+	for i := lo; i < hi; {
+		end := min((i|63)+1, hi) // the end of the word of row i
+		var w uint64
+		if nulls {
+			for ; i < end; i++ {
+				if int64(vals[i]) > minDelay && a.IsValid(i) {
+					w |= 1 << (i & 63)
+				}
+			}
+		} else {
+			for _, v := range vals[i:end] {
+				w |= uint64(b2i(int64(v) > minDelay)) << (i & 63)
+				i++
 			}
 		}
-	} else {
-		for _, v := range vals {
-			n += b2i(int64(v) > minDelay)
-		}
+		s.words[(end-1-base)>>6] = w
 	}
-	if n == 0 {
-		return nil
-	}
-	// One spare slot: the branch-free pass writes every row's index at
-	// k and advances k only for a kept row, so the last write may land
-	// one past the last kept row.
-	out := make([]int32, n+1)
-	k := 0
-	if nulls {
-		for i, v := range vals {
-			if int64(v) > minDelay && a.IsValid(lo+i) {
-				out[k] = int32(lo + i)
-				k++
-			}
-		}
-	} else {
-		for i, v := range vals {
-			out[k] = int32(lo + i)
-			k += b2i(int64(v) > minDelay)
-		}
-	}
-	return out[:n:n]
+	return s
 }
 
 // b2i is 1 for true and 0 for false, without a branch.
@@ -501,7 +526,7 @@ func (p *Pipeline) partial() dag.KernelFunc {
 		g := newGroups()
 		var scratch []agg // groupByIndex's, one per dictionary index
 		for b, rec := range batches {
-			if len(sel[b]) == 0 {
+			if sel[b].empty() {
 				continue
 			}
 			if p.Key == KeyOrigin {
@@ -527,8 +552,8 @@ func (p *Pipeline) partial() dag.KernelFunc {
 				if err != nil {
 					return err
 				}
-				for _, i := range sel[b] {
-					k, ok := key(int(i))
+				for i := range sel[b].rows {
+					k, ok := key(i)
 					if !ok {
 						continue
 					}
@@ -537,7 +562,7 @@ func (p *Pipeline) partial() dag.KernelFunc {
 						a = &agg{}
 						g.byCode[strings.Clone(k)] = a // k points into Arrow memory
 					}
-					d, _ := delay(int(i))
+					d, _ := delay(i)
 					a.add(d)
 				}
 				continue
@@ -546,8 +571,8 @@ func (p *Pipeline) partial() dag.KernelFunc {
 			if err != nil {
 				return err
 			}
-			for _, i := range sel[b] {
-				h, ok := hour(int(i))
+			for i := range sel[b].rows {
+				h, ok := hour(i)
 				if !ok {
 					continue
 				}
@@ -556,7 +581,7 @@ func (p *Pipeline) partial() dag.KernelFunc {
 					a = &agg{}
 					g.byHour[h] = a
 				}
-				d, _ := delay(int(i))
+				d, _ := delay(i)
 				a.add(d)
 			}
 		}
@@ -572,7 +597,7 @@ func (p *Pipeline) partial() dag.KernelFunc {
 // index or dictionary value is null are skipped, as in the string path;
 // sel holds only rows whose delay is valid (the filter's), so delay's
 // validity is not checked again.
-func groupByIndex(g *groups, dict *array.Dictionary, delay arrow.Array, sel []int32, scratch *[]agg) error {
+func groupByIndex(g *groups, dict *array.Dictionary, delay arrow.Array, sel rowSet, scratch *[]agg) error {
 	// Not dict.Dictionary(): it builds and caches the array on first use,
 	// unsynchronised, and partitions of one batch run concurrently.
 	dv := array.MakeFromData(dict.Data().Dictionary())
@@ -612,15 +637,15 @@ func groupByIndex(g *groups, dict *array.Dictionary, delay arrow.Array, sel []in
 		if err != nil {
 			return err
 		}
-		for _, i := range sel {
-			if !dict.IsValid(int(i)) {
+		for i := range sel.rows {
+			if !dict.IsValid(i) {
 				continue
 			}
-			c := dict.GetValueIndex(int(i))
+			c := dict.GetValueIndex(i)
 			if c < 0 || c >= n {
 				return fmt.Errorf("flights: origin row %d: dictionary index %d out of [0, %d)", i, c, n)
 			}
-			d, _ := dval(int(i))
+			d, _ := dval(i)
 			aggs[c].add(d)
 		}
 	}
@@ -646,17 +671,20 @@ func groupByIndex(g *groups, dict *array.Dictionary, delay arrow.Array, sel []in
 // index is valid in dict (codes are dict's indices, delays the delay
 // column's values, both offset applied). It fails on an index outside
 // aggs, naming the row.
-func aggregate[T signed](aggs []agg, codes []int32, delays []T, dict *array.Dictionary, sel []int32) error {
+func aggregate[T signed](aggs []agg, codes []int32, delays []T, dict *array.Dictionary, sel rowSet) error {
 	nulls := dict.NullN() > 0
-	for _, i := range sel {
-		if nulls && !dict.IsValid(int(i)) {
-			continue
+	for wi, w := range sel.words {
+		for row := sel.base + wi*64; w != 0; w &= w - 1 {
+			i := row + bits.TrailingZeros64(w)
+			if nulls && !dict.IsValid(i) {
+				continue
+			}
+			c := codes[i]
+			if uint32(c) >= uint32(len(aggs)) {
+				return fmt.Errorf("flights: origin row %d: dictionary index %d out of [0, %d)", i, c, len(aggs))
+			}
+			aggs[c].add(int64(delays[i]))
 		}
-		c := codes[i]
-		if uint32(c) >= uint32(len(aggs)) {
-			return fmt.Errorf("flights: origin row %d: dictionary index %d out of [0, %d)", i, c, len(aggs))
-		}
-		aggs[c].add(int64(delays[i]))
 	}
 	return nil
 }
