@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -222,4 +225,140 @@ func setRows(s rowSet) []int32 {
 		out = append(out, int32(r))
 	}
 	return out
+}
+
+// parquetSource writes rows rows of random delays (type int16, 10% null)
+// and 20 origins to Parquet in row groups of groupRows rows and opens it,
+// closed when the test ends; it returns the delays too.
+func parquetSource(t *testing.T, rows, groupRows int, seed uint64) kvio.Source {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, seed))
+	vals, valid := randomDelays(rng, rows, 10)
+	delay := delayArray(arrow.PrimitiveTypes.Int16, vals, valid)
+	defer delay.Release()
+	ob := array.NewStringBuilder(memory.DefaultAllocator)
+	defer ob.Release()
+	for range rows {
+		ob.Append(fmt.Sprintf("A%02d", rng.IntN(20)))
+	}
+	origin := ob.NewArray()
+	defer origin.Release()
+	sc := arrow.NewSchema([]arrow.Field{{Name: "delay", Type: delay.DataType(), Nullable: true}, {Name: "origin", Type: arrow.BinaryTypes.String}}, nil)
+	rec := array.NewRecordBatch(sc, []arrow.Array{delay, origin}, int64(rows))
+	defer rec.Release()
+	tbl := array.NewTableFromRecords(sc, []arrow.RecordBatch{rec})
+	defer tbl.Release()
+	var buf bytes.Buffer
+	require.NoError(t, pqarrow.WriteTable(tbl, &buf, int64(groupRows), parquet.NewWriterProperties(), pqarrow.DefaultWriterProps()))
+	f, err := kvio.NewFile("lanes.parquet", bytes.NewReader(buf.Bytes()), int64(buf.Len()))
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, f.Close()) })
+	src, err := kvio.OpenParquet(t.Context(), f)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, src.Close()) })
+	return src
+}
+
+// TestPlanDepthFirst checks the CPU graph's run order: on each stream,
+// a source's filters and partials come right after it, before the
+// stream's next source (so a stream holds the batches of one source
+// while it filters and groups them, not every source's at once), and
+// the sources are spread over the streams. (Where there are fewer
+// sources than partitions wanted, a source's partitions are meant to run
+// on several streams at once: no lane order applies.)
+func TestPlanDepthFirst(t *testing.T) {
+	const seed = 3
+	src := parquetSource(t, 5*minSourceRows+5, minSourceRows+1, seed)
+	require.Equal(t, 5, src.NumParts())
+	tests := []struct {
+		name             string
+		streams, parts   int
+		wantSources      int
+		wantSourceStream int // streams that run a source
+	}{
+		{name: "2 streams", streams: 2, parts: 2, wantSources: 5, wantSourceStream: 2},
+		{name: "3 streams", streams: 3, parts: 3, wantSources: 5, wantSourceStream: 3},
+		{name: "1 stream", streams: 1, parts: 1, wantSources: 5, wantSourceStream: 1},
+		{name: "4 streams", streams: 4, parts: 4, wantSources: 5, wantSourceStream: 4},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Build(src, Options{Partitions: tc.parts})
+			require.NoError(t, err)
+			dev, err := cpu.New(cpu.WithStreams(tc.streams))
+			require.NoError(t, err)
+			defer func() { assert.NoError(t, dev.Close()) }()
+			plan, err := exec.New(dev).Plan(p.Graph)
+			require.NoError(t, err)
+			byStream := map[int][]exec.PlannedLaunch{}
+			for _, l := range plan.Launches() {
+				byStream[l.Stream] = append(byStream[l.Stream], l)
+			}
+			sources, sourceStreams := 0, 0
+			for s, ls := range byStream {
+				slices.SortFunc(ls, func(a, b exec.PlannedLaunch) int { return a.Seq - b.Seq })
+				cur, ran := -1, false // the source whose batches the stream works on
+				for _, l := range ls {
+					name, idx, ok := strings.Cut(strings.TrimSuffix(l.Name, "]"), "[")
+					if !ok {
+						continue
+					}
+					n, err := strconv.Atoi(idx)
+					require.NoError(t, err, l.Name)
+					switch name {
+					case "source":
+						cur, ran = n, true
+						sources++
+					case "filter", "partial":
+						assert.Equal(t, cur, p.Partitions[n].Source, "stream %d: %s runs after source[%d], not after its own source", s, l.Name, cur)
+					}
+				}
+				if ran {
+					sourceStreams++
+				}
+			}
+			assert.Equal(t, tc.wantSources, sources)
+			assert.Equal(t, tc.wantSourceStream, sourceStreams)
+
+			res, err := exec.New(dev).Execute(t.Context(), plan)
+			require.NoError(t, err)
+			defer res.Close()
+			require.NoError(t, res.Report.Err())
+		})
+	}
+}
+
+// TestLaneFailure checks that the lane order carries no data: when a
+// source's partial (or the source itself) fails, the next source of its
+// lane still runs, and only the failed source's partition is lost.
+func TestLaneFailure(t *testing.T) {
+	src := parquetSource(t, 5*minSourceRows+5, minSourceRows+1, 4)
+	for _, kernel := range []string{"partial[0]", "source[0]", "filter[0]"} {
+		t.Run(kernel, func(t *testing.T) {
+			p, err := Build(src, Options{Partitions: 2})
+			require.NoError(t, err)
+			require.NoError(t, p.Graph.InjectFailure(kernel, false))
+			dev, err := cpu.New(cpu.WithStreams(2))
+			require.NoError(t, err)
+			defer func() { assert.NoError(t, dev.Close()) }()
+			res, err := exec.New(dev).Run(t.Context(), p.Graph)
+			require.NoError(t, err)
+			defer res.Close()
+			status := map[string]exec.Status{}
+			for _, l := range res.Report.Launches() {
+				status[l.Kernel] = l.Status
+			}
+			assert.Equal(t, exec.StatusOK, status["source[2]"], "the next source of lane 0")
+			assert.Equal(t, exec.StatusOK, status["partial[2]"])
+			tbl, err := p.Result(res)
+			require.NoError(t, err)
+			require.Len(t, tbl.Lost, 1)
+			assert.Equal(t, 0, tbl.Lost[0].Partition)
+			var count int64
+			for _, r := range tbl.Rows {
+				count += r.Count
+			}
+			assert.Positive(t, count)
+		})
+	}
 }

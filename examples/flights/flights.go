@@ -201,11 +201,21 @@ func Build(src kvio.Source, opts Options) (*Pipeline, error) {
 		splits = (want + len(ranges) - 1) / len(ranges)
 	}
 	var partials []dag.BufferID
+	// Lanes (CPU graph): source s is on lane s%want, and reads, as an
+	// optional input it ignores, the groups of the previous source of its
+	// lane. The planner keeps each lane's chain on one stream, so a
+	// stream runs source, filter and partial of one source before it
+	// decodes the next, and filter and partial read the batches while
+	// they are still in cache; without the order the plan decodes every
+	// source first. A failed partial does not stop the next source.
+	lanes := make([][]dag.BufferID, want)
 	for s, r := range ranges {
 		lo, hi, rows := r.lo, r.hi, r.rows
 		batches := g.AddValue(fmt.Sprintf("batches[%d]", s), dag.SizeHint(rows*bytesPerRow))
+		lane := &lanes[s%want]
 		g.AddKernel(fmt.Sprintf("source[%d]", s), p.source(lo, hi), dag.Writes(batches),
-			dag.Estimate(time.Duration(rows)*sourceNsPerRow))
+			dag.ReadsOptional(*lane...), dag.Estimate(time.Duration(rows)*sourceNsPerRow))
+		*lane = nil
 		for j := range splits {
 			part := Partition{Source: s, PartLo: lo, PartHi: hi, RowLo: rows * int64(j) / int64(splits), RowHi: rows * int64(j+1) / int64(splits)}
 			i := len(p.Partitions)
@@ -222,6 +232,7 @@ func Build(src kvio.Source, opts Options) (*Pipeline, error) {
 			g.AddKernel(fmt.Sprintf("partial[%d]", i), p.partial(), dag.Reads(batches, sel), dag.Writes(grp),
 				dag.Estimate(time.Duration(prows)*partialNsPerRow))
 			partials = append(partials, grp)
+			*lane = append(*lane, grp)
 		}
 	}
 	merged := g.AddValue("merged")
