@@ -477,10 +477,14 @@ func keepRows[T signed](vals []T, a arrow.Array, lo, hi int, minDelay int64) row
 				}
 			}
 		} else {
+			// Each row's bit enters at the top and moves down one place a
+			// row (constant shifts keep the loop in registers); the last
+			// shift puts row i at bit i%64.
 			for _, v := range vals[i:end] {
-				w |= uint64(b2i(int64(v) > minDelay)) << (i & 63)
-				i++
+				w = w>>1 | uint64(b2i(int64(v) > minDelay))<<63
 			}
+			w >>= uint(64 - (end - i) - i&63)
+			i = end
 		}
 		s.words[(end-1-base)>>6] = w
 	}
