@@ -41,13 +41,13 @@ func (b batchList) CopyTo(mem memory.Allocator) (any, int64, error) {
 	return out, n, nil
 }
 
-// CopyTo copies the row indices.
+// CopyTo copies the row sets (a bit a row).
 func (s selection) CopyTo(memory.Allocator) (any, int64, error) {
 	out := make(selection, len(s))
 	var n int64
-	for i, rows := range s {
-		out[i] = slices.Clone(rows)
-		n += int64(len(rows)) * 4
+	for i, rs := range s {
+		out[i] = rowSet{base: rs.base, words: slices.Clone(rs.words)}
+		n += int64(len(rs.words)) * 8
 	}
 	return out, n, nil
 }

@@ -16,15 +16,19 @@
 // stores dictionary-encoded is read as a dictionary array
 // (Pipeline.Dictionary; kvio.Dictionary), which partial[p] groups by
 // index, decoding each distinct code once per batch. filter[p] selects the rows of its row range with
-// delay > MinDelay. partial[p] groups them by key: count, delay sum and
-// delay max. merge adds the partial groups up, sort orders them by count
+// delay > MinDelay, as a bitmap (a bit a row). partial[p] groups them by
+// key: count, delay sum and delay max. merge adds the partial groups up, sort orders them by count
 // descending then key ascending, topk keeps the first TopK (all when 0),
 // join adds each airport's name and city from airports.csv when it is
 // given (a second source; when it cannot be read, the rows go on without
 // names and Table.NamesErr says why), and write hands the rows to
 // Options.Sink.
 // A source with a single large batch is split into several row ranges, so
-// its partitions run on several streams even then.
+// its partitions run on several streams even then. Otherwise the sources
+// form P lanes (source s on lane s%P): each source waits for the partials
+// of the previous source of its lane (an optional read, so a failure
+// there loses only that partition), which keeps a lane on one stream in
+// the order source, filter, partial, next source.
 //
 // With Options.OpenCL the partitions run as the device graph instead:
 // columns[p] copies the partition's delay values and one int32 group code

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -79,7 +80,7 @@ type Row struct {
 // per-row costs on the CPU device (the 3M-row Parquet file decodes,
 // filters and groups in about 0.6 s on 2 cores, decoding most of it); a
 // decoded row of the five columns is about 40 bytes, about half of the
-// rows pass a delay > 0 filter (4-byte indices), and a partial group
+// rows pass a delay > 0 filter (a bit a row), and a partial group
 // table is a few KiB. They steer placement only; results never depend on
 // them.
 const (
@@ -200,11 +201,21 @@ func Build(src kvio.Source, opts Options) (*Pipeline, error) {
 		splits = (want + len(ranges) - 1) / len(ranges)
 	}
 	var partials []dag.BufferID
+	// Lanes (CPU graph): source s is on lane s%want, and reads, as an
+	// optional input it ignores, the groups of the previous source of its
+	// lane. The planner keeps each lane's chain on one stream, so a
+	// stream runs source, filter and partial of one source before it
+	// decodes the next, and filter and partial read the batches while
+	// they are still in cache; without the order the plan decodes every
+	// source first. A failed partial does not stop the next source.
+	lanes := make([][]dag.BufferID, want)
 	for s, r := range ranges {
 		lo, hi, rows := r.lo, r.hi, r.rows
 		batches := g.AddValue(fmt.Sprintf("batches[%d]", s), dag.SizeHint(rows*bytesPerRow))
+		lane := &lanes[s%want]
 		g.AddKernel(fmt.Sprintf("source[%d]", s), p.source(lo, hi), dag.Writes(batches),
-			dag.Estimate(time.Duration(rows)*sourceNsPerRow))
+			dag.ReadsOptional(*lane...), dag.Estimate(time.Duration(rows)*sourceNsPerRow))
+		*lane = nil
 		for j := range splits {
 			part := Partition{Source: s, PartLo: lo, PartHi: hi, RowLo: rows * int64(j) / int64(splits), RowHi: rows * int64(j+1) / int64(splits)}
 			i := len(p.Partitions)
@@ -214,13 +225,14 @@ func Build(src kvio.Source, opts Options) (*Pipeline, error) {
 				continue
 			}
 			prows := part.RowHi - part.RowLo
-			sel := g.AddValue(fmt.Sprintf("selected[%d]", i), dag.SizeHint(prows*2))
+			sel := g.AddValue(fmt.Sprintf("selected[%d]", i), dag.SizeHint(prows/8+8))
 			grp := g.AddValue(fmt.Sprintf("groups[%d]", i), dag.SizeHint(groupsBytes))
 			g.AddKernel(fmt.Sprintf("filter[%d]", i), p.filter(part), dag.Reads(batches), dag.Writes(sel),
 				dag.Estimate(time.Duration(prows)*filterNsPerRow))
 			g.AddKernel(fmt.Sprintf("partial[%d]", i), p.partial(), dag.Reads(batches, sel), dag.Writes(grp),
 				dag.Estimate(time.Duration(prows)*partialNsPerRow))
 			partials = append(partials, grp)
+			*lane = append(*lane, grp)
 		}
 	}
 	merged := g.AddValue("merged")
@@ -359,8 +371,47 @@ func (p *Pipeline) source(lo, hi int) dag.KernelFunc {
 }
 
 // selection is the value of a selected[p] buffer: for each batch of the
-// source, the indices of the rows kept.
-type selection [][]int32
+// source, the rows kept (an empty rowSet for a batch outside the
+// partition or not read).
+type selection []rowSet
+
+// rowSet is a set of rows of one batch as a bitmap: row r is in the set
+// when bit r%64 of words[(r-base)/64] is set. base is a multiple of 64, so
+// a partition's rows [lo, hi) take (hi-base+63)/64 words: one bit a row.
+type rowSet struct {
+	base  int
+	words []uint64
+}
+
+// empty reports whether no row is in the set.
+func (s rowSet) empty() bool {
+	for _, w := range s.words {
+		if w != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// len returns the number of rows in the set.
+func (s rowSet) len() int {
+	n := 0
+	for _, w := range s.words {
+		n += bits.OnesCount64(w)
+	}
+	return n
+}
+
+// rows yields the rows in the set in increasing order.
+func (s rowSet) rows(yield func(int) bool) {
+	for wi, w := range s.words {
+		for row := s.base + wi*64; w != 0; w &= w - 1 {
+			if !yield(row + bits.TrailingZeros64(w)) {
+				return
+			}
+		}
+	}
+}
 
 func (p *Pipeline) filter(part Partition) dag.KernelFunc {
 	minDelay := p.opts.MinDelay
@@ -381,18 +432,72 @@ func (p *Pipeline) filter(part Partition) dag.KernelFunc {
 			if rec.NumRows() != n {
 				return fmt.Errorf("flights: part %d has %d rows, want %d", part.PartLo+b, rec.NumRows(), n)
 			}
-			delay, err := int64Column(rec, "delay")
+			col, err := column(rec, "delay")
 			if err != nil {
 				return err
 			}
-			for i := lo; i < hi; i++ {
-				if d, ok := delay(int(i)); ok && d > minDelay {
-					sel[b] = append(sel[b], int32(i))
-				}
+			switch a := col.(type) {
+			case *array.Int16:
+				sel[b] = keepRows(a.Int16Values(), a, int(lo), int(hi), minDelay)
+			case *array.Int32:
+				sel[b] = keepRows(a.Int32Values(), a, int(lo), int(hi), minDelay)
+			case *array.Int64:
+				sel[b] = keepRows(a.Int64Values(), a, int(lo), int(hi), minDelay)
+			case *array.Int8:
+				sel[b] = keepRows(a.Int8Values(), a, int(lo), int(hi), minDelay)
+			default:
+				return fmt.Errorf("flights: column %q is %s, not a signed integer", "delay", col.DataType())
 			}
 		}
 		return l.Out(0).Store(sel)
 	}
+}
+
+// signed is the Go type of a signed integer Arrow column's values.
+type signed interface {
+	~int8 | ~int16 | ~int32 | ~int64
+}
+
+// keepRows returns the set of rows i in [lo, hi) whose delay vals[i] is
+// valid in a and greater than minDelay, one bit a row of the range
+// (branch-free where a has no nulls). vals are a's values (as
+// Int16Values and the like give them, offset applied); 0 <= lo <= hi <=
+// len(vals).
+func keepRows[T signed](vals []T, a arrow.Array, lo, hi int, minDelay int64) rowSet {
+	base := lo &^ 63
+	s := rowSet{base: base, words: make([]uint64, (hi-base+63)/64)}
+	nulls := a.NullN() > 0
+	for i := lo; i < hi; {
+		end := min((i|63)+1, hi) // the end of the word of row i
+		var w uint64
+		if nulls {
+			for ; i < end; i++ {
+				if int64(vals[i]) > minDelay && a.IsValid(i) {
+					w |= 1 << (i & 63)
+				}
+			}
+		} else {
+			// Each row's bit enters at the top and moves down one place a
+			// row (constant shifts keep the loop in registers); the last
+			// shift puts row i at bit i%64.
+			for _, v := range vals[i:end] {
+				w = w>>1 | uint64(b2i(int64(v) > minDelay))<<63
+			}
+			w >>= uint(64 - (end - i) - i&63)
+			i = end
+		}
+		s.words[(end-1-base)>>6] = w
+	}
+	return s
+}
+
+// b2i is 1 for true and 0 for false, without a branch.
+func b2i(b bool) int {
+	var i int
+	if b {
+		i = 1
+	}
+	return i
 }
 
 // agg accumulates one group.
@@ -436,28 +541,34 @@ func (p *Pipeline) partial() dag.KernelFunc {
 		g := newGroups()
 		var scratch []agg // groupByIndex's, one per dictionary index
 		for b, rec := range batches {
-			if len(sel[b]) == 0 {
+			if sel[b].empty() {
 				continue
+			}
+			if p.Key == KeyOrigin {
+				if col, err := column(rec, "origin"); err == nil {
+					if dict, ok := col.(*array.Dictionary); ok {
+						dcol, err := column(rec, "delay")
+						if err != nil {
+							return err
+						}
+						if err := groupByIndex(g, dict, dcol, sel[b], &scratch); err != nil {
+							return err
+						}
+						continue
+					}
+				}
 			}
 			delay, err := int64Column(rec, "delay")
 			if err != nil {
 				return err
 			}
 			if p.Key == KeyOrigin {
-				if col, err := column(rec, "origin"); err == nil {
-					if dict, ok := col.(*array.Dictionary); ok {
-						if err := groupByIndex(g, dict, delay, sel[b], &scratch); err != nil {
-							return err
-						}
-						continue
-					}
-				}
 				key, err := stringColumn(rec, "origin")
 				if err != nil {
 					return err
 				}
-				for _, i := range sel[b] {
-					k, ok := key(int(i))
+				for i := range sel[b].rows {
+					k, ok := key(i)
 					if !ok {
 						continue
 					}
@@ -466,7 +577,7 @@ func (p *Pipeline) partial() dag.KernelFunc {
 						a = &agg{}
 						g.byCode[strings.Clone(k)] = a // k points into Arrow memory
 					}
-					d, _ := delay(int(i))
+					d, _ := delay(i)
 					a.add(d)
 				}
 				continue
@@ -475,8 +586,8 @@ func (p *Pipeline) partial() dag.KernelFunc {
 			if err != nil {
 				return err
 			}
-			for _, i := range sel[b] {
-				h, ok := hour(int(i))
+			for i := range sel[b].rows {
+				h, ok := hour(i)
 				if !ok {
 					continue
 				}
@@ -485,7 +596,7 @@ func (p *Pipeline) partial() dag.KernelFunc {
 					a = &agg{}
 					g.byHour[h] = a
 				}
-				d, _ := delay(int(i))
+				d, _ := delay(i)
 				a.add(d)
 			}
 		}
@@ -494,11 +605,14 @@ func (p *Pipeline) partial() dag.KernelFunc {
 }
 
 // groupByIndex adds the selected rows sel of a batch whose origin
-// column is the dictionary array dict to g: it aggregates by dictionary
-// index in scratch (reused across batches, grown as needed), then adds
-// each index's aggregate to g under its string, decoded once. Rows whose
-// index or dictionary value is null are skipped, as in the string path.
-func groupByIndex(g *groups, dict *array.Dictionary, delay func(int) (int64, bool), sel []int32, scratch *[]agg) error {
+// column is the dictionary array dict and whose delay column is delay
+// (a signed integer array) to g: it aggregates by dictionary index in
+// scratch (reused across batches, grown as needed), then adds each
+// index's aggregate to g under its string, decoded once. Rows whose
+// index or dictionary value is null are skipped, as in the string path;
+// sel holds only rows whose delay is valid (the filter's), so delay's
+// validity is not checked again.
+func groupByIndex(g *groups, dict *array.Dictionary, delay arrow.Array, sel rowSet, scratch *[]agg) error {
 	// Not dict.Dictionary(): it builds and caches the array on first use,
 	// unsynchronised, and partitions of one batch run concurrently.
 	dv := array.MakeFromData(dict.Data().Dictionary())
@@ -513,29 +627,40 @@ func groupByIndex(g *groups, dict *array.Dictionary, delay func(int) (int64, boo
 	}
 	aggs := (*scratch)[:n]
 	clear(aggs)
+	if delay.Len() != dict.Len() {
+		return fmt.Errorf("flights: delay has %d rows, origin %d", delay.Len(), dict.Len())
+	}
 	if idx, ok := dict.Indices().(*array.Int32); ok {
 		codes := idx.Int32Values()
-		for _, i := range sel {
-			if !dict.IsValid(int(i)) {
-				continue
-			}
-			c := codes[i]
-			if c < 0 || int(c) >= n {
-				return fmt.Errorf("flights: origin row %d: dictionary index %d out of [0, %d)", i, c, n)
-			}
-			d, _ := delay(int(i))
-			aggs[c].add(d)
+		switch d := delay.(type) {
+		case *array.Int16:
+			err = aggregate(aggs, codes, d.Int16Values(), dict, sel)
+		case *array.Int32:
+			err = aggregate(aggs, codes, d.Int32Values(), dict, sel)
+		case *array.Int64:
+			err = aggregate(aggs, codes, d.Int64Values(), dict, sel)
+		case *array.Int8:
+			err = aggregate(aggs, codes, d.Int8Values(), dict, sel)
+		default:
+			return fmt.Errorf("flights: column %q is %s, not a signed integer", "delay", delay.DataType())
+		}
+		if err != nil {
+			return err
 		}
 	} else {
-		for _, i := range sel {
-			if !dict.IsValid(int(i)) {
+		dval, err := int64Array(delay, "delay")
+		if err != nil {
+			return err
+		}
+		for i := range sel.rows {
+			if !dict.IsValid(i) {
 				continue
 			}
-			c := dict.GetValueIndex(int(i))
+			c := dict.GetValueIndex(i)
 			if c < 0 || c >= n {
 				return fmt.Errorf("flights: origin row %d: dictionary index %d out of [0, %d)", i, c, n)
 			}
-			d, _ := delay(int(i))
+			d, _ := dval(i)
 			aggs[c].add(d)
 		}
 	}
@@ -552,6 +677,28 @@ func groupByIndex(g *groups, dict *array.Dictionary, delay func(int) (int64, boo
 		} else {
 			a := aggs[c]
 			g.byCode[strings.Clone(k)] = &a // k points into Arrow memory
+		}
+	}
+	return nil
+}
+
+// aggregate adds delays[i] to aggs[codes[i]] for each row i of sel whose
+// index is valid in dict (codes are dict's indices, delays the delay
+// column's values, both offset applied). It fails on an index outside
+// aggs, naming the row.
+func aggregate[T signed](aggs []agg, codes []int32, delays []T, dict *array.Dictionary, sel rowSet) error {
+	nulls := dict.NullN() > 0
+	for wi, w := range sel.words {
+		for row := sel.base + wi*64; w != 0; w &= w - 1 {
+			i := row + bits.TrailingZeros64(w)
+			if nulls && !dict.IsValid(i) {
+				continue
+			}
+			c := codes[i]
+			if uint32(c) >= uint32(len(aggs)) {
+				return fmt.Errorf("flights: origin row %d: dictionary index %d out of [0, %d)", i, c, len(aggs))
+			}
+			aggs[c].add(int64(delays[i]))
 		}
 	}
 	return nil
@@ -717,6 +864,12 @@ func int64Column(rec arrow.RecordBatch, name string) (func(int) (int64, bool), e
 	if err != nil {
 		return nil, err
 	}
+	return int64Array(col, name)
+}
+
+// int64Array returns an accessor for a signed integer array of the
+// column name.
+func int64Array(col arrow.Array, name string) (func(int) (int64, bool), error) {
 	switch a := col.(type) {
 	case *array.Int64:
 		return func(i int) (int64, bool) { return a.Value(i), a.IsValid(i) }, nil
