@@ -22,8 +22,11 @@ import (
 // run's other buffers and released when it ends), and the plan's copy
 // launches between a host instance and a device instance run on the code
 // device's stream as CopyIn or CopyOut. Every graph buffer's own instance
-// (the one a Result reads) lives on a device that is not a code device,
-// so a Result reads host memory only.
+// (the one a Result reads) lives on a device that is not a code device.
+// Bytes a code device writes are copied back by the run only where a
+// launch elsewhere reads them; those that end a run on a code device alone
+// are copied home by the Result's first read of the buffer (run.fetch),
+// which keeps the run's device memory until Result.Close.
 //
 // Each code stream's list is driven by one goroutine (a codeRun) that
 // enqueues the launches in order and settles them in order as the device
@@ -73,6 +76,11 @@ import (
 // done ctx still lets run is at most this much per stream.
 const codeWindow = 64
 
+// codeSegment is the most launches one recorded event covers when no
+// other need for a Record comes first: a quarter of the window, so a full
+// window waits for its oldest quarter while three run on.
+const codeSegment = codeWindow / 4
+
 // statusStride is the distance in bytes between the status words of a
 // code stream's launches in its status memory: a multiple of every
 // device's base address alignment (OpenCL requires sub-buffer origins
@@ -107,8 +115,10 @@ type codeOp struct {
 	kernel   bool
 	variant  *dag.Variant
 	args     []codeArg
-	argBytes []int64 // the ShapeFunc's input
-	status   bool    // the kernel has a status word
+	argBytes []int64   // the ShapeFunc's input
+	shape    dag.Shape // the launch shape (the ShapeFunc of argBytes)
+	shapeErr error     // why shape cannot be launched, if so
+	status   bool      // the kernel has a status word
 	// A copy: from host bytes into device memory (in), device memory out
 	// to host bytes (out), or within the device (neither).
 	in, out bool
@@ -149,6 +159,12 @@ func (p *Plan) codeOps() []codeOp {
 					op.args = append(op.args, codeArg{inst: -1, scalar: v})
 					op.argBytes = append(op.argBytes, 0)
 				}
+			}
+			// A pure function of the plan's sizes (dag.ShapeFunc): once
+			// per plan, not per launch.
+			op.shape = op.variant.Shape(op.argBytes)
+			if err := op.shape.Check(); err != nil {
+				op.shapeErr = fmt.Errorf("exec: kernel %q: %w", l.Name, err)
 			}
 		}
 		p.cops = ops
@@ -204,6 +220,70 @@ func (r *run) releaseMems() {
 	r.mems = nil
 }
 
+// fetch is a range of a graph buffer's final bytes that a run leaves on
+// a code device alone: in plan buffer inst (device memory of device dev),
+// bytes [off, end). A Result copies them home when it first reads the
+// buffer (fetch), so no run copies back what only device code reads.
+type fetch struct {
+	inst     buffers.ID
+	dev      int
+	off, end int64
+}
+
+// fetch copies graph buffer id's final bytes that are on code devices
+// alone to its home instance, once per run: the bytes of each range, or,
+// where the device instance is tainted (or was never allocated), its
+// taint; a copy the device fails taints the range with that failure. The
+// run's device memory is kept until release while any fetch may be
+// pending. It is safe for concurrent use.
+func (r *run) fetch(id dag.BufferID) {
+	fs := r.plan.fetch[id]
+	if len(fs) == 0 {
+		return
+	}
+	r.fetchMu.Lock()
+	defer r.fetchMu.Unlock()
+	if r.fetched == nil {
+		r.fetched = make([]bool, len(r.plan.fetch))
+	}
+	if r.fetched[id] {
+		return
+	}
+	r.fetched[id] = true
+	pb := &r.plan.bufs[id]
+	for _, f := range fs {
+		src := buffers.Binding{Buffer: f.inst, Offset: f.off, Length: f.end - f.off}
+		dst := buffers.Binding{Buffer: buffers.ID(id), Offset: f.off, Length: f.end - f.off}
+		// Named as the plan names a copy (placer.copy): a chain read
+		// through it shows the same step.
+		name := pb.Name
+		if f.off != 0 || f.end != pb.SizeBytes {
+			name = fmt.Sprintf("%s[%d:%d)", pb.Name, f.off, f.end)
+		}
+		op := fmt.Sprintf("copy %s %s→%s", name, r.devs[f.dev], r.devs[pb.Device])
+		var m gpu.Memory
+		if r.mems != nil {
+			m = r.mems[f.inst]
+		}
+		hb := r.buffer(buffers.ID(id))
+		if m == nil || hb == nil || r.store.EnsureWritten(src) != nil {
+			r.store.Carry(op, src, dst) // tainted, or never allocated: nothing worth copying
+			continue
+		}
+		cd, _ := codeDevice(r.gdevs[f.dev])
+		st := cd.Stream(0).(gpu.CodeStream)
+		err := st.CopyOut(hb.Bytes()[f.off:f.end], m, f.off)
+		if err == nil {
+			err = st.Record().Wait(context.Background())
+		}
+		if err != nil {
+			r.store.Fail(op, fmt.Errorf("exec: %s: %w", op, err), []buffers.Binding{dst})
+			continue
+		}
+		r.store.Carry(op, src, dst)
+	}
+}
+
 // segment is a run of a code stream's launches, [start, end) by position,
 // covered by one recorded event.
 type segment struct {
@@ -230,6 +310,9 @@ type codeRun struct {
 	statusSlot []int32 // by position: its slot, or -1
 	enqAt      []int64 // by position: when it was enqueued (ns since the run's base), with timing
 	lastEnd    int64
+	// The launch being enqueued, reused: the stream does not keep it.
+	kl   gpu.KernelLaunch
+	args []gpu.KernelArg
 }
 
 // codeState is how far a launch of a code stream got.
@@ -435,19 +518,26 @@ func (c *codeRun) enqueue() {
 	}
 	// A kernel's failure names it (its label: kernel names are unique in
 	// a graph), but a copy's names only its kind: a copy ends a segment.
-	if l.Copy != nil || h.record || c.pos == len(b.list) {
+	// Within a long run of launches nothing else asks for, a Record
+	// every codeSegment launches: the window then settles one segment at
+	// a time while the rest of it runs on.
+	if l.Copy != nil || h.record || c.pos == len(b.list) || c.pos-c.covered() >= codeSegment {
 		c.recordTo(c.pos)
 	}
+}
+
+// covered returns where the launches no segment covers start.
+func (c *codeRun) covered() int {
+	if n := len(c.segs); n > 0 {
+		return c.segs[n-1].end
+	}
+	return c.set
 }
 
 // recordTo records an event covering the launches before end that no
 // segment covers yet.
 func (c *codeRun) recordTo(end int) {
-	from := c.set
-	if n := len(c.segs); n > 0 {
-		from = c.segs[n-1].end
-	}
-	if end > from {
+	if end > c.covered() {
 		c.segs = append(c.segs, segment{end: end, ev: c.st.Record()})
 	}
 }
@@ -491,18 +581,18 @@ func (c *codeRun) launch(k int, l *PlannedLaunch) error {
 	if c.progs[k] == nil {
 		return fmt.Errorf("exec: kernel %q has no program", l.Name)
 	}
-	shape := op.variant.Shape(op.argBytes)
-	if err := shape.Check(); err != nil {
-		return fmt.Errorf("exec: kernel %q: %w", l.Name, err)
+	if op.shapeErr != nil {
+		return op.shapeErr
 	}
-	if slices.Contains(shape.Global, 0) {
+	if slices.Contains(op.shape.Global, 0) {
 		// dag.Shape: a zero size runs no work-item. OpenCL refuses an
 		// empty NDRange, so nothing is enqueued; the launch succeeds
 		// (its status word stays zero).
 		c.state[k].enqueued = true
 		return nil
 	}
-	args := make([]gpu.KernelArg, len(op.args))
+	args := slices.Grow(c.args[:0], len(op.args))[:len(op.args)]
+	c.args = args
 	for j, a := range op.args {
 		switch {
 		case a.status:
@@ -517,8 +607,8 @@ func (c *codeRun) launch(k int, l *PlannedLaunch) error {
 			args[j] = gpu.KernelArg{Scalar: a.scalar}
 		}
 	}
-	kl := gpu.KernelLaunch{Program: c.progs[k], Entry: op.variant.Entry, Global: shape.Global, Local: shape.Local, Args: args, Label: l.Name}
-	if err := c.st.LaunchKernel(&kl); err != nil {
+	c.kl = gpu.KernelLaunch{Program: c.progs[k], Entry: op.variant.Entry, Global: op.shape.Global, Local: op.shape.Local, Args: args, Label: l.Name}
+	if err := c.st.LaunchKernel(&c.kl); err != nil {
 		return fmt.Errorf("exec: kernel %q: %w", l.Name, err)
 	}
 	c.state[k].enqueued = true

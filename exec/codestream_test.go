@@ -84,7 +84,7 @@ func codeDevs() []codeDev {
 			})
 			return d
 		}},
-		{"opencl", openCLAvailable, openCLDevice},
+		{"opencl", openCLAvailable, func(t *testing.T, streams int) gpu.CodeDevice { return openCLDevice(t, streams) }},
 	}
 }
 
@@ -101,7 +101,7 @@ func openCLAvailable() error {
 // openCLDevice opens the machine's first OpenCL device with streams
 // streams, closed at cleanup; it skips the test when there is none (fails
 // it under CI).
-func openCLDevice(t *testing.T, streams int) gpu.CodeDevice {
+func openCLDevice(t testing.TB, streams int) gpu.CodeDevice {
 	t.Helper()
 	if os.Getenv("POCL_CACHE_DIR") == "" {
 		t.Setenv("POCL_CACHE_DIR", filepath.Join(os.TempDir(), "streamdag-pocl-cache"))
@@ -122,7 +122,7 @@ func openCLDevice(t *testing.T, streams int) gpu.CodeDevice {
 
 // cpuAnd returns an executor over a CPU device with cpuStreams streams
 // and code device cd.
-func cpuAnd(t *testing.T, cpuStreams int, cd gpu.Device, opts ...exec.Option) *exec.Executor {
+func cpuAnd(t testing.TB, cpuStreams int, cd gpu.Device, opts ...exec.Option) *exec.Executor {
 	t.Helper()
 	dev, err := cpu.New(cpu.WithStreams(cpuStreams))
 	require.NoError(t, err)
@@ -797,5 +797,79 @@ func TestCodeDeviceRunsShareADevice(t *testing.T) {
 			close(release)
 			assert.NoError(t, <-done)
 		})
+	}
+}
+
+// A buffer that device code writes and only device code reads is not
+// copied back by the run; a Result's read of it fetches its bytes from
+// the device then (the right ones, and its taint with them: a failed
+// producer's output reads as failed), while a buffer a host kernel reads
+// is copied back once, before that kernel.
+func TestCodeDeviceFetchOnRead(t *testing.T) {
+	const seed, w = 5, 32
+	for _, cd := range codeDevs() {
+		for _, fail := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/fail=%v", cd.name, fail), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(seed, seed))
+				vals := make([]uint64, w)
+				for j := range vals {
+					vals[j] = rng.Uint64N(1 << 20)
+				}
+				g := dag.New()
+				a, mid := g.AddBuffer("a", 8*w), g.AddBuffer("mid", 8*w)
+				out, total := g.AddBuffer("out", 8*w), g.AddBuffer("total", 8)
+				g.AddKernel("src", func(_ context.Context, l dag.Launch) error {
+					for j, v := range vals {
+						binary.LittleEndian.PutUint64(l.Out(0).Bytes()[8*j:], v)
+					}
+					return nil
+				}, dag.Writes(a))
+				code := dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(a), dag.BufferArg(mid), dag.ScalarArg(uint64(3)), dag.ScalarArg(uint64(1)))
+				if fail { // a soft failure: vals[0] is odd
+					vals[0] |= 1
+					code = dag.OpenCL(checkCL, "check", func([]int64) dag.Shape { return dag.Shape{Global: []int{1}} },
+						dag.BufferArg(a), dag.BufferArg(mid), dag.StatusArg())
+				}
+				g.AddKernel("first", nil, dag.Reads(a), dag.Writes(mid), code)
+				g.AddKernel("second", nil, dag.Reads(mid), dag.Writes(out),
+					dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(mid), dag.BufferArg(out), dag.ScalarArg(uint64(2)), dag.ScalarArg(uint64(5))))
+				g.AddKernel("sum", func(_ context.Context, l dag.Launch) error {
+					var v uint64
+					for j := range w {
+						v += u64(l.In(0).Bytes(), 8*j)
+					}
+					binary.LittleEndian.PutUint64(l.Out(0).Bytes(), v)
+					return nil
+				}, dag.Reads(out), dag.Writes(total))
+				e := cpuAnd(t, 1, cd.make(t, 2))
+				res, err := e.Run(t.Context(), g)
+				require.NoError(t, err)
+				defer res.Close()
+				var back []string
+				for _, c := range res.Report.Copies {
+					if c.To == topology.CPU {
+						back = append(back, c.Buffer)
+					}
+				}
+				assert.Equal(t, []string{"out"}, back, "seed %d: copied back: only what a host kernel reads", seed)
+				b, err := res.Buffer(mid)
+				if fail {
+					var uw *failgraph.UnwrittenError
+					require.ErrorAs(t, err, &uw, "seed %d: mid's producer failed", seed)
+					assert.Equal(t, []string{"copy mid " + e.Devices()[1].ID().String() + "→cpu", "first"}, uw.Chain, "seed %d", seed)
+					return
+				}
+				require.NoError(t, err)
+				var want uint64
+				for j, v := range vals {
+					assert.Equal(t, v*3+1, u64(b.Bytes(), 8*j), "seed %d: mid[%d]", seed, j)
+					want += (v*3+1)*2 + 5
+				}
+				b2, err := res.Buffer(mid) // a second read fetches nothing more
+				require.NoError(t, err)
+				assert.Equal(t, b.Bytes(), b2.Bytes())
+				assert.Equal(t, want, uint64Of(t, res, total), "seed %d", seed)
+			})
+		}
 	}
 }

@@ -222,7 +222,9 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 		return nil, err
 	}
 	submitErr := r.execute(e.devs, e.timing)
-	r.releaseMems() // no Result reads device memory
+	if p.fetch == nil {
+		r.releaseMems() // no Result reads device memory
+	}
 	rep := newReport(p, r.out, r.store, e.topo)
 	res := &Result{graph: p.graph, run: r, store: r.store, Report: rep}
 	if submitErr == nil && loss != nil && loss.lost.Load() {
@@ -277,6 +279,10 @@ type run struct {
 	// mems holds the run's instances on code devices (device memory), by
 	// plan buffer id; nil without any (see codestream.go).
 	mems []gpu.Memory
+	// fetched marks, by graph buffer, the Plan.fetch ranges a Result has
+	// copied home (run.fetch); guarded by fetchMu.
+	fetchMu sync.Mutex
+	fetched []bool
 
 	inline bool // started inside a kernel of a running run: runs on the calling goroutine (see execute)
 
