@@ -74,7 +74,7 @@ import (
 // codeWindow bounds how many launches a code stream enqueues ahead of the
 // oldest it has not settled: cancellation stops enqueueing, so what a
 // done ctx still lets run is at most this much per stream.
-const codeWindow = 64
+const codeWindow = 256
 
 // codeSegment is the most launches one recorded event covers when no
 // other need for a Record comes first: a quarter of the window, so a full
@@ -265,7 +265,14 @@ func (r *run) fetch(id dag.BufferID) {
 		if r.mems != nil {
 			m = r.mems[f.inst]
 		}
+		if r.unalloc != nil && r.unalloc.bufs[id] {
+			return // its home was never reserved: a read fails with that
+		}
 		hb := r.buffer(buffers.ID(id))
+		if hb == nil && r.plan.fetchOnly[id] {
+			hb, _ = r.pools[pb.Device].AllocateReserved(buffers.ID(id), pb.Name, pb.SizeBytes) // reserved by allocate
+			r.bufs[id].Store(hb)
+		}
 		if m == nil || hb == nil || r.store.EnsureWritten(src) != nil {
 			r.store.Carry(op, src, dst) // tainted, or never allocated: nothing worth copying
 			continue
@@ -410,30 +417,31 @@ func (c *codeRun) run(dev gpu.CodeDevice, slots int) {
 // of that kernel when they are enqueued) and zeroes the status words.
 func (c *codeRun) prepare(dev gpu.CodeDevice, slots int) {
 	p := c.r.plan
-	built := map[*dag.Variant]gpu.Program{}
-	failed := map[*dag.Variant]error{}
+	// By source: kernels of one source share its program (each kernel
+	// has a variant of its own).
+	built := map[string]gpu.Program{}
+	failed := map[string]error{}
 	for k, h := range c.b.list {
 		op := &c.ops[h.idx]
 		if !op.kernel {
 			continue
 		}
 		v := op.variant
-		if prog, ok := built[v]; ok {
+		name := p.launches[h.idx].Name
+		if prog, ok := built[v.Source]; ok {
 			c.progs[k] = prog
 			continue
 		}
-		if err, ok := failed[v]; ok {
-			c.state[k].err = err
-			continue
+		err, ok := failed[v.Source]
+		if !ok {
+			var prog gpu.Program
+			if prog, err = dev.Program(name, v.Source, ""); err == nil {
+				built[v.Source], c.progs[k] = prog, prog
+				continue
+			}
+			failed[v.Source] = err
 		}
-		name := p.launches[h.idx].Name
-		prog, err := dev.Program(name, v.Source, "")
-		if err != nil {
-			err = fmt.Errorf("exec: kernel %q: build for %s: %w", name, dev.ID(), err)
-			failed[v], c.state[k].err = err, err
-			continue
-		}
-		built[v], c.progs[k] = prog, prog
+		c.state[k].err = fmt.Errorf("exec: kernel %q: build for %s: %w", name, dev.ID(), err)
 	}
 	if slots == 0 {
 		return

@@ -43,8 +43,10 @@ func nopChain(n int) *dag.Graph {
 // plan makes) against, in the same iteration, a raw
 // loop of n CodeStream.LaunchKernel calls and one Record and Wait at the
 // end, binding the same arguments (memory allocated once, outside the
-// timer). It reports both per launch (exec-ns/launch, raw-ns/launch) and
-// their ratio (exec/raw).
+// timer), and the same raw loop with its memory allocated and released
+// inside the timer, as a run allocates its buffers. It reports exec and
+// raw per launch (exec-ns/launch, raw-ns/launch) and the ratios exec/raw
+// and exec/raw+alloc.
 func BenchmarkCodeStreamOverhead(b *testing.B) {
 	for _, n := range []int{64, 1024} {
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
@@ -74,7 +76,8 @@ func BenchmarkCodeStreamOverhead(b *testing.B) {
 			require.NoError(b, err)
 			require.NoError(b, res.Err())
 			res.Close()
-			var execT, rawT time.Duration
+			var execT, rawT, allocT time.Duration
+			kla := make([]gpu.KernelLaunch, n)
 			b.ReportAllocs()
 			for b.Loop() {
 				t0 := time.Now()
@@ -95,13 +98,39 @@ func BenchmarkCodeStreamOverhead(b *testing.B) {
 				if err := st.Record().Wait(b.Context()); err != nil {
 					b.Fatal(err)
 				}
+				t2 := time.Now()
+				// The raw loop again, with its memory allocated and
+				// released inside the timer, as a run does.
+				ms := make([]gpu.Memory, n)
+				for i := range ms {
+					m, err := dev.Alloc(64)
+					if err != nil {
+						b.Fatal(err)
+					}
+					ms[i] = m
+					kla[i] = kls[i]
+					kla[i].Args = []gpu.KernelArg{{Mem: ms[max(i-1, 0)]}, {Mem: m}}
+				}
+				for i := range kla {
+					if err := st.LaunchKernel(&kla[i]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := st.Record().Wait(b.Context()); err != nil {
+					b.Fatal(err)
+				}
+				for _, m := range ms {
+					m.Release()
+				}
 				execT += t1.Sub(t0)
-				rawT += time.Since(t1)
+				rawT += t2.Sub(t1)
+				allocT += time.Since(t2)
 			}
 			launches := float64(b.N * n)
 			b.ReportMetric(float64(execT.Nanoseconds())/launches, "exec-ns/launch")
 			b.ReportMetric(float64(rawT.Nanoseconds())/launches, "raw-ns/launch")
 			b.ReportMetric(float64(execT)/float64(rawT), "exec/raw")
+			b.ReportMetric(float64(execT)/float64(allocT), "exec/raw+alloc")
 		})
 	}
 }

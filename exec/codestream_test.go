@@ -808,8 +808,12 @@ func TestCodeDeviceRunsShareADevice(t *testing.T) {
 func TestCodeDeviceFetchOnRead(t *testing.T) {
 	const seed, w = 5, 32
 	for _, cd := range codeDevs() {
-		for _, fail := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/fail=%v", cd.name, fail), func(t *testing.T) {
+		for _, tc := range []struct {
+			name       string
+			fail, read bool
+		}{{"ok", false, true}, {"failed", true, true}, {"unread", false, false}} {
+			fail := tc.fail
+			t.Run(cd.name+"/"+tc.name, func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(seed, seed))
 				vals := make([]uint64, w)
 				for j := range vals {
@@ -841,10 +845,18 @@ func TestCodeDeviceFetchOnRead(t *testing.T) {
 					binary.LittleEndian.PutUint64(l.Out(0).Bytes(), v)
 					return nil
 				}, dag.Reads(out), dag.Writes(total))
-				e := cpuAnd(t, 1, cd.make(t, 2))
+				bud := buffers.NewBudget(1 << 20)
+				e := cpuAnd(t, 1, cd.make(t, 2), exec.WithBudget(bud))
 				res, err := e.Run(t.Context(), g)
 				require.NoError(t, err)
 				defer res.Close()
+				if !tc.read {
+					// Closed unread: every byte of the budget comes back,
+					// mid's host bytes (never made) too.
+					res.Close()
+					assert.True(t, bud.TryAcquire(bud.TotalBytes()), "seed %d: budget bytes left taken", seed)
+					return
+				}
 				var back []string
 				for _, c := range res.Report.Copies {
 					if c.To == topology.CPU {

@@ -311,6 +311,23 @@ func (pl *placer) finish() {
 		}
 		pl.read(pl.g.Buffer(dag.BufferID(b)).Whole(), home)
 	}
+	if f := pl.p.fetch; f != nil {
+		// A graph buffer no launch binds is touched by fetches alone:
+		// its host bytes are made by the first (its budget is taken).
+		pl.p.fetchOnly = make([]bool, len(f))
+		for b := range f {
+			pl.p.fetchOnly[b] = f[b] != nil
+		}
+		for _, l := range pl.p.launches {
+			for _, bs := range [2][]buffers.Binding{l.Reads, l.Writes} {
+				for _, x := range bs {
+					if int(x.Buffer) < len(f) {
+						pl.p.fetchOnly[x.Buffer] = false
+					}
+				}
+			}
+		}
+	}
 	for i := range pl.p.bufs {
 		pb := &pl.p.bufs[i]
 		pb.final = !slices.ContainsFunc(pl.pieces[pb.Of], func(p piece) bool { return !p.on.has(pb.Device) })

@@ -418,6 +418,9 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 			r.allocMem(i)
 			continue
 		}
+		if r.plan.fetchOnly != nil && int(i) < len(r.plan.fetchOnly) && r.plan.fetchOnly[i] {
+			continue // reserved; made by the first fetch (run.fetch), or its bytes given back by release
+		}
 		buf, _ := r.pools[b.Device].AllocateReserved(buffers.ID(i), b.Name, b.SizeBytes) // sizes checked above
 		r.bufs[i].Store(buf)
 	}
@@ -440,6 +443,13 @@ func (r *run) release() {
 	r.releaseMems()
 	if r.bufs == nil {
 		return
+	}
+	for i, only := range r.plan.fetchOnly {
+		// Reserved but never fetched: nothing made, the bytes given back.
+		if only && r.bufs[i].Load() == nil && (r.unalloc == nil || !r.unalloc.bufs[i]) {
+			pb := &r.plan.bufs[i]
+			r.pools[pb.Device].Budget().Release(pb.SizeBytes)
+		}
 	}
 	drop := func(i int) {
 		if r.bufs[i].Load() == nil { // a plain load: most value buffers were never made

@@ -98,6 +98,7 @@ type Plan struct {
 	placement PlacementResult     // the device of each kernel (by kernel id), and the cost model's figures
 	record    []bool              // record[i]: an event must be recorded after launch i
 	fetch     [][]fetch           // by graph buffer: its final bytes a Result fetches from a code device; nil: none anywhere
+	fetchOnly []bool              // by graph buffer: only fetches touch it (its host bytes are made by the first); nil with fetch
 
 	compileOnce sync.Once
 	comp        *compiled // the stream lists, built on the first run
