@@ -1,10 +1,12 @@
 package exec
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -32,15 +34,24 @@ import (
 // enqueues the launches in order and settles them in order as the device
 // completes them:
 //
-//   - a launch's cross-stream waits are taken on the host, on the run's
-//     per-stream progress (the launches it waits for have settled, on
-//     whatever device they ran), after the stream has settled what it
-//     enqueued before: a device's queue runs in order, so nothing the
-//     launch precedes could have started sooner, and a device never holds
-//     a command whose producers may not run. (Waits enqueued on the
-//     device, Stream.Wait on a settle event, cannot be withdrawn when the
-//     run's ctx ends: the device would then wait for work that will not
-//     come, or have to be let go before what the command must follow has
+//   - a launch's wait for a launch of another code stream of the same
+//     device is taken on the device: once that stream's driver has
+//     enqueued the launch and recorded an event after it (codePub), the
+//     waiting stream enqueues Stream.Wait on that event, with no settle
+//     and no host round trip between them. Such a wait is safe to leave
+//     on the device whatever happens to the run's ctx: its producer's
+//     commands are already enqueued, so it is satisfied. A producer whose
+//     driver stopped before enqueueing it (ctx done) leaves the launch
+//     and the rest of the list to be cancelled;
+//   - a launch's waits for launches on other devices are taken on the
+//     host, on the run's per-stream progress (the launches it waits for
+//     have settled), after the stream has settled what it enqueued
+//     before: a device's queue runs in order, so nothing the launch
+//     precedes could have started sooner, and a device never holds a
+//     command whose producers may not run. (Waits enqueued on the device,
+//     Stream.Wait on a settle event, cannot be withdrawn when the run's
+//     ctx ends: the device would then wait for work that will not come,
+//     or have to be let go before what the command must follow has
 //     finished, a CopyOut into host memory that a host kernel still
 //     reads, say.);
 //   - the launch itself: LaunchKernel with the variant's shape and
@@ -52,8 +63,9 @@ import (
 //     unique in the graph; a copy, whose commands the device labels by
 //     kind, ends its segment).
 //
-// Settling a launch follows the CPU device's contract: once the launches
-// it waits for have settled, a launch whose required read is tainted is
+// Settling a launch follows the CPU device's contract, in settle order (a
+// launch that waited on the device settles after what it waited for):
+// once the launches it waits for have settled, a launch whose required read is tainted is
 // skipped with the root failure and its chain (never enqueued, when the
 // driver knew the taint before enqueueing it; its outcome discarded
 // otherwise); a launch the device reports failed fails with the
@@ -67,9 +79,9 @@ import (
 // returns.
 //
 // Since a device is only ever given commands whose producers have
-// settled, every command it holds can run to completion: runs that share
-// a code device interleave their commands on its queues without waiting
-// for one another.
+// settled or are enqueued on the device before them, every command it
+// holds can run to completion: runs that share a code device interleave
+// their commands on its queues without waiting for one another.
 
 // codeWindow bounds how many launches a code stream enqueues ahead of the
 // oldest it has not settled: cancellation stops enqueueing, so what a
@@ -298,6 +310,37 @@ type segment struct {
 	ev  gpu.Event
 }
 
+// codePub is what a code stream's driver publishes for the other code
+// streams of its device, whose launches wait on its launches on the
+// device: enq, how far it has enqueued (every launch before it is covered
+// by a recorded event in segs, or has settled; MaxUint64 once the driver
+// enqueues nothing more), and every segment it recorded in the run,
+// oldest first.
+type codePub struct {
+	enq  gpu.Counter // published by the driver alone
+	mu   sync.Mutex  // guards segs
+	segs []pubSegment
+}
+
+// pubSegment is a published segment: launches [start, end) by position.
+type pubSegment struct {
+	start, end int
+	ev         gpu.Event
+}
+
+// eventFor returns the recorded event that covers the launch bringing
+// the stream to seq launches, or nil when none does (it settled without
+// being enqueued, or was never reached).
+func (p *codePub) eventFor(seq int) gpu.Event {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i, _ := slices.BinarySearchFunc(p.segs, seq, func(s pubSegment, seq int) int { return cmp.Compare(s.end, seq) })
+	if i < len(p.segs) && p.segs[i].start < seq {
+		return p.segs[i].ev
+	}
+	return nil
+}
+
 // codeRun is one code stream's launch list in one run: its driver.
 type codeRun struct {
 	b     *streamRun // the list, its waits and slots; b.left is set as for a CPU stream
@@ -376,6 +419,7 @@ func (c *codeRun) run(dev gpu.CodeDevice, slots int) {
 			}
 			r.progress[b.gs].Publish(uint64(len(b.list)))
 		}
+		r.pubs[b.gs].enq.Publish(math.MaxUint64) // nothing more will be enqueued
 		c.releaseStatus()
 		r.listDone()
 	}()
@@ -474,22 +518,25 @@ func (c *codeRun) releaseStatus() {
 }
 
 // enqueue enqueues the launch at pos, once the launches of other streams
-// it waits for have settled, and where needed a Record. While one has
-// not, the stream first settles what it has enqueued (the launch waited
-// for may itself wait for those), then waits on the host: the device is
-// given only commands whose producers have settled, so a run whose ctx
-// ends never leaves a device waiting for work that will not come, or
-// running a command before what it must follow. When ctx ends during that
-// wait the launch is not enqueued: it and the rest of the list are
-// cancelled once the run has quiesced. A launch whose taint is known
-// already (every launch before it on the stream has settled, and so have
-// those it waits for) is settled here instead, without enqueueing.
+// it waits for have settled, or, on another stream of this device, been
+// enqueued (then behind a device wait on their event), and where needed
+// a Record. While one has not, the stream first settles what it has
+// enqueued (the launch waited for may itself wait for those), then waits
+// on the host: the device is given only commands whose producers have
+// settled or are enqueued ahead of them, so a run whose ctx ends never
+// leaves a device waiting for work that will not come, or running a
+// command before what it must follow. When ctx ends during that wait the
+// launch is not enqueued: it and the rest of the list are cancelled once
+// the run has quiesced. A launch whose taint is known already (every
+// launch before it on the stream has settled, and so have those it waits
+// for) is settled here instead, without enqueueing.
 func (c *codeRun) enqueue() {
 	r, b := c.r, c.b
 	k := c.pos
 	h := &b.list[k]
 	i := int(h.idx)
 	l := &r.plan.launches[i]
+	devWaited := false
 	for _, w := range b.waits[c.wfrom:h.waits] {
 		need := uint64(w.Seq)
 		if b.seen[w.Stream] >= need {
@@ -498,11 +545,33 @@ func (c *codeRun) enqueue() {
 		if b.seen[w.Stream] = r.progress[w.Stream].Load(); b.seen[w.Stream] >= need {
 			continue
 		}
+		same := c.sameDevice(w.Stream)
+		if same && r.pubs[w.Stream].enq.Load() >= need {
+			if !c.waitOn(k, w) {
+				return
+			}
+			devWaited = true
+			continue
+		}
 		c.recordTo(k)
 		for len(c.segs) > 0 {
 			c.settleSegment()
 		}
 		var err error
+		if same {
+			if _, err = r.pubs[w.Stream].enq.WaitFor(r.ctx, need); err != nil {
+				b.left = k // ctx is done
+				return
+			}
+			if b.seen[w.Stream] = r.progress[w.Stream].Load(); b.seen[w.Stream] >= need {
+				continue
+			}
+			if !c.waitOn(k, w) {
+				return
+			}
+			devWaited = true
+			continue
+		}
 		if b.seen[w.Stream], err = r.progress[w.Stream].WaitFor(r.ctx, need); err != nil {
 			b.left = k // ctx is done
 			return
@@ -513,12 +582,13 @@ func (c *codeRun) enqueue() {
 	if c.enqAt != nil {
 		c.enqAt[k] = int64(time.Since(r.out.base))
 	}
-	if c.set == k && (r.slow || !r.store.Empty()) && !c.ready(k) {
+	if !devWaited && c.set == k && (r.slow || !r.store.Empty()) && !c.ready(k) {
 		c.state[k].settled = true
 		c.set++
 		if h.record {
 			r.progress[b.gs].Publish(uint64(c.set))
 		}
+		r.pubs[b.gs].enq.Publish(uint64(c.pos))
 		return
 	}
 	if c.state[k].err == nil { // else a build error, say: nothing to enqueue
@@ -534,6 +604,34 @@ func (c *codeRun) enqueue() {
 	}
 }
 
+// sameDevice reports whether global stream gs is another code stream of
+// this stream's device: its launches are waited for on the device.
+func (c *codeRun) sameDevice(gs int) bool {
+	return c.r.plan.sdev[gs] == c.r.plan.sdev[c.b.gs]
+}
+
+// waitOn enqueues, before launch k, a device wait for the launch w waits
+// for on another code stream of this device, which that stream's driver
+// has enqueued (its pub's enq has reached w.Seq) but not settled. It
+// reports false, with the launch and the rest of the list left to be
+// cancelled, when that driver stopped before enqueueing it (the run's
+// ctx is done). A wait the device refuses fails launch k, which then
+// enqueues nothing.
+func (c *codeRun) waitOn(k int, w Wait) bool {
+	ev := c.r.pubs[w.Stream].eventFor(w.Seq)
+	if ev == nil {
+		if c.b.seen[w.Stream] = c.r.progress[w.Stream].Load(); c.b.seen[w.Stream] >= uint64(w.Seq) {
+			return true // settled without a command: nothing to wait for
+		}
+		c.b.left = k
+		return false
+	}
+	if err := c.st.Wait(ev); err != nil && c.state[k].err == nil {
+		c.state[k].err = fmt.Errorf("exec: %s: wait for %s: %w", c.r.plan.launches[c.b.list[k].idx].Name, c.r.plan.launches[w.Launch].Name, err)
+	}
+	return true
+}
+
 // covered returns where the launches no segment covers start.
 func (c *codeRun) covered() int {
 	if n := len(c.segs); n > 0 {
@@ -545,8 +643,14 @@ func (c *codeRun) covered() int {
 // recordTo records an event covering the launches before end that no
 // segment covers yet.
 func (c *codeRun) recordTo(end int) {
-	if end > c.covered() {
-		c.segs = append(c.segs, segment{end: end, ev: c.st.Record()})
+	if start := c.covered(); end > start {
+		sg := segment{end: end, ev: c.st.Record()}
+		c.segs = append(c.segs, sg)
+		pub := &c.r.pubs[c.b.gs]
+		pub.mu.Lock()
+		pub.segs = append(pub.segs, pubSegment{start, end, sg.ev})
+		pub.mu.Unlock()
+		pub.enq.Publish(uint64(end))
 	}
 }
 
@@ -678,7 +782,8 @@ func (c *codeRun) settleSegment() {
 
 // attribute maps the failures a segment's event reported (err: nil, or
 // *gpu.CommandError values, joined) to the launches of the segment, from
-// c.set to end: a kernel by its label; anything else (a copy's command,
+// c.set to end (leaving out those of another stream of the device, which
+// a device wait passed on): a kernel by its label; anything else (a copy's command,
 // a status word's read-back) to the launches that issued such commands:
 // the segment's copy (a segment holds at most one, at its end) and its
 // kernels with a status word, or, when it has neither, to every launch of
@@ -698,7 +803,13 @@ func (c *codeRun) attribute(end int, err error) map[int]error {
 	for _, e := range errs {
 		at := -1
 		var ce *gpu.CommandError
-		if errors.As(e, &ce) {
+		if errors.As(e, &ce) && ce.Device == c.st.Device() && ce.Stream != c.st.Index() {
+			// Passed on by a device wait from the stream that ran the
+			// command: it is that stream's launch's failure, and its
+			// consumers here are skipped through its taint.
+			continue
+		}
+		if ce != nil {
 			for k := c.set; k < end; k++ {
 				if l := &p.launches[c.b.list[k].idx]; l.Copy == nil && l.Name == ce.Label {
 					at = k
@@ -750,9 +861,16 @@ func (c *codeRun) settleOne(k int, cmdErr error, end int64) {
 	if k > 0 {
 		wfrom = int(b.list[k-1].waits)
 	}
+	for _, w := range b.waits[wfrom:h.waits] {
+		// A launch waited for on the device settles first: its driver
+		// has enqueued it, and settles what it enqueued.
+		if need := uint64(w.Seq); c.sameDevice(w.Stream) && b.seen[w.Stream] < need {
+			b.seen[w.Stream], _ = r.progress[w.Stream].WaitFor(context.Background(), need)
+		}
+	}
 	if !b.awaitAll(b.waits[wfrom:h.waits]) {
 		// Not reached: a launch is enqueued only once the launches it
-		// waits for have settled.
+		// waits for on other devices have settled.
 		panic(fmt.Sprintf("exec: launch %d of code stream %d settled before what it waits for", k, b.gs))
 	}
 	if c.enqAt != nil {

@@ -885,3 +885,112 @@ func TestCodeDeviceFetchOnRead(t *testing.T) {
 		}
 	}
 }
+
+// pingPong builds a chain of n OpenCL-only scale kernels that alternate
+// between streams 0 and 1 of their device (x_i = x_{i-1}*3 + i over w
+// ulongs), fed by a host source; when stop is not nil, link at is a host
+// kernel instead that calls stop before it computes its link. It returns
+// the graph, the chain's buffers and their expected bytes.
+func pingPong(seed uint64, n, w, at int, stop func()) (*dag.Graph, []dag.BufferID, [][]uint64) {
+	rng := rand.New(rand.NewPCG(seed, seed))
+	g := dag.New()
+	xs := []dag.BufferID{g.AddBuffer("x0", int64(8*w))}
+	want := [][]uint64{make([]uint64, w)}
+	for j := range want[0] {
+		want[0][j] = rng.Uint64N(1 << 40)
+	}
+	g.AddKernel("src", func(_ context.Context, l dag.Launch) error {
+		for j, v := range want[0] {
+			binary.LittleEndian.PutUint64(l.Out(0).Bytes()[8*j:], v)
+		}
+		return nil
+	}, dag.Writes(xs[0]))
+	for i := 1; i <= n; i++ {
+		x := g.AddBuffer(fmt.Sprint("x", i), int64(8*w))
+		if stop != nil && i == at {
+			add := uint64(i)
+			g.AddKernel(fmt.Sprint("host", i), func(_ context.Context, l dag.Launch) error {
+				stop()
+				for j := range w {
+					binary.LittleEndian.PutUint64(l.Out(0).Bytes()[8*j:], u64(l.In(0).Bytes(), 8*j)*3+add)
+				}
+				return nil
+			}, dag.Reads(xs[i-1]), dag.Writes(x))
+		} else {
+			g.AddKernel(fmt.Sprint("pp", i), nil, dag.Reads(xs[i-1]), dag.Writes(x), dag.OnStream(i%2),
+				dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(xs[i-1]), dag.BufferArg(x), dag.ScalarArg(uint64(3)), dag.ScalarArg(uint64(i))))
+		}
+		next := make([]uint64, w)
+		for j, v := range want[i-1] {
+			next[j] = v*3 + uint64(i)
+		}
+		xs, want = append(xs, x), append(want, next)
+	}
+	return g, xs, want
+}
+
+// Two code streams of one device ping-pong a buffer: each launch waits
+// for the other stream's on the device (Stream.Wait on its recorded
+// event, no settle in between), and the bytes are right, also when the
+// run's ctx ends mid-chain: what ran reads right, what did not is
+// cancelled, and nothing hangs or leaks.
+func TestCodeDevicePingPong(t *testing.T) {
+	const n, w = 40, 16
+	for _, cd := range codeDevs() {
+		for _, seed := range []uint64{1, 2, 3} {
+			for _, cancel := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/seed=%d/cancel=%v", cd.name, seed, cancel), func(t *testing.T) {
+					dev := cd.make(t, 2)
+					ctx, stop := context.WithCancel(t.Context())
+					defer stop()
+					var g *dag.Graph
+					var xs []dag.BufferID
+					var want [][]uint64
+					if cancel {
+						at := 2 + int(seed*7)%(n-2)
+						g, xs, want = pingPong(seed, n, w, at, stop)
+					} else {
+						g, xs, want = pingPong(seed, n, w, 0, nil)
+					}
+					e := cpuAnd(t, 2, dev)
+					p, err := e.Plan(g)
+					require.NoError(t, err)
+					for _, l := range p.Launches() {
+						if l.Kernel >= 0 && strings.HasPrefix(l.Name, "pp") {
+							var i int
+							fmt.Sscanf(l.Name, "pp%d", &i)
+							require.Equal(t, 1, l.Device, "seed %d: %s on the code device", seed, l.Name)
+							require.Equal(t, i%2, l.Stream, "seed %d: %s", seed, l.Name)
+						}
+					}
+					res, err := e.Execute(ctx, p)
+					require.NoError(t, err)
+					defer res.Close()
+					if !cancel {
+						require.NoError(t, res.Err(), "seed %d", seed)
+					}
+					ran := 0
+					for i, x := range xs {
+						b, err := res.Buffer(x)
+						if err != nil {
+							require.True(t, cancel, "seed %d: x%d: %v", seed, i, err)
+							assert.ErrorIs(t, err, context.Canceled, "seed %d: x%d", seed, i)
+							continue
+						}
+						ran++
+						for j, v := range want[i] {
+							require.Equal(t, v, u64(b.Bytes(), 8*j), "seed %d: x%d[%d]", seed, i, j)
+						}
+					}
+					if !cancel {
+						assert.Equal(t, n+1, ran)
+					}
+					t.Logf("seed %d: %d of %d buffers written", seed, ran, n+1)
+					if fd, ok := dev.(*fakeCode); ok && !cancel {
+						assert.Positive(t, fd.waits.Load(), "seed %d: cross-stream waits taken on the device", seed)
+					}
+				})
+			}
+		}
+	}
+}

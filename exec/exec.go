@@ -283,6 +283,10 @@ type run struct {
 	// copied home (run.fetch); guarded by fetchMu.
 	fetchMu sync.Mutex
 	fetched []bool
+	// pubs is what each code stream's driver publishes for the other
+	// code streams of its device, by global stream (see codestream.go);
+	// nil without code devices.
+	pubs []codePub
 
 	inline bool // started inside a kernel of a running run: runs on the calling goroutine (see execute)
 
