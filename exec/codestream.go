@@ -368,7 +368,8 @@ type codeRun struct {
 // codeState is how far a launch of a code stream got.
 type codeState struct {
 	enqueued bool  // its commands are on the device
-	settled  bool  // settled before it was enqueued (skipped, or cancelled)
+	settled  bool  // settled before it was enqueued (skipped, cancelled or lost)
+	lost     bool  // not enqueued: its device was lost (a simulated device loss)
 	err      error // it failed when it was enqueued (a bad shape, a build error, …)
 	copied   int64 // bytes a copy moves
 }
@@ -582,8 +583,26 @@ func (c *codeRun) enqueue() {
 	if c.enqAt != nil {
 		c.enqAt[k] = int64(time.Since(r.out.base))
 	}
-	if !devWaited && c.set == k && (r.slow || !r.store.Empty()) && !c.ready(k) {
+	if r.loss != nil && r.loss.hits(l) {
+		// Lost with its device (simulated: the device is not told):
+		// nothing is enqueued, and it settles as lost in order.
+		c.state[k].lost = true
+		if c.set == k && !devWaited {
+			c.state[k].settled = true
+			c.lose(k)
+			r.loss.settled()
+			c.set++
+			if h.record {
+				r.progress[b.gs].Publish(uint64(c.set))
+			}
+			r.pubs[b.gs].enq.Publish(uint64(c.pos))
+			return
+		}
+	} else if !devWaited && c.set == k && (r.slow || !r.store.Empty()) && !c.ready(k) {
 		c.state[k].settled = true
+		if r.loss != nil {
+			r.loss.settled()
+		}
 		c.set++
 		if h.record {
 			r.progress[b.gs].Publish(uint64(c.set))
@@ -591,7 +610,9 @@ func (c *codeRun) enqueue() {
 		r.pubs[b.gs].enq.Publish(uint64(c.pos))
 		return
 	}
-	if c.state[k].err == nil { // else a build error, say: nothing to enqueue
+	if c.state[k].lost {
+		// Settled as lost in order, after what it waits for.
+	} else if c.state[k].err == nil { // else a build error, say: nothing to enqueue
 		c.state[k].err = c.launch(k, l)
 	}
 	// A kernel's failure names it (its label: kernel names are unique in
@@ -764,6 +785,15 @@ func (c *codeRun) ready(k int) bool {
 	return true
 }
 
+// lose settles launch k as lost with its device (a simulated loss); the
+// caller counts it settled for the loss.
+func (c *codeRun) lose(k int) {
+	r := c.r
+	i := int(c.b.list[k].idx)
+	r.cancel(i, &r.plan.launches[i], r.loss.err)
+	r.out.set(i, StatusLost)
+}
+
 // settleSegment waits for the oldest segment's event and settles its
 // launches in order.
 func (c *codeRun) settleSegment() {
@@ -878,10 +908,19 @@ func (c *codeRun) settleOne(k int, cmdErr error, end int64) {
 		r.out.times[slot], r.out.times[slot+1] = max(c.enqAt[k], c.lastEnd), end
 		c.lastEnd = end
 	}
+	l := &r.plan.launches[i]
+	if r.loss != nil {
+		defer r.loss.settled()
+		if st.lost || r.loss.hits(l) {
+			// Lost before it was enqueued, or since: its device memory
+			// counts as gone, and the recovery redoes what it wrote.
+			c.lose(k)
+			return
+		}
+	}
 	if !c.ready(k) {
 		return
 	}
-	l := &r.plan.launches[i]
 	err := st.err
 	if err == nil && cmdErr != nil {
 		err = fmt.Errorf("exec: %s: %w", l.Name, cmdErr)

@@ -709,7 +709,8 @@ func TestCodeDeviceConcurrentRunsAndLongChains(t *testing.T) {
 }
 
 // What Execute refuses on a plan with a code device, with an error naming
-// why: a device loss, a run from inside a kernel.
+// why: losing the only device that is not a code device, a run from
+// inside a kernel.
 func TestCodeDeviceExecuteRefuses(t *testing.T) {
 	d := codeDevs()[0].make(t, 1)
 	e := cpuAnd(t, 1, d)
@@ -719,7 +720,7 @@ func TestCodeDeviceExecuteRefuses(t *testing.T) {
 
 	t.Run("device loss", func(t *testing.T) {
 		_, err := e.Execute(t.Context(), p, exec.WithDeviceLoss(topology.CPU, 0.5))
-		assert.EqualError(t, err, "exec: a device loss is not simulated on a plan with code devices")
+		assert.EqualError(t, err, "exec: cannot lose cpu: a plan with code devices keeps its buffers' host copies on a device that is not one, and none would be left")
 	})
 	t.Run("from inside a kernel", func(t *testing.T) {
 		outer := dag.New()
@@ -992,5 +993,68 @@ func TestCodeDevicePingPong(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// A code device lost mid-run goes through the recovery: its kernels that
+// have a Go function move to the CPU, producers whose bytes were lost
+// with it run again, and the answer is the CPU device's alone; a kernel
+// with only OpenCL C has nowhere to go and fails with an error naming it
+// and the lost device.
+func TestCodeDeviceLoss(t *testing.T) {
+	const n, w = 6, 8
+	for _, cd := range codeDevs() {
+		for _, seed := range []uint64{1, 2} {
+			for _, after := range []float64{0, 0.3, 0.6} {
+				t.Run(fmt.Sprintf("%s/seed=%d/after=%v", cd.name, seed, after), func(t *testing.T) {
+					gHost, totalHost, want := scaleGraph(seed, n, w, true)
+					cpuRes, err := newExecutor(t, 2).Run(t.Context(), gHost)
+					require.NoError(t, err)
+					defer cpuRes.Close()
+					require.Equal(t, want, uint64Of(t, cpuRes, totalHost), "seed %d: CPU alone", seed)
+
+					dev := cd.make(t, 2)
+					e := cpuAnd(t, 2, dev)
+					g, total, _ := scaleGraph(seed, n, w, true)
+					place := make([]int, g.NumKernels())
+					for k := range place {
+						if strings.HasPrefix(g.KernelName(dag.KernelID(k)), "scale") {
+							place[k] = 1
+						}
+					}
+					p, err := exec.PlanPlaced(e, g, place)
+					require.NoError(t, err)
+					res, err := e.Execute(t.Context(), p, exec.WithDeviceLoss(dev.ID(), after))
+					require.NoError(t, err)
+					defer res.Close()
+					require.NoError(t, res.Err(), "seed %d", seed)
+					assert.Equal(t, want, uint64Of(t, res, total), "seed %d: lost %s after %v", seed, dev.ID(), after)
+					require.NotNil(t, res.Report.Lost)
+					assert.Equal(t, dev.ID(), *res.Report.Lost)
+					for _, m := range res.Report.Migrations {
+						assert.Equal(t, topology.CPU, m.To, "seed %d: %s", seed, m.Kernel)
+					}
+					if after == 0 {
+						assert.Len(t, res.Report.Migrations, n, "seed %d: every scale kernel moves", seed)
+					}
+					t.Logf("seed %d: %d migrations, reruns %v", seed, len(res.Report.Migrations), res.Report.Reruns)
+				})
+			}
+		}
+		t.Run(cd.name+"/opencl only", func(t *testing.T) {
+			dev := cd.make(t, 1)
+			e := cpuAnd(t, 1, dev)
+			g, total, _ := scaleGraph(1, 2, w, false)
+			p, err := e.Plan(g)
+			require.NoError(t, err)
+			res, err := e.Execute(t.Context(), p, exec.WithDeviceLoss(dev.ID(), 0))
+			require.NoError(t, err)
+			defer res.Close()
+			require.Error(t, res.Err())
+			assert.ErrorIs(t, res.Err(), exec.ErrDeviceLost)
+			assert.Contains(t, res.Err().Error(), `kernel "scale0" ran on `+dev.ID().String()+", which was lost, and no other device has code for it")
+			_, err = res.Buffer(total)
+			assert.ErrorIs(t, err, exec.ErrDeviceLost)
+		})
 	}
 }

@@ -158,8 +158,9 @@ func (e *Executor) Run(ctx context.Context, g *dag.Graph, opts ...RunOption) (*R
 // Execute runs plan p. It returns an error only when the run could not
 // start (a plan for more streams than a device has, an input for an
 // unknown buffer, ctx done while waiting for budget that concurrent runs
-// hold, a plan with code devices asked for a device loss or run from
-// inside a kernel) or a device refused work (closed). A raw buffer
+// hold, a plan with code devices asked to lose its last device that is
+// not a code device, or run from inside a kernel) or a device refused
+// work (closed). A raw buffer
 // that can never be reserved (see WithBudget; on a code device, device
 // memory it cannot allocate) is not such an error: it reads as an
 // unallocated failure, and the launches that would write or read it are
@@ -188,9 +189,13 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 		return nil, err
 	}
 	if p.hasCode() {
-		if rc.loss != nil {
+		host := false // a device that is not a code device survives the loss
+		for d, id := range p.devices {
+			host = host || rc.loss != nil && id != rc.loss.Device && !p.mem[d]
+		}
+		if rc.loss != nil && !host {
 			releaseInputs(rc.inputs)
-			return nil, errors.New("exec: a device loss is not simulated on a plan with code devices")
+			return nil, fmt.Errorf("exec: cannot lose %s: a plan with code devices keeps its buffers' host copies on a device that is not one, and none would be left", rc.loss.Device)
 		}
 		if nested(ctx) {
 			releaseInputs(rc.inputs)
