@@ -1058,3 +1058,45 @@ func TestCodeDeviceLoss(t *testing.T) {
 		})
 	}
 }
+
+// A buffer a host kernel reads part of is copied back only in that part
+// by the run; a Result's read of the whole buffer fetches the rest.
+func TestCodeDeviceFetchTheRest(t *testing.T) {
+	const w = 8
+	for _, cd := range codeDevs() {
+		t.Run(cd.name, func(t *testing.T) {
+			g := dag.New()
+			a, mid, first := g.AddBuffer("a", 8*w), g.AddBuffer("mid", 8*w), g.AddBuffer("first", 8)
+			g.AddKernel("src", func(_ context.Context, l dag.Launch) error {
+				for j := range w {
+					binary.LittleEndian.PutUint64(l.Out(0).Bytes()[8*j:], uint64(10+j))
+				}
+				return nil
+			}, dag.Writes(a))
+			g.AddKernel("scale", nil, dag.Reads(a), dag.Writes(mid),
+				dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(a), dag.BufferArg(mid), dag.ScalarArg(uint64(2)), dag.ScalarArg(uint64(1))))
+			g.AddKernel("head", func(_ context.Context, l dag.Launch) error {
+				copy(l.Out(0).Bytes(), l.In(0).Bytes())
+				return nil
+			}, dag.ReadsRange(mid, 0, 8), dag.Writes(first))
+			e := cpuAnd(t, 1, cd.make(t, 1))
+			res, err := e.Run(t.Context(), g)
+			require.NoError(t, err)
+			defer res.Close()
+			require.NoError(t, res.Err())
+			var back []string
+			for _, c := range res.Report.Copies {
+				if c.To == topology.CPU {
+					back = append(back, fmt.Sprint(c.Buffer, " ", c.Bytes))
+				}
+			}
+			assert.Equal(t, []string{"mid 8"}, back, "one copy back, of the part the host kernel reads")
+			assert.Equal(t, uint64(21), uint64Of(t, res, first))
+			b, err := res.Buffer(mid)
+			require.NoError(t, err)
+			for j := range w {
+				assert.Equal(t, uint64(10+j)*2+1, u64(b.Bytes(), 8*j), "mid[%d]", j)
+			}
+		})
+	}
+}
