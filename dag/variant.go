@@ -81,8 +81,9 @@ func (s Shape) Check() error {
 
 // ShapeFunc gives a launch's shape from the sizes of its arguments:
 // argBytes[i] is the length in bytes of the range argument i binds (0 for
-// a scalar). The executor calls it once per launch, before enqueueing it;
-// it must be a pure function of argBytes, safe to call from any
+// a scalar). The executor calls it before enqueueing the launch, once per
+// plan (a plan's sizes are fixed) or per launch; it must be a pure
+// function of argBytes, safe to call from any
 // goroutine. A shape that fails Shape.Check fails the launch.
 type ShapeFunc func(argBytes []int64) Shape
 

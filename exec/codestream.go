@@ -1,10 +1,12 @@
 package exec
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -22,22 +24,34 @@ import (
 // run's other buffers and released when it ends), and the plan's copy
 // launches between a host instance and a device instance run on the code
 // device's stream as CopyIn or CopyOut. Every graph buffer's own instance
-// (the one a Result reads) lives on a device that is not a code device,
-// so a Result reads host memory only.
+// (the one a Result reads) lives on a device that is not a code device.
+// Bytes a code device writes are copied back by the run only where a
+// launch elsewhere reads them; those that end a run on a code device alone
+// are copied home by the Result's first read of the buffer (run.fetch),
+// which keeps the run's device memory until Result.Close.
 //
 // Each code stream's list is driven by one goroutine (a codeRun) that
 // enqueues the launches in order and settles them in order as the device
 // completes them:
 //
-//   - a launch's cross-stream waits are taken on the host, on the run's
-//     per-stream progress (the launches it waits for have settled, on
-//     whatever device they ran), after the stream has settled what it
-//     enqueued before: a device's queue runs in order, so nothing the
-//     launch precedes could have started sooner, and a device never holds
-//     a command whose producers may not run. (Waits enqueued on the
-//     device, Stream.Wait on a settle event, cannot be withdrawn when the
-//     run's ctx ends: the device would then wait for work that will not
-//     come, or have to be let go before what the command must follow has
+//   - a launch's wait for a launch of another code stream of the same
+//     device is taken on the device: once that stream's driver has
+//     enqueued the launch and recorded an event after it (codePub), the
+//     waiting stream enqueues Stream.Wait on that event, with no settle
+//     and no host round trip between them. Such a wait is safe to leave
+//     on the device whatever happens to the run's ctx: its producer's
+//     commands are already enqueued, so it is satisfied. A producer whose
+//     driver stopped before enqueueing it (ctx done) leaves the launch
+//     and the rest of the list to be cancelled;
+//   - a launch's waits for launches on other devices are taken on the
+//     host, on the run's per-stream progress (the launches it waits for
+//     have settled), after the stream has settled what it enqueued
+//     before: a device's queue runs in order, so nothing the launch
+//     precedes could have started sooner, and a device never holds a
+//     command whose producers may not run. (Waits enqueued on the device,
+//     Stream.Wait on a settle event, cannot be withdrawn when the run's
+//     ctx ends: the device would then wait for work that will not come,
+//     or have to be let go before what the command must follow has
 //     finished, a CopyOut into host memory that a host kernel still
 //     reads, say.);
 //   - the launch itself: LaunchKernel with the variant's shape and
@@ -49,8 +63,9 @@ import (
 //     unique in the graph; a copy, whose commands the device labels by
 //     kind, ends its segment).
 //
-// Settling a launch follows the CPU device's contract: once the launches
-// it waits for have settled, a launch whose required read is tainted is
+// Settling a launch follows the CPU device's contract, in settle order (a
+// launch that waited on the device settles after what it waited for):
+// once the launches it waits for have settled, a launch whose required read is tainted is
 // skipped with the root failure and its chain (never enqueued, when the
 // driver knew the taint before enqueueing it; its outcome discarded
 // otherwise); a launch the device reports failed fails with the
@@ -64,14 +79,19 @@ import (
 // returns.
 //
 // Since a device is only ever given commands whose producers have
-// settled, every command it holds can run to completion: runs that share
-// a code device interleave their commands on its queues without waiting
-// for one another.
+// settled or are enqueued on the device before them, every command it
+// holds can run to completion: runs that share a code device interleave
+// their commands on its queues without waiting for one another.
 
 // codeWindow bounds how many launches a code stream enqueues ahead of the
 // oldest it has not settled: cancellation stops enqueueing, so what a
 // done ctx still lets run is at most this much per stream.
-const codeWindow = 64
+const codeWindow = 256
+
+// codeSegment is the most launches one recorded event covers when no
+// other need for a Record comes first: a quarter of the window, so a full
+// window waits for its oldest quarter while three run on.
+const codeSegment = codeWindow / 4
 
 // statusStride is the distance in bytes between the status words of a
 // code stream's launches in its status memory: a multiple of every
@@ -107,8 +127,10 @@ type codeOp struct {
 	kernel   bool
 	variant  *dag.Variant
 	args     []codeArg
-	argBytes []int64 // the ShapeFunc's input
-	status   bool    // the kernel has a status word
+	argBytes []int64   // the ShapeFunc's input
+	shape    dag.Shape // the launch shape (the ShapeFunc of argBytes)
+	shapeErr error     // why shape cannot be launched, if so
+	status   bool      // the kernel has a status word
 	// A copy: from host bytes into device memory (in), device memory out
 	// to host bytes (out), or within the device (neither).
 	in, out bool
@@ -149,6 +171,12 @@ func (p *Plan) codeOps() []codeOp {
 					op.args = append(op.args, codeArg{inst: -1, scalar: v})
 					op.argBytes = append(op.argBytes, 0)
 				}
+			}
+			// A pure function of the plan's sizes (dag.ShapeFunc): once
+			// per plan, not per launch.
+			op.shape = op.variant.Shape(op.argBytes)
+			if err := op.shape.Check(); err != nil {
+				op.shapeErr = fmt.Errorf("exec: kernel %q: %w", l.Name, err)
 			}
 		}
 		p.cops = ops
@@ -204,11 +232,113 @@ func (r *run) releaseMems() {
 	r.mems = nil
 }
 
+// fetch is a range of a graph buffer's final bytes that a run leaves on
+// a code device alone: in plan buffer inst (device memory of device dev),
+// bytes [off, end). A Result copies them home when it first reads the
+// buffer (fetch), so no run copies back what only device code reads.
+type fetch struct {
+	inst     buffers.ID
+	dev      int
+	off, end int64
+}
+
+// fetch copies graph buffer id's final bytes that are on code devices
+// alone to its home instance, once per run: the bytes of each range, or,
+// where the device instance is tainted (or was never allocated), its
+// taint; a copy the device fails taints the range with that failure. The
+// run's device memory is kept until release while any fetch may be
+// pending. It is safe for concurrent use.
+func (r *run) fetch(id dag.BufferID) {
+	fs := r.plan.fetch[id]
+	if len(fs) == 0 {
+		return
+	}
+	r.fetchMu.Lock()
+	defer r.fetchMu.Unlock()
+	if r.fetched == nil {
+		r.fetched = make([]bool, len(r.plan.fetch))
+	}
+	if r.fetched[id] {
+		return
+	}
+	r.fetched[id] = true
+	pb := &r.plan.bufs[id]
+	for _, f := range fs {
+		src := buffers.Binding{Buffer: f.inst, Offset: f.off, Length: f.end - f.off}
+		dst := buffers.Binding{Buffer: buffers.ID(id), Offset: f.off, Length: f.end - f.off}
+		// Named as the plan names a copy (placer.copy): a chain read
+		// through it shows the same step.
+		name := pb.Name
+		if f.off != 0 || f.end != pb.SizeBytes {
+			name = fmt.Sprintf("%s[%d:%d)", pb.Name, f.off, f.end)
+		}
+		op := fmt.Sprintf("copy %s %s→%s", name, r.devs[f.dev], r.devs[pb.Device])
+		var m gpu.Memory
+		if r.mems != nil {
+			m = r.mems[f.inst]
+		}
+		if r.unalloc != nil && r.unalloc.bufs[id] {
+			return // its home was never reserved: a read fails with that
+		}
+		hb := r.buffer(buffers.ID(id))
+		if hb == nil && r.plan.fetchOnly[id] {
+			hb, _ = r.pools[pb.Device].AllocateReserved(buffers.ID(id), pb.Name, pb.SizeBytes) // reserved by allocate
+			r.bufs[id].Store(hb)
+		}
+		if m == nil || hb == nil || r.store.EnsureWritten(src) != nil {
+			r.store.Carry(op, src, dst) // tainted, or never allocated: nothing worth copying
+			continue
+		}
+		cd, _ := codeDevice(r.gdevs[f.dev])
+		st := cd.Stream(0).(gpu.CodeStream)
+		err := st.CopyOut(hb.Bytes()[f.off:f.end], m, f.off)
+		if err == nil {
+			err = st.Record().Wait(context.Background())
+		}
+		if err != nil {
+			r.store.Fail(op, fmt.Errorf("exec: %s: %w", op, err), []buffers.Binding{dst})
+			continue
+		}
+		r.store.Carry(op, src, dst)
+	}
+}
+
 // segment is a run of a code stream's launches, [start, end) by position,
 // covered by one recorded event.
 type segment struct {
 	end int
 	ev  gpu.Event
+}
+
+// codePub is what a code stream's driver publishes for the other code
+// streams of its device, whose launches wait on its launches on the
+// device: enq, how far it has enqueued (every launch before it is covered
+// by a recorded event in segs, or has settled; MaxUint64 once the driver
+// enqueues nothing more), and every segment it recorded in the run,
+// oldest first.
+type codePub struct {
+	enq  gpu.Counter // published by the driver alone
+	mu   sync.Mutex  // guards segs
+	segs []pubSegment
+}
+
+// pubSegment is a published segment: launches [start, end) by position.
+type pubSegment struct {
+	start, end int
+	ev         gpu.Event
+}
+
+// eventFor returns the recorded event that covers the launch bringing
+// the stream to seq launches, or nil when none does (it settled without
+// being enqueued, or was never reached).
+func (p *codePub) eventFor(seq int) gpu.Event {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i, _ := slices.BinarySearchFunc(p.segs, seq, func(s pubSegment, seq int) int { return cmp.Compare(s.end, seq) })
+	if i < len(p.segs) && p.segs[i].start < seq {
+		return p.segs[i].ev
+	}
+	return nil
 }
 
 // codeRun is one code stream's launch list in one run: its driver.
@@ -230,12 +360,16 @@ type codeRun struct {
 	statusSlot []int32 // by position: its slot, or -1
 	enqAt      []int64 // by position: when it was enqueued (ns since the run's base), with timing
 	lastEnd    int64
+	// The launch being enqueued, reused: the stream does not keep it.
+	kl   gpu.KernelLaunch
+	args []gpu.KernelArg
 }
 
 // codeState is how far a launch of a code stream got.
 type codeState struct {
 	enqueued bool  // its commands are on the device
-	settled  bool  // settled before it was enqueued (skipped, or cancelled)
+	settled  bool  // settled before it was enqueued (skipped, cancelled or lost)
+	lost     bool  // not enqueued: its device was lost (a simulated device loss)
 	err      error // it failed when it was enqueued (a bad shape, a build error, …)
 	copied   int64 // bytes a copy moves
 }
@@ -286,6 +420,7 @@ func (c *codeRun) run(dev gpu.CodeDevice, slots int) {
 			}
 			r.progress[b.gs].Publish(uint64(len(b.list)))
 		}
+		r.pubs[b.gs].enq.Publish(math.MaxUint64) // nothing more will be enqueued
 		c.releaseStatus()
 		r.listDone()
 	}()
@@ -327,30 +462,31 @@ func (c *codeRun) run(dev gpu.CodeDevice, slots int) {
 // of that kernel when they are enqueued) and zeroes the status words.
 func (c *codeRun) prepare(dev gpu.CodeDevice, slots int) {
 	p := c.r.plan
-	built := map[*dag.Variant]gpu.Program{}
-	failed := map[*dag.Variant]error{}
+	// By source: kernels of one source share its program (each kernel
+	// has a variant of its own).
+	built := map[string]gpu.Program{}
+	failed := map[string]error{}
 	for k, h := range c.b.list {
 		op := &c.ops[h.idx]
 		if !op.kernel {
 			continue
 		}
 		v := op.variant
-		if prog, ok := built[v]; ok {
+		name := p.launches[h.idx].Name
+		if prog, ok := built[v.Source]; ok {
 			c.progs[k] = prog
 			continue
 		}
-		if err, ok := failed[v]; ok {
-			c.state[k].err = err
-			continue
+		err, ok := failed[v.Source]
+		if !ok {
+			var prog gpu.Program
+			if prog, err = dev.Program(name, v.Source, ""); err == nil {
+				built[v.Source], c.progs[k] = prog, prog
+				continue
+			}
+			failed[v.Source] = err
 		}
-		name := p.launches[h.idx].Name
-		prog, err := dev.Program(name, v.Source, "")
-		if err != nil {
-			err = fmt.Errorf("exec: kernel %q: %w", name, err) // the device's error names it
-			failed[v], c.state[k].err = err, err
-			continue
-		}
-		built[v], c.progs[k] = prog, prog
+		c.state[k].err = fmt.Errorf("exec: kernel %q: %w", name, err) // the device's error names it
 	}
 	if slots == 0 {
 		return
@@ -383,22 +519,25 @@ func (c *codeRun) releaseStatus() {
 }
 
 // enqueue enqueues the launch at pos, once the launches of other streams
-// it waits for have settled, and where needed a Record. While one has
-// not, the stream first settles what it has enqueued (the launch waited
-// for may itself wait for those), then waits on the host: the device is
-// given only commands whose producers have settled, so a run whose ctx
-// ends never leaves a device waiting for work that will not come, or
-// running a command before what it must follow. When ctx ends during that
-// wait the launch is not enqueued: it and the rest of the list are
-// cancelled once the run has quiesced. A launch whose taint is known
-// already (every launch before it on the stream has settled, and so have
-// those it waits for) is settled here instead, without enqueueing.
+// it waits for have settled, or, on another stream of this device, been
+// enqueued (then behind a device wait on their event), and where needed
+// a Record. While one has not, the stream first settles what it has
+// enqueued (the launch waited for may itself wait for those), then waits
+// on the host: the device is given only commands whose producers have
+// settled or are enqueued ahead of them, so a run whose ctx ends never
+// leaves a device waiting for work that will not come, or running a
+// command before what it must follow. When ctx ends during that wait the
+// launch is not enqueued: it and the rest of the list are cancelled once
+// the run has quiesced. A launch whose taint is known already (every
+// launch before it on the stream has settled, and so have those it waits
+// for) is settled here instead, without enqueueing.
 func (c *codeRun) enqueue() {
 	r, b := c.r, c.b
 	k := c.pos
 	h := &b.list[k]
 	i := int(h.idx)
 	l := &r.plan.launches[i]
+	devWaited := false
 	for _, w := range b.waits[c.wfrom:h.waits] {
 		need := uint64(w.Seq)
 		if b.seen[w.Stream] >= need {
@@ -407,11 +546,33 @@ func (c *codeRun) enqueue() {
 		if b.seen[w.Stream] = r.progress[w.Stream].Load(); b.seen[w.Stream] >= need {
 			continue
 		}
+		same := c.sameDevice(w.Stream)
+		if same && r.pubs[w.Stream].enq.Load() >= need {
+			if !c.waitOn(k, w) {
+				return
+			}
+			devWaited = true
+			continue
+		}
 		c.recordTo(k)
 		for len(c.segs) > 0 {
 			c.settleSegment()
 		}
 		var err error
+		if same {
+			if _, err = r.pubs[w.Stream].enq.WaitFor(r.ctx, need); err != nil {
+				b.left = k // ctx is done
+				return
+			}
+			if b.seen[w.Stream] = r.progress[w.Stream].Load(); b.seen[w.Stream] >= need {
+				continue
+			}
+			if !c.waitOn(k, w) {
+				return
+			}
+			devWaited = true
+			continue
+		}
 		if b.seen[w.Stream], err = r.progress[w.Stream].WaitFor(r.ctx, need); err != nil {
 			b.left = k // ctx is done
 			return
@@ -422,33 +583,95 @@ func (c *codeRun) enqueue() {
 	if c.enqAt != nil {
 		c.enqAt[k] = int64(time.Since(r.out.base))
 	}
-	if c.set == k && (r.slow || !r.store.Empty()) && !c.ready(k) {
+	if r.loss != nil && r.loss.hits(l) {
+		// Lost with its device (simulated: the device is not told):
+		// nothing is enqueued, and it settles as lost in order.
+		c.state[k].lost = true
+		if c.set == k && !devWaited {
+			c.state[k].settled = true
+			c.lose(k)
+			r.loss.settled()
+			c.set++
+			if h.record {
+				r.progress[b.gs].Publish(uint64(c.set))
+			}
+			r.pubs[b.gs].enq.Publish(uint64(c.pos))
+			return
+		}
+	} else if !devWaited && c.set == k && (r.slow || !r.store.Empty()) && !c.ready(k) {
 		c.state[k].settled = true
+		if r.loss != nil {
+			r.loss.settled()
+		}
 		c.set++
 		if h.record {
 			r.progress[b.gs].Publish(uint64(c.set))
 		}
+		r.pubs[b.gs].enq.Publish(uint64(c.pos))
 		return
 	}
-	if c.state[k].err == nil { // else a build error, say: nothing to enqueue
+	if c.state[k].lost {
+		// Settled as lost in order, after what it waits for.
+	} else if c.state[k].err == nil { // else a build error, say: nothing to enqueue
 		c.state[k].err = c.launch(k, l)
 	}
 	// A kernel's failure names it (its label: kernel names are unique in
 	// a graph), but a copy's names only its kind: a copy ends a segment.
-	if l.Copy != nil || h.record || c.pos == len(b.list) {
+	// Within a long run of launches nothing else asks for, a Record
+	// every codeSegment launches: the window then settles one segment at
+	// a time while the rest of it runs on.
+	if l.Copy != nil || h.record || c.pos == len(b.list) || c.pos-c.covered() >= codeSegment {
 		c.recordTo(c.pos)
 	}
+}
+
+// sameDevice reports whether global stream gs is another code stream of
+// this stream's device: its launches are waited for on the device.
+func (c *codeRun) sameDevice(gs int) bool {
+	return c.r.plan.sdev[gs] == c.r.plan.sdev[c.b.gs]
+}
+
+// waitOn enqueues, before launch k, a device wait for the launch w waits
+// for on another code stream of this device, which that stream's driver
+// has enqueued (its pub's enq has reached w.Seq) but not settled. It
+// reports false, with the launch and the rest of the list left to be
+// cancelled, when that driver stopped before enqueueing it (the run's
+// ctx is done). A wait the device refuses fails launch k, which then
+// enqueues nothing.
+func (c *codeRun) waitOn(k int, w Wait) bool {
+	ev := c.r.pubs[w.Stream].eventFor(w.Seq)
+	if ev == nil {
+		if c.b.seen[w.Stream] = c.r.progress[w.Stream].Load(); c.b.seen[w.Stream] >= uint64(w.Seq) {
+			return true // settled without a command: nothing to wait for
+		}
+		c.b.left = k
+		return false
+	}
+	if err := c.st.Wait(ev); err != nil && c.state[k].err == nil {
+		c.state[k].err = fmt.Errorf("exec: %s: wait for %s: %w", c.r.plan.launches[c.b.list[k].idx].Name, c.r.plan.launches[w.Launch].Name, err)
+	}
+	return true
+}
+
+// covered returns where the launches no segment covers start.
+func (c *codeRun) covered() int {
+	if n := len(c.segs); n > 0 {
+		return c.segs[n-1].end
+	}
+	return c.set
 }
 
 // recordTo records an event covering the launches before end that no
 // segment covers yet.
 func (c *codeRun) recordTo(end int) {
-	from := c.set
-	if n := len(c.segs); n > 0 {
-		from = c.segs[n-1].end
-	}
-	if end > from {
-		c.segs = append(c.segs, segment{end: end, ev: c.st.Record()})
+	if start := c.covered(); end > start {
+		sg := segment{end: end, ev: c.st.Record()}
+		c.segs = append(c.segs, sg)
+		pub := &c.r.pubs[c.b.gs]
+		pub.mu.Lock()
+		pub.segs = append(pub.segs, pubSegment{start, end, sg.ev})
+		pub.mu.Unlock()
+		pub.enq.Publish(uint64(end))
 	}
 }
 
@@ -491,18 +714,18 @@ func (c *codeRun) launch(k int, l *PlannedLaunch) error {
 	if c.progs[k] == nil {
 		return fmt.Errorf("exec: kernel %q has no program", l.Name)
 	}
-	shape := op.variant.Shape(op.argBytes)
-	if err := shape.Check(); err != nil {
-		return fmt.Errorf("exec: kernel %q: %w", l.Name, err)
+	if op.shapeErr != nil {
+		return op.shapeErr
 	}
-	if slices.Contains(shape.Global, 0) {
+	if slices.Contains(op.shape.Global, 0) {
 		// dag.Shape: a zero size runs no work-item. OpenCL refuses an
 		// empty NDRange, so nothing is enqueued; the launch succeeds
 		// (its status word stays zero).
 		c.state[k].enqueued = true
 		return nil
 	}
-	args := make([]gpu.KernelArg, len(op.args))
+	args := slices.Grow(c.args[:0], len(op.args))[:len(op.args)]
+	c.args = args
 	for j, a := range op.args {
 		switch {
 		case a.status:
@@ -517,8 +740,8 @@ func (c *codeRun) launch(k int, l *PlannedLaunch) error {
 			args[j] = gpu.KernelArg{Scalar: a.scalar}
 		}
 	}
-	kl := gpu.KernelLaunch{Program: c.progs[k], Entry: op.variant.Entry, Global: shape.Global, Local: shape.Local, Args: args, Label: l.Name}
-	if err := c.st.LaunchKernel(&kl); err != nil {
+	c.kl = gpu.KernelLaunch{Program: c.progs[k], Entry: op.variant.Entry, Global: op.shape.Global, Local: op.shape.Local, Args: args, Label: l.Name}
+	if err := c.st.LaunchKernel(&c.kl); err != nil {
 		return fmt.Errorf("exec: kernel %q: %w", l.Name, err)
 	}
 	c.state[k].enqueued = true
@@ -562,6 +785,15 @@ func (c *codeRun) ready(k int) bool {
 	return true
 }
 
+// lose settles launch k as lost with its device (a simulated loss); the
+// caller counts it settled for the loss.
+func (c *codeRun) lose(k int) {
+	r := c.r
+	i := int(c.b.list[k].idx)
+	r.cancel(i, &r.plan.launches[i], r.loss.err)
+	r.out.set(i, StatusLost)
+}
+
 // settleSegment waits for the oldest segment's event and settles its
 // launches in order.
 func (c *codeRun) settleSegment() {
@@ -580,7 +812,8 @@ func (c *codeRun) settleSegment() {
 
 // attribute maps the failures a segment's event reported (err: nil, or
 // *gpu.CommandError values, joined) to the launches of the segment, from
-// c.set to end: a kernel by its label; anything else (a copy's command,
+// c.set to end (leaving out those of another stream of the device, which
+// a device wait passed on): a kernel by its label; anything else (a copy's command,
 // a status word's read-back) to the launches that issued such commands:
 // the segment's copy (a segment holds at most one, at its end) and its
 // kernels with a status word, or, when it has neither, to every launch of
@@ -600,7 +833,13 @@ func (c *codeRun) attribute(end int, err error) map[int]error {
 	for _, e := range errs {
 		at := -1
 		var ce *gpu.CommandError
-		if errors.As(e, &ce) {
+		if errors.As(e, &ce) && ce.Device == c.st.Device() && ce.Stream != c.st.Index() {
+			// Passed on by a device wait from the stream that ran the
+			// command: it is that stream's launch's failure, and its
+			// consumers here are skipped through its taint.
+			continue
+		}
+		if ce != nil {
 			for k := c.set; k < end; k++ {
 				if l := &p.launches[c.b.list[k].idx]; l.Copy == nil && l.Name == ce.Label {
 					at = k
@@ -652,9 +891,16 @@ func (c *codeRun) settleOne(k int, cmdErr error, end int64) {
 	if k > 0 {
 		wfrom = int(b.list[k-1].waits)
 	}
+	for _, w := range b.waits[wfrom:h.waits] {
+		// A launch waited for on the device settles first: its driver
+		// has enqueued it, and settles what it enqueued.
+		if need := uint64(w.Seq); c.sameDevice(w.Stream) && b.seen[w.Stream] < need {
+			b.seen[w.Stream], _ = r.progress[w.Stream].WaitFor(context.Background(), need)
+		}
+	}
 	if !b.awaitAll(b.waits[wfrom:h.waits]) {
 		// Not reached: a launch is enqueued only once the launches it
-		// waits for have settled.
+		// waits for on other devices have settled.
 		panic(fmt.Sprintf("exec: launch %d of code stream %d settled before what it waits for", k, b.gs))
 	}
 	if c.enqAt != nil {
@@ -662,10 +908,19 @@ func (c *codeRun) settleOne(k int, cmdErr error, end int64) {
 		r.out.times[slot], r.out.times[slot+1] = max(c.enqAt[k], c.lastEnd), end
 		c.lastEnd = end
 	}
+	l := &r.plan.launches[i]
+	if r.loss != nil {
+		defer r.loss.settled()
+		if st.lost || r.loss.hits(l) {
+			// Lost before it was enqueued, or since: its device memory
+			// counts as gone, and the recovery redoes what it wrote.
+			c.lose(k)
+			return
+		}
+	}
 	if !c.ready(k) {
 		return
 	}
-	l := &r.plan.launches[i]
 	err := st.err
 	if err == nil && cmdErr != nil {
 		err = fmt.Errorf("exec: %s: %w", l.Name, cmdErr)

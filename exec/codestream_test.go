@@ -84,7 +84,7 @@ func codeDevs() []codeDev {
 			})
 			return d
 		}},
-		{"opencl", openCLAvailable, openCLDevice},
+		{"opencl", openCLAvailable, func(t *testing.T, streams int) gpu.CodeDevice { return openCLDevice(t, streams) }},
 	}
 }
 
@@ -101,7 +101,7 @@ func openCLAvailable() error {
 // openCLDevice opens the machine's first OpenCL device with streams
 // streams, closed at cleanup; it skips the test when there is none (fails
 // it under CI).
-func openCLDevice(t *testing.T, streams int) gpu.CodeDevice {
+func openCLDevice(t testing.TB, streams int) gpu.CodeDevice {
 	t.Helper()
 	if os.Getenv("POCL_CACHE_DIR") == "" {
 		t.Setenv("POCL_CACHE_DIR", filepath.Join(os.TempDir(), "streamdag-pocl-cache"))
@@ -122,7 +122,7 @@ func openCLDevice(t *testing.T, streams int) gpu.CodeDevice {
 
 // cpuAnd returns an executor over a CPU device with cpuStreams streams
 // and code device cd.
-func cpuAnd(t *testing.T, cpuStreams int, cd gpu.Device, opts ...exec.Option) *exec.Executor {
+func cpuAnd(t testing.TB, cpuStreams int, cd gpu.Device, opts ...exec.Option) *exec.Executor {
 	t.Helper()
 	dev, err := cpu.New(cpu.WithStreams(cpuStreams))
 	require.NoError(t, err)
@@ -710,7 +710,8 @@ func TestCodeDeviceConcurrentRunsAndLongChains(t *testing.T) {
 }
 
 // What Execute refuses on a plan with a code device, with an error naming
-// why: a device loss, a run from inside a kernel.
+// why: losing the only device that is not a code device, a run from
+// inside a kernel.
 func TestCodeDeviceExecuteRefuses(t *testing.T) {
 	d := codeDevs()[0].make(t, 1)
 	e := cpuAnd(t, 1, d)
@@ -720,7 +721,7 @@ func TestCodeDeviceExecuteRefuses(t *testing.T) {
 
 	t.Run("device loss", func(t *testing.T) {
 		_, err := e.Execute(t.Context(), p, exec.WithDeviceLoss(topology.CPU, 0.5))
-		assert.EqualError(t, err, "exec: a device loss is not simulated on a plan with code devices")
+		assert.EqualError(t, err, "exec: cannot lose cpu: a plan with code devices keeps its buffers' host copies on a device that is not one, and none would be left")
 	})
 	t.Run("from inside a kernel", func(t *testing.T) {
 		outer := dag.New()
@@ -797,6 +798,309 @@ func TestCodeDeviceRunsShareADevice(t *testing.T) {
 			res.Close()
 			close(release)
 			assert.NoError(t, <-done)
+		})
+	}
+}
+
+// A buffer that device code writes and only device code reads is not
+// copied back by the run; a Result's read of it fetches its bytes from
+// the device then (the right ones, and its taint with them: a failed
+// producer's output reads as failed), while a buffer a host kernel reads
+// is copied back once, before that kernel.
+func TestCodeDeviceFetchOnRead(t *testing.T) {
+	const seed, w = 5, 32
+	for _, cd := range codeDevs() {
+		for _, tc := range []struct {
+			name       string
+			fail, read bool
+		}{{"ok", false, true}, {"failed", true, true}, {"unread", false, false}} {
+			fail := tc.fail
+			t.Run(cd.name+"/"+tc.name, func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(seed, seed))
+				vals := make([]uint64, w)
+				for j := range vals {
+					vals[j] = rng.Uint64N(1 << 20)
+				}
+				g := dag.New()
+				a, mid := g.AddBuffer("a", 8*w), g.AddBuffer("mid", 8*w)
+				out, total := g.AddBuffer("out", 8*w), g.AddBuffer("total", 8)
+				g.AddKernel("src", func(_ context.Context, l dag.Launch) error {
+					for j, v := range vals {
+						binary.LittleEndian.PutUint64(l.Out(0).Bytes()[8*j:], v)
+					}
+					return nil
+				}, dag.Writes(a))
+				code := dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(a), dag.BufferArg(mid), dag.ScalarArg(uint64(3)), dag.ScalarArg(uint64(1)))
+				if fail { // a soft failure: vals[0] is odd
+					vals[0] |= 1
+					code = dag.OpenCL(checkCL, "check", func([]int64) dag.Shape { return dag.Shape{Global: []int{1}} },
+						dag.BufferArg(a), dag.BufferArg(mid), dag.StatusArg())
+				}
+				g.AddKernel("first", nil, dag.Reads(a), dag.Writes(mid), code)
+				g.AddKernel("second", nil, dag.Reads(mid), dag.Writes(out),
+					dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(mid), dag.BufferArg(out), dag.ScalarArg(uint64(2)), dag.ScalarArg(uint64(5))))
+				g.AddKernel("sum", func(_ context.Context, l dag.Launch) error {
+					var v uint64
+					for j := range w {
+						v += u64(l.In(0).Bytes(), 8*j)
+					}
+					binary.LittleEndian.PutUint64(l.Out(0).Bytes(), v)
+					return nil
+				}, dag.Reads(out), dag.Writes(total))
+				bud := buffers.NewBudget(1 << 20)
+				e := cpuAnd(t, 1, cd.make(t, 2), exec.WithBudget(bud))
+				res, err := e.Run(t.Context(), g)
+				require.NoError(t, err)
+				defer res.Close()
+				if !tc.read {
+					// Closed unread: every byte of the budget comes back,
+					// mid's host bytes (never made) too.
+					res.Close()
+					assert.True(t, bud.TryAcquire(bud.TotalBytes()), "seed %d: budget bytes left taken", seed)
+					return
+				}
+				var back []string
+				for _, c := range res.Report.Copies {
+					if c.To == topology.CPU {
+						back = append(back, c.Buffer)
+					}
+				}
+				assert.Equal(t, []string{"out"}, back, "seed %d: copied back: only what a host kernel reads", seed)
+				b, err := res.Buffer(mid)
+				if fail {
+					var uw *failgraph.UnwrittenError
+					require.ErrorAs(t, err, &uw, "seed %d: mid's producer failed", seed)
+					assert.Equal(t, []string{"copy mid " + e.Devices()[1].ID().String() + "→cpu", "first"}, uw.Chain, "seed %d", seed)
+					return
+				}
+				require.NoError(t, err)
+				var want uint64
+				for j, v := range vals {
+					assert.Equal(t, v*3+1, u64(b.Bytes(), 8*j), "seed %d: mid[%d]", seed, j)
+					want += (v*3+1)*2 + 5
+				}
+				b2, err := res.Buffer(mid) // a second read fetches nothing more
+				require.NoError(t, err)
+				assert.Equal(t, b.Bytes(), b2.Bytes())
+				assert.Equal(t, want, uint64Of(t, res, total), "seed %d", seed)
+			})
+		}
+	}
+}
+
+// pingPong builds a chain of n OpenCL-only scale kernels that alternate
+// between streams 0 and 1 of their device (x_i = x_{i-1}*3 + i over w
+// ulongs), fed by a host source; when stop is not nil, link at is a host
+// kernel instead that calls stop before it computes its link. It returns
+// the graph, the chain's buffers and their expected bytes.
+func pingPong(seed uint64, n, w, at int, stop func()) (*dag.Graph, []dag.BufferID, [][]uint64) {
+	rng := rand.New(rand.NewPCG(seed, seed))
+	g := dag.New()
+	xs := []dag.BufferID{g.AddBuffer("x0", int64(8*w))}
+	want := [][]uint64{make([]uint64, w)}
+	for j := range want[0] {
+		want[0][j] = rng.Uint64N(1 << 40)
+	}
+	g.AddKernel("src", func(_ context.Context, l dag.Launch) error {
+		for j, v := range want[0] {
+			binary.LittleEndian.PutUint64(l.Out(0).Bytes()[8*j:], v)
+		}
+		return nil
+	}, dag.Writes(xs[0]))
+	for i := 1; i <= n; i++ {
+		x := g.AddBuffer(fmt.Sprint("x", i), int64(8*w))
+		if stop != nil && i == at {
+			add := uint64(i)
+			g.AddKernel(fmt.Sprint("host", i), func(_ context.Context, l dag.Launch) error {
+				stop()
+				for j := range w {
+					binary.LittleEndian.PutUint64(l.Out(0).Bytes()[8*j:], u64(l.In(0).Bytes(), 8*j)*3+add)
+				}
+				return nil
+			}, dag.Reads(xs[i-1]), dag.Writes(x))
+		} else {
+			g.AddKernel(fmt.Sprint("pp", i), nil, dag.Reads(xs[i-1]), dag.Writes(x), dag.OnStream(i%2),
+				dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(xs[i-1]), dag.BufferArg(x), dag.ScalarArg(uint64(3)), dag.ScalarArg(uint64(i))))
+		}
+		next := make([]uint64, w)
+		for j, v := range want[i-1] {
+			next[j] = v*3 + uint64(i)
+		}
+		xs, want = append(xs, x), append(want, next)
+	}
+	return g, xs, want
+}
+
+// Two code streams of one device ping-pong a buffer: each launch waits
+// for the other stream's on the device (Stream.Wait on its recorded
+// event, no settle in between), and the bytes are right, also when the
+// run's ctx ends mid-chain: what ran reads right, what did not is
+// cancelled, and nothing hangs or leaks.
+func TestCodeDevicePingPong(t *testing.T) {
+	const n, w = 40, 16
+	for _, cd := range codeDevs() {
+		for _, seed := range []uint64{1, 2, 3} {
+			for _, cancel := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/seed=%d/cancel=%v", cd.name, seed, cancel), func(t *testing.T) {
+					dev := cd.make(t, 2)
+					ctx, stop := context.WithCancel(t.Context())
+					defer stop()
+					var g *dag.Graph
+					var xs []dag.BufferID
+					var want [][]uint64
+					if cancel {
+						at := 2 + int(seed*7)%(n-2)
+						g, xs, want = pingPong(seed, n, w, at, stop)
+					} else {
+						g, xs, want = pingPong(seed, n, w, 0, nil)
+					}
+					e := cpuAnd(t, 2, dev)
+					p, err := e.Plan(g)
+					require.NoError(t, err)
+					for _, l := range p.Launches() {
+						if l.Kernel >= 0 && strings.HasPrefix(l.Name, "pp") {
+							var i int
+							fmt.Sscanf(l.Name, "pp%d", &i)
+							require.Equal(t, 1, l.Device, "seed %d: %s on the code device", seed, l.Name)
+							require.Equal(t, i%2, l.Stream, "seed %d: %s", seed, l.Name)
+						}
+					}
+					res, err := e.Execute(ctx, p)
+					require.NoError(t, err)
+					defer res.Close()
+					if !cancel {
+						require.NoError(t, res.Err(), "seed %d", seed)
+					}
+					ran := 0
+					for i, x := range xs {
+						b, err := res.Buffer(x)
+						if err != nil {
+							require.True(t, cancel, "seed %d: x%d: %v", seed, i, err)
+							assert.ErrorIs(t, err, context.Canceled, "seed %d: x%d", seed, i)
+							continue
+						}
+						ran++
+						for j, v := range want[i] {
+							require.Equal(t, v, u64(b.Bytes(), 8*j), "seed %d: x%d[%d]", seed, i, j)
+						}
+					}
+					if !cancel {
+						assert.Equal(t, n+1, ran)
+					}
+					t.Logf("seed %d: %d of %d buffers written", seed, ran, n+1)
+					if fd, ok := dev.(*fakeCode); ok {
+						// Not asserted: a producer that has already settled
+						// when its consumer is enqueued needs no device wait,
+						// and on the fake device that is a matter of timing.
+						t.Logf("seed %d: %d cross-stream waits taken on the device", seed, fd.waits.Load())
+					}
+				})
+			}
+		}
+	}
+}
+
+// A code device lost mid-run goes through the recovery: its kernels that
+// have a Go function move to the CPU, producers whose bytes were lost
+// with it run again, and the answer is the CPU device's alone; a kernel
+// with only OpenCL C has nowhere to go and fails with an error naming it
+// and the lost device.
+func TestCodeDeviceLoss(t *testing.T) {
+	const n, w = 6, 8
+	for _, cd := range codeDevs() {
+		for _, seed := range []uint64{1, 2} {
+			for _, after := range []float64{0, 0.3, 0.6} {
+				t.Run(fmt.Sprintf("%s/seed=%d/after=%v", cd.name, seed, after), func(t *testing.T) {
+					gHost, totalHost, want := scaleGraph(seed, n, w, true)
+					cpuRes, err := newExecutor(t, 2).Run(t.Context(), gHost)
+					require.NoError(t, err)
+					defer cpuRes.Close()
+					require.Equal(t, want, uint64Of(t, cpuRes, totalHost), "seed %d: CPU alone", seed)
+
+					dev := cd.make(t, 2)
+					e := cpuAnd(t, 2, dev)
+					g, total, _ := scaleGraph(seed, n, w, true)
+					place := make([]int, g.NumKernels())
+					for k := range place {
+						if strings.HasPrefix(g.KernelName(dag.KernelID(k)), "scale") {
+							place[k] = 1
+						}
+					}
+					p, err := exec.PlanPlaced(e, g, place)
+					require.NoError(t, err)
+					res, err := e.Execute(t.Context(), p, exec.WithDeviceLoss(dev.ID(), after))
+					require.NoError(t, err)
+					defer res.Close()
+					require.NoError(t, res.Err(), "seed %d", seed)
+					assert.Equal(t, want, uint64Of(t, res, total), "seed %d: lost %s after %v", seed, dev.ID(), after)
+					require.NotNil(t, res.Report.Lost)
+					assert.Equal(t, dev.ID(), *res.Report.Lost)
+					for _, m := range res.Report.Migrations {
+						assert.Equal(t, topology.CPU, m.To, "seed %d: %s", seed, m.Kernel)
+					}
+					if after == 0 {
+						assert.Len(t, res.Report.Migrations, n, "seed %d: every scale kernel moves", seed)
+					}
+					t.Logf("seed %d: %d migrations, reruns %v", seed, len(res.Report.Migrations), res.Report.Reruns)
+				})
+			}
+		}
+		t.Run(cd.name+"/opencl only", func(t *testing.T) {
+			dev := cd.make(t, 1)
+			e := cpuAnd(t, 1, dev)
+			g, total, _ := scaleGraph(1, 2, w, false)
+			p, err := e.Plan(g)
+			require.NoError(t, err)
+			res, err := e.Execute(t.Context(), p, exec.WithDeviceLoss(dev.ID(), 0))
+			require.NoError(t, err)
+			defer res.Close()
+			require.Error(t, res.Err())
+			assert.ErrorIs(t, res.Err(), exec.ErrDeviceLost)
+			assert.Contains(t, res.Err().Error(), `kernel "scale0" ran on `+dev.ID().String()+", which was lost, and no other device has code for it")
+			_, err = res.Buffer(total)
+			assert.ErrorIs(t, err, exec.ErrDeviceLost)
+		})
+	}
+}
+
+// A buffer a host kernel reads part of is copied back only in that part
+// by the run; a Result's read of the whole buffer fetches the rest.
+func TestCodeDeviceFetchTheRest(t *testing.T) {
+	const w = 8
+	for _, cd := range codeDevs() {
+		t.Run(cd.name, func(t *testing.T) {
+			g := dag.New()
+			a, mid, first := g.AddBuffer("a", 8*w), g.AddBuffer("mid", 8*w), g.AddBuffer("first", 8)
+			g.AddKernel("src", func(_ context.Context, l dag.Launch) error {
+				for j := range w {
+					binary.LittleEndian.PutUint64(l.Out(0).Bytes()[8*j:], uint64(10+j))
+				}
+				return nil
+			}, dag.Writes(a))
+			g.AddKernel("scale", nil, dag.Reads(a), dag.Writes(mid),
+				dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(a), dag.BufferArg(mid), dag.ScalarArg(uint64(2)), dag.ScalarArg(uint64(1))))
+			g.AddKernel("head", func(_ context.Context, l dag.Launch) error {
+				copy(l.Out(0).Bytes(), l.In(0).Bytes())
+				return nil
+			}, dag.ReadsRange(mid, 0, 8), dag.Writes(first))
+			e := cpuAnd(t, 1, cd.make(t, 1))
+			res, err := e.Run(t.Context(), g)
+			require.NoError(t, err)
+			defer res.Close()
+			require.NoError(t, res.Err())
+			var back []string
+			for _, c := range res.Report.Copies {
+				if c.To == topology.CPU {
+					back = append(back, fmt.Sprint(c.Buffer, " ", c.Bytes))
+				}
+			}
+			assert.Equal(t, []string{"mid 8"}, back, "one copy back, of the part the host kernel reads")
+			assert.Equal(t, uint64(21), uint64Of(t, res, first))
+			b, err := res.Buffer(mid)
+			require.NoError(t, err)
+			for j := range w {
+				assert.Equal(t, uint64(10+j)*2+1, u64(b.Bytes(), 8*j), "mid[%d]", j)
+			}
 		})
 	}
 }

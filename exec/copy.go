@@ -323,17 +323,65 @@ func (pl *placer) copy(b dag.BufferID, off, end int64, from, to int) {
 	pl.p.copies++
 }
 
-// finish copies home every range whose current bytes are elsewhere, and
-// marks which instances end with every byte's final version.
+// finish copies home every range whose current bytes are elsewhere, but
+// on a code device alone (those a Result fetches when it reads the
+// buffer: Plan.fetch), and marks which instances end with every byte's
+// final version.
 func (pl *placer) finish() {
 	for b := range pl.g.NumBuffers() {
 		home := pl.p.bufs[b].Device
+		if pl.mem != 0 {
+			pl.fetchLater(dag.BufferID(b), home)
+		}
 		pl.read(pl.g.Buffer(dag.BufferID(b)).Whole(), home)
+	}
+	if f := pl.p.fetch; f != nil {
+		// A graph buffer no launch binds is touched by fetches alone:
+		// its host bytes are made by the first (its budget is taken).
+		pl.p.fetchOnly = make([]bool, len(f))
+		for b := range f {
+			pl.p.fetchOnly[b] = f[b] != nil
+		}
+		for _, l := range pl.p.launches {
+			for _, bs := range [2][]buffers.Binding{l.Reads, l.Writes} {
+				for _, x := range bs {
+					if int(x.Buffer) < len(f) {
+						pl.p.fetchOnly[x.Buffer] = false
+					}
+				}
+			}
+		}
 	}
 	for i := range pl.p.bufs {
 		pb := &pl.p.bufs[i]
 		pb.final = !slices.ContainsFunc(pl.pieces[pb.Of], func(p piece) bool { return !p.on.has(pb.Device) })
 	}
+}
+
+// fetchLater records in the plan, for each range of b whose current
+// bytes are on a code device and not home, a fetch from that device's
+// instance, and counts those bytes as home's: a Result reads them there
+// only after fetching them (Result.Buffer).
+func (pl *placer) fetchLater(b dag.BufferID, home int) {
+	ps := pl.pieces[b]
+	for i := 0; i < len(ps); {
+		from := ps[i].on.pick(home)
+		if ps[i].on.has(home) || !pl.mem.has(from) {
+			i++
+			continue
+		}
+		k := i
+		for k < len(ps) && !ps[k].on.has(home) && ps[k].on.pick(home) == from {
+			ps[k].on |= 1 << home
+			k++
+		}
+		if pl.p.fetch == nil {
+			pl.p.fetch = make([][]fetch, pl.g.NumBuffers())
+		}
+		pl.p.fetch[b] = append(pl.p.fetch[b], fetch{inst: pl.instance(b, from), dev: from, off: ps[i].off, end: ps[k-1].end})
+		i = k
+	}
+	pl.merge(b)
 }
 
 // CopyRecord deep-copies rec into memory from mem and returns the copy

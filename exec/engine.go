@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"runtime"
 	"runtime/debug"
@@ -631,6 +632,9 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 		r.runInline(runs)
 	} else {
 		enqueueMu.Lock()
+		if p.hasCode() {
+			r.pubs = make([]codePub, len(runs))
+		}
 		for gs := range runs {
 			b := &runs[gs]
 			if b.list == nil {
@@ -646,6 +650,7 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 					err := fmt.Errorf("exec: %v stream %d is not a gpu.CodeStream", devs[d].ID(), s)
 					errs = append(errs, err)
 					b.cancelRest(err)
+					r.pubs[gs].enq.Publish(math.MaxUint64) // settled: nothing to wait for on the device
 				}
 				continue
 			}

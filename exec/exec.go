@@ -158,8 +158,9 @@ func (e *Executor) Run(ctx context.Context, g *dag.Graph, opts ...RunOption) (*R
 // Execute runs plan p. It returns an error only when the run could not
 // start (a plan for more streams than a device has, an input for an
 // unknown buffer, ctx done while waiting for budget that concurrent runs
-// hold, a plan with code devices asked for a device loss or run from
-// inside a kernel) or a device refused work (closed). A raw buffer
+// hold, a plan with code devices asked to lose its last device that is
+// not a code device, or run from inside a kernel) or a device refused
+// work (closed). A raw buffer
 // that can never be reserved (see WithBudget; on a code device, device
 // memory it cannot allocate) is not such an error: it reads as an
 // unallocated failure, and the launches that would write or read it are
@@ -188,9 +189,13 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 		return nil, err
 	}
 	if p.hasCode() {
-		if rc.loss != nil {
+		host := false // a device that is not a code device survives the loss
+		for d, id := range p.devices {
+			host = host || rc.loss != nil && id != rc.loss.Device && !p.mem[d]
+		}
+		if rc.loss != nil && !host {
 			releaseInputs(rc.inputs)
-			return nil, errors.New("exec: a device loss is not simulated on a plan with code devices")
+			return nil, fmt.Errorf("exec: cannot lose %s: a plan with code devices keeps its buffers' host copies on a device that is not one, and none would be left", rc.loss.Device)
 		}
 		if nested(ctx) {
 			releaseInputs(rc.inputs)
@@ -222,7 +227,9 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 		return nil, err
 	}
 	submitErr := r.execute(e.devs, e.timing)
-	r.releaseMems() // no Result reads device memory
+	if p.fetch == nil {
+		r.releaseMems() // no Result reads device memory
+	}
 	rep := newReport(p, r.out, r.store, e.topo)
 	res := &Result{graph: p.graph, run: r, store: r.store, Report: rep}
 	if submitErr == nil && loss != nil && loss.lost.Load() {
@@ -277,6 +284,14 @@ type run struct {
 	// mems holds the run's instances on code devices (device memory), by
 	// plan buffer id; nil without any (see codestream.go).
 	mems []gpu.Memory
+	// fetched marks, by graph buffer, the Plan.fetch ranges a Result has
+	// copied home (run.fetch); guarded by fetchMu.
+	fetchMu sync.Mutex
+	fetched []bool
+	// pubs is what each code stream's driver publishes for the other
+	// code streams of its device, by global stream (see codestream.go);
+	// nil without code devices.
+	pubs []codePub
 
 	inline bool // started inside a kernel of a running run: runs on the calling goroutine (see execute)
 
@@ -412,6 +427,9 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 			r.allocMem(i)
 			continue
 		}
+		if r.plan.fetchOnly != nil && int(i) < len(r.plan.fetchOnly) && r.plan.fetchOnly[i] {
+			continue // reserved; made by the first fetch (run.fetch), or its bytes given back by release
+		}
 		buf, _ := r.pools[b.Device].AllocateReserved(buffers.ID(i), b.Name, b.SizeBytes) // sizes checked above
 		r.bufs[i].Store(buf)
 	}
@@ -434,6 +452,13 @@ func (r *run) release() {
 	r.releaseMems()
 	if r.bufs == nil {
 		return
+	}
+	for i, only := range r.plan.fetchOnly {
+		// Reserved but never fetched: nothing made, the bytes given back.
+		if only && r.bufs[i].Load() == nil && (r.unalloc == nil || !r.unalloc.bufs[i]) {
+			pb := &r.plan.bufs[i]
+			r.pools[pb.Device].Budget().Release(pb.SizeBytes)
+		}
 	}
 	drop := func(i int) {
 		if r.bufs[i].Load() == nil { // a plain load: most value buffers were never made

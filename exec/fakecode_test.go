@@ -34,6 +34,7 @@ type fakeCode struct {
 	liveBytes int64
 	programs  map[string]*fakeProgram
 	ran       map[string]int // kernel launches run, by label
+	waits     atomic.Int64   // Stream.Wait calls on events of this device
 }
 
 // fakeKernel is a fake entry point: args are []byte (the memory from the
@@ -162,6 +163,7 @@ type fakeStream struct {
 }
 
 type fakeEvent struct {
+	s     *fakeStream // the stream that recorded it
 	fired chan struct{}
 	err   error
 }
@@ -260,7 +262,7 @@ func (s *fakeStream) LaunchBatch(ts []gpu.Task) error {
 }
 
 func (s *fakeStream) Record() gpu.Event {
-	e := &fakeEvent{fired: make(chan struct{})}
+	e := &fakeEvent{s: s, fired: make(chan struct{})}
 	if s.push(fakeCmd{ev: e}) != nil {
 		close(e.fired)
 	}
@@ -270,6 +272,9 @@ func (s *fakeStream) Record() gpu.Event {
 func (s *fakeStream) Wait(e gpu.Event) error {
 	if e == nil {
 		return errors.New("fake: wait on a nil event")
+	}
+	if fe, ok := e.(*fakeEvent); ok && fe.s != nil && fe.s.dev == s.dev {
+		s.dev.waits.Add(1)
 	}
 	return s.push(fakeCmd{label: "wait", run: func() error {
 		_ = e.Wait(context.Background()) // a foreign event's failure is its own stream's

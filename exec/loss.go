@@ -46,7 +46,16 @@ type LossSpec struct {
 // whose outputs survive does not run again, so one with effects outside
 // the graph runs once unless an output it wrote was lost. The report
 // lists every migration and re-run. A kernel pinned to the lost device
-// cannot move: it fails with an error naming the device.
+// cannot move: it fails with an error naming the device. A kernel moves
+// only to a device that has code for it: the coordinator's choice when it
+// has, else the first surviving device that has (a kernel of a lost code
+// device with a Go function goes to a host device); one with code for no
+// surviving device (OpenCL C alone, and no other code device) fails with
+// an error naming it and the lost device. A lost code device's launches
+// are not enqueued from the loss on, and the bytes its memory held count
+// as gone. A plan with code devices cannot lose its last device that is
+// not a code device (its buffers' host copies live there): Execute
+// refuses that.
 //
 // When the second phase cannot start (ctx ends while its memory is
 // reserved), Execute releases every buffer of the run and returns a nil
@@ -182,6 +191,7 @@ type recovery struct {
 	pos     []int  // by kernel: its launch's position in the first phase
 	rerun   []bool // by kernel: it runs in the second phase
 	cannot  []dag.KernelID
+	nocode  []dag.KernelID // kernels of the lost device that no surviving device has code for
 	pl      PlacementResult
 	moved   []Migration
 }
@@ -222,6 +232,14 @@ func (rc *recovery) carriers() {
 	}
 	for i, pb := range rc.p1.bufs {
 		b := pb.Of
+		if i == int(b) && rc.p1.fetch != nil && rc.p1.fetch[b] != nil {
+			// Final bytes left on a code device: gone with it, or
+			// fetched home now to be carried.
+			if slices.ContainsFunc(rc.p1.fetch[b], func(f fetch) bool { return f.dev == rc.loss.dev }) {
+				continue
+			}
+			rc.r1.fetch(b)
+		}
 		buf := rc.r1.bufs[i].Load()
 		if rc.carried[b] != nil || pb.Device == rc.loss.dev || !pb.final || buf == nil {
 			continue
@@ -363,9 +381,19 @@ func (rc *recovery) migrate() error {
 			rc.rerun[k] = false
 			continue
 		}
+		// The coordinator's target when it has code for the kernel, else
+		// the first surviving device that has (a kernel with a Go
+		// function can always go to a host device).
 		to, found := target[id]
-		if !found || to < 0 {
-			to = rc.fallback()
+		if !found || to < 0 || !rc.runs(id, to) {
+			to = slices.IndexFunc(p1.devices, func(d topology.DeviceID) bool {
+				return rc.runs(id, slices.Index(p1.devices, d))
+			})
+		}
+		if to < 0 {
+			rc.nocode = append(rc.nocode, id)
+			rc.rerun[k] = false
+			continue
 		}
 		rc.pl.Device[k] = to
 		rc.moved = append(rc.moved, Migration{Kernel: g.KernelName(id), From: loss.id, To: p1.devices[to]})
@@ -373,9 +401,35 @@ func (rc *recovery) migrate() error {
 	return nil
 }
 
+// runs reports whether kernel k can run on device d of the second phase:
+// d survives and has code for k (on a code device, one that touches no
+// value buffer).
+func (rc *recovery) runs(k dag.KernelID, d int) bool {
+	if d < 0 || d == rc.loss.dev {
+		return false
+	}
+	kern := rc.g.Kernel(k)
+	code := DeviceCode(rc.e.devs[d])
+	if code == 0 || !kern.HasCode(code) {
+		return false
+	}
+	if rc.p1.mem[d] {
+		if _, v := valueAccess(rc.g, kern); v {
+			return false
+		}
+	}
+	return true
+}
+
 // fallback is the device of the second phase for buffers no kernel of it
-// touches: the first surviving device.
+// touches: the first surviving device that is not a code device (Execute
+// refuses a loss that leaves none on a plan with code devices).
 func (rc *recovery) fallback() int {
+	for d := range rc.p1.devices {
+		if d != rc.loss.dev && !rc.p1.mem[d] {
+			return d
+		}
+	}
 	if rc.loss.dev == 0 {
 		return 1
 	}
@@ -385,6 +439,7 @@ func (rc *recovery) fallback() int {
 // releaseFirst releases the first phase's memory that is not carried
 // over (what was on the lost device is gone).
 func (rc *recovery) releaseFirst() {
+	rc.r1.releaseMems()
 	kept := make(map[*buffers.Buffer]bool, len(rc.carried))
 	for _, b := range rc.carried {
 		kept[b] = true
@@ -419,6 +474,11 @@ func (rc *recovery) start(ctx context.Context, p2 *Plan) (*run, error) {
 	for _, k := range rc.cannot {
 		name := rc.g.KernelName(k)
 		r2.store.Fail(name, fmt.Errorf("exec: kernel %q is pinned to %s, which was lost: %w", name, rc.loss.id, ErrDeviceLost), rc.g.KernelWrites(k))
+	}
+	for _, k := range rc.nocode {
+		kern := rc.g.Kernel(k)
+		r2.store.Fail(kern.Name, fmt.Errorf("exec: kernel %q ran on %s, which was lost, and no other device has code for it (it has %s code): %w",
+			kern.Name, rc.loss.id, kern.Codes(), ErrDeviceLost), kern.Writes)
 	}
 	return r2, nil
 }

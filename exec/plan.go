@@ -66,7 +66,9 @@ type PlannedLaunch struct {
 // reader, for an input nobody writes), or, when that is a code device, on
 // the plan's first device that is not one (a code device's instances are
 // device memory, which a Result does not read); it ends every run with
-// the final bytes, copied home where a launch elsewhere wrote them.
+// the final bytes, copied home where a launch elsewhere wrote them, or,
+// for bytes last written on a code device that no launch elsewhere reads,
+// fetched from that device when a Result first reads the buffer.
 type PlannedBuffer struct {
 	Name      string
 	SizeBytes int64
@@ -96,6 +98,8 @@ type Plan struct {
 	copies    int                 // copy launches inserted
 	placement PlacementResult     // the device of each kernel (by kernel id), and the cost model's figures
 	record    []bool              // record[i]: an event must be recorded after launch i
+	fetch     [][]fetch           // by graph buffer: its final bytes a Result fetches from a code device; nil: none anywhere
+	fetchOnly []bool              // by graph buffer: only fetches touch it (its host bytes are made by the first); nil with fetch
 
 	compileOnce sync.Once
 	comp        *compiled // the stream lists, built on the first run

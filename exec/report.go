@@ -285,12 +285,19 @@ func (r *Result) Err() error { return r.Report.Err() }
 // that succeeded (or it is an input nobody overwrote). Otherwise it
 // returns a *failgraph.UnwrittenError per failure found, naming the root
 // error and the chain of kernels back to it. An unknown id is an error.
+// Bytes the run left on a code device alone (written by device code there
+// and read by no launch elsewhere, so no run copies them back) are copied
+// home, with their taint, by the first Buffer or Value of the buffer; the
+// run's device memory is held until Close for that.
 func (r *Result) Buffer(id dag.BufferID) (*buffers.Buffer, error) {
 	if id < 0 || int(id) >= r.graph.NumBuffers() {
 		return nil, fmt.Errorf("exec: result has no buffer id %d", id)
 	}
 	if r.run.bufs == nil {
 		return nil, fmt.Errorf("exec: buffer %q: %w", r.graph.Buffer(id).Name, ErrResultClosed)
+	}
+	if r.run.plan.fetch != nil {
+		r.run.fetch(id)
 	}
 	if err := r.store.EnsureWritten(r.graph.Buffer(id).Whole()); err != nil {
 		return nil, err
