@@ -60,7 +60,7 @@ func WithStreams(n int) Option {
 // event (a gpu.Counter's, another device's) bridges it: see Wait.
 //
 // A task that panics does not stop its stream: the panic is recovered and
-// returned, as a *PanicError, by the stream's next Synchronize, and later
+// returned, as a *gpu.PanicError, by the stream's next Synchronize, and later
 // tasks run. Likewise a task that calls runtime.Goexit: the worker is
 // replaced and the stream goes on.
 //
@@ -203,7 +203,7 @@ type cpuStream struct {
 	// First task panic and first bridged wait given up at Close since the
 	// last Synchronize, guarded by pmu.
 	pmu     sync.Mutex
-	panicE  *PanicError
+	panicE  *gpu.PanicError
 	panicsN int
 	gaveUp  error
 }
@@ -354,7 +354,7 @@ func (w *bridge) Run() {
 
 // Synchronize waits until every entry queued before the call is complete,
 // then returns and clears the stream's first recovered task panic (a
-// *PanicError) and its first bridged wait given up at Close (an error
+// *gpu.PanicError) and its first bridged wait given up at Close (an error
 // wrapping gpu.ErrClosed), if any: one of them, or both joined. It returns
 // ctx.Err() if ctx is done first; what it would have returned is then kept
 // for the next Synchronize. It works after Close.
@@ -436,11 +436,11 @@ func (s *cpuStream) run(t gpu.Task) {
 		}
 		r := recover()
 		if r != nil {
-			s.notePanic(&PanicError{Stream: s.idx, Value: r, Stack: debug.Stack()})
+			s.notePanic(&gpu.PanicError{Device: topology.CPU, Stream: s.idx, Value: r, Stack: debug.Stack()})
 			return
 		}
 		// runtime.Goexit: this goroutine is unwinding and will exit.
-		s.notePanic(&PanicError{Stream: s.idx, Goexit: true, Stack: debug.Stack()})
+		s.notePanic(&gpu.PanicError{Device: topology.CPU, Stream: s.idx, Goexit: true, Stack: debug.Stack()})
 		s.complete()
 		s.dev.wg.Add(1)
 		go s.work()
@@ -449,7 +449,7 @@ func (s *cpuStream) run(t gpu.Task) {
 	returned = true
 }
 
-func (s *cpuStream) notePanic(pe *PanicError) {
+func (s *cpuStream) notePanic(pe *gpu.PanicError) {
 	s.pmu.Lock()
 	if s.panicE == nil {
 		s.panicE = pe
@@ -490,39 +490,6 @@ func (e cpuEvent) String() string {
 		return "cpu event (none)"
 	}
 	return fmt.Sprintf("%v @ %d", e.s, e.seq)
-}
-
-// PanicError is a panic (or runtime.Goexit) recovered from a task on a CPU
-// stream, as returned by Stream.Synchronize. The stream went on running
-// later tasks.
-type PanicError struct {
-	Stream int    // index of the stream on the CPU device
-	Value  any    // the value passed to panic; nil when Goexit is true
-	Goexit bool   // the task called runtime.Goexit instead of returning
-	Stack  []byte // the task's goroutine stack when it was recovered
-	More   int    // further panics on the stream since the previous Synchronize, not kept
-}
-
-// Error returns "cpu: stream N: task panicked: VALUE", plus how many
-// more panics there were. The stack is in Stack, not in the message.
-func (e *PanicError) Error() string {
-	var msg string
-	if e.Goexit {
-		msg = fmt.Sprintf("cpu: stream %d: task called runtime.Goexit", e.Stream)
-	} else {
-		msg = fmt.Sprintf("cpu: stream %d: task panicked: %v", e.Stream, e.Value)
-	}
-	if e.More > 0 {
-		msg += fmt.Sprintf(" (and %d more)", e.More)
-	}
-	return msg
-}
-
-// Unwrap returns Value when it is an error, so errors.Is and errors.As see
-// through the panic; otherwise nil.
-func (e *PanicError) Unwrap() error {
-	err, _ := e.Value.(error)
-	return err
 }
 
 // Kind is the driver kind of the CPU device: importing this package

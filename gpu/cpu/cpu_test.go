@@ -379,7 +379,7 @@ func TestSynchronizeReturnsPanic(t *testing.T) {
 
 	err := s.Synchronize(ctx)
 	require.Error(t, err)
-	var pe *cpu.PanicError
+	var pe *gpu.PanicError
 	require.ErrorAs(t, err, &pe)
 	assert.Equal(t, boom, pe.Value, "the first panic is kept")
 	assert.ErrorIs(t, err, boom)
@@ -387,7 +387,7 @@ func TestSynchronizeReturnsPanic(t *testing.T) {
 	assert.Equal(t, 0, pe.Stream)
 	assert.False(t, pe.Goexit)
 	assert.Contains(t, string(pe.Stack), "TestSynchronizeReturnsPanic")
-	assert.Equal(t, "cpu: stream 0: task panicked: boom (and 1 more)", err.Error())
+	assert.Equal(t, "gpu: cpu stream 0: task panicked: boom (and 1 more)", err.Error())
 	assert.Equal(t, int64(1), after.Load(), "tasks after a panic still run")
 
 	require.NoError(t, s.Synchronize(ctx), "the panic is reported once")
@@ -406,7 +406,7 @@ func TestGoexitInTask(t *testing.T) {
 		gpu.TaskFunc(func() { ran = append(ran, 3) }),
 	}))
 	err := s.Synchronize(context.Background())
-	var pe *cpu.PanicError
+	var pe *gpu.PanicError
 	require.ErrorAs(t, err, &pe)
 	assert.True(t, pe.Goexit)
 	assert.Equal(t, 1, pe.Stream)

@@ -9,7 +9,7 @@
 // is one atomic load. A stream waits on any other event (a gpu.Counter's,
 // another device's) by bridging it on its worker. Queuing a task needs no
 // goroutine, channel or allocation of its own. A task that panics does not
-// stop its stream: the panic comes back as a [*PanicError] from the
+// stop its stream: the panic comes back as a [*gpu.PanicError] from the
 // stream's next Synchronize.
 //
 // Ownership: the caller of New owns the device and must Close it; Close

@@ -43,7 +43,7 @@ func ExampleStream_Synchronize() {
 	fmt.Println(s.Synchronize(context.Background()))
 	fmt.Println(ran)
 	// Output:
-	// cpu: stream 0: task panicked: out of range
+	// gpu: cpu stream 0: task panicked: out of range
 	// true
 }
 

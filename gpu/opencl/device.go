@@ -75,7 +75,7 @@ func WithIndex(n int) DeviceOption {
 // stream's host goroutine once every command enqueued before it has
 // completed, and commands enqueued after it wait for it to return. A
 // panicking task is recovered; the stream's next Synchronize returns it
-// as a *PanicError.
+// as a *gpu.PanicError.
 //
 // Record returns an event over a marker. Its Wait returns nil or the
 // failures the device reported for the commands enqueued on the stream
@@ -393,39 +393,6 @@ func (m *clMemory) at(off int64) (*Buffer, error) {
 	return b, nil
 }
 
-// PanicError is a panic (or runtime.Goexit) recovered from a host task
-// on a stream of an OpenCL device, as returned by the stream's
-// Synchronize. The stream went on running later work.
-type PanicError struct {
-	Device topology.DeviceID // the OpenCL device, "opencl0"
-	Stream int               // the stream's index on the device
-	Value  any               // the value passed to panic; nil when Goexit is true
-	Goexit bool              // the task called runtime.Goexit instead of returning
-	Stack  []byte            // the task's goroutine stack when it was recovered
-	More   int               // further panics on the stream since the previous Synchronize, not kept
-}
-
-// Error returns "opencl: opencl0 stream N: task panicked: VALUE", plus
-// how many more panics there were.
-func (e *PanicError) Error() string {
-	var msg string
-	if e.Goexit {
-		msg = fmt.Sprintf("opencl: %s stream %d: task called runtime.Goexit", e.Device, e.Stream)
-	} else {
-		msg = fmt.Sprintf("opencl: %s stream %d: task panicked: %v", e.Device, e.Stream, e.Value)
-	}
-	if e.More > 0 {
-		msg += fmt.Sprintf(" (and %d more)", e.More)
-	}
-	return msg
-}
-
-// Unwrap returns Value when it is an error; otherwise nil.
-func (e *PanicError) Unwrap() error {
-	err, _ := e.Value.(error)
-	return err
-}
-
 // runTask runs one host task, recovering a panic into the stream's panic
 // record. A task that calls runtime.Goexit ends the host goroutine: a
 // replacement resumes the stream's host work after the task.
@@ -436,10 +403,10 @@ func (s *clStream) runTask(t gpu.Task) {
 			return
 		}
 		if r := recover(); r != nil {
-			s.notePanic(&PanicError{Device: s.d.id, Stream: s.idx, Value: r, Stack: debug.Stack()})
+			s.notePanic(&gpu.PanicError{Device: s.d.id, Stream: s.idx, Value: r, Stack: debug.Stack()})
 			return
 		}
-		s.notePanic(&PanicError{Device: s.d.id, Stream: s.idx, Goexit: true, Stack: debug.Stack()})
+		s.notePanic(&gpu.PanicError{Device: s.d.id, Stream: s.idx, Goexit: true, Stack: debug.Stack()})
 		s.d.wg.Add(1)
 		go s.hostWork()
 	}()
@@ -447,7 +414,7 @@ func (s *clStream) runTask(t gpu.Task) {
 	returned = true
 }
 
-func (s *clStream) notePanic(pe *PanicError) {
+func (s *clStream) notePanic(pe *gpu.PanicError) {
 	s.pmu.Lock()
 	if s.panicE == nil {
 		s.panicE = pe

@@ -301,12 +301,12 @@ func TestDeviceHostTaskPanic(t *testing.T) {
 		gpu.TaskFunc(func() { ran++ }),
 	}))
 	err := s.Synchronize(t.Context())
-	var pe *opencl.PanicError
+	var pe *gpu.PanicError
 	require.ErrorAs(t, err, &pe)
 	assert.Equal(t, "boom", pe.Value)
 	assert.Equal(t, 1, pe.More)
 	assert.Equal(t, d.ID(), pe.Device)
-	assert.EqualError(t, pe, "opencl: opencl0 stream 0: task panicked: boom (and 1 more)")
+	assert.EqualError(t, pe, "gpu: opencl0 stream 0: task panicked: boom (and 1 more)")
 	assert.Equal(t, 2, ran)
 	assert.NoError(t, s.Synchronize(t.Context()), "the panic is forgotten")
 	require.NoError(t, s.Launch(gpu.TaskFunc(func() { ran++ })))

@@ -39,7 +39,7 @@ type clStream struct {
 	hti     int
 
 	pmu     sync.Mutex
-	panicE  *PanicError
+	panicE  *gpu.PanicError
 	panicsN int
 }
 
