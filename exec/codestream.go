@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -21,7 +22,9 @@ import (
 // gives dag.OpenCLCode) only when the kernel has an OpenCL variant and
 // touches no value buffer; the buffers such a kernel reads and writes
 // have instances in the device's memory (gpu.Memory, reserved with the
-// run's other buffers and released when it ends), and the plan's copy
+// run's other buffers; when it ends its bytes go back to the budget and
+// the memory to the plan for its next run: Plan.ReleaseDeviceMemory),
+// and the plan's copy
 // launches between a host instance and a device instance run on the code
 // device's stream as CopyIn or CopyOut. Every graph buffer's own instance
 // (the one a Result reads) lives on a device that is not a code device.
@@ -197,13 +200,20 @@ func (p *Plan) instanceOf(l *PlannedLaunch, b dag.BufferID) buffers.ID {
 	return -1 // dag binds only declared buffers: not reached
 }
 
-// allocMem makes plan buffer i's device memory on its code device. A
-// failure reads as the buffer's unallocated failure, as an over-budget
-// reservation does, and gives its budget bytes back.
+// allocMem makes plan buffer i's device memory on its code device: the
+// memory an earlier run of the plan left in its cache (r.cached), or a
+// new allocation. A failure reads as the buffer's unallocated failure, as
+// an over-budget reservation does, and gives its budget bytes back.
 func (r *run) allocMem(i int32) {
 	b := &r.plan.bufs[i]
 	if r.mems == nil {
 		r.mems = make([]gpu.Memory, len(r.plan.bufs))
+	}
+	if r.cached != nil {
+		if m := r.cached[i]; m != nil && m.Bytes() == b.SizeBytes {
+			r.cached[i], r.mems[i] = nil, m
+			return
+		}
 	}
 	cd, _ := codeDevice(r.gdevs[b.Device])
 	m, err := cd.Alloc(b.SizeBytes)
@@ -220,16 +230,116 @@ func (r *run) allocMem(i int32) {
 	r.mems[i] = m
 }
 
-// releaseMems releases the run's device memory and gives its bytes back
-// to the budgets. It is idempotent.
+// dropCached releases what the run took from its plan's cache and did
+// not use.
+func (r *run) dropCached() {
+	releaseAll(r.cached)
+	r.cached = nil
+}
+
+// releaseMems gives the run's device memory bytes back to the budgets and
+// the memory itself to the plan's cache (run.memc), or releases it when
+// the run has no cache or the cache is full. It is idempotent.
 func (r *run) releaseMems() {
+	r.dropCached()
+	if r.mems == nil {
+		return
+	}
 	for i, m := range r.mems {
 		if m != nil {
-			m.Release()
 			r.pools[r.plan.bufs[i].Device].Budget().Release(r.plan.bufs[i].SizeBytes)
 		}
 	}
+	if r.memc != nil {
+		r.memc.put(r.gdevs, r.mems)
+	} else {
+		releaseAll(r.mems)
+	}
 	r.mems = nil
+}
+
+// releaseAll releases every non-nil memory of ms.
+func releaseAll(ms []gpu.Memory) {
+	for _, m := range ms {
+		if m != nil {
+			m.Release()
+		}
+	}
+}
+
+// memCache is a plan's device memory between its runs: the instances on
+// code devices of one run, by plan buffer, on devs (the executor's
+// devices that run used). It holds no reference to its Plan, so that the
+// Plan's cleanup (runtime.AddCleanup) can release it. Methods are safe for
+// concurrent use.
+type memCache struct {
+	mu   sync.Mutex
+	devs []gpu.Device
+	mems []gpu.Memory // nil: empty
+}
+
+// take empties the cache and returns its memory when it is of devs; nil
+// otherwise (memory of other devices is released).
+func (c *memCache) take(devs []gpu.Device) []gpu.Memory {
+	c.mu.Lock()
+	ms, cdevs := c.mems, c.devs
+	c.mems, c.devs = nil, nil
+	c.mu.Unlock()
+	if ms != nil && !slices.Equal(cdevs, devs) {
+		releaseAll(ms)
+		return nil
+	}
+	return ms
+}
+
+// put keeps ms (memory of devs) when the cache is empty, and releases it
+// otherwise.
+func (c *memCache) put(devs []gpu.Device, ms []gpu.Memory) {
+	c.mu.Lock()
+	if c.mems == nil {
+		c.mems, c.devs = ms, devs
+		ms = nil
+	}
+	c.mu.Unlock()
+	releaseAll(ms)
+}
+
+// release releases the cached memory; the cache stays usable.
+func (c *memCache) release() { releaseAll(c.take(nil)) }
+
+// memCache returns p's device memory cache, made on first use, with a
+// cleanup that releases it once p is unreachable.
+func (p *Plan) memCache() *memCache {
+	if c := p.memc.Load(); c != nil {
+		return c
+	}
+	c := &memCache{}
+	if !p.memc.CompareAndSwap(nil, c) {
+		return p.memc.Load()
+	}
+	runtime.AddCleanup(p, (*memCache).release, c)
+	return c
+}
+
+// ReleaseDeviceMemory releases the device memory p keeps between runs.
+// A run of a plan with code devices takes the memory its instances on
+// code devices need from the plan (what the last run to finish left
+// there), allocating what is missing, and hands it back when it ends or,
+// where its Result may still fetch bytes from a code device, when the
+// Result is closed; a run that finds the plan's memory taken by a
+// concurrent run allocates its own, and of two runs handing memory back
+// the second releases its own. The kept memory is not counted in the
+// executor's budgets (each run reserves its bytes there, as without it),
+// so while a plan keeps memory its devices have that much less than their
+// budgets say. It is released by ReleaseDeviceMemory, by a run on other
+// devices than those it was allocated on, and once p is unreachable. A
+// later run keeps memory again. ReleaseDeviceMemory is safe for
+// concurrent use, also with runs of p; a plan with no code devices keeps
+// none.
+func (p *Plan) ReleaseDeviceMemory() {
+	if c := p.memc.Load(); c != nil {
+		c.release()
+	}
 }
 
 // fetch is a range of a graph buffer's final bytes that a run leaves on
