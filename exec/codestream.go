@@ -230,32 +230,28 @@ func (r *run) allocMem(i int32) {
 	r.mems[i] = m
 }
 
-// dropCached releases what the run took from its plan's cache and did
-// not use.
-func (r *run) dropCached() {
-	releaseAll(r.cached)
-	r.cached = nil
-}
-
 // releaseMems gives the run's device memory bytes back to the budgets and
-// the memory itself to the plan's cache (run.memc), or releases it when
-// the run has no cache or the cache is full. It is idempotent.
+// the memory itself (with its code streams' status words) to the plan's
+// cache (run.memc), or releases it when the run has no cache or the cache
+// is full; what the run took from the cache and did not use is released.
+// It is called once the code streams' drivers have ended, and is
+// idempotent.
 func (r *run) releaseMems() {
-	r.dropCached()
-	if r.mems == nil {
-		return
-	}
+	releaseAll(r.cached)
+	releaseAll(r.cachedStatus)
+	r.cached, r.cachedStatus = nil, nil
 	for i, m := range r.mems {
 		if m != nil {
 			r.pools[r.plan.bufs[i].Device].Budget().Release(r.plan.bufs[i].SizeBytes)
 		}
 	}
-	if r.memc != nil {
-		r.memc.put(r.gdevs, r.mems)
+	if r.memc != nil && (r.mems != nil || r.status != nil) {
+		r.memc.put(r.gdevs, r.mems, r.status)
 	} else {
 		releaseAll(r.mems)
+		releaseAll(r.status)
 	}
-	r.mems = nil
+	r.mems, r.status = nil, nil
 }
 
 // releaseAll releases every non-nil memory of ms.
@@ -267,45 +263,54 @@ func releaseAll(ms []gpu.Memory) {
 	}
 }
 
-// memCache is a plan's device memory between its runs: the instances on
-// code devices of one run, by plan buffer, on devs (the executor's
-// devices that run used). It holds no reference to its Plan, so that the
-// Plan's cleanup (runtime.AddCleanup) can release it. Methods are safe for
-// concurrent use.
+// memCache is a plan's device memory between its runs: one run's
+// instances on code devices (mems, by plan buffer) and status words
+// (status, by global stream), on devs (the executor's devices that run
+// used). It holds no reference to its Plan, so that the Plan's cleanup
+// (runtime.AddCleanup) can release it. Methods are safe for concurrent
+// use.
 type memCache struct {
-	mu   sync.Mutex
-	devs []gpu.Device
-	mems []gpu.Memory // nil: empty
+	mu     sync.Mutex
+	full   bool
+	devs   []gpu.Device
+	mems   []gpu.Memory
+	status []gpu.Memory
 }
 
 // take empties the cache and returns its memory when it is of devs; nil
 // otherwise (memory of other devices is released).
-func (c *memCache) take(devs []gpu.Device) []gpu.Memory {
+func (c *memCache) take(devs []gpu.Device) (mems, status []gpu.Memory) {
 	c.mu.Lock()
-	ms, cdevs := c.mems, c.devs
-	c.mems, c.devs = nil, nil
+	full, cdevs, mems, status := c.full, c.devs, c.mems, c.status
+	c.full, c.devs, c.mems, c.status = false, nil, nil, nil
 	c.mu.Unlock()
-	if ms != nil && !slices.Equal(cdevs, devs) {
-		releaseAll(ms)
-		return nil
+	if full && !slices.Equal(cdevs, devs) {
+		releaseAll(mems)
+		releaseAll(status)
+		return nil, nil
 	}
-	return ms
+	return mems, status
 }
 
-// put keeps ms (memory of devs) when the cache is empty, and releases it
-// otherwise.
-func (c *memCache) put(devs []gpu.Device, ms []gpu.Memory) {
+// put keeps mems and status (memory of devs) when the cache is empty,
+// and releases them otherwise.
+func (c *memCache) put(devs []gpu.Device, mems, status []gpu.Memory) {
 	c.mu.Lock()
-	if c.mems == nil {
-		c.mems, c.devs = ms, devs
-		ms = nil
+	if !c.full {
+		c.full, c.devs, c.mems, c.status = true, devs, mems, status
+		mems, status = nil, nil
 	}
 	c.mu.Unlock()
-	releaseAll(ms)
+	releaseAll(mems)
+	releaseAll(status)
 }
 
 // release releases the cached memory; the cache stays usable.
-func (c *memCache) release() { releaseAll(c.take(nil)) }
+func (c *memCache) release() {
+	mems, status := c.take(nil)
+	releaseAll(mems)
+	releaseAll(status)
+}
 
 // memCache returns p's device memory cache, made on first use, with a
 // cleanup that releases it once p is unreachable.
@@ -487,6 +492,9 @@ type codeState struct {
 // startCode starts the driver of code stream list b.
 func (r *run) startCode(b *streamRun, dev gpu.CodeDevice, st gpu.CodeStream, wg *sync.WaitGroup) {
 	c := &codeRun{b: b, r: r, st: st, ops: r.plan.codeOps()}
+	if r.memc != nil && r.status == nil {
+		r.status = make([]gpu.Memory, len(r.plan.sdev)) // startCode runs on one goroutine
+	}
 	n := len(b.list)
 	c.progs = make([]gpu.Program, n)
 	c.state = make([]codeState, n)
@@ -601,7 +609,13 @@ func (c *codeRun) prepare(dev gpu.CodeDevice, slots int) {
 	if slots == 0 {
 		return
 	}
-	m, err := dev.Alloc(int64(slots) * statusStride)
+	var m gpu.Memory
+	var err error
+	if cs := c.r.cachedStatus; cs != nil && cs[c.b.gs] != nil && cs[c.b.gs].Bytes() == int64(slots)*statusStride {
+		m, cs[c.b.gs] = cs[c.b.gs], nil // each driver touches its own stream's slot
+	} else {
+		m, err = dev.Alloc(int64(slots) * statusStride)
+	}
 	if err == nil {
 		err = c.st.Fill(m, 0, int64(slots)*statusStride, []byte{0, 0, 0, 0})
 	}
@@ -620,10 +634,15 @@ func (c *codeRun) prepare(dev gpu.CodeDevice, slots int) {
 	c.statusMem, c.statusHost = m, make([]byte, 4*slots)
 }
 
-// releaseStatus releases the status words' memory.
+// releaseStatus releases the status words' memory, or keeps it for the
+// plan's cache (run.status) when the run has one.
 func (c *codeRun) releaseStatus() {
 	if c.statusMem != nil {
-		c.statusMem.Release()
+		if c.r.status != nil {
+			c.r.status[c.b.gs] = c.statusMem // each driver touches its own stream's slot
+		} else {
+			c.statusMem.Release()
+		}
 		c.statusMem = nil
 	}
 }

@@ -295,10 +295,15 @@ type run struct {
 	// plan buffer id; nil without any (see codestream.go).
 	mems []gpu.Memory
 	// memc is the plan's cache the run's device memory comes from and
-	// goes back to (nil: allocated and released by the run); cached is
-	// what the run took from it, by plan buffer, until allocMem uses it.
-	memc   *memCache
-	cached []gpu.Memory
+	// goes back to (nil: allocated and released by the run); cached and
+	// cachedStatus are what the run took from it (by plan buffer; status
+	// words by global stream) until allocMem or a code stream's driver
+	// uses it; status holds, by global stream, the status words' memory
+	// the drivers leave for the cache (nil without memc).
+	memc         *memCache
+	cached       []gpu.Memory
+	cachedStatus []gpu.Memory
+	status       []gpu.Memory
 	// fetched marks, by graph buffer, the Plan.fetch ranges a Result has
 	// copied home (run.fetch); guarded by fetchMu.
 	fetchMu sync.Mutex
@@ -437,7 +442,7 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 		taken[bud] = n
 	}
 	if r.memc != nil {
-		r.cached = r.memc.take(r.gdevs)
+		r.cached, r.cachedStatus = r.memc.take(r.gdevs)
 	}
 	for _, i := range fits {
 		b := &r.plan.bufs[i]
@@ -451,7 +456,8 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 		buf, _ := r.pools[b.Device].AllocateReserved(buffers.ID(i), b.Name, b.SizeBytes) // sizes checked above
 		r.bufs[i].Store(buf)
 	}
-	r.dropCached() // what this run has no use for
+	releaseAll(r.cached) // what this run's buffers have no use for
+	r.cached = nil
 	for id, v := range inputs {
 		if id < 0 || int(id) >= r.plan.graph.NumBuffers() || r.unalloc != nil && r.unalloc.bufs[id] {
 			r.release()

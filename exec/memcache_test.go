@@ -194,3 +194,49 @@ func TestRunKeepsNoDeviceMemory(t *testing.T) {
 	assert.Zero(t, d.live(), fmt.Sprintf("%d bytes kept", d.live()))
 	require.NoError(t, d.Close())
 }
+
+// TestPlanKeepsStatusWords: the memory of a code stream's status words
+// (dag.StatusArg) is kept with the plan too, and zeroed for each run: a
+// soft failure of one run does not carry over to the next.
+func TestPlanKeepsStatusWords(t *testing.T) {
+	d := newFakeCode(topology.OpenCL(7), 1, fakeKernels)
+	e := cpuAnd(t, 1, d)
+	g := dag.New()
+	in := g.AddValue("v", dag.Input())
+	a, mid := g.AddBuffer("a", 8), g.AddBuffer("mid", 8)
+	g.AddKernel("src", func(_ context.Context, l dag.Launch) error {
+		binary.LittleEndian.PutUint64(l.Out(0).Bytes(), l.In(0).Value().(uint64))
+		return nil
+	}, dag.Reads(in), dag.Writes(a))
+	g.AddKernel("check", nil, dag.Reads(a), dag.Writes(mid),
+		dag.OpenCL(checkCL, "check", func([]int64) dag.Shape { return dag.Shape{Global: []int{1}} },
+			dag.BufferArg(a), dag.BufferArg(mid), dag.StatusArg()))
+	p, err := e.Plan(g)
+	require.NoError(t, err)
+	first := 0
+	for i, tc := range []struct {
+		v    uint64
+		fail bool
+	}{{2, false}, {3, true}, {4, false}, {5, true}, {6, false}} {
+		res, err := e.Execute(t.Context(), p, exec.WithInput(in, tc.v))
+		require.NoError(t, err)
+		if tc.fail {
+			var se *exec.StatusError
+			require.ErrorAs(t, res.Err(), &se, "run %d", i)
+			assert.Equal(t, int32(7), se.Value)
+		} else {
+			require.NoError(t, res.Err(), "run %d", i)
+			b, err := res.Buffer(mid)
+			require.NoError(t, err)
+			assert.Equal(t, tc.v, u64(b.Bytes(), 0), "run %d", i)
+		}
+		res.Close()
+		if i == 0 {
+			first = d.allocCount()
+		}
+		assert.Equal(t, first, d.allocCount(), "run %d allocates nothing", i)
+	}
+	p.ReleaseDeviceMemory()
+	assert.Zero(t, d.live())
+	require.NoError(t, d.Close())
+}
