@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -238,5 +239,31 @@ func TestPlanKeepsStatusWords(t *testing.T) {
 	}
 	p.ReleaseDeviceMemory()
 	assert.Zero(t, d.live())
+	require.NoError(t, d.Close())
+}
+
+// TestDroppedPlanReleasesDeviceMemory: the memory a plan keeps is released
+// once the plan is unreachable (its cleanup holds no reference to it).
+func TestDroppedPlanReleasesDeviceMemory(t *testing.T) {
+	const w = 8
+	d := newFakeCode(topology.OpenCL(7), 1, fakeKernels)
+	e := cpuAnd(t, 1, d)
+	func() {
+		g, in, out := keptGraph(w)
+		p, err := e.Plan(g)
+		require.NoError(t, err)
+		res, err := e.Execute(t.Context(), p, exec.WithInput(in, uint64(9)))
+		require.NoError(t, err)
+		assert.Equal(t, keptWant(9, w), keptOut(t, res, out, w))
+		res.Close()
+		require.Positive(t, d.live(), "the plan keeps the run's device memory")
+	}()
+	// Cleanups run on their own goroutine after a collection finds the
+	// plan unreachable: collect until it has run.
+	for i := 0; i < 1000 && d.live() != 0; i++ {
+		runtime.GC()
+		runtime.Gosched()
+	}
+	assert.Zero(t, d.live(), "a dropped plan's device memory is released")
 	require.NoError(t, d.Close())
 }
