@@ -88,8 +88,11 @@ import (
 
 // codeWindow bounds how many launches a code stream enqueues ahead of the
 // oldest it has not settled: cancellation stops enqueueing, so what a
-// done ctx still lets run is at most this much per stream.
-const codeWindow = 256
+// done ctx still lets run is at most this much per stream. It is deep
+// enough that a driver enqueueing short kernels rarely waits for the
+// device mid-list (a device's own launch queue is about as deep: CUDA's
+// holds 1024 launches).
+const codeWindow = 1024
 
 // codeSegment is the most launches one recorded event covers when no
 // other need for a Record comes first: a quarter of the window, so a full

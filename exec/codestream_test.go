@@ -668,7 +668,7 @@ func TestCodeDeviceMemoryBudget(t *testing.T) {
 // Concurrent runs on one code device interleave their commands and each gets its
 // own answer; a chain longer than the enqueue window settles as it goes.
 func TestCodeDeviceConcurrentRunsAndLongChains(t *testing.T) {
-	const runs, links = 4, 150
+	const runs, links = 4, exec.CodeWindow + 150
 	for _, cd := range codeDevs() {
 		t.Run(cd.name, func(t *testing.T) {
 			e := cpuAnd(t, 2, cd.make(t, 2))
