@@ -341,9 +341,12 @@ func (p *Plan) memCache() *memCache {
 // so while a plan keeps memory its devices have that much less than their
 // budgets say. It is released by ReleaseDeviceMemory, by a run on other
 // devices than those it was allocated on, and once p is unreachable. A
-// later run keeps memory again. ReleaseDeviceMemory is safe for
-// concurrent use, also with runs of p; a plan with no code devices keeps
-// none.
+// later run keeps memory again, and so does a run still going (or a
+// Result still open) when ReleaseDeviceMemory is called: call it after
+// the last Result.Close to leave nothing allocated. ReleaseDeviceMemory
+// is safe for concurrent use, also with runs of p; Executor.Run, whose
+// plan runs once, and a run with WithDeviceLoss keep nothing, and a plan
+// with no code devices keeps none.
 func (p *Plan) ReleaseDeviceMemory() {
 	if c := p.memc.Load(); c != nil {
 		c.release()
