@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -21,7 +22,9 @@ import (
 // gives dag.OpenCLCode) only when the kernel has an OpenCL variant and
 // touches no value buffer; the buffers such a kernel reads and writes
 // have instances in the device's memory (gpu.Memory, reserved with the
-// run's other buffers and released when it ends), and the plan's copy
+// run's other buffers; when it ends its bytes go back to the budget and
+// the memory to the plan for its next run: Plan.ReleaseDeviceMemory),
+// and the plan's copy
 // launches between a host instance and a device instance run on the code
 // device's stream as CopyIn or CopyOut. Every graph buffer's own instance
 // (the one a Result reads) lives on a device that is not a code device.
@@ -85,8 +88,11 @@ import (
 
 // codeWindow bounds how many launches a code stream enqueues ahead of the
 // oldest it has not settled: cancellation stops enqueueing, so what a
-// done ctx still lets run is at most this much per stream.
-const codeWindow = 256
+// done ctx still lets run is at most this much per stream. It is deep
+// enough that a driver enqueueing short kernels rarely waits for the
+// device mid-list (a device's own launch queue is about as deep: CUDA's
+// holds 1024 launches).
+const codeWindow = 1024
 
 // codeSegment is the most launches one recorded event covers when no
 // other need for a Record comes first: a quarter of the window, so a full
@@ -197,13 +203,20 @@ func (p *Plan) instanceOf(l *PlannedLaunch, b dag.BufferID) buffers.ID {
 	return -1 // dag binds only declared buffers: not reached
 }
 
-// allocMem makes plan buffer i's device memory on its code device. A
-// failure reads as the buffer's unallocated failure, as an over-budget
-// reservation does, and gives its budget bytes back.
+// allocMem makes plan buffer i's device memory on its code device: the
+// memory an earlier run of the plan left in its cache (r.cached), or a
+// new allocation. A failure reads as the buffer's unallocated failure, as
+// an over-budget reservation does, and gives its budget bytes back.
 func (r *run) allocMem(i int32) {
 	b := &r.plan.bufs[i]
 	if r.mems == nil {
 		r.mems = make([]gpu.Memory, len(r.plan.bufs))
+	}
+	if r.cached != nil {
+		if m := r.cached[i]; m != nil && m.Bytes() == b.SizeBytes {
+			r.cached[i], r.mems[i] = nil, m
+			return
+		}
 	}
 	cd, _ := codeDevice(r.gdevs[b.Device])
 	m, err := cd.Alloc(b.SizeBytes)
@@ -220,16 +233,124 @@ func (r *run) allocMem(i int32) {
 	r.mems[i] = m
 }
 
-// releaseMems releases the run's device memory and gives its bytes back
-// to the budgets. It is idempotent.
+// releaseMems gives the run's device memory bytes back to the budgets and
+// the memory itself (with its code streams' status words) to the plan's
+// cache (run.memc), or releases it when the run has no cache or the cache
+// is full; what the run took from the cache and did not use is released.
+// It is called once the code streams' drivers have ended, and is
+// idempotent.
 func (r *run) releaseMems() {
+	releaseAll(r.cached)
+	releaseAll(r.cachedStatus)
+	r.cached, r.cachedStatus = nil, nil
 	for i, m := range r.mems {
 		if m != nil {
-			m.Release()
 			r.pools[r.plan.bufs[i].Device].Budget().Release(r.plan.bufs[i].SizeBytes)
 		}
 	}
-	r.mems = nil
+	if r.memc != nil && (r.mems != nil || r.status != nil) {
+		r.memc.put(r.gdevs, r.mems, r.status)
+	} else {
+		releaseAll(r.mems)
+		releaseAll(r.status)
+	}
+	r.mems, r.status = nil, nil
+}
+
+// releaseAll releases every non-nil memory of ms.
+func releaseAll(ms []gpu.Memory) {
+	for _, m := range ms {
+		if m != nil {
+			m.Release()
+		}
+	}
+}
+
+// memCache is a plan's device memory between its runs: one run's
+// instances on code devices (mems, by plan buffer) and status words
+// (status, by global stream), on devs (the executor's devices that run
+// used). It holds no reference to its Plan, so that the Plan's cleanup
+// (runtime.AddCleanup) can release it. Methods are safe for concurrent
+// use.
+type memCache struct {
+	mu     sync.Mutex
+	full   bool
+	devs   []gpu.Device
+	mems   []gpu.Memory
+	status []gpu.Memory
+}
+
+// take empties the cache and returns its memory when it is of devs; nil
+// otherwise (memory of other devices is released).
+func (c *memCache) take(devs []gpu.Device) (mems, status []gpu.Memory) {
+	c.mu.Lock()
+	full, cdevs, mems, status := c.full, c.devs, c.mems, c.status
+	c.full, c.devs, c.mems, c.status = false, nil, nil, nil
+	c.mu.Unlock()
+	if full && !slices.Equal(cdevs, devs) {
+		releaseAll(mems)
+		releaseAll(status)
+		return nil, nil
+	}
+	return mems, status
+}
+
+// put keeps mems and status (memory of devs) when the cache is empty,
+// and releases them otherwise.
+func (c *memCache) put(devs []gpu.Device, mems, status []gpu.Memory) {
+	c.mu.Lock()
+	if !c.full {
+		c.full, c.devs, c.mems, c.status = true, devs, mems, status
+		mems, status = nil, nil
+	}
+	c.mu.Unlock()
+	releaseAll(mems)
+	releaseAll(status)
+}
+
+// release releases the cached memory; the cache stays usable.
+func (c *memCache) release() {
+	mems, status := c.take(nil)
+	releaseAll(mems)
+	releaseAll(status)
+}
+
+// memCache returns p's device memory cache, made on first use, with a
+// cleanup that releases it once p is unreachable.
+func (p *Plan) memCache() *memCache {
+	if c := p.memc.Load(); c != nil {
+		return c
+	}
+	c := &memCache{}
+	if !p.memc.CompareAndSwap(nil, c) {
+		return p.memc.Load()
+	}
+	runtime.AddCleanup(p, (*memCache).release, c)
+	return c
+}
+
+// ReleaseDeviceMemory releases the device memory p keeps between runs.
+// A run of a plan with code devices takes the memory its instances on
+// code devices need from the plan (what the last run to finish left
+// there), allocating what is missing, and hands it back when it ends or,
+// where its Result may still fetch bytes from a code device, when the
+// Result is closed; a run that finds the plan's memory taken by a
+// concurrent run allocates its own, and of two runs handing memory back
+// the second releases its own. The kept memory is not counted in the
+// executor's budgets (each run reserves its bytes there, as without it),
+// so while a plan keeps memory its devices have that much less than their
+// budgets say. It is released by ReleaseDeviceMemory, by a run on other
+// devices than those it was allocated on, and once p is unreachable. A
+// later run keeps memory again, and so does a run still going (or a
+// Result still open) when ReleaseDeviceMemory is called: call it after
+// the last Result.Close to leave nothing allocated. ReleaseDeviceMemory
+// is safe for concurrent use, also with runs of p; Executor.Run, whose
+// plan runs once, and a run with WithDeviceLoss keep nothing, and a plan
+// with no code devices keeps none.
+func (p *Plan) ReleaseDeviceMemory() {
+	if c := p.memc.Load(); c != nil {
+		c.release()
+	}
 }
 
 // fetch is a range of a graph buffer's final bytes that a run leaves on
@@ -377,6 +498,9 @@ type codeState struct {
 // startCode starts the driver of code stream list b.
 func (r *run) startCode(b *streamRun, dev gpu.CodeDevice, st gpu.CodeStream, wg *sync.WaitGroup) {
 	c := &codeRun{b: b, r: r, st: st, ops: r.plan.codeOps()}
+	if r.memc != nil && r.status == nil {
+		r.status = make([]gpu.Memory, len(r.plan.sdev)) // startCode runs on one goroutine
+	}
 	n := len(b.list)
 	c.progs = make([]gpu.Program, n)
 	c.state = make([]codeState, n)
@@ -491,7 +615,13 @@ func (c *codeRun) prepare(dev gpu.CodeDevice, slots int) {
 	if slots == 0 {
 		return
 	}
-	m, err := dev.Alloc(int64(slots) * statusStride)
+	var m gpu.Memory
+	var err error
+	if cs := c.r.cachedStatus; cs != nil && cs[c.b.gs] != nil && cs[c.b.gs].Bytes() == int64(slots)*statusStride {
+		m, cs[c.b.gs] = cs[c.b.gs], nil // each driver touches its own stream's slot
+	} else {
+		m, err = dev.Alloc(int64(slots) * statusStride)
+	}
 	if err == nil {
 		err = c.st.Fill(m, 0, int64(slots)*statusStride, []byte{0, 0, 0, 0})
 	}
@@ -510,10 +640,15 @@ func (c *codeRun) prepare(dev gpu.CodeDevice, slots int) {
 	c.statusMem, c.statusHost = m, make([]byte, 4*slots)
 }
 
-// releaseStatus releases the status words' memory.
+// releaseStatus releases the status words' memory, or keeps it for the
+// plan's cache (run.status) when the run has one.
 func (c *codeRun) releaseStatus() {
 	if c.statusMem != nil {
-		c.statusMem.Release()
+		if c.r.status != nil {
+			c.r.status[c.b.gs] = c.statusMem // each driver touches its own stream's slot
+		} else {
+			c.statusMem.Release()
+		}
 		c.statusMem = nil
 	}
 }

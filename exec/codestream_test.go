@@ -209,6 +209,7 @@ func TestCodeDeviceMixedPlan(t *testing.T) {
 			e := cpuAnd(t, 2, dev, exec.WithLaunchTiming(true))
 			p, err := e.Plan(g)
 			require.NoError(t, err)
+			t.Cleanup(p.ReleaseDeviceMemory) // before the device's leak check
 			assert.Equal(t, []int{2, 4}, p.Streams(), "a CPU device with 2 streams and a code device with 4")
 			for _, l := range p.Launches() {
 				if l.Kernel >= 0 {
@@ -610,6 +611,7 @@ func TestCodeDeviceToCodeDeviceThroughHost(t *testing.T) {
 		dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(mid), dag.BufferArg(out), dag.ScalarArg(uint64(2)), dag.ScalarArg(uint64(0))))
 	p, err := e.Plan(g)
 	require.NoError(t, err)
+	t.Cleanup(p.ReleaseDeviceMemory) // before the device's leak check
 	assert.Equal(t, []int{1, 2, 4}, p.Streams())
 	res, err := e.Execute(t.Context(), p)
 	require.NoError(t, err)
@@ -666,7 +668,7 @@ func TestCodeDeviceMemoryBudget(t *testing.T) {
 // Concurrent runs on one code device interleave their commands and each gets its
 // own answer; a chain longer than the enqueue window settles as it goes.
 func TestCodeDeviceConcurrentRunsAndLongChains(t *testing.T) {
-	const runs, links = 4, 150
+	const runs, links = 4, exec.CodeWindow + 150
 	for _, cd := range codeDevs() {
 		t.Run(cd.name, func(t *testing.T) {
 			e := cpuAnd(t, 2, cd.make(t, 2))
@@ -718,6 +720,7 @@ func TestCodeDeviceExecuteRefuses(t *testing.T) {
 	g, _, _ := scaleGraph(1, 1, 2, false)
 	p, err := e.Plan(g)
 	require.NoError(t, err)
+	t.Cleanup(p.ReleaseDeviceMemory) // before the device's leak check
 
 	t.Run("device loss", func(t *testing.T) {
 		_, err := e.Execute(t.Context(), p, exec.WithDeviceLoss(topology.CPU, 0.5))
@@ -957,6 +960,7 @@ func TestCodeDevicePingPong(t *testing.T) {
 					e := cpuAnd(t, 2, dev)
 					p, err := e.Plan(g)
 					require.NoError(t, err)
+					t.Cleanup(p.ReleaseDeviceMemory) // before the device's leak check
 					for _, l := range p.Launches() {
 						if l.Kernel >= 0 && strings.HasPrefix(l.Name, "pp") {
 							var i int
@@ -1051,6 +1055,7 @@ func TestCodeDeviceLoss(t *testing.T) {
 			g, total, _ := scaleGraph(1, 2, w, false)
 			p, err := e.Plan(g)
 			require.NoError(t, err)
+			t.Cleanup(p.ReleaseDeviceMemory) // before the device's leak check
 			res, err := e.Execute(t.Context(), p, exec.WithDeviceLoss(dev.ID(), 0))
 			require.NoError(t, err)
 			defer res.Close()

@@ -152,7 +152,7 @@ func (e *Executor) Run(ctx context.Context, g *dag.Graph, opts ...RunOption) (*R
 	if err != nil {
 		return nil, err
 	}
-	return e.Execute(ctx, p, opts...)
+	return e.execute(ctx, p, false, opts...)
 }
 
 // Execute runs plan p. It returns an error only when the run could not
@@ -181,6 +181,13 @@ func (e *Executor) Run(ctx context.Context, g *dag.Graph, opts ...RunOption) (*R
 // independent run: it queues behind the kernel, so a kernel must not wait
 // for such a run unless its ctx can end.
 func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Result, error) {
+	return e.execute(ctx, p, true, opts...)
+}
+
+// execute is Execute; keep says whether the run's device memory comes
+// from and goes back to p's cache (see Plan.ReleaseDeviceMemory), false
+// for a plan that runs once.
+func (e *Executor) execute(ctx context.Context, p *Plan, keep bool, opts ...RunOption) (*Result, error) {
 	var rc runConfig
 	for _, o := range opts {
 		o(&rc)
@@ -222,6 +229,9 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 		alloc: e.pools[0].Allocator(),
 		store: failgraph.New(func(id buffers.ID) string { return p.bufs[id].Name }),
 		loss:  loss,
+	}
+	if keep && loss == nil && p.hasCode() {
+		r.memc = p.memCache()
 	}
 	if err := r.allocate(ctx, nil, rc.inputs); err != nil {
 		return nil, err
@@ -284,6 +294,16 @@ type run struct {
 	// mems holds the run's instances on code devices (device memory), by
 	// plan buffer id; nil without any (see codestream.go).
 	mems []gpu.Memory
+	// memc is the plan's cache the run's device memory comes from and
+	// goes back to (nil: allocated and released by the run); cached and
+	// cachedStatus are what the run took from it (by plan buffer; status
+	// words by global stream) until allocMem or a code stream's driver
+	// uses it; status holds, by global stream, the status words' memory
+	// the drivers leave for the cache (nil without memc).
+	memc         *memCache
+	cached       []gpu.Memory
+	cachedStatus []gpu.Memory
+	status       []gpu.Memory
 	// fetched marks, by graph buffer, the Plan.fetch ranges a Result has
 	// copied home (run.fetch); guarded by fetchMu.
 	fetchMu sync.Mutex
@@ -421,6 +441,9 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 		}
 		taken[bud] = n
 	}
+	if r.memc != nil {
+		r.cached, r.cachedStatus = r.memc.take(r.gdevs)
+	}
 	for _, i := range fits {
 		b := &r.plan.bufs[i]
 		if r.plan.mem[b.Device] {
@@ -433,6 +456,8 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 		buf, _ := r.pools[b.Device].AllocateReserved(buffers.ID(i), b.Name, b.SizeBytes) // sizes checked above
 		r.bufs[i].Store(buf)
 	}
+	releaseAll(r.cached) // what this run's buffers have no use for
+	r.cached = nil
 	for id, v := range inputs {
 		if id < 0 || int(id) >= r.plan.graph.NumBuffers() || r.unalloc != nil && r.unalloc.bufs[id] {
 			r.release()

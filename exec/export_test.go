@@ -7,6 +7,10 @@ import (
 	"github.com/streamdag/streamdag/topology"
 )
 
+// CodeWindow is how many launches a code stream enqueues ahead of the
+// oldest it has not settled.
+const CodeWindow = codeWindow
+
 // PlanPlaced plans g on e's devices with kernel k on device dev[k],
 // whatever a placement strategy would say: writers of one buffer may then
 // run on different devices. For tests of the planner's copies.

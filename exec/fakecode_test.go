@@ -32,6 +32,7 @@ type fakeCode struct {
 
 	mu        sync.Mutex
 	liveBytes int64
+	allocs    int // Alloc calls that made memory
 	programs  map[string]*fakeProgram
 	ran       map[string]int // kernel launches run, by label
 	waits     atomic.Int64   // Stream.Wait calls on events of this device
@@ -89,6 +90,13 @@ func (d *fakeCode) live() int64 {
 	return d.liveBytes
 }
 
+// allocCount returns how many allocations the device has made.
+func (d *fakeCode) allocCount() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.allocs
+}
+
 type fakeMem struct {
 	dev      *fakeCode
 	b        []byte
@@ -112,6 +120,7 @@ func (d *fakeCode) Alloc(bytes int64) (gpu.Memory, error) {
 	}
 	d.mu.Lock()
 	d.liveBytes += bytes
+	d.allocs++
 	d.mu.Unlock()
 	b := make([]byte, bytes)
 	for i := range b {

@@ -107,6 +107,7 @@ type Plan struct {
 	cops        []codeOp // what code streams enqueue, by plan index (codeOps)
 	slotsMu     sync.Mutex
 	slots       [][]atomic.Pointer[buffers.Buffer] // buffer slots of closed runs, all nil, for reuse
+	memc        atomic.Pointer[memCache]           // device memory kept between runs (ReleaseDeviceMemory); nil until a run makes it
 }
 
 // Graph returns the graph the plan schedules.
