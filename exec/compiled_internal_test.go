@@ -1,0 +1,71 @@
+package exec
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/dag"
+	"github.com/streamdag/streamdag/gpu/cpu"
+)
+
+// fanGraph returns n independent two-kernel chains joined by one sink:
+// launches on every stream, and cross-stream waits at the sink.
+func fanGraph(n int) *dag.Graph {
+	nop := func(context.Context, dag.Launch) error { return nil }
+	g := dag.New()
+	var ends []dag.BufferID
+	for i := range n {
+		a, b := g.AddValue(fmt.Sprint("a", i)), g.AddValue(fmt.Sprint("b", i))
+		g.AddKernel(fmt.Sprint("head", i), nop, dag.Writes(a))
+		g.AddKernel(fmt.Sprint("tail", i), nop, dag.Reads(a), dag.Writes(b))
+		ends = append(ends, b)
+	}
+	g.AddKernel("sink", nop, dag.Reads(ends...), dag.Writes(g.AddValue("out")))
+	return g
+}
+
+// TestCompiledAllocationsFixed checks that a plan's stream lists take a
+// fixed number of allocations whatever the plan's size (one array for
+// every stream's launches, one for their waits), and that they hold
+// every launch once, in plan order per stream, at its slot.
+func TestCompiledAllocationsFixed(t *testing.T) {
+	dev, err := cpu.New(cpu.WithStreams(3))
+	require.NoError(t, err)
+	defer dev.Close()
+	e := New(dev)
+	allocs := map[int]float64{}
+	for _, n := range []int{10, 1000} {
+		p, err := e.Plan(fanGraph(n))
+		require.NoError(t, err)
+		require.Positive(t, p.Waits(), "n=%d: the plan needs cross-stream waits", n)
+		allocs[n] = testing.AllocsPerRun(5, func() {
+			p.compileOnce = sync.Once{}
+			p.compiled()
+		})
+		c := p.compiled()
+		seen := make([]bool, p.NumLaunches())
+		for gs, list := range c.lists {
+			prev, nwaits := -1, 0
+			for j, h := range list {
+				i := int(h.idx)
+				assert.False(t, seen[i], "n=%d: launch %d listed twice", n, i)
+				seen[i] = true
+				assert.Equal(t, gs, p.GlobalStream(i), "n=%d: launch %d", n, i)
+				assert.Greater(t, i, prev, "n=%d: stream %d out of plan order", n, gs)
+				assert.Equal(t, int32(c.base[gs]+j), c.slot[i], "n=%d: launch %d's slot", n, i)
+				l := p.launches[i]
+				assert.True(t, slices.Equal(l.Waits, c.waits[gs][nwaits:h.waits]), "n=%d: launch %d's waits %v, listed %v", n, i, l.Waits, c.waits[gs][nwaits:h.waits])
+				nwaits, prev = int(h.waits), i
+			}
+			assert.Len(t, c.waits[gs], nwaits, "n=%d: stream %d's waits", n, gs)
+		}
+		assert.NotContains(t, seen, false, "n=%d: a launch on no list", n)
+	}
+	assert.Equal(t, allocs[10], allocs[1000], "allocations of the stream lists grow with the plan: %v", allocs)
+}
