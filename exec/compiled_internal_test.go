@@ -69,3 +69,32 @@ func TestCompiledAllocationsFixed(t *testing.T) {
 	}
 	assert.Equal(t, allocs[10], allocs[1000], "allocations of the stream lists grow with the plan: %v", allocs)
 }
+
+// TestPlanValidatedGraphConcurrently plans one validated graph from
+// several goroutines at once (-race checks that planning it only reads
+// it), and checks that a graph changed after its Validate is validated
+// again.
+func TestPlanValidatedGraphConcurrently(t *testing.T) {
+	dev, err := cpu.New(cpu.WithStreams(2))
+	require.NoError(t, err)
+	defer dev.Close()
+	e := New(dev)
+	g := fanGraph(20)
+	require.NoError(t, g.Validate())
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for w := range errs {
+		wg.Go(func() { _, errs[w] = e.Plan(g) })
+	}
+	wg.Wait()
+	for w, err := range errs {
+		assert.NoError(t, err, "planner %d", w)
+	}
+	// A second writer of "out" after validation: Plan must see it.
+	g.AddKernel("again", func(context.Context, dag.Launch) error { return nil }, dag.Writes(0))
+	_, err = e.Plan(g)
+	assert.Error(t, err, "a graph changed since its Validate is validated again")
+	p, err := e.Plan(fanGraph(3)) // never validated: Plan validates it
+	require.NoError(t, err)
+	assert.Equal(t, 7, p.NumLaunches())
+}

@@ -202,10 +202,18 @@ func (p *Plan) Placement() PlacementResult {
 // kernel, or that contradicts where the buffers it writes live; more than
 // 64 devices.
 // Planning is O(V + E + H) plus placement (O(V·D) estimates for HEFT),
-// where H counts buffer accesses scanned for hazards.
+// where H counts buffer accesses scanned for hazards; the validation is
+// skipped for a graph validated since its last change (g.Order is not
+// nil). Plan reads g and does not change it when g is already validated,
+// so such a graph may be planned from several goroutines at once.
 func (e *Executor) Plan(g *dag.Graph) (*Plan, error) {
-	if err := g.Validate(); err != nil {
-		return nil, err
+	// A graph that passed Validate and has not changed since keeps its
+	// order (g.Order is nil otherwise): it would pass again, so planning
+	// it again does not re-validate it.
+	if g.Order() == nil {
+		if err := g.Validate(); err != nil {
+			return nil, err
+		}
 	}
 	ids := make([]topology.DeviceID, len(e.devs))
 	for i, d := range e.devs {
