@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -97,4 +98,13 @@ func TestPlanValidatedGraphConcurrently(t *testing.T) {
 	p, err := e.Plan(fanGraph(3)) // never validated: Plan validates it
 	require.NoError(t, err)
 	assert.Equal(t, 7, p.NumLaunches())
+}
+
+// TestPlanRecordSizes keeps a plan's per-launch and per-buffer records
+// small (planning writes one of each per kernel and buffer): the cold
+// details live elsewhere (a launch's stream pin only while planning), and
+// the fields pack without padding.
+func TestPlanRecordSizes(t *testing.T) {
+	assert.LessOrEqual(t, unsafe.Sizeof(PlannedLaunch{}), uintptr(192), "PlannedLaunch")
+	assert.LessOrEqual(t, unsafe.Sizeof(PlannedBuffer{}), uintptr(48), "PlannedBuffer")
 }

@@ -57,7 +57,6 @@ type PlannedLaunch struct {
 	fn            dag.KernelFunc
 	variant       *dag.Variant // the device code a kernel launch on a code device runs
 	optional      []bool       // the kernel's Optional
-	pin           int          // the kernel's Stream: -1 unpinned
 }
 
 // PlannedBuffer is a buffer of a plan: one of the graph's (same id), on
@@ -71,9 +70,9 @@ type PlannedBuffer struct {
 	Name      string
 	SizeBytes int64
 	Value     bool
+	final     bool         // it ends the plan holding every byte's final version (the graph's buffers always do)
 	Device    int          // index into the executor's devices
 	Of        dag.BufferID // the graph's buffer it is (or replicates)
-	final     bool         // it ends the plan holding every byte's final version (the graph's buffers always do)
 }
 
 // Plan is an executable schedule of a graph on the executor's devices. It
@@ -447,6 +446,16 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool
 		}
 	}
 	only := homeBuffers(p, order, sub)
+	// pins[i] is launch i's stream pin (the kernel's Stream) plus one;
+	// 0, or past the end: not pinned. Most plans pin nothing and so
+	// allocate nothing for it.
+	var pins []int32
+	pin := func(i, s int) {
+		if len(pins) <= i {
+			pins = append(pins, make([]int32, i+1-len(pins))...)
+		}
+		pins[i] = int32(s + 1)
+	}
 	if len(devs) == 1 {
 		p.launches = make([]PlannedLaunch, len(order))
 		for i, kid := range order {
@@ -464,7 +473,10 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool
 			// the collector marks.
 			l := &p.launches[i]
 			l.Kernel, l.Name, l.Reads, l.Writes = kid, k.Name, k.Reads, k.Writes
-			l.fn, l.optional, l.pin = k.Fn, k.Optional, k.Stream
+			l.fn, l.optional = k.Fn, k.Optional
+			if k.Stream >= 0 {
+				pin(i, k.Stream)
+			}
 		}
 	} else {
 		p.launches = make([]PlannedLaunch, 0, len(order))
@@ -483,9 +495,12 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool
 			}
 			reads, writes := window(arena, start, mid, k.Reads == nil), window(arena, mid, len(arena), k.Writes == nil)
 			l := PlannedLaunch{Kernel: kid, Name: k.Name, Device: d, Reads: reads,
-				Writes: writes, fn: k.Fn, optional: k.Optional, pin: k.Stream}
+				Writes: writes, fn: k.Fn, optional: k.Optional}
 			if p.mem[d] {
 				l.fn, l.variant = nil, variantOf(k, dag.OpenCLCode)
+			}
+			if k.Stream >= 0 {
+				pin(len(p.launches), k.Stream)
 			}
 			p.launches = append(p.launches, l)
 		}
@@ -536,8 +551,8 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool
 		l := &p.launches[i]
 		base, nds := p.sbase[l.Device], nstreams[l.Device]
 		s := -1
-		if l.Kernel >= 0 && l.pin >= 0 {
-			s = base + l.pin%nds
+		if i < len(pins) && pins[i] > 0 {
+			s = base + int(pins[i]-1)%nds
 		} else {
 			// Continue a dependency's chain: the one whose stream has the
 			// fewest launches, so chains that merge do not pile up on one
