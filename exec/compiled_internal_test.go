@@ -108,3 +108,20 @@ func TestPlanRecordSizes(t *testing.T) {
 	assert.LessOrEqual(t, unsafe.Sizeof(PlannedLaunch{}), uintptr(192), "PlannedLaunch")
 	assert.LessOrEqual(t, unsafe.Sizeof(PlannedBuffer{}), uintptr(48), "PlannedBuffer")
 }
+
+// TestLaunchOrderReusesScratch checks that ranking a graph again with the
+// same hazard tracker allocates nothing: the ranks, the new order and the
+// positions live in the tracker's scratch, which a pooled tracker carries
+// from plan to plan.
+func TestLaunchOrderReusesScratch(t *testing.T) {
+	g := fanGraph(200)
+	require.NoError(t, g.Validate())
+	haz := newHazards(0)
+	out, from, found := launchOrder(g, g.Order(), haz, false)
+	require.True(t, found)
+	require.NotNil(t, from, "the fan's kernel order is not by rank: launchOrder reorders it")
+	want := slices.Clone(out)
+	allocs := testing.AllocsPerRun(10, func() { out, _, _ = launchOrder(g, g.Order(), haz, false) })
+	assert.Zero(t, allocs, "allocations per launchOrder with a used tracker")
+	assert.Equal(t, want, out, "the order ranked again")
+}

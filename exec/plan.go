@@ -433,6 +433,7 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool
 		nacc += len(g.KernelReads(kid)) + len(g.KernelWrites(kid))
 	}
 	haz := newHazards(nacc)
+	defer haz.release() // the launches' Deps hold haz.deps, which it lets go
 	order, from, found := launchOrder(g, order, haz, lookup)
 	if mem == nil {
 		mem = make([]bool, len(devs))
@@ -511,7 +512,8 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool
 	ns := len(p.sdev)
 	// The planner's per-launch integers, in one allocation: each launch's
 	// global stream and its row in after (1-based; 0: not kept).
-	ints := make([]int32, 2*n)
+	haz.ints = resize(haz.ints, 2*n)
+	ints := haz.ints
 	gstream, keep := ints[:n:n], ints[n:]
 
 	// Hazards, in plan order. On one device the launches keep the
@@ -531,11 +533,11 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool
 			p.launches[i].Deps = ds
 		}
 	}
-	haz.release() // the launches' Deps hold haz.deps, which it lets go
 
 	// Stream assignment per device: chains stay on one stream.
 	load := make([]int, ns)
-	continued := make([]bool, n) // continued[i]: a successor took launch i's stream
+	haz.continued = resize(haz.continued, n)
+	continued := haz.continued // continued[i]: a successor took launch i's stream
 	// Launches with no dependency go to the stream that took the last such
 	// launch while its load is within rootBlock of the least loaded one, so
 	// independent work comes in blocks per stream and what descends from a
@@ -604,7 +606,8 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool
 		return p
 	}
 	clock := make([]int, ns*ns)
-	after := make([]int, kept*ns)
+	haz.after = resize(haz.after, kept*ns)
+	after := haz.after
 	waits := make([]Wait, 0, p.hazards) // every launch's waits, one after another: at most one per hazard
 	var newest []int                    // a launch's dependencies, sorted
 	for i := range p.launches {
@@ -774,7 +777,9 @@ const defaultLaunchCost = 1.0
 //
 // found reports that haz holds the hazards of order (it has none to
 // find below 3 kernels). from is nil when order already is in launch
-// order (out is order itself); else from[j] is out[j]'s position in order.
+// order (out is order itself); else from[j] is out[j]'s position in order,
+// and out and from are haz's scratch, valid until haz plans again or is
+// released.
 func launchOrder(g *dag.Graph, order []dag.KernelID, haz *hazards, estimates bool) (out []dag.KernelID, from []int32, found bool) {
 	n := len(order)
 	if n < 3 {
@@ -786,7 +791,8 @@ func launchOrder(g *dag.Graph, order []dag.KernelID, haz *hazards, estimates boo
 	}
 	// Ranks, from the end: rank[i] holds the largest rank of i's
 	// dependents until i is reached, then i's own.
-	rank := make([]float64, n)
+	haz.rank = resize(haz.rank, n)
+	rank := haz.rank
 	lookup := estimates
 	estimates = false // whether some kernel has one
 	sorted := true    // whether order is already by rank, highest first
@@ -808,7 +814,8 @@ func launchOrder(g *dag.Graph, order []dag.KernelID, haz *hazards, estimates boo
 	if sorted {
 		return order, nil, true
 	}
-	out, from = make([]dag.KernelID, n), make([]int32, n)
+	haz.order, haz.from = resize(haz.order, n), resize(haz.from, n)
+	out, from = haz.order, haz.from
 	if estimates {
 		for i := range from {
 			from[i] = int32(i)
@@ -829,7 +836,8 @@ func launchOrder(g *dag.Graph, order []dag.KernelID, haz *hazards, estimates boo
 	}
 	// Whole ranks 1..n: count each, then place the kernels by rank
 	// (highest first), each rank's in position order.
-	at := make([]int32, n+2) // by rank: where its kernels go next
+	haz.at = resize(haz.at, n+2)
+	at := haz.at // by rank: where its kernels go next
 	for _, r := range rank {
 		at[int(r)]++
 	}
@@ -859,6 +867,15 @@ type hazards struct {
 	// dependencies one chain scan found; runEnds, by launch, the end of
 	// its runs in runs.
 	runs, runEnds []int32
+	// Scratch of a plan, kept for the next: launchOrder's ranks, order,
+	// positions and rank counts; reorder's renumbering; planWith's
+	// per-launch integers, continued flags and clock rows.
+	rank      []float64
+	order     []dag.KernelID
+	from, at  []int32
+	to, ints  []int32
+	continued []bool
+	after     []int
 }
 
 // hazardNode is one access: the byte range [off, off+n) of the chain's
@@ -880,8 +897,11 @@ type hazardChain struct{ head, tail int32 }
 // keeps only the dependencies, which it takes with it): planning again,
 // or planning graph after graph, then writes into memory already mapped
 // and makes no garbage of them. A tracker holds, for the largest graph
-// it planned, 24 bytes per binding, 16 per buffer and 12 per launch; like
-// any sync.Pool, the pool lets it go after two collections without use.
+// it planned, 24 bytes per binding, 16 per buffer and about 50 per launch
+// (with its scratch), plus 8 per clock row kept; like any sync.Pool, the
+// pool lets it go after two collections without use. A plan keeps none
+// of the scratch: launchOrder's order and positions are read only while
+// planning.
 var hazardPool sync.Pool
 
 // newHazards returns a tracker with room for nacc accesses (a hint); it
@@ -999,7 +1019,8 @@ func (h *hazards) conflicts(i int, c hazardChain, b buffers.Binding) {
 // each scan's run in the new numbering. O(V + E), plus the sorting of
 // the runs of two or more.
 func (h *hazards) reorder(from []int32) {
-	to := make([]int32, len(from)) // old launch → new
+	h.to = resize(h.to, len(from))
+	to := h.to // old launch → new
 	for j, i := range from {
 		to[i] = int32(j)
 	}
