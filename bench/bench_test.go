@@ -93,10 +93,11 @@ func BenchmarkWaits(b *testing.B) {
 
 // BenchmarkOneShot measures, per kernel, on each shape with empty
 // kernels, what running a graph once costs beside running a reused plan:
-// build (the graph alone), plan (Executor.Plan of a built graph,
-// validation included), oneshot (build, Executor.Run and Result.Close on
-// a fresh graph each time: bench.PrepareOneShot) and reused (Execute of
-// one plan: the streamdag runner, the baseline). ratio alternates a
+// build (the graph alone), plan (Executor.Plan of a built and validated
+// graph, which Plan does not validate again), oneshot (build,
+// Executor.Run and Result.Close on a fresh graph each time:
+// bench.PrepareOneShot) and reused (Execute of one plan: the streamdag
+// runner, the baseline). ratio alternates a
 // one-shot run and a reused one in each iteration and reports
 // oneshot÷reused, a ratio measured in the same run:
 //

@@ -67,14 +67,49 @@ type hotLaunch struct {
 	odd    bool           // option, or a copy (fn nil): not for the fast path
 }
 
-// compiled returns p's launch lists, built once per plan.
+// compiled returns p's launch lists, built once per plan. The lists are
+// windows of one array in stream-major order (so a launch's slot is its
+// index there), and so are the streams' waits: a few allocations per
+// plan, whatever its size.
 func (p *Plan) compiled() *compiled {
 	p.compileOnce.Do(func() {
 		ns := p.NumGlobalStreams()
-		c := &compiled{lists: make([][]hotLaunch, ns), waits: make([][]Wait, ns), required: make([][]buffers.Binding, len(p.launches))}
+		n := len(p.launches)
+		c := &compiled{lists: make([][]hotLaunch, ns), waits: make([][]Wait, ns), required: make([][]buffers.Binding, n)}
+		// Count each stream's launches and waits, then place each launch
+		// at its stream's next slot.
+		counts := make([]int, 2*ns+2)
+		lat, wat := counts[:ns+1], counts[ns+1:]
 		for i := range p.launches {
-			gs := p.GlobalStream(i)
+			gs := p.sbase[p.launches[i].Device] + p.launches[i].Stream
+			lat[gs+1]++
+			wat[gs+1] += len(p.launches[i].Waits)
+		}
+		for gs := range ns {
+			lat[gs+1] += lat[gs]
+			wat[gs+1] += wat[gs]
+		}
+		hot := make([]hotLaunch, n)
+		var waits []Wait
+		if wat[ns] > 0 {
+			waits = make([]Wait, wat[ns])
+		}
+		c.base = make([]int, ns)
+		for gs := range ns {
+			lo, hi := lat[gs], lat[gs+1]
+			c.base[gs] = lo
+			if lo < hi {
+				c.lists[gs] = hot[lo:lo:hi]
+			}
+			if wlo, whi := wat[gs], wat[gs+1]; wlo < whi {
+				c.waits[gs] = waits[wlo:wlo:whi]
+			}
+		}
+		c.slot = make([]int32, n)
+		for i := range p.launches {
 			l := &p.launches[i]
+			gs := p.sbase[l.Device] + l.Stream
+			c.slot[i] = int32(c.base[gs] + len(c.lists[gs]))
 			c.waits[gs] = append(c.waits[gs], l.Waits...)
 			h := hotLaunch{fn: l.fn, idx: int32(i), waits: int32(len(c.waits[gs])), record: p.record[i], odd: l.fn == nil}
 			c.required[i] = l.Reads
@@ -93,16 +128,6 @@ func (p *Plan) compiled() *compiled {
 			if p.bufs[i].SizeBytes != 0 {
 				c.raw = append(c.raw, int32(i))
 			}
-		}
-		c.base = make([]int, ns)
-		c.slot = make([]int32, len(p.launches))
-		n := 0
-		for gs, list := range c.lists {
-			c.base[gs] = n
-			for j, h := range list {
-				c.slot[h.idx] = int32(n + j)
-			}
-			n += len(list)
 		}
 		p.comp = c
 	})

@@ -57,7 +57,6 @@ type PlannedLaunch struct {
 	fn            dag.KernelFunc
 	variant       *dag.Variant // the device code a kernel launch on a code device runs
 	optional      []bool       // the kernel's Optional
-	pin           int          // the kernel's Stream: -1 unpinned
 }
 
 // PlannedBuffer is a buffer of a plan: one of the graph's (same id), on
@@ -73,9 +72,9 @@ type PlannedBuffer struct {
 	Name      string
 	SizeBytes int64
 	Value     bool
+	final     bool         // it ends the plan holding every byte's final version (the graph's buffers always do)
 	Device    int          // index into the executor's devices
 	Of        dag.BufferID // the graph's buffer it is (or replicates)
-	final     bool         // it ends the plan holding every byte's final version (the graph's buffers always do)
 }
 
 // Plan is an executable schedule of a graph on the executor's devices. It
@@ -207,10 +206,18 @@ func (p *Plan) Placement() PlacementResult {
 // kernel, or that contradicts where the buffers it writes live; more than
 // 64 devices.
 // Planning is O(V + E + H) plus placement (O(V·D) estimates for HEFT),
-// where H counts buffer accesses scanned for hazards.
+// where H counts buffer accesses scanned for hazards; the validation is
+// skipped for a graph validated since its last change (g.Order is not
+// nil). Plan reads g and does not change it when g is already validated,
+// so such a graph may be planned from several goroutines at once.
 func (e *Executor) Plan(g *dag.Graph) (*Plan, error) {
-	if err := g.Validate(); err != nil {
-		return nil, err
+	// A graph that passed Validate and has not changed since keeps its
+	// order (g.Order is nil otherwise): it would pass again, so planning
+	// it again does not re-validate it.
+	if g.Order() == nil {
+		if err := g.Validate(); err != nil {
+			return nil, err
+		}
 	}
 	ids := make([]topology.DeviceID, len(e.devs))
 	for i, d := range e.devs {
@@ -431,6 +438,7 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool
 		nacc += len(g.KernelReads(kid)) + len(g.KernelWrites(kid))
 	}
 	haz := newHazards(nacc)
+	defer haz.release() // the launches' Deps hold haz.deps, which it lets go
 	order, from, found := launchOrder(g, order, haz, lookup)
 	if mem == nil {
 		mem = make([]bool, len(devs))
@@ -444,6 +452,16 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool
 		}
 	}
 	only := homeBuffers(p, order, sub)
+	// pins[i] is launch i's stream pin (the kernel's Stream) plus one;
+	// 0, or past the end: not pinned. Most plans pin nothing and so
+	// allocate nothing for it.
+	var pins []int32
+	pin := func(i, s int) {
+		if len(pins) <= i {
+			pins = append(pins, make([]int32, i+1-len(pins))...)
+		}
+		pins[i] = int32(s + 1)
+	}
 	if len(devs) == 1 {
 		p.launches = make([]PlannedLaunch, len(order))
 		for i, kid := range order {
@@ -461,7 +479,10 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool
 			// the collector marks.
 			l := &p.launches[i]
 			l.Kernel, l.Name, l.Reads, l.Writes = kid, k.Name, k.Reads, k.Writes
-			l.fn, l.optional, l.pin = k.Fn, k.Optional, k.Stream
+			l.fn, l.optional = k.Fn, k.Optional
+			if k.Stream >= 0 {
+				pin(i, k.Stream)
+			}
 		}
 	} else {
 		p.launches = make([]PlannedLaunch, 0, len(order))
@@ -480,9 +501,12 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool
 			}
 			reads, writes := window(arena, start, mid, k.Reads == nil), window(arena, mid, len(arena), k.Writes == nil)
 			l := PlannedLaunch{Kernel: kid, Name: k.Name, Device: d, Reads: reads,
-				Writes: writes, fn: k.Fn, optional: k.Optional, pin: k.Stream}
+				Writes: writes, fn: k.Fn, optional: k.Optional}
 			if p.mem[d] {
 				l.fn, l.variant = nil, variantOf(k, dag.OpenCLCode)
+			}
+			if k.Stream >= 0 {
+				pin(len(p.launches), k.Stream)
 			}
 			p.launches = append(p.launches, l)
 		}
@@ -493,7 +517,8 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool
 	ns := len(p.sdev)
 	// The planner's per-launch integers, in one allocation: each launch's
 	// global stream and its row in after (1-based; 0: not kept).
-	ints := make([]int32, 2*n)
+	haz.ints = resize(haz.ints, 2*n)
+	ints := haz.ints
 	gstream, keep := ints[:n:n], ints[n:]
 
 	// Hazards, in plan order. On one device the launches keep the
@@ -513,11 +538,11 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool
 			p.launches[i].Deps = ds
 		}
 	}
-	haz.release() // the launches' Deps hold haz.deps, which it lets go
 
 	// Stream assignment per device: chains stay on one stream.
 	load := make([]int, ns)
-	continued := make([]bool, n) // continued[i]: a successor took launch i's stream
+	haz.continued = resize(haz.continued, n)
+	continued := haz.continued // continued[i]: a successor took launch i's stream
 	// Launches with no dependency go to the stream that took the last such
 	// launch while its load is within rootBlock of the least loaded one, so
 	// independent work comes in blocks per stream and what descends from a
@@ -533,8 +558,8 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool
 		l := &p.launches[i]
 		base, nds := p.sbase[l.Device], nstreams[l.Device]
 		s := -1
-		if l.Kernel >= 0 && l.pin >= 0 {
-			s = base + l.pin%nds
+		if i < len(pins) && pins[i] > 0 {
+			s = base + int(pins[i]-1)%nds
 		} else {
 			// Continue a dependency's chain: the one whose stream has the
 			// fewest launches, so chains that merge do not pile up on one
@@ -586,7 +611,8 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool
 		return p
 	}
 	clock := make([]int, ns*ns)
-	after := make([]int, kept*ns)
+	haz.after = resize(haz.after, kept*ns)
+	after := haz.after
 	waits := make([]Wait, 0, p.hazards) // every launch's waits, one after another: at most one per hazard
 	var newest []int                    // a launch's dependencies, sorted
 	for i := range p.launches {
@@ -756,7 +782,9 @@ const defaultLaunchCost = 1.0
 //
 // found reports that haz holds the hazards of order (it has none to
 // find below 3 kernels). from is nil when order already is in launch
-// order (out is order itself); else from[j] is out[j]'s position in order.
+// order (out is order itself); else from[j] is out[j]'s position in order,
+// and out and from are haz's scratch, valid until haz plans again or is
+// released.
 func launchOrder(g *dag.Graph, order []dag.KernelID, haz *hazards, estimates bool) (out []dag.KernelID, from []int32, found bool) {
 	n := len(order)
 	if n < 3 {
@@ -768,7 +796,8 @@ func launchOrder(g *dag.Graph, order []dag.KernelID, haz *hazards, estimates boo
 	}
 	// Ranks, from the end: rank[i] holds the largest rank of i's
 	// dependents until i is reached, then i's own.
-	rank := make([]float64, n)
+	haz.rank = resize(haz.rank, n)
+	rank := haz.rank
 	lookup := estimates
 	estimates = false // whether some kernel has one
 	sorted := true    // whether order is already by rank, highest first
@@ -790,7 +819,8 @@ func launchOrder(g *dag.Graph, order []dag.KernelID, haz *hazards, estimates boo
 	if sorted {
 		return order, nil, true
 	}
-	out, from = make([]dag.KernelID, n), make([]int32, n)
+	haz.order, haz.from = resize(haz.order, n), resize(haz.from, n)
+	out, from = haz.order, haz.from
 	if estimates {
 		for i := range from {
 			from[i] = int32(i)
@@ -811,7 +841,8 @@ func launchOrder(g *dag.Graph, order []dag.KernelID, haz *hazards, estimates boo
 	}
 	// Whole ranks 1..n: count each, then place the kernels by rank
 	// (highest first), each rank's in position order.
-	at := make([]int32, n+2) // by rank: where its kernels go next
+	haz.at = resize(haz.at, n+2)
+	at := haz.at // by rank: where its kernels go next
 	for _, r := range rank {
 		at[int(r)]++
 	}
@@ -841,6 +872,15 @@ type hazards struct {
 	// dependencies one chain scan found; runEnds, by launch, the end of
 	// its runs in runs.
 	runs, runEnds []int32
+	// Scratch of a plan, kept for the next: launchOrder's ranks, order,
+	// positions and rank counts; reorder's renumbering; planWith's
+	// per-launch integers, continued flags and clock rows.
+	rank      []float64
+	order     []dag.KernelID
+	from, at  []int32
+	to, ints  []int32
+	continued []bool
+	after     []int
 }
 
 // hazardNode is one access: the byte range [off, off+n) of the chain's
@@ -862,8 +902,11 @@ type hazardChain struct{ head, tail int32 }
 // keeps only the dependencies, which it takes with it): planning again,
 // or planning graph after graph, then writes into memory already mapped
 // and makes no garbage of them. A tracker holds, for the largest graph
-// it planned, 24 bytes per binding, 16 per buffer and 12 per launch; like
-// any sync.Pool, the pool lets it go after two collections without use.
+// it planned, 24 bytes per binding, 16 per buffer and about 50 per launch
+// (with its scratch), plus 8 per clock row kept; like any sync.Pool, the
+// pool lets it go after two collections without use. A plan keeps none
+// of the scratch: launchOrder's order and positions are read only while
+// planning.
 var hazardPool sync.Pool
 
 // newHazards returns a tracker with room for nacc accesses (a hint); it
@@ -981,7 +1024,8 @@ func (h *hazards) conflicts(i int, c hazardChain, b buffers.Binding) {
 // each scan's run in the new numbering. O(V + E), plus the sorting of
 // the runs of two or more.
 func (h *hazards) reorder(from []int32) {
-	to := make([]int32, len(from)) // old launch → new
+	h.to = resize(h.to, len(from))
+	to := h.to // old launch → new
 	for j, i := range from {
 		to[i] = int32(j)
 	}

@@ -2,6 +2,7 @@ package exec_test
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -94,10 +95,18 @@ func TestPlanAllocationsDoNotGrowWithTheGraph(t *testing.T) {
 		e := newExecutor(t, streams)
 		for name := range small {
 			t.Run(fmt.Sprintf("%s/streams=%d", name, streams), func(t *testing.T) {
+				// The fewest of several plans: a plan whose pooled
+				// tracker was dropped (as sync.Pool may, at random under
+				// -race) makes its scratch arrays anew, a fixed number
+				// more whatever the graph's size.
 				allocs := func(g *dag.Graph) float64 {
 					_, err := e.Plan(g)
 					require.NoError(t, err)
-					return testing.AllocsPerRun(3, func() { _, _ = e.Plan(g) })
+					least := math.Inf(1)
+					for range 5 {
+						least = min(least, testing.AllocsPerRun(1, func() { _, _ = e.Plan(g) }))
+					}
+					return least
 				}
 				a, b := allocs(small[name]), allocs(large[name])
 				assert.LessOrEqual(t, b, a+8, "allocations: %.0f for a plan of %d kernels, %.0f for %d",
