@@ -167,12 +167,13 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	// The run's devices come from the backend: it leases what --device
 	// asks for, and the lease is held (the device open) until the run
 	// ends, on every path.
-	backend, _, err := nvml.Open(ctx, nvml.OpenConfig{Backend: leaseConfig(f.device, f.topology != "")})
+	lp := planLease(f.device, f.topology != "")
+	backend, _, err := nvml.Open(ctx, nvml.OpenConfig{Backend: lp.backend})
 	if err != nil {
 		return err
 	}
 	defer backend.CloseAndWait(context.WithoutCancel(ctx))
-	setup, err := runDevices(ctx, backend, f.device, f.topology, f.streams)
+	setup, err := runDevices(ctx, backend, lp, f.topology, f.streams)
 	if err != nil {
 		return err
 	}
