@@ -78,7 +78,7 @@ With no --input it runs on the 200,000-row sample embedded in the binary
 	fl.Int64Var(&f.minDelay, "min-delay", 0, "keep flights with delay > N minutes")
 	fl.IntVar(&f.top, "top", 10, "print the K groups with the most flights; 0 prints all")
 	fl.IntVar(&f.streams, "streams", 0, "CPU streams, 1 to 1024 (0: GOMAXPROCS); with --device opencl, as many on the OpenCL device")
-	fl.StringVar(&f.device, "device", deviceAuto, "where filter and partial group-by run: cpu (nothing leased), opencl (an OpenCL device leased from the backend, beside the CPU device; an error when there is none) or auto (opencl when the backend leases an OpenCL GPU, else cpu)")
+	fl.StringVar(&f.device, "device", deviceAuto, "where filter and partial group-by run: cpu (nothing leased), opencl (an OpenCL device leased from the backend, beside the CPU device; an error when there is none) or auto (opencl when the backend leases an OpenCL GPU, else cpu; OpenCL is probed only on a host with a GPU device node)")
 	fl.StringVar(&f.out, "out", "", "also write the result to FILE.csv or FILE.json")
 	fl.StringVar(&f.dot, "dot", "", "write the plan (devices, streams, kernels, buffers, event waits) as Graphviz DOT to FILE; render it with 'streamdag graph'")
 	fl.StringVar(&f.trace, "trace", "", "write a Chrome/Perfetto trace of the run (a track per stream) as JSON to FILE")
