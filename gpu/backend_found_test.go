@@ -28,6 +28,7 @@ var enum struct {
 	openErr error
 	opened  []topology.DeviceID
 	streams []int
+	calls   int // Enumerate calls since setEnum
 }
 
 // setEnum makes the test Enumerator list found (or fail with err) until
@@ -35,7 +36,7 @@ var enum struct {
 func setEnum(t *testing.T, err error, found ...gpu.Found) {
 	t.Helper()
 	enum.mu.Lock()
-	enum.found, enum.err, enum.openErr, enum.opened, enum.streams = found, err, nil, nil, nil
+	enum.found, enum.err, enum.openErr, enum.opened, enum.streams, enum.calls = found, err, nil, nil, nil, 0
 	enum.mu.Unlock()
 	t.Cleanup(func() {
 		enum.mu.Lock()
@@ -49,6 +50,7 @@ func (enumDriver) Open(context.Context, gpu.Config) (gpu.Set, error) { return fa
 func (enumDriver) Enumerate(context.Context) ([]gpu.Found, error) {
 	enum.mu.Lock()
 	defer enum.mu.Unlock()
+	enum.calls++
 	return append([]gpu.Found(nil), enum.found...), enum.err
 }
 
@@ -203,10 +205,17 @@ func TestBackendDriversConfig(t *testing.T) {
 		assert.Contains(t, b.Notes(), "test-enum: opencl0 (a) not leased: driver test-enum has a device with that ID")
 	})
 	t.Run("no drivers", func(t *testing.T) {
+		enum.mu.Lock()
+		before := enum.calls
+		enum.mu.Unlock()
 		b, err := gpu.NewBackend(gpu.BackendConfig{Drivers: []string{}})
 		require.NoError(t, err)
 		defer closed(t, b)
 		assert.Zero(t, b.NumGPUs())
+		assert.Empty(t, b.Notes())
+		enum.mu.Lock()
+		assert.Equal(t, before, enum.calls, "no enumerator asked")
+		enum.mu.Unlock()
 	})
 	t.Run("nil: every enumerator", func(t *testing.T) {
 		b, err := gpu.NewBackend(gpu.BackendConfig{})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -27,25 +28,74 @@ var openCLDriver = opencl.Kind
 // (atom_inc, atom_add, atom_max on long) for the partial group-by.
 var flightsExtensions = []string{"cl_khr_int64_base_atomics", "cl_khr_int64_extended_atomics"}
 
-// leaseConfig is the backend configuration of a run with --device flag
-// (sim: with --topology): which devices its backend leases.
+// gpuDeviceNodes are the device nodes (filepath.Glob patterns) of the
+// kernel drivers through which GPUs serve OpenCL: an OpenCL GPU driver
+// opens one of them, so a host with none has no OpenCL GPU, and --device
+// auto then leaves the OpenCL platforms unprobed (loading an ICD such as
+// PoCL's maps LLVM and Clang into the process: tens of milliseconds and
+// of MiB):
 //
-//   - cpu, and simulated GPUs: no driver; the backend owns the NVML GPUs
-//     but the run leases nothing.
+//   - /dev/nvidia[0-9]*: NVIDIA's driver, one node per GPU (nvidiactl and
+//     nvidia-uvm serve them all and come with them).
+//   - /dev/dri/renderD*: DRM render nodes, one per GPU: AMD (amdgpu),
+//     Intel (i915, xe; Intel's compute runtime), and Mesa's OpenCL
+//     (rusticl) on any DRM driver.
+//   - /dev/kfd: AMD ROCm's compute interface, which ROCm's OpenCL opens
+//     beside the render node.
+//
+// Tests point it elsewhere.
+var gpuDeviceNodes = []string{"/dev/nvidia[0-9]*", "/dev/dri/renderD*", "/dev/kfd"}
+
+// gpuDeviceNode returns the first path that one of gpuDeviceNodes
+// matches, in that order, or "" when none does (a pattern that does not
+// parse matches nothing). It reads the directories the patterns name and
+// opens nothing.
+func gpuDeviceNode() string {
+	for _, p := range gpuDeviceNodes {
+		if m, _ := filepath.Glob(p); len(m) > 0 {
+			return m[0]
+		}
+	}
+	return ""
+}
+
+// leasePlan is what a run with --device flag asks the backend for.
+type leasePlan struct {
+	flag string
+	// backend is the backend's configuration: which drivers it asks for
+	// devices, and which of their devices it leases.
+	backend gpu.BackendConfig
+	// notProbed says why the OpenCL driver is not asked for devices
+	// where --device auto would ask it ("no GPU device node (…)"); ""
+	// otherwise.
+	notProbed string
+}
+
+// planLease is the lease plan of a run with --device flag (sim: with
+// --topology): which devices its backend leases.
+//
+//   - cpu, and simulated GPUs: no driver (an empty, non-nil Drivers: no
+//     driver is asked for devices and no OpenCL library is loaded); the
+//     backend owns the NVML GPUs but the run leases nothing.
 //   - opencl: the OpenCL driver's devices of any type (a GPU of any
 //     vendor, PoCL's CPU device) and nothing else, so a claim never gets
 //     an NVML GPU that no driver runs.
 //   - auto: the NVML GPUs and the OpenCL driver's GPUs; a GPU the OpenCL
-//     driver lists too is run through it.
-func leaseConfig(flag string, sim bool) gpu.BackendConfig {
+//     driver lists too is run through it. On a host with no GPU device
+//     node (gpuDeviceNodes) there is no OpenCL GPU to find: the OpenCL
+//     driver is not asked (nothing loaded) and notProbed says so.
+func planLease(flag string, sim bool) leasePlan {
 	switch {
 	case sim || flag == deviceCPU:
-		return gpu.BackendConfig{Drivers: []string{}}
+		return leasePlan{flag: flag, backend: gpu.BackendConfig{Drivers: []string{}}}
 	case flag == deviceOpenCL:
-		return gpu.BackendConfig{Devices: []topology.Device{}, Drivers: []string{openCLDriver},
-			LeaseTypes: []string{"gpu", "cpu"}, Source: "--device opencl leases OpenCL devices only"}
+		return leasePlan{flag: flag, backend: gpu.BackendConfig{Devices: []topology.Device{}, Drivers: []string{openCLDriver},
+			LeaseTypes: []string{"gpu", "cpu"}, Source: "--device opencl leases OpenCL devices only"}}
+	case flag == deviceAuto && gpuDeviceNode() == "":
+		return leasePlan{flag: flag, backend: gpu.BackendConfig{Drivers: []string{}},
+			notProbed: "no GPU device node (" + strings.Join(gpuDeviceNodes, ", ") + ")"}
 	default:
-		return gpu.BackendConfig{Drivers: []string{openCLDriver}}
+		return leasePlan{flag: flag, backend: gpu.BackendConfig{Drivers: []string{openCLDriver}}}
 	}
 }
 
@@ -58,6 +108,9 @@ type leased struct {
 	why   string             // Acquire's Why
 	slots int                // the devices the backend leases (Backend.NumGPUs)
 	notes []string           // the backend's Notes (Backend.Notes)
+	// notProbed is the lease plan's notProbed: why the OpenCL driver was
+	// not asked for devices ("" when it was).
+	notProbed string
 }
 
 // deviceChoice is what --device resolved to: the CPU device alone, or
@@ -70,8 +123,8 @@ type deviceChoice struct {
 // chooseDevice resolves --device flag (opencl or auto) over what the
 // backend leased (l). The leased device is used when it is an OpenCL
 // device that has every extension of flightsExtensions. Otherwise auto
-// runs every kernel on the CPU device and says why (no GPU leased, or
-// Acquire's reason such as an NVML GPU no driver runs, a device that is
+// runs every kernel on the CPU device and says why (no GPU leased, and
+// OpenCL not probed when l.notProbed says so; or Acquire's reason such as an NVML GPU no driver runs, a device that is
 // no OpenCL device, the extensions it lacks), and opencl is an error that
 // says the same and what to do. cpu resolves to the CPU device without
 // looking at l.
@@ -99,6 +152,8 @@ func chooseDevice(flag string, l leased) (deviceChoice, error) {
 		return deviceChoice{why: "--device cpu"}, nil
 	case deviceAuto:
 		switch {
+		case !l.held && l.notProbed != "":
+			return deviceChoice{why: "--device auto: " + l.notProbed + ": OpenCL not probed; running on the CPU device"}, nil
 		case !l.held:
 			return deviceChoice{why: "--device auto: no OpenCL GPU (" + l.why + "), so every kernel runs on the CPU device"}, nil
 		case lacks != "":

@@ -41,6 +41,9 @@ func TestChooseDevice(t *testing.T) {
 		{"auto with PoCL only", deviceAuto,
 			leased{why: "no GPU: NVML: libnvidia-ml.so.1 not found; opencl: opencl0 (pthread-cpu) is a cpu device: not leased (BackendConfig.LeaseTypes [gpu])"}, false,
 			[]string{"--device auto: no OpenCL GPU (no GPU: NVML", "opencl0 (pthread-cpu) is a cpu device: not leased", "), so every kernel runs on the CPU device"}, false},
+		{"auto with no GPU device node", deviceAuto,
+			leased{why: "no GPU: NVML unavailable", notProbed: "no GPU device node (/dev/nvidia[0-9]*, /dev/dri/renderD*, /dev/kfd)"}, false,
+			[]string{"--device auto: no GPU device node (/dev/nvidia[0-9]*, /dev/dri/renderD*, /dev/kfd): OpenCL not probed; running on the CPU device"}, false},
 		{"auto with an NVML GPU no driver runs", deviceAuto,
 			leased{why: "gpu0 (NVIDIA H200) leased, but no registered driver runs it (no CUDA device yet; no OpenCL driver lists a GPU with its UUID or PCI bus ID): running on the CPU device", slots: 1}, false,
 			[]string{"--device auto: no OpenCL GPU (gpu0 (NVIDIA H200) leased, but no registered driver runs it", "so every kernel runs on the CPU device"}, false},
@@ -156,6 +159,10 @@ func TestRunFlightsDeviceOpenCLSameCSV(t *testing.T) {
 // command line with in a subprocess.
 const cliChildEnv = "STREAMDAG_CLI_CHILD_ARGS"
 
+// cliChildNodesEnv holds, one a line, the gpuDeviceNodes of the
+// TestCLIChild subprocess (unset: the real ones).
+const cliChildNodesEnv = "STREAMDAG_CLI_CHILD_GPU_NODES"
+
 // TestCLIChild is the subprocess of the tests that need a process of
 // their own (an environment the OpenCL loader reads once): it runs the
 // command line with the arguments in cliChildEnv and exits with its
@@ -165,21 +172,26 @@ func TestCLIChild(t *testing.T) {
 	if args == "" {
 		t.Skip("runs only as the subprocess of another test")
 	}
+	if nodes := os.Getenv(cliChildNodesEnv); nodes != "" {
+		gpuDeviceNodes = strings.Split(nodes, "\n")
+	}
 	os.Exit(run(context.Background(), strings.Split(args, "\n"), strings.NewReader(""), os.Stdout, os.Stderr))
 }
 
 // TestRunFlightsWithoutOpenCL: with no OpenCL platform (the ICD loader
 // pointed at an empty vendors directory), --device opencl is an error
 // naming what it looked for and how to install PoCL, and --device auto
-// runs on the CPU device and says why.
+// on a host with a GPU device node runs on the CPU device and says why.
 func TestRunFlightsWithoutOpenCL(t *testing.T) {
 	if _, err := opencl.Platforms(); err != nil {
 		t.Skipf("no OpenCL loader to point elsewhere: %v", err)
 	}
 	vendors := t.TempDir()
+	nodes := withGPUNodes(t, "renderD128")
 	child := func(args ...string) (int, string) {
 		cmd := osexec.Command(os.Args[0], "-test.run=^TestCLIChild$")
-		cmd.Env = append(os.Environ(), cliChildEnv+"="+strings.Join(args, "\n"), "OCL_ICD_VENDORS="+vendors)
+		cmd.Env = append(os.Environ(), cliChildEnv+"="+strings.Join(args, "\n"), "OCL_ICD_VENDORS="+vendors,
+			cliChildNodesEnv+"="+strings.Join(nodes, "\n"))
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		err := cmd.Run()
@@ -215,10 +227,12 @@ func TestRunFlightsDeviceOpenCLFail(t *testing.T) {
 }
 
 // TestRunFlightsDeviceAutoWithoutGPU: where the OpenCL devices are CPUs
-// (PoCL), --device auto (the default) runs every kernel on the CPU device
-// and says why, naming the OpenCL devices it found.
+// (PoCL) on a host with a GPU device node, --device auto (the default)
+// runs every kernel on the CPU device and says why, naming the OpenCL
+// devices it found.
 func TestRunFlightsDeviceAutoWithoutGPU(t *testing.T) {
 	needOpenCL(t)
+	withGPUNodes(t, "renderD128")
 	ds, err := opencl.Devices()
 	require.NoError(t, err)
 	for _, d := range ds {

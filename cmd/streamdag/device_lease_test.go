@@ -98,8 +98,10 @@ func (d *leaseCountingDriver) take() []gpu.Device {
 }
 
 // useDriver makes --device opencl and auto lease from the driver kind
-// for the rest of the test.
+// for the rest of the test, on a host with a GPU device node (so auto
+// asks the driver).
 func useDriver(t *testing.T, kind string) {
+	withGPUNodes(t, "renderD128")
 	old := openCLDriver
 	openCLDriver = kind
 	countingDriver.take()
@@ -290,7 +292,8 @@ func TestRunDevicesReleasesTheLease(t *testing.T) {
 				flightsExtensions = append(slices.Clone(old), tc.needExt)
 				defer func() { flightsExtensions = old }()
 			}
-			cfg := leaseConfig(tc.flag, false)
+			lp := planLease(tc.flag, false)
+			cfg := lp.backend
 			if tc.flag == deviceCPU {
 				cfg.Drivers = []string{gpuLikeKind} // a device to lease, which cpu leaves alone
 			}
@@ -305,7 +308,7 @@ func TestRunDevicesReleasesTheLease(t *testing.T) {
 			if ctx == nil {
 				ctx = t.Context()
 			}
-			setup, err := runDevices(ctx, b, tc.flag, "", 2)
+			setup, err := runDevices(ctx, b, lp, "", 2)
 			opened := countingDriver.take()
 			assert.Len(t, opened, tc.opens, "devices opened")
 			if tc.err != "" || tc.errIs != nil {
@@ -376,7 +379,9 @@ func TestFlightsExtensionsMatchTheKernels(t *testing.T) {
 // OpenCL driver lists it) runs on the CPU device alone, saying so in the
 // devices line with Acquire's reason, and holds no lease.
 func TestRunDevicesAutoWithAnNVMLGPUNoDriverRuns(t *testing.T) {
-	cfg := leaseConfig(deviceAuto, false)
+	withGPUNodes(t, "nvidia0")
+	lp := planLease(deviceAuto, false)
+	cfg := lp.backend
 	cfg.Devices = []topology.Device{{ID: topology.GPU(0), Name: "NVIDIA H200", MemoryBytes: 140 << 30,
 		UUID: "GPU-5f0c1a2b-3c4d-5e6f-7081-92a3b4c5d6e7", NUMANode: -1}}
 	b, err := gpu.NewBackend(cfg)
@@ -385,7 +390,7 @@ func TestRunDevicesAutoWithAnNVMLGPUNoDriverRuns(t *testing.T) {
 		_, err := b.CloseAndWait(context.Background())
 		assert.NoError(t, err)
 	}()
-	setup, err := runDevices(t.Context(), b, deviceAuto, "", 2)
+	setup, err := runDevices(t.Context(), b, lp, "", 2)
 	require.NoError(t, err)
 	defer setup.release()
 	assert.False(t, setup.openCL)

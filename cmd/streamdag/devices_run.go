@@ -35,13 +35,14 @@ type runSetup struct {
 
 // runDevices gives a run its devices; every device but the CPU device
 // comes from the backend's lease, opened once, by the driver that found
-// it. With --topology (topoSpec), the run gets one simulated GPU per GPU
+// it. plan is the lease plan the backend was made with (planLease). With
+// --topology (topoSpec), the run gets one simulated GPU per GPU
 // of that machine (sim.New) with the machine's topology for placement,
-// and leases nothing. Otherwise, with --device flag:
+// and leases nothing. Otherwise, with --device plan.flag:
 //
 //   - cpu: the CPU device with streams streams; nothing leased.
 //   - opencl, auto: the CPU device plus the device the backend leases
-//     (Backend.Acquire; see leaseConfig for what each flag leases),
+//     (Backend.Acquire; see planLease for what each flag leases),
 //     opened with as many streams as the CPU device has (at most
 //     opencl.MaxStreams), when chooseDevice takes it. When auto does not
 //     (no device leased, or one the flights kernels cannot run on), the
@@ -52,7 +53,8 @@ type runSetup struct {
 // The setup's release frees everything it took: call it when the run
 // ends, on every path. Errors: ctx.Err() while claiming (nothing held),
 // the CPU driver's, chooseDevice's, a bad --topology.
-func runDevices(ctx context.Context, backend *gpu.Backend, flag, topoSpec string, streams int) (*runSetup, error) {
+func runDevices(ctx context.Context, backend *gpu.Backend, plan leasePlan, topoSpec string, streams int) (*runSetup, error) {
+	flag := plan.flag
 	if topoSpec == "" {
 		set, err := gpu.Open(ctx, "cpu", gpu.Config{Streams: streams})
 		if err != nil {
@@ -75,7 +77,7 @@ func runDevices(ctx context.Context, backend *gpu.Backend, flag, topoSpec string
 			return nil, err
 		}
 		l := leased{held: acq.Lease != nil, id: acq.Device.ID().String(), why: acq.Why,
-			slots: backend.NumGPUs(), notes: backend.Notes()}
+			slots: backend.NumGPUs(), notes: backend.Notes(), notProbed: plan.notProbed}
 		if info, ok := opencl.InfoOf(acq.Device); ok && l.held {
 			l.info = &info
 		}

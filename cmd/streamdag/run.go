@@ -78,7 +78,7 @@ With no --input it runs on the 200,000-row sample embedded in the binary
 	fl.Int64Var(&f.minDelay, "min-delay", 0, "keep flights with delay > N minutes")
 	fl.IntVar(&f.top, "top", 10, "print the K groups with the most flights; 0 prints all")
 	fl.IntVar(&f.streams, "streams", 0, "CPU streams, 1 to 1024 (0: GOMAXPROCS); with --device opencl, as many on the OpenCL device")
-	fl.StringVar(&f.device, "device", deviceAuto, "where filter and partial group-by run: cpu (nothing leased), opencl (an OpenCL device leased from the backend, beside the CPU device; an error when there is none) or auto (opencl when the backend leases an OpenCL GPU, else cpu)")
+	fl.StringVar(&f.device, "device", deviceAuto, "where filter and partial group-by run: cpu (nothing leased), opencl (an OpenCL device leased from the backend, beside the CPU device; an error when there is none) or auto (opencl when the backend leases an OpenCL GPU, else cpu; OpenCL is probed only on a host with a GPU device node)")
 	fl.StringVar(&f.out, "out", "", "also write the result to FILE.csv or FILE.json")
 	fl.StringVar(&f.dot, "dot", "", "write the plan (devices, streams, kernels, buffers, event waits) as Graphviz DOT to FILE; render it with 'streamdag graph'")
 	fl.StringVar(&f.trace, "trace", "", "write a Chrome/Perfetto trace of the run (a track per stream) as JSON to FILE")
@@ -167,12 +167,13 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	// The run's devices come from the backend: it leases what --device
 	// asks for, and the lease is held (the device open) until the run
 	// ends, on every path.
-	backend, _, err := nvml.Open(ctx, nvml.OpenConfig{Backend: leaseConfig(f.device, f.topology != "")})
+	lp := planLease(f.device, f.topology != "")
+	backend, _, err := nvml.Open(ctx, nvml.OpenConfig{Backend: lp.backend})
 	if err != nil {
 		return err
 	}
 	defer backend.CloseAndWait(context.WithoutCancel(ctx))
-	setup, err := runDevices(ctx, backend, f.device, f.topology, f.streams)
+	setup, err := runDevices(ctx, backend, lp, f.topology, f.streams)
 	if err != nil {
 		return err
 	}
