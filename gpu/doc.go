@@ -6,6 +6,21 @@
 // driver packages do, and the backend reaches them only through the
 // registry.
 //
+// # Streams, events and device code
+//
+// A [Stream] enqueues and returns: host tasks ([Stream.Launch]), and on a
+// [CodeDevice]'s streams ([CodeStream]) launches of device code
+// ([KernelLaunch] of a [Program]), copies between host memory and device
+// [Memory], and fills. [Stream.Record] returns an [Event];
+// [Stream.Wait] is enqueued on the device for an event of the same
+// device and bridged for any other. A failure a device reports after the
+// fact comes from [Event.Wait] as a [*CommandError] naming the device,
+// the stream and the command's label; a panic in a host task comes from
+// [Stream.Synchronize] as a [*PanicError]. [Counter] is the one host-side
+// event machine: the CPU device's streams count on it, and so does an
+// executor's per-run progress, so every host-observed event is a count
+// reaching a target.
+//
 // # Drivers
 //
 // Each kind of device lives in its own package, which registers its
