@@ -25,8 +25,9 @@
 //
 // Each kind of device lives in its own package, which registers its
 // [Driver] in init, as database/sql drivers do: gpu/cpu (kind "cpu", the
-// host CPU device) and gpu/sim (kind "sim", simulated GPUs of a real
-// topology). Each device says which it is ([Device.Kind]), which is how
+// host CPU device), gpu/sim (kind "sim", simulated GPUs of a real
+// topology) and gpu/opencl (kind "opencl", OpenCL devices of any vendor,
+// CodeDevices). Each device says which it is ([Device.Kind]), which is how
 // an executor knows what code it runs. Importing the package makes the
 // kind available:
 //
