@@ -162,8 +162,8 @@ func (p *Plan) codeOps() []codeOp {
 				op.out = !p.mem[p.bufs[dst].Device]
 				continue
 			}
-			op.kernel, op.variant = true, l.variant
-			for _, a := range l.variant.Args {
+			op.kernel, op.variant = true, p.variant(i)
+			for _, a := range op.variant.Args {
 				switch bd, ok := a.Buffer(); {
 				case ok:
 					op.args = append(op.args, codeArg{inst: p.instanceOf(l, bd.Buffer), off: bd.Offset})
@@ -908,7 +908,7 @@ func (c *codeRun) ready(k int) bool {
 		r.cancel(i, op, r.ctx.Err())
 		return false
 	}
-	required := r.plan.compiled().required[i]
+	required := r.plan.compiled().required(i, op)
 	if r.unalloc != nil {
 		required = r.unalloc.required(required, op.Writes)
 	}

@@ -319,7 +319,7 @@ func (pl *placer) copy(b dag.BufferID, off, end int64, from, to int) {
 		Name:  "copy " + name + " " + pl.devNames[from] + "→" + pl.devNames[to],
 		Reads: pl.bindings[n-2 : n-1 : n-1], Writes: pl.bindings[n-1 : n : n],
 		// A copy is never skipped: it carries its source's taint.
-		optional: copyOptional})
+		optional: true}) // copyOptional (Plan.optional)
 	pl.p.copies++
 }
 

@@ -49,11 +49,11 @@ import (
 // reads (those whose taint skips it; optional reads excluded).
 type compiled struct {
 	lists    [][]hotLaunch
-	base     []int    // by global stream: where its launches' slots start
-	slot     []int32  // by plan index: the launch's slot in a run's outcomes (stream-major, so streams write apart)
-	waits    [][]Wait // by global stream: the waits of its launches, in order
-	required [][]buffers.Binding
-	raw      []int32 // plan buffers with bytes (reserved before a run); the rest are values
+	base     []int                       // by global stream: where its launches' slots start
+	slot     []int32                     // by plan index: the launch's slot in a run's outcomes (stream-major, so streams write apart)
+	waits    [][]Wait                    // by global stream: the waits of its launches, in order
+	optional map[int32][]buffers.Binding // the required reads of each launch with an optional read, by plan index
+	raw      []int32                     // plan buffers with bytes (reserved before a run); the rest are values
 }
 
 // hotLaunch is what a stream reads to run one launch on the clean path;
@@ -75,7 +75,7 @@ func (p *Plan) compiled() *compiled {
 	p.compileOnce.Do(func() {
 		ns := p.NumGlobalStreams()
 		n := len(p.launches)
-		c := &compiled{lists: make([][]hotLaunch, ns), waits: make([][]Wait, ns), required: make([][]buffers.Binding, n)}
+		c := &compiled{lists: make([][]hotLaunch, ns), waits: make([][]Wait, ns)}
 		// Count each stream's launches and waits, then place each launch
 		// at its stream's next slot.
 		counts := make([]int, 2*ns+2)
@@ -112,15 +112,18 @@ func (p *Plan) compiled() *compiled {
 			c.slot[i] = int32(c.base[gs] + len(c.lists[gs]))
 			c.waits[gs] = append(c.waits[gs], l.Waits...)
 			h := hotLaunch{fn: l.fn, idx: int32(i), waits: int32(len(c.waits[gs])), record: p.record[i], odd: l.fn == nil}
-			c.required[i] = l.Reads
-			if l.optional != nil {
+			if opt := p.optional(i); opt != nil {
 				h.option, h.odd = true, true
-				c.required[i] = nil
+				var req []buffers.Binding
 				for j, rd := range l.Reads {
-					if j >= len(l.optional) || !l.optional[j] {
-						c.required[i] = append(c.required[i], rd)
+					if j >= len(opt) || !opt[j] {
+						req = append(req, rd)
 					}
 				}
+				if c.optional == nil {
+					c.optional = map[int32][]buffers.Binding{}
+				}
+				c.optional[int32(i)] = req
 			}
 			c.lists[gs] = append(c.lists[gs], h)
 		}
@@ -132,6 +135,15 @@ func (p *Plan) compiled() *compiled {
 		p.comp = c
 	})
 	return p.comp
+}
+
+// required returns the reads launch i (l, of the plan) cannot run
+// without: its reads less its optional ones.
+func (c *compiled) required(i int, l *PlannedLaunch) []buffers.Binding {
+	if !l.optional {
+		return l.Reads
+	}
+	return c.optional[int32(i)]
 }
 
 // settled returns the event "global stream gs has settled n launches of
@@ -306,7 +318,7 @@ func (b *streamRun) stretch() {
 	r := b.r
 	p := r.plan
 	o := r.out
-	req := p.compiled().required
+	c := p.compiled()
 	done := r.ctx.Done()
 	running := -1 // the launch whose kernel is running now
 	defer func() {
@@ -374,7 +386,7 @@ func (b *streamRun) stretch() {
 			wfrom = we
 		}
 		if slow || h.option || !store.Empty() {
-			if !b.ready(i, &p.launches[i], req[i], done, o) {
+			if !b.ready(i, &p.launches[i], c.required(i, &p.launches[i]), done, o) {
 				if h.record {
 					r.progress[b.gs].Publish(uint64(pos))
 				}
@@ -550,7 +562,7 @@ func (b *streamRun) ready(i int, op *PlannedLaunch, required []buffers.Binding, 
 		b.settledNotRun()
 		return false
 	}
-	if op.optional != nil && len(required) < len(op.Reads) && op.Copy == nil {
+	if op.optional && len(required) < len(op.Reads) && op.Copy == nil {
 		if err := r.store.EnsureWritten(op.Reads...); err != nil {
 			if r.loss.defers(err) {
 				r.cancel(i, op, r.loss.err)

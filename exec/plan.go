@@ -55,8 +55,9 @@ type PlannedLaunch struct {
 	Reads, Writes []buffers.Binding
 	Copy          *Copy // non-nil for a copy launch
 	fn            dag.KernelFunc
-	variant       *dag.Variant // the device code a kernel launch on a code device runs
-	optional      []bool       // the kernel's Optional
+	// optional is the kernel's Optional, non-nil only when it has some:
+	// the rest of it (Plan.variant, Plan.optional) is by plan index.
+	optional bool
 }
 
 // PlannedBuffer is a buffer of a plan: one of the graph's (same id), on
@@ -85,20 +86,22 @@ type PlannedBuffer struct {
 // at a time or concurrently.
 type Plan struct {
 	graph     *dag.Graph
-	devices   []topology.DeviceID // the executor's devices, by index
-	streams   []int               // streams by device
-	sbase     []int               // by device: the global index of its stream 0
-	sdev      []int               // by global stream: its device
-	mem       []bool              // by device: a code device, whose buffer instances are device memory (gpu.Memory)
-	launches  []PlannedLaunch     // in submission order (a topological order)
-	bufs      []PlannedBuffer     // the graph's buffers, then replicas
-	waits     int                 // event waits inserted
-	hazards   int                 // cross-stream hazards found (waits <= hazards)
-	copies    int                 // copy launches inserted
-	placement PlacementResult     // the device of each kernel (by kernel id), and the cost model's figures
-	record    []bool              // record[i]: an event must be recorded after launch i
-	fetch     [][]fetch           // by graph buffer: its final bytes a Result fetches from a code device; nil: none anywhere
-	fetchOnly []bool              // by graph buffer: only fetches touch it (its host bytes are made by the first); nil with fetch
+	devices   []topology.DeviceID    // the executor's devices, by index
+	streams   []int                  // streams by device
+	sbase     []int                  // by device: the global index of its stream 0
+	sdev      []int                  // by global stream: its device
+	mem       []bool                 // by device: a code device, whose buffer instances are device memory (gpu.Memory)
+	launches  []PlannedLaunch        // in submission order (a topological order)
+	bufs      []PlannedBuffer        // the graph's buffers, then replicas
+	waits     int                    // event waits inserted
+	hazards   int                    // cross-stream hazards found (waits <= hazards)
+	copies    int                    // copy launches inserted
+	placement PlacementResult        // the device of each kernel (by kernel id), and the cost model's figures
+	record    []bool                 // record[i]: an event must be recorded after launch i
+	fetch     [][]fetch              // by graph buffer: its final bytes a Result fetches from a code device; nil: none anywhere
+	fetchOnly []bool                 // by graph buffer: only fetches touch it (its host bytes are made by the first); nil with fetch
+	variants  map[int32]*dag.Variant // by plan index: the device code a kernel launch on a code device runs
+	optionals map[int32][]bool       // by plan index: the Optional of a kernel launch that has one
 
 	compileOnce sync.Once
 	comp        *compiled // the stream lists, built on the first run
@@ -479,7 +482,10 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool
 			// the collector marks.
 			l := &p.launches[i]
 			l.Kernel, l.Name, l.Reads, l.Writes = kid, k.Name, k.Reads, k.Writes
-			l.fn, l.optional = k.Fn, k.Optional
+			l.fn = k.Fn
+			if k.Optional != nil {
+				p.setOptional(i, k.Optional)
+			}
 			if k.Stream >= 0 {
 				pin(i, k.Stream)
 			}
@@ -501,9 +507,19 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool
 			}
 			reads, writes := window(arena, start, mid, k.Reads == nil), window(arena, mid, len(arena), k.Writes == nil)
 			l := PlannedLaunch{Kernel: kid, Name: k.Name, Device: d, Reads: reads,
-				Writes: writes, fn: k.Fn, optional: k.Optional}
+				Writes: writes, fn: k.Fn}
+			if k.Optional != nil {
+				l.optional = true
+				p.setOptional(len(p.launches), k.Optional)
+			}
 			if p.mem[d] {
-				l.fn, l.variant = nil, variantOf(k, dag.OpenCLCode)
+				l.fn = nil
+				if v := variantOf(k, dag.OpenCLCode); v != nil {
+					if p.variants == nil {
+						p.variants = map[int32]*dag.Variant{}
+					}
+					p.variants[int32(len(p.launches))] = v
+				}
 			}
 			if k.Stream >= 0 {
 				pin(len(p.launches), k.Stream)
@@ -726,6 +742,32 @@ func homeBuffers(p *Plan, order []dag.KernelID, sub *subset) []bool {
 	}
 	return only
 }
+
+// setOptional records opt as the Optional of launch i, a kernel's.
+func (p *Plan) setOptional(i int, opt []bool) {
+	if i < len(p.launches) {
+		p.launches[i].optional = true
+	}
+	if p.optionals == nil {
+		p.optionals = map[int32][]bool{}
+	}
+	p.optionals[int32(i)] = opt
+}
+
+// optional returns launch i's kernel's Optional, nil when it has none.
+func (p *Plan) optional(i int) []bool {
+	switch l := &p.launches[i]; {
+	case !l.optional:
+		return nil
+	case l.Copy != nil:
+		return copyOptional
+	}
+	return p.optionals[int32(i)]
+}
+
+// variant returns the device code kernel launch i runs on a code device,
+// nil for any other launch.
+func (p *Plan) variant(i int) *dag.Variant { return p.variants[int32(i)] }
 
 // variantOf returns k's variant of kind, or nil.
 func variantOf(k dag.Kernel, kind dag.CodeKind) *dag.Variant {
