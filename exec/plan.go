@@ -923,6 +923,11 @@ type hazards struct {
 	to, ints  []int32
 	continued []bool
 	after     []int
+	// spare and spareEnds are the dependency arrays reorder left behind
+	// (the plan took the renumbered ones): the next plan's deps and
+	// reorder's ends.
+	spare     []int
+	spareEnds []int32
 }
 
 // hazardNode is one access: the byte range [off, off+n) of the chain's
@@ -951,17 +956,43 @@ type hazardChain struct{ head, tail int32 }
 // planning.
 var hazardPool sync.Pool
 
+// hazardKept is one tracker kept across collections, so that planning
+// graph after graph while the collector runs often (each plan's garbage
+// starts a cycle when little else is live) finds its arrays: only one
+// whose graph had at most keepAccesses bindings (and launches, buffers
+// and clock entries), so it holds at most a few MiB (about 50 bytes per
+// launch, 24 per binding), for the life of the process. Larger trackers go to hazardPool alone.
+var hazardKept atomic.Pointer[hazards]
+
+// keepAccesses bounds the trackers hazardKept keeps: 65,536 bindings,
+// and as many launches, buffers and clock entries.
+const keepAccesses = 1 << 16
+
+// small reports whether h is small enough for hazardKept.
+func (h *hazards) small() bool {
+	return cap(h.nodes) <= keepAccesses+1 && cap(h.spare) <= keepAccesses && cap(h.lists) <= keepAccesses &&
+		cap(h.order) <= keepAccesses && cap(h.after) <= keepAccesses
+}
+
 // newHazards returns a tracker with room for nacc accesses (a hint); it
 // tracks nothing until reset.
 func newHazards(nacc int) *hazards {
-	h, _ := hazardPool.Get().(*hazards)
+	h := hazardKept.Swap(nil)
+	if h == nil {
+		h, _ = hazardPool.Get().(*hazards)
+	}
 	if h == nil {
 		h = &hazards{}
 	}
 	if cap(h.nodes) < nacc+1 {
 		h.nodes = make([]hazardNode, 1, nacc+1)
 	}
-	h.nodes, h.deps = h.nodes[:1], make([]int, 0, nacc)
+	h.nodes = h.nodes[:1]
+	if h.spare != nil && cap(h.spare) >= nacc {
+		h.deps, h.spare = h.spare[:0], nil
+	} else {
+		h.deps = make([]int, 0, nacc)
+	}
 	return h
 }
 
@@ -969,6 +1000,9 @@ func newHazards(nacc int) *hazards {
 // dependencies; h must not be used after.
 func (h *hazards) release() {
 	h.deps = nil
+	if h.small() && hazardKept.CompareAndSwap(nil, h) {
+		return
+	}
 	hazardPool.Put(h)
 }
 
@@ -1071,7 +1105,7 @@ func (h *hazards) reorder(from []int32) {
 	for j, i := range from {
 		to[i] = int32(j)
 	}
-	deps, ends := make([]int, 0, len(h.deps)), make([]int32, len(from))
+	deps, ends := make([]int, 0, len(h.deps)), resize(h.spareEnds, len(from))
 	for j, i := range from {
 		start, runStart := int32(0), int32(0)
 		if i > 0 {
@@ -1086,6 +1120,9 @@ func (h *hazards) reorder(from []int32) {
 		}
 		ends[j] = int32(len(deps))
 	}
+	// The old arrays are the tracker's again: nothing of the plan holds
+	// them.
+	h.spare, h.spareEnds = h.deps[:0], h.ends[:0]
 	h.deps, h.ends, h.runs, h.runEnds = deps, ends, h.runs[:0], h.runEnds[:0]
 }
 
