@@ -94,24 +94,24 @@ func (p *Plan) compiled() *compiled {
 		if wat[ns] > 0 {
 			waits = make([]Wait, wat[ns])
 		}
+		// Fill by index, with cursors in counts, and make the windows
+		// after: a slice header stored per launch would cost a write
+		// barrier each while the collector runs.
 		c.base = make([]int, ns)
+		wbase := make([]int, ns)
 		for gs := range ns {
-			lo, hi := lat[gs], lat[gs+1]
-			c.base[gs] = lo
-			if lo < hi {
-				c.lists[gs] = hot[lo:lo:hi]
-			}
-			if wlo, whi := wat[gs], wat[gs+1]; wlo < whi {
-				c.waits[gs] = waits[wlo:wlo:whi]
-			}
+			c.base[gs], wbase[gs] = lat[gs], wat[gs]
 		}
 		c.slot = make([]int32, n)
 		for i := range p.launches {
 			l := &p.launches[i]
 			gs := p.sbase[l.Device] + l.Stream
-			c.slot[i] = int32(c.base[gs] + len(c.lists[gs]))
-			c.waits[gs] = append(c.waits[gs], l.Waits...)
-			h := hotLaunch{fn: l.fn, idx: int32(i), waits: int32(len(c.waits[gs])), record: p.record[i], odd: l.fn == nil}
+			at := lat[gs]
+			lat[gs]++
+			c.slot[i] = int32(at)
+			wat[gs] += copy(waits[wat[gs]:], l.Waits)
+			h := &hot[at]
+			h.fn, h.idx, h.waits, h.record, h.odd = l.fn, int32(i), int32(wat[gs]-wbase[gs]), p.record[i], l.fn == nil
 			if opt := p.optional(i); opt != nil {
 				h.option, h.odd = true, true
 				var req []buffers.Binding
@@ -125,7 +125,14 @@ func (p *Plan) compiled() *compiled {
 				}
 				c.optional[int32(i)] = req
 			}
-			c.lists[gs] = append(c.lists[gs], h)
+		}
+		for gs := range ns {
+			if lo, hi := c.base[gs], lat[gs]; lo < hi {
+				c.lists[gs] = hot[lo:hi:hi]
+			}
+			if wlo, whi := wbase[gs], wat[gs]; wlo < whi {
+				c.waits[gs] = waits[wlo:whi:whi]
+			}
 		}
 		for i := range p.bufs {
 			if p.bufs[i].SizeBytes != 0 {
