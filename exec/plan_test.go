@@ -1,8 +1,10 @@
 package exec_test
 
 import (
+	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -242,5 +244,48 @@ func TestPlansInParallelAreTheSame(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// A one-shot run of a validated graph (plan, run, close) allocates a
+// bounded number of bytes per kernel on each shape: the plan's launch
+// records, dependencies and stream lists, and the run's outcomes, with no
+// per-launch slice kept where a launch needs none (its required reads are
+// its reads unless it has optional ones) and the hazard tracker's arrays
+// reused from the plan before. Bytes, not times, and the fewest of several
+// runs: a tracker another test holds is made anew.
+func TestOneShotRunBytesPerKernel(t *testing.T) {
+	shapes := planShapes(8000)
+	e := newExecutor(t, 2)
+	for _, tc := range []struct {
+		shape string
+		max   float64 // bytes per kernel
+	}{
+		{"chain", 300},
+		{"fanout", 345},
+		{"tree", 300},
+		{"wavefront", 330},
+	} {
+		t.Run(tc.shape, func(t *testing.T) {
+			g := shapes[tc.shape]
+			require.NotNil(t, g)
+			run := func() {
+				res, err := e.Run(context.Background(), g)
+				require.NoError(t, err)
+				require.NoError(t, res.Err())
+				res.Close()
+			}
+			run()
+			least := uint64(math.MaxUint64)
+			var before, after runtime.MemStats
+			for range 5 {
+				runtime.ReadMemStats(&before)
+				run()
+				runtime.ReadMemStats(&after)
+				least = min(least, after.TotalAlloc-before.TotalAlloc)
+			}
+			perKernel := float64(least) / float64(g.NumKernels())
+			assert.LessOrEqual(t, perKernel, tc.max, "bytes per kernel of a one-shot run of %d kernels", g.NumKernels())
+		})
 	}
 }
