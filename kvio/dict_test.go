@@ -3,14 +3,11 @@ package kvio_test
 import (
 	"bytes"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
@@ -112,35 +109,15 @@ func TestDictionary(t *testing.T) {
 	}
 
 	t.Run("errors", func(t *testing.T) {
-		var buf bytes.Buffer
-		require.NoError(t, pqarrow.WriteTable(tbl, &buf, 1000, parquet.NewWriterProperties(), pqarrow.NewArrowWriterProperties()))
-		f, err := kvio.NewFile("dict.parquet", bytes.NewReader(buf.Bytes()), int64(buf.Len()))
-		require.NoError(t, err)
-		defer func() { assert.NoError(t, f.Close()) }()
-		src, err := kvio.OpenParquet(t.Context(), f)
-		require.NoError(t, err)
-		defer func() { assert.NoError(t, src.Close()) }()
-		_, _, err = kvio.Dictionary(src, "nope")
+		src := parquetSource(t, "dict.parquet", tbl, 1000)
+		_, _, err := kvio.Dictionary(src, "nope")
 		assert.ErrorContains(t, err, `kvio: dictionary dict.parquet: unknown column "nope"`)
 		_, _, err = kvio.Dictionary(src, "s", "s")
 		assert.ErrorContains(t, err, `column "s" selected twice`)
 	})
 
 	t.Run("ipc", func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "dict.arrow")
-		out, err := os.Create(path)
-		require.NoError(t, err)
-		w, err := ipc.NewFileWriter(out, ipc.WithSchema(sc))
-		require.NoError(t, err)
-		require.NoError(t, w.Write(rec))
-		require.NoError(t, w.Close())
-		require.NoError(t, out.Close())
-		f, err := kvio.Open(path)
-		require.NoError(t, err)
-		defer func() { assert.NoError(t, f.Close()) }()
-		src, err := kvio.OpenIPC(t.Context(), f)
-		require.NoError(t, err)
-		defer func() { assert.NoError(t, src.Close()) }()
+		src := ipcSource(t, "dict.arrow", sc, rec)
 		v, names, err := kvio.Dictionary(src, "s")
 		require.NoError(t, err)
 		assert.Nil(t, names)

@@ -280,3 +280,39 @@ func TestMmap(t *testing.T) {
 	require.NoError(t, err)
 	b.Release()
 }
+
+// parquetSource writes tbl as Parquet (groupRows rows a row group) into
+// memory and opens it as a Source named name; both close at cleanup.
+func parquetSource(t *testing.T, name string, tbl arrow.Table, groupRows int64) kvio.Source {
+	t.Helper()
+	var buf bytes.Buffer
+	require.NoError(t, pqarrow.WriteTable(tbl, &buf, groupRows, parquet.NewWriterProperties(), pqarrow.NewArrowWriterProperties()))
+	f, err := kvio.NewFile(name, bytes.NewReader(buf.Bytes()), int64(buf.Len()))
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, f.Close()) })
+	src, err := kvio.OpenParquet(t.Context(), f)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, src.Close()) })
+	return src
+}
+
+// ipcSource writes rec as an Arrow IPC file name in a temporary directory
+// and opens it as a Source; both close at cleanup.
+func ipcSource(t *testing.T, name string, sc *arrow.Schema, rec arrow.RecordBatch) kvio.Source {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	out, err := os.Create(path)
+	require.NoError(t, err)
+	w, err := ipc.NewFileWriter(out, ipc.WithSchema(sc))
+	require.NoError(t, err)
+	require.NoError(t, w.Write(rec))
+	require.NoError(t, w.Close())
+	require.NoError(t, out.Close())
+	f, err := kvio.Open(path)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, f.Close()) })
+	src, err := kvio.OpenIPC(t.Context(), f)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, src.Close()) })
+	return src
+}

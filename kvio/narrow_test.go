@@ -3,13 +3,10 @@ package kvio_test
 import (
 	"bytes"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
@@ -152,35 +149,15 @@ func TestNarrow(t *testing.T) {
 	}
 
 	t.Run("errors", func(t *testing.T) {
-		var buf bytes.Buffer
-		require.NoError(t, pqarrow.WriteTable(tbl, &buf, groupRows, parquet.NewWriterProperties(), pqarrow.NewArrowWriterProperties()))
-		f, err := kvio.NewFile("narrow.parquet", bytes.NewReader(buf.Bytes()), int64(buf.Len()))
-		require.NoError(t, err)
-		defer func() { assert.NoError(t, f.Close()) }()
-		src, err := kvio.OpenParquet(t.Context(), f)
-		require.NoError(t, err)
-		defer func() { assert.NoError(t, src.Close()) }()
-		_, _, err = kvio.Narrow(src, "nope")
+		src := parquetSource(t, "narrow.parquet", tbl, groupRows)
+		_, _, err := kvio.Narrow(src, "nope")
 		assert.ErrorContains(t, err, `kvio: narrow narrow.parquet: unknown column "nope"`)
 		_, _, err = kvio.Narrow(src, "tiny", "tiny")
 		assert.ErrorContains(t, err, `column "tiny" selected twice`)
 	})
 
 	t.Run("ipc", func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "narrow.arrow")
-		out, err := os.Create(path)
-		require.NoError(t, err)
-		w, err := ipc.NewFileWriter(out, ipc.WithSchema(sc))
-		require.NoError(t, err)
-		require.NoError(t, w.Write(rec))
-		require.NoError(t, w.Close())
-		require.NoError(t, out.Close())
-		f, err := kvio.Open(path)
-		require.NoError(t, err)
-		defer func() { assert.NoError(t, f.Close()) }()
-		src, err := kvio.OpenIPC(t.Context(), f)
-		require.NoError(t, err)
-		defer func() { assert.NoError(t, src.Close()) }()
+		src := ipcSource(t, "narrow.arrow", sc, rec)
 		v, names, err := kvio.Narrow(src, "tiny")
 		require.NoError(t, err)
 		assert.Nil(t, names)
