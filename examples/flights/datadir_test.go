@@ -1,4 +1,4 @@
-package testdata_test
+package flights_test
 
 import (
 	"fmt"
@@ -47,7 +47,8 @@ func call(t *testing.T, f func(testing.TB) string) (*recorder, string) {
 	return r, got
 }
 
-// root returns the repository root: internal/testdata is two levels down.
+// root returns the working directory (this package's) and the repository
+// root, two levels up.
 func root(t *testing.T) (wd, root string) {
 	wd, err := os.Getwd()
 	require.NoError(t, err)
@@ -56,32 +57,34 @@ func root(t *testing.T) (wd, root string) {
 	return wd, root
 }
 
-// TestDirRelativeFromRoot: a relative $STREAMDAG_DATA is taken from the
-// repository root, not from the package directory go test runs in; an
-// absolute one is used as it is.
-func TestDirRelativeFromRoot(t *testing.T) {
-	wd, root := root(t)
+// TestDataDirRelativeFromRoot: a relative $STREAMDAG_DATA is taken from
+// the repository root, not from the package directory go test runs in (as
+// the commands the README gives for this package's benchmark are typed);
+// an absolute one is used as it is. (testdata's own directory is one go
+// test ./... does not list, so its tests live here.)
+func TestDataDirRelativeFromRoot(t *testing.T) {
+	wd, _ := root(t)
 	t.Setenv("CI", "")
 	for _, tc := range []struct{ name, set, want string }{
-		{"relative", filepath.Join("internal", "testdata"), filepath.Join(root, "internal", "testdata")},
-		{"absolute", wd, wd},
+		{"relative", filepath.Join("examples", "flights", "data"), filepath.Join(wd, "data")},
+		{"absolute", filepath.Join(wd, "data"), filepath.Join(wd, "data")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("STREAMDAG_DATA", tc.set)
 			r, dir := call(t, testdata.Dir)
 			assert.Equal(t, tc.want, dir)
 			assert.Empty(t, r.fatal+r.skip)
-			r, file := call(t, func(tb testing.TB) string { return testdata.File(tb, "testdata.go") })
-			assert.Equal(t, filepath.Join(tc.want, "testdata.go"), file)
+			r, file := call(t, func(tb testing.TB) string { return testdata.File(tb, "flights-200k.arrow") })
+			assert.Equal(t, filepath.Join(tc.want, "flights-200k.arrow"), file)
 			assert.Empty(t, r.fatal+r.skip)
 		})
 	}
 }
 
-// TestDirSetButMissingFails: a $STREAMDAG_DATA that names no directory,
+// TestDataDirSetButMissingFails: a $STREAMDAG_DATA that names no directory,
 // or a directory without the file asked for, fails the test instead of
 // skipping it, naming where it looked.
-func TestDirSetButMissingFails(t *testing.T) {
+func TestDataDirSetButMissingFails(t *testing.T) {
 	_, root := root(t)
 	t.Setenv("CI", "")
 	t.Setenv("STREAMDAG_DATA", "no-such-dir")
