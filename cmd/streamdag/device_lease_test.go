@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -162,6 +163,31 @@ func TestRunFlightsDeviceOpenCLLeased(t *testing.T) {
 		for _, l := range leases[1:] {
 			assert.False(t, l.Leased, "%s: one lease only: %+v", src.path, l)
 		}
+	}
+}
+
+// TestRunFlightsOpenCLStreamsCap: an OpenCL device opens at most
+// opencl.MaxStreams streams. --device opencl with a larger --streams is a
+// usage error naming the cap, before anything is leased, and the help
+// states it; where --device auto lands on an OpenCL GPU with more CPU
+// streams than that, the summary says how many streams each device has.
+func TestRunFlightsOpenCLStreamsCap(t *testing.T) {
+	over := strconv.Itoa(opencl.MaxStreams + 1)
+	code, _, errs := cli(t, "run", "flights", "--device", "opencl", "--streams", over)
+	assert.Equal(t, 2, code, errs)
+	assert.Contains(t, errs, "--streams "+over+" with --device opencl: an OpenCL device opens at most "+strconv.Itoa(opencl.MaxStreams)+" streams")
+	code, out, errs := cli(t, "run", "flights", "--help")
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, "an OpenCL device gets as many, at most "+strconv.Itoa(opencl.MaxStreams)+" (--device opencl refuses more)")
+
+	needOpenCL(t)
+	useDriver(t, gpuLikeKind)
+	code, _, errs = cli(t, "run", "flights", "--device", deviceAuto, "--streams", over, "--top", "1")
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, errs, "; opencl0 has "+strconv.Itoa(opencl.MaxStreams)+" streams, the most an OpenCL device opens, and cpu "+over+"\n")
+	assert.Contains(t, errs, " launches on "+over+", "+strconv.Itoa(opencl.MaxStreams)+" streams of each of 2 devices (cpu, opencl0),")
+	for _, o := range countingDriver.take() {
+		assertClosed(t, o)
 	}
 }
 

@@ -44,11 +44,12 @@ type runSetup struct {
 //   - opencl, auto: the CPU device plus the device the backend leases
 //     (Backend.Acquire; see planLease for what each flag leases),
 //     opened with as many streams as the CPU device has (at most
-//     opencl.MaxStreams), when chooseDevice takes it. When auto does not
-//     (no device leased, or one the flights kernels cannot run on), the
-//     lease is released at once and the run has the CPU device alone;
-//     when opencl does not, the error is chooseDevice's and nothing is
-//     left held.
+//     opencl.MaxStreams: when it has fewer, the setup's why says how
+//     many each device has), when chooseDevice takes it. When auto does
+//     not (no device leased, or one the flights kernels cannot run on),
+//     the lease is released at once and the run has the CPU device
+//     alone; when opencl does not, the error is chooseDevice's and
+//     nothing is left held.
 //
 // The setup's release frees everything it took: call it when the run
 // ends, on every path. Errors: ctx.Err() while claiming (nothing held),
@@ -96,6 +97,10 @@ func runDevices(ctx context.Context, backend *gpu.Backend, plan leasePlan, topoS
 		rs.devs = append(rs.devs, acq.Device)
 		rs.openCL = true
 		rs.why = cpuDev.ID().String() + " and " + acq.Device.ID().String() + "; " + c.why
+		if n := acq.Device.NumStreams(); n < cpuDev.NumStreams() {
+			rs.why += fmt.Sprintf("; %s has %d streams, the most an OpenCL device opens, and %s %d",
+				acq.Device.ID(), n, cpuDev.ID(), cpuDev.NumStreams())
+		}
 		rs.release = func() {
 			acq.Release()
 			_ = set.Close()

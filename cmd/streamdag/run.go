@@ -19,6 +19,7 @@ import (
 	"github.com/streamdag/streamdag/failgraph"
 	"github.com/streamdag/streamdag/gpu/cpu"
 	"github.com/streamdag/streamdag/gpu/nvml"
+	"github.com/streamdag/streamdag/gpu/opencl"
 	"github.com/streamdag/streamdag/kvio"
 )
 
@@ -54,7 +55,7 @@ func newFlightsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "flights",
 		Short: "Flight delays by origin airport (or hour of day): filter, group, top-k",
-		Long: `Runs the flights pipeline: one source kernel per Parquet row group or Arrow IPC
+		Long: fmt.Sprintf(`Runs the flights pipeline: one source kernel per Parquet row group or Arrow IPC
 batch range, then filter (delay > --min-delay), partial group-by, merge, sort,
 top-k and write, spread over --streams streams of the CPU device.
 
@@ -65,10 +66,13 @@ key columns copied into device buffers, the rest on the CPU device; the
 result is the same, byte for byte. The device must offer 64-bit atomics
 (cl_khr_int64_base_atomics and cl_khr_int64_extended_atomics). --device
 auto (the default) does so when the backend leases an OpenCL GPU that has
-them, and otherwise runs on the CPU device and says why.
+them, and otherwise runs on the CPU device and says why. The OpenCL
+device opens as many streams as the CPU device, at most %d: --device
+opencl refuses a larger --streams, and where --device auto lands on
+OpenCL with more CPU streams than that, the summary says so.
 
 With no --input it runs on the 200,000-row sample embedded in the binary
-(vega-datasets flights-200k.arrow, grouped by hour of day).`,
+(vega-datasets flights-200k.arrow, grouped by hour of day).`, opencl.MaxStreams),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runFlights(cmd, f) },
 	}
@@ -77,7 +81,7 @@ With no --input it runs on the 200,000-row sample embedded in the binary
 	fl.StringVar(&f.airports, "airports", "", "airports.csv (iata,name,city,…) to add names and cities")
 	fl.Int64Var(&f.minDelay, "min-delay", 0, "keep flights with delay > N minutes")
 	fl.IntVar(&f.top, "top", 10, "print the K groups with the most flights; 0 prints all")
-	fl.IntVar(&f.streams, "streams", 0, "CPU streams, 1 to 1024 (0: GOMAXPROCS); with --device opencl, as many on the OpenCL device")
+	fl.IntVar(&f.streams, "streams", 0, fmt.Sprintf("CPU streams, 1 to %d (0: GOMAXPROCS); an OpenCL device gets as many, at most %d (--device opencl refuses more)", cpu.MaxStreams, opencl.MaxStreams))
 	fl.StringVar(&f.device, "device", deviceAuto, "where filter and partial group-by run: cpu (nothing leased), opencl (an OpenCL device leased from the backend, beside the CPU device; an error when there is none) or auto (opencl when the backend leases an OpenCL GPU, else cpu; OpenCL is probed only on a host with a GPU device node)")
 	fl.StringVar(&f.out, "out", "", "also write the result to FILE.csv or FILE.json")
 	fl.StringVar(&f.dot, "dot", "", "write the plan (devices, streams, kernels, buffers, event waits) as Graphviz DOT to FILE; render it with 'streamdag graph'")
@@ -102,6 +106,9 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	if f.streams < 0 || f.streams > cpu.MaxStreams {
 		return usagef("--streams %d: want 1 to %d, or 0 for GOMAXPROCS", f.streams, cpu.MaxStreams)
+	}
+	if f.device == deviceOpenCL && f.streams > opencl.MaxStreams {
+		return usagef("--streams %d with --device opencl: an OpenCL device opens at most %d streams; want 1 to %d, or 0", f.streams, opencl.MaxStreams, opencl.MaxStreams)
 	}
 	if f.top < 0 {
 		return usagef("--top %d: must be 0 (all) or more", f.top)

@@ -3,10 +3,14 @@ package flights
 import (
 	"context"
 	"fmt"
+	"os"
+	osexec "os/exec"
+	"regexp"
 	"testing"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamdag/streamdag/buffers"
@@ -98,6 +102,7 @@ func BenchmarkDeviceKernels(b *testing.B) {
 	type partBufs struct{ batches, sel, grp, delay, key, keep, table, codes *buffers.Buffer }
 	parts := make([]partBufs, len(pd.Partitions))
 	var rows int64
+	width := pd.delayWidth() // the delay column's byte width, as Arrow holds it
 	for i, part := range pd.Partitions {
 		if batches[part.Source] == nil {
 			batches[part.Source] = bb.value("batches")
@@ -106,7 +111,7 @@ func BenchmarkDeviceKernels(b *testing.B) {
 		n := part.RowHi - part.RowLo
 		rows += n
 		pb := partBufs{batches: batches[part.Source], sel: bb.value("sel"), grp: bb.value("grp"),
-			delay: bb.raw(b, "delay", max(n*8, minDeviceBytes)), key: bb.raw(b, "key", max(n*4, minDeviceBytes)),
+			delay: bb.raw(b, "delay", max(n*int64(width), minDeviceBytes)), key: bb.raw(b, "key", max(n*4, minDeviceBytes)),
 			keep: bb.raw(b, "keep", max(n, minDeviceBytes)), table: bb.raw(b, "table", tableBytes(partialGroups(n))), codes: bb.value("codes")}
 		require.NoError(b, pd.columns(part)(ctx, &benchLaunch{in: []*buffers.Buffer{pb.batches}, out: []*buffers.Buffer{pb.delay, pb.key, pb.codes}}))
 		parts[i] = pb
@@ -116,8 +121,6 @@ func BenchmarkDeviceKernels(b *testing.B) {
 			x.Release()
 		}
 	}()
-	width := pd.delayWidth()
-	require.Equal(b, 8, width)
 
 	goArrow := func(b *testing.B) {
 		for i, part := range pc.Partitions {
@@ -238,6 +241,48 @@ func BenchmarkDeviceKernels(b *testing.B) {
 		{"cpu", runOn([]gpu.Device{cpuDev}, false)},
 		{"opencl", runOn([]gpu.Device{cpuDev, clDev}, true)},
 	})
+}
+
+// deviceKernelsCommand matches the command that runs BenchmarkDeviceKernels
+// from the repository root: its -bench pattern and -benchtime.
+var deviceKernelsCommand = regexp.MustCompile(`go test -run '\^\$' -bench (\S+)\s+-benchtime=(\d+x)\s+\./examples/flights/`)
+
+// TestDeviceKernelsCommands: the commands README.md and
+// bench/results/opencl-flights.md give for BenchmarkDeviceKernels name it
+// and this package, and the benchmark they run, run once (this test
+// binary with their -bench and -benchtime=1x), reports every figure of
+// both groups: it neither fails nor skips where the data and an OpenCL
+// device are there.
+func TestDeviceKernelsCommands(t *testing.T) {
+	testdata.File(t, "flights-3m.parquet")
+	openCLDevice(t)
+	var patterns []string
+	for _, doc := range []string{"../../README.md", "../../bench/results/opencl-flights.md"} {
+		b, err := os.ReadFile(doc)
+		require.NoError(t, err)
+		ms := deviceKernelsCommand.FindAllStringSubmatch(string(b), -1)
+		require.NotEmpty(t, ms, "%s gives the command", doc)
+		for _, m := range ms {
+			assert.Regexp(t, m[1], "BenchmarkDeviceKernels", "%s: %s", doc, m[0])
+			patterns = append(patterns, m[1])
+		}
+	}
+	out, err := osexec.CommandContext(t.Context(), os.Args[0],
+		"-test.run=^$", "-test.bench="+patterns[0], "-test.benchtime=1x").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for group, metrics := range map[string][]string{
+		"kernels": {"go-arrow-ms", "go-raw-ms", "go-raw/go-arrow", "opencl-ms", "opencl/go-arrow", "opencl+copies-ms", "opencl+copies/go-arrow"},
+		"run":     {"cpu-ms", "opencl-ms", "opencl/cpu"},
+	} {
+		line := regexp.MustCompile(`(?m)^BenchmarkDeviceKernels/` + group + `-\d+\s+1\s.*$`).FindString(string(out))
+		if !assert.NotEmpty(t, line, "one iteration of the %s group:\n%s", group, out) {
+			continue
+		}
+		for _, m := range metrics {
+			assert.Regexp(t, `\s[0-9.]+\s+`+regexp.QuoteMeta(m)+`(\s|$)`, line)
+		}
+	}
+	assert.NotContains(t, string(out), "SKIP")
 }
 
 // variant is one of the things an interleaved benchmark compares.

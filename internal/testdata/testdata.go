@@ -13,11 +13,16 @@ import (
 
 // Dir returns the directory holding the data sets: $STREAMDAG_DATA when set,
 // else shared/data beside the repository root (the directory of go.mod
-// above the test's working directory), that is <root>/../shared/data.
+// above the test's working directory), that is <root>/../shared/data. A
+// relative $STREAMDAG_DATA is taken from the repository root, where the
+// README's commands are typed, not from the test's working directory
+// (go test runs each package's tests in the package's directory): with
+// STREAMDAG_DATA=../shared/data every package finds <root>/../shared/data.
 //
 // When the directory does not exist, Dir skips the test with a message
-// saying where it looked; when the environment variable CI is set it fails
-// the test instead, so CI never passes by skipping.
+// saying where it looked; it fails the test instead when $STREAMDAG_DATA
+// is set (the data is meant to be there) or when the environment variable
+// CI is set, so CI never passes by skipping.
 func Dir(t testing.TB) string {
 	t.Helper()
 	return shared(t, "STREAMDAG_DATA", "data", "data sets")
@@ -25,8 +30,9 @@ func Dir(t testing.TB) string {
 
 // Topologies returns the directory of the example machine topologies
 // (nvidia-smi topo -m / -p2p outputs and their JSON twins):
-// $STREAMDAG_TOPOLOGIES when set, else <root>/../shared/topologies. It
-// skips or fails as Dir does.
+// $STREAMDAG_TOPOLOGIES when set (a relative one taken from the
+// repository root), else <root>/../shared/topologies. It skips or fails as
+// Dir does.
 func Topologies(t testing.TB) string {
 	t.Helper()
 	return shared(t, "STREAMDAG_TOPOLOGIES", "topologies", "topologies")
@@ -34,56 +40,63 @@ func Topologies(t testing.TB) string {
 
 // File returns the path of data set name (e.g. "flights-3m.parquet") in
 // Dir. When that file is missing it skips the test with a message naming
-// it, or fails the test when the environment variable CI is set.
+// it, or fails the test when $STREAMDAG_DATA or CI is set.
 func File(t testing.TB, name string) string {
 	t.Helper()
-	return fileIn(t, Dir(t), name, "data set")
+	return fileIn(t, Dir(t), os.Getenv("STREAMDAG_DATA") != "", name, "data set")
 }
 
 // TopologyFile returns the path of rel (e.g. "dgx1-v100.topo-m.txt" or
 // "raw/…") in Topologies. When that file is missing it skips the test with
-// a message naming it, or fails the test when CI is set.
+// a message naming it, or fails the test when $STREAMDAG_TOPOLOGIES or CI
+// is set.
 func TopologyFile(t testing.TB, rel string) string {
 	t.Helper()
-	return fileIn(t, Topologies(t), rel, "topology file")
+	return fileIn(t, Topologies(t), os.Getenv("STREAMDAG_TOPOLOGIES") != "", rel, "topology file")
 }
 
-// fileIn returns dir/rel, skipping (failing under CI) with a message
-// naming the missing file, a what.
-func fileIn(t testing.TB, dir, rel, what string) string {
+// fileIn returns dir/rel, skipping (failing when required or under CI)
+// with a message naming the missing file, a what.
+func fileIn(t testing.TB, dir string, required bool, rel, what string) string {
 	t.Helper()
 	path := filepath.Join(dir, rel)
 	if _, err := os.Stat(path); err != nil {
-		missing(t, "testdata: "+what+" "+rel+" missing (see README): %v", err)
+		missing(t, required, "testdata: "+what+" "+rel+" missing (see README): %v", err)
 	}
 	return path
 }
 
-// shared returns $env, or <root>/../shared/sub, skipping (failing under
-// CI) when it does not exist.
+// shared returns $env (relative to the repository root when relative),
+// or <root>/../shared/sub, skipping when it does not exist (failing when
+// env is set or under CI).
 func shared(t testing.TB, env, sub, what string) string {
 	t.Helper()
-	dir, err := find(env, sub)
+	set := os.Getenv(env)
+	dir, err := find(set, sub)
 	if err == nil {
 		_, err = os.Stat(dir)
 	}
 	if err != nil {
-		missing(t, "testdata: no "+what+" (set "+env+"): %v", err)
+		missing(t, set != "", "testdata: no "+what+" (set "+env+"; a relative path is taken from the repository root): %v", err)
 	}
 	return dir
 }
 
-func missing(t testing.TB, format string, err error) {
+// missing fails the test when required or when CI is set, else skips it.
+func missing(t testing.TB, required bool, format string, err error) {
 	t.Helper()
-	if os.Getenv("CI") != "" {
+	if required || os.Getenv("CI") != "" {
 		t.Fatalf(format, err)
 	}
 	t.Skipf(format, err)
 }
 
-func find(env, sub string) (string, error) {
-	if dir := os.Getenv(env); dir != "" {
-		return dir, nil
+// find returns set when it is absolute, else set joined to the repository
+// root (the first directory with a go.mod from the working directory up),
+// or <root>/../shared/sub when set is empty.
+func find(set, sub string) (string, error) {
+	if filepath.IsAbs(set) {
+		return set, nil
 	}
 	dir, err := os.Getwd()
 	if err != nil {
@@ -91,6 +104,9 @@ func find(env, sub string) (string, error) {
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			if set != "" {
+				return filepath.Join(dir, set), nil
+			}
 			return filepath.Join(dir, "..", "shared", sub), nil
 		}
 		parent := filepath.Dir(dir)

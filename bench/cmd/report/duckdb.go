@@ -218,9 +218,9 @@ func streamdagRunTime(stderr string) (time.Duration, error) {
 }
 
 // recordedDuck returns the DuckDB comparison of the report in
-// results.json under out, if it has one.
-func recordedDuck(out string) (Duck, bool) {
-	b, err := os.ReadFile(filepath.Join(out, "results.json"))
+// results.json under dir, if it has one.
+func recordedDuck(dir string) (Duck, bool) {
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
 	if err != nil {
 		return Duck{}, false
 	}

@@ -1,7 +1,12 @@
 // Command report runs streamdag's executor benchmarks beside their
 // baselines and writes the results to a folder:
 //
-//	go run ./bench/cmd/report [-out bench/results] [-min-time 300ms] [-skip-1m] [-duckdb-runs 5]
+//	go run ./bench/cmd/report [-out DIR] [-min-time 300ms] [-skip-1m] [-duckdb-runs 5]
+//
+// By default it writes a new folder under the system's temporary folder
+// and names it when it starts and when it ends, so trying it leaves the
+// clone as it was; -out bench/results, run from the repository root,
+// replaces the committed results, a deliberate step.
 //
 // For every shape of bench.Shapes and bench.RandomDAG, with empty kernels
 // and with ~0.5 µs spinning kernels, it measures every bench.Runner
@@ -21,7 +26,7 @@
 // (-duckdb-runs times each, after a warm-up run); when it cannot (no
 // data, the module's dependencies not downloaded, -duckdb-runs 0), it
 // says why and how to run it, and shows the figures of the last report
-// that did, from results.json in -out. Last, it
+// that did, from the committed bench/results/results.json. Last, it
 // CPU-profiles the worst graph build and streamdag on the empty-kernel
 // shape furthest from the sequential walk, 3 s each, and splits the
 // samples into categories (bench.ProfileCPU with bench.BuildCategories
@@ -142,40 +147,87 @@ type Profile struct {
 }
 
 func main() {
-	out := flag.String("out", filepath.Join("bench", "results"), "folder for results.md, results.json and the PNG charts")
-	minTime := flag.Duration("min-time", 300*time.Millisecond, "least time measured per runner and shape (at least 3 runs)")
-	skip1M := flag.Bool("skip-1m", false, "leave out the 1,000,000-kernel random DAG")
-	duckRuns := flag.Int("duckdb-runs", 5, "timed runs of streamdag and of DuckDB each on the flights job; 0 shows the last recorded figures")
-	flag.Parse()
-	if err := run(*out, *minTime, *skip1M, *duckRuns, os.Stderr); err != nil {
+	if _, err := report(os.Args[1:], os.Stderr, measure); errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	} else if err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(out string, minTime time.Duration, skip1M bool, duckRuns int, logw io.Writer) error {
-	start := time.Now()
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return err
+// config is what the command line asks of a report.
+type config struct {
+	out      string        // the folder the report writes
+	minTime  time.Duration // least time measured per runner and shape
+	skip1M   bool          // leave out the 1,000,000-kernel random DAG
+	duckRuns int           // timed runs of each side of the DuckDB comparison
+	recorded string        // the folder of the committed results.json (recorded DuckDB figures), "" when unknown
+}
+
+// report parses args (the command's flags), makes the output folder
+// (-out, created when missing; by default a new folder under
+// os.TempDir, so a report never rewrites the committed bench/results
+// unless asked to with -out bench/results), names it on logw, then
+// measures (measureFn; main passes measure) and writes results.json, results.md and the charts
+// there. It returns the folder. Errors: a bad flag, a folder that cannot
+// be made or written, measure's.
+func report(args []string, logw io.Writer, measureFn func(config, io.Writer) (Report, error)) (string, error) {
+	fs := flag.NewFlagSet("report", flag.ContinueOnError)
+	fs.SetOutput(logw)
+	out := fs.String("out", "", "folder for results.md, results.json and the PNG charts (default: a new folder under the system's temporary folder; -out bench/results updates the committed results)")
+	minTime := fs.Duration("min-time", 300*time.Millisecond, "least time measured per runner and shape (at least 3 runs)")
+	skip1M := fs.Bool("skip-1m", false, "leave out the 1,000,000-kernel random DAG")
+	duckRuns := fs.Int("duckdb-runs", 5, "timed runs of streamdag and of DuckDB each on the flights job; 0 shows the last recorded figures")
+	if err := fs.Parse(args); err != nil {
+		return "", err
 	}
+	if fs.NArg() > 0 {
+		return "", fmt.Errorf("report: unexpected argument %q (the flags are -out, -min-time, -skip-1m, -duckdb-runs)", fs.Arg(0))
+	}
+	cfg := config{out: *out, minTime: *minTime, skip1M: *skip1M, duckRuns: *duckRuns}
+	if root, err := repoRoot(); err == nil {
+		cfg.recorded = filepath.Join(root, "bench", "results")
+	}
+	if cfg.out == "" {
+		dir, err := os.MkdirTemp("", "streamdag-report-")
+		if err != nil {
+			return "", fmt.Errorf("report: make the output folder: %w", err)
+		}
+		cfg.out = dir
+	} else if err := os.MkdirAll(cfg.out, 0o755); err != nil {
+		return "", fmt.Errorf("report: make the output folder: %w", err)
+	}
+	fmt.Fprintf(logw, "report: writing to %s\n", cfg.out)
+	rep, err := measureFn(cfg, logw)
+	if err != nil {
+		return cfg.out, err
+	}
+	return cfg.out, write(cfg.out, rep, logw)
+}
+
+// measure runs every measurement of the report (see the command's doc)
+// under cfg, logging progress on logw.
+func measure(cfg config, logw io.Writer) (Report, error) {
+	start := time.Now()
+	minTime := cfg.minTime
 	rep := Report{Machine: machine()}
 	// First, while the report's own resident set is small (see peakRSS).
-	rep.DuckDB = duckComparison(out, duckRuns, logw)
+	rep.DuckDB = duckComparison(cfg.recorded, cfg.duckRuns, logw)
 	shapes := bench.Shapes
-	if !skip1M {
+	if !cfg.skip1M {
 		shapes = append(shapes[:len(shapes):len(shapes)], bench.RandomDAG)
 	}
 	works := []bench.Work{bench.EmptyWork, bench.SpinWork()}
 	fmt.Fprintf(logw, "spin kernel: %d iterations ≈ %v\n", bench.SpinIterations(), bench.SpinTarget)
 	floor, err := bench.Measure(func() error { bench.ChainFloor(10_000); return nil }, 3, 1000, minTime)
 	if err != nil {
-		return err
+		return rep, err
 	}
 	rep.BuildFloorNs = floor.PerLaunch(10_000)
 	fmt.Fprintf(logw, "build floor (chain-10k's bytes, no checks) %.0f ns/kernel\n", rep.BuildFloorNs)
 	for _, s := range shapes {
 		b, err := measureBuild(s, minTime)
 		if err != nil {
-			return err
+			return rep, err
 		}
 		rep.Builds = append(rep.Builds, b)
 		fmt.Fprintf(logw, "%-18s build %6.0f ns/kernel, validate %6.0f, plan %6.0f; %d waits for %d hazards\n",
@@ -183,7 +235,7 @@ func run(out string, minTime time.Duration, skip1M bool, duckRuns int, logw io.W
 		for _, w := range works {
 			g := s.Build(w.Kernel)
 			if err := g.Validate(); err != nil {
-				return err
+				return rep, err
 			}
 			n := g.NumKernels()
 			minRuns, maxRuns, mt := 3, 1000, minTime
@@ -193,21 +245,21 @@ func run(out string, minTime time.Duration, skip1M bool, duckRuns int, logw io.W
 			var seq float64
 			// The sequential walk, kept ready for paired ratios.
 			if bench.Runners[0].Name != "sequential" {
-				return errors.New("report: bench.Runners must start with the sequential walk")
+				return rep, errors.New("report: bench.Runners must start with the sequential walk")
 			}
 			seqRun, seqDone, err := bench.Runners[0].Prepare(g)
 			if err != nil {
-				return fmt.Errorf("%s/%s/sequential: %w", s.Name, w.Name, err)
+				return rep, fmt.Errorf("%s/%s/sequential: %w", s.Name, w.Name, err)
 			}
 			for _, r := range bench.Runners {
 				runFn, done, err := r.Prepare(g)
 				if err != nil {
-					return fmt.Errorf("%s/%s/%s: %w", s.Name, w.Name, r.Name, err)
+					return rep, fmt.Errorf("%s/%s/%s: %w", s.Name, w.Name, r.Name, err)
 				}
 				st, err := bench.Measure(runFn, minRuns, maxRuns, mt)
 				done()
 				if err != nil {
-					return fmt.Errorf("%s/%s/%s: %w", s.Name, w.Name, r.Name, err)
+					return rep, fmt.Errorf("%s/%s/%s: %w", s.Name, w.Name, r.Name, err)
 				}
 				res := Result{Shape: s.Name, Work: w.Name, Runner: r.Name, Kernels: n, Runs: st.Runs,
 					NsPerLaunch: st.PerLaunch(n), CPUNsPerLaunch: st.CPUNsPerOp / float64(n), AllocsPerLaunch: st.AllocsPerOp / float64(n),
@@ -222,12 +274,12 @@ func run(out string, minTime time.Duration, skip1M bool, duckRuns int, logw io.W
 					// walk: drift in the machine's speed cancels in a pair.
 					runFn, done, err := r.Prepare(g)
 					if err != nil {
-						return fmt.Errorf("%s/%s/%s: %w", s.Name, w.Name, r.Name, err)
+						return rep, fmt.Errorf("%s/%s/%s: %w", s.Name, w.Name, r.Name, err)
 					}
 					res.VsSequential, err = pairedRatio(runFn, seqRun, 8, minTime/8)
 					done()
 					if err != nil {
-						return fmt.Errorf("%s/%s/%s: %w", s.Name, w.Name, r.Name, err)
+						return rep, fmt.Errorf("%s/%s/%s: %w", s.Name, w.Name, r.Name, err)
 					}
 				}
 				rep.Results = append(rep.Results, res)
@@ -239,7 +291,7 @@ func run(out string, minTime time.Duration, skip1M bool, duckRuns int, logw io.W
 			if w.Name == bench.EmptyWork.Name {
 				o, err := measureOneShot(s, g, w, minRuns, maxRuns, mt)
 				if err != nil {
-					return fmt.Errorf("%s/%s/one-shot: %w", s.Name, w.Name, err)
+					return rep, fmt.Errorf("%s/%s/one-shot: %w", s.Name, w.Name, err)
 				}
 				rep.OneShots = append(rep.OneShots, o)
 				fmt.Fprintf(logw, "%-18s %-10s %-10s %9.1f ns/kernel (cpu %9.1f) %7.2f allocs/kernel %8.1f× the reused plan (%d runs)\n",
@@ -251,24 +303,34 @@ func run(out string, minTime time.Duration, skip1M bool, duckRuns int, logw io.W
 	const chain = 10_000
 	waits, perWait, same, alt, err := bench.WaitCost(chain, minTime)
 	if err != nil {
-		return err
+		return rep, err
 	}
 	rep.WaitChain, rep.Waits, rep.NsPerWait = chain, waits, perWait
 	rep.SameStreamNs, rep.AltStreamNs = same.NsPerOp/chain, alt.NsPerOp/chain
 	fmt.Fprintf(logw, "event waits: %d waits, %.0f ns per wait\n", waits, perWait)
 	if rep.Profiles, err = profiles(rep, shapes, profileTime); err != nil {
-		return err
+		return rep, err
 	}
 	rep.Elapsed = time.Since(start)
+	return rep, nil
+}
 
+// write writes rep's results.json, results.md and charts into out.
+func write(out string, rep Report, logw io.Writer) error {
 	if err := writeJSON(filepath.Join(out, "results.json"), rep); err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(out, "results.md"), []byte(markdown(rep)), 0o644); err != nil {
 		return err
 	}
+	var works []string // the kinds of kernel measured, in the report's order
+	for _, r := range rep.Results {
+		if !slices.Contains(works, r.Work) {
+			works = append(works, r.Work)
+		}
+	}
 	for _, w := range works {
-		if err := chartLaunches(rep, w.Name, filepath.Join(out, "ns-per-launch-"+strings.SplitN(w.Name, "-", 2)[0]+".png")); err != nil {
+		if err := chartLaunches(rep, w, filepath.Join(out, "ns-per-launch-"+strings.SplitN(w, "-", 2)[0]+".png")); err != nil {
 			return err
 		}
 	}
@@ -401,9 +463,10 @@ func measureOneShot(s bench.Shape, g *dag.Graph, w bench.Work, minRuns, maxRuns 
 
 // duckComparison measures the flights job against DuckDB (measureDuck)
 // runs times each; when it cannot (runs 0, no data, a build that fails),
-// it logs why and how to run it and returns the figures recorded in out's
-// results.json by an earlier report, with Recorded saying why, or nil.
-func duckComparison(out string, runs int, logw io.Writer) *Duck {
+// it logs why and how to run it and returns the figures recorded in the
+// results.json of folder recorded by an earlier report, with Recorded
+// saying why, or nil.
+func duckComparison(recorded string, runs int, logw io.Writer) *Duck {
 	why := "-duckdb-runs 0"
 	if runs > 0 {
 		root, err := repoRoot()
@@ -416,7 +479,7 @@ func duckComparison(out string, runs int, logw io.Writer) *Duck {
 		why = err.Error()
 	}
 	fmt.Fprintf(logw, "DuckDB comparison not measured (%s): %s\n", why, duckHowTo)
-	if d, ok := recordedDuck(out); ok {
+	if d, ok := recordedDuck(recorded); ok {
 		if d.Recorded == "" {
 			d.Recorded = why
 		}

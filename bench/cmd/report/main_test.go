@@ -1,6 +1,9 @@
 package main
 
 import (
+	"crypto/sha256"
+	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -103,4 +106,77 @@ func TestDuckDBFigures(t *testing.T) {
 	require.NotNil(t, got)
 	assert.Equal(t, "-duckdb-runs 0", got.Recorded)
 	assert.Equal(t, d.StreamWallMs, got.StreamWallMs)
+}
+
+// TestReportWritesWhereOutSays: by default the report writes a new folder
+// under the system's temporary folder, names it, and leaves the committed
+// bench/results as it was; -out names the folder it writes instead. The
+// measurements are a fake: the test is of where the files go.
+func TestReportWritesWhereOutSays(t *testing.T) {
+	root, err := repoRoot()
+	require.NoError(t, err)
+	committed := filepath.Join(root, "bench", "results")
+	before := folderDigest(t, committed)
+	require.NotEmpty(t, before)
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	fake := Report{
+		Machine: map[string]string{"cpu": "test"},
+		Results: []Result{
+			{Shape: "chain-10k", Work: "empty", Runner: "sequential", Kernels: 10_000, NsPerLaunch: 2, VsSequential: 1},
+			{Shape: "chain-10k", Work: "empty", Runner: "streamdag", Kernels: 10_000, NsPerLaunch: 8, VsSequential: 4},
+			{Shape: "chain-10k", Work: "spin-0.5us", Runner: "sequential", Kernels: 10_000, NsPerLaunch: 500, VsSequential: 1},
+			{Shape: "chain-10k", Work: "spin-0.5us", Runner: "streamdag", Kernels: 10_000, NsPerLaunch: 520, VsSequential: 1.04},
+		},
+		Builds: []Build{{Shape: "chain-10k", Kernels: 10_000, BuildNsPerKernel: 90, ValidateNsPerKernel: 50, PlanNsPerKernel: 180}},
+	}
+	var got []config
+	measure := func(cfg config, _ io.Writer) (Report, error) {
+		got = append(got, cfg)
+		return fake, nil
+	}
+	files := []string{"results.json", "results.md", "ns-per-launch-empty.png", "ns-per-launch-spin.png", "build.png"}
+
+	var log strings.Builder
+	dir, err := report(nil, &log, measure)
+	require.NoError(t, err, log.String())
+	assert.Equal(t, tmp, filepath.Dir(dir), "a new folder under the temporary folder")
+	assert.Contains(t, log.String(), "report: writing to "+dir+"\n")
+	assert.Contains(t, log.String(), "wrote "+dir+" in ")
+	for _, f := range files {
+		assert.FileExists(t, filepath.Join(dir, f))
+	}
+	assert.Equal(t, before, folderDigest(t, committed), "the committed results are as they were")
+	require.Len(t, got, 1)
+	assert.Equal(t, config{out: dir, minTime: 300 * time.Millisecond, duckRuns: 5, recorded: committed}, got[0])
+
+	out := filepath.Join(tmp, "chosen", "folder")
+	log.Reset()
+	dir, err = report([]string{"-out", out, "-min-time", "1ms", "-skip-1m", "-duckdb-runs", "0"}, &log, measure)
+	require.NoError(t, err, log.String())
+	assert.Equal(t, out, dir)
+	for _, f := range files {
+		assert.FileExists(t, filepath.Join(out, f))
+	}
+	require.Len(t, got, 2)
+	assert.Equal(t, config{out: out, minTime: time.Millisecond, skip1M: true, recorded: committed}, got[1])
+	assert.Equal(t, before, folderDigest(t, committed))
+
+	_, err = report([]string{"extra"}, &log, measure)
+	assert.ErrorContains(t, err, `report: unexpected argument "extra"`)
+	assert.Len(t, got, 2, "nothing measured")
+}
+
+// folderDigest returns the SHA-256 of every file in dir, by name.
+func folderDigest(t *testing.T, dir string) map[string][32]byte {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	m := map[string][32]byte{}
+	for _, e := range es {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		require.NoError(t, err)
+		m[e.Name()] = sha256.Sum256(b)
+	}
+	return m
 }
