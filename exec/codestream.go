@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/streamdag/streamdag/buffers"
@@ -79,7 +80,8 @@ import (
 // it. When the run's ctx is done the driver stops enqueueing; launches it
 // did not enqueue are cancelled once the run has quiesced, and enqueued
 // ones run to completion (a device cannot withdraw them) before the run
-// returns.
+// returns. So that this is little, a run whose ctx can end enqueues only
+// about codeAhead of device time ahead of what has settled.
 //
 // Since a device is only ever given commands whose producers have
 // settled or are enqueued on the device before them, every command it
@@ -87,17 +89,31 @@ import (
 // their commands on its queues without waiting for one another.
 
 // codeWindow bounds how many launches a code stream enqueues ahead of the
-// oldest it has not settled: cancellation stops enqueueing, so what a
-// done ctx still lets run is at most this much per stream. It is deep
-// enough that a driver enqueueing short kernels rarely waits for the
-// device mid-list (a device's own launch queue is about as deep: CUDA's
-// holds 1024 launches).
+// oldest it has not settled. It is deep enough that a driver enqueueing
+// short kernels rarely waits for the device mid-list (a device's own
+// launch queue is about as deep: CUDA's holds 1024 launches).
 const codeWindow = 1024
 
-// codeSegment is the most launches one recorded event covers when no
-// other need for a Record comes first: a quarter of the window, so a full
-// window waits for its oldest quarter while three run on.
-const codeSegment = codeWindow / 4
+// codeAhead is the device time a code stream's driver lets its enqueued
+// and unsettled launches add up to, when the run's ctx can end: a device
+// cannot withdraw what it was given, so this bounds what a cancel still
+// lets run. The window is then the launches that fill codeAhead at the
+// stream's measured device time per launch, plus one: from 2 (long
+// kernels: the one running and the next) to codeWindow (short kernels
+// still batch). Each settled segment measures its launches' device time
+// (from when the device could start its first, the later of its enqueue
+// and the previous segment's end, to when its event is seen fired) and
+// sets the window for what follows (pace: it shrinks at once and at most
+// doubles); a stream starts at the window its plan's last run ended with,
+// or at 2. A stream whose launches turn long after many short ones can
+// hold one window of them before the first of them settles.
+const codeAhead = 2 * time.Millisecond
+
+// segmentOf is the most launches one recorded event covers in a window
+// of w launches when no other need for a Record comes first: a quarter
+// of it, so a full window waits for its oldest quarter while three run
+// on.
+func segmentOf(w int) int { return max(1, w/4) }
 
 // statusStride is the distance in bytes between the status words of a
 // code stream's launches in its status memory: a multiple of every
@@ -186,6 +202,7 @@ func (p *Plan) codeOps() []codeOp {
 			}
 		}
 		p.cops = ops
+		p.pace = make([]atomic.Int64, len(p.sdev))
 	})
 	return p.cops
 }
@@ -427,8 +444,9 @@ func (r *run) fetch(id dag.BufferID) {
 // segment is a run of a code stream's launches, [start, end) by position,
 // covered by one recorded event.
 type segment struct {
-	end int
-	ev  gpu.Event
+	end  int
+	ev   gpu.Event
+	from time.Time // when its first command was enqueued (zero: none, or not paced)
 }
 
 // codePub is what a code stream's driver publishes for the other code
@@ -481,6 +499,14 @@ type codeRun struct {
 	statusSlot []int32 // by position: its slot, or -1
 	enqAt      []int64 // by position: when it was enqueued (ns since the run's base), with timing
 	lastEnd    int64
+	// The window (codeAhead): paced when the run's ctx can end; window
+	// is the launches it lets ahead of set; openAt is when the first
+	// command no segment covers yet was enqueued, fired when the last
+	// settled segment was seen done.
+	paced  bool
+	window int
+	openAt time.Time
+	fired  time.Time
 	// The launch being enqueued, reused: the stream does not keep it.
 	kl   gpu.KernelLaunch
 	args []gpu.KernelArg
@@ -550,6 +576,10 @@ func (c *codeRun) run(dev gpu.CodeDevice, slots int) {
 	}()
 	c.prepare(dev, slots)
 	done := r.ctx.Done()
+	c.window = codeWindow
+	if c.paced = done != nil; c.paced {
+		c.window = max(int(r.plan.pace[b.gs].Load()), 2)
+	}
 	for c.pos < len(b.list) {
 		if done != nil {
 			select {
@@ -566,7 +596,7 @@ func (c *codeRun) run(dev gpu.CodeDevice, slots int) {
 		for len(c.segs) > 0 && c.segs[0].ev.Done() {
 			c.settleSegment()
 		}
-		if c.pos-c.set >= codeWindow {
+		if c.pos-c.set >= c.window {
 			c.recordTo(c.pos)
 			c.settleSegment()
 			continue
@@ -576,6 +606,9 @@ func (c *codeRun) run(dev gpu.CodeDevice, slots int) {
 	c.recordTo(c.pos)
 	for len(c.segs) > 0 {
 		c.settleSegment()
+	}
+	if c.paced {
+		r.plan.pace[b.gs].Store(int64(c.window))
 	}
 	if b.left < 0 {
 		r.progress[b.gs].Publish(uint64(len(b.list)))
@@ -748,14 +781,17 @@ func (c *codeRun) enqueue() {
 	if c.state[k].lost {
 		// Settled as lost in order, after what it waits for.
 	} else if c.state[k].err == nil { // else a build error, say: nothing to enqueue
+		if c.paced && c.openAt.IsZero() {
+			c.openAt = time.Now()
+		}
 		c.state[k].err = c.launch(k, l)
 	}
 	// A kernel's failure names it (its label: kernel names are unique in
 	// a graph), but a copy's names only its kind: a copy ends a segment.
 	// Within a long run of launches nothing else asks for, a Record
-	// every codeSegment launches: the window then settles one segment at
-	// a time while the rest of it runs on.
-	if l.Copy != nil || h.record || c.pos == len(b.list) || c.pos-c.covered() >= codeSegment {
+	// every segmentOf(window) launches: the window then settles one
+	// segment at a time while the rest of it runs on.
+	if l.Copy != nil || h.record || c.pos == len(b.list) || c.pos-c.covered() >= segmentOf(c.window) {
 		c.recordTo(c.pos)
 	}
 }
@@ -800,7 +836,8 @@ func (c *codeRun) covered() int {
 // segment covers yet.
 func (c *codeRun) recordTo(end int) {
 	if start := c.covered(); end > start {
-		sg := segment{end: end, ev: c.st.Record()}
+		sg := segment{end: end, ev: c.st.Record(), from: c.openAt}
+		c.openAt = time.Time{}
 		c.segs = append(c.segs, sg)
 		pub := &c.r.pubs[c.b.gs]
 		pub.mu.Lock()
@@ -939,10 +976,34 @@ func (c *codeRun) settleSegment() {
 	if c.enqAt != nil {
 		end = int64(time.Since(c.r.out.base))
 	}
+	if c.paced {
+		now := time.Now()
+		if !s.from.IsZero() {
+			c.pace(max(now.Sub(later(s.from, c.fired))/time.Duration(s.end-c.set), 1))
+		}
+		c.fired = now
+	}
 	fails := c.attribute(s.end, err)
 	for ; c.set < s.end; c.set++ {
 		c.settleOne(c.set, fails[c.set], end)
 	}
+}
+
+// pace sets the window for a measured device time per launch (see
+// codeAhead): the launches that fill codeAhead, plus one, at most twice
+// the window before (a short launch among long ones, a copy say, widens
+// it only so far) and from 2 to codeWindow.
+func (c *codeRun) pace(per time.Duration) {
+	c.window = int(min(codeAhead/per+1, 2*time.Duration(c.window), codeWindow))
+	c.window = max(c.window, 2)
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return b
+	}
+	return a
 }
 
 // attribute maps the failures a segment's event reported (err: nil, or

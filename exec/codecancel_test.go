@@ -1,0 +1,114 @@
+package exec_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/dag"
+	"github.com/streamdag/streamdag/exec"
+)
+
+// spinCL: out[0] = in[0] + 1 after n steps of an LCG whose result goes to
+// out[1], so the loop is not optimised away: a kernel of about a
+// millisecond per 10^5 steps on a CPU device.
+const spinCL = `__kernel void spin(__global const ulong *in, __global ulong *out, ulong n) {
+	ulong v = in[0];
+	for (ulong i = 0; i < n; i++)
+		v = v * 6364136223846793005UL + 1442695040888963407UL;
+	out[0] = in[0] + 1;
+	out[1] = v;
+}`
+
+// spinSteps makes each spin launch take some milliseconds on PoCL.
+const spinSteps = 2_000_000
+
+// spinChains builds chains chains of n spin kernels each (chain c's
+// kernel i writes buffer c<c>.<i>, reading c<c>.<i-1>, or the source's),
+// and a host kernel "stop" that reads chain 0's first output and calls
+// stop, followed by a chain of host kernels ("tail…"): with the chains on
+// a code device, stop runs once the device has run that kernel, while the
+// rest of the chains are (or would be) queued on the device. It returns
+// the graph and each chain's buffers.
+func spinChains(chains, n int, stop func()) (*dag.Graph, [][]dag.BufferID) {
+	g := dag.New()
+	src := g.AddBuffer("src", 16)
+	g.AddKernel("source", put(0), dag.Writes(src))
+	bufs := make([][]dag.BufferID, chains)
+	for c := range chains {
+		prev := src
+		for i := range n {
+			next := g.AddBuffer(fmt.Sprintf("c%d.%d", c, i), 16)
+			g.AddKernel(fmt.Sprintf("spin%d.%d", c, i), nil, dag.Reads(prev), dag.Writes(next),
+				dag.OpenCL(spinCL, "spin", func([]int64) dag.Shape { return dag.Shape{Global: []int{1}} },
+					dag.BufferArg(prev), dag.BufferArg(next), dag.ScalarArg(uint64(spinSteps))))
+			bufs[c] = append(bufs[c], next)
+			prev = next
+			if c == 0 && i == 0 {
+				// With a longer tail of host kernels than the chains, so
+				// that the plan copies stop's input home right after the
+				// kernel that writes it.
+				done := g.AddBuffer("stopped", 8)
+				g.AddKernel("stop", func(context.Context, dag.Launch) error { stop(); return nil },
+					dag.Reads(next), dag.Writes(done))
+				for j := range n + 1 {
+					after := g.AddBuffer(fmt.Sprint("t", j), 8)
+					g.AddKernel(fmt.Sprint("tail", j), put(uint64(j)), dag.Reads(done), dag.Writes(after))
+					done = after
+				}
+			}
+		}
+	}
+	return g, bufs
+}
+
+// Cancelling a run stops the launches a code stream has not yet handed to
+// the device, also when they are long: the driver keeps only about a
+// kernel's time queued ahead, so a chain of long kernels stops within a
+// few launches of the cancel; what did not run is cancelled with ctx's
+// error, and whatever ran has the right bytes.
+func TestCodeDeviceCancelStopsQueuedLaunches(t *testing.T) {
+	const n = 40
+	for _, streams := range []int{1, 4} {
+		t.Run(fmt.Sprintf("streams=%d", streams), func(t *testing.T) {
+			e := cpuAnd(t, 1, openCLDevice(t, streams))
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			g, bufs := spinChains(streams, n, cancel)
+			res, err := e.Run(ctx, g)
+			require.NoError(t, err)
+			defer res.Close()
+			assert.ErrorIs(t, res.Err(), context.Canceled)
+			ok, cancelled := 0, 0
+			for _, l := range res.Report.Launches() {
+				switch {
+				case !strings.HasPrefix(l.Kernel, "spin"): // the host kernels and the copies
+				case l.Status == exec.StatusOK:
+					ok++
+				case l.Status == exec.StatusCancelled:
+					cancelled++
+					assert.ErrorIs(t, l.Err, context.Canceled, "%s", l.Kernel)
+				default:
+					t.Errorf("%s: %v: %v", l.Kernel, l.Status, l.Err)
+				}
+			}
+			assert.Equal(t, streams*n, ok+cancelled)
+			assert.Less(t, ok, streams*n/2, "the chains stop soon after the cancel: %d ran, %d cancelled", ok, cancelled)
+			for c := range bufs {
+				for i, b := range bufs[c] {
+					buf, err := res.Buffer(b)
+					if err != nil {
+						assert.ErrorIs(t, err, context.Canceled)
+						continue
+					}
+					assert.Equal(t, uint64(i+1), binary.LittleEndian.Uint64(buf.Bytes()), "chain %d link %d", c, i)
+				}
+			}
+		})
+	}
+}
