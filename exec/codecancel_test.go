@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,6 +13,8 @@ import (
 
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
+	"github.com/streamdag/streamdag/failgraph"
+	"github.com/streamdag/streamdag/gpu"
 )
 
 // spinCL: out[0] = in[0] + 1 after n steps of an LCG whose result goes to
@@ -111,4 +114,51 @@ func TestCodeDeviceCancelStopsQueuedLaunches(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A code device closed while a run has launches queued for it refuses
+// them: they are cancelled with one failure saying it was closed (not
+// failed, each a root of its own), their consumers elsewhere are skipped
+// with that failure as the root, and Execute returns the closing as its
+// error, wrapping gpu.ErrClosed.
+func TestCodeDeviceClosedMidRun(t *testing.T) {
+	const n = 40
+	dev := openCLDevice(t, 1)
+	e := cpuAnd(t, 1, dev)
+	closeErr := make(chan error, 1)
+	g, bufs := spinChains(1, n, func() { closeErr <- dev.Close() })
+	sink := g.AddBuffer("sunk", 8)
+	g.AddKernel("sink", put(1), dag.Reads(bufs[0][n-1]), dag.Writes(sink))
+	res, err := e.Run(t.Context(), g)
+	require.NotNil(t, res, "%v", err)
+	defer res.Close()
+	assert.ErrorIs(t, err, gpu.ErrClosed)
+	assert.ErrorContains(t, err, "opencl0 was closed")
+	require.NoError(t, <-closeErr)
+	var failures []failgraph.FailureID
+	ran, cancelled := 0, 0
+	for _, l := range res.Report.Launches() {
+		switch l.Status {
+		case exec.StatusOK:
+			if strings.HasPrefix(l.Kernel, "spin") {
+				ran++
+			}
+			continue
+		case exec.StatusCancelled:
+			cancelled++
+			assert.ErrorIs(t, l.Err, gpu.ErrClosed, "%s", l.Kernel)
+		case exec.StatusSkipped:
+			assert.Equal(t, "sink", l.Kernel)
+		default:
+			t.Errorf("%s: %v: %v", l.Kernel, l.Status, l.Err)
+		}
+		if !slices.Contains(failures, l.Failure) {
+			failures = append(failures, l.Failure)
+		}
+	}
+	assert.Positive(t, cancelled, "%d spin kernels ran", ran)
+	assert.Len(t, failures, 1, "one failure: the closing")
+	assert.Equal(t, exec.StatusSkipped, launchByName(t, res, "sink").Status)
+	require.Error(t, res.Err())
+	assert.Equal(t, 1, strings.Count(res.Err().Error(), "was closed during the run"), "one root: %v", res.Err())
 }

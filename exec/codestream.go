@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"runtime"
 	"runtime/debug"
@@ -17,6 +18,7 @@ import (
 	"github.com/streamdag/streamdag/buffers"
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/topology"
 )
 
 // Code devices. A plan places a kernel on a gpu.CodeDevice (DeviceCode
@@ -81,7 +83,11 @@ import (
 // did not enqueue are cancelled once the run has quiesced, and enqueued
 // ones run to completion (a device cannot withdraw them) before the run
 // returns. So that this is little, a run whose ctx can end enqueues only
-// about codeAhead of device time ahead of what has settled.
+// about codeAhead of device time ahead of what has settled. A device that
+// refuses a launch because it was closed is treated alike: the driver
+// stops, the launch and the rest of the list are cancelled with one error
+// per device saying it was closed (wrapping gpu.ErrClosed; see refusals),
+// and the run returns that error.
 //
 // Since a device is only ever given commands whose producers have
 // settled or are enqueued on the device before them, every command it
@@ -441,6 +447,43 @@ func (r *run) fetch(id dag.BufferID) {
 	}
 }
 
+// refusals holds, by device, the error that reports a code device's
+// refusal of a run's work (it was closed during the run): one per device,
+// so that the launches it refused are cancelled with one failure, and the
+// run returns it (Execute's error). The zero value is ready; methods are
+// safe for concurrent use.
+type refusals struct {
+	mu   sync.Mutex
+	errs map[int]error
+}
+
+// of returns device d's refusal error, made from cause (an error wrapping
+// gpu.ErrClosed) on its first refusal.
+func (f *refusals) of(d int, id topology.DeviceID, cause error) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err, ok := f.errs[d]; ok {
+		return err
+	}
+	if f.errs == nil {
+		f.errs = map[int]error{}
+	}
+	err := fmt.Errorf("exec: %s was closed during the run: %w", id, cause)
+	f.errs[d] = err
+	return err
+}
+
+// all returns the refusal errors, by device.
+func (f *refusals) all() []error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var errs []error
+	for _, d := range slices.Sorted(maps.Keys(f.errs)) {
+		errs = append(errs, f.errs[d])
+	}
+	return errs
+}
+
 // segment is a run of a code stream's launches, [start, end) by position,
 // covered by one recorded event.
 type segment struct {
@@ -505,8 +548,11 @@ type codeRun struct {
 	// settled segment was seen done.
 	paced  bool
 	window int
-	openAt time.Time
-	fired  time.Time
+	// refused is why the device refused work (see refusals); nil while
+	// it takes it.
+	refused error
+	openAt  time.Time
+	fired   time.Time
 	// The launch being enqueued, reused: the stream does not keep it.
 	kl   gpu.KernelLaunch
 	args []gpu.KernelArg
@@ -517,6 +563,7 @@ type codeState struct {
 	enqueued bool  // its commands are on the device
 	settled  bool  // settled before it was enqueued (skipped, cancelled or lost)
 	lost     bool  // not enqueued: its device was lost (a simulated device loss)
+	refused  bool  // not enqueued: the device refused it (closed); cancelled with c.refused
 	err      error // it failed when it was enqueued (a bad shape, a build error, …)
 	copied   int64 // bytes a copy moves
 }
@@ -593,6 +640,9 @@ func (c *codeRun) run(dev gpu.CodeDevice, slots int) {
 				break
 			}
 		}
+		if c.refused != nil {
+			break
+		}
 		for len(c.segs) > 0 && c.segs[0].ev.Done() {
 			c.settleSegment()
 		}
@@ -606,6 +656,15 @@ func (c *codeRun) run(dev gpu.CodeDevice, slots int) {
 	c.recordTo(c.pos)
 	for len(c.segs) > 0 {
 		c.settleSegment()
+	}
+	if c.refused != nil {
+		// What the device refused and what follows it: cancelled with
+		// the refusal, after what ran has settled.
+		for ; c.set < len(b.list); c.set++ {
+			if i := int(b.list[c.set].idx); !c.state[c.set].settled {
+				r.cancel(i, &r.plan.launches[i], c.refused)
+			}
+		}
 	}
 	if c.paced {
 		r.plan.pace[b.gs].Store(int64(c.window))
@@ -786,6 +845,11 @@ func (c *codeRun) enqueue() {
 		}
 		c.state[k].err = c.launch(k, l)
 	}
+	if err := c.state[k].err; err != nil && errors.Is(err, gpu.ErrClosed) {
+		// Refused (closed): cancelled, with the rest of the list.
+		c.state[k].err, c.state[k].refused = nil, true
+		c.refused = c.r.refused.of(c.r.plan.launches[i].Device, c.r.devs[c.r.plan.launches[i].Device], err)
+	}
 	// A kernel's failure names it (its label: kernel names are unique in
 	// a graph), but a copy's names only its kind: a copy ends a segment.
 	// Within a long run of launches nothing else asks for, a Record
@@ -941,6 +1005,10 @@ func (c *codeRun) ready(k int) bool {
 	r := c.r
 	i := int(c.b.list[k].idx)
 	op := &r.plan.launches[i]
+	if c.state[k].refused {
+		r.cancel(i, op, c.refused)
+		return false
+	}
 	if !c.state[k].enqueued && r.ctx.Err() != nil {
 		r.cancel(i, op, r.ctx.Err())
 		return false
