@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"os"
+	osexec "os/exec"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -15,6 +18,8 @@ import (
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/failgraph"
 	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/cpu"
+	"github.com/streamdag/streamdag/gpu/opencl"
 )
 
 // spinCL: out[0] = in[0] + 1 after n steps of an LCG whose result goes to
@@ -133,7 +138,7 @@ func TestCodeDeviceClosedMidRun(t *testing.T) {
 	require.NotNil(t, res, "%v", err)
 	defer res.Close()
 	assert.ErrorIs(t, err, gpu.ErrClosed)
-	assert.ErrorContains(t, err, "opencl0 was closed")
+	assert.ErrorContains(t, err, "opencl0 refused the run's work")
 	require.NoError(t, <-closeErr)
 	var failures []failgraph.FailureID
 	ran, cancelled := 0, 0
@@ -160,5 +165,102 @@ func TestCodeDeviceClosedMidRun(t *testing.T) {
 	assert.Len(t, failures, 1, "one failure: the closing")
 	assert.Equal(t, exec.StatusSkipped, launchByName(t, res, "sink").Status)
 	require.Error(t, res.Err())
-	assert.Equal(t, 1, strings.Count(res.Err().Error(), "was closed during the run"), "one root: %v", res.Err())
+	assert.Equal(t, 1, strings.Count(res.Err().Error(), "refused the run's work"), "one root: %v", res.Err())
+}
+
+// stuckEnv makes TestCodeDeviceStuckKernel run its scenario (in the
+// subprocess it starts: the stuck kernel's device thread and the device's
+// goroutines are leaked there, on purpose).
+const stuckEnv = "STREAMDAG_EXEC_STUCK_CHILD"
+
+// stuckCL never ends: nothing sets flag[0].
+const stuckCL = `__kernel void stuck(volatile __global const ulong *flag, __global ulong *out) {
+	while (flag[0] == 0) {}
+	out[0] = 1;
+}`
+
+// A kernel that never ends does not hold its run past ctx: the run
+// returns codeGrace after ctx's deadline with the launch failed as
+// abandoned (exec.ErrAbandoned) and what follows it cancelled; the device
+// is then unusable, refusing later work with an error that says so; and
+// its Close returns an error after its close wait instead of hanging. The
+// scenario runs in a subprocess, bounded by a deadline, since the stuck
+// kernel's thread and the device's goroutines are leaked.
+func TestCodeDeviceStuckKernel(t *testing.T) {
+	if os.Getenv(stuckEnv) != "" {
+		stuckScenario(t)
+		// Exit before the leak checks: the leaks are the point.
+		if t.Failed() {
+			os.Exit(1)
+		}
+		fmt.Println("stuck scenario: ok")
+		os.Exit(0)
+	}
+	openCLDevice(t, 1) // skips without OpenCL
+	// The deadline only stops a hung child; it decides nothing.
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := osexec.CommandContext(ctx, os.Args[0], "-test.run=^TestCodeDeviceStuckKernel$", "-test.v")
+	cmd.Env = append(os.Environ(), stuckEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "stuck scenario: ok")
+}
+
+// stuckScenario is TestCodeDeviceStuckKernel's subprocess.
+func stuckScenario(t *testing.T) {
+	ds, err := opencl.Devices()
+	require.NoError(t, err)
+	require.NotEmpty(t, ds)
+	dev, err := opencl.NewDevice(ds[0], 1, opencl.WithCloseWait(100*time.Millisecond))
+	require.NoError(t, err)
+	host, err := cpu.New(cpu.WithStreams(1))
+	require.NoError(t, err)
+	e, err := exec.NewMulti([]gpu.Device{host, dev}, nil)
+	require.NoError(t, err)
+
+	one := func([]int64) dag.Shape { return dag.Shape{Global: []int{1}} }
+	g := dag.New()
+	flag, out, next, sum := g.AddBuffer("flag", 8), g.AddBuffer("out", 8), g.AddBuffer("next", 8), g.AddBuffer("sum", 8)
+	g.AddKernel("source", put(0), dag.Writes(flag))
+	g.AddKernel("stuck", nil, dag.Reads(flag), dag.Writes(out),
+		dag.OpenCL(stuckCL, "stuck", one, dag.BufferArg(flag), dag.BufferArg(out)))
+	g.AddKernel("after", nil, dag.Reads(out), dag.Writes(next),
+		dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(out), dag.BufferArg(next), dag.ScalarArg(uint64(1)), dag.ScalarArg(uint64(1))))
+	g.AddKernel("sink", put(1), dag.Reads(next), dag.Writes(sum))
+	for _, src := range []string{stuckCL, scaleCL} { // built before the run's deadline starts
+		_, err := dev.Program("prebuilt", src, "")
+		require.NoError(t, err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	res, err := e.Run(ctx, g)
+	require.NoError(t, err)
+	stuck := launchByName(t, res, "stuck")
+	assert.Equal(t, exec.StatusFailed, stuck.Status)
+	assert.ErrorIs(t, stuck.Err, exec.ErrAbandoned)
+	assert.ErrorIs(t, stuck.Err, context.DeadlineExceeded)
+	assert.Equal(t, exec.StatusCancelled, launchByName(t, res, "after").Status)
+	assert.Contains(t, []exec.Status{exec.StatusSkipped, exec.StatusCancelled}, launchByName(t, res, "sink").Status)
+	assert.ErrorIs(t, res.Err(), exec.ErrAbandoned)
+	res.Close()
+
+	// The device refuses later work, saying why.
+	_, err = dev.Alloc(8)
+	assert.ErrorIs(t, err, opencl.ErrDeviceLost)
+	assert.ErrorIs(t, err, exec.ErrAbandoned)
+	g2, total, _ := scaleGraph(1, 1, 4, false)
+	res, _ = e.Run(t.Context(), g2)
+	require.NotNil(t, res)
+	scale := launchByName(t, res, "scale0")
+	assert.NotEqual(t, exec.StatusOK, scale.Status)
+	assert.ErrorIs(t, scale.Err, exec.ErrAbandoned)
+	_, err = res.Buffer(total)
+	assert.ErrorIs(t, err, exec.ErrAbandoned)
+	res.Close()
+
+	// Close gives up after its close wait.
+	err = dev.Close()
+	assert.ErrorIs(t, err, opencl.ErrDeviceLost)
+	assert.ErrorContains(t, err, "leaked")
 }

@@ -83,10 +83,12 @@ import (
 // did not enqueue are cancelled once the run has quiesced, and enqueued
 // ones run to completion (a device cannot withdraw them) before the run
 // returns. So that this is little, a run whose ctx can end enqueues only
-// about codeAhead of device time ahead of what has settled. A device that
-// refuses a launch because it was closed is treated alike: the driver
-// stops, the launch and the rest of the list are cancelled with one error
-// per device saying it was closed (wrapping gpu.ErrClosed; see refusals),
+// about codeAhead of device time ahead of what has settled, and one whose
+// device does not finish within codeGrace of ctx's end abandons it (see
+// ErrAbandoned). A device that refuses a launch because it was closed (or
+// lost) is treated alike: the driver stops, the launch and the rest of
+// the list are cancelled with one error per device saying it refused the
+// run's work (wrapping gpu.ErrClosed, or gpu.ErrGPULost; see refusals),
 // and the run returns that error.
 //
 // Since a device is only ever given commands whose producers have
@@ -114,6 +116,22 @@ const codeWindow = 1024
 // or at 2. A stream whose launches turn long after many short ones can
 // hold one window of them before the first of them settles.
 const codeAhead = 2 * time.Millisecond
+
+// codeGrace is how long a code stream's driver waits, once the run's ctx
+// is done, for the device to finish what the driver enqueued before it
+// abandons it (see ErrAbandoned): a device cannot interrupt a running
+// kernel, so this bounds how long after its ctx a run returns.
+const codeGrace = time.Second
+
+// ErrAbandoned is matched (errors.Is) by the error of a launch on a code
+// device that had not finished codeGrace after its run's ctx ended: the
+// launch fails with it, the launches behind it on its stream are
+// cancelled, the run returns without waiting for them, and the device is
+// marked unusable (gpu.Abandoner, where the device offers it), so later
+// work on it is refused. The host buffers the abandoned copies to host
+// memory would write are not released (nor their bytes given back to
+// their budgets): the device may still write them.
+var ErrAbandoned = errors.New("exec: launch abandoned")
 
 // segmentOf is the most launches one recorded event covers in a window
 // of w launches when no other need for a Record comes first: a quarter
@@ -448,9 +466,9 @@ func (r *run) fetch(id dag.BufferID) {
 }
 
 // refusals holds, by device, the error that reports a code device's
-// refusal of a run's work (it was closed during the run): one per device,
-// so that the launches it refused are cancelled with one failure, and the
-// run returns it (Execute's error). The zero value is ready; methods are
+// refusal of a run's work (it was closed during the run, or lost): one
+// per device, so that the launches it refused are cancelled with one
+// failure, and the run returns it (Execute's error). The zero value is ready; methods are
 // safe for concurrent use.
 type refusals struct {
 	mu   sync.Mutex
@@ -458,7 +476,7 @@ type refusals struct {
 }
 
 // of returns device d's refusal error, made from cause (an error wrapping
-// gpu.ErrClosed) on its first refusal.
+// gpu.ErrClosed or gpu.ErrGPULost) on its first refusal.
 func (f *refusals) of(d int, id topology.DeviceID, cause error) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -468,7 +486,7 @@ func (f *refusals) of(d int, id topology.DeviceID, cause error) error {
 	if f.errs == nil {
 		f.errs = map[int]error{}
 	}
-	err := fmt.Errorf("exec: %s was closed during the run: %w", id, cause)
+	err := fmt.Errorf("exec: %s refused the run's work: %w", id, cause)
 	f.errs[d] = err
 	return err
 }
@@ -548,11 +566,15 @@ type codeRun struct {
 	// settled segment was seen done.
 	paced  bool
 	window int
+	openAt time.Time
+	fired  time.Time
 	// refused is why the device refused work (see refusals); nil while
 	// it takes it.
 	refused error
-	openAt  time.Time
-	fired   time.Time
+	// abandoned: the device did not finish what the driver enqueued
+	// within codeGrace of the run's ctx ending (abandon).
+	abandoned bool
+	dev       gpu.CodeDevice
 	// The launch being enqueued, reused: the stream does not keep it.
 	kl   gpu.KernelLaunch
 	args []gpu.KernelArg
@@ -621,6 +643,7 @@ func (c *codeRun) run(dev gpu.CodeDevice, slots int) {
 		c.releaseStatus()
 		r.listDone()
 	}()
+	c.dev = dev
 	c.prepare(dev, slots)
 	done := r.ctx.Done()
 	c.window = codeWindow
@@ -628,6 +651,9 @@ func (c *codeRun) run(dev gpu.CodeDevice, slots int) {
 		c.window = max(int(r.plan.pace[b.gs].Load()), 2)
 	}
 	for c.pos < len(b.list) {
+		if c.refused != nil || c.abandoned {
+			break
+		}
 		if done != nil {
 			select {
 			case <-done:
@@ -640,9 +666,6 @@ func (c *codeRun) run(dev gpu.CodeDevice, slots int) {
 				break
 			}
 		}
-		if c.refused != nil {
-			break
-		}
 		for len(c.segs) > 0 && c.segs[0].ev.Done() {
 			c.settleSegment()
 		}
@@ -653,7 +676,9 @@ func (c *codeRun) run(dev gpu.CodeDevice, slots int) {
 		}
 		c.enqueue()
 	}
-	c.recordTo(c.pos)
+	if !c.abandoned {
+		c.recordTo(c.pos)
+	}
 	for len(c.segs) > 0 {
 		c.settleSegment()
 	}
@@ -665,6 +690,7 @@ func (c *codeRun) run(dev gpu.CodeDevice, slots int) {
 				r.cancel(i, &r.plan.launches[i], c.refused)
 			}
 		}
+		b.left = -1
 	}
 	if c.paced {
 		r.plan.pace[b.gs].Store(int64(c.window))
@@ -785,6 +811,9 @@ func (c *codeRun) enqueue() {
 		for len(c.segs) > 0 {
 			c.settleSegment()
 		}
+		if c.abandoned {
+			return
+		}
 		var err error
 		if same {
 			if _, err = r.pubs[w.Stream].enq.WaitFor(r.ctx, need); err != nil {
@@ -845,8 +874,9 @@ func (c *codeRun) enqueue() {
 		}
 		c.state[k].err = c.launch(k, l)
 	}
-	if err := c.state[k].err; err != nil && errors.Is(err, gpu.ErrClosed) {
-		// Refused (closed): cancelled, with the rest of the list.
+	if err := c.state[k].err; err != nil && (errors.Is(err, gpu.ErrClosed) || errors.Is(err, gpu.ErrGPULost)) {
+		// Refused (closed, or lost: abandoned, say): cancelled, with
+		// the rest of the list.
 		c.state[k].err, c.state[k].refused = nil, true
 		c.refused = c.r.refused.of(c.r.plan.launches[i].Device, c.r.devs[c.r.plan.launches[i].Device], err)
 	}
@@ -1038,8 +1068,12 @@ func (c *codeRun) lose(k int) {
 // launches in order.
 func (c *codeRun) settleSegment() {
 	s := c.segs[0]
+	fired, err := c.wait(s.ev)
+	if !fired {
+		c.abandon()
+		return
+	}
 	c.segs = c.segs[1:]
-	err := s.ev.Wait(context.Background())
 	var end int64
 	if c.enqAt != nil {
 		end = int64(time.Since(c.r.out.base))
@@ -1055,6 +1089,64 @@ func (c *codeRun) settleSegment() {
 	for ; c.set < s.end; c.set++ {
 		c.settleOne(c.set, fails[c.set], end)
 	}
+}
+
+// wait waits for ev to fire and returns the failures it reports; once
+// the run's ctx is done, it waits at most codeGrace more, and reports
+// false if ev has not fired by then.
+func (c *codeRun) wait(ev gpu.Event) (bool, error) {
+	ctx := c.r.ctx
+	if ctx.Done() == nil {
+		return true, ev.Wait(context.Background())
+	}
+	if err := ev.Wait(ctx); ctx.Err() == nil {
+		return true, err
+	}
+	if !ev.Done() {
+		grace, cancel := context.WithTimeout(context.Background(), codeGrace)
+		defer cancel()
+		if ev.Wait(grace) != nil && !ev.Done() {
+			return false, nil
+		}
+	}
+	return true, ev.Wait(context.Background())
+}
+
+// abandon gives up on what the stream enqueued and has not settled, which
+// the device did not finish within codeGrace of the run's ctx ending (see
+// ErrAbandoned): the first launch the oldest unfired event covers (the
+// one running, as far as the host can tell) fails with ErrAbandoned,
+// every other launch left on the list is cancelled with ctx's error, and
+// the device is marked unusable. The destinations of abandoned copies to
+// host memory are left out of the run's buffers (never released).
+func (c *codeRun) abandon() {
+	r, b := c.r, c.b
+	blamed := false
+	for ; c.set < len(b.list); c.set++ {
+		st := &c.state[c.set]
+		if st.settled {
+			continue
+		}
+		i := int(b.list[c.set].idx)
+		l := &r.plan.launches[i]
+		if st.enqueued && l.Copy != nil && c.ops[i].out {
+			r.bufs[l.Writes[0].Buffer].Store(nil) // the device may still write it
+		}
+		if st.enqueued && !blamed {
+			blamed = true
+			err := fmt.Errorf("exec: %s: %w: still running on %s %v after the run's ctx ended (%w); the device is unusable", l.Name, ErrAbandoned, r.devs[l.Device], codeGrace, r.ctx.Err())
+			if a, ok := c.dev.(gpu.Abandoner); ok {
+				a.Abandon(err)
+			}
+			r.out.set(i, StatusFailed)
+			id := r.store.Fail(l.Name, err, l.Writes)
+			r.out.note(i, func(x *launchExtra) { x.failure, x.err = id, err })
+			continue
+		}
+		r.cancel(i, l, r.ctx.Err())
+	}
+	c.segs, c.abandoned, b.left = nil, true, -1
+	r.progress[b.gs].Publish(uint64(len(b.list)))
 }
 
 // pace sets the window for a measured device time per launch (see
