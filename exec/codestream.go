@@ -115,7 +115,7 @@ const codeWindow = 1024
 // doubles); a stream starts at the window its plan's last run ended with,
 // or at 2. A stream whose launches turn long after many short ones can
 // hold one window of them before the first of them settles.
-const codeAhead = 2 * time.Millisecond
+const codeAhead = 10 * time.Millisecond
 
 // codeGrace is how long a code stream's driver waits, once the run's ctx
 // is done, for the device to finish what the driver enqueued before it
