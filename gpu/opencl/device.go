@@ -113,7 +113,8 @@ func WithIndex(n int) DeviceOption {
 // marker with a wait list (no host thread blocks); on any other gpu.Event
 // it enqueues a wait on a user event that a goroutine completes when the
 // event fires (carrying its failures). Close waits for everything
-// enqueued, including those bridged events; no goroutine outlives it.
+// enqueued, including those bridged events; no goroutine outlives it,
+// unless the device was abandoned (Abandon, see Close).
 func NewDevice(dev Device, streams int, opts ...DeviceOption) (gpu.CodeDevice, error) {
 	o := deviceOptions{closeWait: DefaultCloseWait}
 	for _, opt := range opts {
