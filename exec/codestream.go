@@ -6,16 +6,19 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"runtime"
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/streamdag/streamdag/buffers"
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/topology"
 )
 
 // Code devices. A plan places a kernel on a gpu.CodeDevice (DeviceCode
@@ -79,7 +82,14 @@ import (
 // it. When the run's ctx is done the driver stops enqueueing; launches it
 // did not enqueue are cancelled once the run has quiesced, and enqueued
 // ones run to completion (a device cannot withdraw them) before the run
-// returns.
+// returns. So that this is little, a run whose ctx can end enqueues only
+// about codeAhead of device time ahead of what has settled, and one whose
+// device does not finish within codeGrace of ctx's end abandons it (see
+// ErrAbandoned). A device that refuses a launch because it was closed (or
+// lost) is treated alike: the driver stops, the launch and the rest of
+// the list are cancelled with one error per device saying it refused the
+// run's work (wrapping gpu.ErrClosed, or gpu.ErrGPULost; see refusals),
+// and the run returns that error.
 //
 // Since a device is only ever given commands whose producers have
 // settled or are enqueued on the device before them, every command it
@@ -87,17 +97,47 @@ import (
 // their commands on its queues without waiting for one another.
 
 // codeWindow bounds how many launches a code stream enqueues ahead of the
-// oldest it has not settled: cancellation stops enqueueing, so what a
-// done ctx still lets run is at most this much per stream. It is deep
-// enough that a driver enqueueing short kernels rarely waits for the
-// device mid-list (a device's own launch queue is about as deep: CUDA's
-// holds 1024 launches).
+// oldest it has not settled. It is deep enough that a driver enqueueing
+// short kernels rarely waits for the device mid-list (a device's own
+// launch queue is about as deep: CUDA's holds 1024 launches).
 const codeWindow = 1024
 
-// codeSegment is the most launches one recorded event covers when no
-// other need for a Record comes first: a quarter of the window, so a full
-// window waits for its oldest quarter while three run on.
-const codeSegment = codeWindow / 4
+// codeAhead is the device time a code stream's driver lets its enqueued
+// and unsettled launches add up to, when the run's ctx can end: a device
+// cannot withdraw what it was given, so this bounds what a cancel still
+// lets run. The window is then the launches that fill codeAhead at the
+// stream's measured device time per launch, plus one: from 2 (long
+// kernels: the one running and the next) to codeWindow (short kernels
+// still batch). Each settled segment measures its launches' device time
+// (from when the device could start its first, the later of its enqueue
+// and the previous segment's end, to when its event is seen fired) and
+// sets the window for what follows (pace: it shrinks at once and at most
+// doubles); a stream starts at the window its plan's last run ended with,
+// or at 2. A stream whose launches turn long after many short ones can
+// hold one window of them before the first of them settles.
+const codeAhead = 10 * time.Millisecond
+
+// codeGrace is how long a code stream's driver waits, once the run's ctx
+// is done, for the device to finish what the driver enqueued before it
+// abandons it (see ErrAbandoned): a device cannot interrupt a running
+// kernel, so this bounds how long after its ctx a run returns.
+const codeGrace = time.Second
+
+// ErrAbandoned is matched (errors.Is) by the error of a launch on a code
+// device that had not finished codeGrace after its run's ctx ended: the
+// launch fails with it, the launches behind it on its stream are
+// cancelled, the run returns without waiting for them, and the device is
+// marked unusable (gpu.Abandoner, where the device offers it), so later
+// work on it is refused. The host buffers the abandoned copies to host
+// memory would write are not released (nor their bytes given back to
+// their budgets): the device may still write them.
+var ErrAbandoned = errors.New("exec: launch abandoned")
+
+// segmentOf is the most launches one recorded event covers in a window
+// of w launches when no other need for a Record comes first: a quarter
+// of it, so a full window waits for its oldest quarter while three run
+// on.
+func segmentOf(w int) int { return max(1, w/4) }
 
 // statusStride is the distance in bytes between the status words of a
 // code stream's launches in its status memory: a multiple of every
@@ -186,6 +226,7 @@ func (p *Plan) codeOps() []codeOp {
 			}
 		}
 		p.cops = ops
+		p.pace = make([]atomic.Int64, len(p.sdev))
 	})
 	return p.cops
 }
@@ -424,11 +465,49 @@ func (r *run) fetch(id dag.BufferID) {
 	}
 }
 
+// refusals holds, by device, the error that reports a code device's
+// refusal of a run's work (it was closed during the run, or lost): one
+// per device, so that the launches it refused are cancelled with one
+// failure, and the run returns it (Execute's error). The zero value is ready; methods are
+// safe for concurrent use.
+type refusals struct {
+	mu   sync.Mutex
+	errs map[int]error
+}
+
+// of returns device d's refusal error, made from cause (an error wrapping
+// gpu.ErrClosed or gpu.ErrGPULost) on its first refusal.
+func (f *refusals) of(d int, id topology.DeviceID, cause error) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err, ok := f.errs[d]; ok {
+		return err
+	}
+	if f.errs == nil {
+		f.errs = map[int]error{}
+	}
+	err := fmt.Errorf("exec: %s refused the run's work: %w", id, cause)
+	f.errs[d] = err
+	return err
+}
+
+// all returns the refusal errors, by device.
+func (f *refusals) all() []error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var errs []error
+	for _, d := range slices.Sorted(maps.Keys(f.errs)) {
+		errs = append(errs, f.errs[d])
+	}
+	return errs
+}
+
 // segment is a run of a code stream's launches, [start, end) by position,
 // covered by one recorded event.
 type segment struct {
-	end int
-	ev  gpu.Event
+	end  int
+	ev   gpu.Event
+	from time.Time // when its first command was enqueued (zero: none, or not paced)
 }
 
 // codePub is what a code stream's driver publishes for the other code
@@ -481,6 +560,21 @@ type codeRun struct {
 	statusSlot []int32 // by position: its slot, or -1
 	enqAt      []int64 // by position: when it was enqueued (ns since the run's base), with timing
 	lastEnd    int64
+	// The window (codeAhead): paced when the run's ctx can end; window
+	// is the launches it lets ahead of set; openAt is when the first
+	// command no segment covers yet was enqueued, fired when the last
+	// settled segment was seen done.
+	paced  bool
+	window int
+	openAt time.Time
+	fired  time.Time
+	// refused is why the device refused work (see refusals); nil while
+	// it takes it.
+	refused error
+	// abandoned: the device did not finish what the driver enqueued
+	// within codeGrace of the run's ctx ending (abandon).
+	abandoned bool
+	dev       gpu.CodeDevice
 	// The launch being enqueued, reused: the stream does not keep it.
 	kl   gpu.KernelLaunch
 	args []gpu.KernelArg
@@ -491,6 +585,7 @@ type codeState struct {
 	enqueued bool  // its commands are on the device
 	settled  bool  // settled before it was enqueued (skipped, cancelled or lost)
 	lost     bool  // not enqueued: its device was lost (a simulated device loss)
+	refused  bool  // not enqueued: the device refused it (closed); cancelled with c.refused
 	err      error // it failed when it was enqueued (a bad shape, a build error, …)
 	copied   int64 // bytes a copy moves
 }
@@ -548,9 +643,17 @@ func (c *codeRun) run(dev gpu.CodeDevice, slots int) {
 		c.releaseStatus()
 		r.listDone()
 	}()
+	c.dev = dev
 	c.prepare(dev, slots)
 	done := r.ctx.Done()
+	c.window = codeWindow
+	if c.paced = done != nil; c.paced {
+		c.window = max(int(r.plan.pace[b.gs].Load()), 2)
+	}
 	for c.pos < len(b.list) {
+		if c.refused != nil || c.abandoned {
+			break
+		}
 		if done != nil {
 			select {
 			case <-done:
@@ -566,16 +669,31 @@ func (c *codeRun) run(dev gpu.CodeDevice, slots int) {
 		for len(c.segs) > 0 && c.segs[0].ev.Done() {
 			c.settleSegment()
 		}
-		if c.pos-c.set >= codeWindow {
+		if c.pos-c.set >= c.window {
 			c.recordTo(c.pos)
 			c.settleSegment()
 			continue
 		}
 		c.enqueue()
 	}
-	c.recordTo(c.pos)
+	if !c.abandoned {
+		c.recordTo(c.pos)
+	}
 	for len(c.segs) > 0 {
 		c.settleSegment()
+	}
+	if c.refused != nil {
+		// What the device refused and what follows it: cancelled with
+		// the refusal, after what ran has settled.
+		for ; c.set < len(b.list); c.set++ {
+			if i := int(b.list[c.set].idx); !c.state[c.set].settled {
+				r.cancel(i, &r.plan.launches[i], c.refused)
+			}
+		}
+		b.left = -1
+	}
+	if c.paced {
+		r.plan.pace[b.gs].Store(int64(c.window))
 	}
 	if b.left < 0 {
 		r.progress[b.gs].Publish(uint64(len(b.list)))
@@ -693,6 +811,9 @@ func (c *codeRun) enqueue() {
 		for len(c.segs) > 0 {
 			c.settleSegment()
 		}
+		if c.abandoned {
+			return
+		}
 		var err error
 		if same {
 			if _, err = r.pubs[w.Stream].enq.WaitFor(r.ctx, need); err != nil {
@@ -748,14 +869,23 @@ func (c *codeRun) enqueue() {
 	if c.state[k].lost {
 		// Settled as lost in order, after what it waits for.
 	} else if c.state[k].err == nil { // else a build error, say: nothing to enqueue
+		if c.paced && c.openAt.IsZero() {
+			c.openAt = time.Now()
+		}
 		c.state[k].err = c.launch(k, l)
+	}
+	if err := c.state[k].err; err != nil && (errors.Is(err, gpu.ErrClosed) || errors.Is(err, gpu.ErrGPULost)) {
+		// Refused (closed, or lost: abandoned, say): cancelled, with
+		// the rest of the list.
+		c.state[k].err, c.state[k].refused = nil, true
+		c.refused = c.r.refused.of(c.r.plan.launches[i].Device, c.r.devs[c.r.plan.launches[i].Device], err)
 	}
 	// A kernel's failure names it (its label: kernel names are unique in
 	// a graph), but a copy's names only its kind: a copy ends a segment.
 	// Within a long run of launches nothing else asks for, a Record
-	// every codeSegment launches: the window then settles one segment at
-	// a time while the rest of it runs on.
-	if l.Copy != nil || h.record || c.pos == len(b.list) || c.pos-c.covered() >= codeSegment {
+	// every segmentOf(window) launches: the window then settles one
+	// segment at a time while the rest of it runs on.
+	if l.Copy != nil || h.record || c.pos == len(b.list) || c.pos-c.covered() >= segmentOf(c.window) {
 		c.recordTo(c.pos)
 	}
 }
@@ -800,7 +930,8 @@ func (c *codeRun) covered() int {
 // segment covers yet.
 func (c *codeRun) recordTo(end int) {
 	if start := c.covered(); end > start {
-		sg := segment{end: end, ev: c.st.Record()}
+		sg := segment{end: end, ev: c.st.Record(), from: c.openAt}
+		c.openAt = time.Time{}
 		c.segs = append(c.segs, sg)
 		pub := &c.r.pubs[c.b.gs]
 		pub.mu.Lock()
@@ -904,6 +1035,10 @@ func (c *codeRun) ready(k int) bool {
 	r := c.r
 	i := int(c.b.list[k].idx)
 	op := &r.plan.launches[i]
+	if c.state[k].refused {
+		r.cancel(i, op, c.refused)
+		return false
+	}
 	if !c.state[k].enqueued && r.ctx.Err() != nil {
 		r.cancel(i, op, r.ctx.Err())
 		return false
@@ -933,16 +1068,102 @@ func (c *codeRun) lose(k int) {
 // launches in order.
 func (c *codeRun) settleSegment() {
 	s := c.segs[0]
+	fired, err := c.wait(s.ev)
+	if !fired {
+		c.abandon()
+		return
+	}
 	c.segs = c.segs[1:]
-	err := s.ev.Wait(context.Background())
 	var end int64
 	if c.enqAt != nil {
 		end = int64(time.Since(c.r.out.base))
+	}
+	if c.paced {
+		now := time.Now()
+		if !s.from.IsZero() {
+			c.pace(max(now.Sub(later(s.from, c.fired))/time.Duration(s.end-c.set), 1))
+		}
+		c.fired = now
 	}
 	fails := c.attribute(s.end, err)
 	for ; c.set < s.end; c.set++ {
 		c.settleOne(c.set, fails[c.set], end)
 	}
+}
+
+// wait waits for ev to fire and returns the failures it reports; once
+// the run's ctx is done, it waits at most codeGrace more, and reports
+// false if ev has not fired by then.
+func (c *codeRun) wait(ev gpu.Event) (bool, error) {
+	ctx := c.r.ctx
+	if ctx.Done() == nil {
+		return true, ev.Wait(context.Background())
+	}
+	if err := ev.Wait(ctx); ctx.Err() == nil {
+		return true, err
+	}
+	if !ev.Done() {
+		grace, cancel := context.WithTimeout(context.Background(), codeGrace)
+		defer cancel()
+		if ev.Wait(grace) != nil && !ev.Done() {
+			return false, nil
+		}
+	}
+	return true, ev.Wait(context.Background())
+}
+
+// abandon gives up on what the stream enqueued and has not settled, which
+// the device did not finish within codeGrace of the run's ctx ending (see
+// ErrAbandoned): the first launch the oldest unfired event covers (the
+// one running, as far as the host can tell) fails with ErrAbandoned,
+// every other launch left on the list is cancelled with ctx's error, and
+// the device is marked unusable. The destinations of abandoned copies to
+// host memory are left out of the run's buffers (never released).
+func (c *codeRun) abandon() {
+	r, b := c.r, c.b
+	blamed := false
+	for ; c.set < len(b.list); c.set++ {
+		st := &c.state[c.set]
+		if st.settled {
+			continue
+		}
+		i := int(b.list[c.set].idx)
+		l := &r.plan.launches[i]
+		if st.enqueued && l.Copy != nil && c.ops[i].out {
+			r.bufs[l.Writes[0].Buffer].Store(nil) // the device may still write it
+		}
+		if st.enqueued && !blamed {
+			blamed = true
+			err := fmt.Errorf("exec: %s: %w: still running on %s %v after the run's ctx ended (%w); the device is unusable", l.Name, ErrAbandoned, r.devs[l.Device], codeGrace, r.ctx.Err())
+			if a, ok := c.dev.(gpu.Abandoner); ok {
+				a.Abandon(err)
+			}
+			r.out.set(i, StatusFailed)
+			id := r.store.Fail(l.Name, err, l.Writes)
+			r.out.note(i, func(x *launchExtra) { x.failure, x.err = id, err })
+			continue
+		}
+		r.cancel(i, l, r.ctx.Err())
+	}
+	c.segs, c.abandoned, b.left = nil, true, -1
+	r.progress[b.gs].Publish(uint64(len(b.list)))
+}
+
+// pace sets the window for a measured device time per launch (see
+// codeAhead): the launches that fill codeAhead, plus one, at most twice
+// the window before (a short launch among long ones, a copy say, widens
+// it only so far) and from 2 to codeWindow.
+func (c *codeRun) pace(per time.Duration) {
+	c.window = int(min(codeAhead/per+1, 2*time.Duration(c.window), codeWindow))
+	c.window = max(c.window, 2)
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return b
+	}
+	return a
 }
 
 // attribute maps the failures a segment's event reported (err: nil, or

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -277,6 +278,7 @@ func TestDifferentialCodeDevicesCancelled(t *testing.T) {
 		id    topology.DeviceID
 	}
 	var cancelled, ran int
+	queued := map[string]int{} // by machine: launches queued on its code device at the cancel that ran on
 	var machines []mixed
 	for _, cd := range codeDevs() {
 		if cd.avail != nil && cd.avail() != nil {
@@ -284,10 +286,10 @@ func TestDifferentialCodeDevicesCancelled(t *testing.T) {
 		}
 		every := uint64(1)
 		if cd.name != "fake" {
-			every = 8
+			every = 4
 		}
 		dev := cd.make(t, 3)
-		machines = append(machines, mixed{cd.name, every, cpuAnd(t, 2, dev, exec.WithPlacement(exec.PlaceRoundRobin)), dev.ID()})
+		machines = append(machines, mixed{cd.name, every, cpuAnd(t, 2, dev, exec.WithPlacement(exec.PlaceRoundRobin), exec.WithLaunchTiming(true)), dev.ID()})
 	}
 	for seed := range uint64(seeds) {
 		for _, m := range machines {
@@ -308,7 +310,8 @@ func TestDifferentialCodeDevicesCancelled(t *testing.T) {
 				return opt, i%3 != 0, ok
 			}
 			ctx, cancel := context.WithCancel(t.Context())
-			prog.cancel = cancel
+			var at time.Time
+			prog.cancel = func() { at = time.Now(); cancel() }
 			got := runProgramCtx(t, ctx, m.e, prog, nil, nil)
 			cancel()
 			prog.cancel, prog.code = nil, nil
@@ -332,11 +335,21 @@ func TestDifferentialCodeDevicesCancelled(t *testing.T) {
 				}
 			}
 			ran += got.ran[m.id]
+			for _, l := range got.reports {
+				// Settled after the cancel: it was on the device's queue
+				// (or running) when the cancel came, and ran on.
+				if l.Device == m.id && l.Status == exec.StatusOK && !at.IsZero() && l.End.After(at) {
+					queued[m.name]++
+				}
+			}
 		}
 	}
-	t.Logf("%d kernels cancelled, %d launches ran on code devices", cancelled, ran)
+	t.Logf("%d kernels cancelled, %d launches ran on code devices, of them settled after the cancel: %v", cancelled, ran, queued)
 	if seeds >= 50 {
 		require.Positive(t, cancelled)
 		require.Positive(t, ran)
+		for _, m := range machines {
+			require.Positive(t, queued[m.name], "%s: no run had launches queued on the device at its cancel", m.name)
+		}
 	}
 }

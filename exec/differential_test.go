@@ -419,6 +419,7 @@ type outcome struct {
 	status  map[string]string         // kernel → final status and error
 	buffers []string                  // by buffer: its bytes or value, or why it cannot be read
 	ran     map[topology.DeviceID]int // launches that ran (ok or failed) by device; not compared
+	reports []exec.LaunchReport       // the run's launches; not compared
 }
 
 // runProgram runs prog on e (losing a device when loss is not nil) and
@@ -459,7 +460,7 @@ func runProgramCtx(t *testing.T, ctx context.Context, e *exec.Executor, prog *pr
 	res, err := e.Execute(ctx, p, opts...)
 	require.NoError(t, err)
 	defer res.Close()
-	o := &outcome{status: map[string]string{}, ran: map[topology.DeviceID]int{}}
+	o := &outcome{status: map[string]string{}, ran: map[topology.DeviceID]int{}, reports: res.Report.Launches()}
 	for _, l := range res.Report.Launches() {
 		if l.Status == exec.StatusOK || l.Status == exec.StatusFailed {
 			o.ran[l.Device]++

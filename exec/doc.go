@@ -67,8 +67,13 @@
 // root failure when a required read is tainted, failed with the device's
 // *gpu.CommandError or a soft failure ([StatusError], through a
 // dag.StatusArg status word), cancelled when ctx ended before the launch
-// was enqueued. Every graph buffer's own instance stays in host memory,
-// so a [Result] reads only host bytes.
+// was enqueued (a run whose ctx can end enqueues only a few milliseconds
+// of device time ahead, so a cancel takes effect within about a kernel's
+// time) or when the device refused it (closed: the run then returns an
+// error saying so), and failed with [ErrAbandoned] when the device had
+// not finished it a grace period after ctx ended (the run returns
+// without it and the device is marked unusable). Every graph buffer's own
+// instance stays in host memory, so a [Result] reads only host bytes.
 //
 // The [Result] gives buffer contents only through the error graph's read
 // check, so failed work can never be read as if it succeeded, and a

@@ -718,6 +718,7 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 		}
 	}
 	code.Wait()
+	errs = append(errs, r.refused.all()...)
 	// Launches a stream left when ctx was done: cancelled now, after
 	// every launch that ran has settled, in plan order.
 	var left []int

@@ -312,6 +312,8 @@ type run struct {
 	// code streams of its device, by global stream (see codestream.go);
 	// nil without code devices.
 	pubs []codePub
+	// refused holds the code devices that refused work mid-run (closed).
+	refused refusals
 
 	inline bool // started inside a kernel of a running run: runs on the calling goroutine (see execute)
 

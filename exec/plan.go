@@ -110,6 +110,10 @@ type Plan struct {
 	slotsMu     sync.Mutex
 	slots       [][]atomic.Pointer[buffers.Buffer] // buffer slots of closed runs, all nil, for reuse
 	memc        atomic.Pointer[memCache]           // device memory kept between runs (ReleaseDeviceMemory); nil until a run makes it
+
+	// pace, by global stream: the enqueue window a code stream's last
+	// run ended with (0: none yet; see codeAhead); made with cops.
+	pace []atomic.Int64
 }
 
 // Graph returns the graph the plan schedules.

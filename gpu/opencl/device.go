@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/topology"
@@ -36,13 +37,37 @@ const MaxStreams = 64
 // context is unusable after). From then on every call that enqueues work
 // on the device, and Alloc, returns an error wrapping ErrDeviceLost and
 // the first such failure; events already recorded still fire. The
-// recovery is the caller's: close the device and move the work.
+// recovery is the caller's: close the device and move the work. A device
+// given up on with Abandon is lost in the same way, with the cause
+// Abandon was given.
 var ErrDeviceLost = fmt.Errorf("opencl: device lost: %w", gpu.ErrGPULost)
 
 // DeviceOption configures NewDevice.
 type DeviceOption func(*deviceOptions) error
 
-type deviceOptions struct{ index int }
+type deviceOptions struct {
+	index     int
+	closeWait time.Duration
+}
+
+// DefaultCloseWait is how long Close waits for the commands of an
+// abandoned device (Abandon) when WithCloseWait does not say.
+const DefaultCloseWait = time.Second
+
+// WithCloseWait sets how long Close waits, once the device has been
+// abandoned (gpu.Abandoner), for the commands enqueued on it to finish
+// before it returns an error (d > 0; default DefaultCloseWait). Close of
+// a device that was not abandoned waits for everything enqueued, without
+// bound. A d <= 0 makes NewDevice fail.
+func WithCloseWait(d time.Duration) DeviceOption {
+	return func(o *deviceOptions) error {
+		if d <= 0 {
+			return fmt.Errorf("opencl: WithCloseWait(%v): the wait must be positive", d)
+		}
+		o.closeWait = d
+		return nil
+	}
+}
 
 // WithIndex sets the device's index n >= 0: its ID is topology.OpenCL(n),
 // "openclN". The default is 0. A negative n makes NewDevice fail.
@@ -88,9 +113,10 @@ func WithIndex(n int) DeviceOption {
 // marker with a wait list (no host thread blocks); on any other gpu.Event
 // it enqueues a wait on a user event that a goroutine completes when the
 // event fires (carrying its failures). Close waits for everything
-// enqueued, including those bridged events; no goroutine outlives it.
+// enqueued, including those bridged events; no goroutine outlives it,
+// unless the device was abandoned (Abandon, see Close).
 func NewDevice(dev Device, streams int, opts ...DeviceOption) (gpu.CodeDevice, error) {
-	o := deviceOptions{}
+	o := deviceOptions{closeWait: DefaultCloseWait}
 	for _, opt := range opts {
 		if opt == nil {
 			continue
@@ -113,8 +139,10 @@ func NewDevice(dev Device, streams int, opts ...DeviceOption) (gpu.CodeDevice, e
 		ctx: c,
 		info: topology.Device{ID: topology.OpenCL(o.index), Name: info.Name, Vendor: info.Vendor,
 			MemoryBytes: info.GlobalMemBytes, NUMANode: -1, Cores: info.ComputeUnits},
-		progs: map[*Program]*clProgram{},
-		done:  make(chan struct{}),
+		progs:     map[*Program]*clProgram{},
+		done:      make(chan struct{}),
+		abandoned: make(chan struct{}),
+		closeWait: o.closeWait,
 	}
 	for i := range streams {
 		q, err := c.NewQueue()
@@ -165,10 +193,15 @@ type clDevice struct {
 	closedA   atomic.Bool
 	done      chan struct{} // closed when Close has finished
 	closeErr  error
+
+	abandonOnce sync.Once
+	abandoned   chan struct{} // closed by Abandon
+	closeWait   time.Duration // how long Close waits once abandoned
 }
 
 var (
 	_ gpu.CodeDevice = (*clDevice)(nil)
+	_ gpu.Abandoner  = (*clDevice)(nil)
 	_ gpu.CodeStream = (*clStream)(nil)
 	_ gpu.Event      = (*clEvent)(nil)
 	_ gpu.Memory     = (*clMemory)(nil)
@@ -288,6 +321,15 @@ func (d *clDevice) Program(name, source, options string) (gpu.Program, error) {
 	return w, nil
 }
 
+// Abandon marks the device lost with cause (see gpu.Abandoner and
+// ErrDeviceLost): later enqueues and Alloc fail with an error wrapping
+// ErrDeviceLost and cause, and Close waits at most the device's close
+// wait (WithCloseWait) for what is enqueued.
+func (d *clDevice) Abandon(cause error) {
+	d.markLost(cause)
+	d.abandonOnce.Do(func() { close(d.abandoned) })
+}
+
 // Close refuses new work, lets everything enqueued finish (host tasks,
 // and bridged waits, which wait for their events to fire), stops every
 // goroutine of the device and releases the context. Every call waits for
@@ -295,27 +337,51 @@ func (d *clDevice) Program(name, source, options string) (gpu.Program, error) {
 // objects returned. Events recorded before stay usable; Record after
 // Close returns an event that has fired, with the failures reported for
 // the commands after the last Record.
+//
+// Once the device has been abandoned (Abandon), a call waits at most the
+// close wait (WithCloseWait; DefaultCloseWait) for that, and returns an
+// error wrapping ErrDeviceLost if it has not finished by then: the
+// commands still enqueued, the queues, their waiter and host goroutines,
+// the goroutine finishing the close, the device memory and the host
+// memory pinned for copies are then leaked (they are released if the
+// commands ever finish; OpenCL cannot interrupt a running kernel).
 func (d *clDevice) Close() error {
 	d.closeOnce.Do(func() {
 		d.closedA.Store(true)
-		for _, s := range d.streams {
-			s.close()
-		}
-		for _, s := range d.streams {
-			s.hmu.Lock()
-			s.hclosed = true
-			s.hmu.Unlock()
-			s.hsignal()
-		}
-		d.wg.Wait()
-		for _, s := range d.streams {
-			s.release()
-		}
-		d.closeErr = d.ctx.Close()
-		close(d.done)
+		go d.shutdown() // Close waits for it, unless the device is abandoned
 	})
-	<-d.done
-	return d.closeErr
+	select {
+	case <-d.done:
+		return d.closeErr
+	case <-d.abandoned:
+	}
+	t := time.NewTimer(d.closeWait)
+	defer t.Stop()
+	select {
+	case <-d.done:
+		return d.closeErr
+	case <-t.C:
+		return fmt.Errorf("opencl: %s: close: commands still running %v after the device was abandoned, leaked: %w", d.id, d.closeWait, d.lostErr())
+	}
+}
+
+// shutdown is Close's work; it closes d.done when it has finished.
+func (d *clDevice) shutdown() {
+	for _, s := range d.streams {
+		s.close()
+	}
+	for _, s := range d.streams {
+		s.hmu.Lock()
+		s.hclosed = true
+		s.hmu.Unlock()
+		s.hsignal()
+	}
+	d.wg.Wait()
+	for _, s := range d.streams {
+		s.release()
+	}
+	d.closeErr = d.ctx.Close()
+	close(d.done)
 }
 
 // clProgram is a Program of the device's context.

@@ -25,7 +25,11 @@
 // (the label is the launch's); Wait on an event of the same device is a
 // marker wait list, on any other event a user event a goroutine
 // completes. A failure that leaves the device unusable matches
-// ErrDeviceLost and gpu.ErrGPULost. NewDevice's doc has the contract.
+// ErrDeviceLost and gpu.ErrGPULost, and so does the refusal of a device
+// given up on (gpu.Abandoner: a kernel that never ends), whose Close
+// returns an error after a bounded wait (WithCloseWait) instead of
+// hanging, leaking what the stuck commands hold. NewDevice's doc has the
+// contract.
 //
 // The driver is a gpu.Enumerator too: its Enumerate lists the available
 // devices (type, vendor, memory, and the UUID and PCI bus ID where the
