@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -115,4 +116,71 @@ func TestDeviceLossFailedRecoveryIsAnError(t *testing.T) {
 	assert.Nil(t, res)
 	require.ErrorIs(t, err, context.Canceled)
 	assert.ErrorContains(t, err, "exec: recover from losing gpu1")
+}
+
+// soleInput is an input value with Release but no Retain, so its buffer
+// holds its only reference: it counts its releases, and the reads made
+// after the first. Copies to another device are values of their own.
+type soleInput struct {
+	v        int
+	releases atomic.Int32
+	late     atomic.Int32 // reads after the first release
+}
+
+func (s *soleInput) Release() { s.releases.Add(1) }
+
+func (s *soleInput) get() int {
+	if s.releases.Load() > 0 {
+		s.late.Add(1)
+	}
+	return s.v
+}
+
+func (s *soleInput) CopyTo(memory.Allocator) (any, int64, error) {
+	return &soleInput{v: s.get()}, 8, nil
+}
+
+// An input whose value cannot be retained is released exactly once, by
+// Result.Close, after its last read, whether the lost device held it
+// (the recovery moves it to the second phase) or not (it is carried),
+// and whenever the loss comes.
+func TestDeviceLossReleasesSoleInputOnce(t *testing.T) {
+	for _, lose := range []topology.DeviceID{topology.GPU(0), topology.GPU(1)} {
+		for _, at := range []float64{0, 0.5, 1} {
+			t.Run(fmt.Sprintf("lose=%s/after=%g", lose, at), func(t *testing.T) {
+				e := twoSimGPUs(t, 1)
+				g := dag.New()
+				in := g.AddValue("in", dag.Input())
+				a, b := g.AddValue("a"), g.AddValue("b")
+				double := func(_ context.Context, l dag.Launch) error {
+					s, ok := l.In(0).Value().(*soleInput)
+					if !ok {
+						return fmt.Errorf("%s: input holds %T", l.Kernel(), l.In(0).Value())
+					}
+					return l.Out(0).Store(2 * s.get())
+				}
+				g.AddKernel("ka", double, dag.Reads(in), dag.Writes(a), dag.PreferDevice(topology.GPU(0)))
+				g.AddKernel("kb", double, dag.Reads(in), dag.Writes(b), dag.PreferDevice(topology.GPU(1)))
+				p, err := e.Plan(g)
+				require.NoError(t, err)
+				home := p.Devices()[p.Buffers()[in].Device]
+				v := &soleInput{v: 21}
+				res, err := e.Execute(t.Context(), p, exec.WithInput(in, v), exec.WithDeviceLoss(lose, at))
+				require.NoError(t, err)
+				require.NoError(t, res.Err())
+				for _, id := range []dag.BufferID{a, b} {
+					got, err := res.Value(id)
+					require.NoError(t, err)
+					assert.Equal(t, 42, got, "buffer %d", id)
+				}
+				got, err := res.Value(in)
+				require.NoError(t, err)
+				assert.Same(t, v, got, "the input reads as given")
+				assert.Zero(t, v.releases.Load(), "released before Close (input on %s, %s lost)", home, lose)
+				res.Close()
+				assert.Equal(t, int32(1), v.releases.Load(), "releases (input on %s, %s lost)", home, lose)
+				assert.Zero(t, v.late.Load(), "reads after a release (input on %s, %s lost)", home, lose)
+			})
+		}
+	}
 }
