@@ -458,14 +458,39 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 	}
 	releaseAll(r.cached) // what this run's buffers have no use for
 	r.cached = nil
-	for id, v := range inputs {
+	return r.storeInputs(inputs)
+}
+
+// storeInputs stores each input into its buffer, which takes over the
+// caller's reference. On an error (an input for a buffer the graph does
+// not have or the run could not reserve) it releases the run's buffers
+// and every input value exactly once, and returns the error; the run then
+// holds nothing.
+func (r *run) storeInputs(inputs map[dag.BufferID]any) error {
+	for id := range inputs {
 		if id < 0 || int(id) >= r.plan.graph.NumBuffers() || r.unalloc != nil && r.unalloc.bufs[id] {
 			r.release()
 			releaseInputs(inputs)
 			return fmt.Errorf("exec: input for unknown or unallocated buffer id %d", id)
 		}
-		if err := r.buffer(buffers.ID(id)).Store(v); err != nil {
-			return err
+	}
+	stored := make(map[dag.BufferID]bool, len(inputs))
+	for id, v := range inputs {
+		b := r.buffer(buffers.ID(id))
+		if b == nil { // a raw buffer only fetches touch: made now, its bytes reserved (see run.fetch)
+			pb := &r.plan.bufs[id]
+			b, _ = r.pools[pb.Device].AllocateReserved(buffers.ID(id), pb.Name, pb.SizeBytes)
+			r.bufs[id].Store(b)
+		}
+		stored[id] = true // Store releases v when it fails
+		if err := b.Store(v); err != nil {
+			r.release()
+			for id, v := range inputs {
+				if !stored[id] {
+					releaseValue(v)
+				}
+			}
+			return fmt.Errorf("exec: input for buffer %q: %w", b.Name(), err)
 		}
 	}
 	return nil
@@ -478,13 +503,7 @@ func (r *run) release() {
 	if r.bufs == nil {
 		return
 	}
-	for i, only := range r.plan.fetchOnly {
-		// Reserved but never fetched: nothing made, the bytes given back.
-		if only && r.bufs[i].Load() == nil && (r.unalloc == nil || !r.unalloc.bufs[i]) {
-			pb := &r.plan.bufs[i]
-			r.pools[pb.Device].Budget().Release(pb.SizeBytes)
-		}
-	}
+	r.releaseUnfetched()
 	drop := func(i int) {
 		if r.bufs[i].Load() == nil { // a plain load: most value buffers were never made
 			return
@@ -504,6 +523,19 @@ func (r *run) release() {
 	}
 	r.plan.putSlots(r.bufs)
 	r.bufs = nil
+}
+
+// releaseUnfetched gives back the budget bytes of the run's buffers that
+// only fetches touch and that none made (see run.fetch). It is for the
+// run's release: a buffer made afterwards would take bytes it no longer
+// holds.
+func (r *run) releaseUnfetched() {
+	for i, only := range r.plan.fetchOnly {
+		if only && r.bufs[i].Load() == nil && (r.unalloc == nil || !r.unalloc.bufs[i]) {
+			pb := &r.plan.bufs[i]
+			r.pools[pb.Device].Budget().Release(pb.SizeBytes)
+		}
+	}
 }
 
 // keptSlots is how many closed runs' buffer slots a plan keeps for reuse.
@@ -536,9 +568,14 @@ func (p *Plan) putSlots(s []atomic.Pointer[buffers.Buffer]) {
 // that could not start.
 func releaseInputs(inputs map[dag.BufferID]any) {
 	for _, v := range inputs {
-		if r, ok := v.(interface{ Release() }); ok {
-			r.Release()
-		}
+		releaseValue(v)
+	}
+}
+
+// releaseValue releases v when it has Release.
+func releaseValue(v any) {
+	if r, ok := v.(interface{ Release() }); ok {
+		r.Release()
 	}
 }
 

@@ -460,6 +460,7 @@ func (rc *recovery) fallback() int {
 // their only reference, which the second phase's buffers take over.
 func (rc *recovery) releaseFirst() map[dag.BufferID]any {
 	rc.r1.releaseMems()
+	rc.r1.releaseUnfetched()
 	kept := make(map[*buffers.Buffer]bool, len(rc.carried))
 	for _, b := range rc.carried {
 		kept[b] = true

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamdag/streamdag/buffers"
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/topology"
@@ -182,5 +183,29 @@ func TestDeviceLossReleasesSoleInputOnce(t *testing.T) {
 				assert.Zero(t, v.late.Load(), "reads after a release (input on %s, %s lost)", home, lose)
 			})
 		}
+	}
+}
+
+// Losing a code device gives back every byte the run reserved: the
+// bytes of a buffer whose final version was on the lost device alone
+// (its host bytes made only by a fetch that cannot come) included.
+func TestCodeDeviceLossGivesBackItsBudget(t *testing.T) {
+	const w = 8
+	for _, at := range []float64{0, 0.5, 1} {
+		t.Run(fmt.Sprint("after=", at), func(t *testing.T) {
+			d := newFakeCode(topology.OpenCL(7), 1, fakeKernels)
+			budget := buffers.NewBudget(1 << 20)
+			e := cpuAnd(t, 1, d, exec.WithBudget(budget))
+			g, in, out := keptGraph(w)
+			res, err := e.Run(t.Context(), g, exec.WithInput(in, uint64(2)), exec.WithDeviceLoss(d.ID(), at))
+			require.NoError(t, err)
+			_, err = res.Buffer(out)
+			require.ErrorIs(t, err, exec.ErrDeviceLost, "out was computed by OpenCL code alone")
+			res.Close()
+			require.True(t, budget.TryAcquire(1<<20), "the run gave every byte back")
+			budget.Release(1 << 20)
+			require.NoError(t, d.Close())
+			assert.Zero(t, d.live())
+		})
 	}
 }
