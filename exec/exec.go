@@ -79,7 +79,8 @@ func WithAllocator(alloc memory.Allocator) Option { return func(c *config) { c.a
 // leaves after the run's other buffers, is not waited for: it reads as an
 // unallocated failure wrapping buffers.ErrOverBudget, the launches that
 // write or need it are skipped, and unrelated branches run on (see
-// Execute).
+// Execute). Device memory a plan keeps between runs
+// (WithKeepDeviceMemory) holds its bytes of the budget while kept.
 func WithBudget(b *buffers.Budget) Option { return func(c *config) { c.budget = b } }
 
 // New returns an executor for dev.
@@ -129,9 +130,21 @@ func (e *Executor) Devices() []gpu.Device { return slices.Clone(e.devs) }
 type RunOption func(*runConfig)
 
 type runConfig struct {
-	inputs map[dag.BufferID]any
-	loss   *LossSpec
+	inputs  map[dag.BufferID]any
+	loss    *LossSpec
+	keepMem bool
 }
+
+// WithKeepDeviceMemory makes a run of Execute hand its device memory on
+// code devices to its plan when it ends (or, where its Result may still
+// fetch bytes from a code device, at Result.Close), for the plan's next
+// run to use instead of allocating, rather than release it. The kept
+// memory stays counted in its device's budget (see WithBudget) until a
+// run takes it or Plan.ReleaseDeviceMemory releases it. Without it a run
+// still uses memory an earlier run kept, and releases it when it ends.
+// It has no effect on Executor.Run (its plan runs once), on a run with
+// WithDeviceLoss, or on a plan with no code devices.
+func WithKeepDeviceMemory() RunOption { return func(c *runConfig) { c.keepMem = true } }
 
 // WithInput stores v into input buffer id before the run starts; the
 // buffer takes over the caller's reference (see buffers.Buffer.Store). An
@@ -185,8 +198,8 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 }
 
 // execute is Execute; keep says whether the run's device memory comes
-// from and goes back to p's cache (see Plan.ReleaseDeviceMemory), false
-// for a plan that runs once.
+// from p's cache, and goes back to it with WithKeepDeviceMemory (see
+// Plan.ReleaseDeviceMemory), false for a plan that runs once.
 func (e *Executor) execute(ctx context.Context, p *Plan, keep bool, opts ...RunOption) (*Result, error) {
 	var rc runConfig
 	for _, o := range opts {
@@ -231,7 +244,7 @@ func (e *Executor) execute(ctx context.Context, p *Plan, keep bool, opts ...RunO
 		loss:  loss,
 	}
 	if keep && loss == nil && p.hasCode() {
-		r.memc = p.memCache()
+		r.memc, r.keepMem = p.memCache(), rc.keepMem
 	}
 	if err := r.allocate(ctx, nil, rc.inputs); err != nil {
 		return nil, err
@@ -294,13 +307,16 @@ type run struct {
 	// mems holds the run's instances on code devices (device memory), by
 	// plan buffer id; nil without any (see codestream.go).
 	mems []gpu.Memory
-	// memc is the plan's cache the run's device memory comes from and
-	// goes back to (nil: allocated and released by the run); cached and
-	// cachedStatus are what the run took from it (by plan buffer; status
-	// words by global stream) until allocMem or a code stream's driver
-	// uses it; status holds, by global stream, the status words' memory
-	// the drivers leave for the cache (nil without memc).
+	// memc is the plan's cache the run's device memory comes from (nil:
+	// allocated by the run), and goes back to when keepMem
+	// (WithKeepDeviceMemory; else the run releases it); cached and
+	// cachedStatus are what the run took from it (by plan buffer, with
+	// their budget bytes; status words by global stream) until allocMem
+	// or a code stream's driver uses it; status holds, by global stream,
+	// the status words' memory the drivers leave for releaseMems (nil
+	// without memc).
 	memc         *memCache
+	keepMem      bool
 	cached       []gpu.Memory
 	cachedStatus []gpu.Memory
 	status       []gpu.Memory
@@ -360,7 +376,7 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 	r.bufs = r.plan.bufSlots()
 	held := map[*buffers.Budget]int64{}  // bytes the run holds or will take, by budget
 	needs := map[*buffers.Budget]int64{} // every raw byte the run needs, by budget, for messages
-	budget := func(i int) *buffers.Budget { return r.pools[r.plan.bufs[i].Device].Budget() }
+	budget := r.memBudget
 	for i, b := range carried {
 		if b != nil {
 			r.bufs[i].Store(b)
@@ -369,9 +385,19 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 			needs[budget(i)] += b.SizeBytes()
 		}
 	}
+	// Device memory the plan kept comes with its bytes: held already.
+	var kept map[*buffers.Budget]int64
+	if r.memc != nil {
+		kept = r.takeCached()
+		for bud, n := range kept {
+			held[bud] += n
+			needs[bud] += n
+		}
+	}
+	isKept := func(i int32) bool { return r.cached != nil && r.cached[i] != nil }
 	raw := r.plan.compiled().raw // value buffers are made on first use
 	for _, i := range raw {
-		if int(i) >= len(carried) || carried[i] == nil {
+		if (int(i) >= len(carried) || carried[i] == nil) && !isKept(i) {
 			if n := r.plan.bufs[i].SizeBytes; n < 0 {
 				r.release()
 				releaseInputs(inputs)
@@ -383,6 +409,10 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 	fits := make([]int32, 0, len(raw))
 	for _, i := range raw {
 		if int(i) < len(carried) && carried[i] != nil {
+			continue
+		}
+		if isKept(i) {
+			fits = append(fits, i)
 			continue
 		}
 		b := &r.plan.bufs[i]
@@ -410,11 +440,14 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 		ph, _ := r.pools[b.Device].AllocateReserved(buffers.ID(i), b.Name, 0)
 		r.bufs[i].Store(ph)
 	}
-	// Take the bytes: carried ones are held already.
+	// Take the bytes: carried and kept ones are held already.
 	for i, b := range carried {
 		if b != nil {
 			held[budget(i)] -= b.SizeBytes()
 		}
+	}
+	for bud, n := range kept {
+		held[bud] -= n
 	}
 	taken := map[*buffers.Budget]int64{}
 	for _, pool := range r.pools {
@@ -441,9 +474,6 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 		}
 		taken[bud] = n
 	}
-	if r.memc != nil {
-		r.cached, r.cachedStatus = r.memc.take(r.gdevs)
-	}
 	for _, i := range fits {
 		b := &r.plan.bufs[i]
 		if r.plan.mem[b.Device] {
@@ -456,8 +486,7 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 		buf, _ := r.pools[b.Device].AllocateReserved(buffers.ID(i), b.Name, b.SizeBytes) // sizes checked above
 		r.bufs[i].Store(buf)
 	}
-	releaseAll(r.cached) // what this run's buffers have no use for
-	r.cached = nil
+	r.dropCached() // what this run's buffers have no use for
 	return r.storeInputs(inputs)
 }
 
