@@ -210,3 +210,40 @@ func TestInputOfBufferOnlyDeviceCodeWrites(t *testing.T) {
 	require.NoError(t, d.Close())
 	assert.Zero(t, d.live())
 }
+
+// A run that cannot start, because its graph does not validate or its
+// plan does not fit the executor, releases its input values once.
+func TestRunThatCannotStartReleasesInputs(t *testing.T) {
+	dev, err := cpu.New(cpu.WithStreams(2))
+	require.NoError(t, err)
+	defer dev.Close()
+	e := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)))
+	g := dag.New()
+	in := g.AddValue("in", dag.Input())
+	g.AddKernel("k", nop, dag.Reads(in), dag.Writes(g.AddValue("out")))
+	p, err := twoSimGPUs(t, 1).Plan(g)
+	require.NoError(t, err)
+	bad := dag.New()
+	x := bad.AddValue("x", dag.Input())
+	bad.AddKernel("k", nop, dag.Reads(x), dag.Reads(bad.AddBuffer("y", 8))) // y is never written
+	for _, tc := range []struct {
+		name string
+		run  func(v *soleInput) error
+		want string
+	}{
+		{"invalid graph", func(v *soleInput) error {
+			_, err := e.Run(t.Context(), bad, exec.WithInput(x, v))
+			return err
+		}, `dag: kernel "k" reads bytes [0:8) of buffer "y"`},
+		{"plan for another executor", func(v *soleInput) error {
+			_, err := e.Execute(t.Context(), p, exec.WithInput(in, v))
+			return err
+		}, "exec: plan for 2 devices, executor has 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := &soleInput{v: 1}
+			assert.ErrorContains(t, tc.run(v), tc.want)
+			assert.Equal(t, int32(1), v.releases.Load())
+		})
+	}
+}

@@ -159,10 +159,17 @@ func WithInput(id dag.BufferID, v any) RunOption {
 	}
 }
 
-// Run plans g and executes the plan: Plan, then Execute.
+// Run plans g and executes the plan: Plan, then Execute. When planning
+// fails it releases the input values (WithInput), as Execute does when a
+// run cannot start.
 func (e *Executor) Run(ctx context.Context, g *dag.Graph, opts ...RunOption) (*Result, error) {
 	p, err := e.Plan(g)
 	if err != nil {
+		var rc runConfig
+		for _, o := range opts {
+			o(&rc)
+		}
+		releaseInputs(rc.inputs)
 		return nil, err
 	}
 	return e.execute(ctx, p, false, opts...)
@@ -178,7 +185,8 @@ func (e *Executor) Run(ctx context.Context, g *dag.Graph, opts ...RunOption) (*R
 // memory it cannot allocate) is not such an error: it reads as an
 // unallocated failure, and the launches that would write or read it are
 // skipped. The launches' own failures are in the Result's Report, and
-// Result.Err joins them.
+// Result.Err joins them. An error with no Result leaves nothing reserved,
+// and every input value (WithInput) released exactly once.
 //
 // When ctx is done, launches that have not started are cancelled (a wait
 // for another stream gives up, a list still queued behind other work is
@@ -206,6 +214,7 @@ func (e *Executor) execute(ctx context.Context, p *Plan, keep bool, opts ...RunO
 		o(&rc)
 	}
 	if err := e.fits(p); err != nil {
+		releaseInputs(rc.inputs)
 		return nil, err
 	}
 	if p.hasCode() {
