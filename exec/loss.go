@@ -456,8 +456,10 @@ func (rc *recovery) fallback() int {
 
 // releaseFirst releases the first phase's memory that is not carried
 // over (what was on the lost device is gone), and returns the values it
-// took out of the home instances of sole inputs (deviceLoss.sole) first:
-// their only reference, which the second phase's buffers take over.
+// took out of the home instances of sole inputs (deviceLoss.sole) that
+// no instance carries first: their only reference, which the second
+// phase's buffers take over. (A carried instance of a sole input holds
+// it, or a copy of its own.)
 func (rc *recovery) releaseFirst() map[dag.BufferID]any {
 	rc.r1.releaseMems()
 	rc.r1.releaseUnfetched()
@@ -471,7 +473,7 @@ func (rc *recovery) releaseFirst() map[dag.BufferID]any {
 		if b == nil || kept[b] {
 			continue
 		}
-		if id := dag.BufferID(i); i < len(rc.carried) && rc.loss.sole[id] {
+		if id := dag.BufferID(i); i < len(rc.carried) && rc.carried[i] == nil && rc.loss.sole[id] {
 			if moved == nil {
 				moved = map[dag.BufferID]any{}
 			}
