@@ -234,8 +234,8 @@ func (r *run) allocMem(i int32) {
 	r.mems[i] = m
 }
 
-// memBudget returns the budget of plan buffer i's device.
-func (r *run) memBudget(i int) *buffers.Budget { return r.pools[r.plan.bufs[i].Device].Budget() }
+// bufBudget returns the budget of plan buffer i's device.
+func (r *run) bufBudget(i int) *buffers.Budget { return r.pools[r.plan.bufs[i].Device].Budget() }
 
 // takeCached takes the plan's kept device memory (run.memc) for the run:
 // the instances' memory with the budget bytes the cache holds for it,
@@ -255,7 +255,7 @@ func (r *run) takeCached() map[*buffers.Budget]int64 {
 		if m == nil {
 			continue
 		}
-		if i >= len(r.plan.bufs) || !r.plan.mem[r.plan.bufs[i].Device] || m.Bytes() != r.plan.bufs[i].SizeBytes || mbud[i] != r.memBudget(i) {
+		if i >= len(r.plan.bufs) || !r.plan.mem[r.plan.bufs[i].Device] || m.Bytes() != r.plan.bufs[i].SizeBytes || mbud[i] != r.bufBudget(i) {
 			mbud[i].Release(m.Bytes())
 			m.Release()
 			mems[i] = nil
@@ -272,7 +272,7 @@ func (r *run) takeCached() map[*buffers.Budget]int64 {
 func (r *run) dropCached() {
 	for i, m := range r.cached {
 		if m != nil {
-			r.memBudget(i).Release(m.Bytes())
+			r.bufBudget(i).Release(m.Bytes())
 			m.Release()
 		}
 	}
@@ -295,7 +295,7 @@ func (r *run) releaseMems() {
 		mbud := make([]*buffers.Budget, len(r.mems))
 		for i, m := range r.mems {
 			if m != nil {
-				mbud[i] = r.memBudget(i)
+				mbud[i] = r.bufBudget(i)
 			}
 		}
 		sbud := make([]*buffers.Budget, len(r.status))
@@ -315,7 +315,7 @@ func (r *run) releaseMems() {
 		for i, m := range r.mems {
 			if m != nil {
 				m.Release()
-				r.memBudget(i).Release(r.plan.bufs[i].SizeBytes)
+				r.bufBudget(i).Release(r.plan.bufs[i].SizeBytes)
 			}
 		}
 		releaseAll(r.status)

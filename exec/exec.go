@@ -385,7 +385,7 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 	r.bufs = r.plan.bufSlots()
 	held := map[*buffers.Budget]int64{}  // bytes the run holds or will take, by budget
 	needs := map[*buffers.Budget]int64{} // every raw byte the run needs, by budget, for messages
-	budget := r.memBudget
+	budget := r.bufBudget
 	for i, b := range carried {
 		if b != nil {
 			r.bufs[i].Store(b)
