@@ -85,6 +85,18 @@ func (b *Buffer) Value() any {
 	return b.value
 }
 
+// Take empties the buffer's value and returns it with the buffer's
+// reference: the caller owns it from then on (to Release, or to Store
+// elsewhere), and the buffer's Release no longer releases it. It returns
+// nil for an empty or released buffer.
+func (b *Buffer) Take() any {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	v := b.value
+	b.value = nil
+	return v
+}
+
 // Release frees the buffer's bytes back to its pool and releases its
 // value. It is idempotent.
 func (b *Buffer) Release() {

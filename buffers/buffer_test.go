@@ -232,6 +232,25 @@ func TestStoreIntoReleased(t *testing.T) {
 	assert.Nil(t, b.Value())
 }
 
+// Take hands the buffer's reference to its value to the caller: the
+// buffer's Release no longer releases it.
+func TestTake(t *testing.T) {
+	mem := leaktest.Allocator(t)
+	p := buffers.NewPool(topology.CPU, mem, nil)
+	b, err := p.Allocate(t.Context(), 0, "vals", 16)
+	require.NoError(t, err)
+	a := int64s(mem, 1, 2)
+	require.NoError(t, b.Store(a))
+	assert.Same(t, a, b.Take())
+	assert.Nil(t, b.Value())
+	assert.Nil(t, b.Take(), "an empty buffer gives nothing")
+	b.Release()
+	assert.Equal(t, []int64{1, 2}, a.Int64Values(), "Release left the taken value alone")
+	a.Release()
+	assert.Nil(t, b.Take(), "a released buffer gives nothing")
+	mem.AssertSize(t, 0)
+}
+
 func TestValueAs(t *testing.T) {
 	mem := leaktest.Allocator(t)
 	p := buffers.NewPool(topology.CPU, mem, nil)

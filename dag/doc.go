@@ -23,6 +23,14 @@
 // structural errors (cycles, buffers read but never written, unordered
 // writers of one byte range).
 //
+// Kernels are ordered through whole buffers: a kernel comes after every
+// writer of a buffer it reads, whatever byte ranges the two declare
+// ([ReadsRange], [WritesRange]). Ranges decide which bytes a read needs
+// and which writes conflict, never the order, so a kernel that reads and
+// writes one buffer, even disjoint ranges of it, is a cycle
+// ([CycleError]); a kernel that updates part of a buffer from another
+// part writes a second buffer instead.
+//
 // Building is cheap enough for graphs of millions of kernels. A
 // [KernelOption] or [BufferOption] is a plain value (making one allocates
 // nothing, an [OpenCL] variant aside). A graph stores kernels and buffers as small records without

@@ -56,7 +56,7 @@ func ExampleGraph_Validate() {
 		fmt.Println(len(cycle.Path), "nodes on the path")
 	}
 	// Output:
-	// dag: cycle: kernel a → buffer y → kernel b → buffer x → kernel a
+	// dag: cycle: kernel a → buffer y → kernel b → buffer x → kernel a (kernels are ordered through whole buffers, whatever byte ranges they read and write)
 	// 5 nodes on the path
 }
 

@@ -560,7 +560,9 @@ func (g *Graph) rangeFor(k KernelID, id BufferID, off, n int64, verb string) (bu
 // kind. Mistakes (a duplicate or empty name, no code at all (a nil fn and
 // no variant), an unknown buffer, a range outside its buffer, a negative
 // stream or estimate, a variant's mistakes) are recorded and reported by
-// Validate; the id is still valid.
+// Validate; the id is still valid. The kernel runs after every writer of
+// a buffer it reads, by whole buffer (see ReadsRange): one that reads and
+// writes the same buffer, at any ranges, is a cycle that Validate reports.
 //
 // The name and the kernel's reads and writes are copied into the graph's
 // arenas: name, opts and the id slices in them may be reused once

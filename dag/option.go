@@ -71,13 +71,22 @@ func ReadsOptional(ids ...BufferID) KernelOption {
 }
 
 // ReadsRange declares a read of bytes [offset, offset+length) of buffer id.
-// A range outside the buffer is recorded and reported by Validate.
+// A range outside the buffer is recorded and reported by Validate. The
+// range decides which bytes the read needs (which writes it must follow,
+// and which failures taint it), not the kernels' order: kernels are
+// ordered through whole buffers, so a kernel that also writes id (any
+// range, even one disjoint from this) makes a cycle (*CycleError); to
+// update part of a buffer from another part, write a second buffer.
 func ReadsRange(id BufferID, offset, length int64) KernelOption {
 	return KernelOption{kind: optReadsRange, n: int64(id), a: offset, b: length}
 }
 
 // WritesRange declares a write of bytes [offset, offset+length) of buffer
 // id. A range outside the buffer is recorded and reported by Validate.
+// Writers of disjoint ranges need no order between them; writers of
+// overlapping ranges need a path between them (*WriteConflictError).
+// A kernel that also reads id, at any range, makes a cycle (see
+// ReadsRange).
 func WritesRange(id BufferID, offset, length int64) KernelOption {
 	return KernelOption{kind: optWritesRange, n: int64(id), a: offset, b: length}
 }

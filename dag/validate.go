@@ -27,14 +27,20 @@ func (e *DuplicateError) Error() string {
 
 // CycleError reports a cycle. Path names the kernels and buffers along
 // one cycle of the component, starting and ending at the same kernel, as
-// "kernel NAME" and "buffer NAME".
+// "kernel NAME" and "buffer NAME". Kernels are ordered through whole
+// buffers, whatever byte ranges they read and write: a kernel that reads
+// and writes one buffer, even disjoint ranges of it, is a cycle of its
+// own (Path "kernel K", "buffer B", "kernel K").
 type CycleError struct {
 	Path []string
 }
 
-// Error lists the cycle.
+// Error lists the cycle and states the rule that makes it one, e.g.
+// "dag: cycle: kernel k → buffer x → kernel k (kernels are ordered
+// through whole buffers, whatever byte ranges they read and write)".
 func (e *CycleError) Error() string {
-	return "dag: cycle: " + strings.Join(e.Path, " → ")
+	return "dag: cycle: " + strings.Join(e.Path, " → ") +
+		" (kernels are ordered through whole buffers, whatever byte ranges they read and write)"
 }
 
 // UnwrittenError reports a read of bytes that no kernel writes, of a

@@ -390,7 +390,41 @@ func TestValidateLongerCycle(t *testing.T) {
 		"kernel c", "buffer ca", "kernel a", "buffer ab", "kernel b", "buffer bc", "kernel c",
 	}, ce.Path)
 	assert.EqualError(t, ce,
-		"dag: cycle: kernel c → buffer ca → kernel a → buffer ab → kernel b → buffer bc → kernel c")
+		"dag: cycle: kernel c → buffer ca → kernel a → buffer ab → kernel b → buffer bc → kernel c"+
+			" (kernels are ordered through whole buffers, whatever byte ranges they read and write)")
+}
+
+// A kernel that reads one range of a buffer and writes another, disjoint
+// one is a cycle: kernels are ordered through whole buffers, and the
+// error says so.
+func TestValidateReadWriteOfOneBufferIsACycle(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts func(x dag.BufferID) []dag.KernelOption
+	}{
+		{"disjoint ranges", func(x dag.BufferID) []dag.KernelOption {
+			return []dag.KernelOption{dag.ReadsRange(x, 0, 128), dag.WritesRange(x, 128, 128)}
+		}},
+		{"one range", func(x dag.BufferID) []dag.KernelOption {
+			return []dag.KernelOption{dag.ReadsRange(x, 0, 128), dag.WritesRange(x, 0, 128)}
+		}},
+		{"whole buffer", func(x dag.BufferID) []dag.KernelOption {
+			return []dag.KernelOption{dag.Reads(x), dag.Writes(x)}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := dag.New()
+			x := g.AddBuffer("x", 256, dag.Input())
+			g.AddKernel("k", nop, tc.opts(x)...)
+			err := g.Validate()
+			var ce *dag.CycleError
+			require.ErrorAs(t, err, &ce)
+			assert.Equal(t, []string{"kernel k", "buffer x", "kernel k"}, ce.Path)
+			assert.EqualError(t, err,
+				"dag: cycle: kernel k → buffer x → kernel k (kernels are ordered through whole buffers, whatever byte ranges they read and write)")
+			assert.Nil(t, g.Order())
+		})
+	}
 }
 
 func TestValidateBoundsProblems(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"github.com/streamdag/streamdag/failgraph"
 	"github.com/streamdag/streamdag/gpu/cpu"
 	"github.com/streamdag/streamdag/internal/leaktest"
+	"github.com/streamdag/streamdag/topology"
 )
 
 // A buffer larger than the whole device budget can never be reserved: it
@@ -136,4 +137,113 @@ func TestRunWaitsForBudgetHeldByAnother(t *testing.T) {
 	require.NoError(t, err)
 	defer second.Close()
 	assert.NoError(t, second.Err())
+}
+
+// A run whose inputs name a buffer it does not have does not start: it
+// gives back every reserved byte and releases each input value exactly
+// once, whichever inputs it had stored before it met the bad one.
+func TestBadInputReleasesEverythingOnce(t *testing.T) {
+	dev, err := cpu.New(cpu.WithStreams(1))
+	require.NoError(t, err)
+	defer dev.Close()
+	mem := leaktest.Allocator(t)
+	budget := buffers.NewBudget(1024)
+	e := exec.New(dev, exec.WithAllocator(mem), exec.WithBudget(budget))
+	g := dag.New()
+	raw := g.AddBuffer("raw", 512)
+	var ins []dag.BufferID
+	for i := range 8 {
+		in := g.AddValue(fmt.Sprint("in", i), dag.Input())
+		ins = append(ins, in)
+		g.AddKernel(fmt.Sprint("k", i), nop, dag.Reads(in), dag.Writes(g.AddValue(fmt.Sprint("out", i))))
+	}
+	g.AddKernel("w", nop, dag.Writes(raw))
+	p, err := e.Plan(g)
+	require.NoError(t, err)
+	for run := range 20 { // inputs are stored in map order: many orders
+		vals := make([]*soleInput, len(ins)+1)
+		opts := make([]exec.RunOption, 0, len(vals))
+		for i := range vals {
+			vals[i] = &soleInput{v: i}
+			id := dag.BufferID(99)
+			if i < len(ins) {
+				id = ins[i]
+			}
+			opts = append(opts, exec.WithInput(id, vals[i]))
+		}
+		res, err := e.Execute(t.Context(), p, opts...)
+		assert.Nil(t, res)
+		require.EqualError(t, err, "exec: input for unknown or unallocated buffer id 99")
+		for i, v := range vals {
+			assert.Equal(t, int32(1), v.releases.Load(), "run %d: releases of input %d", run, i)
+		}
+		require.True(t, budget.TryAcquire(1024), "run %d: the run gave every byte back", run)
+		budget.Release(1024)
+		mem.AssertSize(t, 0)
+	}
+}
+
+// An input for a raw buffer that only device code writes (its host bytes
+// are made by the Result's first read) is stored, not dropped: the
+// buffer holds it and releases it once, at Close.
+func TestInputOfBufferOnlyDeviceCodeWrites(t *testing.T) {
+	const w = 4
+	d := newFakeCode(topology.OpenCL(7), 1, fakeKernels)
+	e := cpuAnd(t, 1, d)
+	g := dag.New()
+	a := g.AddBuffer("a", 8*w)
+	x := g.AddBuffer("x", 8*w, dag.Input())
+	g.AddKernel("src", putU64(0, 5, nil), dag.Writes(a))
+	g.AddKernel("scale", nil, dag.Reads(a), dag.Writes(x),
+		dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(a), dag.BufferArg(x), dag.ScalarArg(uint64(3)), dag.ScalarArg(uint64(1))))
+	v := &soleInput{v: 1}
+	res, err := e.Run(t.Context(), g, exec.WithInput(x, v))
+	require.NoError(t, err)
+	require.NoError(t, res.Err())
+	b, err := res.Buffer(x)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(16), u64(b.Bytes(), 0), "5×3+1 from the device")
+	assert.Same(t, v, b.Value())
+	assert.Zero(t, v.releases.Load())
+	res.Close()
+	assert.Equal(t, int32(1), v.releases.Load())
+	require.NoError(t, d.Close())
+	assert.Zero(t, d.live())
+}
+
+// A run that cannot start, because its graph does not validate or its
+// plan does not fit the executor, releases its input values once.
+func TestRunThatCannotStartReleasesInputs(t *testing.T) {
+	dev, err := cpu.New(cpu.WithStreams(2))
+	require.NoError(t, err)
+	defer dev.Close()
+	e := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)))
+	g := dag.New()
+	in := g.AddValue("in", dag.Input())
+	g.AddKernel("k", nop, dag.Reads(in), dag.Writes(g.AddValue("out")))
+	p, err := twoSimGPUs(t, 1).Plan(g)
+	require.NoError(t, err)
+	bad := dag.New()
+	x := bad.AddValue("x", dag.Input())
+	bad.AddKernel("k", nop, dag.Reads(x), dag.Reads(bad.AddBuffer("y", 8))) // y is never written
+	for _, tc := range []struct {
+		name string
+		run  func(v *soleInput) error
+		want string
+	}{
+		{"invalid graph", func(v *soleInput) error {
+			_, err := e.Run(t.Context(), bad, exec.WithInput(x, v))
+			return err
+		}, `dag: kernel "k" reads bytes [0:8) of buffer "y"`},
+		{"plan for another executor", func(v *soleInput) error {
+			_, err := e.Execute(t.Context(), p, exec.WithInput(in, v))
+			return err
+		}, "exec: plan for 2 devices, executor has 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := &soleInput{v: 1}
+			assert.ErrorContains(t, tc.run(v), tc.want)
+			assert.Equal(t, int32(1), v.releases.Load())
+		})
+	}
 }

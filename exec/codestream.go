@@ -25,9 +25,10 @@ import (
 // gives dag.OpenCLCode) only when the kernel has an OpenCL variant and
 // touches no value buffer; the buffers such a kernel reads and writes
 // have instances in the device's memory (gpu.Memory, reserved with the
-// run's other buffers; when it ends its bytes go back to the budget and
-// the memory to the plan for its next run: Plan.ReleaseDeviceMemory),
-// and the plan's copy
+// run's other buffers; when it ends the memory is released and its bytes
+// go back to the budget, or, with WithKeepDeviceMemory, the memory goes
+// to the plan for its next run with its bytes still taken:
+// Plan.ReleaseDeviceMemory), and the plan's copy
 // launches between a host instance and a device instance run on the code
 // device's stream as CopyIn or CopyOut. Every graph buffer's own instance
 // (the one a Result reads) lives on a device that is not a code device.
@@ -274,25 +275,90 @@ func (r *run) allocMem(i int32) {
 	r.mems[i] = m
 }
 
-// releaseMems gives the run's device memory bytes back to the budgets and
-// the memory itself (with its code streams' status words) to the plan's
-// cache (run.memc), or releases it when the run has no cache or the cache
-// is full; what the run took from the cache and did not use is released.
-// It is called once the code streams' drivers have ended, and is
-// idempotent.
-func (r *run) releaseMems() {
-	releaseAll(r.cached)
-	releaseAll(r.cachedStatus)
-	r.cached, r.cachedStatus = nil, nil
-	for i, m := range r.mems {
+// bufBudget returns the budget of plan buffer i's device.
+func (r *run) bufBudget(i int) *buffers.Budget { return r.pools[r.plan.bufs[i].Device].Budget() }
+
+// takeCached takes the plan's kept device memory (run.memc) for the run:
+// the instances' memory with the budget bytes the cache holds for it,
+// which the run holds from then on (allocate reserves no more for them),
+// and the status words' memory, whose bytes go back to the budgets (a
+// run counts no status words). Memory the run's buffers cannot use is
+// released with its bytes. It returns the bytes now held, by budget.
+func (r *run) takeCached() map[*buffers.Budget]int64 {
+	mems, status, mbud, sbud := r.memc.take(r.gdevs)
+	for gs, m := range status {
 		if m != nil {
-			r.pools[r.plan.bufs[i].Device].Budget().Release(r.plan.bufs[i].SizeBytes)
+			sbud[gs].Release(m.Bytes())
 		}
 	}
-	if r.memc != nil && (r.mems != nil || r.status != nil) {
-		r.memc.put(r.gdevs, r.mems, r.status)
+	held := map[*buffers.Budget]int64{}
+	for i, m := range mems {
+		if m == nil {
+			continue
+		}
+		if i >= len(r.plan.bufs) || !r.plan.mem[r.plan.bufs[i].Device] || m.Bytes() != r.plan.bufs[i].SizeBytes || mbud[i] != r.bufBudget(i) {
+			mbud[i].Release(m.Bytes())
+			m.Release()
+			mems[i] = nil
+			continue
+		}
+		held[mbud[i]] += m.Bytes()
+	}
+	r.cached, r.cachedStatus = mems, status
+	return held
+}
+
+// dropCached releases the memory the run took from the plan's cache and
+// did not use (run.cached), with the budget bytes it held for it.
+func (r *run) dropCached() {
+	for i, m := range r.cached {
+		if m != nil {
+			r.bufBudget(i).Release(m.Bytes())
+			m.Release()
+		}
+	}
+	r.cached = nil
+}
+
+// releaseMems releases the run's device memory with its budget bytes, or,
+// when the run keeps it (WithKeepDeviceMemory), hands it to the plan's
+// cache (run.memc) with the bytes still taken: its code streams' status
+// words too, each taking its bytes from its budget now, or released when
+// they are not free. A full cache (a concurrent run's memory) releases
+// what it is handed. What the run took from the cache and did not use is
+// released. It is called once the code streams' drivers have ended, and
+// is idempotent.
+func (r *run) releaseMems() {
+	r.dropCached()
+	releaseAll(r.cachedStatus) // their bytes went back when taken
+	r.cachedStatus = nil
+	if r.memc != nil && r.keepMem && (r.mems != nil || r.status != nil) {
+		mbud := make([]*buffers.Budget, len(r.mems))
+		for i, m := range r.mems {
+			if m != nil {
+				mbud[i] = r.bufBudget(i)
+			}
+		}
+		sbud := make([]*buffers.Budget, len(r.status))
+		for gs, m := range r.status {
+			if m == nil {
+				continue
+			}
+			if bud := r.pools[r.plan.sdev[gs]].Budget(); bud.TryAcquire(m.Bytes()) {
+				sbud[gs] = bud
+			} else {
+				m.Release()
+				r.status[gs] = nil
+			}
+		}
+		r.memc.put(r.gdevs, r.mems, r.status, mbud, sbud)
 	} else {
-		releaseAll(r.mems)
+		for i, m := range r.mems {
+			if m != nil {
+				m.Release()
+				r.bufBudget(i).Release(r.plan.bufs[i].SizeBytes)
+			}
+		}
 		releaseAll(r.status)
 	}
 	r.mems, r.status = nil, nil
@@ -310,50 +376,62 @@ func releaseAll(ms []gpu.Memory) {
 // memCache is a plan's device memory between its runs: one run's
 // instances on code devices (mems, by plan buffer) and status words
 // (status, by global stream), on devs (the executor's devices that run
-// used). It holds no reference to its Plan, so that the Plan's cleanup
-// (runtime.AddCleanup) can release it. Methods are safe for concurrent
-// use.
+// used), with the budgets (mbud, sbud, parallel to them) from which the
+// cache holds each memory's bytes. It holds no reference to its Plan, so
+// that the Plan's cleanup (runtime.AddCleanup) can release it. Methods
+// are safe for concurrent use.
 type memCache struct {
-	mu     sync.Mutex
-	full   bool
-	devs   []gpu.Device
-	mems   []gpu.Memory
-	status []gpu.Memory
+	mu         sync.Mutex
+	full       bool
+	devs       []gpu.Device
+	mems       []gpu.Memory
+	status     []gpu.Memory
+	mbud, sbud []*buffers.Budget
 }
 
-// take empties the cache and returns its memory when it is of devs; nil
-// otherwise (memory of other devices is released).
-func (c *memCache) take(devs []gpu.Device) (mems, status []gpu.Memory) {
+// take empties the cache and returns its memory, and with it the budget
+// bytes held for it, when it is of devs; nil otherwise (memory of other
+// devices is released, with its bytes).
+func (c *memCache) take(devs []gpu.Device) (mems, status []gpu.Memory, mbud, sbud []*buffers.Budget) {
 	c.mu.Lock()
-	full, cdevs, mems, status := c.full, c.devs, c.mems, c.status
-	c.full, c.devs, c.mems, c.status = false, nil, nil, nil
+	full, cdevs, mems, status, mbud, sbud := c.full, c.devs, c.mems, c.status, c.mbud, c.sbud
+	c.full, c.devs, c.mems, c.status, c.mbud, c.sbud = false, nil, nil, nil, nil, nil
 	c.mu.Unlock()
 	if full && !slices.Equal(cdevs, devs) {
-		releaseAll(mems)
-		releaseAll(status)
-		return nil, nil
+		releaseHeld(mems, mbud)
+		releaseHeld(status, sbud)
+		return nil, nil, nil, nil
 	}
-	return mems, status
+	return mems, status, mbud, sbud
 }
 
-// put keeps mems and status (memory of devs) when the cache is empty,
-// and releases them otherwise.
-func (c *memCache) put(devs []gpu.Device, mems, status []gpu.Memory) {
+// put keeps mems and status (memory of devs, each holding its bytes of
+// the budget beside it in mbud and sbud) when the cache is empty, and
+// releases them with their bytes otherwise.
+func (c *memCache) put(devs []gpu.Device, mems, status []gpu.Memory, mbud, sbud []*buffers.Budget) {
 	c.mu.Lock()
 	if !c.full {
-		c.full, c.devs, c.mems, c.status = true, devs, mems, status
+		c.full, c.devs, c.mems, c.status, c.mbud, c.sbud = true, devs, mems, status, mbud, sbud
 		mems, status = nil, nil
 	}
 	c.mu.Unlock()
-	releaseAll(mems)
-	releaseAll(status)
+	releaseHeld(mems, mbud)
+	releaseHeld(status, sbud)
 }
 
-// release releases the cached memory; the cache stays usable.
-func (c *memCache) release() {
-	mems, status := c.take(nil)
-	releaseAll(mems)
-	releaseAll(status)
+// release releases the cached memory and gives its bytes back to their
+// budgets; the cache stays usable.
+func (c *memCache) release() { c.take(nil) }
+
+// releaseHeld releases every non-nil memory of ms and gives its bytes
+// back to its budget, buds[i].
+func releaseHeld(ms []gpu.Memory, buds []*buffers.Budget) {
+	for i, m := range ms {
+		if m != nil {
+			buds[i].Release(m.Bytes())
+			m.Release()
+		}
+	}
 }
 
 // memCache returns p's device memory cache, made on first use, with a
@@ -370,24 +448,30 @@ func (p *Plan) memCache() *memCache {
 	return c
 }
 
-// ReleaseDeviceMemory releases the device memory p keeps between runs.
-// A run of a plan with code devices takes the memory its instances on
-// code devices need from the plan (what the last run to finish left
-// there), allocating what is missing, and hands it back when it ends or,
-// where its Result may still fetch bytes from a code device, when the
-// Result is closed; a run that finds the plan's memory taken by a
-// concurrent run allocates its own, and of two runs handing memory back
-// the second releases its own. The kept memory is not counted in the
-// executor's budgets (each run reserves its bytes there, as without it),
-// so while a plan keeps memory its devices have that much less than their
-// budgets say. It is released by ReleaseDeviceMemory, by a run on other
-// devices than those it was allocated on, and once p is unreachable. A
-// later run keeps memory again, and so does a run still going (or a
-// Result still open) when ReleaseDeviceMemory is called: call it after
-// the last Result.Close to leave nothing allocated. ReleaseDeviceMemory
-// is safe for concurrent use, also with runs of p; Executor.Run, whose
-// plan runs once, and a run with WithDeviceLoss keep nothing, and a plan
-// with no code devices keeps none.
+// ReleaseDeviceMemory releases the device memory p keeps between runs
+// and gives its bytes back to the budgets.
+//
+// The rule: a run of a plan with code devices takes the memory its
+// instances on code devices need from the plan (what the last run to
+// finish left there, with the budget bytes held for it), allocating what
+// is missing, and when it ends (or, where its Result may still fetch
+// bytes from a code device, at Result.Close) releases it and gives its
+// bytes back, unless the run was given WithKeepDeviceMemory: then it
+// hands the memory back to the plan, and the plan holds its bytes of each
+// device's budget (the executor's, see WithBudget) for as long as it
+// keeps it, so a run of another plan that needs them waits for them as
+// for any bytes of the budget, or reads as over budget. So after the last
+// Result.Close nothing stays allocated unless a run asked to keep it. A
+// run that finds the plan's memory taken by a concurrent run allocates
+// its own, and of two runs handing memory back the second releases its
+// own. Kept memory is released by ReleaseDeviceMemory, by a run that does
+// not keep, by a run on other devices than those it was allocated on, and
+// once p is unreachable. A run still going (or a Result still open) when
+// ReleaseDeviceMemory is called keeps memory again if it was asked to:
+// call it after the last Result.Close to leave nothing allocated.
+// ReleaseDeviceMemory is safe for concurrent use, also with runs of p;
+// Executor.Run, whose plan runs once, and a run with WithDeviceLoss keep
+// nothing, and a plan with no code devices keeps none.
 func (p *Plan) ReleaseDeviceMemory() {
 	if c := p.memc.Load(); c != nil {
 		c.release()

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamdag/streamdag/dag"
+	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/gpu"
 )
 
@@ -40,7 +41,8 @@ func nopChain(n int) *dag.Graph {
 // BenchmarkCodeStreamOverhead is the host overhead per launch of a chain
 // of n empty OpenCL C kernels on one stream of the machine's OpenCL
 // device: exec.Execute of a reused plan (the chain, with the copies the
-// plan makes; the plan keeps its device memory between runs) against, in the same iteration, a raw
+// plan makes; the plan keeps its device memory between runs:
+// WithKeepDeviceMemory) against, in the same iteration, a raw
 // loop of n CodeStream.LaunchKernel calls and one Record and Wait at the
 // end, binding the same arguments (memory allocated once, outside the
 // timer), and the same raw loop with its memory allocated and released
@@ -73,7 +75,7 @@ func BenchmarkCodeStreamOverhead(b *testing.B) {
 					Args: []gpu.KernelArg{{Mem: in}, {Mem: m}}, Label: fmt.Sprint("nop", i)}
 			}
 			// Warm both paths (program builds, kernel objects, pools).
-			res, err := e.Execute(b.Context(), p)
+			res, err := e.Execute(b.Context(), p, exec.WithKeepDeviceMemory())
 			require.NoError(b, err)
 			require.NoError(b, res.Err())
 			res.Close()
@@ -82,7 +84,7 @@ func BenchmarkCodeStreamOverhead(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				t0 := time.Now()
-				res, err := e.Execute(b.Context(), p)
+				res, err := e.Execute(b.Context(), p, exec.WithKeepDeviceMemory())
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -456,7 +456,7 @@ func runProgramCtx(t *testing.T, ctx context.Context, e *exec.Executor, prog *pr
 	if loss != nil {
 		opts = append(opts, exec.WithDeviceLoss(loss.Device, loss.After))
 	}
-	defer p.ReleaseDeviceMemory() // after res.Close: the plan keeps the run's device memory
+	defer p.ReleaseDeviceMemory() // after res.Close (the runs here keep nothing)
 	res, err := e.Execute(ctx, p, opts...)
 	require.NoError(t, err)
 	defer res.Close()

@@ -58,7 +58,8 @@
 // gpu.CodeDevice running OpenCL C, see [DeviceCode]) runs kernels'
 // OpenCL variants on memory of its own: the buffers they read and write
 // get device-memory instances, reserved with the run's other buffers and
-// released when it ends, and the copy launches between host and device
+// released when it ends (or kept by the plan for its next run, still
+// counted in the budget: [WithKeepDeviceMemory]), and the copy launches between host and device
 // instances run on the code device's stream as CopyIn and CopyOut. One
 // goroutine per code stream enqueues its launches in order (once the
 // launches of other streams they wait for have settled; the launch; a

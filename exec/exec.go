@@ -79,7 +79,8 @@ func WithAllocator(alloc memory.Allocator) Option { return func(c *config) { c.a
 // leaves after the run's other buffers, is not waited for: it reads as an
 // unallocated failure wrapping buffers.ErrOverBudget, the launches that
 // write or need it are skipped, and unrelated branches run on (see
-// Execute).
+// Execute). Device memory a plan keeps between runs
+// (WithKeepDeviceMemory) holds its bytes of the budget while kept.
 func WithBudget(b *buffers.Budget) Option { return func(c *config) { c.budget = b } }
 
 // New returns an executor for dev.
@@ -129,9 +130,21 @@ func (e *Executor) Devices() []gpu.Device { return slices.Clone(e.devs) }
 type RunOption func(*runConfig)
 
 type runConfig struct {
-	inputs map[dag.BufferID]any
-	loss   *LossSpec
+	inputs  map[dag.BufferID]any
+	loss    *LossSpec
+	keepMem bool
 }
+
+// WithKeepDeviceMemory makes a run of Execute hand its device memory on
+// code devices to its plan when it ends (or, where its Result may still
+// fetch bytes from a code device, at Result.Close), for the plan's next
+// run to use instead of allocating, rather than release it. The kept
+// memory stays counted in its device's budget (see WithBudget) until a
+// run takes it or Plan.ReleaseDeviceMemory releases it. Without it a run
+// still uses memory an earlier run kept, and releases it when it ends.
+// It has no effect on Executor.Run (its plan runs once), on a run with
+// WithDeviceLoss, or on a plan with no code devices.
+func WithKeepDeviceMemory() RunOption { return func(c *runConfig) { c.keepMem = true } }
 
 // WithInput stores v into input buffer id before the run starts; the
 // buffer takes over the caller's reference (see buffers.Buffer.Store). An
@@ -146,10 +159,17 @@ func WithInput(id dag.BufferID, v any) RunOption {
 	}
 }
 
-// Run plans g and executes the plan: Plan, then Execute.
+// Run plans g and executes the plan: Plan, then Execute. When planning
+// fails it releases the input values (WithInput), as Execute does when a
+// run cannot start.
 func (e *Executor) Run(ctx context.Context, g *dag.Graph, opts ...RunOption) (*Result, error) {
 	p, err := e.Plan(g)
 	if err != nil {
+		var rc runConfig
+		for _, o := range opts {
+			o(&rc)
+		}
+		releaseInputs(rc.inputs)
 		return nil, err
 	}
 	return e.execute(ctx, p, false, opts...)
@@ -165,7 +185,8 @@ func (e *Executor) Run(ctx context.Context, g *dag.Graph, opts ...RunOption) (*R
 // memory it cannot allocate) is not such an error: it reads as an
 // unallocated failure, and the launches that would write or read it are
 // skipped. The launches' own failures are in the Result's Report, and
-// Result.Err joins them.
+// Result.Err joins them. An error with no Result leaves nothing reserved,
+// and every input value (WithInput) released exactly once.
 //
 // When ctx is done, launches that have not started are cancelled (a wait
 // for another stream gives up, a list still queued behind other work is
@@ -185,14 +206,15 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 }
 
 // execute is Execute; keep says whether the run's device memory comes
-// from and goes back to p's cache (see Plan.ReleaseDeviceMemory), false
-// for a plan that runs once.
+// from p's cache, and goes back to it with WithKeepDeviceMemory (see
+// Plan.ReleaseDeviceMemory), false for a plan that runs once.
 func (e *Executor) execute(ctx context.Context, p *Plan, keep bool, opts ...RunOption) (*Result, error) {
 	var rc runConfig
 	for _, o := range opts {
 		o(&rc)
 	}
 	if err := e.fits(p); err != nil {
+		releaseInputs(rc.inputs)
 		return nil, err
 	}
 	if p.hasCode() {
@@ -231,7 +253,7 @@ func (e *Executor) execute(ctx context.Context, p *Plan, keep bool, opts ...RunO
 		loss:  loss,
 	}
 	if keep && loss == nil && p.hasCode() {
-		r.memc = p.memCache()
+		r.memc, r.keepMem = p.memCache(), rc.keepMem
 	}
 	if err := r.allocate(ctx, nil, rc.inputs); err != nil {
 		return nil, err
@@ -294,13 +316,16 @@ type run struct {
 	// mems holds the run's instances on code devices (device memory), by
 	// plan buffer id; nil without any (see codestream.go).
 	mems []gpu.Memory
-	// memc is the plan's cache the run's device memory comes from and
-	// goes back to (nil: allocated and released by the run); cached and
-	// cachedStatus are what the run took from it (by plan buffer; status
-	// words by global stream) until allocMem or a code stream's driver
-	// uses it; status holds, by global stream, the status words' memory
-	// the drivers leave for the cache (nil without memc).
+	// memc is the plan's cache the run's device memory comes from (nil:
+	// allocated by the run), and goes back to when keepMem
+	// (WithKeepDeviceMemory; else the run releases it); cached and
+	// cachedStatus are what the run took from it (by plan buffer, with
+	// their budget bytes; status words by global stream) until allocMem
+	// or a code stream's driver uses it; status holds, by global stream,
+	// the status words' memory the drivers leave for releaseMems (nil
+	// without memc).
 	memc         *memCache
+	keepMem      bool
 	cached       []gpu.Memory
 	cachedStatus []gpu.Memory
 	status       []gpu.Memory
@@ -362,7 +387,7 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 	r.bufs = r.plan.bufSlots()
 	held := map[*buffers.Budget]int64{}  // bytes the run holds or will take, by budget
 	needs := map[*buffers.Budget]int64{} // every raw byte the run needs, by budget, for messages
-	budget := func(i int) *buffers.Budget { return r.pools[r.plan.bufs[i].Device].Budget() }
+	budget := r.bufBudget
 	for i, b := range carried {
 		if b != nil {
 			r.bufs[i].Store(b)
@@ -371,9 +396,19 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 			needs[budget(i)] += b.SizeBytes()
 		}
 	}
+	// Device memory the plan kept comes with its bytes: held already.
+	var kept map[*buffers.Budget]int64
+	if r.memc != nil {
+		kept = r.takeCached()
+		for bud, n := range kept {
+			held[bud] += n
+			needs[bud] += n
+		}
+	}
+	isKept := func(i int32) bool { return r.cached != nil && r.cached[i] != nil }
 	raw := r.plan.compiled().raw // value buffers are made on first use
 	for _, i := range raw {
-		if int(i) >= len(carried) || carried[i] == nil {
+		if (int(i) >= len(carried) || carried[i] == nil) && !isKept(i) {
 			if n := r.plan.bufs[i].SizeBytes; n < 0 {
 				r.release()
 				releaseInputs(inputs)
@@ -385,6 +420,10 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 	fits := make([]int32, 0, len(raw))
 	for _, i := range raw {
 		if int(i) < len(carried) && carried[i] != nil {
+			continue
+		}
+		if isKept(i) {
+			fits = append(fits, i)
 			continue
 		}
 		b := &r.plan.bufs[i]
@@ -412,11 +451,14 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 		ph, _ := r.pools[b.Device].AllocateReserved(buffers.ID(i), b.Name, 0)
 		r.bufs[i].Store(ph)
 	}
-	// Take the bytes: carried ones are held already.
+	// Take the bytes: carried and kept ones are held already.
 	for i, b := range carried {
 		if b != nil {
 			held[budget(i)] -= b.SizeBytes()
 		}
+	}
+	for bud, n := range kept {
+		held[bud] -= n
 	}
 	taken := map[*buffers.Budget]int64{}
 	for _, pool := range r.pools {
@@ -443,9 +485,6 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 		}
 		taken[bud] = n
 	}
-	if r.memc != nil {
-		r.cached, r.cachedStatus = r.memc.take(r.gdevs)
-	}
 	for _, i := range fits {
 		b := &r.plan.bufs[i]
 		if r.plan.mem[b.Device] {
@@ -458,16 +497,40 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 		buf, _ := r.pools[b.Device].AllocateReserved(buffers.ID(i), b.Name, b.SizeBytes) // sizes checked above
 		r.bufs[i].Store(buf)
 	}
-	releaseAll(r.cached) // what this run's buffers have no use for
-	r.cached = nil
-	for id, v := range inputs {
+	r.dropCached() // what this run's buffers have no use for
+	return r.storeInputs(inputs)
+}
+
+// storeInputs stores each input into its buffer, which takes over the
+// caller's reference. On an error (an input for a buffer the graph does
+// not have or the run could not reserve) it releases the run's buffers
+// and every input value exactly once, and returns the error; the run then
+// holds nothing.
+func (r *run) storeInputs(inputs map[dag.BufferID]any) error {
+	for id := range inputs {
 		if id < 0 || int(id) >= r.plan.graph.NumBuffers() || r.unalloc != nil && r.unalloc.bufs[id] {
 			r.release()
 			releaseInputs(inputs)
 			return fmt.Errorf("exec: input for unknown or unallocated buffer id %d", id)
 		}
-		if err := r.buffer(buffers.ID(id)).Store(v); err != nil {
-			return err
+	}
+	stored := make(map[dag.BufferID]bool, len(inputs))
+	for id, v := range inputs {
+		b := r.buffer(buffers.ID(id))
+		if b == nil { // a raw buffer only fetches touch: made now, its bytes reserved (see run.fetch)
+			pb := &r.plan.bufs[id]
+			b, _ = r.pools[pb.Device].AllocateReserved(buffers.ID(id), pb.Name, pb.SizeBytes)
+			r.bufs[id].Store(b)
+		}
+		stored[id] = true // Store releases v when it fails
+		if err := b.Store(v); err != nil {
+			r.release()
+			for id, v := range inputs {
+				if !stored[id] {
+					releaseValue(v)
+				}
+			}
+			return fmt.Errorf("exec: input for buffer %q: %w", b.Name(), err)
 		}
 	}
 	return nil
@@ -480,13 +543,7 @@ func (r *run) release() {
 	if r.bufs == nil {
 		return
 	}
-	for i, only := range r.plan.fetchOnly {
-		// Reserved but never fetched: nothing made, the bytes given back.
-		if only && r.bufs[i].Load() == nil && (r.unalloc == nil || !r.unalloc.bufs[i]) {
-			pb := &r.plan.bufs[i]
-			r.pools[pb.Device].Budget().Release(pb.SizeBytes)
-		}
-	}
+	r.releaseUnfetched()
 	drop := func(i int) {
 		if r.bufs[i].Load() == nil { // a plain load: most value buffers were never made
 			return
@@ -506,6 +563,19 @@ func (r *run) release() {
 	}
 	r.plan.putSlots(r.bufs)
 	r.bufs = nil
+}
+
+// releaseUnfetched gives back the budget bytes of the run's buffers that
+// only fetches touch and that none made (see run.fetch). It is for the
+// run's release: a buffer made afterwards would take bytes it no longer
+// holds.
+func (r *run) releaseUnfetched() {
+	for i, only := range r.plan.fetchOnly {
+		if only && r.bufs[i].Load() == nil && (r.unalloc == nil || !r.unalloc.bufs[i]) {
+			pb := &r.plan.bufs[i]
+			r.pools[pb.Device].Budget().Release(pb.SizeBytes)
+		}
+	}
 }
 
 // keptSlots is how many closed runs' buffer slots a plan keeps for reuse.
@@ -538,9 +608,14 @@ func (p *Plan) putSlots(s []atomic.Pointer[buffers.Buffer]) {
 // that could not start.
 func releaseInputs(inputs map[dag.BufferID]any) {
 	for _, v := range inputs {
-		if r, ok := v.(interface{ Release() }); ok {
-			r.Release()
-		}
+		releaseValue(v)
+	}
+}
+
+// releaseValue releases v when it has Release.
+func releaseValue(v any) {
+	if r, ok := v.(interface{ Release() }); ok {
+		r.Release()
 	}
 }
 

@@ -42,7 +42,11 @@ type LossSpec struct {
 // by re-running all its writers (so it reads as it would have without the
 // loss, even when every reader of it had already run); the caller's
 // inputs, of which the executor keeps a reference as the host's copy, are
-// stored again where their device was lost. A kernel that succeeded and
+// stored again where their device was lost. An input value with Release
+// but no Retain has one reference only, its buffer's (WithInput): the
+// recovery moves that value, as the first phase left it, into the second
+// phase's buffer instead, so it is released exactly once, by
+// Result.Close, after every read. A kernel that succeeded and
 // whose outputs survive does not run again, so one with effects outside
 // the graph runs once unless an output it wrote was lost. The report
 // lists every migration and re-run. A kernel pinned to the lost device
@@ -97,8 +101,12 @@ type deviceLoss struct {
 	err       error
 	// inputs holds a reference to each of the caller's input values, as
 	// the host keeps them: the recovery stores them again where the
-	// device that held them was lost (see keep, release).
+	// device that held them was lost (see keep, release). sole marks the
+	// inputs whose values have Release but no Retain: the run's buffer
+	// holds their only reference, and the recovery moves it (see
+	// recovery.releaseFirst) rather than keep one of its own.
 	inputs map[dag.BufferID]any
+	sole   map[dag.BufferID]bool
 }
 
 // newDeviceLoss returns the loss spec asks for during a run of p, or an
@@ -121,14 +129,24 @@ func newDeviceLoss(p *Plan, spec LossSpec) (*deviceLoss, error) {
 
 // keep takes a reference of its own to each input value that counts its
 // references (Arrow arrays and records: Retain), before the run's buffers
-// take over the caller's; other values are shared as they are.
+// take over the caller's; values without Release are shared as they are;
+// a value with Release but no Retain has one reference, which its buffer
+// owns: keep marks it sole and holds nothing of it.
 func (d *deviceLoss) keep(inputs map[dag.BufferID]any) {
 	d.inputs = make(map[dag.BufferID]any, len(inputs))
 	for b, v := range inputs {
-		if r, ok := v.(interface{ Retain() }); ok {
-			r.Retain()
+		switch x := v.(type) {
+		case interface{ Retain() }:
+			x.Retain()
+			d.inputs[b] = v
+		case interface{ Release() }:
+			if d.sole == nil {
+				d.sole = map[dag.BufferID]bool{}
+			}
+			d.sole[b] = true
+		default:
+			d.inputs[b] = v
 		}
-		d.inputs[b] = v
 	}
 }
 
@@ -437,27 +455,45 @@ func (rc *recovery) fallback() int {
 }
 
 // releaseFirst releases the first phase's memory that is not carried
-// over (what was on the lost device is gone).
-func (rc *recovery) releaseFirst() {
+// over (what was on the lost device is gone), and returns the values it
+// took out of the home instances of sole inputs (deviceLoss.sole) that
+// no instance carries first: their only reference, which the second
+// phase's buffers take over. (A carried instance of a sole input holds
+// it, or a copy of its own.)
+func (rc *recovery) releaseFirst() map[dag.BufferID]any {
 	rc.r1.releaseMems()
+	rc.r1.releaseUnfetched()
 	kept := make(map[*buffers.Buffer]bool, len(rc.carried))
 	for _, b := range rc.carried {
 		kept[b] = true
 	}
+	var moved map[dag.BufferID]any
 	for i := range rc.r1.bufs {
-		if b := rc.r1.bufs[i].Load(); b != nil && !kept[b] {
-			b.Release()
+		b := rc.r1.bufs[i].Load()
+		if b == nil || kept[b] {
+			continue
 		}
+		if id := dag.BufferID(i); i < len(rc.carried) && rc.carried[i] == nil && rc.loss.sole[id] {
+			if moved == nil {
+				moved = map[dag.BufferID]any{}
+			}
+			moved[id] = b.Take()
+		}
+		b.Release()
 	}
+	return moved
 }
 
 // start releases the first phase's memory that is not carried over,
 // reserves the second phase's, stores again the caller's inputs that were
-// not carried (the executor kept a reference to each), and fails the
-// kernels pinned to the lost device, naming it.
+// not carried (the executor kept a reference to each, or moved a sole
+// input's value out of its first-phase buffer), and fails the kernels
+// pinned to the lost device, naming it.
 func (rc *recovery) start(ctx context.Context, p2 *Plan) (*run, error) {
-	rc.releaseFirst()
-	refill := map[dag.BufferID]any{}
+	refill := rc.releaseFirst()
+	if refill == nil {
+		refill = map[dag.BufferID]any{}
+	}
 	for b, v := range rc.loss.inputs {
 		if rc.carried[b] == nil {
 			refill[b] = v

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamdag/streamdag/buffers"
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/topology"
@@ -75,7 +76,7 @@ func TestPlanKeepsDeviceMemory(t *testing.T) {
 	}{
 		{"reuse", func(t *testing.T, d *fakeCode, e *exec.Executor, p *exec.Plan, in, out dag.BufferID, rng *rand.Rand) {
 			base := rng.Uint64N(1 << 20)
-			res, err := e.Execute(t.Context(), p, exec.WithInput(in, base))
+			res, err := e.Execute(t.Context(), p, exec.WithInput(in, base), exec.WithKeepDeviceMemory())
 			require.NoError(t, err)
 			assert.Equal(t, keptWant(base, w), keptOut(t, res, out, w))
 			res.Close()
@@ -85,7 +86,7 @@ func TestPlanKeepsDeviceMemory(t *testing.T) {
 			require.Positive(t, kept, "the plan keeps the run's device memory")
 			for range 3 {
 				base = rng.Uint64N(1 << 20)
-				res, err = e.Execute(t.Context(), p, exec.WithInput(in, base))
+				res, err = e.Execute(t.Context(), p, exec.WithInput(in, base), exec.WithKeepDeviceMemory())
 				require.NoError(t, err)
 				assert.Equal(t, keptWant(base, w), keptOut(t, res, out, w))
 				res.Close()
@@ -95,31 +96,31 @@ func TestPlanKeepsDeviceMemory(t *testing.T) {
 			p.ReleaseDeviceMemory()
 			assert.Zero(t, d.live(), "ReleaseDeviceMemory releases what the plan kept")
 			p.ReleaseDeviceMemory() // idempotent
-			res, err = e.Execute(t.Context(), p, exec.WithInput(in, base))
+			res, err = e.Execute(t.Context(), p, exec.WithInput(in, base), exec.WithKeepDeviceMemory())
 			require.NoError(t, err)
 			assert.Equal(t, keptWant(base, w), keptOut(t, res, out, w))
 			res.Close()
 			assert.Equal(t, 2*first, d.allocCount(), "after ReleaseDeviceMemory a run allocates again")
 		}},
 		{"result-holds", func(t *testing.T, d *fakeCode, e *exec.Executor, p *exec.Plan, in, out dag.BufferID, rng *rand.Rand) {
-			warm, err := e.Execute(t.Context(), p, exec.WithInput(in, uint64(0)))
+			warm, err := e.Execute(t.Context(), p, exec.WithInput(in, uint64(0)), exec.WithKeepDeviceMemory())
 			require.NoError(t, err)
 			warm.Close()
 			first := d.allocCount()
 			b1, b2 := rng.Uint64N(1<<20), rng.Uint64N(1<<20)+1<<20
 			// res1 is not read: its out is still on the device, in the
 			// memory it took from the plan.
-			res1, err := e.Execute(t.Context(), p, exec.WithInput(in, b1))
+			res1, err := e.Execute(t.Context(), p, exec.WithInput(in, b1), exec.WithKeepDeviceMemory())
 			require.NoError(t, err)
 			assert.Equal(t, first, d.allocCount(), "the second run takes the first one's memory")
-			res2, err := e.Execute(t.Context(), p, exec.WithInput(in, b2))
+			res2, err := e.Execute(t.Context(), p, exec.WithInput(in, b2), exec.WithKeepDeviceMemory())
 			require.NoError(t, err)
 			assert.Equal(t, 2*first, d.allocCount(), "memory a live Result holds is not reused")
 			assert.Equal(t, keptWant(b2, w), keptOut(t, res2, out, w))
 			res2.Close()
 			assert.Equal(t, keptWant(b1, w), keptOut(t, res1, out, w), "a later run did not write over an open Result's device memory")
 			res1.Close() // the plan keeps res2's memory: res1's is released
-			res3, err := e.Execute(t.Context(), p, exec.WithInput(in, b1+7))
+			res3, err := e.Execute(t.Context(), p, exec.WithInput(in, b1+7), exec.WithKeepDeviceMemory())
 			require.NoError(t, err)
 			assert.Equal(t, keptWant(b1+7, w), keptOut(t, res3, out, w))
 			res3.Close()
@@ -136,7 +137,7 @@ func TestPlanKeepsDeviceMemory(t *testing.T) {
 			var wg sync.WaitGroup
 			for i := range runs {
 				wg.Go(func() {
-					res, err := e.Execute(t.Context(), p, exec.WithInput(in, bases[i]))
+					res, err := e.Execute(t.Context(), p, exec.WithInput(in, bases[i]), exec.WithKeepDeviceMemory())
 					if err != nil {
 						errs[i] = err
 						return
@@ -219,7 +220,7 @@ func TestPlanKeepsStatusWords(t *testing.T) {
 		v    uint64
 		fail bool
 	}{{2, false}, {3, true}, {4, false}, {5, true}, {6, false}} {
-		res, err := e.Execute(t.Context(), p, exec.WithInput(in, tc.v))
+		res, err := e.Execute(t.Context(), p, exec.WithInput(in, tc.v), exec.WithKeepDeviceMemory())
 		require.NoError(t, err)
 		if tc.fail {
 			var se *exec.StatusError
@@ -252,7 +253,7 @@ func TestDroppedPlanReleasesDeviceMemory(t *testing.T) {
 		g, in, out := keptGraph(w)
 		p, err := e.Plan(g)
 		require.NoError(t, err)
-		res, err := e.Execute(t.Context(), p, exec.WithInput(in, uint64(9)))
+		res, err := e.Execute(t.Context(), p, exec.WithInput(in, uint64(9)), exec.WithKeepDeviceMemory())
 		require.NoError(t, err)
 		assert.Equal(t, keptWant(9, w), keptOut(t, res, out, w))
 		res.Close()
@@ -266,4 +267,133 @@ func TestDroppedPlanReleasesDeviceMemory(t *testing.T) {
 	}
 	assert.Zero(t, d.live(), "a dropped plan's device memory is released")
 	require.NoError(t, d.Close())
+}
+
+// TestKeptDeviceMemoryCountsInBudget: the device memory a plan keeps
+// (WithKeepDeviceMemory) holds its bytes of the budget: a run of another
+// plan that needs them waits for them until ReleaseDeviceMemory gives
+// them back, and after that nothing is left allocated or taken.
+func TestKeptDeviceMemoryCountsInBudget(t *testing.T) {
+	const w = 16
+	// A run of keptGraph takes 6×8w bytes (a, mid and out on the host
+	// and on the device); the plan keeps the device's 3×8w. The budget
+	// fits one run, but not a run beside kept memory.
+	const kept, total = 3 * 8 * w, 8 * 8 * w
+	for _, cd := range codeDevs() {
+		t.Run(cd.name, func(t *testing.T) {
+			dev := cd.make(t, 1)
+			budget := buffers.NewBudget(total)
+			e := cpuAnd(t, 1, dev, exec.WithBudget(budget))
+			g, in, out := keptGraph(w)
+			pa, err := e.Plan(g)
+			require.NoError(t, err)
+			pb, err := e.Plan(g)
+			require.NoError(t, err)
+			t.Cleanup(pa.ReleaseDeviceMemory) // before the device's leak check
+			res, err := e.Execute(t.Context(), pa, exec.WithInput(in, uint64(1)), exec.WithKeepDeviceMemory())
+			require.NoError(t, err)
+			assert.Equal(t, keptWant(1, w), keptOut(t, res, out, w))
+			res.Close()
+			if fd, ok := dev.(*fakeCode); ok {
+				assert.Equal(t, int64(kept), fd.live(), "the plan keeps its device memory")
+			}
+			assert.True(t, free(budget, total-kept), "the rest of the budget is free")
+			assert.False(t, free(budget, total-kept+1), "the kept memory holds its bytes")
+
+			type outcome struct {
+				res *exec.Result
+				err error
+			}
+			done := make(chan outcome, 1)
+			go func() {
+				res, err := e.Execute(t.Context(), pb, exec.WithInput(in, uint64(2)))
+				done <- outcome{res, err}
+			}()
+			// The other plan's run needs more than the kept memory leaves:
+			// it queues for the budget (then TryAcquire refuses even one
+			// free byte) rather than run beside it.
+			for budget.TryAcquire(1) {
+				budget.Release(1)
+				select {
+				case o := <-done:
+					if o.res != nil {
+						o.res.Close()
+					}
+					t.Fatalf("the second plan's run did not wait for the kept bytes (err %v)", o.err)
+				default:
+				}
+				runtime.Gosched()
+			}
+			pa.ReleaseDeviceMemory()
+			o := <-done
+			require.NoError(t, o.err)
+			assert.Equal(t, keptWant(2, w), keptOut(t, o.res, out, w))
+			o.res.Close()
+			assert.True(t, free(budget, total), "nothing holds budget bytes")
+			if fd, ok := dev.(*fakeCode); ok {
+				assert.Zero(t, fd.live(), "nothing stays allocated")
+			}
+		})
+	}
+}
+
+// TestDeviceMemoryReleasedAtClose: without WithKeepDeviceMemory a run
+// of a plan leaves nothing allocated on the code device, nor taken of
+// the budget, after its Result.Close; a run that does not keep releases
+// what an earlier one kept, after using it.
+func TestDeviceMemoryReleasedAtClose(t *testing.T) {
+	const w = 8
+	for _, cd := range codeDevs() {
+		t.Run(cd.name, func(t *testing.T) {
+			dev := cd.make(t, 1)
+			budget := buffers.NewBudget(1 << 20)
+			e := cpuAnd(t, 1, dev, exec.WithBudget(budget))
+			g, in, out := keptGraph(w)
+			p, err := e.Plan(g)
+			require.NoError(t, err)
+			fd, fake := dev.(*fakeCode)
+			check := func(what string, kept int64) {
+				t.Helper()
+				assert.True(t, free(budget, 1<<20-kept), "%s: the budget is free but for %d bytes", what, kept)
+				if kept > 0 {
+					assert.False(t, free(budget, 1<<20-kept+1), "%s: %d bytes held", what, kept)
+				}
+				if fake {
+					assert.Equal(t, kept, fd.live(), "%s: bytes allocated on the device", what)
+				}
+			}
+			for i, keep := range []bool{false, false, true, false} {
+				opts := []exec.RunOption{exec.WithInput(in, uint64(i))}
+				if keep {
+					opts = append(opts, exec.WithKeepDeviceMemory())
+				}
+				allocs := 0
+				if fake {
+					allocs = fd.allocCount()
+				}
+				res, err := e.Execute(t.Context(), p, opts...)
+				require.NoError(t, err)
+				assert.Equal(t, keptWant(uint64(i), w), keptOut(t, res, out, w))
+				res.Close()
+				var kept int64
+				if keep {
+					kept = 3 * 8 * w
+				}
+				check(fmt.Sprintf("run %d (keep %v)", i, keep), kept)
+				if fake && i == 3 {
+					assert.Equal(t, allocs, fd.allocCount(), "the run after a keeping one uses its memory")
+				}
+			}
+		})
+	}
+}
+
+// free reports whether n bytes of b are free now (and no run waits for
+// any), leaving b as it was.
+func free(b *buffers.Budget, n int64) bool {
+	if !b.TryAcquire(n) {
+		return false
+	}
+	b.Release(n)
+	return true
 }

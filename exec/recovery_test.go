@@ -7,9 +7,11 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamdag/streamdag/buffers"
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/topology"
@@ -115,4 +117,96 @@ func TestDeviceLossFailedRecoveryIsAnError(t *testing.T) {
 	assert.Nil(t, res)
 	require.ErrorIs(t, err, context.Canceled)
 	assert.ErrorContains(t, err, "exec: recover from losing gpu1")
+}
+
+// soleInput is an input value with Release but no Retain, so its buffer
+// holds its only reference: it counts its releases, and the reads made
+// after the first. Copies to another device are values of their own.
+type soleInput struct {
+	v        int
+	releases atomic.Int32
+	late     atomic.Int32 // reads after the first release
+}
+
+func (s *soleInput) Release() { s.releases.Add(1) }
+
+func (s *soleInput) get() int {
+	if s.releases.Load() > 0 {
+		s.late.Add(1)
+	}
+	return s.v
+}
+
+func (s *soleInput) CopyTo(memory.Allocator) (any, int64, error) {
+	return &soleInput{v: s.get()}, 8, nil
+}
+
+// An input whose value cannot be retained is released exactly once,
+// after its last read, whether the lost device held it (the recovery
+// moves it to the second phase, or carries a copy) or not (it is
+// carried), and whenever the loss comes.
+func TestDeviceLossReleasesSoleInputOnce(t *testing.T) {
+	for _, lose := range []topology.DeviceID{topology.GPU(0), topology.GPU(1)} {
+		for _, at := range []float64{0, 0.5, 1} {
+			t.Run(fmt.Sprintf("lose=%s/after=%g", lose, at), func(t *testing.T) {
+				e := twoSimGPUs(t, 1)
+				g := dag.New()
+				in := g.AddValue("in", dag.Input())
+				a, b := g.AddValue("a"), g.AddValue("b")
+				double := func(_ context.Context, l dag.Launch) error {
+					s, ok := l.In(0).Value().(*soleInput)
+					if !ok {
+						return fmt.Errorf("%s: input holds %T", l.Kernel(), l.In(0).Value())
+					}
+					return l.Out(0).Store(2 * s.get())
+				}
+				g.AddKernel("ka", double, dag.Reads(in), dag.Writes(a), dag.PreferDevice(topology.GPU(0)))
+				g.AddKernel("kb", double, dag.Reads(in), dag.Writes(b), dag.PreferDevice(topology.GPU(1)))
+				p, err := e.Plan(g)
+				require.NoError(t, err)
+				home := p.Devices()[p.Buffers()[in].Device]
+				v := &soleInput{v: 21}
+				res, err := e.Execute(t.Context(), p, exec.WithInput(in, v), exec.WithDeviceLoss(lose, at))
+				require.NoError(t, err)
+				require.NoError(t, res.Err())
+				for _, id := range []dag.BufferID{a, b} {
+					got, err := res.Value(id)
+					require.NoError(t, err)
+					assert.Equal(t, 42, got, "buffer %d", id)
+				}
+				got, err := res.Value(in)
+				require.NoError(t, err)
+				require.IsType(t, v, got)
+				assert.Equal(t, 21, got.(*soleInput).get(), "the input reads as given")
+				assert.Zero(t, got.(*soleInput).late.Load(), "the result's input was released (input on %s, %s lost)", home, lose)
+				res.Close()
+				assert.Equal(t, int32(1), v.releases.Load(), "releases (input on %s, %s lost)", home, lose)
+				assert.Zero(t, v.late.Load(), "reads after a release (input on %s, %s lost)", home, lose)
+			})
+		}
+	}
+}
+
+// Losing a code device gives back every byte the run reserved: the
+// bytes of a buffer whose final version was on the lost device alone
+// (its host bytes made only by a fetch that cannot come) included.
+func TestCodeDeviceLossGivesBackItsBudget(t *testing.T) {
+	const w = 8
+	for _, at := range []float64{0, 0.5, 1} {
+		t.Run(fmt.Sprint("after=", at), func(t *testing.T) {
+			d := newFakeCode(topology.OpenCL(7), 1, fakeKernels)
+			budget := buffers.NewBudget(1 << 20)
+			e := cpuAnd(t, 1, d, exec.WithBudget(budget))
+			g, in, out := keptGraph(w)
+			res, err := e.Run(t.Context(), g, exec.WithInput(in, uint64(2)), exec.WithDeviceLoss(d.ID(), at))
+			require.NoError(t, err)
+			_, err = res.Buffer(out)
+			require.ErrorIs(t, err, exec.ErrDeviceLost, "out was computed by OpenCL code alone")
+			res.Close()
+			require.True(t, budget.TryAcquire(1<<20), "the run gave every byte back")
+			budget.Release(1 << 20)
+			require.NoError(t, d.Close())
+			assert.Zero(t, d.live())
+		})
+	}
 }
