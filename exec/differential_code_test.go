@@ -170,15 +170,15 @@ func TestDifferentialCodeDevices(t *testing.T) {
 	}
 	ref := newExecutor(t, 1)
 	type mixed struct {
-		name    string
-		align   int64 // the code device's argument alignment (0: any offset)
-		every   uint64 // runs the seeds that are phase modulo every
-		phase   uint64
-		cpu     int // streams of the CPU device
-		code    int // streams of the code device
-		id      topology.DeviceID
-		ran     int // launches that ran on the code device
-		e       map[exec.Placement]*exec.Executor
+		name  string
+		align int64  // the code device's argument alignment (0: any offset)
+		every uint64 // runs the seeds that are phase modulo every
+		phase uint64
+		cpu   int // streams of the CPU device
+		code  int // streams of the code device
+		id    topology.DeviceID
+		ran   int // launches that ran on the code device
+		e     map[exec.Placement]*exec.Executor
 	}
 	var machines []*mixed
 	for _, cd := range codeDevs() {

@@ -65,7 +65,7 @@ func TestDifferentialOpenCL(t *testing.T) {
 		want := runProgram(t, ref, prog, nil, nil)
 		require.NoError(t, want.planErr, "seed %d: the CPU plan\n%s", seed, prog.describe())
 
-		fits := make([]bool, len(prog.kernels))  // has a variant the device can run
+		fits := make([]bool, len(prog.kernels))   // has a variant the device can run
 		keepGo := make([]bool, len(prog.kernels)) // keeps its Go function
 		var unfit []int                           // has a variant the device cannot run
 		for i := range prog.kernels {

@@ -134,8 +134,8 @@ func envInt(t *testing.T, name string, def int) int {
 type access struct {
 	buf      dag.BufferID
 	off, n   int64
-	value    bool // a value buffer (off, n unused)
-	optional bool // a ReadsOptional read
+	value    bool  // a value buffer (off, n unused)
+	optional bool  // a ReadsOptional read
 	short    int64 // a write: the last short bytes of the range are declared but left unwritten
 }
 
@@ -460,9 +460,9 @@ func (p *program) describe() string {
 // outcome is what a run of a program gives a caller.
 type outcome struct {
 	planErr error
-	status  map[string]string         // kernel → final status and error
-	buffers []string                  // by buffer: its bytes or value, or why it cannot be read
-	ran     map[topology.DeviceID]int // launches that ran (ok or failed) by device; not compared
+	status  map[string]string            // kernel → final status and error
+	buffers []string                     // by buffer: its bytes or value, or why it cannot be read
+	ran     map[topology.DeviceID]int    // launches that ran (ok or failed) by device; not compared
 	device  map[string]topology.DeviceID // kernel → the device of its final launch; not compared
 }
 
