@@ -15,6 +15,8 @@ import (
 
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
+	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/opencl"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -83,11 +85,12 @@ func softAsHost(msg string) string { return softRE.ReplaceAllString(msg, `exec: 
 var softRE = regexp.MustCompile(`exec: kernel "(k\d+)" set its status word to 7`)
 
 // hashVariant returns kernel i's hashCL variant, or false when the kernel
-// cannot have one: it touches a value buffer, has an optional or empty
-// read or more than three reads, or (aligned) an argument that would not
-// start at its buffer's first byte (OpenCL points kernel arguments only
-// at offsets of the device's base address alignment).
-func (p *program) hashVariant(i int, aligned bool) (dag.KernelOption, bool) {
+// cannot have one: it touches a value buffer, has an optional read, an
+// empty read of a buffer that is not empty or more than three reads, or
+// (align > 0) an argument that would not start at a multiple of align
+// bytes of its buffer (OpenCL points kernel arguments only at multiples
+// of the device's base address alignment).
+func (p *program) hashVariant(i int, align int64) (dag.KernelOption, bool) {
 	k := p.kernels[i]
 	if len(k.reads) > 3 || len(k.writes) > 2 {
 		return dag.KernelOption{}, false
@@ -95,7 +98,7 @@ func (p *program) hashVariant(i int, aligned bool) (dag.KernelOption, bool) {
 	lo := map[dag.BufferID]int64{} // the pointer of each buffer: its first declared byte
 	for _, as := range [2][]access{k.reads, k.writes} {
 		for _, a := range as {
-			if a.value || a.optional || a.n == 0 {
+			if a.value || a.optional || a.n == 0 && p.bufs[a.buf].SizeBytes > 0 {
 				return dag.KernelOption{}, false
 			}
 			if v, ok := lo[a.buf]; !ok || a.off < v {
@@ -103,9 +106,9 @@ func (p *program) hashVariant(i int, aligned bool) (dag.KernelOption, bool) {
 			}
 		}
 	}
-	if aligned {
+	if align > 0 {
 		for _, v := range lo {
-			if v != 0 {
+			if v%align != 0 {
 				return dag.KernelOption{}, false
 			}
 		}
@@ -130,7 +133,7 @@ func (p *program) hashVariant(i int, aligned bool) (dag.KernelOption, bool) {
 		args = append(args, dag.BufferArg(a.buf))
 		n := uint64(0)
 		if j < len(k.writes) {
-			n = uint64(a.n)
+			n = uint64(a.n - a.short)
 		}
 		wn[j] = dag.ScalarArg(n)
 	}
@@ -168,15 +171,15 @@ func TestDifferentialCodeDevices(t *testing.T) {
 	}
 	ref := newExecutor(t, 1)
 	type mixed struct {
-		name    string
-		aligned bool
-		every   uint64 // runs the seeds that are phase modulo every
-		phase   uint64
-		cpu     int // streams of the CPU device
-		code    int // streams of the code device
-		id      topology.DeviceID
-		ran     int // launches that ran on the code device
-		e       map[exec.Placement]*exec.Executor
+		name  string
+		align int64  // the code device's argument alignment (0: any offset)
+		every uint64 // runs the seeds that are phase modulo every
+		phase uint64
+		cpu   int // streams of the CPU device
+		code  int // streams of the code device
+		id    topology.DeviceID
+		ran   int // launches that ran on the code device
+		e     map[exec.Placement]*exec.Executor
 	}
 	var machines []*mixed
 	for _, cd := range codeDevs() {
@@ -197,10 +200,10 @@ func TestDifferentialCodeDevices(t *testing.T) {
 			shapes, every, phase = [][2]int{{2, 3}}, 8, []uint64{0}
 		}
 		for i, sh := range shapes {
-			m := &mixed{name: cd.name, aligned: cd.name != "fake", every: every, phase: phase[i],
+			m := &mixed{name: cd.name, every: every, phase: phase[i],
 				cpu: sh[0], code: sh[1], e: map[exec.Placement]*exec.Executor{}}
 			dev := cd.make(t, sh[1])
-			m.id = dev.ID()
+			m.id, m.align = dev.ID(), argAlign(dev)
 			for _, pl := range []exec.Placement{exec.PlaceHEFT, exec.PlaceRoundRobin, exec.PlaceLeastLoaded} {
 				m.e[pl] = cpuAnd(t, sh[0], dev, exec.WithPlacement(pl))
 			}
@@ -219,11 +222,11 @@ func TestDifferentialCodeDevices(t *testing.T) {
 			host := make([]bool, len(prog.kernels))
 			has := make([]bool, len(prog.kernels))
 			for i := range prog.kernels {
-				_, has[i] = prog.hashVariant(i, m.aligned)
+				_, has[i] = prog.hashVariant(i, m.align)
 				host[i] = !has[i] || rng.IntN(3) > 0
 			}
 			prog.code = func(i int) (dag.KernelOption, bool, bool) {
-				opt, ok := prog.hashVariant(i, m.aligned)
+				opt, ok := prog.hashVariant(i, m.align)
 				return opt, host[i], ok
 			}
 			for _, pl := range []exec.Placement{exec.PlaceHEFT, exec.PlaceRoundRobin, exec.PlaceLeastLoaded, placeAnywhere} {
@@ -276,6 +279,7 @@ func TestDifferentialCodeDevicesCancelled(t *testing.T) {
 		every uint64
 		e     *exec.Executor
 		id    topology.DeviceID
+		align int64
 	}
 	var cancelled, ran int
 	queued := map[string]int{} // by machine: launches queued on its code device at the cancel that ran on
@@ -289,7 +293,7 @@ func TestDifferentialCodeDevicesCancelled(t *testing.T) {
 			every = 4
 		}
 		dev := cd.make(t, 3)
-		machines = append(machines, mixed{cd.name, every, cpuAnd(t, 2, dev, exec.WithPlacement(exec.PlaceRoundRobin), exec.WithLaunchTiming(true)), dev.ID()})
+		machines = append(machines, mixed{cd.name, every, cpuAnd(t, 2, dev, exec.WithPlacement(exec.PlaceRoundRobin), exec.WithLaunchTiming(true)), dev.ID(), argAlign(dev)})
 	}
 	for seed := range uint64(seeds) {
 		for _, m := range machines {
@@ -300,13 +304,12 @@ func TestDifferentialCodeDevicesCancelled(t *testing.T) {
 			prog := randomProgram(rng)
 			want := runProgram(t, ref, prog, nil, nil)
 			require.NoError(t, want.planErr, "seed %d", seed)
-			aligned := m.name != "fake"
 			prog.cancelAt = rng.IntN(len(prog.kernels))
 			prog.code = func(i int) (dag.KernelOption, bool, bool) {
 				if i == prog.cancelAt {
 					return dag.KernelOption{}, false, false // it cancels from Go
 				}
-				opt, ok := prog.hashVariant(i, aligned)
+				opt, ok := prog.hashVariant(i, m.align)
 				return opt, i%3 != 0, ok
 			}
 			ctx, cancel := context.WithCancel(t.Context())
@@ -316,24 +319,7 @@ func TestDifferentialCodeDevicesCancelled(t *testing.T) {
 			cancel()
 			prog.cancel, prog.code = nil, nil
 			what := fmt.Sprintf("seed %d on cpu + %s, k%d cancels", seed, m.name, prog.cancelAt)
-			require.NoError(t, got.planErr, what)
-			for k, w := range want.status {
-				g := got.status[k]
-				switch {
-				case strings.HasPrefix(g, "ok"), strings.HasPrefix(g, "failed"):
-					require.Equal(t, w, g, "%s: kernel %s ran\nprogram:\n%s", what, k, prog.describe())
-				case strings.HasPrefix(g, "cancelled"):
-					cancelled++
-				case strings.HasPrefix(g, "skipped"):
-				default:
-					t.Fatalf("%s: kernel %s ended %q\nprogram:\n%s", what, k, g, prog.describe())
-				}
-			}
-			for b, g := range got.buffers {
-				if !strings.HasPrefix(g, "unreadable") {
-					require.Equal(t, want.buffers[b], g, "%s: buffer %d is readable\nprogram:\n%s", what, b, prog.describe())
-				}
-			}
+			cancelled += checkCancelled(t, what, prog, want, got)
 			ran += got.ran[m.id]
 			for _, l := range got.reports {
 				// Settled after the cancel: it was on the device's queue
@@ -352,4 +338,42 @@ func TestDifferentialCodeDevicesCancelled(t *testing.T) {
 			require.Positive(t, queued[m.name], "%s: no run had launches queued on the device at its cancel", m.name)
 		}
 	}
+}
+
+// checkCancelled checks got, a run of prog that a kernel cancelled,
+// against want, the uncancelled run on the CPU device: every launch
+// settled (none is left pending), a launch that succeeded or failed did
+// what it does in want, and every buffer the result lets a caller read
+// holds want's bytes. It returns how many kernels ended cancelled.
+func checkCancelled(t *testing.T, what string, prog *program, want, got *outcome) (cancelled int) {
+	t.Helper()
+	require.NoError(t, got.planErr, what)
+	for k, w := range want.status {
+		g := got.status[k]
+		switch {
+		case strings.HasPrefix(g, "ok"), strings.HasPrefix(g, "failed"):
+			require.Equal(t, w, g, "%s: kernel %s ran\nprogram:\n%s", what, k, prog.describe())
+		case strings.HasPrefix(g, "cancelled"):
+			cancelled++
+		case strings.HasPrefix(g, "skipped"):
+		default:
+			t.Fatalf("%s: kernel %s ended %q\nprogram:\n%s", what, k, g, prog.describe())
+		}
+	}
+	for b, g := range got.buffers {
+		if !strings.HasPrefix(g, "unreadable") {
+			require.Equal(t, want.buffers[b], g, "%s: buffer %d is readable\nprogram:\n%s", what, b, prog.describe())
+		}
+	}
+	return cancelled
+}
+
+// argAlign returns the multiple of which a kernel argument's offset must
+// be on device d: an OpenCL device's base address alignment, 0 (any) on
+// others.
+func argAlign(d gpu.Device) int64 {
+	if info, ok := opencl.InfoOf(d); ok {
+		return info.BaseAlignBytes
+	}
+	return 0
 }

@@ -134,8 +134,9 @@ func envInt(t *testing.T, name string, def int) int {
 type access struct {
 	buf      dag.BufferID
 	off, n   int64
-	value    bool // a value buffer (off, n unused)
-	optional bool // a ReadsOptional read
+	value    bool  // a value buffer (off, n unused)
+	optional bool  // a ReadsOptional read
+	short    int64 // a write: the last short bytes of the range are declared but left unwritten
 }
 
 type progKernel struct {
@@ -156,6 +157,24 @@ type program struct {
 	// before it does anything else.
 	cancel   func()
 	cancelAt int
+	// oneShot runs the program through Executor.Run (a plan made for
+	// the run alone) instead of Plan and Execute.
+	oneShot bool
+}
+
+// progShape varies what randomProgramOf generates beyond randomProgram.
+type progShape struct {
+	// unit, when above 1, sizes raw buffers in units of unit bytes (one
+	// to four, plus part of one), and makes about half of the write
+	// lengths and read offsets multiples of it: byte ranges then start
+	// both at multiples of a device's base address alignment (unit) and
+	// anywhere.
+	unit int64
+	// zero adds a zero-byte raw input, which kernels read (empty ranges).
+	zero bool
+	// short makes writers leave the end of some declared write ranges
+	// unwritten (those bytes read as the buffer's initial zeroes).
+	short bool
 }
 
 // randomProgram returns a program of 4–16 kernels over raw and value
@@ -165,7 +184,11 @@ type program struct {
 // (some empty, some of bytes nobody wrote) let the launch order move
 // readers of one range before writers of another. Some reads are
 // optional, some buffers are inputs, about one kernel in eight fails.
-func randomProgram(rng *rand.Rand) *program {
+func randomProgram(rng *rand.Rand) *program { return randomProgramOf(rng, progShape{}) }
+
+// randomProgramOf is randomProgram with the variations of shape; the
+// zero progShape gives randomProgram's programs, seed for seed.
+func randomProgramOf(rng *rand.Rand, shape progShape) *program {
 	p := &program{inputs: map[dag.BufferID]num{}}
 	type state struct {
 		closed  bool  // read by someone: no more writers
@@ -182,7 +205,11 @@ func randomProgram(rng *rand.Rand) *program {
 		if rng.IntN(4) == 0 {
 			add(dag.Buffer{Name: fmt.Sprint("v", len(p.bufs)), Value: true})
 		} else {
-			add(dag.Buffer{Name: fmt.Sprint("r", len(p.bufs)), SizeBytes: int64(8 + rng.IntN(41))})
+			size := int64(8 + rng.IntN(41))
+			if u := shape.unit; u > 1 {
+				size = u*int64(1+rng.IntN(4)) + rng.Int64N(u)
+			}
+			add(dag.Buffer{Name: fmt.Sprint("r", len(p.bufs)), SizeBytes: size})
 		}
 	}
 	for range 1 + rng.IntN(2) {
@@ -194,6 +221,11 @@ func randomProgram(rng *rand.Rand) *program {
 			add(dag.Buffer{Name: fmt.Sprint("in", i), Value: true, Input: true})
 			p.inputs[dag.BufferID(i)] = num(1000 + i)
 		}
+		st[i].closed, st[i].written = true, true
+	}
+	if shape.zero {
+		i := len(p.bufs)
+		add(dag.Buffer{Name: fmt.Sprint("in", i), SizeBytes: 0, Input: true})
 		st[i].closed, st[i].written = true, true
 	}
 	for range 3 + rng.IntN(4) {
@@ -228,6 +260,9 @@ func randomProgram(rng *rand.Rand) *program {
 				a.n = max(buf.SizeBytes, 1)
 			case !buf.Value:
 				a.off = rng.Int64N(st[b].cursor + 1)
+				if u := shape.unit; u > 1 && rng.IntN(2) == 0 {
+					a.off -= a.off % u
+				}
 				a.n = rng.Int64N(st[b].cursor - a.off + 1)
 			}
 			if buf.Value {
@@ -258,6 +293,12 @@ func randomProgram(rng *rand.Rand) *program {
 				a.n = 1 + rng.Int64N(buf.SizeBytes-a.off)
 				if rng.IntN(3) > 0 { // most take a part, not all that is left
 					a.n = 1 + rng.Int64N(a.n)
+				}
+				if u := shape.unit; u > 1 && rng.IntN(2) == 0 && buf.SizeBytes-a.off >= u {
+					a.n = max(u, a.n-a.n%u) // the next writer starts aligned if this one did
+				}
+				if shape.short && rng.IntN(3) == 0 {
+					a.short = rng.Int64N(a.n/2 + 1)
 				}
 				st[b].cursor += a.n
 			}
@@ -375,7 +416,7 @@ func (p *program) kernelFunc(i int) dag.KernelFunc {
 				}
 				continue
 			}
-			bs := out.Bytes()[w.off : w.off+w.n]
+			bs := out.Bytes()[w.off : w.off+w.n-w.short]
 			for x := range bs {
 				bs[x] = byte(mix(h, uint64(j<<16+x)))
 			}
@@ -398,6 +439,9 @@ func (p *program) describe() string {
 		case a.value:
 			return name
 		}
+		if a.short > 0 {
+			return fmt.Sprintf("%s[%d:%d) (last %d unwritten)", name, a.off, a.off+a.n, a.short)
+		}
 		return fmt.Sprintf("%s[%d:%d)", name, a.off, a.off+a.n)
 	}
 	for _, k := range p.kernels {
@@ -416,10 +460,11 @@ func (p *program) describe() string {
 // outcome is what a run of a program gives a caller.
 type outcome struct {
 	planErr error
-	status  map[string]string         // kernel → final status and error
-	buffers []string                  // by buffer: its bytes or value, or why it cannot be read
-	ran     map[topology.DeviceID]int // launches that ran (ok or failed) by device; not compared
-	reports []exec.LaunchReport       // the run's launches; not compared
+	status  map[string]string            // kernel → final status and error
+	buffers []string                     // by buffer: its bytes or value, or why it cannot be read
+	ran     map[topology.DeviceID]int    // launches that ran (ok or failed) by device; not compared
+	device  map[string]topology.DeviceID // kernel → the device of its final launch; not compared
+	reports []exec.LaunchReport          // the run's launches; not compared
 }
 
 // runProgram runs prog on e (losing a device when loss is not nil) and
@@ -439,16 +484,6 @@ func runProgramCtx(t *testing.T, ctx context.Context, e *exec.Executor, prog *pr
 		ids = append(ids, d.ID())
 	}
 	g := prog.graph(ids)
-	var p *exec.Plan
-	var err error
-	if place != nil {
-		p, err = exec.PlanPlaced(e, g, place)
-	} else {
-		p, err = e.Plan(g)
-	}
-	if err != nil {
-		return &outcome{planErr: err}
-	}
 	var opts []exec.RunOption
 	for b, v := range prog.inputs {
 		opts = append(opts, exec.WithInput(b, v))
@@ -456,11 +491,28 @@ func runProgramCtx(t *testing.T, ctx context.Context, e *exec.Executor, prog *pr
 	if loss != nil {
 		opts = append(opts, exec.WithDeviceLoss(loss.Device, loss.After))
 	}
-	defer p.ReleaseDeviceMemory() // after res.Close (the runs here keep nothing)
-	res, err := e.Execute(ctx, p, opts...)
+	var res *exec.Result
+	var err error
+	if prog.oneShot && place == nil {
+		if res, err = e.Run(ctx, g, opts...); err != nil && res == nil {
+			return &outcome{planErr: err}
+		}
+	} else {
+		var p *exec.Plan
+		if place != nil {
+			p, err = exec.PlanPlaced(e, g, place)
+		} else {
+			p, err = e.Plan(g)
+		}
+		if err != nil {
+			return &outcome{planErr: err}
+		}
+		defer p.ReleaseDeviceMemory() // after res.Close (the runs here keep nothing)
+		res, err = e.Execute(ctx, p, opts...)
+	}
 	require.NoError(t, err)
 	defer res.Close()
-	o := &outcome{status: map[string]string{}, ran: map[topology.DeviceID]int{}, reports: res.Report.Launches()}
+	o := &outcome{status: map[string]string{}, ran: map[topology.DeviceID]int{}, device: map[string]topology.DeviceID{}, reports: res.Report.Launches()}
 	for _, l := range res.Report.Launches() {
 		if l.Status == exec.StatusOK || l.Status == exec.StatusFailed {
 			o.ran[l.Device]++
@@ -471,6 +523,7 @@ func runProgramCtx(t *testing.T, ctx context.Context, e *exec.Executor, prog *pr
 			line += ": " + softAsHost(msg)
 		}
 		o.status[l.Kernel] = line // the last launch of a kernel is its final one
+		o.device[l.Kernel] = l.Device
 	}
 	for b := range g.NumBuffers() {
 		buf, err := res.Buffer(dag.BufferID(b))
