@@ -366,6 +366,9 @@ func checkCodeDevices(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKin
 // device that cannot bind its OpenCL variant's buffer offsets
 // (misaligned): pinned there, or with code for no other device of devs.
 func alignedSomewhere(g *dag.Graph, k dag.Kernel, devs []topology.DeviceID, code []dag.CodeKind, align []int64) error {
+	if align == nil {
+		return nil
+	}
 	if k.Device != nil {
 		if d := slices.Index(devs, *k.Device); d >= 0 {
 			if err := misaligned(g, k, align[d]); err != nil {

@@ -93,6 +93,33 @@ func TestKernelArgumentMismatch(t *testing.T) {
 	assert.ErrorIs(t, k.SetInt32(-1, 1), opencl.Status(-49), "CL_INVALID_ARG_INDEX")
 	require.NoError(t, k.SetInt64(1, 1))
 	require.NoError(t, k.SetFloat32(2, 1))
+	require.NoError(t, q.Close())
+	assert.ErrorIs(t, k.SetInt64(1, 1), opencl.ErrClosed, "the queue released its kernel objects")
+	assert.ErrorIs(t, k.SetBuffer(0, mustAlloc(t, c, 4)), opencl.ErrClosed)
+}
+
+// TestBadHandlesAreErrors: the zero values of the handle types and
+// ranges outside a buffer are errors, never a call into OpenCL with a
+// bad handle.
+func TestBadHandlesAreErrors(t *testing.T) {
+	c := open(t)
+	q := newQueue(t, c)
+	b := mustAlloc(t, c, 64)
+	var zero opencl.Buffer
+	assert.ErrorContains(t, q.Fill(&zero, 0, 4, []byte{0}), "range [0, 4) outside the 0-byte buffer")
+	assert.NoError(t, zero.Release(), "nothing to free")
+	assert.ErrorIs(t, q.Fill(&zero, 0, 0, []byte{0}), opencl.ErrClosed)
+	assert.ErrorContains(t, q.Copy(b, 0, b, -8, 8), "range [-8, 0) outside the 64-byte buffer")
+	assert.ErrorContains(t, q.Copy(b, 0, b, 8, -8), "outside the 64-byte buffer")
+	assert.ErrorContains(t, q.Write(b, 60, make([]byte, 8)), "range [60, 68) outside the 64-byte buffer")
+	_, err := b.Sub(-128, 8)
+	assert.ErrorContains(t, err, "range [-128, -120) outside the 64-byte buffer")
+	_, err = q.Marker(&opencl.Event{})
+	assert.ErrorContains(t, err, "wait event 0 is of another context")
+	k, err := q.Kernel(nil, "touch")
+	assert.Nil(t, k)
+	assert.ErrorContains(t, err, `kernel "touch": program not built by this queue's context`)
+	require.NoError(t, q.Finish(t.Context()), "nothing bad was enqueued")
 }
 
 // TestDeviceLaunchShapeLimits: a shape the device cannot run is an error

@@ -418,6 +418,8 @@ func TestDeviceLaunchBadInput(t *testing.T) {
 		{"memory of another device", touch(gpu.KernelArg{Mem: fakeMemory{}}), "touch it: argument 0: memory of another device (gpu9)", nil},
 		{"released memory", touch(mem(released)), "touch it: argument 0: memory released", gpu.ErrClosed},
 		{"offset outside", touch(gpu.KernelArg{Mem: buf, Offset: 4096}), "touch it: argument 0: offset 4096 outside the 4096-byte memory", nil},
+		{"negative offset", touch(gpu.KernelArg{Mem: buf, Offset: -128}), "touch it: argument 0: offset -128 outside the 4096-byte memory", nil},
+		{"nil program", &gpu.KernelLaunch{Entry: "touch", Global: []int{1}, Args: []gpu.KernelArg{mem(buf)}}, "launch touch: program not built by this device (<nil>)", nil},
 		{"unaligned offset", touch(gpu.KernelArg{Mem: buf, Offset: 4}), "touch it: argument 0: offset 4 is not a multiple of the device's", nil},
 		{"scalar of type int", &gpu.KernelLaunch{Program: p, Entry: "produce", Global: []int{1}, Args: []gpu.KernelArg{mem(buf), scalar(7), scalar(int64(0))}},
 			"launch produce: argument 1: scalar of type int: want int32, uint32, int64, uint64, float32 or float64", nil},

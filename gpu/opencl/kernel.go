@@ -177,11 +177,16 @@ func (k *Kernel) fits(i int, size uintptr, buf bool, what string) error {
 }
 
 // set sets argument i to the size bytes at k.arg after checking them
-// against the parameter (fits).
+// against the parameter (fits); the kernel object must not have been
+// released with its queue.
 func (k *Kernel) set(i int, size uintptr, buf bool, what string) error {
 	if err := k.fits(i, size, buf, what); err != nil {
 		return err
 	}
+	if err := k.q.lockOpen(fmt.Sprintf("kernel %q argument %d", k.name, i)); err != nil {
+		return err
+	}
+	defer k.q.mu.Unlock()
 	if err := check("clSetKernelArg", syscall(cl.setKernelArg, k.h, uintptr(i), size, uintptr(unsafe.Pointer(&k.arg[0])))); err != nil {
 		return fmt.Errorf("opencl: kernel %q: argument %d: %w", k.name, i, err)
 	}
@@ -189,9 +194,9 @@ func (k *Kernel) set(i int, size uintptr, buf bool, what string) error {
 }
 
 // SetBuffer sets argument i (a __global or __constant pointer) to b.
-// Errors: a released buffer (ErrClosed), one of another context, an
-// index past the kernel's parameters, a parameter that is not such a
-// pointer, an *Error from clSetKernelArg.
+// Errors: a released buffer or a closed queue (ErrClosed), a buffer of
+// another context, an index past the kernel's parameters, a parameter
+// that is not such a pointer, an *Error from clSetKernelArg.
 func (k *Kernel) SetBuffer(i int, b *Buffer) error {
 	if b == nil || b.released.Load() {
 		return b.span(fmt.Sprintf("kernel %q argument %d", k.name, i), 0, 0)
@@ -203,9 +208,10 @@ func (k *Kernel) SetBuffer(i int, b *Buffer) error {
 	return k.set(i, unsafe.Sizeof(b.h), true, "buffer")
 }
 
-// SetInt32 sets argument i (an int) to v. Errors: an index past the
-// kernel's parameters, a pointer parameter or one of a scalar type of
-// another size, an *Error from clSetKernelArg.
+// SetInt32 sets argument i (an int) to v. Errors: a closed queue
+// (ErrClosed), an index past the kernel's parameters, a pointer
+// parameter or one of a scalar type of another size, an *Error from
+// clSetKernelArg.
 func (k *Kernel) SetInt32(i int, v int32) error { return k.setU32(i, uint32(v), "int32") }
 
 // SetUint32 sets argument i (a uint) to v. Errors as SetInt32's.

@@ -109,7 +109,10 @@ func (s *clStream) mem(m gpu.Memory, what string) (*clMemory, error) {
 // index: a program of another device, an unknown entry point, memory of
 // another device or released, an offset out of range or not aligned to
 // the device's base address alignment, a scalar of another type than the
-// six, a bad shape, ErrDeviceLost, gpu.ErrClosed.
+// six, an argument that does not fit its parameter (memory for a scalar
+// or a __local pointer, a scalar for a pointer or of another size), an
+// argument count other than the entry point's, a bad shape or one past
+// the device's limits, ErrDeviceLost, gpu.ErrClosed.
 func (s *clStream) LaunchKernel(k *gpu.KernelLaunch) error {
 	if k == nil {
 		return fmt.Errorf("%slaunch: nil KernelLaunch", s.prefix)
