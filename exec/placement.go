@@ -381,12 +381,14 @@ func newModel(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, mem [
 				}
 			}
 		}
-		if slices.ContainsFunc(align, func(a int64) bool { return a > 1 }) {
-			if cs := m.cands[k.ID]; cs == nil || slices.ContainsFunc(cs, func(d int) bool { return misaligned(g, k, align[d]) != nil }) {
-				if cs == nil {
-					cs = m.all
-				}
-				m.cands[k.ID] = slices.DeleteFunc(slices.Clone(cs), func(d int) bool { return misaligned(g, k, align[d]) != nil })
+		if align != nil {
+			cs := m.cands[k.ID]
+			if cs == nil {
+				cs = m.all
+			}
+			bad := func(d int) bool { return misaligned(g, k, align[d]) != nil }
+			if slices.ContainsFunc(cs, bad) {
+				m.cands[k.ID] = slices.DeleteFunc(slices.Clone(cs), bad)
 				if len(m.cands[k.ID]) == 0 {
 					return nil, fmt.Errorf("exec: kernel %q binds buffers at offsets no device of its code can bind", k.Name)
 				}

@@ -289,9 +289,9 @@ func (e *Executor) codeMem() (mem []bool, align []int64) {
 	return mem, align
 }
 
-// misaligned returns an error naming kernel k, the buffer (of g), the offset and
-// align when k's OpenCL variant binds a buffer at an offset that is not a
-// multiple of align (> 1); nil otherwise.
+// misaligned returns an error naming kernel k, the buffer (of g), the
+// offset and align when k's OpenCL variant binds a buffer at an offset
+// that is not a multiple of align (> 1); nil otherwise.
 func misaligned(g *dag.Graph, k dag.Kernel, align int64) error {
 	if align <= 1 {
 		return nil

@@ -154,15 +154,19 @@ func (k *Kernel) Name() string { return k.name }
 func (k *Kernel) NumParams() int { return len(k.params) }
 
 // fits returns an error when an argument of size bytes (a buffer when
-// buf; what names it, "buffer", "int64") does not fit parameter i: an
+// buf, else the scalar of scalar's type) does not fit parameter i: an
 // index past the parameters, a buffer for a parameter that is not a
 // __global or __constant pointer, a scalar for a pointer, a scalar of
 // another size than the parameter's type.
-func (k *Kernel) fits(i int, size uintptr, buf bool, what string) error {
+func (k *Kernel) fits(i int, size uintptr, buf bool, scalar any) error {
 	if i < 0 || i >= len(k.params) {
 		return fmt.Errorf("opencl: kernel %q: argument %d: the kernel has %d parameters: %w", k.name, i, len(k.params), Status(-49)) // CL_INVALID_ARG_INDEX
 	}
 	p := k.params[i]
+	what := "buffer"
+	if !buf {
+		what = fmt.Sprintf("%T", scalar)
+	}
 	switch {
 	case !p.known:
 		return nil
@@ -179,8 +183,8 @@ func (k *Kernel) fits(i int, size uintptr, buf bool, what string) error {
 // set sets argument i to the size bytes at k.arg after checking them
 // against the parameter (fits); the kernel object must not have been
 // released with its queue.
-func (k *Kernel) set(i int, size uintptr, buf bool, what string) error {
-	if err := k.fits(i, size, buf, what); err != nil {
+func (k *Kernel) set(i int, size uintptr, buf bool, scalar any) error {
+	if err := k.fits(i, size, buf, scalar); err != nil {
 		return err
 	}
 	if err := k.q.lockOpen(fmt.Sprintf("kernel %q argument %d", k.name, i)); err != nil {
@@ -205,40 +209,42 @@ func (k *Kernel) SetBuffer(i int, b *Buffer) error {
 		return fmt.Errorf("opencl: kernel %q: argument %d: buffer of another context", k.name, i)
 	}
 	*(*uintptr)(unsafe.Pointer(&k.arg[0])) = b.h
-	return k.set(i, unsafe.Sizeof(b.h), true, "buffer")
+	return k.set(i, unsafe.Sizeof(b.h), true, nil)
 }
 
 // SetInt32 sets argument i (an int) to v. Errors: a closed queue
 // (ErrClosed), an index past the kernel's parameters, a pointer
 // parameter or one of a scalar type of another size, an *Error from
 // clSetKernelArg.
-func (k *Kernel) SetInt32(i int, v int32) error { return k.setU32(i, uint32(v), "int32") }
+func (k *Kernel) SetInt32(i int, v int32) error { return k.setU32(i, uint32(v), int32(0)) }
 
 // SetUint32 sets argument i (a uint) to v. Errors as SetInt32's.
-func (k *Kernel) SetUint32(i int, v uint32) error { return k.setU32(i, v, "uint32") }
+func (k *Kernel) SetUint32(i int, v uint32) error { return k.setU32(i, v, uint32(0)) }
 
 // SetInt64 sets argument i (a long) to v. Errors as SetInt32's.
-func (k *Kernel) SetInt64(i int, v int64) error { return k.setU64(i, uint64(v), "int64") }
+func (k *Kernel) SetInt64(i int, v int64) error { return k.setU64(i, uint64(v), int64(0)) }
 
 // SetUint64 sets argument i (a ulong) to v. Errors as SetInt32's.
-func (k *Kernel) SetUint64(i int, v uint64) error { return k.setU64(i, v, "uint64") }
+func (k *Kernel) SetUint64(i int, v uint64) error { return k.setU64(i, v, uint64(0)) }
 
 // SetFloat32 sets argument i (a float) to v. Errors as SetInt32's.
 func (k *Kernel) SetFloat32(i int, v float32) error {
-	return k.setU32(i, math.Float32bits(v), "float32")
+	return k.setU32(i, math.Float32bits(v), float32(0))
 }
 
 // SetFloat64 sets argument i (a double) to v. Errors as SetInt32's.
 func (k *Kernel) SetFloat64(i int, v float64) error {
-	return k.setU64(i, math.Float64bits(v), "float64")
+	return k.setU64(i, math.Float64bits(v), float64(0))
 }
 
-func (k *Kernel) setU32(i int, v uint32, what string) error {
+// setU32 and setU64 set a scalar argument; typ is a zero of its Go type,
+// for errors.
+func (k *Kernel) setU32(i int, v uint32, typ any) error {
 	*(*uint32)(unsafe.Pointer(&k.arg[0])) = v
-	return k.set(i, 4, false, what)
+	return k.set(i, 4, false, typ)
 }
 
-func (k *Kernel) setU64(i int, v uint64, what string) error {
+func (k *Kernel) setU64(i int, v uint64, typ any) error {
 	*(*uint64)(unsafe.Pointer(&k.arg[0])) = v
-	return k.set(i, 8, false, what)
+	return k.set(i, 8, false, typ)
 }

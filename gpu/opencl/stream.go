@@ -61,7 +61,8 @@ type streamKernel struct {
 }
 
 // argVal is an argument value set on a kernel object: a scalar's size
-// and bits, or a buffer (nil: NULL). A buffer is compared by its
+// and bits, or a buffer (one with a zero handle: NULL). A buffer is
+// compared by its
 // *Buffer, never by its cl_mem handle: OpenCL reuses the handle value of
 // a released buffer for a new one, which must still be set.
 type argVal struct {
@@ -167,7 +168,6 @@ func (s *clStream) kernel(p *Program, entry string) (*streamKernel, error) {
 // for zero-byte memory), after the memory's zero fill (ready).
 func (s *clStream) setArg(sk *streamKernel, i int, a gpu.KernelArg) error {
 	var v argVal
-	what := "buffer"
 	if a.Mem != nil {
 		m, ok := a.Mem.(*clMemory)
 		if !ok || m.d != s.d {
@@ -182,7 +182,6 @@ func (s *clStream) setArg(sk *streamKernel, i int, a gpu.KernelArg) error {
 		}
 		v = argVal{size: unsafe.Sizeof(uintptr(0)), buf: b, mem: true}
 	} else {
-		what = fmt.Sprintf("%T", a.Scalar)
 		switch x := a.Scalar.(type) {
 		case int32:
 			v = argVal{size: 4, bits: uint64(uint32(x))}
@@ -215,9 +214,9 @@ func (s *clStream) setArg(sk *streamKernel, i int, a gpu.KernelArg) error {
 	case v.size == 4:
 		*(*uint32)(unsafe.Pointer(&k.arg[0])) = uint32(v.bits)
 	default:
-		*(*uint64)(unsafe.Pointer(&k.arg[0])) = v.bits // a scalar, or 0: a NULL buffer
+		*(*uint64)(unsafe.Pointer(&k.arg[0])) = v.bits
 	}
-	if err := k.set(i, v.size, v.mem, what); err != nil {
+	if err := k.set(i, v.size, v.mem, a.Scalar); err != nil {
 		sk.args[i] = argVal{}
 		return err
 	}
