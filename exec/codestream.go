@@ -245,10 +245,12 @@ func (p *Plan) instanceOf(l *PlannedLaunch, b dag.BufferID) buffers.ID {
 	return -1 // dag binds only declared buffers: not reached
 }
 
-// allocMem makes plan buffer i's device memory on its code device: the
-// memory an earlier run of the plan left in its cache (r.cached), or a
-// new allocation. A failure reads as the buffer's unallocated failure, as
-// an over-budget reservation does, and gives its budget bytes back.
+// allocMem makes plan buffer i's device memory on its code device,
+// reading as zeroes as a new buffer does: the memory an earlier run of
+// the plan left in its cache (r.cached; zeroed again, ordered before the
+// run's commands on it), or a new allocation. A failure reads as the
+// buffer's unallocated failure, as an over-budget reservation does, and
+// gives its budget bytes back.
 func (r *run) allocMem(i int32) {
 	b := &r.plan.bufs[i]
 	if r.mems == nil {
@@ -256,8 +258,12 @@ func (r *run) allocMem(i int32) {
 	}
 	if r.cached != nil {
 		if m := r.cached[i]; m != nil && m.Bytes() == b.SizeBytes {
-			r.cached[i], r.mems[i] = nil, m
-			return
+			r.cached[i] = nil
+			if m.Zero() == nil {
+				r.mems[i] = m
+				return
+			}
+			m.Release() // a new allocation says what is wrong
 		}
 	}
 	cd, _ := codeDevice(r.gdevs[b.Device])
@@ -662,6 +668,9 @@ type codeRun struct {
 	// The launch being enqueued, reused: the stream does not keep it.
 	kl   gpu.KernelLaunch
 	args []gpu.KernelArg
+	// empty is the zero-byte memory bound for a zero-byte buffer (which
+	// has no memory of its own), made on first use.
+	empty gpu.Memory
 }
 
 // codeState is how far a launch of a code stream got.
@@ -843,8 +852,13 @@ func (c *codeRun) prepare(dev gpu.CodeDevice, slots int) {
 }
 
 // releaseStatus releases the status words' memory, or keeps it for the
-// plan's cache (run.status) when the run has one.
+// plan's cache (run.status) when the run has one, and releases the
+// zero-byte memory.
 func (c *codeRun) releaseStatus() {
+	if c.empty != nil {
+		c.empty.Release()
+		c.empty = nil
+	}
 	if c.statusMem != nil {
 		if c.r.status != nil {
 			c.r.status[c.b.gs] = c.statusMem // each driver touches its own stream's slot
@@ -1082,6 +1096,16 @@ func (c *codeRun) launch(k int, l *PlannedLaunch) error {
 			args[j] = gpu.KernelArg{Mem: c.statusMem, Offset: int64(c.statusSlot[k]) * statusStride}
 		case a.inst >= 0:
 			m := c.mem(a.inst)
+			if b := &r.plan.bufs[a.inst]; m == nil && b.SizeBytes == 0 {
+				if c.empty == nil {
+					cd, _ := codeDevice(r.gdevs[b.Device])
+					var err error
+					if c.empty, err = cd.Alloc(0); err != nil {
+						return fmt.Errorf("exec: kernel %q: argument %d: zero-byte buffer %q: %w", l.Name, j, b.Name, err)
+					}
+				}
+				m = c.empty
+			}
 			if m == nil {
 				return fmt.Errorf("exec: kernel %q: argument %d: buffer %q has no device memory", l.Name, j, r.plan.bufs[a.inst].Name)
 			}

@@ -25,5 +25,6 @@ func PlanPlaced(e *Executor, g *dag.Graph, dev []int) (*Plan, error) {
 	for i, d := range e.devs {
 		ids[i] = d.ID()
 	}
-	return planOn(g, ids, e.numStreams(), e.codeMem(), PlacementResult{Device: dev}, nil), nil
+	mem, _ := e.codeMem()
+	return planOn(g, ids, e.numStreams(), mem, PlacementResult{Device: dev}, nil), nil
 }

@@ -29,6 +29,9 @@ type fakeCode struct {
 	fail func(label string) error
 	// memBytes is the memory Info reports (0: unknown).
 	memBytes int64
+	// align is the argument offset alignment ArgAlignBytes reports (0:
+	// any offset); LaunchKernel refuses an offset not a multiple of it.
+	align int64
 
 	mu        sync.Mutex
 	liveBytes int64
@@ -64,6 +67,8 @@ func (d *fakeCode) Info() topology.Device {
 	return topology.Device{ID: d.id, Name: "fake code device", MemoryBytes: d.memBytes}
 }
 func (d *fakeCode) NumStreams() int { return len(d.streams) }
+
+func (d *fakeCode) ArgAlignBytes() int64 { return d.align }
 func (d *fakeCode) Stream(i int) gpu.Stream {
 	return d.streams[i]
 }
@@ -114,19 +119,25 @@ func (m *fakeMem) Release() error {
 	return nil
 }
 
+// Zero clears the memory at once: the contract has no command on it
+// running then.
+func (m *fakeMem) Zero() error {
+	if m.released.Load() {
+		return fmt.Errorf("fake: zero released memory: %w", gpu.ErrClosed)
+	}
+	clear(m.b)
+	return nil
+}
+
 func (d *fakeCode) Alloc(bytes int64) (gpu.Memory, error) {
-	if bytes <= 0 {
+	if bytes < 0 {
 		return nil, fmt.Errorf("fake: alloc %d bytes on %s", bytes, d.id)
 	}
 	d.mu.Lock()
 	d.liveBytes += bytes
 	d.allocs++
 	d.mu.Unlock()
-	b := make([]byte, bytes)
-	for i := range b {
-		b[i] = 0xA5 // device memory is not zeroed
-	}
-	return &fakeMem{dev: d, b: b}, nil
+	return &fakeMem{dev: d, b: make([]byte, bytes)}, nil
 }
 
 type fakeProgram struct {
@@ -324,6 +335,9 @@ func (s *fakeStream) LaunchKernel(k *gpu.KernelLaunch) error {
 		if a.Mem == nil {
 			args[i] = a.Scalar
 			continue
+		}
+		if al := s.dev.align; al > 1 && a.Offset%al != 0 {
+			return fmt.Errorf("fake: argument %d: offset %d is not a multiple of %d bytes", i, a.Offset, al)
 		}
 		b, err := s.mem(a.Mem, a.Offset, a.Mem.Bytes()-a.Offset)
 		if err != nil {

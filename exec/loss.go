@@ -421,7 +421,7 @@ func (rc *recovery) migrate() error {
 
 // runs reports whether kernel k can run on device d of the second phase:
 // d survives and has code for k (on a code device, one that touches no
-// value buffer).
+// value buffer and binds buffers only at offsets the device can bind).
 func (rc *recovery) runs(k dag.KernelID, d int) bool {
 	if d < 0 || d == rc.loss.dev {
 		return false
@@ -431,8 +431,8 @@ func (rc *recovery) runs(k dag.KernelID, d int) bool {
 	if code == 0 || !kern.HasCode(code) {
 		return false
 	}
-	if rc.p1.mem[d] {
-		if _, v := valueAccess(rc.g, kern); v {
+	if cd, ok := codeDevice(rc.e.devs[d]); ok && rc.p1.mem[d] {
+		if _, v := valueAccess(rc.g, kern); v || misaligned(rc.g, kern, cd.ArgAlignBytes()) != nil {
 			return false
 		}
 	}

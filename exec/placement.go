@@ -82,7 +82,7 @@ type PlacementResult struct {
 // keeps each kernel to the devices that run code it has). Errors: an
 // unvalidated graph, a pin to a device not in devs.
 func Place(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *topology.Topology, strategy Placement) (PlacementResult, error) {
-	return place(g, devs, nil, nil, sameLanes(len(devs), lanes), topo, strategy)
+	return place(g, devs, nil, nil, nil, sameLanes(len(devs), lanes), topo, strategy)
 }
 
 // sameLanes returns n devices' lane counts, lanes each.
@@ -97,11 +97,13 @@ func sameLanes(n, lanes int) []int {
 // place is Place where device d has lanes[d] lanes and runs kernel code
 // of kind code[d] only: a kernel goes only to a device that runs code it
 // has (code nil: every device runs every kernel), and a kernel that reads
-// or writes a value buffer not to a code device (mem[d]; mem nil: none).
-// Errors as Place, and a kernel no device has code for or pinned to a
-// device without code for it.
-func place(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, mem []bool, lanes []int, topo *topology.Topology, strategy Placement) (PlacementResult, error) {
-	m, err := newModel(g, devs, code, mem, lanes, topo)
+// or writes a value buffer not to a code device (mem[d]; mem nil: none),
+// nor one whose OpenCL variant binds a buffer at an offset that is not a
+// multiple of a code device's argument alignment (align[d]; align nil:
+// none). Errors as Place, and a kernel no device has code for or pinned
+// to a device without code for it.
+func place(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, mem []bool, align []int64, lanes []int, topo *topology.Topology, strategy Placement) (PlacementResult, error) {
+	m, err := newModel(g, devs, code, mem, align, lanes, topo)
 	if err != nil {
 		return PlacementResult{}, err
 	}
@@ -291,7 +293,7 @@ func OptimalPlacement(g *dag.Graph, devs []topology.DeviceID, lanes int, topo *t
 	if g.NumKernels() > 12 {
 		return PlacementResult{}, fmt.Errorf("exec: optimal placement of %d kernels: at most 12", g.NumKernels())
 	}
-	m, err := newModel(g, devs, nil, nil, sameLanes(len(devs), lanes), topo)
+	m, err := newModel(g, devs, nil, nil, nil, sameLanes(len(devs), lanes), topo)
 	if err != nil {
 		return PlacementResult{}, err
 	}
@@ -335,8 +337,11 @@ type model struct {
 // newModel builds the cost model of g on devs; code[d], when code is not
 // nil, is the kind of kernel code device d runs; lanes[d] its lanes;
 // mem[d] (mem may be nil) whether it is a code device, which a kernel
-// that touches a value buffer does not go to.
-func newModel(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, mem []bool, lanes []int, topo *topology.Topology) (*model, error) {
+// that touches a value buffer does not go to; align[d] (align may be
+// nil) the argument alignment of code device d, which a kernel whose
+// OpenCL variant binds a buffer at an offset not a multiple of it does
+// not go to.
+func newModel(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, mem []bool, align []int64, lanes []int, topo *topology.Topology) (*model, error) {
 	order := g.Order()
 	if order == nil && g.NumKernels() > 0 {
 		return nil, errors.New("exec: placement needs a validated graph")
@@ -373,6 +378,19 @@ func newModel(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, mem [
 				m.cands[k.ID] = slices.DeleteFunc(slices.Clone(cs), func(d int) bool { return mem[d] })
 				if len(m.cands[k.ID]) == 0 {
 					return nil, fmt.Errorf("exec: kernel %q reads or writes a value buffer and has code only for code devices", k.Name)
+				}
+			}
+		}
+		if align != nil {
+			cs := m.cands[k.ID]
+			if cs == nil {
+				cs = m.all
+			}
+			bad := func(d int) bool { return misaligned(g, k, align[d]) != nil }
+			if slices.ContainsFunc(cs, bad) {
+				m.cands[k.ID] = slices.DeleteFunc(slices.Clone(cs), bad)
+				if len(m.cands[k.ID]) == 0 {
+					return nil, fmt.Errorf("exec: kernel %q binds buffers at offsets no device of its code can bind", k.Name)
 				}
 			}
 		}

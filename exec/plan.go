@@ -234,11 +234,11 @@ func (e *Executor) Plan(g *dag.Graph) (*Plan, error) {
 		return nil, fmt.Errorf("exec: a plan spans at most %d devices, the executor has %d", maxDevices, len(ids))
 	}
 	code := make([]dag.CodeKind, len(e.devs))
-	mem := e.codeMem()
+	mem, align := e.codeMem()
 	for i, d := range e.devs {
 		code[i] = DeviceCode(d)
 	}
-	if err := checkCodeDevices(g, ids, code, mem); err != nil {
+	if err := checkCodeDevices(g, ids, code, mem, align); err != nil {
 		return nil, err
 	}
 	if len(e.devs) == 1 {
@@ -256,7 +256,7 @@ func (e *Executor) Plan(g *dag.Graph) (*Plan, error) {
 		}
 		return nil, errors.New("exec: internal error: a kernel failed the one-device checks of planning and passes them now")
 	}
-	pl, err := place(g, ids, code, mem, e.numStreams(), e.topo, e.placement)
+	pl, err := place(g, ids, code, mem, align, e.numStreams(), e.topo, e.placement)
 	if err != nil {
 		return nil, err
 	}
@@ -279,13 +279,37 @@ func DeviceCode(dev gpu.Device) dag.CodeKind {
 	return 0
 }
 
-// codeMem returns, by device, whether e's device is a code device.
-func (e *Executor) codeMem() []bool {
-	mem := make([]bool, len(e.devs))
+// codeMem returns, by device, whether e's device is a code device, and
+// the argument alignment of each code device (gpu.CodeDevice's
+// ArgAlignBytes; 0 for the others).
+func (e *Executor) codeMem() (mem []bool, align []int64) {
+	mem, align = make([]bool, len(e.devs)), make([]int64, len(e.devs))
 	for i, d := range e.devs {
-		_, mem[i] = codeDevice(d)
+		var cd gpu.CodeDevice
+		if cd, mem[i] = codeDevice(d); mem[i] {
+			align[i] = cd.ArgAlignBytes()
+		}
 	}
-	return mem
+	return mem, align
+}
+
+// misaligned returns an error naming kernel k, the buffer (of g), the
+// offset and align when k's OpenCL variant binds a buffer at an offset
+// that is not a multiple of align (> 1); nil otherwise.
+func misaligned(g *dag.Graph, k dag.Kernel, align int64) error {
+	if align <= 1 {
+		return nil
+	}
+	v := variantOf(k, dag.OpenCLCode)
+	if v == nil {
+		return nil
+	}
+	for _, a := range v.Args {
+		if b, ok := a.Buffer(); ok && b.Offset%align != 0 {
+			return fmt.Errorf("exec: kernel %q binds buffer %q at offset %d, which is not a multiple of the %d-byte argument alignment", k.Name, g.Buffer(b.Buffer).Name, b.Offset, align)
+		}
+	}
+	return nil
 }
 
 // codeDevice returns dev as a code device the executor launches device
@@ -300,8 +324,10 @@ func codeDevice(dev gpu.Device) (gpu.CodeDevice, bool) {
 // a device that is not one, so a plan with one needs another device; and
 // a code device holds only raw bytes, so a kernel that reads or writes a
 // value buffer cannot run there (pinned there, or with code for no other
-// device of the plan).
-func checkCodeDevices(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, mem []bool) error {
+// device of the plan); nor can a kernel whose OpenCL variant binds a
+// buffer at an offset the code device cannot bind (not a multiple of
+// align[d]), pinned there or with code for no other device.
+func checkCodeDevices(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, mem []bool, align []int64) error {
 	host := slices.Index(mem, false)
 	if host < 0 {
 		return fmt.Errorf("exec: the executor's devices (%s, …) are all code devices: a plan keeps its buffers' host copies on a device that is not one (add the CPU device)", devs[0])
@@ -310,6 +336,9 @@ func checkCodeDevices(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKin
 		return nil
 	}
 	for _, k := range g.Kernels() {
+		if err := alignedSomewhere(g, k, devs, code, align); err != nil {
+			return err
+		}
 		vb, ok := valueAccess(g, k)
 		if !ok {
 			continue
@@ -335,6 +364,37 @@ func checkCodeDevices(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKin
 		}
 	}
 	return nil
+}
+
+// alignedSomewhere returns an error when kernel k would run on a code
+// device that cannot bind its OpenCL variant's buffer offsets
+// (misaligned): pinned there, or with code for no other device of devs.
+func alignedSomewhere(g *dag.Graph, k dag.Kernel, devs []topology.DeviceID, code []dag.CodeKind, align []int64) error {
+	if align == nil {
+		return nil
+	}
+	if k.Device != nil {
+		if d := slices.Index(devs, *k.Device); d >= 0 {
+			if err := misaligned(g, k, align[d]); err != nil {
+				return fmt.Errorf("%w on %s, which the kernel is pinned to", err, devs[d])
+			}
+		}
+		return nil
+	}
+	var first error
+	for d := range devs {
+		if code[d] == 0 || !k.HasCode(code[d]) {
+			continue
+		}
+		err := misaligned(g, k, align[d])
+		if err == nil {
+			return nil
+		}
+		if first == nil {
+			first = fmt.Errorf("%w on %s, and the kernel has code for no other device", err, devs[d])
+		}
+	}
+	return first
 }
 
 // valueAccess returns the first value buffer kernel k reads or writes.

@@ -19,6 +19,15 @@ type Memory interface {
 	Bytes() int64
 	// Release frees the memory (see the type's doc).
 	Release() error
+	// Zero makes the memory read as zeroes to every command that any
+	// stream enqueues on it after Zero returns: the device zeroes it
+	// ordered before those commands, without blocking the caller. The
+	// commands enqueued on it before must have finished (an event
+	// recorded after them has fired). A failure the device reports for
+	// the zeroing comes from the Wait of an event recorded after such a
+	// command. Errors: released memory (ErrClosed), a lost or closed
+	// device.
+	Zero() error
 }
 
 // Program is device code built for one device (CodeDevice.Program): the
@@ -30,11 +39,14 @@ type Program interface {
 }
 
 // KernelArg is one argument of a device entry point: device memory (a
-// __global pointer to Mem's byte Offset) or, when Mem is nil, the scalar
-// Scalar, one of int32, uint32, int64, uint64, float32 or float64. A
-// device that cannot point at Offset (OpenCL needs sub-buffer origins
-// aligned to the device's base address alignment) returns an error
-// naming the argument.
+// __global pointer to Mem's byte Offset, in [0, Mem.Bytes()), or 0 for
+// zero-byte memory, which binds a NULL pointer) or, when Mem is nil, the
+// scalar Scalar, one of int32, uint32, int64, uint64, float32 or
+// float64. An offset that is not a multiple of the device's
+// ArgAlignBytes, an argument that does not match the entry point's
+// parameter (memory for a scalar, a scalar for a pointer, a scalar of
+// another size) and an argument count other than the entry point's are
+// errors of LaunchKernel naming the kernel and the argument.
 type KernelArg struct {
 	Mem    Memory
 	Offset int64
@@ -62,9 +74,15 @@ type CodeDevice interface {
 	Device
 	// Code is the kind of device code the device runs ("opencl").
 	Code() string
-	// Alloc makes bytes (> 0) of device memory. The allocation counts
-	// against the device's memory; errors name the device and the size.
+	// Alloc makes bytes (>= 0) of device memory that reads as zeroes
+	// (as after Memory.Zero), as the CPU device's buffers do. The
+	// allocation counts against the device's memory; errors name the
+	// device and the size.
 	Alloc(bytes int64) (Memory, error)
+	// ArgAlignBytes is the alignment in bytes a KernelArg's Offset needs
+	// on the device (OpenCL's CL_DEVICE_MEM_BASE_ADDR_ALIGN); 0 or 1:
+	// any offset.
+	ArgAlignBytes() int64
 	// Program builds source (compiler options may be empty) for the
 	// device, or returns the program already built from the same source
 	// and options. It blocks while the compiler runs. A compile error
@@ -81,8 +99,10 @@ type CodeDevice interface {
 // command's label.
 type CodeStream interface {
 	Stream
-	// LaunchKernel enqueues k. Errors: a bad shape or argument, a
-	// program of another device, ErrClosed.
+	// LaunchKernel enqueues k. Errors: a shape the device cannot run
+	// (a size past the device's size_t or a work-group past its limits,
+	// naming k's label), a bad argument (see KernelArg), a program of
+	// another device, ErrClosed.
 	LaunchKernel(k *KernelLaunch) error
 	// CopyIn enqueues a copy of src into dst at off (host to device).
 	// src must stay unchanged until an event recorded after the call

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -142,6 +143,9 @@ func (b *Buffer) Release() error {
 	if !b.released.CompareAndSwap(false, true) {
 		return nil
 	}
+	if b.h == 0 {
+		return nil // the empty stand-in of zero-byte device memory
+	}
 	b.ctx.mu.Lock()
 	delete(b.ctx.buffers, b)
 	b.ctx.mu.Unlock()
@@ -255,7 +259,9 @@ func (c *Context) build(name, source, options string) (*Program, error) {
 	if err := check("clCreateProgramWithSource", uintptr(uint32(st))); err != nil {
 		return nil, fmt.Errorf("opencl: program %q: %w", name, err)
 	}
-	opts := cstr(options)
+	// Argument info lets a launch check each argument against its
+	// parameter (Kernel.fits) instead of handing OpenCL a mismatch.
+	opts := cstr(strings.TrimSpace(options + " -cl-kernel-arg-info"))
 	devs := []uintptr{c.dev.id}
 	if err := check("clBuildProgram", syscall(cl.buildProgram, h, 1, uintptr(unsafe.Pointer(&devs[0])), uintptr(unsafe.Pointer(&opts[0])), 0, 0)); err != nil {
 		log := c.buildLog(h)

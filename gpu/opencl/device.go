@@ -153,6 +153,10 @@ func NewDevice(dev Device, streams int, opts ...DeviceOption) (gpu.CodeDevice, e
 		d.streams = append(d.streams, &clStream{d: d, idx: i, q: q, kernels: map[kernelKey]*streamKernel{},
 			hwake: make(chan struct{}, 1), prefix: fmt.Sprintf("opencl: %s stream %d: ", d.id, i)})
 	}
+	if d.fillq, err = c.NewQueue(); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("opencl: new device %s fill queue: %w", d.id, err)
+	}
 	d.wg.Add(len(d.streams))
 	for _, s := range d.streams {
 		go s.hostWork()
@@ -187,6 +191,8 @@ type clDevice struct {
 	pmu   sync.Mutex
 	progs map[*Program]*clProgram
 
+	fillq *Queue // zero fills of new or reused memory (clMemory.Zero)
+
 	lost atomic.Pointer[error] // the first failure that lost the device
 
 	closeOnce sync.Once
@@ -213,6 +219,11 @@ func (d *clDevice) Kind() string          { return Kind }
 func (d *clDevice) Code() string          { return "opencl" }
 func (d *clDevice) NumStreams() int       { return len(d.streams) }
 func (d *clDevice) String() string        { return d.id.String() + " (" + d.info.Name + ")" }
+
+// ArgAlignBytes is the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes:
+// a kernel argument at a non-zero offset binds a sub-buffer, whose origin
+// must be a multiple of it.
+func (d *clDevice) ArgAlignBytes() int64 { return d.dev.info.BaseAlignBytes }
 
 // Info returns the device's facts: the OpenCL device's name and vendor,
 // its global memory as MemoryBytes, its compute units as Cores.
@@ -254,19 +265,26 @@ func (d *clDevice) enqueueErr(prefix string, err error) error {
 	return fmt.Errorf("%s%w", prefix, err)
 }
 
-// Alloc makes bytes (> 0) of device memory, counted against the device's
-// global memory. Errors: the budget exceeded (naming the device, the
-// size and what is in use), an *Error from OpenCL, ErrDeviceLost,
-// gpu.ErrClosed.
+// Alloc makes bytes (>= 0) of device memory, counted against the
+// device's global memory, reading as zeroes (see Zero). Zero bytes make
+// memory with no OpenCL buffer, which a kernel argument binds as a NULL
+// pointer. Errors: a negative size, the budget exceeded (naming the
+// device, the size and what is in use), an *Error from OpenCL,
+// ErrDeviceLost, gpu.ErrClosed.
 func (d *clDevice) Alloc(bytes int64) (gpu.Memory, error) {
-	if bytes <= 0 {
-		return nil, fmt.Errorf("opencl: %s: alloc %d bytes: the size must be positive", d.id, bytes)
+	if bytes < 0 {
+		return nil, fmt.Errorf("opencl: %s: alloc %d bytes: the size must not be negative", d.id, bytes)
 	}
 	if d.closedA.Load() {
 		return nil, fmt.Errorf("opencl: %s: alloc: %w", d.id, gpu.ErrClosed)
 	}
 	if err := d.lostErr(); err != nil {
 		return nil, err
+	}
+	if bytes == 0 {
+		m := &clMemory{d: d, b: &Buffer{ctx: d.ctx}}
+		m.zeroed.Store(true)
+		return m, nil
 	}
 	d.memMu.Lock()
 	if total := d.info.MemoryBytes; bytes > total-d.usedBytes {
@@ -284,7 +302,12 @@ func (d *clDevice) Alloc(bytes int64) (gpu.Memory, error) {
 		}
 		return nil, fmt.Errorf("opencl: %s: %w", d.id, err)
 	}
-	return &clMemory{d: d, b: b}, nil
+	m := &clMemory{d: d, b: b}
+	if err := m.Zero(); err != nil {
+		_ = m.Release()
+		return nil, err
+	}
+	return m, nil
 }
 
 func (d *clDevice) unbudget(bytes int64) {
@@ -394,18 +417,86 @@ type clProgram struct {
 func (p *clProgram) Name() string { return p.p.Name() }
 
 // clMemory is a device Buffer counted against the device's budget, with
-// the sub-buffers kernel arguments at an offset made of it.
+// the sub-buffers kernel arguments at an offset made of it, and the
+// marker after its zero fill while a stream may have to wait for it.
 type clMemory struct {
 	d        *clDevice
-	b        *Buffer
+	b        *Buffer // for zero bytes, one with no OpenCL buffer (h 0)
 	released atomic.Bool
+	zeroed   atomic.Bool // the fill has completed and its marker is released
 
 	mu   sync.Mutex
 	subs map[int64]*Buffer
+	fill *Event // the zero fill's marker on the device's fill queue, or nil
 }
 
 func (m *clMemory) Device() topology.DeviceID { return m.d.id }
 func (m *clMemory) Bytes() int64              { return m.b.bytes }
+
+// Zero enqueues filling the memory with zeroes on the device's fill
+// queue (no stream's), and makes the first commands of every stream that
+// use the memory after Zero returns wait for that fill on the device (no
+// host thread blocks). Commands enqueued before it must have completed.
+// A failed fill is reported by the stream events recorded after those
+// commands. Errors: released memory (gpu.ErrClosed), an *Error from
+// OpenCL, ErrDeviceLost, gpu.ErrClosed after Close.
+func (m *clMemory) Zero() error {
+	if m.b.h == 0 {
+		return nil // zero bytes
+	}
+	if err := m.d.lostErr(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.released.Load() {
+		return fmt.Errorf("opencl: %s: zero %d bytes: memory released: %w", m.d.id, m.b.bytes, gpu.ErrClosed)
+	}
+	if m.fill != nil {
+		m.fill.Release()
+		m.fill = nil
+	}
+	m.zeroed.Store(false)
+	err := m.d.fillq.Fill(m.b, 0, m.b.bytes, []byte{0})
+	if err == nil {
+		m.fill, err = m.d.fillq.Marker()
+	}
+	if err != nil {
+		m.zeroed.Store(true)
+		return m.d.enqueueErr(fmt.Sprintf("opencl: %s: zero %d bytes: ", m.d.id, m.b.bytes), err)
+	}
+	return nil
+}
+
+// ready makes the commands s enqueues next wait for m's zero fill while
+// it has not completed successfully; s.mu is held.
+func (s *clStream) ready(m *clMemory) error {
+	if m.zeroed.Load() {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.fill
+	if e == nil {
+		return nil
+	}
+	select {
+	case <-e.Done():
+		if e.Err() == nil {
+			e.Release()
+			m.fill = nil
+			m.zeroed.Store(true)
+			return nil
+		}
+	default:
+	}
+	// Behind the fill, or its failure, which the wait carries to the
+	// stream's next event.
+	if err := s.q.Wait(e); err != nil {
+		return s.d.enqueueErr(s.prefix, err)
+	}
+	return nil
+}
 
 // Release frees the buffer and its sub-buffers (OpenCL keeps the memory
 // until the commands enqueued on it finish) and returns its bytes to the
@@ -417,6 +508,10 @@ func (m *clMemory) Release() error {
 	m.mu.Lock()
 	subs := m.subs
 	m.subs = nil
+	if m.fill != nil {
+		m.fill.Release()
+		m.fill = nil
+	}
 	m.mu.Unlock()
 	var errs []error
 	for _, s := range subs {

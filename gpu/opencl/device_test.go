@@ -388,6 +388,7 @@ type fakeMemory struct{}
 func (fakeMemory) Device() topology.DeviceID { return topology.GPU(9) }
 func (fakeMemory) Bytes() int64              { return 4 }
 func (fakeMemory) Release() error            { return nil }
+func (fakeMemory) Zero() error               { return nil }
 
 type fakeProgram struct{}
 
@@ -417,8 +418,10 @@ func TestDeviceLaunchBadInput(t *testing.T) {
 		{"memory of another device", touch(gpu.KernelArg{Mem: fakeMemory{}}), "touch it: argument 0: memory of another device (gpu9)", nil},
 		{"released memory", touch(mem(released)), "touch it: argument 0: memory released", gpu.ErrClosed},
 		{"offset outside", touch(gpu.KernelArg{Mem: buf, Offset: 4096}), "touch it: argument 0: offset 4096 outside the 4096-byte memory", nil},
+		{"negative offset", touch(gpu.KernelArg{Mem: buf, Offset: -128}), "touch it: argument 0: offset -128 outside the 4096-byte memory", nil},
+		{"nil program", &gpu.KernelLaunch{Entry: "touch", Global: []int{1}, Args: []gpu.KernelArg{mem(buf)}}, "launch touch: program not built by this device (<nil>)", nil},
 		{"unaligned offset", touch(gpu.KernelArg{Mem: buf, Offset: 4}), "touch it: argument 0: offset 4 is not a multiple of the device's", nil},
-		{"scalar of type int", &gpu.KernelLaunch{Program: p, Entry: "produce", Global: []int{1}, Args: []gpu.KernelArg{mem(buf), scalar(7)}},
+		{"scalar of type int", &gpu.KernelLaunch{Program: p, Entry: "produce", Global: []int{1}, Args: []gpu.KernelArg{mem(buf), scalar(7), scalar(int64(0))}},
 			"launch produce: argument 1: scalar of type int: want int32, uint32, int64, uint64, float32 or float64", nil},
 		{"zero argument", touch(gpu.KernelArg{}), "touch it: argument 0: neither memory nor a scalar", nil},
 		{"bad shape", &gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{1, 1, 1, 1}, Args: []gpu.KernelArg{mem(buf)}}, "want 1 to 3 dimensions", nil},
@@ -470,8 +473,10 @@ func TestDeviceAllocBudget(t *testing.T) {
 	assert.Equal(t, d.ID(), m.Device())
 	_, err := d.Alloc(total)
 	assert.EqualError(t, err, "opencl: opencl0: alloc "+itoa(total)+" bytes: 1048576 of its "+itoa(total)+" bytes are in use")
-	_, err = d.Alloc(0)
-	assert.EqualError(t, err, "opencl: opencl0: alloc 0 bytes: the size must be positive")
+	_, err = d.Alloc(-1)
+	assert.EqualError(t, err, "opencl: opencl0: alloc -1 bytes: the size must not be negative")
+	empty := alloc(t, d, 0)
+	assert.Zero(t, empty.Bytes())
 	require.NoError(t, m.Release())
 	m2, err := d.Alloc(1 << 20)
 	require.NoError(t, err, "a released allocation returns its bytes")
@@ -627,7 +632,16 @@ __kernel void wild(__global int *p) { p[(long)1 << 40] = 1; }
 		return nil, nil, nil, err
 	}
 	m, err := d.Alloc(4)
-	return d, p, m, err
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	// Settle the memory's zero fill (stream 1 waits for it), so that the
+	// children's streams number their commands the same in every run.
+	s := d.Stream(1).(gpu.CodeStream)
+	if err := s.Fill(m, 0, 4, []byte{0, 0, 0, 0}); err != nil {
+		return nil, nil, nil, err
+	}
+	return d, p, m, s.Record().Wait(context.Background())
 }
 
 func say(format string, args ...any) { fmt.Fprintf(os.Stdout, format+"\n", args...) }

@@ -76,8 +76,11 @@
 // Every failed OpenCL call is an *Error naming the call and the status
 // (Status's String gives the CL_* name); errors.Is(err, opencl.OutOfResources)
 // matches it. Bad input (a range outside a buffer, a launch shape of 4
-// dimensions, a kernel of another queue) is an error value, never a
-// panic. A kernel that faults (a store far outside its buffer) can kill
+// dimensions or past the device's limits, a kernel of another queue, an
+// argument that does not fit its parameter: programs are built with
+// -cl-kernel-arg-info and each argument is checked against what
+// clGetKernelArgInfo reports) is an error value, never a panic and never
+// a call that hands OpenCL a mismatch. A kernel that faults (a store far outside its buffer) can kill
 // the process, as on any CPU OpenCL: run such code in a subprocess.
 //
 // # Hot paths

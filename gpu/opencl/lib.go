@@ -24,6 +24,7 @@ type fns struct {
 	enqueueCopyBuffer, enqueueFillBuffer                         uintptr
 	createProgramWithSource, buildProgram, getProgramBuildInfo   uintptr
 	releaseProgram, createKernel, releaseKernel, setKernelArg    uintptr
+	getKernelInfo, getKernelArgInfo                              uintptr
 	enqueueNDRangeKernel, enqueueMarkerWithWaitList              uintptr
 	waitForEvents, getEventInfo, retainEvent, releaseEvent       uintptr
 	createUserEvent, setUserEventStatus, getEventProfilingInfo   uintptr
@@ -75,6 +76,7 @@ func load() error {
 			{"clGetProgramBuildInfo", &cl.getProgramBuildInfo}, {"clReleaseProgram", &cl.releaseProgram},
 			{"clCreateKernel", &cl.createKernel}, {"clReleaseKernel", &cl.releaseKernel},
 			{"clSetKernelArg", &cl.setKernelArg}, {"clEnqueueNDRangeKernel", &cl.enqueueNDRangeKernel},
+			{"clGetKernelInfo", &cl.getKernelInfo}, {"clGetKernelArgInfo", &cl.getKernelArgInfo},
 			{"clEnqueueMarkerWithWaitList", &cl.enqueueMarkerWithWaitList},
 			{"clWaitForEvents", &cl.waitForEvents}, {"clGetEventInfo", &cl.getEventInfo},
 			{"clRetainEvent", &cl.retainEvent}, {"clReleaseEvent", &cl.releaseEvent},

@@ -3,6 +3,7 @@ package opencl
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"unsafe"
@@ -17,6 +18,8 @@ const (
 	clDeviceType             = 0x1000
 	clDeviceMaxComputeUnits  = 0x1002
 	clDeviceMaxWorkGroupSize = 0x1004
+	clDeviceMaxWorkItemSizes = 0x1005
+	clDeviceAddressBits      = 0x100D
 	clDeviceMaxMemAllocSize  = 0x1010
 	clDeviceMemBaseAddrAlign = 0x1019
 	clDeviceGlobalMemSize    = 0x101F
@@ -78,6 +81,12 @@ type DeviceInfo struct {
 	GlobalMemBytes int64 // CL_DEVICE_GLOBAL_MEM_SIZE
 	MaxAllocBytes  int64 // CL_DEVICE_MAX_MEM_ALLOC_SIZE: the largest one buffer
 	MaxWorkGroup   int   // CL_DEVICE_MAX_WORK_GROUP_SIZE, work-items
+	// MaxWorkItems is CL_DEVICE_MAX_WORK_ITEM_SIZES: the largest local
+	// size per dimension, one entry per dimension the device supports
+	// (CL_DEVICE_MAX_WORK_ITEM_DIMENSIONS). Shared by every copy of the
+	// DeviceInfo: do not modify it.
+	MaxWorkItems   []int
+	AddressBits    int   // CL_DEVICE_ADDRESS_BITS: the width of the device's size_t, 32 or 64
 	BaseAlignBytes int64 // CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: a sub-buffer's origin must be a multiple of it
 	Available      bool  // CL_DEVICE_AVAILABLE
 	// Extensions are the names CL_DEVICE_EXTENSIONS lists, in its order
@@ -207,6 +216,12 @@ func describe(id uintptr, platform string) (Device, error) {
 	d.info.MaxAllocBytes = int64(num(clDeviceMaxMemAllocSize, 8))
 	d.info.MaxWorkGroup = int(num(clDeviceMaxWorkGroupSize, unsafe.Sizeof(uintptr(0))))
 	d.info.BaseAlignBytes = int64(num(clDeviceMemBaseAddrAlign, 4) / 8)
+	d.info.AddressBits = int(num(clDeviceAddressBits, 4))
+	sizes, err := infoBytes(call, cl.getDeviceInfo, id, clDeviceMaxWorkItemSizes)
+	errs = append(errs, err)
+	for w := unsafe.Sizeof(uintptr(0)); uintptr(len(sizes)) >= w; sizes = sizes[w:] {
+		d.info.MaxWorkItems = append(d.info.MaxWorkItems, int(min(*(*uintptr)(unsafe.Pointer(&sizes[0])), math.MaxInt)))
+	}
 	d.info.Available = num(clDeviceAvailable, 4) != 0
 	d.info.Extensions = strings.Fields(str(clDeviceExtensions))
 	return d, errors.Join(errs...)

@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"math/bits"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -179,15 +183,15 @@ func (q *Queue) LaunchLabel(k *Kernel, global, local []int, label string) error 
 	if len(global) < 1 || len(global) > 3 || (local != nil && len(local) != len(global)) {
 		return fmt.Errorf("opencl: queue %d: %s: global %v, local %v: want 1 to 3 dimensions, local nil or of the same length", q.index, k.op, global, local)
 	}
+	if err := q.ctx.dev.info.fits(global, local); err != nil {
+		return fmt.Errorf("opencl: queue %d: %s: %w", q.index, label, err)
+	}
 	if err := q.lockOpen(k.op); err != nil {
 		return err
 	}
 	defer q.mu.Unlock()
 	s := &q.scratch
 	for i, g := range global {
-		if g <= 0 || (local != nil && (local[i] <= 0 || g%local[i] != 0)) {
-			return fmt.Errorf("opencl: queue %d: %s: global %v, local %v: sizes must be positive and local must divide global", q.index, k.op, global, local)
-		}
 		s.global[i] = uintptr(g)
 		if local != nil {
 			s.local[i] = uintptr(local[i])
@@ -204,6 +208,58 @@ func (q *Queue) LaunchLabel(k *Kernel, global, local []int, label string) error 
 	}
 	q.enqueued(label, nil)
 	return nil
+}
+
+// fits returns an error when the device cannot run an NDRange of global
+// work-items in work-groups of local (nil or of global's length): a size
+// that is not positive or a local size that does not divide its global
+// size, more dimensions than the device has, a global size or a total of
+// work-items past the device's size_t (AddressBits), a local size past
+// MaxWorkItems or a work-group past MaxWorkGroup. A zero AddressBits or
+// MaxWorkGroup and a nil MaxWorkItems (a device that did not say) check
+// nothing.
+func (i *DeviceInfo) fits(global, local []int) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("global %v, local %v: "+format, append([]any{global, local}, args...)...)
+	}
+	if n := len(i.MaxWorkItems); n > 0 && len(global) > n {
+		return bad("%d dimensions, the device has %d", len(global), n)
+	}
+	maxSize := uint64(math.MaxUint64)
+	if i.AddressBits > 0 && i.AddressBits < 64 {
+		maxSize = 1<<i.AddressBits - 1
+	}
+	total, group := uint64(1), uint64(1)
+	for d, g := range global {
+		if g <= 0 || (local != nil && (local[d] <= 0 || g%local[d] != 0)) {
+			return bad("sizes must be positive and local must divide global")
+		}
+		hi, lo := bits.Mul64(total, uint64(g))
+		if hi != 0 || lo > maxSize {
+			return bad("%s work-items exceed the device's %d-bit size_t", workItems(global), i.AddressBits)
+		}
+		total = lo
+		if local == nil {
+			continue
+		}
+		if d < len(i.MaxWorkItems) && local[d] > i.MaxWorkItems[d] {
+			return bad("local size %d in dimension %d exceeds the device's %d", local[d], d, i.MaxWorkItems[d])
+		}
+		hi, group = bits.Mul64(group, uint64(local[d]))
+		if hi != 0 || i.MaxWorkGroup > 0 && group > uint64(i.MaxWorkGroup) {
+			return bad("a work-group of %s work-items exceeds the device's %d", workItems(local), i.MaxWorkGroup)
+		}
+	}
+	return nil
+}
+
+// workItems writes the product of sizes: "4611686018427387904×4611686018427387904".
+func workItems(sizes []int) string {
+	parts := make([]string, len(sizes))
+	for i, s := range sizes {
+		parts[i] = strconv.Itoa(s)
+	}
+	return strings.Join(parts, "×")
 }
 
 // Copy enqueues a device copy of n bytes from src at srcOff to dst at

@@ -60,9 +60,16 @@ type streamKernel struct {
 	args []argVal
 }
 
+// argVal is an argument value set on a kernel object: a scalar's size
+// and bits, or a buffer (one with a zero handle: NULL). A buffer is
+// compared by its
+// *Buffer, never by its cl_mem handle: OpenCL reuses the handle value of
+// a released buffer for a new one, which must still be set.
 type argVal struct {
 	size uintptr // 0: never set
 	bits uint64
+	buf  *Buffer
+	mem  bool
 }
 
 func (s *clStream) Device() topology.DeviceID { return s.d.id }
@@ -103,7 +110,10 @@ func (s *clStream) mem(m gpu.Memory, what string) (*clMemory, error) {
 // index: a program of another device, an unknown entry point, memory of
 // another device or released, an offset out of range or not aligned to
 // the device's base address alignment, a scalar of another type than the
-// six, a bad shape, ErrDeviceLost, gpu.ErrClosed.
+// six, an argument that does not fit its parameter (memory for a scalar
+// or a __local pointer, a scalar for a pointer or of another size), an
+// argument count other than the entry point's, a bad shape or one past
+// the device's limits, ErrDeviceLost, gpu.ErrClosed.
 func (s *clStream) LaunchKernel(k *gpu.KernelLaunch) error {
 	if k == nil {
 		return fmt.Errorf("%slaunch: nil KernelLaunch", s.prefix)
@@ -123,6 +133,9 @@ func (s *clStream) LaunchKernel(k *gpu.KernelLaunch) error {
 	sk, err := s.kernel(p.p, k.Entry)
 	if err != nil {
 		return fmt.Errorf("%s%s: %w", s.prefix, label, err)
+	}
+	if n := sk.k.NumParams(); len(k.Args) != n {
+		return fmt.Errorf("%s%s: kernel %q takes %d arguments, the launch binds %d", s.prefix, label, k.Entry, n, len(k.Args))
 	}
 	for i, a := range k.Args {
 		if err := s.setArg(sk, i, a); err != nil {
@@ -150,10 +163,11 @@ func (s *clStream) kernel(p *Program, entry string) (*streamKernel, error) {
 	return sk, nil
 }
 
-// setArg sets argument i of sk to a unless it already holds that value.
+// setArg sets argument i of sk to a unless it already holds that value;
+// s.mu is held. Memory is bound as a buffer from its byte offset (NULL
+// for zero-byte memory), after the memory's zero fill (ready).
 func (s *clStream) setArg(sk *streamKernel, i int, a gpu.KernelArg) error {
-	var size uintptr
-	var bits uint64
+	var v argVal
 	if a.Mem != nil {
 		m, ok := a.Mem.(*clMemory)
 		if !ok || m.d != s.d {
@@ -163,21 +177,24 @@ func (s *clStream) setArg(sk *streamKernel, i int, a gpu.KernelArg) error {
 		if err != nil {
 			return err
 		}
-		size, bits = unsafe.Sizeof(b.h), uint64(b.h)
+		if err := s.ready(m); err != nil {
+			return err
+		}
+		v = argVal{size: unsafe.Sizeof(uintptr(0)), buf: b, mem: true}
 	} else {
-		switch v := a.Scalar.(type) {
+		switch x := a.Scalar.(type) {
 		case int32:
-			size, bits = 4, uint64(uint32(v))
+			v = argVal{size: 4, bits: uint64(uint32(x))}
 		case uint32:
-			size, bits = 4, uint64(v)
+			v = argVal{size: 4, bits: uint64(x)}
 		case int64:
-			size, bits = 8, uint64(v)
+			v = argVal{size: 8, bits: uint64(x)}
 		case uint64:
-			size, bits = 8, v
+			v = argVal{size: 8, bits: x}
 		case float32:
-			size, bits = 4, uint64(math.Float32bits(v))
+			v = argVal{size: 4, bits: uint64(math.Float32bits(x))}
 		case float64:
-			size, bits = 8, math.Float64bits(v)
+			v = argVal{size: 8, bits: math.Float64bits(x)}
 		case nil:
 			return errors.New("neither memory nor a scalar")
 		default:
@@ -187,20 +204,23 @@ func (s *clStream) setArg(sk *streamKernel, i int, a gpu.KernelArg) error {
 	for len(sk.args) <= i {
 		sk.args = append(sk.args, argVal{})
 	}
-	if sk.args[i] == (argVal{size, bits}) {
+	if sk.args[i] == v {
 		return nil
 	}
 	k := sk.k
-	if size == 4 {
-		*(*uint32)(unsafe.Pointer(&k.arg[0])) = uint32(bits)
-	} else {
-		*(*uint64)(unsafe.Pointer(&k.arg[0])) = bits
+	switch {
+	case v.buf != nil:
+		*(*uintptr)(unsafe.Pointer(&k.arg[0])) = v.buf.h
+	case v.size == 4:
+		*(*uint32)(unsafe.Pointer(&k.arg[0])) = uint32(v.bits)
+	default:
+		*(*uint64)(unsafe.Pointer(&k.arg[0])) = v.bits
 	}
-	if err := k.set(i, size); err != nil {
+	if err := k.set(i, v.size, v.mem, a.Scalar); err != nil {
 		sk.args[i] = argVal{}
 		return err
 	}
-	sk.args[i] = argVal{size, bits}
+	sk.args[i] = v
 	return nil
 }
 
@@ -216,6 +236,9 @@ func (s *clStream) CopyIn(dst gpu.Memory, off int64, src []byte) error {
 		return err
 	}
 	defer s.mu.Unlock()
+	if err := s.ready(m); err != nil {
+		return err
+	}
 	if err := s.q.WriteAsync(m.b, off, src); err != nil {
 		return s.d.enqueueErr(s.prefix, err)
 	}
@@ -234,6 +257,9 @@ func (s *clStream) CopyOut(dst []byte, src gpu.Memory, off int64) error {
 		return err
 	}
 	defer s.mu.Unlock()
+	if err := s.ready(m); err != nil {
+		return err
+	}
 	if err := s.q.ReadAsync(m.b, off, dst); err != nil {
 		return s.d.enqueueErr(s.prefix, err)
 	}
@@ -255,6 +281,9 @@ func (s *clStream) Copy(dst gpu.Memory, dstOff int64, src gpu.Memory, srcOff, n 
 		return err
 	}
 	defer s.mu.Unlock()
+	if err := errors.Join(s.ready(dm), s.ready(sm)); err != nil {
+		return err
+	}
 	if err := s.q.Copy(dm.b, dstOff, sm.b, srcOff, n); err != nil {
 		return s.d.enqueueErr(s.prefix, err)
 	}
@@ -271,6 +300,9 @@ func (s *clStream) Fill(dst gpu.Memory, off, n int64, pattern []byte) error {
 		return err
 	}
 	defer s.mu.Unlock()
+	if err := s.ready(m); err != nil {
+		return err
+	}
 	if err := s.q.Fill(m.b, off, n, pattern); err != nil {
 		return s.d.enqueueErr(s.prefix, err)
 	}
