@@ -125,7 +125,8 @@ const codeAhead = 10 * time.Millisecond
 const codeGrace = time.Second
 
 // ErrAbandoned is matched (errors.Is) by the error of a launch on a code
-// device that had not finished codeGrace after its run's ctx ended: the
+// device that had not finished one second (the grace a device gets to
+// finish what it was given) after its run's ctx ended: the
 // launch fails with it, the launches behind it on its stream are
 // cancelled, the run returns without waiting for them, and the device is
 // marked unusable (gpu.Abandoner, where the device offers it), so later
