@@ -19,8 +19,8 @@ import (
 // The reasons of the seed GpuBackendCore, as sentinels: callers branch
 // with errors.Is, never on the text.
 var (
-	// ErrBackendAlreadyLive: New while another backend of this
-	// process is live, still draining its GPU resources, or failed closed.
+	// ErrBackendAlreadyLive: New while another backend of this process is
+	// live, still draining its GPU resources, or failed closed.
 	ErrBackendAlreadyLive = errors.New("lease: backend_already_live: another backend owns this process's devices")
 	// ErrBackendClosing: a new admission (Claim, Acquire), service read
 	// (Devices) or attempt begin after Close was signalled; and Close
@@ -43,8 +43,8 @@ var (
 // DefaultCleanupSlice is the default Config.CleanupSlice.
 const DefaultCleanupSlice = 10 * time.Millisecond
 
-// Config configures New. The zero value is a valid config: a
-// backend with no GPU (CPU-only), no hooks and no observer.
+// Config configures New. The zero value is a valid config: a backend
+// with no GPU (CPU-only), no hooks and no observer.
 type Config struct {
 	// Devices are the GPUs the backend owns, in slot order (for example
 	// the Devices of gpu/nvml's Inventory). Entries that are not GPUs (the
@@ -128,10 +128,9 @@ type DeviceProfile struct {
 	Streams int // streams the startup record must show, >= 1
 }
 
-// StartupRecord says what was installed on one GPU. New
-// checks every record against its DeviceProfile (same device ID, same UUID
-// when the profile has one, same stream count) before the backend is
-// published.
+// StartupRecord says what was installed on one GPU. New checks every
+// record against its DeviceProfile (same device ID, same UUID when the
+// profile has one, same stream count) before the backend is published.
 type StartupRecord struct {
 	Device      string `json:"device"` // "gpu3"
 	UUID        string `json:"uuid"`
@@ -151,8 +150,8 @@ type StartupRecord struct {
 
 // Identity names one backend of this process.
 type Identity struct {
-	// ID is unique in the process and increases with each New that
-	// gets as far as claiming the owner lease (1, 2, …).
+	// ID is unique in the process and increases with each New that gets
+	// as far as claiming the owner lease (1, 2, …).
 	ID      uint64   `json:"id"`
 	Devices []string `json:"devices"` // GPU IDs in slot order
 }
@@ -199,8 +198,8 @@ func (e *CloseError) Error() string {
 // Unwrap returns Reason and Err.
 func (e *CloseError) Unwrap() []error { return []error{e.Reason, e.Err} }
 
-// RollbackCleanup says what became of the resources a failed New
-// had installed.
+// RollbackCleanup says what became of the resources a failed New had
+// installed.
 type RollbackCleanup struct {
 	Installed int `json:"installed"` // devices installed before the failure
 	// Finished: the rollback reached GPU-resource quiescence within
@@ -214,9 +213,9 @@ type RollbackCleanup struct {
 	Failed bool `json:"failed"`
 }
 
-// ConstructionError is New's error after the owner lease was
-// claimed: Err says why (a hook error, a startup record that does not
-// match its profile), Rollback what became of the installed resources.
+// ConstructionError is New's error after the owner lease was claimed:
+// Err says why (a hook error, a startup record that does not match its
+// profile), Rollback what became of the installed resources.
 type ConstructionError struct {
 	Err      error
 	Rollback RollbackCleanup
@@ -293,15 +292,14 @@ type route struct {
 
 // Backend is the process-owned device backend (seed: GpuBackendCore):
 // the lease pool over the GPUs of Config.Devices and the devices the
-// drivers list. At most
-// one is live per process (an owner lease, claimed by New and freed
-// only at GPU-resource quiescence). A *Backend is the public handle: Go has
-// no drop, so there is no "last handle" close — call Close or
-// CloseAndWait; a Backend that is never closed keeps the owner lease for
-// the life of the process. No goroutine runs before Close; after Close one
-// close coordinator goroutine runs the cleanup and exits at the end (or on
-// a failure); CloseAndWait returns only after it has exited or its ctx is
-// done.
+// drivers list. At most one is live per process (an owner lease, claimed
+// by New and freed only at GPU-resource quiescence). A *Backend is the
+// public handle: Go has no drop, so there is no "last handle" close —
+// call Close or CloseAndWait; a Backend that is never closed keeps the
+// owner lease for the life of the process. No goroutine runs before
+// Close; after Close one close coordinator goroutine runs the cleanup and
+// exits at the end (or on a failure); CloseAndWait returns only after it
+// has exited or its ctx is done.
 //
 // Lifecycle gate: Close flips the gate under the same mutex every new
 // admission (Claim), service read (Devices) and attempt begin
@@ -361,16 +359,15 @@ type counters struct {
 
 const maxReports = 64
 
-// New validates cfg, asks the drivers of cfg.Drivers for their
-// devices (gpu.Enumerator.Enumerate: nothing is opened), claims the process's
-// owner lease, installs every leasable device's resources
-// (Hooks.Install, in slot order, on the caller's goroutine), checks
-// each startup record against its profile, and publishes the backend. It
-// starts no goroutine.
+// New validates cfg, asks the drivers of cfg.Drivers for their devices
+// (gpu.Enumerator.Enumerate: nothing is opened), claims the process's
+// owner lease, installs every leasable device's resources (Hooks.Install,
+// in slot order, on the caller's goroutine), checks each startup record
+// against its profile, and publishes the backend. It starts no goroutine.
 //
 // Errors: a config error, including an unknown or non-enumerating driver
-// in cfg.Drivers (nothing claimed); ErrBackendAlreadyLive while
-// another backend is live, draining or failed closed; a *ConstructionError
+// in cfg.Drivers (nothing claimed); ErrBackendAlreadyLive while another
+// backend is live, draining or failed closed; a *ConstructionError
 // when an install fails or a record does not match, after rolling back
 // what was installed (see RollbackCleanup: the close coordinator takes the
 // resources over; if it does not finish within RollbackWait it goes on

@@ -191,8 +191,7 @@ func (b *Backend) runtimeOf(id topology.DeviceID) string {
 	}
 }
 
-// Notes says what New learned from the drivers of
-// Config.Drivers: a driver that found no device and why, a found
-// device that is one of Devices' GPUs, one that is not leased and why.
-// It works at any time.
+// Notes says what New learned from the drivers of Config.Drivers: a
+// driver that found no device and why, a found device that is one of
+// Devices' GPUs, one that is not leased and why. It works at any time.
 func (b *Backend) Notes() []string { return slices.Clone(b.notes) }
