@@ -15,6 +15,7 @@ import (
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/failgraph"
 	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/lease"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -27,7 +28,7 @@ type Executor struct {
 	pools     []*buffers.Pool
 	topo      *topology.Topology
 	placement Placement
-	backend   *gpu.Backend
+	backend   *lease.Backend
 	timing    bool
 }
 
@@ -38,7 +39,7 @@ type config struct {
 	timing    bool
 	alloc     memory.Allocator
 	budget    *buffers.Budget
-	backend   *gpu.Backend
+	backend   *lease.Backend
 	placement Placement
 }
 
@@ -61,9 +62,9 @@ func WithPlacement(p Placement) Option { return func(c *config) { c.placement = 
 func WithLaunchTiming(on bool) Option { return func(c *config) { c.timing = on } }
 
 // WithBackend names the GPU backend the executor's device came from (see
-// gpu.Backend.Acquire); every Report then carries the backend's metrics
+// lease.Backend.Acquire); every Report then carries the backend's metrics
 // snapshot taken when the run ended.
-func WithBackend(b *gpu.Backend) Option { return func(c *config) { c.backend = b } }
+func WithBackend(b *lease.Backend) Option { return func(c *config) { c.backend = b } }
 
 // WithAllocator makes the executor allocate buffers and kernels' Arrow
 // data through alloc (default memory.DefaultAllocator). Tests pass a

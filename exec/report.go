@@ -13,7 +13,7 @@ import (
 	"github.com/streamdag/streamdag/buffers"
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/failgraph"
-	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/lease"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -85,7 +85,7 @@ type Report struct {
 	Reruns     []string
 	// Backend is the GPU backend's metrics snapshot at the end of the run,
 	// when the executor was given one (WithBackend).
-	Backend *gpu.MetricsSnapshot
+	Backend *lease.MetricsSnapshot
 
 	phases []*outcomes // the run's phases, in order
 	once   sync.Once
@@ -371,21 +371,21 @@ func (r *Report) MarshalJSON() ([]byte, error) {
 		Status    Status `json:"status"`
 	}
 	out := struct {
-		Launches    []launch             `json:"launches"`
-		Counts      map[string]int       `json:"counts"`
-		Waits       int                  `json:"waits"`
-		WallNs      int64                `json:"wall_ns"`
-		Timing      bool                 `json:"launch_timing"`
-		Devices     []string             `json:"devices"`
-		Streams     []int                `json:"streams_per_device"`
-		Copies      []copyJSON           `json:"copies,omitempty"`
-		BytesByLink map[string]int64     `json:"bytes_by_link,omitempty"`
-		Placement   string               `json:"placement,omitempty"`
-		MakespanNs  int64                `json:"makespan_ns,omitempty"`
-		Lost        string               `json:"lost_device,omitempty"`
-		Migrate     []map[string]string  `json:"migrations,omitempty"`
-		Reruns      []string             `json:"reruns,omitempty"`
-		Backend     *gpu.MetricsSnapshot `json:"backend,omitempty"`
+		Launches    []launch               `json:"launches"`
+		Counts      map[string]int         `json:"counts"`
+		Waits       int                    `json:"waits"`
+		WallNs      int64                  `json:"wall_ns"`
+		Timing      bool                   `json:"launch_timing"`
+		Devices     []string               `json:"devices"`
+		Streams     []int                  `json:"streams_per_device"`
+		Copies      []copyJSON             `json:"copies,omitempty"`
+		BytesByLink map[string]int64       `json:"bytes_by_link,omitempty"`
+		Placement   string                 `json:"placement,omitempty"`
+		MakespanNs  int64                  `json:"makespan_ns,omitempty"`
+		Lost        string                 `json:"lost_device,omitempty"`
+		Migrate     []map[string]string    `json:"migrations,omitempty"`
+		Reruns      []string               `json:"reruns,omitempty"`
+		Backend     *lease.MetricsSnapshot `json:"backend,omitempty"`
 	}{Launches: make([]launch, r.NumLaunches()), Counts: map[string]int{}, Waits: r.Waits, WallNs: r.Wall.Nanoseconds(), Timing: r.LaunchTiming,
 		Devices: []string{}, Streams: r.Streams, BytesByLink: r.BytesByLink, Placement: r.Placement,
 		MakespanNs: r.Makespan.Nanoseconds(), Backend: r.Backend}

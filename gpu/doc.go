@@ -1,10 +1,11 @@
 // Package gpu is streamdag's device boundary (layer 1): the interfaces an
 // executor drives on every kind of device ([Device], [Stream], [Event],
-// [Task]), the driver registry by kind ([Register], [Open], [Drivers]),
-// the process-owned [Backend] with its lease [Pool], and the multi-GPU
-// [Coordinator]. Nothing here needs cgo or loads a vendor library: the
-// driver packages do, and the backend reaches them only through the
-// registry.
+// [Task]), the driver registry by kind ([Register], [Open], [Lookup],
+// [Drivers]), and the multi-GPU [Coordinator]. It is the driver contract,
+// as database/sql/driver is for database/sql: the process-owned backend
+// and its lease pool are package lease, which reaches the drivers only
+// through this registry. Nothing here needs cgo or loads a vendor
+// library: the driver packages do.
 //
 // # Streams, events and device code
 //
@@ -40,62 +41,17 @@
 //
 // A driver that can list its devices without opening them (gpu/opencl,
 // kind "opencl") implements [Enumerator] too ([Enumerate] asks it by
-// kind): what it lists, a backend can lease.
+// kind): what it lists, a lease backend can lease. A device gone for good
+// is reported with an error matching [ErrGPULost] ([*LostError] from an
+// inventory or health check, a driver's own device-loss error).
 //
 // The GPU inventory through NVML (which needs cgo) is package gpu/nvml,
 // the only package that imports go-nvml; a program that needs only the
 // CPU device or simulated GPUs builds dag, exec, gpu, gpu/cpu and gpu/sim
 // with CGO_ENABLED=0.
 //
-// # Backend and Pool (for executors)
-//
-// An executor gets its devices with gpu/nvml's Open (Discover, then
-// [NewBackend] over the GPUs found and the devices the registered
-// drivers list):
-//
-//	b, inv, err := nvml.Open(ctx, nvml.OpenConfig{}) // inv: what Discover found, with its Notes
-//	if err != nil { … }                          // ErrBackendAlreadyLive, config errors
-//	defer b.CloseAndWait(ctx)
-//	a, err := b.BeginAttempt(gpu.AttemptRequest{Name: "flights"})
-//	acq, err := b.Acquire(ctx, gpu.Config{Streams: 4}) // FIFO; the leased device, opened
-//	defer acq.Release()                          // closes it, then frees the lease
-//	… run on acq.Device; acq.Why says what it is …
-//	a.Finish(runErr)
-//	m := b.MetricsSnapshot()                     // JSON-marshalable, monotonic Generation
-//
-// Leases follow the devices: the pool has one slot per NVML GPU
-// ([BackendConfig].Devices) and per device that a driver implementing
-// [Enumerator] lists ([BackendConfig].Drivers: gpu/opencl's "opencl", a
-// GPU of any vendor; a CPU OpenCL device such as PoCL when
-// [BackendConfig].LeaseTypes names "cpu"), each with its vendor and
-// identity (UUID, PCI bus ID, name, memory; [Backend.StartupRecords],
-// [Backend.MetricsSnapshot]). A listed device that is one of the NVML
-// GPUs (the same UUID or PCI bus ID, as NVIDIA's OpenCL driver lists
-// them) is that GPU's way to run, not a slot of its own.
-// [Backend.Acquire] opens the leased device with the driver that found
-// it; an NVML GPU that no registered driver runs (streamdag has no CUDA
-// device yet, and no OpenCL driver lists it) is never used as if it ran:
-// Acquire gives its lease back and runs on the CPU device, saying why, as
-// it does on a host with no device to lease ([Backend.Claim] answers
-// [ErrNoGPU] at once). [Backend.Claim] alone takes a lease without opening
-// anything.
-//
-// The [Backend] follows the seed GpuBackendCore: one live backend per
-// process (an owner lease); a lifecycle gate that Close wins exactly once
-// and that refuses new admissions, service reads and attempt begins with
-// [ErrBackendClosing]; a close coordinator goroutine that runs the cleanup
-// in bounded slices in the seed's phase order (service, journal, GPU
-// permits then resource release and owner lease, observation); timeouts
-// with late-success accounting ([ErrBackendCloseTimeout]); fail-closed
-// cleanup ([ErrCleanupFailedClosed]); reentrant close refused
-// ([ErrReentrantObservationClose]). The *Backend is the only public handle:
-// Go has no drop, so there is no implicit last-handle close — call Close
-// or CloseAndWait. The [Pool] follows the seed GpuPool on
-// golang.org/x/sync/semaphore's FIFO, no-steal semaphore; a [HealthCheck]
-// (gpu/nvml's, by UUID) keeps a GPU found lost from being leased again.
-//
 // # Concurrency
 //
-// The registry, the backend, the pool, the coordinator and every device
-// are safe for concurrent use; each type's doc says what may block.
+// The registry, the coordinator and every device are safe for concurrent
+// use; each type's doc says what may block.
 package gpu

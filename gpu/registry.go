@@ -78,13 +78,26 @@ func Drivers() []string {
 // import the kind's package), or the driver's own. Safe for concurrent
 // use.
 func Open(ctx context.Context, kind string, cfg Config) (Set, error) {
+	d, err := Lookup(kind)
+	if err != nil {
+		return nil, err
+	}
+	return d.Open(ctx, cfg)
+}
+
+// Lookup returns the driver registered under kind, for a caller that uses
+// more of it than Open (a lease backend asks an Enumerator for its
+// devices). Errors: no driver of that kind ("gpu: no driver "kind"
+// registered", listing the registered kinds and the package to import).
+// Safe for concurrent use.
+func Lookup(kind string) (Driver, error) {
 	driversMu.RLock()
 	d, ok := drivers[kind]
 	driversMu.RUnlock()
 	if !ok {
 		return nil, fmt.Errorf("gpu: no driver %q registered (registered: %v; import its package, e.g. gpu/%s)", kind, Drivers(), kind)
 	}
-	return d.Open(ctx, cfg)
+	return d, nil
 }
 
 // Found is one device an Enumerator lists: its facts, its type and a key
@@ -92,12 +105,12 @@ func Open(ctx context.Context, kind string, cfg Config) (Set, error) {
 type Found struct {
 	// Device holds the facts: ID (the driver's ID for it, e.g. opencl1),
 	// Name, Vendor, MemoryBytes, Cores, and UUID and PCIBusID when the
-	// driver can read them ("" otherwise). A backend matches a found
-	// device to an NVML GPU by UUID or PCI bus ID.
+	// driver can read them ("" otherwise). A lease backend matches a
+	// found device to an NVML GPU by UUID or PCI bus ID.
 	Device topology.Device
 	// Type is what the device is: "gpu", "cpu", "accelerator" or
-	// "custom" (an OpenCL device type; the types BackendConfig.LeaseTypes
-	// names).
+	// "custom" (an OpenCL device type; the types a lease backend's
+	// Config.LeaseTypes names).
 	Type string
 	// Key identifies the device across Enumerate calls of the same
 	// process: its UUID when it has one, else what the driver knows it
@@ -106,8 +119,8 @@ type Found struct {
 }
 
 // Enumerator is a Driver that can list its devices without opening them
-// and open one of them. A backend (NewBackend) leases the devices its
-// drivers' Enumerate lists and Backend.Acquire opens a leased one with
+// and open one of them. A lease backend (package lease) leases the
+// devices its drivers' Enumerate lists and opens a leased one with
 // OpenDevice. Safe for concurrent use.
 type Enumerator interface {
 	Driver
@@ -124,42 +137,18 @@ type Enumerator interface {
 	OpenDevice(ctx context.Context, f Found, cfg Config) (Device, error)
 }
 
-// enumerator returns the driver registered under kind as an Enumerator.
-// Errors (without the package prefix: the caller adds its context): no
-// driver of that kind, or one that does not implement Enumerator.
-func enumerator(kind string) (Enumerator, error) {
-	driversMu.RLock()
-	d, ok := drivers[kind]
-	driversMu.RUnlock()
-	if !ok {
-		return nil, fmt.Errorf("no driver %q registered (registered: %v; import its package, e.g. gpu/%s)", kind, Drivers(), kind)
-	}
-	e, ok := d.(Enumerator)
-	if !ok {
-		return nil, fmt.Errorf("driver %q lists no devices to lease (it does not implement gpu.Enumerator)", kind)
-	}
-	return e, nil
-}
-
-// enumeratorKinds returns the kinds of the registered Enumerators, sorted.
-func enumeratorKinds() []string {
-	var out []string
-	for _, k := range Drivers() {
-		if _, err := enumerator(k); err == nil {
-			out = append(out, k)
-		}
-	}
-	return out
-}
-
 // Enumerate lists the devices of the driver registered under kind
 // (Enumerator.Enumerate), opening none. Errors: no driver of that kind,
 // one that is no Enumerator, or the driver's own (no library, no
 // platform). Safe for concurrent use.
 func Enumerate(ctx context.Context, kind string) ([]Found, error) {
-	e, err := enumerator(kind)
+	d, err := Lookup(kind)
 	if err != nil {
-		return nil, fmt.Errorf("gpu: enumerate: %w", err)
+		return nil, err
+	}
+	e, ok := d.(Enumerator)
+	if !ok {
+		return nil, fmt.Errorf("gpu: enumerate: driver %q lists no devices (it does not implement gpu.Enumerator)", kind)
 	}
 	return e.Enumerate(ctx)
 }

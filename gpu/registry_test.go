@@ -74,18 +74,3 @@ func TestRegistry(t *testing.T) {
 	}
 	assert.NotContains(t, gpu.Drivers(), "test-nil")
 }
-
-// Acquire opens the CPU device through the registry: without package
-// gpu/cpu imported (as in this test binary) it fails with an error naming
-// the missing driver, and hands no lease out.
-func TestAcquireNeedsCPUDriver(t *testing.T) {
-	b, err := gpu.NewBackend(gpu.BackendConfig{Devices: gpus(0)})
-	require.NoError(t, err)
-	defer closed(t, b)
-	_, err = b.Acquire(t.Context(), gpu.Config{})
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), `gpu: no driver "cpu" registered`)
-	for _, l := range b.MetricsSnapshot().Leases {
-		assert.False(t, l.Leased, "the lease went back")
-	}
-}

@@ -3,12 +3,41 @@ package gpu
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/streamdag/streamdag/topology"
 )
 
 // ErrClosed is returned by calls on a device or stream after Close.
 var ErrClosed = errors.New("gpu: device closed")
+
+// ErrGPULost is matched (errors.Is) by every error that says a device is
+// gone for good: each *LostError (an inventory or health check found the
+// GPU lost, or no GPU with its UUID), and a driver's device-loss error
+// (gpu/opencl's ErrDeviceLost wraps it).
+var ErrGPULost = errors.New("gpu: GPU lost")
+
+// LostError says why a GPU is gone for good, as an inventory (gpu/nvml's
+// Discover) or a health check finds it. It matches ErrGPULost and unwraps
+// to Err as well.
+type LostError struct {
+	Device topology.DeviceID // the GPU, e.g. gpu3
+	UUID   string            // its UUID, "" when unknown
+	// Err is what the check found, e.g. nvml.ERROR_GPU_IS_LOST.
+	Err error
+}
+
+// Error returns "gpu: gpu3 (GPU-…) is lost: WHY".
+func (e *LostError) Error() string {
+	id := e.Device.String()
+	if e.UUID != "" {
+		id += " (" + e.UUID + ")"
+	}
+	return "gpu: " + id + " is lost: " + fmt.Sprint(e.Err)
+}
+
+// Unwrap returns ErrGPULost and Err.
+func (e *LostError) Unwrap() []error { return []error{ErrGPULost, e.Err} }
 
 // Task is one unit of work queued on a stream: a launch. Run is called
 // exactly once, on the stream's worker, after every task queued before it

@@ -22,6 +22,7 @@ import (
 	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/gpu/opencl"
 	"github.com/streamdag/streamdag/kvio"
+	"github.com/streamdag/streamdag/lease"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -123,14 +124,14 @@ func assertClosed(t *testing.T, d gpu.Device) {
 
 // leaseEntries reads the leases of a backend snapshot in a --report
 // ("backend") or --metrics file.
-func leaseEntries(t *testing.T, path string, inBackend bool) []gpu.LeaseEntry {
+func leaseEntries(t *testing.T, path string, inBackend bool) []lease.SlotState {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
-	var m gpu.MetricsSnapshot
+	var m lease.MetricsSnapshot
 	if inBackend {
 		var r struct {
-			Backend *gpu.MetricsSnapshot `json:"backend"`
+			Backend *lease.MetricsSnapshot `json:"backend"`
 		}
 		require.NoError(t, json.Unmarshal(b, &r))
 		require.NotNil(t, r.Backend, "the report has the backend's snapshot")
@@ -273,7 +274,7 @@ func TestRunFlightsInterruptedReleasesTheLease(t *testing.T) {
 }
 
 // leaseState returns whether each slot of b is leased, in slot order.
-func leaseState(b *gpu.Backend) []bool {
+func leaseState(b *lease.Backend) []bool {
 	var out []bool
 	for _, l := range b.MetricsSnapshot().Leases {
 		out = append(out, l.Leased)
@@ -323,7 +324,7 @@ func TestRunDevicesReleasesTheLease(t *testing.T) {
 			if tc.flag == deviceCPU {
 				cfg.Drivers = []string{gpuLikeKind} // a device to lease, which cpu leaves alone
 			}
-			b, err := gpu.NewBackend(cfg)
+			b, err := lease.New(cfg)
 			require.NoError(t, err)
 			defer func() {
 				_, err := b.CloseAndWait(context.Background())
@@ -410,7 +411,7 @@ func TestRunDevicesAutoWithAnNVMLGPUNoDriverRuns(t *testing.T) {
 	cfg := lp.backend
 	cfg.Devices = []topology.Device{{ID: topology.GPU(0), Name: "NVIDIA H200", MemoryBytes: 140 << 30,
 		UUID: "GPU-5f0c1a2b-3c4d-5e6f-7081-92a3b4c5d6e7", NUMANode: -1}}
-	b, err := gpu.NewBackend(cfg)
+	b, err := lease.New(cfg)
 	require.NoError(t, err)
 	defer func() {
 		_, err := b.CloseAndWait(context.Background())

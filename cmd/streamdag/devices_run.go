@@ -10,8 +10,10 @@ import (
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/gpu"
 	_ "github.com/streamdag/streamdag/gpu/cpu" // registers the CPU driver backend.Acquire opens
+	"github.com/streamdag/streamdag/gpu/nvml"
 	"github.com/streamdag/streamdag/gpu/opencl"
 	"github.com/streamdag/streamdag/gpu/sim"
+	"github.com/streamdag/streamdag/lease"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -31,6 +33,29 @@ type runSetup struct {
 	openCL bool
 	// release closes the devices and releases the lease; idempotent.
 	release func()
+}
+
+// newBackend builds the run's lease backend as cfg says, over this host's
+// GPUs as NVML's Discover finds them (when cfg.Devices is nil), with
+// NVML's health check when NVML answered (when cfg.HealthCheck is nil), so
+// a GPU NVML reports lost after discovery is never leased, and with the
+// NVML status as the reason for no GPU (when cfg.Source is ""). On a host
+// with no device to lease the backend owns none, and Acquire runs on the
+// CPU device. Errors are lease.New's (lease.ErrBackendAlreadyLive while
+// another backend of the process is live or draining). The caller closes
+// the backend (CloseAndWait).
+func newBackend(ctx context.Context, cfg lease.Config) (*lease.Backend, error) {
+	inv := nvml.Discover(ctx)
+	if cfg.Devices == nil {
+		cfg.Devices = inv.Devices
+	}
+	if cfg.HealthCheck == nil && inv.NVML.Available {
+		cfg.HealthCheck = nvml.HealthCheck(nil)
+	}
+	if cfg.Source == "" {
+		cfg.Source = inv.NVML.String()
+	}
+	return lease.New(cfg)
 }
 
 // runDevices gives a run its devices; every device but the CPU device
@@ -54,7 +79,7 @@ type runSetup struct {
 // The setup's release frees everything it took: call it when the run
 // ends, on every path. Errors: ctx.Err() while claiming (nothing held),
 // the CPU driver's, chooseDevice's, a bad --topology.
-func runDevices(ctx context.Context, backend *gpu.Backend, plan leasePlan, topoSpec string, streams int) (*runSetup, error) {
+func runDevices(ctx context.Context, backend *lease.Backend, plan leasePlan, topoSpec string, streams int) (*runSetup, error) {
 	flag := plan.flag
 	if topoSpec == "" {
 		set, err := gpu.Open(ctx, "cpu", gpu.Config{Streams: streams})
@@ -77,7 +102,7 @@ func runDevices(ctx context.Context, backend *gpu.Backend, plan leasePlan, topoS
 			rs.release()
 			return nil, err
 		}
-		l := leased{held: acq.Lease != nil, id: acq.Device.ID().String(), why: acq.Why,
+		l := leased{held: acq.Claim != nil, id: acq.Device.ID().String(), why: acq.Why,
 			slots: backend.NumGPUs(), notes: backend.Notes(), notProbed: plan.notProbed}
 		if info, ok := opencl.InfoOf(acq.Device); ok && l.held {
 			l.info = &info

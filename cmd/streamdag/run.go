@@ -18,7 +18,6 @@ import (
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/failgraph"
 	"github.com/streamdag/streamdag/gpu/cpu"
-	"github.com/streamdag/streamdag/gpu/nvml"
 	"github.com/streamdag/streamdag/gpu/opencl"
 	"github.com/streamdag/streamdag/kvio"
 )
@@ -175,7 +174,7 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	// asks for, and the lease is held (the device open) until the run
 	// ends, on every path.
 	lp := planLease(f.device, f.topology != "")
-	backend, _, err := nvml.Open(ctx, nvml.OpenConfig{Backend: lp.backend})
+	backend, err := newBackend(ctx, lp.backend)
 	if err != nil {
 		return err
 	}

@@ -671,12 +671,14 @@ func readGPU(i int, h gonvml.Device, numaErr error, note func(string, ...any)) (
 	return d, lost
 }
 
-// HealthCheck returns a gpu.HealthCheck that asks NVML, by UUID, whether a GPU
-// is still there: it initialises NVML, looks the GPU up
+// HealthCheck returns a health check for a lease pool
+// (lease.Config.HealthCheck, for the Devices of an Inventory that Discover
+// made while NVML answered) that asks NVML, by UUID, whether a GPU is
+// still there: it initialises NVML, looks the GPU up
 // (nvmlDeviceGetHandleByUUID), reads its memory info, and shuts NVML down
 // again (NVML reference-counts Init, so a process that keeps NVML
-// initialised pays little). A nil lib means the system library
-// (go-nvml's New()). The GPU is gone, with a *gpu.LostError saying why, when the
+// initialised pays little). A nil lib means the system library (go-nvml's
+// New()). The GPU is gone, with a *gpu.LostError saying why, when the
 // lookup finds no GPU of that UUID (ERROR_NOT_FOUND, or
 // ERROR_INVALID_ARGUMENT, as go-nvml's mock servers answer) or either call
 // answers ERROR_GPU_IS_LOST. Anything else is no proof of loss and gives
@@ -684,7 +686,7 @@ func readGPU(i int, h gonvml.Device, numaErr error, note func(string, ...any)) (
 // then made), another error, a panic in the library. A device that is not
 // an NVML GPU (an OpenCL device the backend leases, whatever its UUID) is
 // not NVML's to judge: nil, with no NVML call. Safe for concurrent use.
-func HealthCheck(lib gonvml.Interface) gpu.HealthCheck {
+func HealthCheck(lib gonvml.Interface) func(d topology.Device) error {
 	return func(d topology.Device) error {
 		if d.ID.Kind != topology.KindGPU || d.UUID == "" {
 			return nil

@@ -1,12 +1,12 @@
 // Package nvml is streamdag's GPU inventory through NVML (layer 1, under
 // package gpu): [Discover] lists the CPU device and the GPUs NVML reports,
-// [HealthCheck] re-checks a GPU by UUID before the lease pool hands it
-// out, and [Open] builds a gpu.Backend over the GPUs found (and the
-// devices the registered drivers list). It is the only
-// package of the module that imports go-nvml (github.com/NVIDIA/go-nvml,
-// which needs cgo; imported here as gonvml), with its subpackage
-// gpu/nvml/nvmlmock, which completes go-nvml's mock servers from real
-// topologies.
+// [HealthCheck] re-checks a GPU by UUID before a lease pool (package
+// lease, which a program builds over Inventory.Devices) hands it out. It
+// is the only package of the module that imports go-nvml
+// (github.com/NVIDIA/go-nvml, which needs cgo; imported here as gonvml),
+// with its subpackage gpu/nvml/nvmlmock, which completes go-nvml's mock
+// servers from real topologies. Package lease does not import it, so an
+// executor that takes a lease backend builds without cgo.
 //
 // [Discover] reads NVLink links, the P2P matrix (status per caps index,
 // common ancestor) and MIG devices. It never fails: what it could not
@@ -16,8 +16,7 @@
 // ([HealthCheck]) before a claim would hand it out. NVML is never called
 // after a failed Init, because doing so can kill the process, and calls
 // newer drivers added are made only when the library exports their
-// symbol. Tests pass go-nvml's mocks with [WithLibrary] (or
-// [OpenConfig].Library).
+// symbol. Tests pass go-nvml's mocks with [WithLibrary].
 //
 // Every function is safe for concurrent use (NVML reference-counts Init
 // and Shutdown).

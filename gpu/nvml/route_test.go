@@ -11,6 +11,7 @@ import (
 	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/gpu/nvml"
 	"github.com/streamdag/streamdag/gpu/nvml/nvmlmock"
+	"github.com/streamdag/streamdag/lease"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -46,13 +47,13 @@ func (d listedDevice) Close() error          { return nil }
 
 func init() { gpu.Register("test-list", listDriver{}) }
 
-// TestOpenRoutesGPUsThroughListedDevices: nvml.Open builds the backend
-// over the NVML GPUs and the devices the drivers list. A listed device
-// with an NVML GPU's UUID is how that GPU runs; another listed GPU (of
+// TestLeaseRoutesGPUsThroughListedDevices: a lease backend built over
+// the NVML GPUs and the devices the drivers list. A listed device with an
+// NVML GPU's UUID is how that GPU runs; another listed GPU (of
 // another vendor, with a UUID NVML does not know) gets its own slot, and
 // the NVML health check leaves it alone (it is not NVML's), so it is
 // leased like any other.
-func TestOpenRoutesGPUsThroughListedDevices(t *testing.T) {
+func TestLeaseRoutesGPUsThroughListedDevices(t *testing.T) {
 	lib, err := nvmlmock.New("dgxa100")
 	require.NoError(t, err)
 	inv := nvml.Discover(t.Context(), nvml.WithLibrary(lib))
@@ -66,7 +67,7 @@ func TestOpenRoutesGPUsThroughListedDevices(t *testing.T) {
 	listed.mu.Unlock()
 	t.Cleanup(func() { listed.mu.Lock(); listed.found = nil; listed.mu.Unlock() })
 
-	b, _, err := nvml.Open(t.Context(), nvml.OpenConfig{Library: lib, Backend: gpu.BackendConfig{Drivers: []string{"test-list"}}})
+	b, _, err := openBackend(t.Context(), lib, lease.Config{Drivers: []string{"test-list"}})
 	require.NoError(t, err)
 	defer closed(t, b)
 	require.Equal(t, 9, b.NumGPUs())
@@ -79,11 +80,11 @@ func TestOpenRoutesGPUsThroughListedDevices(t *testing.T) {
 	a, err := b.Acquire(t.Context(), gpu.Config{})
 	require.NoError(t, err)
 	defer a.Release()
-	assert.Equal(t, topology.GPU(0), a.Lease.Device().ID)
+	assert.Equal(t, topology.GPU(0), a.Claim.Device().ID)
 	assert.Equal(t, topology.OpenCL(0), a.Device.ID())
 	assert.Equal(t, "gpu0 (Mock NVIDIA A100-SXM4-40GB, NVIDIA Corporation) leased, run through test-list as opencl0", a.Why)
 
-	var held []*gpu.Lease
+	var held []*lease.Claim
 	defer func() { // before the backend's close waits for them
 		for _, l := range held {
 			l.Release()

@@ -166,7 +166,7 @@ func NewDevice(dev Device, streams int, opts ...DeviceOption) (gpu.CodeDevice, e
 
 // InfoOf returns the description of the OpenCL device d runs on, and
 // true, when d is a device NewDevice made (or the driver opened: Open,
-// OpenDevice, a gpu.Backend's Acquire); the zero DeviceInfo and false
+// OpenDevice, a lease.Backend's Acquire); the zero DeviceInfo and false
 // for any other device. It works after Close too.
 func InfoOf(d gpu.Device) (DeviceInfo, bool) {
 	cd, ok := d.(*clDevice)

@@ -33,7 +33,7 @@
 //
 // The driver is a gpu.Enumerator too: its Enumerate lists the available
 // devices (type, vendor, memory, and the UUID and PCI bus ID where the
-// device reports them) without opening any, so a gpu.Backend leases them
+// device reports them) without opening any, so a lease.Backend leases them
 // (a GPU of any vendor; a CPU device such as PoCL when asked for) and
 // opens a leased one with OpenDevice; an NVIDIA GPU NVML lists is matched
 // to its OpenCL device by UUID or PCI bus ID.

@@ -12,7 +12,7 @@ import (
 	"github.com/streamdag/streamdag/topology"
 )
 
-// The driver is a gpu.Enumerator: a gpu.Backend leases the devices it
+// The driver is a gpu.Enumerator: a lease.Backend leases the devices it
 // lists and opens a leased one with OpenDevice.
 var _ gpu.Enumerator = driver{}
 

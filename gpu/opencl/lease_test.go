@@ -11,15 +11,16 @@ import (
 
 	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/gpu/opencl"
+	"github.com/streamdag/streamdag/lease"
 	"github.com/streamdag/streamdag/topology"
 )
 
 // leaseBackend returns a backend that leases this machine's OpenCL
 // devices, CPU ones (PoCL) included, closed at cleanup.
-func leaseBackend(t *testing.T) *gpu.Backend {
+func leaseBackend(t *testing.T) *lease.Backend {
 	t.Helper()
 	device(t)
-	b, err := gpu.NewBackend(gpu.BackendConfig{Drivers: []string{opencl.Kind}, LeaseTypes: []string{"gpu", "cpu"}})
+	b, err := lease.New(lease.Config{Drivers: []string{opencl.Kind}, LeaseTypes: []string{"gpu", "cpu"}})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_, err := b.CloseAndWait(context.Background())
@@ -96,8 +97,8 @@ func TestBackendAcquireOpenCL(t *testing.T) {
 	a, err := b.Acquire(t.Context(), gpu.Config{Streams: 2})
 	require.NoError(t, err)
 	t.Cleanup(a.Release) // before the backend's close waits for it
-	require.NotNil(t, a.Lease)
-	assert.Equal(t, topology.OpenCL(0), a.Lease.Device().ID)
+	require.NotNil(t, a.Claim)
+	assert.Equal(t, topology.OpenCL(0), a.Claim.Device().ID)
 	assert.Equal(t, topology.OpenCL(0), a.Device.ID())
 	assert.Equal(t, opencl.Kind, a.Device.Kind())
 	assert.Equal(t, 2, a.Device.NumStreams())
@@ -116,14 +117,14 @@ func TestBackendCPUOpenCLNotLeasedByDefault(t *testing.T) {
 	if device(t).Info().Type&opencl.TypeCPU == 0 {
 		t.Skip("the first OpenCL device is no CPU device")
 	}
-	b, err := gpu.NewBackend(gpu.BackendConfig{Drivers: []string{opencl.Kind}})
+	b, err := lease.New(lease.Config{Drivers: []string{opencl.Kind}})
 	require.NoError(t, err)
 	defer func() {
 		_, err := b.CloseAndWait(context.Background())
 		assert.NoError(t, err)
 	}()
 	assert.NotContains(t, b.Identity().Devices, "opencl0")
-	assert.Contains(t, b.Notes(), "opencl: opencl0 ("+device(t).Info().Name+") is a cpu device: not leased (BackendConfig.LeaseTypes [gpu])")
+	assert.Contains(t, b.Notes(), "opencl: opencl0 ("+device(t).Info().Name+") is a cpu device: not leased (lease.Config.LeaseTypes [gpu])")
 }
 
 // TestBackendAcquireOpenCLFIFO: while one run holds the only lease of an
@@ -132,16 +133,16 @@ func TestBackendCPUOpenCLNotLeasedByDefault(t *testing.T) {
 func TestBackendAcquireOpenCLFIFO(t *testing.T) {
 	b := leaseBackend(t)
 	n := b.NumGPUs()
-	var held []*gpu.Acquired
+	var held []*lease.Acquired
 	for range n {
 		a, err := b.Acquire(t.Context(), gpu.Config{Streams: 1})
 		require.NoError(t, err)
 		t.Cleanup(a.Release) // before the backend's close waits for it
-		require.NotNil(t, a.Lease)
+		require.NotNil(t, a.Claim)
 		held = append(held, a)
 	}
 	type result struct {
-		a   *gpu.Acquired
+		a   *lease.Acquired
 		err error
 	}
 	got := make(chan result, 1)
@@ -162,7 +163,7 @@ func TestBackendAcquireOpenCLFIFO(t *testing.T) {
 	r := <-got
 	require.NoError(t, r.err)
 	t.Cleanup(r.a.Release)
-	assert.Equal(t, first.Lease.Device().ID, r.a.Lease.Device().ID, "the freed device goes to the parked claimer")
+	assert.Equal(t, first.Claim.Device().ID, r.a.Claim.Device().ID, "the freed device goes to the parked claimer")
 	assert.Equal(t, []int32{-2, -4}, scale(t, r.a.Device, []int32{1, 2}, -2))
 	assert.Equal(t, uint64(n+1), b.MetricsSnapshot().Admissions)
 }
@@ -175,7 +176,7 @@ func TestBackendAcquireOpenCLOpenFails(t *testing.T) {
 	require.NoError(t, err)
 	defer a.Release()
 	assert.Equal(t, topology.CPU, a.Device.ID())
-	assert.Nil(t, a.Lease)
+	assert.Nil(t, a.Claim)
 	assert.Contains(t, a.Why, "opencl0 ("+device(t).Info().Name+") leased, but driver opencl could not open it: ")
 	assert.Contains(t, a.Why, "65 streams: want 1 to 64: running on the CPU device")
 	assert.Zero(t, b.CloseSnapshot().ActiveGPUPermits, "the lease went back")

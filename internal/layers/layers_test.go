@@ -31,9 +31,10 @@ var allowed = map[string][]string{
 	"gpu/nvml":   {"gpu", "topology"},
 	"gpu/opencl": {"gpu", "topology", "buffers"},
 	"buffers":    {"topology"},
+	"lease":      {"gpu", "buffers", "topology"},
 	"failgraph":  {"buffers", "topology"},
 	"dag":        {"buffers", "topology"},
-	"exec":       {"dag", "failgraph", "buffers", "gpu", "topology"},
+	"exec":       {"dag", "failgraph", "lease", "buffers", "gpu", "topology"},
 	"kvio":       {"buffers", "gpu", "dag", "topology"},
 }
 
@@ -53,7 +54,7 @@ func unit(name string) string {
 func TestUnit(t *testing.T) {
 	for name, want := range map[string]string{
 		"exec": "exec", "kvio/arrow": "kvio", "gpu": "gpu", "gpu/cpu": "gpu/cpu",
-		"gpu/nvml": "gpu/nvml", "gpu/nvml/nvmlmock": "gpu/nvml", "cmd/streamdag": "cmd",
+		"gpu/nvml": "gpu/nvml", "gpu/nvml/nvmlmock": "gpu/nvml", "lease": "lease", "cmd/streamdag": "cmd",
 	} {
 		assert.Equal(t, want, unit(name), name)
 	}
@@ -128,13 +129,13 @@ func TestOnlyNVMLImportsGoNVML(t *testing.T) {
 
 // TestBuildsWithoutCgo: a user who needs only the CPU device, the
 // simulated GPUs or the OpenCL device (which loads its library with
-// purego) builds the pipeline description, the executor and those device
-// packages without cgo.
+// purego) builds the pipeline description, the executor, the lease
+// backend and those device packages without cgo.
 func TestBuildsWithoutCgo(t *testing.T) {
 	if _, err := osexec.LookPath("go"); err != nil {
 		t.Skip("go command not found:", err)
 	}
-	pkgs := []string{"./dag", "./exec", "./gpu", "./gpu/cpu", "./gpu/sim", "./gpu/opencl"}
+	pkgs := []string{"./dag", "./exec", "./lease", "./gpu", "./gpu/cpu", "./gpu/sim", "./gpu/opencl"}
 	cmd := osexec.Command("go", append([]string{"build"}, pkgs...)...)
 	cmd.Dir = "../.."
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

@@ -2,7 +2,7 @@
 // mock/dgxh100) with the calls they leave nil — PCI bus id, NUMA node, CPU
 // affinity, NVLink state and remote PCI info, P2P status and the PCIe
 // common ancestor — from a real topology as `nvidia-smi topo -m` prints it.
-// It lets nvml.Discover, nvml.Open's backend and `streamdag devices
+// It lets nvml.Discover, a lease backend over its GPUs and `streamdag devices
 // --nvml-mock` run against an 8-GPU server on a host without a GPU.
 // Nothing here talks to a GPU; it is test and demo scaffolding, kept out
 // of package gpu/nvml so that production binaries that do not ask for it

@@ -1,4 +1,4 @@
-package gpu
+package lease
 
 import (
 	"errors"
@@ -165,7 +165,7 @@ func (b *Backend) Session() *Session {
 }
 
 // Identity returns the backend's identity.
-func (s *Session) Identity() BackendIdentity { return s.b.Identity() }
+func (s *Session) Identity() Identity { return s.b.Identity() }
 
 // IsClosing reports whether the backend's close has been signalled.
 func (s *Session) IsClosing() bool { return s.b.closeCtx.Err() != nil }

@@ -1,4 +1,4 @@
-package gpu_test
+package lease_test
 
 import (
 	"context"
@@ -14,12 +14,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/lease"
 	"github.com/streamdag/streamdag/topology"
 )
 
 // closed closes b and requires a clean close.
-func closed(t *testing.T, b *gpu.Backend) gpu.CloseSnapshot {
+func closed(t *testing.T, b *lease.Backend) lease.CloseSnapshot {
 	t.Helper()
 	s, err := b.CloseAndWait(context.Background())
 	require.NoError(t, err)
@@ -28,21 +28,21 @@ func closed(t *testing.T, b *gpu.Backend) gpu.CloseSnapshot {
 
 func TestBackendOnePerProcess(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b1, err := gpu.NewBackend(gpu.BackendConfig{Devices: gpus(0, 1)})
+		b1, err := lease.New(lease.Config{Devices: gpus(0, 1)})
 		require.NoError(t, err)
-		_, err = gpu.NewBackend(gpu.BackendConfig{})
-		assert.ErrorIs(t, err, gpu.ErrBackendAlreadyLive, "while live")
+		_, err = lease.New(lease.Config{})
+		assert.ErrorIs(t, err, lease.ErrBackendAlreadyLive, "while live")
 
 		l, err := b1.Claim(context.Background())
 		require.NoError(t, err)
-		a, err := b1.BeginAttempt(gpu.AttemptRequest{Name: "a"})
+		a, err := b1.BeginAttempt(lease.AttemptRequest{Name: "a"})
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, err = b1.CloseAndWait(ctx)
 		cancel()
-		require.ErrorIs(t, err, gpu.ErrBackendCloseTimeout)
-		_, err = gpu.NewBackend(gpu.BackendConfig{})
-		assert.ErrorIs(t, err, gpu.ErrBackendAlreadyLive, "while draining (a GPU permit is held)")
+		require.ErrorIs(t, err, lease.ErrBackendCloseTimeout)
+		_, err = lease.New(lease.Config{})
+		assert.ErrorIs(t, err, lease.ErrBackendAlreadyLive, "while draining (a GPU permit is held)")
 
 		l.Release()
 		synctest.Wait()
@@ -51,7 +51,7 @@ func TestBackendOnePerProcess(t *testing.T) {
 		assert.False(t, s.ObservationQuiescent, "attempt a is still open")
 		// GPU quiescence freed the owner lease: a new backend may be built
 		// while the old one's reports drain.
-		b2, err := gpu.NewBackend(gpu.BackendConfig{Devices: gpus(0, 1)})
+		b2, err := lease.New(lease.Config{Devices: gpus(0, 1)})
 		require.NoError(t, err)
 		assert.Greater(t, b2.Identity().ID, b1.Identity().ID)
 		a.Finish(nil)
@@ -61,16 +61,21 @@ func TestBackendOnePerProcess(t *testing.T) {
 }
 
 func TestBackendCloseGateSingleWinner(t *testing.T) {
-	b, err := gpu.NewBackend(gpu.BackendConfig{Devices: gpus(0)})
+	b, err := lease.New(lease.Config{Devices: gpus(0)})
 	require.NoError(t, err)
-	var wins atomic.Int32
+	var wins, refused atomic.Int32
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for range 200 {
 		wg.Go(func() {
 			<-start
-			if b.Close() {
+			switch err := b.Close(); {
+			case err == nil:
 				wins.Add(1)
+			case errors.Is(err, lease.ErrBackendClosing):
+				refused.Add(1)
+			default:
+				t.Errorf("Close: %v", err)
 			}
 			_, err := b.CloseAndWait(context.Background())
 			assert.NoError(t, err)
@@ -78,15 +83,16 @@ func TestBackendCloseGateSingleWinner(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	assert.Equal(t, int32(1), wins.Load(), "exactly one Close returns true")
-	assert.False(t, b.Close(), "later calls change nothing")
+	assert.Equal(t, int32(1), wins.Load(), "exactly one Close returns nil")
+	assert.Equal(t, int32(199), refused.Load(), "every other Close returns ErrBackendClosing")
+	assert.ErrorIs(t, b.Close(), lease.ErrBackendClosing, "later calls change nothing")
 	s := closed(t, b)
-	assert.Equal(t, gpu.CloseSnapshot{Closing: true, GPUResourceQuiescent: true, ObservationQuiescent: true, Phase: "done"}, s)
+	assert.Equal(t, lease.CloseSnapshot{Closing: true, GPUResourceQuiescent: true, ObservationQuiescent: true, Phase: "done"}, s)
 }
 
 func TestBackendBeginVersusClose(t *testing.T) {
 	for round := range 20 {
-		b, err := gpu.NewBackend(gpu.BackendConfig{Devices: gpus(0, 1)})
+		b, err := lease.New(lease.Config{Devices: gpus(0, 1)})
 		require.NoError(t, err)
 		var begun, refused atomic.Uint64
 		var wg sync.WaitGroup
@@ -94,15 +100,15 @@ func TestBackendBeginVersusClose(t *testing.T) {
 		for range workers {
 			wg.Go(func() {
 				for {
-					a, err := b.BeginAttempt(gpu.AttemptRequest{Name: "x"})
+					a, err := b.BeginAttempt(lease.AttemptRequest{Name: "x"})
 					if err != nil {
-						assert.ErrorIs(t, err, gpu.ErrBackendClosing)
+						assert.ErrorIs(t, err, lease.ErrBackendClosing)
 						refused.Add(1)
 						return
 					}
 					begun.Add(1)
 					if a.IsClosing() {
-						a.Finish(gpu.ErrBackendClosing)
+						a.Finish(lease.ErrBackendClosing)
 					} else {
 						a.Finish(nil)
 					}
@@ -110,7 +116,7 @@ func TestBackendBeginVersusClose(t *testing.T) {
 			})
 		}
 		if round%2 == 0 {
-			assert.True(t, b.Close())
+			assert.NoError(t, b.Close())
 		}
 		s := closed(t, b)
 		wg.Wait()
@@ -129,25 +135,25 @@ func TestBackendBeginVersusClose(t *testing.T) {
 
 func TestBackendTimeoutThenLateSuccess(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := gpu.NewBackend(gpu.BackendConfig{Devices: gpus(0, 3)})
+		b, err := lease.New(lease.Config{Devices: gpus(0, 3)})
 		require.NoError(t, err)
 		l, err := b.Claim(context.Background())
 		require.NoError(t, err)
 		start := time.Now()
 		s, err := b.CloseAndWaitUntil(start.Add(5 * time.Second))
-		require.ErrorIs(t, err, gpu.ErrBackendCloseTimeout)
+		require.ErrorIs(t, err, lease.ErrBackendCloseTimeout)
 		assert.ErrorIs(t, err, context.DeadlineExceeded)
-		var ce *gpu.CloseError
+		var ce *lease.CloseError
 		require.ErrorAs(t, err, &ce)
 		assert.Equal(t, s, ce.Snapshot)
 		assert.Equal(t, 5*time.Second, time.Since(start))
-		assert.Equal(t, gpu.CloseSnapshot{Closing: true, ActiveGPUPermits: 1, CleanupDeadlineElapsedCount: 1, Phase: "gpu_permits"}, s)
+		assert.Equal(t, lease.CloseSnapshot{Closing: true, ActiveGPUPermits: 1, CleanupDeadlineElapsedCount: 1, Phase: "gpu_permits"}, s)
 
 		// A second timed-out wait on the same phase does not count it twice.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, err = b.CloseAndWait(ctx)
 		cancel()
-		require.ErrorIs(t, err, gpu.ErrBackendCloseTimeout)
+		require.ErrorIs(t, err, lease.ErrBackendCloseTimeout)
 		assert.Equal(t, 1, b.CloseSnapshot().CleanupDeadlineElapsedCount)
 
 		l.Release() // the cleanup goes on without any waiter
@@ -156,15 +162,15 @@ func TestBackendTimeoutThenLateSuccess(t *testing.T) {
 		assert.Equal(t, 1, s.CleanupLateSuccessCount, "the timed-out phase completed later")
 		assert.True(t, s.GPUResourceQuiescent)
 		s = closed(t, b)
-		assert.Equal(t, gpu.CloseSnapshot{Closing: true, GPUResourceQuiescent: true, ObservationQuiescent: true,
+		assert.Equal(t, lease.CloseSnapshot{Closing: true, GPUResourceQuiescent: true, ObservationQuiescent: true,
 			CleanupDeadlineElapsedCount: 1, CleanupLateSuccessCount: 1, Phase: "done"}, s)
 	})
 }
 
 func TestBackendFailClosedKeepsLease(t *testing.T) {
-	defer gpu.ResetOwnerForTest()
+	defer lease.ResetOwnerForTest()
 	boom := errors.New("cuCtxDestroy: CUDA_ERROR_ILLEGAL_ADDRESS")
-	b, err := gpu.NewBackend(gpu.BackendConfig{Devices: gpus(0, 1), Hooks: gpu.BackendHooks{
+	b, err := lease.New(lease.Config{Devices: gpus(0, 1), Hooks: lease.Hooks{
 		Release: func(_ context.Context, id topology.DeviceID) error {
 			if id == topology.GPU(0) {
 				return boom
@@ -174,22 +180,22 @@ func TestBackendFailClosedKeepsLease(t *testing.T) {
 	}})
 	require.NoError(t, err)
 	s, err := b.CloseAndWait(context.Background())
-	require.ErrorIs(t, err, gpu.ErrCleanupFailedClosed)
+	require.ErrorIs(t, err, lease.ErrCleanupFailedClosed)
 	assert.ErrorIs(t, err, boom)
 	assert.True(t, s.CleanupFailed)
 	assert.False(t, s.GPUResourceQuiescent)
 	assert.Equal(t, "failed", s.Phase)
-	_, err = gpu.NewBackend(gpu.BackendConfig{})
-	assert.ErrorIs(t, err, gpu.ErrBackendAlreadyLive, "the failed backend keeps the owner lease")
+	_, err = lease.New(lease.Config{})
+	assert.ErrorIs(t, err, lease.ErrBackendAlreadyLive, "the failed backend keeps the owner lease")
 	_, err = b.CloseAndWait(context.Background())
-	assert.ErrorIs(t, err, gpu.ErrCleanupFailedClosed, "a later call sees the same failure")
+	assert.ErrorIs(t, err, lease.ErrCleanupFailedClosed, "a later call sees the same failure")
 }
 
 func TestBackendReentrantCloseRefused(t *testing.T) {
-	var b *gpu.Backend
+	var b *lease.Backend
 	var errs []error
-	var snaps []gpu.CloseSnapshot
-	b, err := gpu.NewBackend(gpu.BackendConfig{Devices: gpus(0), Observer: func(r gpu.AttemptReport) {
+	var snaps []lease.CloseSnapshot
+	b, err := lease.New(lease.Config{Devices: gpus(0), Observer: func(r lease.AttemptReport) {
 		_, err := b.CloseAndWait(context.Background())
 		errs = append(errs, err)
 		_, err = b.CloseAndWaitUntil(time.Now().Add(time.Hour))
@@ -198,25 +204,25 @@ func TestBackendReentrantCloseRefused(t *testing.T) {
 		_ = b.MetricsSnapshot() // readable from inside delivery
 	}})
 	require.NoError(t, err)
-	a, err := b.BeginAttempt(gpu.AttemptRequest{Name: "r"})
+	a, err := b.BeginAttempt(lease.AttemptRequest{Name: "r"})
 	require.NoError(t, err)
 	require.True(t, a.Finish(nil))
 	assert.False(t, a.Finish(nil), "Finish is idempotent")
 	require.Len(t, errs, 2)
 	for _, err := range errs {
-		assert.ErrorIs(t, err, gpu.ErrReentrantObservationClose)
+		assert.ErrorIs(t, err, lease.ErrReentrantObservationClose)
 	}
 	require.Len(t, snaps, 1)
 	assert.False(t, snaps[0].Closing)
 	assert.Equal(t, int64(1), snaps[0].ActiveObservationPermits, "delivery runs under the attempt's permit")
 	assert.False(t, b.CloseSnapshot().Closing, "close was not signalled")
-	assert.Equal(t, []gpu.AttemptReport{{ID: 1, Name: "r", Status: gpu.AttemptOK}}, b.Reports())
+	assert.Equal(t, []lease.AttemptReport{{ID: 1, Name: "r", Status: lease.AttemptOK}}, b.Reports())
 	closed(t, b)
 }
 
 func TestBackendClaimParkedRefusedAtClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := gpu.NewBackend(gpu.BackendConfig{Devices: gpus(2)})
+		b, err := lease.New(lease.Config{Devices: gpus(2)})
 		require.NoError(t, err)
 		l, err := b.Claim(context.Background())
 		require.NoError(t, err)
@@ -228,14 +234,14 @@ func TestBackendClaimParkedRefusedAtClose(t *testing.T) {
 		}()
 		synctest.Wait()
 		assert.Equal(t, 1, b.MetricsSnapshot().PendingClaimers)
-		b.Close()
-		assert.ErrorIs(t, <-errc, gpu.ErrBackendClosing)
+		require.NoError(t, b.Close())
+		assert.ErrorIs(t, <-errc, lease.ErrBackendClosing)
 		_, err = b.Claim(context.Background())
-		assert.ErrorIs(t, err, gpu.ErrBackendClosing)
+		assert.ErrorIs(t, err, lease.ErrBackendClosing)
 		_, err = b.Devices()
-		assert.ErrorIs(t, err, gpu.ErrBackendClosing)
-		_, err = b.BeginAttempt(gpu.AttemptRequest{})
-		assert.ErrorIs(t, err, gpu.ErrBackendClosing)
+		assert.ErrorIs(t, err, lease.ErrBackendClosing)
+		_, err = b.BeginAttempt(lease.AttemptRequest{})
+		assert.ErrorIs(t, err, lease.ErrBackendClosing)
 		assert.Equal(t, int64(1), b.CloseSnapshot().ActiveGPUPermits, "work holding a permit goes on")
 		l.Release()
 		closed(t, b)
@@ -264,12 +270,12 @@ func TestBackendPhaseOrder(t *testing.T) {
 				return nil
 			}
 		}
-		b, err := gpu.NewBackend(gpu.BackendConfig{Devices: gpus(0, 1, 2), CleanupSlice: time.Millisecond,
-			Hooks: gpu.BackendHooks{Drain: rec("drain"), Release: rec("release")}})
+		b, err := lease.New(lease.Config{Devices: gpus(0, 1, 2), CleanupSlice: time.Millisecond,
+			Hooks: lease.Hooks{Drain: rec("drain"), Release: rec("release")}})
 		require.NoError(t, err)
 		l, err := b.Claim(context.Background())
 		require.NoError(t, err)
-		b.Close()
+		require.NoError(t, b.Close())
 		time.Sleep(10 * time.Millisecond) // fake time: lets the slices run
 		synctest.Wait()
 		mu.Lock()
@@ -285,41 +291,41 @@ func TestBackendPhaseOrder(t *testing.T) {
 func TestBackendConstructionRollback(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
-		install   func(context.Context, gpu.DeviceProfile) (gpu.DeviceStartupRecord, error)
+		install   func(context.Context, lease.DeviceProfile) (lease.StartupRecord, error)
 		installed int
 		want      string
 	}{
-		{"install fails", func(_ context.Context, p gpu.DeviceProfile) (gpu.DeviceStartupRecord, error) {
+		{"install fails", func(_ context.Context, p lease.DeviceProfile) (lease.StartupRecord, error) {
 			if p.Device.ID.Index == 2 {
-				return gpu.DeviceStartupRecord{}, errors.New("cuCtxCreate: CUDA_ERROR_OUT_OF_MEMORY")
+				return lease.StartupRecord{}, errors.New("cuCtxCreate: CUDA_ERROR_OUT_OF_MEMORY")
 			}
-			return gpu.DeviceStartupRecord{Device: p.Device.ID.String(), Streams: p.Streams}, nil
-		}, 2, "gpu: install gpu2: cuCtxCreate: CUDA_ERROR_OUT_OF_MEMORY (rollback of 2 installed devices finished)"},
-		{"record does not match", func(_ context.Context, p gpu.DeviceProfile) (gpu.DeviceStartupRecord, error) {
-			return gpu.DeviceStartupRecord{Device: p.Device.ID.String(), Streams: 4}, nil
-		}, 1, "gpu: startup record of gpu0 does not match its profile: 4 streams, want 1 (rollback of 1 installed devices finished)"},
-		{"install panics", func(_ context.Context, p gpu.DeviceProfile) (gpu.DeviceStartupRecord, error) {
+			return lease.StartupRecord{Device: p.Device.ID.String(), Streams: p.Streams}, nil
+		}, 2, "lease: install gpu2: cuCtxCreate: CUDA_ERROR_OUT_OF_MEMORY (rollback of 2 installed devices finished)"},
+		{"record does not match", func(_ context.Context, p lease.DeviceProfile) (lease.StartupRecord, error) {
+			return lease.StartupRecord{Device: p.Device.ID.String(), Streams: 4}, nil
+		}, 1, "lease: startup record of gpu0 does not match its profile: 4 streams, want 1 (rollback of 1 installed devices finished)"},
+		{"install panics", func(_ context.Context, p lease.DeviceProfile) (lease.StartupRecord, error) {
 			panic("bad driver")
-		}, 0, "gpu: install gpu0: panic: bad driver (rollback of 0 installed devices finished)"},
+		}, 0, "lease: install gpu0: panic: bad driver (rollback of 0 installed devices finished)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var released []string
-			_, err := gpu.NewBackend(gpu.BackendConfig{Devices: gpus(0, 1, 2, 3), Hooks: gpu.BackendHooks{
+			_, err := lease.New(lease.Config{Devices: gpus(0, 1, 2, 3), Hooks: lease.Hooks{
 				Install: tc.install,
 				Release: func(_ context.Context, id topology.DeviceID) error {
 					released = append(released, id.String())
 					return nil
 				},
 			}})
-			var ce *gpu.ConstructionError
+			var ce *lease.ConstructionError
 			require.ErrorAs(t, err, &ce)
 			assert.Equal(t, tc.want, err.Error())
-			assert.Equal(t, gpu.RollbackCleanup{Installed: tc.installed, Finished: true}, ce.Rollback)
+			assert.Equal(t, lease.RollbackCleanup{Installed: tc.installed, Finished: true}, ce.Rollback)
 			assert.Len(t, released, tc.installed, "every installed device is released, in reverse order")
 			if tc.installed == 2 {
 				assert.Equal(t, []string{"gpu1", "gpu0"}, released)
 			}
-			b, err := gpu.NewBackend(gpu.BackendConfig{})
+			b, err := lease.New(lease.Config{})
 			require.NoError(t, err, "the owner lease is free again")
 			closed(t, b)
 		})
@@ -327,23 +333,23 @@ func TestBackendConstructionRollback(t *testing.T) {
 	t.Run("handed over", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			unblock := make(chan struct{})
-			_, err := gpu.NewBackend(gpu.BackendConfig{Devices: gpus(0, 1), RollbackWait: time.Second, Hooks: gpu.BackendHooks{
-				Install: func(_ context.Context, p gpu.DeviceProfile) (gpu.DeviceStartupRecord, error) {
+			_, err := lease.New(lease.Config{Devices: gpus(0, 1), RollbackWait: time.Second, Hooks: lease.Hooks{
+				Install: func(_ context.Context, p lease.DeviceProfile) (lease.StartupRecord, error) {
 					if p.Device.ID.Index == 1 {
-						return gpu.DeviceStartupRecord{}, errors.New("no")
+						return lease.StartupRecord{}, errors.New("no")
 					}
-					return gpu.DeviceStartupRecord{Device: p.Device.ID.String(), Streams: 1}, nil
+					return lease.StartupRecord{Device: p.Device.ID.String(), Streams: 1}, nil
 				},
 				Release: func(context.Context, topology.DeviceID) error { <-unblock; return nil }, // ignores ctx
 			}})
-			var ce *gpu.ConstructionError
+			var ce *lease.ConstructionError
 			require.ErrorAs(t, err, &ce)
-			assert.Equal(t, gpu.RollbackCleanup{Installed: 1, Transferred: true}, ce.Rollback)
-			_, err = gpu.NewBackend(gpu.BackendConfig{})
-			assert.ErrorIs(t, err, gpu.ErrBackendAlreadyLive, "the coordinator still owns the lease")
+			assert.Equal(t, lease.RollbackCleanup{Installed: 1, Transferred: true}, ce.Rollback)
+			_, err = lease.New(lease.Config{})
+			assert.ErrorIs(t, err, lease.ErrBackendAlreadyLive, "the coordinator still owns the lease")
 			close(unblock)
 			synctest.Wait()
-			b, err := gpu.NewBackend(gpu.BackendConfig{})
+			b, err := lease.New(lease.Config{})
 			require.NoError(t, err)
 			closed(t, b)
 		})
@@ -353,26 +359,26 @@ func TestBackendConstructionRollback(t *testing.T) {
 func TestBackendConfigErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		cfg  gpu.BackendConfig
+		cfg  lease.Config
 	}{
-		{"duplicate", gpu.BackendConfig{Devices: gpus(1, 1)}},
-		{"negative streams", gpu.BackendConfig{Streams: -1}},
-		{"negative slice", gpu.BackendConfig{CleanupSlice: -time.Second}},
-		{"negative index", gpu.BackendConfig{Devices: []topology.Device{{ID: topology.GPU(-1)}}}},
+		{"duplicate", lease.Config{Devices: gpus(1, 1)}},
+		{"negative streams", lease.Config{Streams: -1}},
+		{"negative slice", lease.Config{CleanupSlice: -time.Second}},
+		{"negative index", lease.Config{Devices: []topology.Device{{ID: topology.GPU(-1)}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := gpu.NewBackend(tc.cfg)
+			_, err := lease.New(tc.cfg)
 			require.Error(t, err)
-			assert.NotErrorIs(t, err, gpu.ErrBackendAlreadyLive)
+			assert.NotErrorIs(t, err, lease.ErrBackendAlreadyLive)
 		})
 	}
-	b, err := gpu.NewBackend(gpu.BackendConfig{})
+	b, err := lease.New(lease.Config{})
 	require.NoError(t, err, "config errors claim nothing")
 	closed(t, b)
 }
 
 func TestBackendMetricsGenerationAndJSON(t *testing.T) {
-	b, err := gpu.NewBackend(gpu.BackendConfig{Devices: gpus(0, 4)})
+	b, err := lease.New(lease.Config{Devices: gpus(0, 4)})
 	require.NoError(t, err)
 	s := b.Session()
 	var gens []uint64
@@ -381,13 +387,13 @@ func TestBackendMetricsGenerationAndJSON(t *testing.T) {
 	l, err := b.Claim(context.Background())
 	require.NoError(t, err)
 	snap()
-	a, err := s.BeginAttempt(gpu.AttemptRequest{Name: "m"})
+	a, err := s.BeginAttempt(lease.AttemptRequest{Name: "m"})
 	require.NoError(t, err)
 	snap()
 	a.Finish(errors.New("kernel failed"))
 	snap()
 	m := b.MetricsSnapshot()
-	assert.Equal(t, []gpu.LeaseEntry{{Slot: 0, Device: "gpu0", Index: 0, Name: "test GPU", Leased: true},
+	assert.Equal(t, []lease.SlotState{{Slot: 0, Device: "gpu0", Index: 0, Name: "test GPU", Leased: true},
 		{Slot: 1, Device: "gpu4", Index: 4, Name: "test GPU", Leased: false}}, m.Leases)
 	l.Release()
 	snap()
@@ -400,10 +406,10 @@ func TestBackendMetricsGenerationAndJSON(t *testing.T) {
 		assert.Greater(t, gens[i], gens[i-1], "generation is monotonic: %v", gens)
 	}
 	_, err = s.Devices()
-	assert.ErrorIs(t, err, gpu.ErrBackendClosing)
+	assert.ErrorIs(t, err, lease.ErrBackendClosing)
 	m = s.MetricsSnapshot() // readable after the resources are gone
 	assert.Equal(t, uint64(1), m.AttemptsFailed)
-	assert.Equal(t, []gpu.AttemptReport{{ID: 1, Name: "m", Status: gpu.AttemptFailed, Error: "kernel failed"}}, s.Reports())
+	assert.Equal(t, []lease.AttemptReport{{ID: 1, Name: "m", Status: lease.AttemptFailed, Error: "kernel failed"}}, s.Reports())
 	raw, err := json.Marshal(m)
 	require.NoError(t, err)
 	var back map[string]any
@@ -419,7 +425,7 @@ func TestBackendMetricsGenerationAndJSON(t *testing.T) {
 // TestBackendClaimDoneContext: Backend.Claim with a done context refuses
 // before taking a lease: no admission, no GPU permit, pool unchanged.
 func TestBackendClaimDoneContext(t *testing.T) {
-	b, err := gpu.NewBackend(gpu.BackendConfig{Devices: gpus(0)})
+	b, err := lease.New(lease.Config{Devices: gpus(0)})
 	require.NoError(t, err)
 	defer closed(t, b)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,4 +1,4 @@
-package gpu
+package lease
 
 import (
 	"context"
@@ -6,16 +6,18 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+
+	"github.com/streamdag/streamdag/gpu"
 )
 
 // Acquired is the device a run executes on, from Backend.Acquire.
 type Acquired struct {
 	// Device runs the launches: the leased device opened by its driver
 	// (an OpenCL device is a CodeDevice), or the CPU device.
-	Device Device
-	// Lease is the lease the run holds while it uses Device, or nil when
+	Device gpu.Device
+	// Claim is the lease the run holds while it uses Device, or nil when
 	// it runs on the CPU device.
-	Lease *Lease
+	Claim *Claim
 	// Why says what the run runs on: the leased device and how it is
 	// driven, or, on the CPU device, why no leased device is used.
 	Why string
@@ -33,14 +35,14 @@ func (a *Acquired) Release() {
 		if a.close != nil {
 			_ = a.close()
 		}
-		a.Lease.Release()
+		a.Claim.Release()
 	})
 }
 
 // Acquire gives a run its device through the backend, the same way on
 // every host. It claims a lease (Claim: FIFO, waiting while every device
 // of the pool is leased) and opens the leased device with the driver
-// that found it (an Enumerator of BackendConfig.Drivers), with cfg: an
+// that found it (a gpu.Enumerator of Config.Drivers), with cfg: an
 // OpenCL device, or an NVML GPU that an OpenCL driver lists too (the
 // same UUID or PCI bus ID). The Acquired holds the lease until Release.
 //
@@ -55,16 +57,16 @@ func (a *Acquired) Release() {
 //
 // Errors: ErrBackendClosing, ctx.Err() (no lease is held after either),
 // or the CPU driver's (an unregistered driver, a bad cfg.Streams).
-func (b *Backend) Acquire(ctx context.Context, cfg Config) (*Acquired, error) {
+func (b *Backend) Acquire(ctx context.Context, cfg gpu.Config) (*Acquired, error) {
 	a := &Acquired{}
-	lease, err := b.Claim(ctx)
+	cl, err := b.Claim(ctx)
 	switch {
-	case errors.Is(err, ErrGPULost):
+	case errors.Is(err, gpu.ErrGPULost):
 		a.Why = err.Error()
 	case errors.Is(err, ErrNoGPU):
 		src := b.cfg.Source
 		if src == "" {
-			src = "devices not discovered (NewBackend)"
+			src = "devices not discovered (lease.New)"
 		}
 		a.Why = "no GPU: " + src
 		if len(b.notes) > 0 {
@@ -73,23 +75,23 @@ func (b *Backend) Acquire(ctx context.Context, cfg Config) (*Acquired, error) {
 	case err != nil:
 		return nil, err
 	default:
-		d := lease.Device()
+		d := cl.Device()
 		r, ok := b.routes[d.ID]
 		if !ok {
 			a.Why = fmt.Sprintf("%s (%s) leased, but no registered driver runs it (no CUDA device yet; no OpenCL driver lists a GPU with its UUID or PCI bus ID): running on the CPU device", d.ID, d.Name)
-			lease.Release()
+			cl.Release()
 			break
 		}
 		dev, err := callOpenDevice(ctx, r, cfg)
 		if err != nil {
-			lease.Release()
+			cl.Release()
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			a.Why = fmt.Sprintf("%s (%s) leased, but driver %s could not open it: %v: running on the CPU device", d.ID, d.Name, r.kind, err)
 			break
 		}
-		a.Device, a.Lease, a.close = dev, lease, dev.Close
+		a.Device, a.Claim, a.close = dev, cl, dev.Close
 		a.Why = fmt.Sprintf("%s (%s) leased", d.ID, d.Name)
 		if d.Vendor != "" {
 			a.Why = fmt.Sprintf("%s (%s, %s) leased", d.ID, d.Name, d.Vendor)
@@ -99,7 +101,7 @@ func (b *Backend) Acquire(ctx context.Context, cfg Config) (*Acquired, error) {
 		}
 		return a, nil
 	}
-	set, err := Open(ctx, "cpu", cfg)
+	set, err := gpu.Open(ctx, "cpu", cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +111,7 @@ func (b *Backend) Acquire(ctx context.Context, cfg Config) (*Acquired, error) {
 
 // callOpenDevice opens r's device, turning a panic of the driver into an
 // error.
-func callOpenDevice(ctx context.Context, r route, cfg Config) (d Device, err error) {
+func callOpenDevice(ctx context.Context, r route, cfg gpu.Config) (d gpu.Device, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			d, err = nil, fmt.Errorf("open device: panic: %v", p)

@@ -1,4 +1,4 @@
-package gpu
+package lease
 
 import (
 	"context"
@@ -7,14 +7,15 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/topology"
 )
 
-// The device types of Found.Type.
+// The device types of gpu.Found.Type.
 var foundTypes = []string{"gpu", "cpu", "accelerator", "custom"}
 
-// discovered is what NewBackend learned from the drivers of
-// BackendConfig.Drivers.
+// discovered is what New learned from the drivers of
+// Config.Drivers.
 type discovered struct {
 	profiles []DeviceProfile // the found devices that get a slot, slot order
 	routes   map[topology.DeviceID]route
@@ -23,10 +24,10 @@ type discovered struct {
 
 // discover asks cfg's drivers for their devices (cfg is validated; gpus
 // are the profiles of cfg.Devices). Config errors: an unknown driver, or
-// one that is no Enumerator, an unknown lease type. What a driver gets
+// one that is no gpu.Enumerator, an unknown lease type. What a driver gets
 // wrong (an error, a device whose ID another device has, a negative
 // index or memory) leaves its devices out and becomes a note.
-func discover(cfg *BackendConfig, gpus []DeviceProfile) (discovered, error) {
+func discover(cfg *Config, gpus []DeviceProfile) (discovered, error) {
 	out := discovered{routes: map[topology.DeviceID]route{}}
 	kinds := cfg.Drivers
 	if kinds == nil {
@@ -38,17 +39,17 @@ func discover(cfg *BackendConfig, gpus []DeviceProfile) (discovered, error) {
 	}
 	for _, t := range types {
 		if !slices.Contains(foundTypes, t) {
-			return out, fmt.Errorf("gpu: BackendConfig.LeaseTypes: unknown device type %q (want one of %v)", t, foundTypes)
+			return out, fmt.Errorf("lease: Config.LeaseTypes: unknown device type %q (want one of %v)", t, foundTypes)
 		}
 	}
 	seen := map[topology.DeviceID]string{}
 	for _, p := range gpus {
-		seen[p.Device.ID] = "BackendConfig.Devices"
+		seen[p.Device.ID] = "lease.Config.Devices"
 	}
 	for _, kind := range kinds {
 		drv, err := enumerator(kind)
 		if err != nil {
-			return out, fmt.Errorf("gpu: BackendConfig.Drivers: %w", err)
+			return out, fmt.Errorf("lease: Config.Drivers: %w", err)
 		}
 		fs, err := callEnumerate(drv)
 		if err != nil {
@@ -73,7 +74,7 @@ func discover(cfg *BackendConfig, gpus []DeviceProfile) (discovered, error) {
 				out.notes = append(out.notes, fmt.Sprintf("%s: %s (%s) is the CPU device: not leased", kind, d.ID, d.Name))
 				continue
 			case !slices.Contains(types, f.Type):
-				out.notes = append(out.notes, fmt.Sprintf("%s: %s (%s) is a %s device: not leased (BackendConfig.LeaseTypes %v)", kind, d.ID, d.Name, f.Type, types))
+				out.notes = append(out.notes, fmt.Sprintf("%s: %s (%s) is a %s device: not leased (lease.Config.LeaseTypes %v)", kind, d.ID, d.Name, f.Type, types))
 				continue
 			}
 			if by, dup := seen[d.ID]; dup {
@@ -93,8 +94,35 @@ func discover(cfg *BackendConfig, gpus []DeviceProfile) (discovered, error) {
 	return out, nil
 }
 
+// enumerator returns the driver registered under kind as a
+// gpu.Enumerator. Errors: gpu.Lookup's (no driver of that kind), or one
+// that does not implement gpu.Enumerator.
+func enumerator(kind string) (gpu.Enumerator, error) {
+	d, err := gpu.Lookup(kind)
+	if err != nil {
+		return nil, err
+	}
+	e, ok := d.(gpu.Enumerator)
+	if !ok {
+		return nil, fmt.Errorf("driver %q lists no devices to lease (it does not implement gpu.Enumerator)", kind)
+	}
+	return e, nil
+}
+
+// enumeratorKinds returns the kinds of the registered gpu.Enumerators,
+// sorted.
+func enumeratorKinds() []string {
+	var out []string
+	for _, k := range gpu.Drivers() {
+		if _, err := enumerator(k); err == nil {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 // callEnumerate runs drv.Enumerate, turning a panic into an error.
-func callEnumerate(drv Enumerator) (fs []Found, err error) {
+func callEnumerate(drv gpu.Enumerator) (fs []gpu.Found, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("enumerate: panic: %v", r)
@@ -163,8 +191,7 @@ func (b *Backend) runtimeOf(id topology.DeviceID) string {
 	}
 }
 
-// Notes says what NewBackend learned from the drivers of
-// BackendConfig.Drivers: a driver that found no device and why, a found
-// device that is one of Devices' GPUs, one that is not leased and why.
-// It works at any time.
+// Notes says what New learned from the drivers of Config.Drivers: a
+// driver that found no device and why, a found device that is one of
+// Devices' GPUs, one that is not leased and why. It works at any time.
 func (b *Backend) Notes() []string { return slices.Clone(b.notes) }

@@ -1,4 +1,4 @@
-package gpu
+package lease
 
 import (
 	"context"
@@ -9,40 +9,16 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/topology"
 )
 
 // ErrNoGPU is returned by Pool.Claim (and Backend.Claim) when there is no
 // GPU to wait for: at once on a host or backend with no GPU, and, wrapped
-// with the *LostError of each GPU, once every GPU of the pool is lost
+// with the *gpu.LostError of each GPU, once every GPU of the pool is lost
 // (also to claims parked when the last one is found lost). The caller falls
 // back to the CPU device.
-var ErrNoGPU = errors.New("gpu: no GPU on this host")
-
-// ErrGPULost is what every *LostError matches (errors.Is): NVML reports the
-// GPU lost, or no longer knows its UUID.
-var ErrGPULost = errors.New("gpu: GPU lost")
-
-// LostError says why a GPU is gone. It matches ErrGPULost and unwraps to
-// Err as well.
-type LostError struct {
-	Device topology.DeviceID // the GPU, e.g. gpu3
-	UUID   string            // its UUID, "" when unknown
-	// Err is what the check found, e.g. nvml.ERROR_GPU_IS_LOST.
-	Err error
-}
-
-// Error returns "gpu: gpu3 (GPU-…) is lost: WHY".
-func (e *LostError) Error() string {
-	id := e.Device.String()
-	if e.UUID != "" {
-		id += " (" + e.UUID + ")"
-	}
-	return "gpu: " + id + " is lost: " + fmt.Sprint(e.Err)
-}
-
-// Unwrap returns ErrGPULost and Err.
-func (e *LostError) Unwrap() []error { return []error{ErrGPULost, e.Err} }
+var ErrNoGPU = errors.New("lease: no GPU on this host")
 
 // HealthCheck says whether a GPU a claim is about to hand out is still
 // there: nil, or an error saying why it is gone for good (a transient or
@@ -63,18 +39,17 @@ type poolConfig struct {
 // gone is retired for the life of the pool: it is never leased again,
 // SnapshotLeases and Lost say why, and the claim goes on to another GPU,
 // waiting for one when all the others are leased. Once every GPU is
-// retired, claims fail with ErrNoGPU wrapping each *LostError.
+// retired, claims fail with ErrNoGPU wrapping each *gpu.LostError.
 func WithHealthCheck(check HealthCheck) PoolOption {
 	return func(c *poolConfig) { c.check = check }
 }
 
 // Pool hands out exclusive leases on devices (GPUs and OpenCL devices;
 // "GPU" below means either): one slot per device, at most one lease per
-// slot. It follows the seed GpuPool (shared/seeds/GpuPool.txt,
-// NOTES.md section 2): a FIFO counting semaphore with one permit per slot
-// (golang.org/x/sync/semaphore.Weighted, whose waiters are served in
-// arrival order and whose TryAcquire fails while any waiter is queued),
-// plus one atomic "free" flag per slot. Holding a permit guarantees that at
+// slot. It follows the seed GpuPool: a FIFO counting semaphore with one
+// permit per slot (golang.org/x/sync/semaphore.Weighted, whose waiters
+// are served in arrival order and whose TryAcquire fails while any waiter
+// is queued), plus one atomic "free" flag per slot. Holding a permit guarantees that at
 // least one slot is free, because a lease frees its slot before it returns
 // its permit.
 //
@@ -99,7 +74,7 @@ type Pool struct {
 type poolSlot struct {
 	dev  topology.Device
 	free atomic.Bool
-	lost atomic.Pointer[LostError] // set once, when the slot is retired
+	lost atomic.Pointer[gpu.LostError] // set once, when the slot is retired
 }
 
 // NewPool returns a pool with one slot per leasable device of devices (a
@@ -110,7 +85,7 @@ type poolSlot struct {
 // gpu5). A nil devices, or one with only the CPU device, gives an empty
 // pool. The devices are copied. O(len(devices)).
 //
-// Errors: a GPU ID given twice ("gpu: NewPool: gpu2 given twice (entries
+// Errors: a GPU ID given twice ("lease: NewPool: gpu2 given twice (entries
 // 1 and 2)", entries counted from 0 in devices); no pool is returned.
 func NewPool(devices []topology.Device, opts ...PoolOption) (*Pool, error) {
 	var cfg poolConfig
@@ -126,7 +101,7 @@ func NewPool(devices []topology.Device, opts ...PoolOption) (*Pool, error) {
 			continue
 		}
 		if j, ok := seen[d.ID]; ok {
-			return nil, fmt.Errorf("gpu: NewPool: %v given twice (entries %d and %d)", d.ID, j, i)
+			return nil, fmt.Errorf("lease: NewPool: %v given twice (entries %d and %d)", d.ID, j, i)
 		}
 		seen[d.ID] = i
 		d.CPUAffinity = append([]int(nil), d.CPUAffinity...)
@@ -147,10 +122,10 @@ func NewPool(devices []topology.Device, opts ...PoolOption) (*Pool, error) {
 // included; 0 on a CPU-only host.
 func (p *Pool) Capacity() int { return len(p.slots) }
 
-// Lost returns (a copy of) the LostError of every retired slot, in slot
+// Lost returns (a copy of) the gpu.LostError of every retired slot, in slot
 // order; nil when none is.
-func (p *Pool) Lost() []LostError {
-	var out []LostError
+func (p *Pool) Lost() []gpu.LostError {
+	var out []gpu.LostError
 	for i := range p.slots {
 		if le := p.slots[i].lost.Load(); le != nil {
 			out = append(out, *le)
@@ -172,13 +147,13 @@ func (p *Pool) PendingClaimers() int { return int(p.pending.Load()) }
 // the queue when it must wait again).
 //
 // Errors: ErrNoGPU at once when the pool has no slot, and wrapping each
-// *LostError once every GPU is lost (see WithHealthCheck); ctx.Err() at once
+// *gpu.LostError once every GPU is lost (see WithHealthCheck); ctx.Err() at once
 // when ctx is already done, even with a GPU free (as
 // semaphore.Weighted.Acquire), and when ctx is done before a permit is
 // granted; either way the pool is left unchanged (a permit granted at the
 // same moment is handed back to the next waiter). The returned lease must
-// be released with Lease.Release.
-func (p *Pool) Claim(ctx context.Context) (*Lease, error) {
+// be released with Claim.Release.
+func (p *Pool) Claim(ctx context.Context) (*Claim, error) {
 	if len(p.slots) == 0 {
 		return nil, ErrNoGPU
 	}
@@ -212,7 +187,7 @@ func (p *Pool) Claim(ctx context.Context) (*Lease, error) {
 // and false when the pool has no slot, every GPU is leased or lost, or a
 // Claim is parked (a permit released while a Claim waits is owed to that
 // waiter and is never taken here). It does not change PendingClaimers.
-func (p *Pool) TryClaim() (*Lease, bool) {
+func (p *Pool) TryClaim() (*Claim, bool) {
 	if len(p.slots) == 0 {
 		return nil, false
 	}
@@ -223,7 +198,7 @@ func (p *Pool) TryClaim() (*Lease, bool) {
 // tryClaim takes a permit without waiting and turns it into a lease,
 // retrying while it only finds GPUs that are gone. It returns
 // errNoPermit when no permit is free for it.
-func (p *Pool) tryClaim() (*Lease, error) {
+func (p *Pool) tryClaim() (*Claim, error) {
 	for p.sem.TryAcquire(1) {
 		if l, err := p.take(); err != errRetired {
 			return l, err
@@ -234,19 +209,19 @@ func (p *Pool) tryClaim() (*Lease, error) {
 
 var (
 	// errPoolInvariant reports a permit without a free slot: a bug in Pool.
-	errPoolInvariant = errors.New("gpu: pool invariant broken: permit held but no free slot")
+	errPoolInvariant = errors.New("lease: pool invariant broken: permit held but no free slot")
 	// errRetired: take found its slot gone and retired it, keeping the
 	// permit; the claim needs another.
-	errRetired = errors.New("gpu: slot retired")
+	errRetired = errors.New("lease: slot retired")
 	// errNoPermit: tryClaim found no permit free for it.
-	errNoPermit = errors.New("gpu: no permit free")
+	errNoPermit = errors.New("lease: no permit free")
 )
 
 // take turns a held permit into a lease on the first free slot whose GPU
 // passes the health check. A slot that fails it is retired and keeps the
 // permit (errRetired), unless it was the last usable one: then the permit
 // is returned, so parked claims wake and fail too.
-func (p *Pool) take() (*Lease, error) {
+func (p *Pool) take() (*Claim, error) {
 	for i := range p.slots {
 		s := &p.slots[i]
 		if !s.free.CompareAndSwap(true, false) {
@@ -254,9 +229,9 @@ func (p *Pool) take() (*Lease, error) {
 		}
 		if p.check != nil {
 			if err := p.checkSlot(s.dev); err != nil {
-				var le *LostError
+				var le *gpu.LostError
 				if !errors.As(err, &le) {
-					le = &LostError{Device: s.dev.ID, UUID: s.dev.UUID, Err: err}
+					le = &gpu.LostError{Device: s.dev.ID, UUID: s.dev.UUID, Err: err}
 				}
 				s.lost.Store(le)
 				if p.usable.Add(-1) == 0 {
@@ -266,7 +241,7 @@ func (p *Pool) take() (*Lease, error) {
 				return nil, errRetired
 			}
 		}
-		return &Lease{pool: p, slot: i}, nil
+		return &Claim{pool: p, slot: i}, nil
 	}
 	p.sem.Release(1)
 	if p.usable.Load() == 0 {
@@ -297,15 +272,15 @@ func (p *Pool) allLost() error {
 	return e
 }
 
-// allLostError matches ErrNoGPU, ErrGPULost and each *LostError.
-type allLostError struct{ lost []*LostError }
+// allLostError matches ErrNoGPU, gpu.ErrGPULost and each *gpu.LostError.
+type allLostError struct{ lost []*gpu.LostError }
 
 // maxListed bounds the GPUs an error message names.
 const maxListed = 4
 
 func (e *allLostError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "gpu: no GPU left: all %d GPUs of the pool are lost: ", len(e.lost))
+	fmt.Fprintf(&b, "lease: no GPU left: all %d GPUs of the pool are lost: ", len(e.lost))
 	for i, le := range e.lost {
 		if i == maxListed {
 			fmt.Fprintf(&b, "; and %d more", len(e.lost)-maxListed)
@@ -327,8 +302,8 @@ func (e *allLostError) Unwrap() []error {
 	return out
 }
 
-// LeaseEntry is one slot of Pool.SnapshotLeases.
-type LeaseEntry struct {
+// SlotState is one slot of Pool.SnapshotLeases.
+type SlotState struct {
 	// Slot is the slot's position in the pool, 0 <= Slot < Capacity.
 	Slot int `json:"slot"`
 	// Device is the device's ID, e.g. "gpu5" (indices may be sparse) or
@@ -344,7 +319,7 @@ type LeaseEntry struct {
 	Vendor string `json:"vendor,omitempty"`
 	// Leased is true while a lease holds the slot.
 	Leased bool `json:"leased"`
-	// Lost says why the slot's GPU is retired (the *LostError's text);
+	// Lost says why the slot's GPU is retired (the *gpu.LostError's text);
 	// "" while it is usable. A retired slot is never Leased.
 	Lost string `json:"lost,omitempty"`
 }
@@ -354,11 +329,11 @@ type LeaseEntry struct {
 // same inventory. Each flag is read atomically but the whole is not a
 // transaction: it is best-effort observability. Empty (non-nil) for a
 // CPU-only pool.
-func (p *Pool) SnapshotLeases() []LeaseEntry {
-	out := make([]LeaseEntry, len(p.slots))
+func (p *Pool) SnapshotLeases() []SlotState {
+	out := make([]SlotState, len(p.slots))
 	for i := range p.slots {
 		s := &p.slots[i]
-		out[i] = LeaseEntry{Slot: i, Device: s.dev.ID.String(), Index: s.dev.ID.Index, Name: s.dev.Name, Vendor: s.dev.Vendor}
+		out[i] = SlotState{Slot: i, Device: s.dev.ID.String(), Index: s.dev.ID.Index, Name: s.dev.Name, Vendor: s.dev.Vendor}
 		if le := s.lost.Load(); le != nil {
 			out[i].Lost = le.Error()
 		} else {
@@ -368,9 +343,9 @@ func (p *Pool) SnapshotLeases() []LeaseEntry {
 	return out
 }
 
-// Lease is the exclusive use of one device of a Pool until Release. A Lease is
-// safe for concurrent use.
-type Lease struct {
+// Claim is a lease: the exclusive use of one device of a Pool until
+// Release. A Claim is safe for concurrent use.
+type Claim struct {
 	pool     *Pool
 	slot     int
 	released atomic.Bool
@@ -381,23 +356,23 @@ type Lease struct {
 
 // Device returns the leased device's facts (also after Release). The
 // CPUAffinity slice is shared: do not modify it.
-func (l *Lease) Device() topology.Device { return l.pool.slots[l.slot].dev }
+func (c *Claim) Device() topology.Device { return c.pool.slots[c.slot].dev }
 
-// Slot returns the lease's slot in its pool.
-func (l *Lease) Slot() int { return l.slot }
+// Slot returns the claim's slot in its pool, 0 <= Slot < Capacity.
+func (c *Claim) Slot() int { return c.slot }
 
 // Release frees the slot and then returns the permit, so the waiter it
 // wakes always finds a free slot. It is idempotent: only the first call
 // (from any goroutine) does anything; it reports whether this call
-// released the lease. Release on a nil *Lease returns false.
-func (l *Lease) Release() bool {
-	if l == nil || !l.released.CompareAndSwap(false, true) {
+// released the lease. Release on a nil *Claim returns false.
+func (c *Claim) Release() bool {
+	if c == nil || !c.released.CompareAndSwap(false, true) {
 		return false
 	}
-	l.pool.slots[l.slot].free.Store(true)
-	l.pool.sem.Release(1)
-	if l.after != nil {
-		l.after()
+	c.pool.slots[c.slot].free.Store(true)
+	c.pool.sem.Release(1)
+	if c.after != nil {
+		c.after()
 	}
 	return true
 }

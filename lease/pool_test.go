@@ -1,4 +1,4 @@
-package gpu_test
+package lease_test
 
 import (
 	"context"
@@ -12,13 +12,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/lease"
 	"github.com/streamdag/streamdag/topology"
 )
 
-// newPool is gpu.NewPool for devices a test knows are valid.
-func newPool(t *testing.T, devs []topology.Device, opts ...gpu.PoolOption) *gpu.Pool {
+// newPool is lease.NewPool for devices a test knows are valid.
+func newPool(t *testing.T, devs []topology.Device, opts ...lease.PoolOption) *lease.Pool {
 	t.Helper()
-	p, err := gpu.NewPool(devs, opts...)
+	p, err := lease.NewPool(devs, opts...)
 	require.NoError(t, err)
 	return p
 }
@@ -46,7 +47,7 @@ func TestPoolCPUOnly(t *testing.T) {
 			cancel() // even a done ctx: ErrNoGPU comes first, at once
 			l, err := p.Claim(ctx)
 			assert.Nil(t, l)
-			assert.ErrorIs(t, err, gpu.ErrNoGPU)
+			assert.ErrorIs(t, err, lease.ErrNoGPU)
 			l, ok := p.TryClaim()
 			assert.Nil(t, l)
 			assert.False(t, ok)
@@ -55,9 +56,9 @@ func TestPoolCPUOnly(t *testing.T) {
 			assert.Empty(t, p.SnapshotLeases())
 		})
 	}
-	var zero gpu.Pool
+	var zero lease.Pool
 	_, err := zero.Claim(context.Background())
-	assert.ErrorIs(t, err, gpu.ErrNoGPU, "the zero Pool is an empty pool")
+	assert.ErrorIs(t, err, lease.ErrNoGPU, "the zero Pool is an empty pool")
 }
 
 func TestPoolSparseIndicesAndSlotOrder(t *testing.T) {
@@ -71,14 +72,14 @@ func TestPoolSparseIndicesAndSlotOrder(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, topology.GPU(5), l0.Device().ID, "first free slot is slot 0")
 	assert.Equal(t, 1, l1.Slot())
-	assert.Equal(t, []gpu.LeaseEntry{
+	assert.Equal(t, []lease.SlotState{
 		{Slot: 0, Device: "gpu5", Index: 5, Name: "test GPU", Leased: true},
 		{Slot: 1, Device: "gpu0", Index: 0, Name: "test GPU", Leased: true},
 		{Slot: 2, Device: "gpu2", Index: 2, Name: "test GPU", Leased: false},
 	}, p.SnapshotLeases())
 	assert.True(t, l0.Release())
 	assert.False(t, l0.Release(), "Release is idempotent")
-	assert.False(t, (*gpu.Lease)(nil).Release())
+	assert.False(t, (*lease.Claim)(nil).Release())
 	l2, err := p.Claim(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 0, l2.Slot(), "the freed slot 0 is reused")
@@ -87,7 +88,7 @@ func TestPoolSparseIndicesAndSlotOrder(t *testing.T) {
 	assert.Equal(t, topology.GPU(2), l3.Device().ID)
 	_, ok = p.TryClaim()
 	assert.False(t, ok, "all leased")
-	for _, l := range []*gpu.Lease{l1, l2, l3} {
+	for _, l := range []*lease.Claim{l1, l2, l3} {
 		l.Release()
 	}
 	for _, e := range p.SnapshotLeases() {
@@ -101,12 +102,12 @@ func TestPoolLeasesOpenCLDevices(t *testing.T) {
 	devs := append(gpus(1), topology.Device{ID: topology.OpenCL(0), Name: "cl GPU", Vendor: "Some Vendor", NUMANode: -1})
 	p := newPool(t, devs)
 	require.Equal(t, 2, p.Capacity())
-	assert.Equal(t, []gpu.LeaseEntry{
+	assert.Equal(t, []lease.SlotState{
 		{Slot: 0, Device: "gpu1", Index: 1, Name: "test GPU"},
 		{Slot: 1, Device: "opencl0", Index: 0, Name: "cl GPU", Vendor: "Some Vendor"},
 	}, p.SnapshotLeases())
-	_, err := gpu.NewPool(append(devs, devs[2]))
-	assert.EqualError(t, err, "gpu: NewPool: opencl0 given twice (entries 2 and 3)")
+	_, err := lease.NewPool(append(devs, devs[2]))
+	assert.EqualError(t, err, "lease: NewPool: opencl0 given twice (entries 2 and 3)")
 }
 
 // TestPoolReleaseIdempotentConcurrent: many goroutines release one lease;
@@ -177,7 +178,7 @@ func TestPoolNoSteal(t *testing.T) {
 		ctx := context.Background()
 		a, _ := p.TryClaim()
 		b, _ := p.TryClaim()
-		got := make(chan *gpu.Lease)
+		got := make(chan *lease.Claim)
 		go func() {
 			l, err := p.Claim(ctx)
 			assert.NoError(t, err)
@@ -211,7 +212,7 @@ func TestPoolCancelWhileParked(t *testing.T) {
 		}()
 		synctest.Wait()
 		// A second claimer behind the cancelled one must still be served.
-		second := make(chan *gpu.Lease)
+		second := make(chan *lease.Claim)
 		go func() {
 			l, err := p.Claim(context.Background())
 			assert.NoError(t, err)
@@ -270,12 +271,12 @@ func TestPoolRepeatedDevice(t *testing.T) {
 		devs []topology.Device
 		want string
 	}{
-		{"adjacent", gpus(2, 2), "gpu: NewPool: gpu2 given twice (entries 1 and 2)"},
-		{"apart", gpus(5, 0, 2, 0), "gpu: NewPool: gpu0 given twice (entries 2 and 4)"},
+		{"adjacent", gpus(2, 2), "lease: NewPool: gpu2 given twice (entries 1 and 2)"},
+		{"apart", gpus(5, 0, 2, 0), "lease: NewPool: gpu0 given twice (entries 2 and 4)"},
 		{"cpu twice is skipped", append(gpus(1), topology.CPUDevice()), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := gpu.NewPool(tc.devs)
+			p, err := lease.NewPool(tc.devs)
 			if tc.want == "" {
 				require.NoError(t, err)
 				assert.Equal(t, 1, p.Capacity())
@@ -360,7 +361,7 @@ func TestPoolNeverLeasesLostGPU(t *testing.T) {
 	var s lostSet
 	devs := gpus(0, 1, 2)
 	devs[2].UUID = "GPU-0000-lost" // devs[0] is the CPU device
-	p := newPool(t, devs, gpu.WithHealthCheck(s.check))
+	p := newPool(t, devs, lease.WithHealthCheck(s.check))
 	s.lose(topology.GPU(0))
 	for round := range 3 {
 		a, err := p.Claim(context.Background())
@@ -373,7 +374,7 @@ func TestPoolNeverLeasesLostGPU(t *testing.T) {
 		a.Release()
 		b.Release()
 	}
-	assert.Equal(t, []gpu.LeaseEntry{
+	assert.Equal(t, []lease.SlotState{
 		{Slot: 0, Device: "gpu0", Index: 0, Name: "test GPU", Lost: "gpu: gpu0 is lost: fell off the bus"},
 		{Slot: 1, Device: "gpu1", Index: 1, Name: "test GPU"},
 		{Slot: 2, Device: "gpu2", Index: 2, Name: "test GPU"},
@@ -400,7 +401,7 @@ func TestPoolNeverLeasesLostGPU(t *testing.T) {
 func TestPoolAllLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var s lostSet
-		p := newPool(t, gpus(4), gpu.WithHealthCheck(s.check))
+		p := newPool(t, gpus(4), lease.WithHealthCheck(s.check))
 		hold, err := p.Claim(context.Background())
 		require.NoError(t, err)
 		errs := make(chan error, 3)
@@ -419,16 +420,16 @@ func TestPoolAllLost(t *testing.T) {
 		hold.Release()
 		for range 3 {
 			err := <-errs
-			assert.ErrorIs(t, err, gpu.ErrNoGPU)
+			assert.ErrorIs(t, err, lease.ErrNoGPU)
 			assert.ErrorIs(t, err, gpu.ErrGPULost)
 			var le *gpu.LostError
 			require.ErrorAs(t, err, &le)
 			assert.Equal(t, topology.GPU(4), le.Device)
-			assert.EqualError(t, err, "gpu: no GPU left: all 1 GPUs of the pool are lost: gpu4 is lost: fell off the bus")
+			assert.EqualError(t, err, "lease: no GPU left: all 1 GPUs of the pool are lost: gpu4 is lost: fell off the bus")
 		}
 		assert.Equal(t, 0, p.PendingClaimers())
 		_, err = p.Claim(context.Background())
-		assert.ErrorIs(t, err, gpu.ErrNoGPU, "at once")
+		assert.ErrorIs(t, err, lease.ErrNoGPU, "at once")
 		_, ok := p.TryClaim()
 		assert.False(t, ok)
 	})
@@ -439,7 +440,7 @@ func TestPoolAllLost(t *testing.T) {
 // holds throughout, and the last claims fail with ErrNoGPU.
 func TestPoolHealthCheckStress(t *testing.T) {
 	var s lostSet
-	p := newPool(t, gpus(0, 1, 2, 3), gpu.WithHealthCheck(s.check))
+	p := newPool(t, gpus(0, 1, 2, 3), lease.WithHealthCheck(s.check))
 	var mu sync.Mutex
 	inUse := map[topology.DeviceID]int{}
 	var wg sync.WaitGroup
@@ -451,7 +452,7 @@ func TestPoolHealthCheckStress(t *testing.T) {
 				}
 				l, err := p.Claim(context.Background())
 				if err != nil {
-					assert.ErrorIs(t, err, gpu.ErrNoGPU)
+					assert.ErrorIs(t, err, lease.ErrNoGPU)
 					return
 				}
 				id := l.Device().ID
@@ -472,7 +473,7 @@ func TestPoolHealthCheckStress(t *testing.T) {
 		}
 	}
 	_, err := p.Claim(context.Background())
-	assert.ErrorIs(t, err, gpu.ErrNoGPU)
+	assert.ErrorIs(t, err, lease.ErrNoGPU)
 	assert.Len(t, p.Lost(), 4)
 	assert.Equal(t, 0, p.PendingClaimers())
 }

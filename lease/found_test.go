@@ -1,4 +1,4 @@
-package gpu_test
+package lease_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/lease"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -78,7 +79,22 @@ func (d *fakeDevice) NumStreams() int       { return 1 }
 func (d *fakeDevice) Stream(int) gpu.Stream { panic("fakeDevice has no streams") }
 func (d *fakeDevice) Close() error          { d.closes.Add(1); return nil }
 
-func init() { gpu.Register("test-enum", enumDriver{}) }
+// plainDriver is a driver that lists no devices (no Enumerator).
+type plainDriver struct{}
+
+func (plainDriver) Open(context.Context, gpu.Config) (gpu.Set, error) { return fakeSet{}, nil }
+
+type fakeSet struct{}
+
+func (fakeSet) Devices() []gpu.Device { return nil }
+func (fakeSet) Close() error          { return nil }
+
+// The test drivers register once per process, as real drivers do in init,
+// so the tests can run with -count > 1.
+func init() {
+	gpu.Register("test-enum", enumDriver{})
+	gpu.Register("test-plain", plainDriver{})
+}
 
 const uuid0 = "GPU-4f3b2c1a-0d9e-4a7b-8c6d-5e4f3a2b1c0d"
 
@@ -106,7 +122,7 @@ func TestBackendLeasesFoundDevices(t *testing.T) {
 		gpu.Found{Type: "cpu", Key: "pocl", Device: topology.Device{ID: topology.OpenCL(2), Name: "cpu device", NUMANode: -1}},
 		foundGPU(3, "routed by PCI", "", "0000:07:00.0"),
 	)
-	b, err := gpu.NewBackend(gpu.BackendConfig{Drivers: []string{"test-enum"},
+	b, err := lease.New(lease.Config{Drivers: []string{"test-enum"},
 		Devices: []topology.Device{topology.CPUDevice(), nvmlGPU(0, uuid0, "00000000:01:00.0"), nvmlGPU(1, "", "00000000:07:00.0"), nvmlGPU(2, "", "")}})
 	require.NoError(t, err)
 	defer closed(t, b)
@@ -121,17 +137,17 @@ func TestBackendLeasesFoundDevices(t *testing.T) {
 	assert.Equal(t, []string{"NVIDIA Corporation", "NVIDIA Corporation", "NVIDIA Corporation", "Vendor other vendor GPU"}, vendors)
 	assert.Equal(t, []string{
 		"test-enum: opencl0 (routed by UUID) is gpu0",
-		"test-enum: opencl2 (cpu device) is a cpu device: not leased (BackendConfig.LeaseTypes [gpu])",
+		"test-enum: opencl2 (cpu device) is a cpu device: not leased (lease.Config.LeaseTypes [gpu])",
 		"test-enum: opencl3 (routed by PCI) is gpu1",
 	}, b.Notes())
 	leases := b.MetricsSnapshot().Leases
 	require.Len(t, leases, 4)
-	assert.Equal(t, gpu.LeaseEntry{Slot: 3, Device: "opencl1", Index: 1, Name: "other vendor GPU", Vendor: "Vendor other vendor GPU"}, leases[3])
+	assert.Equal(t, lease.SlotState{Slot: 3, Device: "opencl1", Index: 1, Name: "other vendor GPU", Vendor: "Vendor other vendor GPU"}, leases[3])
 
 	// Release closes the device once, then frees the lease.
 	a, err := b.Acquire(t.Context(), gpu.Config{Streams: 3})
 	require.NoError(t, err)
-	assert.Equal(t, topology.GPU(0), a.Lease.Device().ID)
+	assert.Equal(t, topology.GPU(0), a.Claim.Device().ID)
 	assert.Equal(t, topology.OpenCL(0), a.Device.ID())
 	assert.Equal(t, "gpu0 (NVIDIA test GPU, NVIDIA Corporation) leased, run through test-enum as opencl0", a.Why)
 	assert.Equal(t, int64(1), b.CloseSnapshot().ActiveGPUPermits)
@@ -150,7 +166,7 @@ func TestBackendLeasesFoundDevices(t *testing.T) {
 	a1, err := b.Acquire(t.Context(), gpu.Config{})
 	require.NoError(t, err)
 	defer a1.Release()
-	assert.Equal(t, topology.GPU(1), a1.Lease.Device().ID)
+	assert.Equal(t, topology.GPU(1), a1.Claim.Device().ID)
 	assert.Equal(t, topology.OpenCL(3), a1.Device.ID())
 	assert.Equal(t, "gpu1 (NVIDIA test GPU, NVIDIA Corporation) leased, run through test-enum as opencl3", a1.Why)
 	_, err = b.Acquire(t.Context(), gpu.Config{})
@@ -176,29 +192,29 @@ func TestBackendDriversConfig(t *testing.T) {
 	setEnum(t, nil, foundGPU(0, "a", "", ""), gpu.Found{Type: "cpu", Key: "c", Device: topology.Device{ID: topology.OpenCL(1), Name: "c", NUMANode: -1}})
 	for _, tc := range []struct {
 		name string
-		cfg  gpu.BackendConfig
+		cfg  lease.Config
 		err  string
 	}{
-		{"unknown driver", gpu.BackendConfig{Drivers: []string{"nope"}}, `gpu: BackendConfig.Drivers: no driver "nope" registered (registered: [`},
-		{"not an enumerator", gpu.BackendConfig{Drivers: []string{"test-ok"}}, `gpu: BackendConfig.Drivers: driver "test-ok" lists no devices to lease (it does not implement gpu.Enumerator)`},
-		{"unknown type", gpu.BackendConfig{Drivers: []string{"test-enum"}, LeaseTypes: []string{"gpu", "fpga"}},
-			`gpu: BackendConfig.LeaseTypes: unknown device type "fpga" (want one of [gpu cpu accelerator custom])`},
+		{"unknown driver", lease.Config{Drivers: []string{"nope"}}, `lease: Config.Drivers: gpu: no driver "nope" registered (registered: [`},
+		{"not an enumerator", lease.Config{Drivers: []string{"test-plain"}}, `lease: Config.Drivers: driver "test-plain" lists no devices to lease (it does not implement gpu.Enumerator)`},
+		{"unknown type", lease.Config{Drivers: []string{"test-enum"}, LeaseTypes: []string{"gpu", "fpga"}},
+			`lease: Config.LeaseTypes: unknown device type "fpga" (want one of [gpu cpu accelerator custom])`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b, err := gpu.NewBackend(tc.cfg)
+			b, err := lease.New(tc.cfg)
 			require.ErrorContains(t, err, tc.err)
 			assert.Nil(t, b)
 		})
 	}
 	t.Run("cpu type leased when named", func(t *testing.T) {
-		b, err := gpu.NewBackend(gpu.BackendConfig{Drivers: []string{"test-enum"}, LeaseTypes: []string{"cpu", "gpu"}})
+		b, err := lease.New(lease.Config{Drivers: []string{"test-enum"}, LeaseTypes: []string{"cpu", "gpu"}})
 		require.NoError(t, err)
 		defer closed(t, b)
 		assert.Equal(t, []string{"opencl0", "opencl1"}, b.Identity().Devices)
 		assert.Empty(t, b.Notes())
 	})
 	t.Run("listed twice", func(t *testing.T) {
-		b, err := gpu.NewBackend(gpu.BackendConfig{Drivers: []string{"test-enum", "test-enum"}})
+		b, err := lease.New(lease.Config{Drivers: []string{"test-enum", "test-enum"}})
 		require.NoError(t, err)
 		defer closed(t, b)
 		assert.Equal(t, []string{"opencl0"}, b.Identity().Devices)
@@ -208,7 +224,7 @@ func TestBackendDriversConfig(t *testing.T) {
 		enum.mu.Lock()
 		before := enum.calls
 		enum.mu.Unlock()
-		b, err := gpu.NewBackend(gpu.BackendConfig{Drivers: []string{}})
+		b, err := lease.New(lease.Config{Drivers: []string{}})
 		require.NoError(t, err)
 		defer closed(t, b)
 		assert.Zero(t, b.NumGPUs())
@@ -218,7 +234,7 @@ func TestBackendDriversConfig(t *testing.T) {
 		enum.mu.Unlock()
 	})
 	t.Run("nil: every enumerator", func(t *testing.T) {
-		b, err := gpu.NewBackend(gpu.BackendConfig{})
+		b, err := lease.New(lease.Config{})
 		require.NoError(t, err)
 		defer closed(t, b)
 		assert.Equal(t, []string{"opencl0"}, b.Identity().Devices)
@@ -229,13 +245,13 @@ func TestBackendDriversConfig(t *testing.T) {
 // which Acquire's reason for the CPU device includes.
 func TestBackendEnumerateFails(t *testing.T) {
 	setEnum(t, errors.New("no platform"))
-	b, err := gpu.NewBackend(gpu.BackendConfig{Drivers: []string{"test-enum"}, Source: "NVML unavailable"})
+	b, err := lease.New(lease.Config{Drivers: []string{"test-enum"}, Source: "NVML unavailable"})
 	require.NoError(t, err)
 	defer closed(t, b)
 	assert.Zero(t, b.NumGPUs())
 	assert.Equal(t, []string{"test-enum: no platform"}, b.Notes())
 	_, err = b.Claim(t.Context())
-	assert.ErrorIs(t, err, gpu.ErrNoGPU)
+	assert.ErrorIs(t, err, lease.ErrNoGPU)
 }
 
 // TestBackendAcquireFIFO: claimers of one leased device are served in
@@ -244,7 +260,7 @@ func TestBackendEnumerateFails(t *testing.T) {
 func TestBackendAcquireFIFO(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		setEnum(t, nil, foundGPU(0, "only", "", ""))
-		b, err := gpu.NewBackend(gpu.BackendConfig{Drivers: []string{"test-enum"}})
+		b, err := lease.New(lease.Config{Drivers: []string{"test-enum"}})
 		require.NoError(t, err)
 		defer closed(t, b)
 		first, err := b.Acquire(t.Context(), gpu.Config{})
@@ -295,18 +311,18 @@ func TestBackendAcquireFIFO(t *testing.T) {
 func TestBackendAcquireCloseWaitsForRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		setEnum(t, nil, foundGPU(0, "only", "", ""))
-		b, err := gpu.NewBackend(gpu.BackendConfig{Drivers: []string{"test-enum"}})
+		b, err := lease.New(lease.Config{Drivers: []string{"test-enum"}})
 		require.NoError(t, err)
 		a, err := b.Acquire(t.Context(), gpu.Config{})
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		s, err := b.CloseAndWait(ctx)
-		require.ErrorIs(t, err, gpu.ErrBackendCloseTimeout)
+		require.ErrorIs(t, err, lease.ErrBackendCloseTimeout)
 		assert.Equal(t, int64(1), s.ActiveGPUPermits)
 		assert.Equal(t, "gpu_permits", s.Phase)
 		_, err = b.Acquire(t.Context(), gpu.Config{})
-		assert.ErrorIs(t, err, gpu.ErrBackendClosing)
+		assert.ErrorIs(t, err, lease.ErrBackendClosing)
 		dev := a.Device.(*fakeDevice)
 		a.Release()
 		assert.Equal(t, int32(1), dev.closes.Load())
@@ -322,11 +338,26 @@ func TestBackendAcquireOpenFails(t *testing.T) {
 	enum.mu.Lock()
 	enum.openErr = errors.New("device busy")
 	enum.mu.Unlock()
-	b, err := gpu.NewBackend(gpu.BackendConfig{Drivers: []string{"test-enum"}})
+	b, err := lease.New(lease.Config{Drivers: []string{"test-enum"}})
 	require.NoError(t, err)
 	defer closed(t, b)
 	_, err = b.Acquire(t.Context(), gpu.Config{})
 	require.ErrorContains(t, err, `gpu: no driver "cpu" registered`)
 	assert.Zero(t, b.CloseSnapshot().ActiveGPUPermits, "the lease went back")
 	assert.Equal(t, uint64(1), b.MetricsSnapshot().Admissions)
+}
+
+// Acquire opens the CPU device through the registry: without package
+// gpu/cpu imported (as in this test binary) it fails with an error naming
+// the missing driver, and hands no lease out.
+func TestAcquireNeedsCPUDriver(t *testing.T) {
+	b, err := lease.New(lease.Config{Devices: gpus(0)})
+	require.NoError(t, err)
+	defer closed(t, b)
+	_, err = b.Acquire(t.Context(), gpu.Config{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `gpu: no driver "cpu" registered`)
+	for _, l := range b.MetricsSnapshot().Leases {
+		assert.False(t, l.Leased, "the lease went back")
+	}
 }

@@ -14,6 +14,7 @@ import (
 	_ "github.com/streamdag/streamdag/gpu/cpu" // Acquire opens the CPU device
 	"github.com/streamdag/streamdag/gpu/nvml"
 	"github.com/streamdag/streamdag/gpu/nvml/nvmlmock"
+	"github.com/streamdag/streamdag/lease"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -24,28 +25,28 @@ import (
 // "none". Nothing pretends to run on a GPU.
 func TestAcquire(t *testing.T) {
 	t.Run("cpu-only", func(t *testing.T) {
-		b, _, err := nvml.Open(t.Context(), nvml.OpenConfig{})
+		b, _, err := openBackend(t.Context(), nil, lease.Config{})
 		require.NoError(t, err)
 		defer b.CloseAndWait(t.Context())
 		a, err := b.Acquire(t.Context(), gpu.Config{Streams: 2})
 		require.NoError(t, err)
 		defer a.Release()
 		assert.Equal(t, topology.CPU, a.Device.ID())
-		assert.Nil(t, a.Lease)
+		assert.Nil(t, a.Claim)
 		assert.Contains(t, a.Why, "no GPU")
 		assert.Equal(t, uint64(0), b.MetricsSnapshot().Admissions)
 	})
 	t.Run("dgxa100 mock", func(t *testing.T) {
 		lib, err := nvmlmock.New("dgxa100")
 		require.NoError(t, err)
-		b, _, err := nvml.Open(t.Context(), nvml.OpenConfig{Library: lib})
+		b, _, err := openBackend(t.Context(), lib, lease.Config{})
 		require.NoError(t, err)
 		defer b.CloseAndWait(t.Context())
 		a, err := b.Acquire(t.Context(), gpu.Config{})
 		require.NoError(t, err)
 		defer a.Release()
 		assert.Equal(t, topology.CPU, a.Device.ID())
-		assert.Nil(t, a.Lease)
+		assert.Nil(t, a.Claim)
 		assert.Equal(t, "gpu0 (Mock NVIDIA A100-SXM4-40GB) leased, but no registered driver runs it "+
 			"(no CUDA device yet; no OpenCL driver lists a GPU with its UUID or PCI bus ID): running on the CPU device", a.Why)
 		m := b.MetricsSnapshot()
@@ -84,15 +85,15 @@ func TestInventoryFacts(t *testing.T) {
 	assert.Nil(t, cpuOnly.Pairs)
 }
 
-// TestOpenNeverLeasesLostGPU: GPUs NVML reports lost after Open (a query
-// answers ERROR_GPU_IS_LOST, or no GPU has the UUID any more) are never
-// leased: Open re-checks each GPU by UUID before a claim hands it out, and
-// the metrics say why. Once all are lost, Acquire runs on the CPU device
-// and Why names them.
-func TestOpenNeverLeasesLostGPU(t *testing.T) {
+// TestLeaseNeverLeasesLostGPU: GPUs NVML reports lost after Discover (a
+// query answers ERROR_GPU_IS_LOST, or no GPU has the UUID any more) are
+// never leased: NVML's health check re-checks each GPU by UUID before a
+// claim hands it out, and the metrics say why. Once all are lost, Acquire
+// runs on the CPU device and Why names them.
+func TestLeaseNeverLeasesLostGPU(t *testing.T) {
 	lib, err := nvmlmock.New("dgxa100")
 	require.NoError(t, err)
-	b, _, err := nvml.Open(t.Context(), nvml.OpenConfig{Library: lib})
+	b, _, err := openBackend(t.Context(), lib, lease.Config{})
 	require.NoError(t, err)
 	defer b.CloseAndWait(t.Context())
 	require.Equal(t, 8, b.NumGPUs())
@@ -120,8 +121,8 @@ func TestOpenNeverLeasesLostGPU(t *testing.T) {
 	require.NoError(t, err)
 	defer a.Release()
 	assert.Equal(t, topology.CPU, a.Device.ID())
-	assert.Nil(t, a.Lease)
-	assert.Contains(t, a.Why, "gpu: no GPU left: all 8 GPUs of the pool are lost: gpu0 (")
+	assert.Nil(t, a.Claim)
+	assert.Contains(t, a.Why, "lease: no GPU left: all 8 GPUs of the pool are lost: gpu0 (")
 	assert.Contains(t, a.Why, "; and 4 more")
 	l, err = b.Claim(t.Context())
 	assert.ErrorIs(t, err, gpu.ErrGPULost)
@@ -130,14 +131,14 @@ func TestOpenNeverLeasesLostGPU(t *testing.T) {
 	}
 }
 
-func TestOpenCPUOnly(t *testing.T) {
+func TestLeaseCPUOnly(t *testing.T) {
 	lib := &mock.Interface{InitFunc: func() gonvml.Return { return gonvml.ERROR_LIBRARY_NOT_FOUND }}
-	b, inv, err := nvml.Open(context.Background(), nvml.OpenConfig{Library: lib})
+	b, inv, err := openBackend(context.Background(), lib, lease.Config{})
 	require.NoError(t, err)
 	assert.Equal(t, 0, b.NumGPUs())
 	assert.Equal(t, "nvml: Init: ERROR_LIBRARY_NOT_FOUND", inv.NVML.Reason)
 	_, err = b.Claim(context.Background())
-	assert.ErrorIs(t, err, gpu.ErrNoGPU)
+	assert.ErrorIs(t, err, lease.ErrNoGPU)
 	devs, err := b.Devices()
 	require.NoError(t, err)
 	assert.Empty(t, devs)
@@ -150,8 +151,8 @@ func TestOpenCPUOnly(t *testing.T) {
 	closed(t, b)
 }
 
-func TestOpenMockDGX(t *testing.T) {
-	b, inv, err := nvml.Open(context.Background(), nvml.OpenConfig{Library: dgxa100.New()})
+func TestLeaseMockDGX(t *testing.T) {
+	b, inv, err := openBackend(context.Background(), dgxa100.New(), lease.Config{})
 	require.NoError(t, err)
 	assert.Len(t, inv.GPUs(), 8)
 	require.NoError(t, err)
@@ -160,7 +161,7 @@ func TestOpenMockDGX(t *testing.T) {
 	require.Len(t, recs, 8)
 	assert.Equal(t, "gpu7", recs[7].Device)
 	assert.Equal(t, "Mock NVIDIA A100-SXM4-40GB", recs[7].Name)
-	var leases []*gpu.Lease
+	var leases []*lease.Claim
 	for range 8 {
 		l, err := b.Claim(context.Background())
 		require.NoError(t, err)
@@ -172,8 +173,22 @@ func TestOpenMockDGX(t *testing.T) {
 	closed(t, b)
 }
 
+// openBackend builds a lease backend, as cfg says, over the GPUs Discover
+// finds through lib (nil: the system library), with NVML's health check
+// over the same library and NVML's status as the Source.
+func openBackend(ctx context.Context, lib gonvml.Interface, cfg lease.Config) (*lease.Backend, nvml.Inventory, error) {
+	var opts []nvml.DiscoverOption
+	if lib != nil {
+		opts = append(opts, nvml.WithLibrary(lib))
+	}
+	inv := nvml.Discover(ctx, opts...)
+	cfg.Devices, cfg.HealthCheck, cfg.Source = inv.Devices, nvml.HealthCheck(lib), inv.NVML.String()
+	b, err := lease.New(cfg)
+	return b, inv, err
+}
+
 // closed closes b and requires a clean close.
-func closed(t *testing.T, b *gpu.Backend) gpu.CloseSnapshot {
+func closed(t *testing.T, b *lease.Backend) lease.CloseSnapshot {
 	t.Helper()
 	s, err := b.CloseAndWait(context.Background())
 	require.NoError(t, err)

@@ -1,4 +1,4 @@
-package gpu
+package lease
 
 import (
 	"context"
@@ -12,57 +12,58 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/topology"
 )
 
-// The reasons of the seed GpuBackendCore (shared/seeds/GpuBackendCore.txt,
-// NOTES.md section 1), as sentinels: callers branch with errors.Is, never
-// on the text.
+// The reasons of the seed GpuBackendCore, as sentinels: callers branch
+// with errors.Is, never on the text.
 var (
-	// ErrBackendAlreadyLive: NewBackend while another backend of this
-	// process is live, still draining its GPU resources, or failed closed.
-	ErrBackendAlreadyLive = errors.New("gpu: backend_already_live: another backend owns this process's devices")
-	// ErrBackendClosing: a new admission (Claim), service read (Devices)
-	// or attempt begin after Close was signalled.
-	ErrBackendClosing = errors.New("gpu: backend_closing: the backend is closing")
+	// ErrBackendAlreadyLive: New while another backend of this process is
+	// live, still draining its GPU resources, or failed closed.
+	ErrBackendAlreadyLive = errors.New("lease: backend_already_live: another backend owns this process's devices")
+	// ErrBackendClosing: a new admission (Claim, Acquire), service read
+	// (Devices) or attempt begin after Close was signalled; and Close
+	// itself, to every caller after the one that signalled it.
+	ErrBackendClosing = errors.New("lease: backend_closing: the backend is closing")
 	// ErrBackendCloseTimeout: CloseAndWait reached its deadline before
 	// both quiescence scopes; the *CloseError carries the facts, and
 	// cleanup goes on.
-	ErrBackendCloseTimeout = errors.New("gpu: backend_close_timeout: cleanup did not finish in time")
+	ErrBackendCloseTimeout = errors.New("lease: backend_close_timeout: cleanup did not finish in time")
 	// ErrCleanupFailedClosed: a cleanup phase could not prove completion;
 	// the GPU resources are leaked on purpose and the process keeps the
 	// owner lease (no new backend in this process).
-	ErrCleanupFailedClosed = errors.New("gpu: cleanup_failed_closed: cleanup failed; the backend failed closed")
+	ErrCleanupFailedClosed = errors.New("lease: cleanup_failed_closed: cleanup failed; the backend failed closed")
 	// ErrReentrantObservationClose: CloseAndWait called from inside an
 	// observer callback (it would wait for itself); close is not
 	// signalled.
-	ErrReentrantObservationClose = errors.New("gpu: reentrant_observation_close: close-and-wait called from an observer")
+	ErrReentrantObservationClose = errors.New("lease: reentrant_observation_close: close-and-wait called from an observer")
 )
 
-// DefaultCleanupSlice is the default BackendConfig.CleanupSlice.
+// DefaultCleanupSlice is the default Config.CleanupSlice.
 const DefaultCleanupSlice = 10 * time.Millisecond
 
-// BackendConfig configures NewBackend. The zero value is a valid config: a
-// backend with no GPU (CPU-only), no hooks and no observer.
-type BackendConfig struct {
+// Config configures New. The zero value is a valid config: a backend
+// with no GPU (CPU-only), no hooks and no observer.
+type Config struct {
 	// Devices are the GPUs the backend owns, in slot order (for example
 	// the Devices of gpu/nvml's Inventory). Entries that are not GPUs (the
 	// CPU device) are skipped; a GPU ID given twice is a config error.
 	Devices []topology.Device
 	// Drivers names the registered drivers whose devices the backend
-	// leases besides Devices, each an Enumerator (gpu/opencl's "opencl"):
+	// leases besides Devices, each a gpu.Enumerator (gpu/opencl's "opencl"):
 	// their devices (of LeaseTypes) follow Devices in the slot order,
 	// driver by driver in the order given, each in its driver's order.
 	// A found device that is one of Devices' GPUs (the same UUID or PCI
 	// bus ID: NVIDIA's OpenCL driver lists the GPUs NVML does) gets no
 	// slot of its own: it is how Backend.Acquire runs that GPU. nil means
-	// every registered Enumerator, in Drivers order; an empty non-nil
+	// every registered gpu.Enumerator, in Drivers order; an empty non-nil
 	// slice, none. A kind that is not registered, or whose driver is no
-	// Enumerator, is a config error. A driver whose Enumerate fails adds
+	// gpu.Enumerator, is a config error. A driver whose Enumerate fails adds
 	// nothing, and a found device whose ID another slot has is left out;
 	// Notes say so.
 	Drivers []string
-	// LeaseTypes are the types (Found.Type) of the found devices that get
+	// LeaseTypes are the types (gpu.Found.Type) of the found devices that get
 	// a slot. nil means {"gpu"}: GPUs of any vendor. Name "cpu" to lease a
 	// CPU OpenCL device (PoCL) too. An unknown type is a config error.
 	// Found devices that match a GPU of Devices are used for it whatever
@@ -76,23 +77,23 @@ type BackendConfig struct {
 	// pending phase at least this often. 0 means DefaultCleanupSlice;
 	// negative is a config error.
 	CleanupSlice time.Duration
-	// RollbackWait is how long a failed NewBackend waits for its rollback
+	// RollbackWait is how long a failed New waits for its rollback
 	// cleanup before handing it to the close coordinator. 0 means
 	// CleanupSlice; negative is a config error.
 	RollbackWait time.Duration
 	// Hooks install and release the per-device resources. Nil hooks do
 	// nothing, and the default startup record names the driver Acquire
 	// opens the device with, or Runtime "none" when there is none.
-	Hooks BackendHooks
+	Hooks Hooks
 	// HealthCheck, when set, re-checks each GPU before a claim hands it
 	// out (see WithHealthCheck): a GPU found gone is never leased again.
-	// gpu/nvml's Open sets its NVML health check when NVML is available
-	// and this is nil.
+	// gpu/nvml's HealthCheck is the check by UUID through NVML, for
+	// Devices that gpu/nvml's Discover found while NVML answered.
 	HealthCheck HealthCheck
 	// Source says where Devices came from, for Acquire's reason when the
-	// backend owns no GPU ("no GPU: " + Source); gpu/nvml's Open sets the
-	// status of the NVML library it asked. "" means "devices not
-	// discovered (NewBackend)".
+	// backend owns no GPU ("no GPU: " + Source), e.g. the status of the
+	// NVML library gpu/nvml's Discover asked (Inventory.NVML.String()).
+	// "" means "devices not discovered (lease.New)".
 	Source string
 	// Observer, when set, receives every attempt report, synchronously on
 	// the goroutine that calls Attempt.Finish, while the attempt still
@@ -102,18 +103,18 @@ type BackendConfig struct {
 	Observer func(AttemptReport)
 }
 
-// BackendHooks are the device-specific steps of a backend's life. Each is
+// Hooks are the device-specific steps of a backend's life. Each is
 // optional. The close hooks run on the backend's close coordinator
 // goroutine, one bounded slice at a time: their ctx expires after
-// BackendConfig.CleanupSlice; returning an error that is ctx's error
+// Config.CleanupSlice; returning an error that is ctx's error
 // (context.DeadlineExceeded) means "not done yet, call me again next
 // slice"; any other error fails the backend closed. A hook that ignores
 // ctx and blocks holds up the coordinator (and CloseAndWait times out).
-type BackendHooks struct {
+type Hooks struct {
 	// Install installs the resources of one GPU (context, memory manager,
-	// stream pool) on the caller's goroutine during NewBackend and returns
+	// stream pool) on the caller's goroutine during New and returns
 	// what it installed. ctx is never done.
-	Install func(ctx context.Context, p DeviceProfile) (DeviceStartupRecord, error)
+	Install func(ctx context.Context, p DeviceProfile) (StartupRecord, error)
 	// Drain drains one GPU's service pools (close phase 1).
 	Drain func(ctx context.Context, id topology.DeviceID) error
 	// Release frees one installed GPU's resources (close phase 3, in
@@ -127,11 +128,10 @@ type DeviceProfile struct {
 	Streams int // streams the startup record must show, >= 1
 }
 
-// DeviceStartupRecord says what was installed on one GPU. NewBackend
-// checks every record against its DeviceProfile (same device ID, same UUID
-// when the profile has one, same stream count) before the backend is
-// published.
-type DeviceStartupRecord struct {
+// StartupRecord says what was installed on one GPU. New checks every
+// record against its DeviceProfile (same device ID, same UUID when the
+// profile has one, same stream count) before the backend is published.
+type StartupRecord struct {
 	Device      string `json:"device"` // "gpu3"
 	UUID        string `json:"uuid"`
 	Name        string `json:"name"`
@@ -148,10 +148,10 @@ type DeviceStartupRecord struct {
 	Runtime string `json:"runtime"`
 }
 
-// BackendIdentity names one backend of this process.
-type BackendIdentity struct {
-	// ID is unique in the process and increases with each NewBackend that
-	// gets as far as claiming the owner lease (1, 2, …).
+// Identity names one backend of this process.
+type Identity struct {
+	// ID is unique in the process and increases with each New that gets
+	// as far as claiming the owner lease (1, 2, …).
 	ID      uint64   `json:"id"`
 	Devices []string `json:"devices"` // GPU IDs in slot order
 }
@@ -198,12 +198,12 @@ func (e *CloseError) Error() string {
 // Unwrap returns Reason and Err.
 func (e *CloseError) Unwrap() []error { return []error{e.Reason, e.Err} }
 
-// RollbackCleanup says what became of the resources a failed NewBackend
-// had installed.
+// RollbackCleanup says what became of the resources a failed New had
+// installed.
 type RollbackCleanup struct {
 	Installed int `json:"installed"` // devices installed before the failure
 	// Finished: the rollback reached GPU-resource quiescence within
-	// BackendConfig.RollbackWait and the owner lease is free again.
+	// Config.RollbackWait and the owner lease is free again.
 	Finished bool `json:"finished"`
 	// Transferred: it did not; the close coordinator goes on alone and
 	// frees the owner lease later, so a retry may briefly see
@@ -213,9 +213,9 @@ type RollbackCleanup struct {
 	Failed bool `json:"failed"`
 }
 
-// ConstructionError is NewBackend's error after the owner lease was
-// claimed: Err says why (a hook error, a startup record that does not
-// match its profile), Rollback what became of the installed resources.
+// ConstructionError is New's error after the owner lease was claimed:
+// Err says why (a hook error, a startup record that does not match its
+// profile), Rollback what became of the installed resources.
 type ConstructionError struct {
 	Err      error
 	Rollback RollbackCleanup
@@ -274,7 +274,7 @@ const (
 
 var phaseNames = [...]string{"open", "service", "journal", "gpu_permits", "observation", "done"}
 
-// resources is the resource generation: what NewBackend installed.
+// resources is the resource generation: what New installed.
 // Sessions point to it weakly; the backend drops its only strong reference
 // when phase gpu_permits releases it (or never, on a failed close).
 type resources struct {
@@ -286,20 +286,20 @@ type resources struct {
 // and what it found.
 type route struct {
 	kind  string
-	drv   Enumerator
-	found Found
+	drv   gpu.Enumerator
+	found gpu.Found
 }
 
 // Backend is the process-owned device backend (seed: GpuBackendCore):
-// the lease pool over the NVML GPUs and the devices the drivers list. At most
-// one is live per process (an owner lease, claimed by NewBackend and freed
-// only at GPU-resource quiescence). A *Backend is the public handle: Go has
-// no drop, so there is no "last handle" close — call Close or
-// CloseAndWait; a Backend that is never closed keeps the owner lease for
-// the life of the process. No goroutine runs before Close; after Close one
-// close coordinator goroutine runs the cleanup and exits at the end (or on
-// a failure); CloseAndWait returns only after it has exited or its ctx is
-// done.
+// the lease pool over the GPUs of Config.Devices and the devices the
+// drivers list. At most one is live per process (an owner lease, claimed
+// by New and freed only at GPU-resource quiescence). A *Backend is the
+// public handle: Go has no drop, so there is no "last handle" close —
+// call Close or CloseAndWait; a Backend that is never closed keeps the
+// owner lease for the life of the process. No goroutine runs before
+// Close; after Close one close coordinator goroutine runs the cleanup and
+// exits at the end (or on a failure); CloseAndWait returns only after it
+// has exited or its ctx is done.
 //
 // Lifecycle gate: Close flips the gate under the same mutex every new
 // admission (Claim), service read (Devices) and attempt begin
@@ -309,11 +309,11 @@ type route struct {
 //
 // All methods are safe for concurrent use.
 type Backend struct {
-	id      BackendIdentity
-	cfg     BackendConfig
-	records []DeviceStartupRecord
-	routes  map[topology.DeviceID]route // immutable after NewBackend
-	notes   []string                    // immutable after NewBackend
+	id      Identity
+	cfg     Config
+	records []StartupRecord
+	routes  map[topology.DeviceID]route // immutable after New
+	notes   []string                    // immutable after New
 
 	procConfig map[string]string // guarded by mu; see SetProcessConfig
 
@@ -359,21 +359,20 @@ type counters struct {
 
 const maxReports = 64
 
-// NewBackend validates cfg, asks the drivers of cfg.Drivers for their
-// devices (Enumerator.Enumerate: nothing is opened), claims the process's
-// owner lease, installs every leasable device's resources
-// (BackendHooks.Install, in slot order, on the caller's goroutine), checks
-// each startup record against its profile, and publishes the backend. It
-// starts no goroutine.
+// New validates cfg, asks the drivers of cfg.Drivers for their devices
+// (gpu.Enumerator.Enumerate: nothing is opened), claims the process's
+// owner lease, installs every leasable device's resources (Hooks.Install,
+// in slot order, on the caller's goroutine), checks each startup record
+// against its profile, and publishes the backend. It starts no goroutine.
 //
 // Errors: a config error, including an unknown or non-enumerating driver
-// in cfg.Drivers (nothing claimed); ErrBackendAlreadyLive while
-// another backend is live, draining or failed closed; a *ConstructionError
+// in cfg.Drivers (nothing claimed); ErrBackendAlreadyLive while another
+// backend is live, draining or failed closed; a *ConstructionError
 // when an install fails or a record does not match, after rolling back
 // what was installed (see RollbackCleanup: the close coordinator takes the
 // resources over; if it does not finish within RollbackWait it goes on
 // alone and frees the owner lease later).
-func NewBackend(cfg BackendConfig) (*Backend, error) {
+func New(cfg Config) (*Backend, error) {
 	profiles, err := validate(&cfg)
 	if err != nil {
 		return nil, err
@@ -417,15 +416,15 @@ func NewBackend(cfg BackendConfig) (*Backend, error) {
 	return b, nil
 }
 
-func validate(cfg *BackendConfig) ([]DeviceProfile, error) {
+func validate(cfg *Config) ([]DeviceProfile, error) {
 	if cfg.Streams < 0 {
-		return nil, fmt.Errorf("gpu: BackendConfig.Streams %d: must be >= 0", cfg.Streams)
+		return nil, fmt.Errorf("lease: Config.Streams %d: must be >= 0", cfg.Streams)
 	}
 	if cfg.Streams == 0 {
 		cfg.Streams = 1
 	}
 	if cfg.CleanupSlice < 0 || cfg.RollbackWait < 0 {
-		return nil, fmt.Errorf("gpu: BackendConfig: negative CleanupSlice %v or RollbackWait %v", cfg.CleanupSlice, cfg.RollbackWait)
+		return nil, fmt.Errorf("lease: Config: negative CleanupSlice %v or RollbackWait %v", cfg.CleanupSlice, cfg.RollbackWait)
 	}
 	if cfg.CleanupSlice == 0 {
 		cfg.CleanupSlice = DefaultCleanupSlice
@@ -440,10 +439,10 @@ func validate(cfg *BackendConfig) ([]DeviceProfile, error) {
 			continue
 		}
 		if seen[d.ID] {
-			return nil, fmt.Errorf("gpu: BackendConfig.Devices: %v given twice", d.ID)
+			return nil, fmt.Errorf("lease: Config.Devices: %v given twice", d.ID)
 		}
 		if d.ID.Index < 0 || d.MemoryBytes < 0 {
-			return nil, fmt.Errorf("gpu: BackendConfig.Devices: %v: negative index or memory", d.ID)
+			return nil, fmt.Errorf("lease: Config.Devices: %v: negative index or memory", d.ID)
 		}
 		seen[d.ID] = true
 		d.CPUAffinity = append([]int(nil), d.CPUAffinity...)
@@ -453,25 +452,25 @@ func validate(cfg *BackendConfig) ([]DeviceProfile, error) {
 }
 
 // install runs the Install hook, turning a panic into an error.
-func (b *Backend) install(p DeviceProfile) (rec DeviceStartupRecord, err error) {
+func (b *Backend) install(p DeviceProfile) (rec StartupRecord, err error) {
 	if b.cfg.Hooks.Install == nil {
 		d := p.Device
-		return DeviceStartupRecord{Device: d.ID.String(), UUID: d.UUID, Name: d.Name, Vendor: d.Vendor, MemoryBytes: d.MemoryBytes,
+		return StartupRecord{Device: d.ID.String(), UUID: d.UUID, Name: d.Name, Vendor: d.Vendor, MemoryBytes: d.MemoryBytes,
 			Streams: p.Streams, Runtime: b.runtimeOf(d.ID)}, nil
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("gpu: install %v: panic: %v", p.Device.ID, r)
+			err = fmt.Errorf("lease: install %v: panic: %v", p.Device.ID, r)
 		}
 	}()
 	rec, err = b.cfg.Hooks.Install(context.Background(), p)
 	if err != nil {
-		err = fmt.Errorf("gpu: install %v: %w", p.Device.ID, err)
+		err = fmt.Errorf("lease: install %v: %w", p.Device.ID, err)
 	}
 	return rec, err
 }
 
-func checkRecord(p DeviceProfile, r DeviceStartupRecord) error {
+func checkRecord(p DeviceProfile, r StartupRecord) error {
 	var bad []string
 	if r.Device != p.Device.ID.String() {
 		bad = append(bad, fmt.Sprintf("device %q", r.Device))
@@ -483,7 +482,7 @@ func checkRecord(p DeviceProfile, r DeviceStartupRecord) error {
 		bad = append(bad, fmt.Sprintf("%d streams, want %d", r.Streams, p.Streams))
 	}
 	if bad != nil {
-		return fmt.Errorf("gpu: startup record of %v does not match its profile: %s", p.Device.ID, strings.Join(bad, "; "))
+		return fmt.Errorf("lease: startup record of %v does not match its profile: %s", p.Device.ID, strings.Join(bad, "; "))
 	}
 	return nil
 }
@@ -492,7 +491,7 @@ func checkRecord(p DeviceProfile, r DeviceStartupRecord) error {
 // up to RollbackWait for GPU-resource quiescence.
 func (b *Backend) rollback(cause error) error {
 	ce := &ConstructionError{Err: cause, Rollback: RollbackCleanup{Installed: len(b.installed)}}
-	b.Close()
+	_ = b.Close() // the first call: nobody else holds b yet
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.RollbackWait)
 	defer cancel()
 	for {
@@ -517,16 +516,16 @@ func (b *Backend) rollback(cause error) error {
 }
 
 // Identity returns the backend's identity. It works at any time.
-func (b *Backend) Identity() BackendIdentity {
+func (b *Backend) Identity() Identity {
 	id := b.id
 	id.Devices = append([]string{}, id.Devices...)
 	return id
 }
 
 // StartupRecords returns one record per leasable device (GPU or OpenCL
-// device), in slot order, as checked by NewBackend. It works at any time.
-func (b *Backend) StartupRecords() []DeviceStartupRecord {
-	return append([]DeviceStartupRecord{}, b.records...)
+// device), in slot order, as checked by New. It works at any time.
+func (b *Backend) StartupRecords() []StartupRecord {
+	return append([]StartupRecord{}, b.records...)
 }
 
 // NumGPUs returns the number of devices the backend leases: its GPUs and
@@ -549,17 +548,16 @@ func (b *Backend) Devices() ([]topology.Device, error) {
 
 // Claim admits one unit of device work: it waits FIFO for a lease on a
 // free device (GPU or OpenCL device) of the backend's pool (see
-// Pool.Claim) and holds a GPU permit until the lease is released, so
-// close waits for it. It opens nothing (Acquire does).
+// Pool.Claim) and holds a GPU permit until the returned Claim is
+// released, so close waits for it. It opens nothing (Acquire does).
 //
 // Errors: ErrBackendClosing when close has been signalled before or while
-// waiting (a claim parked at close is woken and refused); ErrNoGPU at once
-// when the backend has no device to lease (fall back to the CPU device), and wrapping
-// each *LostError once BackendConfig.HealthCheck has found every GPU
-// gone; ctx.Err(),
-// at once when ctx is already done (no lease is taken, nothing is
-// counted), or when it is done while waiting.
-func (b *Backend) Claim(ctx context.Context) (*Lease, error) {
+// waiting (a claim parked at close is woken and refused); ErrNoGPU at
+// once when the backend has no device to lease (fall back to the CPU
+// device), and wrapping each *gpu.LostError once Config.HealthCheck has
+// found every GPU gone; ctx.Err(), at once when ctx is already done (no
+// lease is taken, nothing is counted), or when it is done while waiting.
+func (b *Backend) Claim(ctx context.Context) (*Claim, error) {
 	b.mu.Lock()
 	if b.closing {
 		b.m.admissionsRefused++
@@ -624,22 +622,26 @@ func (b *Backend) notifyLocked() {
 	}
 }
 
-// Close signals close without waiting and returns true only for the
-// caller that wins the lifecycle gate; every later call returns false and
-// changes nothing. The winner starts the close coordinator goroutine,
-// which runs the cleanup in bounded slices in the seed's phase order:
-// (1) service: drain each GPU's service pools (Hooks.Drain); (2) journal:
-// the construction journal lets go of the installed resources; (3)
-// gpu_permits: wait until no GPU permit (lease from Claim) is held, then
-// release every GPU's resources in reverse install order (Hooks.Release),
-// drop the resource generation and free the owner lease (GPU-resource
-// quiescence: a new backend may now be built); (4) observation: wait until
-// every begun attempt has finished (observation quiescence).
-func (b *Backend) Close() bool {
+// Close signals close without waiting. It returns nil to the one caller
+// that wins the lifecycle gate and ErrBackendClosing to every later call
+// (from any goroutine), which changes nothing; so errors.Is(err,
+// ErrBackendClosing) means "close was already signalled", not a failure.
+// Close never fails otherwise: what the cleanup does is reported by
+// CloseAndWait and CloseSnapshot. The winner starts the close coordinator
+// goroutine, which runs the cleanup in bounded slices in the seed's phase
+// order: (1) service: drain each GPU's service pools (Hooks.Drain); (2)
+// journal: the construction journal lets go of the installed resources;
+// (3) gpu_permits: wait until no GPU permit (claim from Backend.Claim) is
+// held, then release every GPU's resources in reverse install order
+// (Hooks.Release), drop the resource generation and free the owner lease
+// (GPU-resource quiescence: a new backend may now be built); (4)
+// observation: wait until every begun attempt has finished (observation
+// quiescence).
+func (b *Backend) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closing {
-		return false
+		return ErrBackendClosing
 	}
 	b.closing = true
 	b.phase = phaseService
@@ -648,7 +650,7 @@ func (b *Backend) Close() bool {
 	b.workerDone = make(chan struct{})
 	go b.coordinate(b.workerDone)
 	b.notifyLocked()
-	return true
+	return nil
 }
 
 // coordinate is the close coordinator: it owns the cleanup.
@@ -666,7 +668,7 @@ func (b *Backend) coordinate(done chan struct{}) {
 		ok, err := b.step(ph)
 		b.mu.Lock()
 		if err != nil {
-			b.failed = fmt.Errorf("gpu: cleanup phase %s: %w", phaseNames[ph], err)
+			b.failed = fmt.Errorf("lease: cleanup phase %s: %w", phaseNames[ph], err)
 			b.m.gen++
 			b.notifyLocked()
 			b.mu.Unlock()
@@ -815,7 +817,7 @@ func (b *Backend) CloseAndWait(ctx context.Context) (CloseSnapshot, error) {
 	if b.inObserver() {
 		return b.CloseSnapshot(), ErrReentrantObservationClose
 	}
-	b.Close()
+	_ = b.Close() // signalled here or before: either way, wait
 	for {
 		b.mu.Lock()
 		s, failed, ch, done := b.closeSnapshotLocked(), b.failed, b.changed, b.workerDone
@@ -857,20 +859,20 @@ func (b *Backend) CloseAndWaitUntil(deadline time.Time) (CloseSnapshot, error) {
 // same Generation show the same state). Leases and PendingClaimers come
 // from the pool's atomics and are best-effort. It marshals to JSON.
 type MetricsSnapshot struct {
-	Generation        uint64                `json:"generation"`
-	Backend           BackendIdentity       `json:"backend"`
-	StartupRecords    []DeviceStartupRecord `json:"startup_records"`
-	Admissions        uint64                `json:"admissions"`         // leases granted by Claim
-	AdmissionsRefused uint64                `json:"admissions_refused"` // Claim refused with ErrBackendClosing
-	ServiceRefused    uint64                `json:"service_reads_refused"`
-	AttemptsBegun     uint64                `json:"attempts_begun"`
-	AttemptsFinished  uint64                `json:"attempts_finished"`
-	AttemptsFailed    uint64                `json:"attempts_failed"`
-	AttemptsUnplanned uint64                `json:"attempts_unplanned"`
-	AttemptsRefused   uint64                `json:"attempts_refused"` // BeginAttempt refused: not counted as begun
-	Leases            []LeaseEntry          `json:"leases"`
-	PendingClaimers   int                   `json:"pending_claimers"`
-	Close             CloseSnapshot         `json:"close"`
+	Generation        uint64          `json:"generation"`
+	Backend           Identity        `json:"backend"`
+	StartupRecords    []StartupRecord `json:"startup_records"`
+	Admissions        uint64          `json:"admissions"`         // leases granted by Claim
+	AdmissionsRefused uint64          `json:"admissions_refused"` // Claim refused with ErrBackendClosing
+	ServiceRefused    uint64          `json:"service_reads_refused"`
+	AttemptsBegun     uint64          `json:"attempts_begun"`
+	AttemptsFinished  uint64          `json:"attempts_finished"`
+	AttemptsFailed    uint64          `json:"attempts_failed"`
+	AttemptsUnplanned uint64          `json:"attempts_unplanned"`
+	AttemptsRefused   uint64          `json:"attempts_refused"` // BeginAttempt refused: not counted as begun
+	Leases            []SlotState     `json:"leases"`
+	PendingClaimers   int             `json:"pending_claimers"`
+	Close             CloseSnapshot   `json:"close"`
 	// ProcessConfig is the process configuration recorded with
 	// SetProcessConfig (the I/O layer's settings in force, say), by
 	// component.
@@ -902,7 +904,7 @@ func (b *Backend) MetricsSnapshot() MetricsSnapshot {
 		AttemptsUnplanned: b.m.attemptsUnplanned, AttemptsRefused: b.m.attemptsRefused, Close: b.closeSnapshotLocked()}
 	res := b.res
 	b.mu.Unlock()
-	m.Leases = []LeaseEntry{}
+	m.Leases = []SlotState{}
 	if res != nil {
 		m.Leases = res.pool.SnapshotLeases()
 		m.PendingClaimers = res.pool.PendingClaimers()

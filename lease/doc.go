@@ -1,0 +1,77 @@
+// Package lease is streamdag's process-owned device backend and its lease
+// pool (layer 2, above the driver contract of package gpu): a [Backend]
+// (seed: GpuBackendCore) owns the GPUs of this process and leases them,
+// one run at a time, from a FIFO [Pool] (seed: GpuPool). It imports gpu
+// and topology only, no driver package and not gpu/nvml, so it builds
+// without cgo: the devices it leases come from what the caller passes
+// ([Config].Devices, e.g. gpu/nvml's Discover) and from the drivers the
+// program registered, reached through gpu's registry.
+//
+// # Use
+//
+// An executor gets its devices from a backend:
+//
+//	inv := nvml.Discover(ctx)                    // the CPU device and the NVML GPUs, or why none
+//	cfg := lease.Config{Devices: inv.Devices, Source: inv.NVML.String()}
+//	if inv.NVML.Available {
+//		cfg.HealthCheck = nvml.HealthCheck(nil) // a GPU found lost later is never leased
+//	}
+//	b, err := lease.New(cfg)
+//	if err != nil { … }                          // ErrBackendAlreadyLive, config errors
+//	defer b.CloseAndWait(ctx)
+//	a, err := b.BeginAttempt(lease.AttemptRequest{Name: "flights"})
+//	acq, err := b.Acquire(ctx, gpu.Config{Streams: 4}) // FIFO; the leased device, opened
+//	defer acq.Release()                          // closes it, then frees the lease
+//	… run on acq.Device; acq.Why says what it is …
+//	a.Finish(runErr)
+//	m := b.MetricsSnapshot()                     // JSON-marshalable, monotonic Generation
+//
+// # Leases follow the devices
+//
+// The pool has one slot per GPU of [Config].Devices and per device that
+// a driver implementing gpu.Enumerator lists ([Config].Drivers:
+// gpu/opencl's "opencl", a GPU of any vendor; a CPU OpenCL device such as
+// PoCL when [Config].LeaseTypes names "cpu"), each with its vendor and
+// identity (UUID, PCI bus ID, name, memory; [Backend.StartupRecords],
+// [Backend.MetricsSnapshot]). A listed device that is one of the GPUs of
+// Devices (the same UUID or PCI bus ID, as NVIDIA's OpenCL driver lists
+// them) is that GPU's way to run, not a slot of its own.
+// [Backend.Acquire] opens the leased device with the driver that found
+// it; a GPU that no registered driver runs (streamdag has no CUDA device
+// yet, and no OpenCL driver lists it) is never used as if it ran: Acquire
+// gives its lease back and runs on the CPU device, saying why, as it does
+// on a host with no device to lease ([Backend.Claim] answers [ErrNoGPU]
+// at once). [Backend.Claim] alone takes a lease (a [Claim]) without
+// opening anything.
+//
+// # Lifecycle
+//
+// The [Backend] follows the seed GpuBackendCore: one live backend per
+// process (an owner lease); a lifecycle gate that [Backend.Close] wins
+// exactly once (it returns nil to that caller and [ErrBackendClosing] to
+// every later one) and that refuses new admissions, service reads and
+// attempt begins with [ErrBackendClosing]; a close coordinator goroutine
+// that runs the cleanup in bounded slices in the seed's phase order
+// (service, journal, GPU permits then resource release and owner lease,
+// observation); timeouts with late-success accounting
+// ([ErrBackendCloseTimeout]); fail-closed cleanup
+// ([ErrCleanupFailedClosed]); reentrant close refused
+// ([ErrReentrantObservationClose]). Every reason is a sentinel matched
+// with errors.Is; [*CloseError] and [*ConstructionError] carry the facts.
+// The *Backend is the only public handle: Go has no drop, so there is no
+// implicit last-handle close — call Close or CloseAndWait; a [Session]
+// holds the GPU resources weakly and the observation side strongly.
+//
+// The [Pool] follows the seed GpuPool on golang.org/x/sync/semaphore's
+// FIFO, no-steal semaphore: [Pool.Claim] waits in arrival order,
+// [Pool.TryClaim] never takes a permit a parked claim is owed, and a
+// claim frees its slot before it returns its permit. A [HealthCheck]
+// (gpu/nvml's, by UUID) keeps a GPU found lost from being leased again.
+//
+// # Concurrency
+//
+// Every type is safe for concurrent use; each method's doc says what may
+// block. Nothing here starts a goroutine before [Backend.Close], and
+// [Backend.CloseAndWait] returns only after the close coordinator has
+// exited (or its ctx is done).
+package lease
