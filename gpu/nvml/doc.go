@@ -6,7 +6,8 @@
 // package of the module that imports go-nvml (github.com/NVIDIA/go-nvml,
 // which needs cgo; imported here as gonvml), with its subpackage
 // gpu/nvml/nvmlmock, which completes go-nvml's mock servers from real
-// topologies.
+// topologies for tests (no package outside tests imports it, so no
+// shipped binary links the mocks).
 //
 // [Discover] reads NVLink links, the P2P matrix (status per caps index,
 // common ancestor) and MIG devices. It never fails: what it could not
