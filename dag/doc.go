@@ -33,11 +33,11 @@
 //
 // Building is cheap enough for graphs of millions of kernels. A
 // [KernelOption] or [BufferOption] is a plain value (making one allocates
-// nothing, an [OpenCL] variant aside). A graph stores kernels and buffers as small records without
-// pointers (28 and 16 bytes) and copies names and bindings into arenas of
-// its own, so AddValue and AddKernel allocate nothing per call, amortised,
-// a name formatted on the caller's stack may stay there, and the garbage
-// collector has next to nothing to scan in a large graph. [Graph.Grow]
+// nothing, an [OpenCL] variant aside). A graph stores kernels and buffers
+// as small records (32 and 16 bytes) and copies names and bindings into
+// arenas of its own, so AddValue and AddKernel allocate nothing per call,
+// amortised, and a name formatted on the caller's stack may stay there.
+// [Graph.Grow]
 // presizes a graph whose size is known. [Graph.Kernel] and [Graph.Buffer]
 // return read-only views made from the records on demand. The gonum graph
 // is built only when first asked for, and Validate works in a few flat

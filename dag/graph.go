@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"gonum.org/v1/gonum/graph"
@@ -131,17 +130,14 @@ func (b Buffer) Whole() buffers.Binding {
 // simple.DirectedGraph underneath (see Directed). The zero value is not
 // usable; call New.
 //
-// The graph's own store is compact: kernels and buffers are records of a
-// few integers in two arrays (28 and 16 bytes, no pointers); a kernel
-// function is stored once for a run of kernels added in a row with the
-// same function (so the only pointers are the distinct functions); names
-// are copied into one byte arena per kind, and the bindings of every
-// declared read and write into chunks of a binding arena (24 bytes each).
-// So adding a kernel or a buffer allocates nothing of its own (amortised:
-// the arrays and name arenas double, a binding chunk holds up to 4096
-// bindings; Grow presizes the arrays), and the garbage collector has next
-// to nothing to scan in even a very large graph. Kernel and Buffer are
-// views made from the records on demand. Gonum node ids are numbered in
+// The graph's own store is compact: kernels and buffers are records in
+// two arrays (32 bytes: a few integers and the kernel's function; 16
+// bytes, no pointer); names are copied into one string arena per kind,
+// and the bindings of every declared read and write into chunks of a
+// binding arena (24 bytes each). So adding a kernel or a buffer allocates
+// nothing of its own (amortised: the arrays and name arenas double, a
+// binding chunk holds up to 4096 bindings; Grow presizes the arrays).
+// Kernel and Buffer are views made from the records on demand. Gonum node ids are numbered in
 // the order kernels and buffers were added. The gonum graph is built from
 // the store on first use (Directed, MarshalDOT, a cycle report) and
 // brought up to date incrementally after later additions, so building a
@@ -158,8 +154,6 @@ type Graph struct {
 	bufNode []int64               // gonum node id of each buffer in dg
 
 	krecs  []kernelRec
-	fns    []KernelFunc   // distinct functions, by kernelRec.fn
-	lastFn unsafe.Pointer // the closure of fns[len(fns)-1]
 	extras []kernelExtra
 	brecs  []bufferRec
 	nodes  []nodeRef  // gonum node id → kernel or buffer
@@ -168,9 +162,11 @@ type Graph struct {
 	order  []KernelID // topological order, set by a successful Validate
 
 	// Names: the kernels' and the buffers' names, each kind's one after
-	// the other (name i ends where name i+1 starts). An arena that grows
-	// is copied, and strings already handed out keep the old copy.
-	knames, bnames []byte
+	// the other (name i ends where name i+1 starts). A strings.Builder
+	// only appends, and its String shares the bytes written so far, so a
+	// name is a substring of it, handed out without a copy; an arena that
+	// grows is copied, and strings already handed out keep the old copy.
+	knames, bnames strings.Builder
 
 	// Binding arena: every chunk, each at its full length, so a kernel's
 	// chunk index finds it; the last is the one being filled, up to
@@ -180,11 +176,11 @@ type Graph struct {
 	bindUsed   int
 }
 
-// kernelRec is the stored form of a kernel: 28 bytes, no pointer.
+// kernelRec is the stored form of a kernel: 32 bytes.
 type kernelRec struct {
-	name  uint32 // start of the name in knames
-	fn    uint32 // index into Graph.fns
+	fn    KernelFunc // the host code; nil for device code only
 	bind  bindRef
+	name  uint32 // start of the name in knames
 	extra uint32 // 1 + index into Graph.extras; 0: none
 }
 
@@ -282,7 +278,7 @@ func New() *Graph {
 // slices.Grow, it is a hint for building a graph whose size is known
 // ahead, and building without it gives the same graph. Names and the
 // declared reads and writes still take arena chunks as they come. Grow
-// allocates about 40 bytes per kernel and 28 per buffer at once (records
+// allocates about 44 bytes per kernel and 28 per buffer at once (records
 // and 8 bytes of name each); it panics if kernels or buffers is negative.
 func (g *Graph) Grow(kernels, buffers int) {
 	if kernels < 0 || buffers < 0 {
@@ -291,83 +287,46 @@ func (g *Graph) Grow(kernels, buffers int) {
 	g.krecs = slices.Grow(g.krecs, kernels)
 	g.brecs = slices.Grow(g.brecs, buffers)
 	g.nodes = slices.Grow(g.nodes, kernels+buffers)
-	g.knames = capNames(slices.Grow(g.knames, 8*kernels))
-	g.bnames = capNames(slices.Grow(g.bnames, 8*buffers))
-}
-
-// capNames limits a name arena's capacity to maxNames, which putName's
-// fast path relies on.
-func capNames(a []byte) []byte { return a[:len(a):min(cap(a), maxNames)] }
-
-// funcIndex returns the index of fn in g.fns, adding it unless it is the
-// same closure as the last one added: kernels added in a row with one
-// function (the usual way of building a large graph) share an entry, so
-// the graph then holds no pointer per kernel at all, and adding one
-// writes none (no write barrier while the collector runs).
-func (g *Graph) funcIndex(fn KernelFunc) uint32 {
-	// A func value is a pointer to its closure; two equal pointers are
-	// the same function with the same captured variables.
-	p := *(*unsafe.Pointer)(unsafe.Pointer(&fn))
-	if len(g.fns) == 0 || p != g.lastFn {
-		g.fns = append(g.fns, fn)
-		g.lastFn = p
-	}
-	return uint32(len(g.fns) - 1)
+	g.knames.Grow(8 * kernels)
+	g.bnames.Grow(8 * buffers)
 }
 
 // putName appends s to the name arena a and returns s's start in it. It
 // does not keep s, so a name formatted into a stack buffer by the caller
-// stays there. Names past maxNames bytes are recorded as a mistake and
-// dropped (the name reads as empty).
-func (g *Graph) putName(a *[]byte, s string) uint32 {
-	// The arena's capacity never passes maxNames (see growName), so a name
-	// that fits in it is within bounds.
-	n := len(*a)
-	if cap(*a)-n < len(s) {
-		return g.growName(a, s)
-	}
-	*a = (*a)[:n+len(s)] // the length only: no pointer write (see push)
-	copy((*a)[n:], s)
-	return uint32(n)
-}
-
-// growName is putName when arena a has no room for s: it doubles the
-// arena, up to a capacity of maxNames bytes.
-func (g *Graph) growName(a *[]byte, s string) uint32 {
-	n := len(*a)
+// stays there. The arena doubles when full (strings.Builder.Grow), where
+// append would grow a large one by only a quarter. Names past maxNames
+// bytes are recorded as a mistake and dropped (the name reads as empty).
+func (g *Graph) putName(a *strings.Builder, s string) uint32 {
+	n := a.Len()
 	if n+len(s) > maxNames {
 		g.errs = append(g.errs, fmt.Errorf("dag: names past %d bytes: %q dropped", maxNames, strings.Clone(s)))
 		return uint32(n)
 	}
-	*a = capNames(slices.Grow(*a, max(n, len(s), 256)))[:n+len(s)]
-	copy((*a)[n:], s)
-	return uint32(n)
-}
-
-// arenaString returns bytes [start, end) of arena a as a string (no copy).
-func arenaString(a []byte, start, end uint32) string {
-	if start == end {
-		return ""
+	if a.Cap()-n < len(s) {
+		a.Grow(max(len(s), 256)) // to 2 × capacity + that
 	}
-	return unsafe.String(&a[start], end-start)
+	a.WriteString(s)
+	return uint32(n)
 }
 
 // kernelName returns the name of kernel k.
 func (g *Graph) kernelName(k int) string {
-	end := uint32(len(g.knames))
+	names := g.knames.String()
+	end := uint32(len(names))
 	if k+1 < len(g.krecs) {
 		end = g.krecs[k+1].name
 	}
-	return arenaString(g.knames, g.krecs[k].name, end)
+	return names[g.krecs[k].name:end]
 }
 
 // bufferName returns the name of buffer b.
 func (g *Graph) bufferName(b int) string {
-	end := uint32(len(g.bnames))
+	names := g.bnames.String()
+	end := uint32(len(names))
 	if b+1 < len(g.brecs) {
 		end = g.brecs[b+1].name
 	}
-	return arenaString(g.bnames, g.brecs[b].name, end)
+	return names[g.brecs[b].name:end]
 }
 
 // newBindings returns n contiguous bindings from the arena and their
@@ -489,7 +448,7 @@ func (g *Graph) addBuffer(r bufferRec, opts []BufferOption) BufferID {
 		}
 	}
 	id := BufferID(len(g.brecs))
-	if r.name == uint32(len(g.bnames)) {
+	if r.name == uint32(g.bnames.Len()) {
 		g.checkName("buffer", "", int64(id))
 	}
 	push(&g.nodes, ^nodeRef(id))
@@ -540,17 +499,20 @@ func (g *Graph) bufferFor(k KernelID, id BufferID, verb string) *bufferRec {
 	return &g.brecs[id]
 }
 
-func (g *Graph) rangeFor(k KernelID, id BufferID, off, n int64, verb string) (buffers.Binding, bool) {
-	b := g.bufferFor(k, id, verb)
+// rangeFor returns bd when it is a range of a buffer of the graph, or
+// records that kernel k reads or writes (verb) an unknown buffer or a
+// range outside its buffer and returns false.
+func (g *Graph) rangeFor(k KernelID, bd buffers.Binding, verb string) (buffers.Binding, bool) {
+	b := g.bufferFor(k, bd.Buffer, verb)
 	if b == nil {
 		return buffers.Binding{}, false
 	}
-	if off < 0 || n < 0 || off > b.extent()-n {
+	if off, n := bd.Offset, bd.Length; off < 0 || n < 0 || off > b.extent()-n {
 		g.errs = append(g.errs, fmt.Errorf("dag: kernel %q %s [%d:%d) of buffer %q, which has %d bytes",
-			g.KernelName(k), verb, off, off+n, g.bufferName(int(id)), b.extent()))
+			g.KernelName(k), verb, off, off+n, g.bufferName(int(bd.Buffer)), b.extent()))
 		return buffers.Binding{}, false
 	}
-	return buffers.Binding{Buffer: id, Offset: off, Length: n}, true
+	return bd, true
 }
 
 // AddKernel declares a kernel named name running fn (its host code), with
@@ -572,85 +534,25 @@ func (g *Graph) rangeFor(k KernelID, id BufferID, off, n int64, verb string) (bu
 // own (amortised, see Graph) unless the kernel has optional reads, a
 // device hint, an estimate or a device variant.
 func (g *Graph) AddKernel(name string, fn KernelFunc, opts ...KernelOption) KernelID {
-	id := KernelID(len(g.krecs))
-	push(&g.krecs, kernelRec{name: g.putName(&g.knames, name), fn: g.funcIndex(fn)})
+	k := KernelID(len(g.krecs))
+	push(&g.krecs, kernelRec{name: g.putName(&g.knames, name), fn: fn})
 	if name == "" {
-		g.checkName("kernel", "", int64(id))
+		g.checkName("kernel", "", int64(k))
 	}
-	// The common case, whole-buffer reads and writes only, is done here;
-	// any other option takes the general path.
-	nr, nw := 0, 0
-	for i := range opts {
-		switch o := &opts[i]; o.kind {
-		case optReads:
-			nr += int(o.n)
-		case optWrites:
-			nw += int(o.n)
-		case optNone:
-		default:
-			nr = -1
-		}
-		if nr < 0 {
-			break
-		}
-	}
-	if nr < 0 {
-		g.applyOptions(id, opts)
-	} else if nr+nw > 0 {
-		// Reads fill bd from the front, writes from nr on.
-		bd, chunk, off := g.newBindings(nr + nw)
-		r, w := 0, nr
-		for i := range opts {
-			o := &opts[i]
-			for _, b := range o.list() {
-				if uint64(b) >= uint64(len(g.brecs)) {
-					g.unknownBuffer(id, b, o.kind)
-					continue
-				}
-				x := buffers.Binding{Buffer: b, Length: g.brecs[b].extent()}
-				if o.kind == optReads {
-					bd[r], r = x, r+1
-				} else {
-					bd[w], w = x, w+1
-				}
-			}
-		}
-		if r < nr { // unknown reads: close the gap
-			copy(bd[r:], bd[nr:w])
-		}
-		g.krecs[id].bind = bindRef{chunk: chunk, off: off, nr: uint32(r), nw: uint32(w - nr)}
-	}
-	push(&g.nodes, nodeRef(id))
-	g.invalidate()
-	return id
-}
-
-// unknownBuffer records that kernel k reads or writes (by kind) an id
-// that is not a buffer.
-func (g *Graph) unknownBuffer(k KernelID, id BufferID, kind optKind) {
-	verb := "writes"
-	if kind == optReads || kind == optReadsOptional || kind == optReadsRange {
-		verb = "reads"
-	}
-	g.errs = append(g.errs, fmt.Errorf("dag: kernel %q %s unknown buffer id %d", g.KernelName(k), verb, id))
-}
-
-// applyOptions applies any options to kernel k, in order.
-func (g *Graph) applyOptions(k KernelID, opts []KernelOption) {
 	// Count the bindings so reads and writes each take one contiguous
 	// run of the arena.
 	nr, nw, optional := 0, 0, false
 	for i := range opts {
 		switch o := &opts[i]; o.kind {
 		case optReads:
-			nr += int(o.n)
+			nr += len(o.ids)
 		case optReadsOptional:
-			nr += int(o.n)
+			nr += len(o.ids)
 			optional = true
 		case optReadsRange:
 			nr++
 		case optWrites:
-			nw += int(o.n)
+			nw += len(o.ids)
 		case optWritesRange:
 			nw++
 		}
@@ -671,7 +573,7 @@ func (g *Graph) applyOptions(k KernelID, opts []KernelOption) {
 		switch o := &opts[i]; o.kind {
 		case optReads, optReadsOptional:
 			isOpt := o.kind == optReadsOptional
-			for _, id := range o.list() {
+			for _, id := range o.ids {
 				if b := g.bufferFor(k, id, "reads"); b != nil {
 					reads = append(reads, buffers.Binding{Buffer: id, Length: b.extent()})
 					if optional {
@@ -681,41 +583,42 @@ func (g *Graph) applyOptions(k KernelID, opts []KernelOption) {
 				}
 			}
 		case optReadsRange:
-			if bd, ok := g.rangeFor(k, BufferID(o.n), o.a, o.b, "reads"); ok {
+			if bd, ok := g.rangeFor(k, o.rng, "reads"); ok {
 				reads = append(reads, bd)
 				if optional {
 					opt = append(opt, false)
 				}
 			}
 		case optWrites:
-			for _, id := range o.list() {
+			for _, id := range o.ids {
 				if b := g.bufferFor(k, id, "writes"); b != nil {
 					writes = append(writes, buffers.Binding{Buffer: id, Length: b.extent()})
 				}
 			}
 		case optWritesRange:
-			if bd, ok := g.rangeFor(k, BufferID(o.n), o.a, o.b, "writes"); ok {
+			if bd, ok := g.rangeFor(k, o.rng, "writes"); ok {
 				writes = append(writes, bd)
 			}
 		case optStream:
-			if o.a < 0 {
-				g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: negative stream %d", g.KernelName(k), o.a))
+			if o.stream < 0 {
+				g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: negative stream %d", g.KernelName(k), o.stream))
 				continue
 			}
-			ex.stream = int(o.a) + 1
+			ex.stream = o.stream + 1
 		case optDevice, optPrefer:
-			d := &topology.DeviceID{Kind: topology.Kind(o.n), Index: int(o.a)}
+			d := new(topology.DeviceID) // a copy: keeping o's own would move every option to the heap
+			*d = o.device
 			if o.kind == optDevice {
 				ex.device = d
 			} else {
 				ex.prefer = d
 			}
 		case optEstimate:
-			if d := time.Duration(o.a); d < 0 {
-				g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: negative estimate %v", g.KernelName(k), d))
+			if o.estimate < 0 {
+				g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: negative estimate %v", g.KernelName(k), o.estimate))
 				continue
 			}
-			ex.estimate = time.Duration(o.a)
+			ex.estimate = o.estimate
 		case optVariant:
 			variants = true
 		}
@@ -734,6 +637,9 @@ func (g *Graph) applyOptions(k KernelID, opts []KernelOption) {
 		g.extras = append(g.extras, ex)
 		g.krecs[k].extra = uint32(len(g.extras))
 	}
+	push(&g.nodes, nodeRef(k))
+	g.invalidate()
+	return k
 }
 
 // NumKernels returns the number of kernels.
@@ -746,7 +652,7 @@ func (g *Graph) NumBuffers() int { return len(g.brecs) }
 // O(1), no allocation.
 func (g *Graph) Kernel(id KernelID) Kernel {
 	r := &g.krecs[id]
-	k := Kernel{ID: id, Name: g.kernelName(int(id)), Fn: g.fns[r.fn], Reads: g.reads(r), Writes: g.writes(r), Stream: -1}
+	k := Kernel{ID: id, Name: g.kernelName(int(id)), Fn: r.fn, Reads: g.reads(r), Writes: g.writes(r), Stream: -1}
 	if r.extra != 0 {
 		ex := &g.extras[r.extra-1]
 		k.Optional, k.Stream, k.Device, k.Prefer, k.Estimate = ex.optional, ex.stream-1, ex.device, ex.prefer, ex.estimate
@@ -777,7 +683,7 @@ func (g *Graph) KernelWrites(id KernelID) []buffers.Binding { return g.writes(&g
 // kernel left with no code), and like the other mutations it must
 // not run concurrently with anything else on g.
 func (g *Graph) SetFunc(id KernelID, fn KernelFunc) {
-	g.krecs[id].fn = g.funcIndex(fn)
+	g.krecs[id].fn = fn
 	g.invalidate()
 }
 

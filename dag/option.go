@@ -1,6 +1,11 @@
 package dag
 
-import "unsafe"
+import (
+	"time"
+
+	"github.com/streamdag/streamdag/buffers"
+	"github.com/streamdag/streamdag/topology"
+)
 
 // KernelOption configures a kernel in AddKernel: its reads, writes,
 // placement hints and device variants. Options are small values made by
@@ -19,21 +24,13 @@ import "unsafe"
 // slice given to Reads, Writes or ReadsOptional is not changed
 // meanwhile). The zero KernelOption does nothing.
 type KernelOption struct {
-	p    unsafe.Pointer // the first of n ids (optReads, optReadsOptional, optWrites); the *Variant of optVariant
-	n    int64          // the number of ids; the buffer id of a range; the kind of a device hint
-	a, b int64          // range offset and length; stream; device index; estimate in ns
-	kind optKind
-}
-
-// list returns the ids of a Reads, ReadsOptional or Writes option: the
-// caller's slice. (An option keeps its first element and length rather
-// than the slice, which keeps options at 40 bytes: a call's options are
-// built on the caller's stack, so their size is part of every AddKernel.)
-func (o *KernelOption) list() []BufferID { return unsafe.Slice((*BufferID)(o.p), o.n) }
-
-// idList makes the option fields of ids.
-func idList(kind optKind, ids []BufferID) KernelOption {
-	return KernelOption{kind: kind, p: unsafe.Pointer(unsafe.SliceData(ids)), n: int64(len(ids))}
+	kind     optKind
+	ids      []BufferID        // optReads, optReadsOptional, optWrites
+	rng      buffers.Binding   // optReadsRange, optWritesRange
+	stream   int               // optStream
+	device   topology.DeviceID // optDevice, optPrefer
+	estimate time.Duration     // optEstimate
+	variant  *Variant          // optVariant
 }
 
 // optKind says what a KernelOption declares.
@@ -55,11 +52,11 @@ const (
 
 // Reads declares whole-buffer reads of ids, in order. An id that is not a
 // buffer of the graph is recorded and reported by Validate.
-func Reads(ids ...BufferID) KernelOption { return idList(optReads, ids) }
+func Reads(ids ...BufferID) KernelOption { return KernelOption{kind: optReads, ids: ids} }
 
 // Writes declares whole-buffer writes of ids, in order. An id that is not
 // a buffer of the graph is recorded and reported by Validate.
-func Writes(ids ...BufferID) KernelOption { return idList(optWrites, ids) }
+func Writes(ids ...BufferID) KernelOption { return KernelOption{kind: optWrites, ids: ids} }
 
 // ReadsOptional declares whole-buffer reads of ids, in order, that the
 // kernel can do without: when one was left unwritten by failed or skipped
@@ -67,7 +64,7 @@ func Writes(ids ...BufferID) KernelOption { return idList(optWrites, ids) }
 // why, and the kernel's output is its own responsibility (a merge that
 // reports the partitions it lost, say). Ordering is as for Reads.
 func ReadsOptional(ids ...BufferID) KernelOption {
-	return idList(optReadsOptional, ids)
+	return KernelOption{kind: optReadsOptional, ids: ids}
 }
 
 // ReadsRange declares a read of bytes [offset, offset+length) of buffer id.
@@ -78,7 +75,7 @@ func ReadsOptional(ids ...BufferID) KernelOption {
 // range, even one disjoint from this) makes a cycle (*CycleError); to
 // update part of a buffer from another part, write a second buffer.
 func ReadsRange(id BufferID, offset, length int64) KernelOption {
-	return KernelOption{kind: optReadsRange, n: int64(id), a: offset, b: length}
+	return KernelOption{kind: optReadsRange, rng: buffers.Binding{Buffer: id, Offset: offset, Length: length}}
 }
 
 // WritesRange declares a write of bytes [offset, offset+length) of buffer
@@ -88,10 +85,10 @@ func ReadsRange(id BufferID, offset, length int64) KernelOption {
 // A kernel that also reads id, at any range, makes a cycle (see
 // ReadsRange).
 func WritesRange(id BufferID, offset, length int64) KernelOption {
-	return KernelOption{kind: optWritesRange, n: int64(id), a: offset, b: length}
+	return KernelOption{kind: optWritesRange, rng: buffers.Binding{Buffer: id, Offset: offset, Length: length}}
 }
 
 // OnStream pins the kernel to stream i of its device (taken modulo the
 // device's stream count; i >= 0). A negative i is recorded and reported by
 // Validate.
-func OnStream(i int) KernelOption { return KernelOption{kind: optStream, a: int64(i)} }
+func OnStream(i int) KernelOption { return KernelOption{kind: optStream, stream: i} }

@@ -9,20 +9,20 @@ import (
 // OnDevice pins the kernel to device id: the executor places it there or,
 // when it has no such device, fails planning with an error naming both.
 func OnDevice(id topology.DeviceID) KernelOption {
-	return KernelOption{kind: optDevice, n: int64(id.Kind), a: int64(id.Index)}
+	return KernelOption{kind: optDevice, device: id}
 }
 
 // PreferDevice makes id the kernel's preferred device: placement takes it
 // when it is no slower than the best choice by more than the kernel's
 // estimate (so a preference never costs more than one launch's time).
 func PreferDevice(id topology.DeviceID) KernelOption {
-	return KernelOption{kind: optPrefer, n: int64(id.Kind), a: int64(id.Index)}
+	return KernelOption{kind: optPrefer, device: id}
 }
 
 // Estimate gives the kernel's estimated compute time per launch, used by
 // placement's cost model (estimated compute + bytes moved × transfer cost
 // + load). A negative duration is recorded and reported by Validate.
-func Estimate(d time.Duration) KernelOption { return KernelOption{kind: optEstimate, a: int64(d)} }
+func Estimate(d time.Duration) KernelOption { return KernelOption{kind: optEstimate, estimate: d} }
 
 // SizeHint gives a value buffer's expected size in bytes, for placement's
 // transfer costs (raw buffers use their SizeBytes).

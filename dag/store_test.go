@@ -64,7 +64,7 @@ func TestUnknownReadKeepsWrites(t *testing.T) {
 	g := dag.New()
 	a := g.AddValue("a")
 	out := g.AddBuffer("out", 16)
-	// Fast path (whole-buffer options only) and general path (a range).
+	// Whole-buffer options only, and with ranges.
 	fast := g.AddKernel("fast", nop, dag.Reads(a, 99), dag.Writes(out))
 	general := g.AddKernel("general", nop, dag.Reads(a), dag.ReadsRange(77, 0, 1), dag.WritesRange(out, 8, 8), dag.WritesRange(out, 0, 8))
 	assert.Equal(t, []buffers.Binding{{Buffer: a, Length: 1}}, g.Kernel(fast).Reads)

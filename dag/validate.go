@@ -233,7 +233,7 @@ func (g *Graph) duplicates() []error {
 func (g *Graph) noCode() []error {
 	var errs []error
 	for k := range g.krecs {
-		if g.fns[g.krecs[k].fn] == nil && g.KernelVariants(KernelID(k)) == nil {
+		if g.krecs[k].fn == nil && g.KernelVariants(KernelID(k)) == nil {
 			errs = append(errs, fmt.Errorf("dag: kernel %q has no code: a nil function and no device variant", g.KernelName(KernelID(k))))
 		}
 	}

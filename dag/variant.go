@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"unsafe"
 
 	"github.com/streamdag/streamdag/buffers"
 )
@@ -175,7 +174,7 @@ func (a Arg) String() string {
 // table; kernels without one cost nothing more.
 func OpenCL(source, entry string, shape ShapeFunc, args ...Arg) KernelOption {
 	v := &Variant{Kind: OpenCLCode, Source: source, Entry: entry, Shape: shape, Args: slices.Clone(args)}
-	return KernelOption{kind: optVariant, p: unsafe.Pointer(v)}
+	return KernelOption{kind: optVariant, variant: v}
 }
 
 // bindVariants returns kernel k's copies of the variants among opts, and
@@ -188,7 +187,7 @@ func (g *Graph) bindVariants(k KernelID, opts []KernelOption, reads, writes []bu
 		if opts[i].kind != optVariant {
 			continue
 		}
-		v := *(*Variant)(opts[i].p)
+		v := *opts[i].variant
 		if slices.ContainsFunc(vs, func(w Variant) bool { return w.Kind == v.Kind }) {
 			g.errs = append(g.errs, fmt.Errorf("dag: kernel %q has two %s variants", g.KernelName(k), v.Kind))
 			continue

@@ -76,14 +76,22 @@ func TestUnsatisfiableWaitHonoursCtx(t *testing.T) {
 	}
 }
 
-// inKernel knows the engine's functions that call kernels by name: they
-// must resolve to the methods themselves.
-func TestKernelCallersResolve(t *testing.T) {
-	assert.Equal(t, [...]string{
-		"github.com/streamdag/streamdag/exec.(*streamRun).stretch",
-		"github.com/streamdag/streamdag/exec.(*streamRun).fast",
-	}, kernelCallers)
-	assert.False(t, inKernel(), "a test goroutine runs no kernel")
+// nested tells a nested run by its ctx alone: the marker of a run whose
+// launches are going, carried by the kernel's ctx and by any ctx derived
+// from it (context.WithoutCancel keeps values, so it stays nested).
+func TestNestedFromCtx(t *testing.T) {
+	assert.False(t, nested(context.Background()), "no marker")
+	r := &run{}
+	ctx := context.WithValue(context.Background(), runKey{}, r)
+	assert.False(t, nested(ctx), "the marker of a run whose launches are not going")
+	r.running.Store(true)
+	assert.True(t, nested(ctx))
+	derived, cancel := context.WithCancel(ctx)
+	defer cancel()
+	assert.True(t, nested(derived), "a ctx derived from the kernel's")
+	assert.True(t, nested(context.WithoutCancel(ctx)), "a ctx detached from the kernel's cancellation")
+	r.running.Store(false)
+	assert.False(t, nested(derived), "the marker of a run that has finished")
 }
 
 // r.settled is the gpu.Event of a stream's progress in a run: a kernel on

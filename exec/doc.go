@@ -41,8 +41,9 @@
 // "cancelled" failure): a wait for another stream gives up, a stream list
 // still queued behind other work is withdrawn, and Run returns after
 // every launch that started has returned. A kernel may run another graph:
-// a run started from inside a kernel runs on the kernel's goroutine, in
-// plan order, instead of queueing behind it (see [Executor.Execute]).
+// a run under the kernel's ctx (or one derived from it) is nested and runs
+// on the calling goroutine, in plan order, instead of queueing behind the
+// kernel (see [Executor.Execute]).
 //
 // On several devices ([NewMulti]) each kernel runs on the device placement
 // chose and reads its device's instance of a buffer: the buffer itself on

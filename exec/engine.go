@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"reflect"
-	"runtime"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -665,11 +663,7 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 		close(r.finished)
 	}
 	r.running.Store(true)
-	liveRuns.Add(1)
-	defer func() { // deferred: a kernel of an inline run may end its goroutine (runtime.Goexit)
-		r.running.Store(false)
-		liveRuns.Add(-1)
-	}()
+	defer r.running.Store(false) // deferred: a kernel of an inline run may end its goroutine (runtime.Goexit)
 	var errs []error
 	var code sync.WaitGroup // the code streams' drivers
 	if r.inline {
@@ -745,51 +739,16 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 	return errors.Join(errs...)
 }
 
-// runKey is the context key under which a run's kernels find the run.
+// runKey is the context key under which a run's kernels find the run:
+// the marker that makes a run they start nested.
 type runKey struct{}
 
 // nested reports whether a run under ctx is started from inside a kernel
-// of a run that is still going: the kernel's ctx (or one derived from it)
-// says so, or the calling goroutine is a stream's, running a kernel.
+// of a run that is still going: ctx is the kernel's, or derived from it,
+// and so carries that run's marker.
 func nested(ctx context.Context) bool {
-	if liveRuns.Load() == 0 {
-		return false // no kernel of any run is running
-	}
-	if outer, ok := ctx.Value(runKey{}).(*run); ok && outer.running.Load() {
-		return true
-	}
-	return inKernel()
-}
-
-// liveRuns counts the runs whose launches are going, process-wide.
-var liveRuns atomic.Int32
-
-// kernelCallers are the functions that call kernels.
-var kernelCallers = [...]string{
-	runtime.FuncForPC(reflect.ValueOf((*streamRun).stretch).Pointer()).Name(),
-	runtime.FuncForPC(reflect.ValueOf((*streamRun).fast).Pointer()).Name(),
-}
-
-// inKernel reports whether the calling goroutine is running a kernel: a
-// function that calls kernels is on its stack.
-func inKernel() bool {
-	var pcs [32]uintptr
-	for skip := 2; ; skip += len(pcs) {
-		n := runtime.Callers(skip, pcs[:])
-		frames := runtime.CallersFrames(pcs[:n])
-		for {
-			f, more := frames.Next()
-			if f.Function == kernelCallers[0] || f.Function == kernelCallers[1] {
-				return true
-			}
-			if !more {
-				break
-			}
-		}
-		if n < len(pcs) {
-			return false
-		}
-	}
+	outer, ok := ctx.Value(runKey{}).(*run)
+	return ok && outer.running.Load()
 }
 
 // runInline runs the lists on the calling goroutine, in plan order (a

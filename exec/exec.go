@@ -194,14 +194,18 @@ func (e *Executor) Run(ctx context.Context, g *dag.Graph, opts ...RunOption) (*R
 // withdrawn) and Result.Err carries ctx's error; Execute returns after
 // every launch that started has returned.
 //
-// A kernel may run another graph. A run started from inside a kernel of a
-// run that is still going (the kernel's goroutine, or a ctx derived from
-// the kernel's) runs its launches on the calling goroutine, in plan order,
-// rather than queue them on streams behind the kernel that waits for it,
-// and takes its budget only when it is free at once. A run started by
-// another goroutine under an unrelated ctx cannot be told from an
-// independent run: it queues behind the kernel, so a kernel must not wait
-// for such a run unless its ctx can end.
+// A kernel may run another graph. Nesting is told from ctx alone: the ctx
+// a kernel gets carries a marker of its run, and so does every ctx
+// derived from it (context.WithoutCancel included). A run under such a
+// ctx, while the marked run is still going, is nested, from whichever
+// goroutine it is started: it runs its launches on the calling goroutine,
+// in plan order, rather than queue them on streams behind the kernel that
+// waits for it, and takes its budget only when it is free at once. A run
+// under a ctx without the marker (context.Background(), say) is an
+// independent run even when a kernel starts it: it queues on the streams,
+// behind the kernel, and waits for budget, so a kernel that waits for it
+// must pass its own ctx (or one derived from it), or it waits until that
+// run's ctx ends.
 func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Result, error) {
 	return e.execute(ctx, p, true, opts...)
 }

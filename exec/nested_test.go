@@ -29,9 +29,10 @@ func fanInGraph() (*dag.Graph, dag.BufferID) {
 	return g, sum
 }
 
-// A kernel that runs another graph on the same device: the nested run
-// does not queue behind the kernel that waits for it, whichever context it
-// is given, and the device closes afterwards.
+// A kernel that runs another graph on the same device under its ctx, or a
+// ctx derived from it, from its goroutine or another: the nested run does
+// not queue behind the kernel that waits for it, and the device closes
+// afterwards.
 func TestKernelRunsGraphOnSameDevice(t *testing.T) {
 	ctxs := []struct {
 		name  string
@@ -42,10 +43,9 @@ func TestKernelRunsGraphOnSameDevice(t *testing.T) {
 		{"derived ctx with deadline", func(k context.Context) (context.Context, context.CancelFunc) {
 			return context.WithTimeout(k, 3*time.Second)
 		}, false},
-		{"unrelated ctx with deadline", func(context.Context) (context.Context, context.CancelFunc) {
-			return context.WithTimeout(context.Background(), 3*time.Second)
+		{"derived ctx without cancel", func(k context.Context) (context.Context, context.CancelFunc) {
+			return context.WithoutCancel(k), func() {}
 		}, false},
-		{"background", func(context.Context) (context.Context, context.CancelFunc) { return context.Background(), func() {} }, false},
 		{"kernel's ctx from another goroutine", func(k context.Context) (context.Context, context.CancelFunc) { return k, func() {} }, true},
 	}
 	for _, streams := range []int{1, 2, 4} {
@@ -140,30 +140,52 @@ func TestExecuteHonoursCtxWhileQueued(t *testing.T) {
 }
 
 // A nested run cannot wait for budget that the graph running its kernel
-// may hold: it gets an error at once.
+// may hold: it gets an error at once. A run the kernel starts under a ctx
+// without its run's marker is an independent run: it waits for the budget
+// as any run does, here until its ctx (cancelled already) ends.
 func TestNestedRunDoesNotWaitForBudget(t *testing.T) {
-	dev, err := cpu.New(cpu.WithStreams(2))
-	require.NoError(t, err)
-	defer dev.Close()
-	e := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)), exec.WithBudget(buffers.NewBudget(1024)))
-	inner := dag.New()
-	small := inner.AddBuffer("small", 8)
-	inner.AddKernel("fill", nop, dag.Writes(small))
-	outer := dag.New()
-	all := outer.AddBuffer("all", 1024)
-	var nestedErr error
-	outer.AddKernel("outer", func(context.Context, dag.Launch) error {
-		res, err := e.Run(context.Background(), inner)
-		if err == nil {
-			res.Close()
-		}
-		nestedErr = err
-		return nil
-	}, dag.Writes(all))
-	var res *exec.Result
-	noHang(t, "the outer run", func() { res, err = e.Run(t.Context(), outer) })
-	require.NoError(t, err)
-	defer res.Close()
-	require.NoError(t, res.Err())
-	assert.ErrorContains(t, nestedErr, "cannot wait for budget")
+	for _, c := range []struct {
+		name string
+		ctx  func(kernel context.Context) context.Context
+		want string
+		is   error
+	}{
+		{"kernel's ctx", func(k context.Context) context.Context { return k },
+			"exec: reserve 8 bytes of buffers on cpu: a graph run from inside a kernel cannot wait for budget (8 of 1024 bytes)", nil},
+		{"unrelated ctx", func(context.Context) context.Context {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			return ctx
+		}, "exec: reserve 8 bytes of buffers on cpu: context canceled", context.Canceled},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dev, err := cpu.New(cpu.WithStreams(2))
+			require.NoError(t, err)
+			defer dev.Close()
+			e := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)), exec.WithBudget(buffers.NewBudget(1024)))
+			inner := dag.New()
+			small := inner.AddBuffer("small", 8)
+			inner.AddKernel("fill", nop, dag.Writes(small))
+			outer := dag.New()
+			all := outer.AddBuffer("all", 1024)
+			var nestedErr error
+			outer.AddKernel("outer", func(kctx context.Context, _ dag.Launch) error {
+				res, err := e.Run(c.ctx(kctx), inner)
+				if err == nil {
+					res.Close()
+				}
+				nestedErr = err
+				return nil
+			}, dag.Writes(all))
+			var res *exec.Result
+			noHang(t, "the outer run", func() { res, err = e.Run(t.Context(), outer) })
+			require.NoError(t, err)
+			defer res.Close()
+			require.NoError(t, res.Err())
+			assert.EqualError(t, nestedErr, c.want)
+			if c.is != nil {
+				assert.ErrorIs(t, nestedErr, c.is)
+			}
+		})
+	}
 }

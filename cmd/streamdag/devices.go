@@ -4,47 +4,39 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/streamdag/streamdag/gpu/nvml"
-	"github.com/streamdag/streamdag/gpu/nvml/nvmlmock"
 	"github.com/streamdag/streamdag/gpu/opencl"
 )
 
 func newDevicesCmd() *cobra.Command {
 	var asJSON bool
-	var mockName string
 	cmd := &cobra.Command{
 		Use:   "devices",
 		Short: "List the devices streamdag can use (the CPU, GPUs through NVML, OpenCL platforms and devices)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var opts []nvml.DiscoverOption
-			if mockName != "" {
-				srv, err := nvmlmock.New(mockName)
-				if err != nil {
-					return usagef("--nvml-mock: %w", err)
-				}
-				opts = append(opts, nvml.WithLibrary(srv))
-			}
-			inv := nvml.Discover(cmd.Context(), opts...)
-			plats, clErr := opencl.Platforms()
-			if asJSON {
-				return writeDevicesJSON(cmd, inv, plats, clErr)
-			}
-			if err := writeDevicesTable(cmd.OutOrStdout(), inv); err != nil {
-				return err
-			}
-			return writeOpenCLTable(cmd.OutOrStdout(), plats, clErr)
+			return writeDevices(cmd.OutOrStdout(), nvml.Discover(cmd.Context()), asJSON)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "write the inventory as JSON")
-	cmd.Flags().StringVar(&mockName, "nvml-mock", "", "use go-nvml's mock server NAME ("+strings.Join(nvmlmock.Names, ", ")+") instead of this host's NVML (demos and tests; no GPU is used)")
-	_ = cmd.Flags().MarkHidden("nvml-mock")
 	return cmd
+}
+
+// writeDevices writes inventory inv and this host's OpenCL platforms to
+// out, as tables or (asJSON) as one JSON document.
+func writeDevices(out io.Writer, inv nvml.Inventory, asJSON bool) error {
+	plats, clErr := opencl.Platforms()
+	if asJSON {
+		return writeDevicesJSON(out, inv, plats, clErr)
+	}
+	if err := writeDevicesTable(out, inv); err != nil {
+		return err
+	}
+	return writeOpenCLTable(out, plats, clErr)
 }
 
 func writeDevicesTable(out io.Writer, inv nvml.Inventory) error {
@@ -197,7 +189,7 @@ func openCLJSON(plats []opencl.Platform, clErr error) jsonOpenCL {
 	return j
 }
 
-func writeDevicesJSON(cmd *cobra.Command, inv nvml.Inventory, plats []opencl.Platform, clErr error) error {
+func writeDevicesJSON(w io.Writer, inv nvml.Inventory, plats []opencl.Platform, clErr error) error {
 	out := struct {
 		NVML struct {
 			Available bool   `json:"available"`
@@ -220,7 +212,7 @@ func writeDevicesJSON(cmd *cobra.Command, inv nvml.Inventory, plats []opencl.Pla
 			Read: p.Read.String(), Write: p.Write.String(), NVLink: p.NVLink.String(), Atomics: p.Atomics.String(),
 			Ancestor: p.Ancestor.String()})
 	}
-	enc := json.NewEncoder(cmd.OutOrStdout())
+	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
 }

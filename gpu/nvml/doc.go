@@ -5,8 +5,10 @@
 // is the only package of the module that imports go-nvml
 // (github.com/NVIDIA/go-nvml, which needs cgo; imported here as gonvml),
 // with its subpackage gpu/nvml/nvmlmock, which completes go-nvml's mock
-// servers from real topologies. Package lease does not import it, so an
-// executor that takes a lease backend builds without cgo.
+// servers from real topologies for tests (no package outside tests
+// imports it, so no shipped binary links the mocks). Package lease does
+// not import it, so an executor that takes a lease backend builds without
+// cgo.
 //
 // [Discover] reads NVLink links, the P2P matrix (status per caps index,
 // common ancestor) and MIG devices. It never fails: what it could not

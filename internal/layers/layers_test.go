@@ -1,7 +1,8 @@
 // Package layers_test enforces design.md's layering: a package imports
 // only packages of lower layers (or its own layer where design.md allows
-// it); only gpu/nvml (and its subpackages) imports go-nvml; and the
-// packages a CPU-only user needs build with CGO_ENABLED=0.
+// it); only gpu/nvml (and its subpackages) imports go-nvml; only tests
+// import test doubles; and the packages a CPU-only user needs build with
+// CGO_ENABLED=0.
 package layers_test
 
 import (
@@ -123,6 +124,29 @@ func TestOnlyNVMLImportsGoNVML(t *testing.T) {
 		}
 		if strings.Contains(imports, "github.com/NVIDIA/go-nvml") {
 			t.Errorf("%s imports go-nvml; only %s may", pkg, module+nvmlUnit)
+		}
+	}
+}
+
+// testDoubles are the packages only tests may import: streamdag's NVML
+// mocks and go-nvml's own.
+var testDoubles = []string{module + "gpu/nvml/nvmlmock", "github.com/NVIDIA/go-nvml/pkg/nvml/mock"}
+
+// TestNoTestDoublesOutsideTests: no package of the module, built without
+// its tests (the streamdag binary included), links a test double.
+func TestNoTestDoublesOutsideTests(t *testing.T) {
+	out := goList(t, "-f", `{{.ImportPath}} {{join .Deps " "}}`, module+"...")
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	require.NotEmpty(t, lines)
+	for _, line := range lines {
+		pkg, deps, _ := strings.Cut(line, " ")
+		if slices.ContainsFunc(testDoubles, func(d string) bool { return strings.HasPrefix(pkg, d) }) {
+			continue
+		}
+		for _, d := range strings.Fields(deps) {
+			if slices.ContainsFunc(testDoubles, func(td string) bool { return strings.HasPrefix(d, td) }) {
+				t.Errorf("%s depends on %s: test doubles are for _test files only", pkg, d)
+			}
 		}
 	}
 }

@@ -2,11 +2,11 @@
 // mock/dgxh100) with the calls they leave nil — PCI bus id, NUMA node, CPU
 // affinity, NVLink state and remote PCI info, P2P status and the PCIe
 // common ancestor — from a real topology as `nvidia-smi topo -m` prints it.
-// It lets nvml.Discover, a lease backend over its GPUs and `streamdag devices
-// --nvml-mock` run against an 8-GPU server on a host without a GPU.
-// Nothing here talks to a GPU; it is test and demo scaffolding, kept out
-// of package gpu/nvml so that production binaries that do not ask for it
-// do not link the mocks' state.
+// It lets tests run nvml.Discover, a lease backend over its GPUs and the
+// devices command's output against an 8-GPU server on a host without a
+// GPU. Nothing here talks to a GPU; it is test scaffolding, imported only
+// by _test files (a test of the layering checks it), so no shipped binary
+// links the mocks.
 //
 // Layer 1 (under gpu/nvml: the only place that may import go-nvml).
 package nvmlmock
