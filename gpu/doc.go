@@ -1,10 +1,9 @@
 // Package gpu is streamdag's device boundary (layer 1): the interfaces an
 // executor drives on every kind of device ([Device], [Stream], [Event],
 // [Task]), the driver registry by kind ([Register], [Open], [Drivers]),
-// the process-owned [Backend] with its lease [Pool], and the multi-GPU
-// [Coordinator]. Nothing here needs cgo or loads a vendor library: the
-// driver packages do, and the backend reaches them only through the
-// registry.
+// and the process-owned [Backend] with its lease [Pool]. Nothing here
+// needs cgo or loads a vendor library: the driver packages do, and the
+// backend reaches them only through the registry.
 //
 // # Streams, events and device code
 //
@@ -96,6 +95,6 @@
 //
 // # Concurrency
 //
-// The registry, the backend, the pool, the coordinator and every device
+// The registry, the backend, the pool and every device
 // are safe for concurrent use; each type's doc says what may block.
 package gpu

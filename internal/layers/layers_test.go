@@ -33,7 +33,8 @@ var allowed = map[string][]string{
 	"buffers":    {"topology"},
 	"failgraph":  {"buffers", "topology"},
 	"dag":        {"buffers", "topology"},
-	"exec":       {"dag", "failgraph", "buffers", "gpu", "topology"},
+	"placement":  {"dag", "buffers", "topology"},
+	"exec":       {"dag", "failgraph", "buffers", "gpu", "placement", "topology"},
 	"kvio":       {"buffers", "gpu", "dag", "topology"},
 }
 
