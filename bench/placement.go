@@ -6,7 +6,28 @@ import (
 	"time"
 
 	"github.com/streamdag/streamdag/dag"
+	"github.com/streamdag/streamdag/topology"
 )
+
+// MachineGPUs returns the topology of the embedded machine name
+// (topology.LoadMachine, with the machine's GPU spec) and its GPUs' IDs in
+// order, the devices placement benchmarks place on. Errors: an unknown
+// machine, a topology that does not build.
+func MachineGPUs(name string) (*topology.Topology, []topology.DeviceID, error) {
+	m, err := topology.LoadMachine(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	topo, err := topology.New(m.Facts, topology.WithGPUSpec(m.Spec))
+	if err != nil {
+		return nil, nil, err
+	}
+	var ids []topology.DeviceID
+	for _, d := range topo.GPUs() {
+		ids = append(ids, d.ID)
+	}
+	return topo, ids, nil
+}
 
 // RandomPlacementDAG is a seeded random DAG of n kernels for placement
 // benchmarks: compute estimates of 0.1–2 ms, raw output buffers of

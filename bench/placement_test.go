@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamdag/streamdag/bench"
-	"github.com/streamdag/streamdag/exec"
+	"github.com/streamdag/streamdag/placement"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -30,21 +31,16 @@ func TestPlacementQuality(t *testing.T) {
 	var table strings.Builder
 	fmt.Fprintf(&table, "\n| machine | GPUs | HEFT / optimum makespan (%d DAGs of %d kernels) | makespan: round-robin / HEFT | least-loaded / HEFT | modeled transfer ms (%d-kernel DAGs): HEFT | round-robin | least-loaded |\n|---|---|---|---|---|---|---|---|\n", smallDAGs, small, large)
 	for _, name := range topology.Machines() {
-		m, err := topology.LoadMachine(name)
+		topo, ids, err := bench.MachineGPUs(name)
 		require.NoError(t, err)
-		topo, err := topology.New(m.Facts, topology.WithGPUSpec(m.Spec))
-		require.NoError(t, err)
-		var ids []topology.DeviceID
-		for _, d := range topo.GPUs() {
-			ids = append(ids, d.ID)
-		}
 		var opt float64
 		for seed := range uint64(smallDAGs) {
 			g := bench.RandomPlacementDAG(rand.New(rand.NewPCG(seed, 7)), small)
 			require.NoError(t, g.Validate())
-			h, err := exec.Place(g, ids, 1, topo, exec.PlaceHEFT)
+			pr := placement.Problem{Graph: g, Devices: ids, Topology: topo}
+			h, err := placement.Place(pr, placement.HEFT)
 			require.NoError(t, err)
-			o, err := exec.OptimalPlacement(g, ids, 1, topo)
+			o, err := placement.Optimal(pr)
 			require.NoError(t, err)
 			require.LessOrEqual(t, o.Makespan, h.Makespan)
 			opt += float64(h.Makespan) / float64(o.Makespan)
@@ -57,17 +53,18 @@ func TestPlacementQuality(t *testing.T) {
 		for seed := range uint64(largeDAGs) {
 			g := bench.RandomPlacementDAG(rand.New(rand.NewPCG(seed, 200)), large)
 			require.NoError(t, g.Validate())
-			res := map[exec.Placement]exec.PlacementResult{}
-			for _, s := range []exec.Placement{exec.PlaceHEFT, exec.PlaceRoundRobin, exec.PlaceLeastLoaded} {
-				res[s], err = exec.Place(g, ids, 2, topo, s)
+			pr := placement.Problem{Graph: g, Devices: ids, Lanes: slices.Repeat([]int{2}, len(ids)), Topology: topo}
+			res := map[placement.Strategy]placement.Result{}
+			for _, s := range []placement.Strategy{placement.HEFT, placement.RoundRobin, placement.LeastLoaded} {
+				res[s], err = placement.Place(pr, s)
 				require.NoError(t, err)
 			}
-			h := res[exec.PlaceHEFT]
-			rrM += float64(res[exec.PlaceRoundRobin].Makespan) / float64(h.Makespan)
-			llM += float64(res[exec.PlaceLeastLoaded].Makespan) / float64(h.Makespan)
+			h := res[placement.HEFT]
+			rrM += float64(res[placement.RoundRobin].Makespan) / float64(h.Makespan)
+			llM += float64(res[placement.LeastLoaded].Makespan) / float64(h.Makespan)
 			hT += h.Transfer.Seconds() * 1e3
-			rrT += res[exec.PlaceRoundRobin].Transfer.Seconds() * 1e3
-			llT += res[exec.PlaceLeastLoaded].Transfer.Seconds() * 1e3
+			rrT += res[placement.RoundRobin].Transfer.Seconds() * 1e3
+			llT += res[placement.LeastLoaded].Transfer.Seconds() * 1e3
 		}
 		fmt.Fprintf(&table, "| %s | %d | %.3f | %.2f | %.2f | %.1f | %.1f | %.1f |\n", name, len(ids), opt,
 			rrM/largeDAGs, llM/largeDAGs, hT/largeDAGs, rrT/largeDAGs, llT/largeDAGs)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/streamdag/streamdag/dag"
+	"github.com/streamdag/streamdag/placement"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -26,5 +27,5 @@ func PlanPlaced(e *Executor, g *dag.Graph, dev []int) (*Plan, error) {
 		ids[i] = d.ID()
 	}
 	mem, _ := e.codeMem()
-	return planOn(g, ids, e.numStreams(), mem, PlacementResult{Device: dev}, nil), nil
+	return planOn(g, ids, e.numStreams(), mem, PlacementResult{Strategy: placement.HEFT, Device: dev}, nil), nil
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/streamdag/streamdag/buffers"
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/failgraph"
-	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/placement"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -37,7 +37,8 @@ type LossSpec struct {
 //
 // The run then recovers, in a second phase planned like the first over
 // the surviving devices: kernels that had not succeeded run again, moved
-// by the coordinator's migration plan when their device was lost; every
+// by the placement engine's migration plan (placement.Spread) when their
+// device was lost; every
 // buffer that no surviving device holds complete and clean is recomputed
 // by re-running all its writers (so it reads as it would have without the
 // loss, even when every reader of it had already run); the caller's
@@ -51,9 +52,9 @@ type LossSpec struct {
 // the graph runs once unless an output it wrote was lost. The report
 // lists every migration and re-run. A kernel pinned to the lost device
 // cannot move: it fails with an error naming the device. A kernel moves
-// only to a device that has code for it: the coordinator's choice when it
-// has, else the first surviving device that has (a kernel of a lost code
-// device with a Go function goes to a host device); one with code for no
+// only to a device that has code for it: the surviving device with the
+// fewest kernels among those (a kernel of a lost code device with a Go
+// function can go to a host device); one with code for no
 // surviving device (OpenCL C alone, and no other code device) fails with
 // an error naming it and the lost device. A lost code device's launches
 // are not enqueued from the loss on, and the bytes its memory held count
@@ -223,10 +224,7 @@ func (e *Executor) recoverLoss(ctx context.Context, p1 *Plan, r1 *run, rep1 *Rep
 	rc := &recovery{e: e, g: p1.graph, p1: p1, r1: r1, loss: r1.loss}
 	rc.carriers()
 	rc.reruns()
-	if err := rc.migrate(); err != nil {
-		r1.release()
-		return nil, err
-	}
+	rc.migrate()
 	p2 := planOn(rc.g, p1.devices, p1.streams, p1.mem, rc.pl, &subset{run: rc.rerun, home: rc.home, fallback: rc.fallback()})
 	r2, err := rc.start(ctx, p2)
 	if err != nil {
@@ -364,30 +362,39 @@ func (rc *recovery) overwrittenAfter(r buffers.Binding, k int) bool {
 }
 
 // migrate places the kernels that run again: on their device, unless it
-// was lost; then where the coordinator's migration plan for the lost
-// device sends them. A kernel pinned to the lost device cannot move: it
-// does not run, and start fails it.
-func (rc *recovery) migrate() error {
+// was lost; then where placement.Spread sends the lost device's kernels
+// (the fewest kernels of the first phase's placement, counting the moves
+// planned so far, among the surviving devices with code for the kernel).
+// A kernel pinned to the lost device cannot move: it does not run, and
+// start fails it; one that no surviving device has code for does not run
+// either, and start fails it.
+func (rc *recovery) migrate() {
 	g, p1, loss := rc.g, rc.p1, rc.loss
-	coord := gpu.NewCoordinator(gpu.CoordinatorConfig{MaxKernelsPerDevice: math.MaxInt32, Topology: rc.e.topo})
-	for _, d := range rc.e.devs {
-		info := d.Info()
-		coord.Register(gpu.DeviceInfo{ID: d.ID(), Name: info.Name, TotalMemoryBytes: info.MemoryBytes,
-			FreeMemoryBytes: info.MemoryBytes, ComputeCapability: info.ComputeCapability})
+	load := make([]int, len(p1.devices))
+	var lost []placement.KernelID
+	for k, d := range p1.placement.Device {
+		load[d]++
+		if d == loss.dev {
+			lost = append(lost, placement.KernelID(g.KernelName(dag.KernelID(k))))
+		}
 	}
-	for k, kern := range g.Kernels() {
-		_ = coord.Assign(gpu.KernelID(kern.Name), p1.devices[p1.placement.Device[k]])
+	var targets []placement.Target
+	for d, id := range p1.devices {
+		if d != loss.dev {
+			targets = append(targets, placement.Target{ID: id, Kernels: load[d]})
+		}
 	}
-	un, err := coord.Unregister(loss.id)
-	if err != nil {
-		return fmt.Errorf("exec: recover from losing %s: %w", loss.id, err)
+	kernel := func(k placement.KernelID) dag.KernelID {
+		id, _ := g.KernelByName(string(k))
+		return id
 	}
+	moves, _ := placement.Spread(loss.id, lost, targets, 0, rc.e.topo, func(k placement.KernelID, to topology.DeviceID) bool {
+		return rc.runs(kernel(k), slices.Index(p1.devices, to))
+	})
 	rc.pl = PlacementResult{Strategy: p1.placement.Strategy, Device: slices.Clone(p1.placement.Device)}
 	target := map[dag.KernelID]int{}
-	for _, m := range un.Migrations {
-		if id, found := g.KernelByName(string(m.Kernel)); found {
-			target[id] = slices.Index(p1.devices, m.Target)
-		}
+	for _, m := range moves {
+		target[kernel(m.Kernel)] = slices.Index(p1.devices, m.Target)
 	}
 	for k := range rc.rerun {
 		id := dag.KernelID(k)
@@ -399,16 +406,8 @@ func (rc *recovery) migrate() error {
 			rc.rerun[k] = false
 			continue
 		}
-		// The coordinator's target when it has code for the kernel, else
-		// the first surviving device that has (a kernel with a Go
-		// function can always go to a host device).
 		to, found := target[id]
-		if !found || to < 0 || !rc.runs(id, to) {
-			to = slices.IndexFunc(p1.devices, func(d topology.DeviceID) bool {
-				return rc.runs(id, slices.Index(p1.devices, d))
-			})
-		}
-		if to < 0 {
+		if !found {
 			rc.nocode = append(rc.nocode, id)
 			rc.rerun[k] = false
 			continue
@@ -416,7 +415,6 @@ func (rc *recovery) migrate() error {
 		rc.pl.Device[k] = to
 		rc.moved = append(rc.moved, Migration{Kernel: g.KernelName(id), From: loss.id, To: p1.devices[to]})
 	}
-	return nil
 }
 
 // runs reports whether kernel k can run on device d of the second phase:

@@ -49,7 +49,7 @@ func sumGraph(pin *topology.DeviceID) (*dag.Graph, dag.BufferID) {
 }
 
 // Losing a simulated GPU part-way: the kernels that had not run move by
-// the coordinator's migration plan, lost buffers are recomputed, and the
+// the placement engine's migration plan, lost buffers are recomputed, and the
 // result is the same.
 func TestDeviceLossRecovers(t *testing.T) {
 	for _, at := range []float64{0, 0.25, 0.5, 0.9} {

@@ -13,6 +13,7 @@ import (
 	"github.com/streamdag/streamdag/buffers"
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/placement"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -242,7 +243,7 @@ func (e *Executor) Plan(g *dag.Graph) (*Plan, error) {
 		return nil, err
 	}
 	if len(e.devs) == 1 {
-		pl := PlacementResult{Device: make([]int, g.NumKernels())}
+		pl := PlacementResult{Strategy: placement.HEFT, Device: make([]int, g.NumKernels())}
 		if p := planWith(g, ids, e.numStreams(), mem, pl, nil, code[0], false); p != nil {
 			return p, nil
 		}

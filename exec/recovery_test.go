@@ -14,6 +14,9 @@ import (
 	"github.com/streamdag/streamdag/buffers"
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
+	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/cpu"
+	"github.com/streamdag/streamdag/internal/leaktest"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -208,5 +211,57 @@ func TestCodeDeviceLossGivesBackItsBudget(t *testing.T) {
 			require.NoError(t, d.Close())
 			assert.Zero(t, d.live())
 		})
+	}
+}
+
+// A kernel of a lost code device moves to the least loaded surviving
+// device that has code for it, counting only such devices: here the CPU
+// device holds the fewest kernels but runs no OpenCL C, so the OpenCL-only
+// kernel of the lost device goes to the code device with 2 kernels, not
+// to the one with 3 (nor to the first code device that has code for it).
+func TestCodeDeviceLossMovesToLeastLoadedCodeDevice(t *testing.T) {
+	const w = 4
+	devs := []*fakeCode{newFakeCode(topology.OpenCL(1), 1, fakeKernels), newFakeCode(topology.OpenCL(2), 1, fakeKernels),
+		newFakeCode(topology.OpenCL(3), 1, fakeKernels)}
+	t.Cleanup(func() {
+		for _, d := range devs {
+			require.NoError(t, d.Close())
+		}
+	})
+	host, err := cpu.New(cpu.WithStreams(1))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, host.Close()) })
+	e, err := exec.NewMulti([]gpu.Device{host, devs[0], devs[1], devs[2]}, nil, exec.WithAllocator(leaktest.Allocator(t)))
+	require.NoError(t, err)
+	g := dag.New()
+	a := g.AddBuffer("a", 8*w)
+	g.AddKernel("src", func(_ context.Context, l dag.Launch) error {
+		for j := range w {
+			binary.LittleEndian.PutUint64(l.Out(0).Bytes()[8*j:], uint64(j))
+		}
+		return nil
+	}, dag.Writes(a))
+	place := []int{0} // src on the CPU device
+	var outs []dag.BufferID
+	for i, d := range []int{1, 2, 2, 2, 3, 3} { // the moving kernel on opencl1; 3 on opencl2, 2 on opencl3
+		s := g.AddBuffer(fmt.Sprint("s", i), 8*w)
+		g.AddKernel(fmt.Sprint("scale", i), nil, dag.Reads(a), dag.Writes(s),
+			dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(a), dag.BufferArg(s), dag.ScalarArg(uint64(3)), dag.ScalarArg(uint64(i))))
+		place, outs = append(place, d), append(outs, s)
+	}
+	p, err := exec.PlanPlaced(e, g, place)
+	require.NoError(t, err)
+	res, err := e.Execute(t.Context(), p, exec.WithDeviceLoss(devs[0].ID(), 0))
+	require.NoError(t, err)
+	defer res.Close()
+	require.NoError(t, res.Err())
+	assert.Equal(t, []exec.Migration{{Kernel: "scale0", From: topology.OpenCL(1), To: topology.OpenCL(3)}}, res.Report.Migrations)
+	for i, s := range outs {
+		v, err := res.Buffer(s)
+		require.NoError(t, err, "s%d", i)
+		b := v.Bytes()
+		for j := range w {
+			assert.Equal(t, uint64(3*j+i), binary.LittleEndian.Uint64(b[8*j:]), "s%d[%d]", i, j)
+		}
 	}
 }

@@ -1,11 +1,12 @@
 // Package gpu is streamdag's device boundary (layer 1): the interfaces an
 // executor drives on every kind of device ([Device], [Stream], [Event],
 // [Task]), the driver registry by kind ([Register], [Open], [Lookup],
-// [Drivers]), and the multi-GPU [Coordinator]. It is the driver contract,
-// as database/sql/driver is for database/sql: the process-owned backend
-// and its lease pool are package lease, which reaches the drivers only
-// through this registry. Nothing here needs cgo or loads a vendor
-// library: the driver packages do.
+// [Drivers]). It is the driver contract, as database/sql/driver is for
+// database/sql: the process-owned backend and its lease pool are package
+// lease, and the placement engine with the multi-GPU coordinator is
+// package placement; both reach devices only through this contract.
+// Nothing here needs cgo or loads a vendor library: the driver packages
+// do.
 //
 // # Streams, events and device code
 //
@@ -52,6 +53,6 @@
 //
 // # Concurrency
 //
-// The registry, the coordinator and every device are safe for concurrent
-// use; each type's doc says what may block.
+// The registry and every device are safe for concurrent use; each
+// type's doc says what may block.
 package gpu

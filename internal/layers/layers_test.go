@@ -35,7 +35,8 @@ var allowed = map[string][]string{
 	"lease":      {"gpu", "buffers", "topology"},
 	"failgraph":  {"buffers", "topology"},
 	"dag":        {"buffers", "topology"},
-	"exec":       {"dag", "failgraph", "lease", "buffers", "gpu", "topology"},
+	"placement":  {"dag", "buffers", "topology"},
+	"exec":       {"dag", "failgraph", "lease", "buffers", "gpu", "placement", "topology"},
 	"kvio":       {"buffers", "gpu", "dag", "topology"},
 }
 

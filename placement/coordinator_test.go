@@ -1,4 +1,4 @@
-package gpu_test
+package placement_test
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/placement"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -26,11 +26,11 @@ func coordTopology(t *testing.T) *topology.Topology {
 	return topo
 }
 
-func newCoord(t *testing.T, cfg gpu.CoordinatorConfig, n int) *gpu.Coordinator {
+func newCoord(t *testing.T, cfg placement.CoordinatorConfig, n int) *placement.Coordinator {
 	t.Helper()
-	c := gpu.NewCoordinator(cfg)
+	c := placement.NewCoordinator(cfg)
 	for i := range n {
-		c.Register(gpu.DeviceInfo{ID: topology.GPU(i), Name: fmt.Sprint("gpu", i), TotalMemoryBytes: 100, FreeMemoryBytes: int64(10 * (i + 1)),
+		c.Register(placement.DeviceInfo{ID: topology.GPU(i), Name: fmt.Sprint("gpu", i), TotalMemoryBytes: 100, FreeMemoryBytes: int64(10 * (i + 1)),
 			ComputeCapability: topology.ComputeCapability{Major: 8, Minor: i % 2}})
 	}
 	return c
@@ -38,87 +38,87 @@ func newCoord(t *testing.T, cfg gpu.CoordinatorConfig, n int) *gpu.Coordinator {
 
 func TestCoordinatorStrategies(t *testing.T) {
 	g := topology.GPU
-	c := newCoord(t, gpu.CoordinatorConfig{}, 3)
+	c := newCoord(t, placement.CoordinatorConfig{}, 3)
 	require.NoError(t, c.Assign("a", g(0)))
-	id, err := c.Select(gpu.SelectRequest{})
+	id, err := c.Select(placement.SelectRequest{})
 	require.NoError(t, err)
 	assert.Equal(t, g(1), id, "least loaded, lowest ID on ties")
 
-	c = newCoord(t, gpu.CoordinatorConfig{Strategy: gpu.StrategyMemoryBased}, 3)
-	id, _ = c.Select(gpu.SelectRequest{})
+	c = newCoord(t, placement.CoordinatorConfig{Strategy: placement.MemoryBased}, 3)
+	id, _ = c.Select(placement.SelectRequest{})
 	assert.Equal(t, g(2), id)
-	c = newCoord(t, gpu.CoordinatorConfig{Strategy: gpu.StrategyComputeCapability}, 3)
-	id, _ = c.Select(gpu.SelectRequest{})
+	c = newCoord(t, placement.CoordinatorConfig{Strategy: placement.ComputeCapability}, 3)
+	id, _ = c.Select(placement.SelectRequest{})
 	assert.Equal(t, g(1), id, "8.1 beats 8.0; the tie with nothing else goes to the lowest ID")
 
-	c = newCoord(t, gpu.CoordinatorConfig{Strategy: gpu.StrategyRoundRobin}, 3)
+	c = newCoord(t, placement.CoordinatorConfig{Strategy: placement.RoundRobin}, 3)
 	var seq []topology.DeviceID
 	for range 4 {
-		id, _ := c.Select(gpu.SelectRequest{})
+		id, _ := c.Select(placement.SelectRequest{})
 		seq = append(seq, id)
 	}
 	assert.Equal(t, []topology.DeviceID{g(0), g(1), g(2), g(0)}, seq)
 
-	c = newCoord(t, gpu.CoordinatorConfig{Strategy: gpu.StrategyFirstAvailable, MaxKernelsPerDevice: 1}, 2)
+	c = newCoord(t, placement.CoordinatorConfig{Strategy: placement.FirstAvailable, MaxKernelsPerDevice: 1}, 2)
 	require.NoError(t, c.Assign("a", g(0)))
-	id, _ = c.Select(gpu.SelectRequest{})
+	id, _ = c.Select(placement.SelectRequest{})
 	assert.Equal(t, g(1), id, "first available skips the full device")
 	require.NoError(t, c.Assign("b", g(1)))
-	_, err = c.Select(gpu.SelectRequest{})
-	assert.ErrorIs(t, err, gpu.ErrNoSuitableDevice)
+	_, err = c.Select(placement.SelectRequest{})
+	assert.ErrorIs(t, err, placement.ErrNoSuitableDevice)
 
-	c = newCoord(t, gpu.CoordinatorConfig{Preferred: []topology.DeviceID{g(7)}}, 2)
-	_, err = c.Select(gpu.SelectRequest{})
-	assert.ErrorIs(t, err, gpu.ErrNoSuitableDevice, "no fallback to device 0")
-	_, err = gpu.NewCoordinator(gpu.CoordinatorConfig{}).Select(gpu.SelectRequest{})
-	assert.ErrorIs(t, err, gpu.ErrNoSuitableDevice)
+	c = newCoord(t, placement.CoordinatorConfig{Preferred: []topology.DeviceID{g(7)}}, 2)
+	_, err = c.Select(placement.SelectRequest{})
+	assert.ErrorIs(t, err, placement.ErrNoSuitableDevice, "no fallback to device 0")
+	_, err = placement.NewCoordinator(placement.CoordinatorConfig{}).Select(placement.SelectRequest{})
+	assert.ErrorIs(t, err, placement.ErrNoSuitableDevice)
 
-	c = newCoord(t, gpu.CoordinatorConfig{Strategy: gpu.StrategyTopologyAware, Topology: coordTopology(t)}, 3)
-	id, err = c.Select(gpu.SelectRequest{Inputs: []topology.DeviceID{g(2)}, InputBytes: 1 << 30})
+	c = newCoord(t, placement.CoordinatorConfig{Strategy: placement.TopologyAware, Topology: coordTopology(t)}, 3)
+	id, err = c.Select(placement.SelectRequest{Inputs: []topology.DeviceID{g(2)}, InputBytes: 1 << 30})
 	require.NoError(t, err)
 	assert.Equal(t, g(2), id, "data is already there")
 	require.NoError(t, c.Assign("x", g(2)))
-	id, _ = c.Select(gpu.SelectRequest{Inputs: []topology.DeviceID{g(2), g(0)}, InputBytes: 1 << 30})
+	id, _ = c.Select(placement.SelectRequest{Inputs: []topology.DeviceID{g(2), g(0)}, InputBytes: 1 << 30})
 	assert.Equal(t, g(0), id, "gpu0 is NV2 from gpu2; gpu2 pays NV2 from gpu0 too and is loaded")
 }
 
 func TestCoordinatorCustomSelector(t *testing.T) {
 	choice := 5
-	c := newCoord(t, gpu.CoordinatorConfig{Strategy: gpu.StrategyCustom, Selector: func(s []gpu.DeviceStatus, _ gpu.SelectRequest) int {
+	c := newCoord(t, placement.CoordinatorConfig{Strategy: placement.Custom, Selector: func(s []placement.DeviceStatus, _ placement.SelectRequest) int {
 		return choice
 	}}, 2)
-	_, err := c.Select(gpu.SelectRequest{})
-	assert.ErrorIs(t, err, gpu.ErrInvalidSelection)
+	_, err := c.Select(placement.SelectRequest{})
+	assert.ErrorIs(t, err, placement.ErrInvalidSelection)
 	choice = -1
-	_, err = c.Select(gpu.SelectRequest{})
-	assert.ErrorIs(t, err, gpu.ErrInvalidSelection)
+	_, err = c.Select(placement.SelectRequest{})
+	assert.ErrorIs(t, err, placement.ErrInvalidSelection)
 	choice = 1
-	id, err := c.Select(gpu.SelectRequest{})
+	id, err := c.Select(placement.SelectRequest{})
 	require.NoError(t, err)
 	assert.Equal(t, topology.GPU(1), id)
-	_, err = newCoord(t, gpu.CoordinatorConfig{Strategy: gpu.StrategyCustom}, 1).Select(gpu.SelectRequest{})
-	assert.ErrorIs(t, err, gpu.ErrInvalidSelection)
+	_, err = newCoord(t, placement.CoordinatorConfig{Strategy: placement.Custom}, 1).Select(placement.SelectRequest{})
+	assert.ErrorIs(t, err, placement.ErrInvalidSelection)
 
 	// The selector may call back into the coordinator: no lock is held.
-	var cc *gpu.Coordinator
-	cc = newCoord(t, gpu.CoordinatorConfig{Strategy: gpu.StrategyCustom, Selector: func(s []gpu.DeviceStatus, _ gpu.SelectRequest) int {
+	var cc *placement.Coordinator
+	cc = newCoord(t, placement.CoordinatorConfig{Strategy: placement.Custom, Selector: func(s []placement.DeviceStatus, _ placement.SelectRequest) int {
 		return len(cc.Status()) - 1
 	}}, 3)
-	id, err = cc.Select(gpu.SelectRequest{})
+	id, err = cc.Select(placement.SelectRequest{})
 	require.NoError(t, err)
 	assert.Equal(t, topology.GPU(2), id)
 }
 
 func TestCoordinatorAssignMovesAndStats(t *testing.T) {
 	g := topology.GPU
-	c := newCoord(t, gpu.CoordinatorConfig{}, 2)
+	c := newCoord(t, placement.CoordinatorConfig{}, 2)
 	require.NoError(t, c.Assign("k", g(0)))
 	require.NoError(t, c.Assign("k", g(1)))
 	assert.Empty(t, c.KernelsOn(g(0)), "re-assign moves the kernel")
-	assert.Equal(t, []gpu.KernelID{"k"}, c.KernelsOn(g(1)))
-	assert.ErrorIs(t, c.Assign("k", g(9)), gpu.ErrDeviceNotRegistered)
+	assert.Equal(t, []placement.KernelID{"k"}, c.KernelsOn(g(1)))
+	assert.ErrorIs(t, c.Assign("k", g(9)), placement.ErrDeviceNotRegistered)
 	s := c.Stats()
-	assert.Equal(t, gpu.CoordinatorStats{Devices: 2, Kernels: 1, TotalMemoryBytes: 200, FreeMemoryBytes: 30, KernelsAssigned: 2}, s)
+	assert.Equal(t, placement.CoordinatorStats{Devices: 2, Kernels: 1, TotalMemoryBytes: 200, FreeMemoryBytes: 30, KernelsAssigned: 2}, s)
 	st, ok := c.DeviceStatus(g(1))
 	require.True(t, ok)
 	assert.InDelta(t, 1.0/64, st.Load, 1e-12)
@@ -132,40 +132,40 @@ func TestCoordinatorAssignMovesAndStats(t *testing.T) {
 	assert.False(t, ok)
 	require.NoError(t, c.UpdateFreeMemory(g(0), 55))
 	assert.Equal(t, int64(55), c.Devices()[0].FreeMemoryBytes)
-	assert.ErrorIs(t, c.UpdateFreeMemory(g(4), 1), gpu.ErrDeviceNotRegistered)
-	assert.Equal(t, "topology-aware", gpu.StrategyTopologyAware.String())
+	assert.ErrorIs(t, c.UpdateFreeMemory(g(4), 1), placement.ErrDeviceNotRegistered)
+	assert.Equal(t, "topology-aware", placement.TopologyAware.String())
 }
 
 func TestCoordinatorCanP2PFromTopology(t *testing.T) {
 	g := topology.GPU
-	c := newCoord(t, gpu.CoordinatorConfig{}, 3)
+	c := newCoord(t, placement.CoordinatorConfig{}, 3)
 	assert.False(t, c.CanP2P(g(0), g(1)), "no topology, no P2P")
 	c.SetTopology(coordTopology(t))
 	assert.True(t, c.CanP2P(g(0), g(1)))
 	assert.False(t, c.CanP2P(g(1), g(2)), "SYS")
 	assert.False(t, c.CanP2P(g(0), g(3)), "unregistered")
-	c = newCoord(t, gpu.CoordinatorConfig{DisableP2P: true, Topology: coordTopology(t)}, 3)
+	c = newCoord(t, placement.CoordinatorConfig{DisableP2P: true, Topology: coordTopology(t)}, 3)
 	assert.False(t, c.CanP2P(g(0), g(1)))
 }
 
 func TestCoordinatorUnregisterSpreads(t *testing.T) {
 	g := topology.GPU
-	c := newCoord(t, gpu.CoordinatorConfig{}, 3)
+	c := newCoord(t, placement.CoordinatorConfig{}, 3)
 	require.NoError(t, c.Assign("a", g(0)))
 	require.NoError(t, c.Assign("b", g(0)))
 	res, err := c.Unregister(g(0))
 	require.NoError(t, err)
-	assert.Equal(t, []gpu.MigrationPlan{{Kernel: "a", Source: g(0), Target: g(1)}, {Kernel: "b", Source: g(0), Target: g(2)}}, res.Migrations,
+	assert.Equal(t, []placement.MigrationPlan{{Kernel: "a", Source: g(0), Target: g(1)}, {Kernel: "b", Source: g(0), Target: g(2)}}, res.Migrations,
 		"the seed sent both to gpu1")
 	assert.Empty(t, res.Orphaned)
 	assert.Len(t, c.Devices(), 2, "the device is gone")
 	_, err = c.Unregister(g(0))
-	assert.ErrorIs(t, err, gpu.ErrDeviceNotRegistered)
-	id, _ := c.Select(gpu.SelectRequest{})
+	assert.ErrorIs(t, err, placement.ErrDeviceNotRegistered)
+	id, _ := c.Select(placement.SelectRequest{})
 	assert.NotEqual(t, g(0), id)
 
 	// Never target an unregistered device; orphan what does not fit.
-	c = newCoord(t, gpu.CoordinatorConfig{MaxKernelsPerDevice: 1}, 3)
+	c = newCoord(t, placement.CoordinatorConfig{MaxKernelsPerDevice: 1}, 3)
 	require.NoError(t, c.Assign("a", g(0)))
 	require.NoError(t, c.Assign("b", g(0)))
 	require.NoError(t, c.Assign("c", g(0)))
@@ -173,12 +173,12 @@ func TestCoordinatorUnregisterSpreads(t *testing.T) {
 	require.NoError(t, err)
 	res, err = c.Unregister(g(0))
 	require.NoError(t, err)
-	assert.Equal(t, []gpu.MigrationPlan{{Kernel: "a", Source: g(0), Target: g(1)}}, res.Migrations)
-	assert.Equal(t, []gpu.KernelID{"b", "c"}, res.Orphaned)
+	assert.Equal(t, []placement.MigrationPlan{{Kernel: "a", Source: g(0), Target: g(1)}}, res.Migrations)
+	assert.Equal(t, []placement.KernelID{"b", "c"}, res.Orphaned)
 	assert.Equal(t, 1, c.Stats().Kernels)
 
 	// With a topology, ties go to the cheapest transfer (gpu2 is NV2 from gpu0, gpu1 NV1).
-	c = newCoord(t, gpu.CoordinatorConfig{Topology: coordTopology(t)}, 3)
+	c = newCoord(t, placement.CoordinatorConfig{Topology: coordTopology(t)}, 3)
 	require.NoError(t, c.Assign("a", g(0)))
 	res, _ = c.Unregister(g(0))
 	assert.Equal(t, g(2), res.Migrations[0].Target)
@@ -186,37 +186,37 @@ func TestCoordinatorUnregisterSpreads(t *testing.T) {
 
 func TestCoordinatorMigration(t *testing.T) {
 	g := topology.GPU
-	c := newCoord(t, gpu.CoordinatorConfig{Topology: coordTopology(t)}, 3)
+	c := newCoord(t, placement.CoordinatorConfig{Topology: coordTopology(t)}, 3)
 	_, err := c.RequestMigration("k", g(1), 0)
-	assert.ErrorIs(t, err, gpu.ErrKernelNotFound)
+	assert.ErrorIs(t, err, placement.ErrKernelNotFound)
 	require.NoError(t, c.Assign("k", g(0)))
 	_, err = c.RequestMigration("k", g(0), 0)
-	assert.ErrorIs(t, err, gpu.ErrSameDevice)
+	assert.ErrorIs(t, err, placement.ErrSameDevice)
 	_, err = c.RequestMigration("k", g(5), 0)
-	assert.ErrorIs(t, err, gpu.ErrDeviceNotRegistered)
+	assert.ErrorIs(t, err, placement.ErrDeviceNotRegistered)
 	req, err := c.RequestMigration("k", g(2), 1<<20)
 	require.NoError(t, err)
 	assert.Equal(t, topology.RouteDirect, req.Route.Kind)
 	assert.Positive(t, req.EstimatedCost)
 	require.NoError(t, c.CompleteMigration(req))
-	assert.Equal(t, []gpu.KernelID{"k"}, c.KernelsOn(g(2)))
+	assert.Equal(t, []placement.KernelID{"k"}, c.KernelsOn(g(2)))
 	// Completing twice is stale and changes nothing: counts cannot underflow.
-	assert.ErrorIs(t, c.CompleteMigration(req), gpu.ErrStaleMigration)
+	assert.ErrorIs(t, c.CompleteMigration(req), placement.ErrStaleMigration)
 	assert.Empty(t, c.KernelsOn(g(0)))
 	c.Remove("k")
-	assert.ErrorIs(t, c.CompleteMigration(req), gpu.ErrKernelNotFound)
+	assert.ErrorIs(t, c.CompleteMigration(req), placement.ErrKernelNotFound)
 	assert.Equal(t, uint64(1), c.Stats().Migrations)
 }
 
 func TestCoordinatorK2K(t *testing.T) {
 	g := topology.GPU
-	c := newCoord(t, gpu.CoordinatorConfig{Topology: coordTopology(t)}, 3)
+	c := newCoord(t, placement.CoordinatorConfig{Topology: coordTopology(t)}, 3)
 	require.NoError(t, c.Assign("src", g(0)))
 	id, err := c.SelectForK2K("src")
 	require.NoError(t, err)
 	assert.Equal(t, g(2), id, "NV2 beats NV1")
 	for i := range 40 {
-		require.NoError(t, c.Assign(gpu.KernelID(fmt.Sprint("load", i)), g(2)))
+		require.NoError(t, c.Assign(placement.KernelID(fmt.Sprint("load", i)), g(2)))
 	}
 	id, _ = c.SelectForK2K("src")
 	assert.Equal(t, g(1), id, "gpu2 is loaded: 50/(0.725) < 25/(0.1)")
@@ -226,13 +226,13 @@ func TestCoordinatorK2K(t *testing.T) {
 }
 
 func TestCoordinatorConcurrent(t *testing.T) {
-	c := newCoord(t, gpu.CoordinatorConfig{Strategy: gpu.StrategyRoundRobin, Topology: coordTopology(t)}, 3)
+	c := newCoord(t, placement.CoordinatorConfig{Strategy: placement.RoundRobin, Topology: coordTopology(t)}, 3)
 	var wg sync.WaitGroup
 	for w := range 8 {
 		wg.Go(func() {
 			for i := range 200 {
-				k := gpu.KernelID(fmt.Sprint(w, "-", i))
-				id, err := c.Select(gpu.SelectRequest{})
+				k := placement.KernelID(fmt.Sprint(w, "-", i))
+				id, err := c.Select(placement.SelectRequest{})
 				if err != nil {
 					continue
 				}

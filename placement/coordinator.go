@@ -1,4 +1,4 @@
-package gpu
+package placement
 
 import (
 	"cmp"
@@ -15,77 +15,27 @@ import (
 // KernelID names a kernel known to a Coordinator.
 type KernelID string
 
-// Strategy is how Coordinator.Select picks a device. The zero value is
-// StrategyLeastLoaded.
-type Strategy uint8
-
-const (
-	// StrategyLeastLoaded picks the available device with the fewest
-	// kernels; ties go to the lowest device ID.
-	StrategyLeastLoaded Strategy = iota
-	// StrategyFirstAvailable picks the first available device in ID order.
-	StrategyFirstAvailable
-	// StrategyRoundRobin cycles over the available devices, one step per
-	// Select call.
-	StrategyRoundRobin
-	// StrategyMemoryBased picks the available device with the most free
-	// memory; ties go to the lowest ID.
-	StrategyMemoryBased
-	// StrategyComputeCapability picks the available device with the
-	// highest compute capability; ties go to the lowest ID.
-	StrategyComputeCapability
-	// StrategyTopologyAware picks the available device to which moving
-	// SelectRequest.InputBytes from each of SelectRequest.Inputs costs
-	// least (topology.Topology.TransferCost); ties go to the less loaded,
-	// then the lowest ID. Without a topology or inputs it acts as
-	// StrategyLeastLoaded.
-	StrategyTopologyAware
-	// StrategyCustom asks CoordinatorConfig.Selector.
-	StrategyCustom
-)
-
-// String returns the strategy's name, e.g. "least-loaded".
-func (s Strategy) String() string {
-	switch s {
-	case StrategyLeastLoaded:
-		return "least-loaded"
-	case StrategyFirstAvailable:
-		return "first-available"
-	case StrategyRoundRobin:
-		return "round-robin"
-	case StrategyMemoryBased:
-		return "memory-based"
-	case StrategyComputeCapability:
-		return "compute-capability"
-	case StrategyTopologyAware:
-		return "topology-aware"
-	case StrategyCustom:
-		return "custom"
-	}
-	return fmt.Sprintf("strategy(%d)", int(s))
-}
-
 // Errors of the Coordinator (test with errors.Is).
 var (
 	// ErrNoSuitableDevice: no registered device is available (registered,
 	// preferred when a preference is set, under MaxKernelsPerDevice).
-	ErrNoSuitableDevice = errors.New("gpu: no suitable device")
+	ErrNoSuitableDevice = errors.New("placement: no suitable device")
 	// ErrDeviceNotRegistered: the device is not registered.
-	ErrDeviceNotRegistered = errors.New("gpu: device not registered")
+	ErrDeviceNotRegistered = errors.New("placement: device not registered")
 	// ErrKernelNotFound: the kernel is not assigned to any device.
-	ErrKernelNotFound = errors.New("gpu: kernel not found")
+	ErrKernelNotFound = errors.New("placement: kernel not found")
 	// ErrInvalidSelection: the custom selector is missing or chose an
 	// index out of range.
-	ErrInvalidSelection = errors.New("gpu: invalid device selection")
+	ErrInvalidSelection = errors.New("placement: invalid device selection")
 	// ErrSameDevice: a migration whose target is its source.
-	ErrSameDevice = errors.New("gpu: migration to the same device")
+	ErrSameDevice = errors.New("placement: migration to the same device")
 	// ErrStaleMigration: CompleteMigration for a kernel that is no longer
 	// on the request's source device.
-	ErrStaleMigration = errors.New("gpu: stale migration")
+	ErrStaleMigration = errors.New("placement: stale migration")
 )
 
 // DefaultMaxKernelsPerDevice is MaxKernelsPerDevice when the config leaves
-// it 0 (the seed's default).
+// it 0 (the MultiGpuCoordinator design's default).
 const DefaultMaxKernelsPerDevice = 64
 
 // CoordinatorConfig configures a Coordinator. The zero value is usable:
@@ -99,7 +49,7 @@ type CoordinatorConfig struct {
 	DisableP2P bool
 	// Preferred, when not empty, restricts Select to these devices.
 	Preferred []topology.DeviceID
-	// Selector is the StrategyCustom callback: given the status of the
+	// Selector is the Custom callback: given the status of the
 	// candidate devices (in ID order) it returns an index into that slice.
 	// It is called without the Coordinator's lock held, so it may call the
 	// Coordinator.
@@ -138,7 +88,7 @@ type DeviceStatus struct {
 // SelectRequest carries what a selection may consider.
 type SelectRequest struct {
 	// Inputs are the devices holding the kernel's inputs and InputBytes
-	// the bytes read from each (StrategyTopologyAware).
+	// the bytes read from each (TopologyAware).
 	Inputs     []topology.DeviceID
 	InputBytes int64
 }
@@ -179,30 +129,34 @@ type MigrationRequest struct {
 }
 
 // Coordinator tracks devices and the kernels assigned to them, chooses
-// devices for new kernels, and plans migrations. It is the Go form of the
-// MultiGpuCoordinator seed (see shared/seeds), with its accidental
-// behaviours fixed:
+// devices for new kernels, and plans migrations: the placement engine's
+// front-end for kernels that come and go one at a time (Select and
+// SelectForK2K choose among the registered devices, Unregister plans with
+// Spread). It follows the MultiGpuCoordinator design, with that design's
+// accidental behaviours fixed:
 //
-//   - Re-assigning a kernel moves it: the old device's count drops (the
-//     seed left it counted). Counts are the sizes of per-device kernel
+//   - Re-assigning a kernel moves it: the old device's count drops (that
+//     design left it counted). Counts are the sizes of per-device kernel
 //     sets, so no count can underflow.
 //   - Select never returns a device that was filtered out or is full:
 //     with no available candidate every strategy returns
-//     ErrNoSuitableDevice (the seed fell back to device 0).
+//     ErrNoSuitableDevice (that design fell back to device 0).
 //   - Ties in memory-based and compute-capability selection go to the
-//     lowest ID (the seed took the last); the custom selector's choice is
-//     checked (ErrInvalidSelection), not trusted.
+//     lowest ID (that design took the last); the custom selector's
+//     choice is checked (ErrInvalidSelection), not trusted.
 //   - Unregister updates the planned loads as it plans, so the kernels of
-//     a removed device spread out (the seed sent them all to one target);
-//     it never targets an unregistered device, and the device is removed
-//     from the registry (the seed kept it, selectable, as "(unregistered)").
+//     a removed device spread out (that design sent them all to one
+//     target); it never targets an unregistered device, and the device
+//     is removed from the registry (that design kept it, selectable, as
+//     "(unregistered)").
 //   - CanP2P comes from the topology, not from two per-device flags.
 //   - CompleteMigration checks that the kernel is still on the source and
-//     changes nothing otherwise (the seed always decremented the source).
+//     changes nothing otherwise (that design always decremented the
+//     source).
 //   - A topology set by the caller is never overwritten by a discovery.
-//   - One mutex guards all state; no method takes a lock twice (the seed's
-//     recursive read lock could deadlock behind a writer). Callbacks run
-//     without the lock.
+//   - One mutex guards all state; no method takes a lock twice (that
+//     design's recursive read lock could deadlock behind a writer).
+//     Callbacks run without the lock.
 //
 // All methods are safe for concurrent use.
 type Coordinator struct {
@@ -410,7 +364,7 @@ func (c *Coordinator) Select(req SelectRequest) (topology.DeviceID, error) {
 		c.mu.Unlock()
 		return topology.DeviceID{}, fmt.Errorf("%w: %d registered, none available", ErrNoSuitableDevice, len(c.devices))
 	}
-	if c.cfg.Strategy == StrategyCustom {
+	if c.cfg.Strategy == Custom {
 		sel := c.cfg.Selector
 		c.mu.Unlock()
 		if sel == nil {
@@ -423,7 +377,7 @@ func (c *Coordinator) Select(req SelectRequest) (topology.DeviceID, error) {
 		return cands[i].Info.ID, nil
 	}
 	defer c.mu.Unlock()
-	return c.pick(cands, req), nil
+	return choose(c.cfg.Strategy, cands, req, c.topo, &c.rr), nil
 }
 
 // candidates returns the status of the available candidates in ID order.
@@ -441,67 +395,14 @@ func (c *Coordinator) candidates() []DeviceStatus {
 	return out
 }
 
-// pick applies a built-in strategy to a non-empty candidate list. Callers
-// hold c.mu.
-func (c *Coordinator) pick(cands []DeviceStatus, req SelectRequest) topology.DeviceID {
-	best := func(better func(a, b DeviceStatus) bool) topology.DeviceID {
-		b := cands[0]
-		for _, s := range cands[1:] {
-			if better(s, b) {
-				b = s
-			}
-		}
-		return b.Info.ID
-	}
-	leastLoaded := func(a, b DeviceStatus) bool { return len(a.Kernels) < len(b.Kernels) }
-	switch c.cfg.Strategy {
-	case StrategyFirstAvailable:
-		return cands[0].Info.ID
-	case StrategyRoundRobin:
-		i := c.rr % uint64(len(cands))
-		c.rr++
-		return cands[i].Info.ID
-	case StrategyMemoryBased:
-		return best(func(a, b DeviceStatus) bool { return a.Info.FreeMemoryBytes > b.Info.FreeMemoryBytes })
-	case StrategyComputeCapability:
-		return best(func(a, b DeviceStatus) bool {
-			ca, cb := a.Info.ComputeCapability, b.Info.ComputeCapability
-			return ca.Major > cb.Major || (ca.Major == cb.Major && ca.Minor > cb.Minor)
-		})
-	case StrategyTopologyAware:
-		if c.topo == nil || len(req.Inputs) == 0 {
-			return best(leastLoaded)
-		}
-		cost := make(map[topology.DeviceID]time.Duration, len(cands))
-		for _, s := range cands {
-			var sum time.Duration
-			for _, in := range req.Inputs {
-				d, err := c.topo.TransferCost(max(req.InputBytes, 0), in, s.Info.ID)
-				if err != nil {
-					d = time.Duration(1<<63 - 1) // not in the topology: never preferred
-				}
-				if sum += d; sum < 0 {
-					sum = time.Duration(1<<63 - 1)
-				}
-			}
-			cost[s.Info.ID] = sum
-		}
-		return best(func(a, b DeviceStatus) bool {
-			ca, cb := cost[a.Info.ID], cost[b.Info.ID]
-			return ca < cb || (ca == cb && len(a.Kernels) < len(b.Kernels))
-		})
-	default:
-		return best(leastLoaded)
-	}
-}
-
 // Unregister removes device id and plans where its kernels go: each, in
 // sorted order, goes to the registered device with the fewest kernels
 // counting the ones planned so far (ties: the cheapest transfer from id
 // when a topology is set, then the lowest ID), among devices under
-// MaxKernelsPerDevice; kernels no device can take are orphaned. The plan
-// is applied before Unregister returns (the kernels are assigned to their
-// targets, orphans are removed); moving their state is the caller's job.
+// MaxKernelsPerDevice; kernels no device can take are orphaned (see
+// Spread). The plan is applied before Unregister returns (the kernels are
+// assigned to their targets, orphans are removed); moving their state is
+// the caller's job.
 // Errors: ErrDeviceNotRegistered (nothing changes).
 func (c *Coordinator) Unregister(id topology.DeviceID) (UnregisterResult, error) {
 	c.mu.Lock()
@@ -510,43 +411,11 @@ func (c *Coordinator) Unregister(id topology.DeviceID) (UnregisterResult, error)
 		return UnregisterResult{}, fmt.Errorf("%w: %s", ErrDeviceNotRegistered, id)
 	}
 	res := UnregisterResult{Device: id}
-	ks := slices.Collect(maps.Keys(c.kernels[id]))
-	slices.Sort(ks)
-	load := map[topology.DeviceID]int{}
-	var targets []topology.DeviceID
+	var targets []Target
 	for _, t := range c.ids() {
-		if t != id {
-			targets = append(targets, t)
-			load[t] = len(c.kernels[t])
-		}
+		targets = append(targets, Target{ID: t, Kernels: len(c.kernels[t])})
 	}
-	hop := func(t topology.DeviceID) time.Duration {
-		if c.topo == nil {
-			return 0
-		}
-		d, err := c.topo.TransferCost(1<<20, id, t)
-		if err != nil {
-			return time.Duration(1<<63 - 1)
-		}
-		return d
-	}
-	for _, k := range ks {
-		var best *topology.DeviceID
-		for i, t := range targets {
-			if load[t] >= c.max {
-				continue
-			}
-			if best == nil || load[t] < load[*best] || (load[t] == load[*best] && hop(t) < hop(*best)) {
-				best = &targets[i]
-			}
-		}
-		if best == nil {
-			res.Orphaned = append(res.Orphaned, k)
-			continue
-		}
-		load[*best]++
-		res.Migrations = append(res.Migrations, MigrationPlan{Kernel: k, Source: id, Target: *best})
-	}
+	res.Migrations, res.Orphaned = Spread(id, slices.Collect(maps.Keys(c.kernels[id])), targets, c.max, c.topo, nil)
 	for _, m := range res.Migrations {
 		c.move(m.Kernel, m.Target)
 		c.stats.Migrations++
