@@ -270,7 +270,9 @@ func TestDifferentialCodeDevices(t *testing.T) {
 // left pending), a launch that succeeded or failed did what it does in
 // the uncancelled CPU run, and a buffer the result lets a caller read
 // holds exactly the uncancelled run's bytes: cancellation never yields
-// wrong bytes. 100 seeds on the fake device, every eighth on OpenCL too.
+// wrong bytes. 100 seeds on the fake device, every fourth on OpenCL too;
+// the launches that ran on after the cancel (queued on the device when it
+// came) are counted and logged.
 func TestDifferentialCodeDevicesCancelled(t *testing.T) {
 	seeds := envInt(t, "STREAMDAG_DIFF_CODE_SEEDS", 100)
 	ref := newExecutor(t, 1)
