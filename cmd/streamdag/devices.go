@@ -189,7 +189,7 @@ func openCLJSON(plats []opencl.Platform, clErr error) jsonOpenCL {
 		jp := jsonCLPlatform{Name: p.Name, Vendor: p.Vendor, Version: p.Version, Devices: []jsonCLDevice{}}
 		for _, d := range p.Devices {
 			i := d.Info()
-			jp.Devices = append(jp.Devices, jsonCLDevice{Name: i.Name, Vendor: i.Vendor, Type: i.Type.String(),
+			jp.Devices = append(jp.Devices, jsonCLDevice{Name: i.Name, Vendor: i.Vendor, Type: i.Type,
 				Version: i.Version, DriverVersion: i.DriverVersion, ComputeUnits: i.ComputeUnits, MemoryBytes: i.GlobalMemBytes})
 		}
 		j.Platforms = append(j.Platforms, jp)

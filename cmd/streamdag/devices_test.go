@@ -131,7 +131,7 @@ func TestDevicesOpenCL(t *testing.T) {
 			assert.Equal(t, info.Version, jd["version"])
 			assert.Equal(t, float64(info.ComputeUnits), jd["compute_units"])
 			assert.Equal(t, float64(info.GlobalMemBytes), jd["memory_bytes"])
-			assert.Equal(t, info.Type.String(), jd["type"])
+			assert.Equal(t, info.Type, jd["type"])
 			assert.Positive(t, jd["compute_units"])
 		}
 	}

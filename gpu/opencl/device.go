@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/opencl/internal/cl"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -128,7 +129,7 @@ func NewDevice(dev Device, streams int, opts ...DeviceOption) (gpu.CodeDevice, e
 	if streams < 1 || streams > MaxStreams {
 		return nil, fmt.Errorf("opencl: new device %s: %d streams: want 1 to %d", dev, streams, MaxStreams)
 	}
-	c, err := Open(dev)
+	c, err := cl.Open(dev.d)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +140,7 @@ func NewDevice(dev Device, streams int, opts ...DeviceOption) (gpu.CodeDevice, e
 		ctx: c,
 		info: topology.Device{ID: topology.OpenCL(o.index), Name: info.Name, Vendor: info.Vendor,
 			MemoryBytes: info.GlobalMemBytes, NUMANode: -1, Cores: info.ComputeUnits},
-		progs:     map[*Program]*clProgram{},
+		progs:     map[*cl.Program]*clProgram{},
 		done:      make(chan struct{}),
 		abandoned: make(chan struct{}),
 		closeWait: o.closeWait,
@@ -180,7 +181,7 @@ func InfoOf(d gpu.Device) (DeviceInfo, bool) {
 type clDevice struct {
 	id      topology.DeviceID
 	dev     Device
-	ctx     *Context
+	ctx     *cl.Context
 	info    topology.Device
 	streams []*clStream
 	wg      sync.WaitGroup // host workers and bridges
@@ -189,9 +190,9 @@ type clDevice struct {
 	usedBytes int64
 
 	pmu   sync.Mutex
-	progs map[*Program]*clProgram
+	progs map[*cl.Program]*clProgram
 
-	fillq *Queue // zero fills of new or reused memory (clMemory.Zero)
+	fillq *cl.Queue // zero fills of new or reused memory (clMemory.Zero)
 
 	lost atomic.Pointer[error] // the first failure that lost the device
 
@@ -256,10 +257,10 @@ func (d *clDevice) markLost(cause error) error {
 // enqueueErr wraps an error of an enqueue call: one that says the device
 // is gone marks it lost.
 func (d *clDevice) enqueueErr(prefix string, err error) error {
-	if errors.Is(err, DeviceNotAvailable) {
+	if errors.Is(err, cl.DeviceNotAvailable) {
 		return d.markLost(err)
 	}
-	if errors.Is(err, ErrClosed) {
+	if errors.Is(err, cl.ErrClosed) {
 		return fmt.Errorf("%s%w: %w", prefix, gpu.ErrClosed, err)
 	}
 	return fmt.Errorf("%s%w", prefix, err)
@@ -282,7 +283,7 @@ func (d *clDevice) Alloc(bytes int64) (gpu.Memory, error) {
 		return nil, err
 	}
 	if bytes == 0 {
-		m := &clMemory{d: d, b: &Buffer{ctx: d.ctx}}
+		m := &clMemory{d: d, b: d.ctx.NullBuffer()}
 		m.zeroed.Store(true)
 		return m, nil
 	}
@@ -297,7 +298,7 @@ func (d *clDevice) Alloc(bytes int64) (gpu.Memory, error) {
 	b, err := d.ctx.Alloc(bytes)
 	if err != nil {
 		d.unbudget(bytes)
-		if errors.Is(err, ErrClosed) {
+		if errors.Is(err, cl.ErrClosed) {
 			return nil, fmt.Errorf("opencl: %s: alloc: %w", d.id, gpu.ErrClosed)
 		}
 		return nil, fmt.Errorf("opencl: %s: %w", d.id, err)
@@ -325,12 +326,12 @@ func (d *clDevice) Program(name, source, options string) (gpu.Program, error) {
 	}
 	p, err := d.ctx.Program(name, source, options)
 	if err != nil {
-		if errors.Is(err, ErrClosed) {
+		if errors.Is(err, cl.ErrClosed) {
 			return nil, fmt.Errorf("opencl: %s: program %q: %w", d.id, name, gpu.ErrClosed)
 		}
-		var be *BuildError
-		if errors.As(err, &be) {
-			return nil, fmt.Errorf("%s: %w", d.id, err) // one "opencl:" prefix: the build error's
+		var be *cl.BuildError
+		if errors.As(err, &be) { // one "opencl:" prefix: the build error's
+			return nil, fmt.Errorf("%s: %w", d.id, &BuildError{Program: be.Program, Device: be.Device, Log: be.Log, err: be})
 		}
 		return nil, fmt.Errorf("opencl: %s: %w", d.id, err)
 	}
@@ -410,7 +411,7 @@ func (d *clDevice) shutdown() {
 // clProgram is a Program of the device's context.
 type clProgram struct {
 	d *clDevice
-	p *Program
+	p *cl.Program
 }
 
 // Name returns the name the program was first built under.
@@ -421,17 +422,17 @@ func (p *clProgram) Name() string { return p.p.Name() }
 // marker after its zero fill while a stream may have to wait for it.
 type clMemory struct {
 	d        *clDevice
-	b        *Buffer // for zero bytes, one with no OpenCL buffer (h 0)
+	b        *cl.Buffer // for zero bytes, a NullBuffer
 	released atomic.Bool
 	zeroed   atomic.Bool // the fill has completed and its marker is released
 
 	mu   sync.Mutex
-	subs map[int64]*Buffer
-	fill *Event // the zero fill's marker on the device's fill queue, or nil
+	subs map[int64]*cl.Buffer
+	fill *cl.Event // the zero fill's marker on the device's fill queue, or nil
 }
 
 func (m *clMemory) Device() topology.DeviceID { return m.d.id }
-func (m *clMemory) Bytes() int64              { return m.b.bytes }
+func (m *clMemory) Bytes() int64              { return m.b.Bytes() }
 
 // Zero enqueues filling the memory with zeroes on the device's fill
 // queue (no stream's), and makes the first commands of every stream that
@@ -441,7 +442,7 @@ func (m *clMemory) Bytes() int64              { return m.b.bytes }
 // commands. Errors: released memory (gpu.ErrClosed), an *Error from
 // OpenCL, ErrDeviceLost, gpu.ErrClosed after Close.
 func (m *clMemory) Zero() error {
-	if m.b.h == 0 {
+	if m.b.Bytes() == 0 {
 		return nil // zero bytes
 	}
 	if err := m.d.lostErr(); err != nil {
@@ -450,20 +451,20 @@ func (m *clMemory) Zero() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.released.Load() {
-		return fmt.Errorf("opencl: %s: zero %d bytes: memory released: %w", m.d.id, m.b.bytes, gpu.ErrClosed)
+		return fmt.Errorf("opencl: %s: zero %d bytes: memory released: %w", m.d.id, m.b.Bytes(), gpu.ErrClosed)
 	}
 	if m.fill != nil {
 		m.fill.Release()
 		m.fill = nil
 	}
 	m.zeroed.Store(false)
-	err := m.d.fillq.Fill(m.b, 0, m.b.bytes, []byte{0})
+	err := m.d.fillq.Fill(m.b, 0, m.b.Bytes(), []byte{0})
 	if err == nil {
 		m.fill, err = m.d.fillq.Marker()
 	}
 	if err != nil {
 		m.zeroed.Store(true)
-		return m.d.enqueueErr(fmt.Sprintf("opencl: %s: zero %d bytes: ", m.d.id, m.b.bytes), err)
+		return m.d.enqueueErr(fmt.Sprintf("opencl: %s: zero %d bytes: ", m.d.id, m.b.Bytes()), err)
 	}
 	return nil
 }
@@ -518,22 +519,22 @@ func (m *clMemory) Release() error {
 		errs = append(errs, s.Release())
 	}
 	errs = append(errs, m.b.Release())
-	m.d.unbudget(m.b.bytes)
+	m.d.unbudget(m.b.Bytes())
 	return errors.Join(errs...)
 }
 
 // at returns the buffer a kernel argument at byte off points to: the
 // buffer itself, or a sub-buffer from off to the end (made once per
 // offset and kept until Release).
-func (m *clMemory) at(off int64) (*Buffer, error) {
+func (m *clMemory) at(off int64) (*cl.Buffer, error) {
 	if m.released.Load() {
 		return nil, fmt.Errorf("memory released: %w", gpu.ErrClosed)
 	}
 	if off == 0 {
 		return m.b, nil
 	}
-	if off < 0 || off >= m.b.bytes {
-		return nil, fmt.Errorf("offset %d outside the %d-byte memory", off, m.b.bytes)
+	if off < 0 || off >= m.b.Bytes() {
+		return nil, fmt.Errorf("offset %d outside the %d-byte memory", off, m.b.Bytes())
 	}
 	if a := m.d.dev.info.BaseAlignBytes; a > 0 && off%a != 0 {
 		return nil, fmt.Errorf("offset %d is not a multiple of the device's %d-byte base address alignment (CL_DEVICE_MEM_BASE_ADDR_ALIGN)", off, a)
@@ -543,12 +544,12 @@ func (m *clMemory) at(off int64) (*Buffer, error) {
 	if b, ok := m.subs[off]; ok {
 		return b, nil
 	}
-	b, err := m.b.Sub(off, m.b.bytes-off)
+	b, err := m.b.Sub(off, m.b.Bytes()-off)
 	if err != nil {
 		return nil, err
 	}
 	if m.subs == nil {
-		m.subs = map[int64]*Buffer{}
+		m.subs = map[int64]*cl.Buffer{}
 	}
 	m.subs[off] = b
 	return b, nil

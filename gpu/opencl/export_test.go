@@ -2,26 +2,9 @@ package opencl
 
 import (
 	"errors"
-	"unsafe"
 
 	"github.com/streamdag/streamdag/gpu"
 )
-
-// FailUserEventForTest sets u's OpenCL status to st (negative) without
-// completing it on the host: only for the subprocess tests that check
-// how a device-reported failure is tracked.
-func FailUserEventForTest(u *UserEvent, st int32) error {
-	return check("clSetUserEventStatus", syscall(cl.setUserEventStatus, u.ev.h, uintptr(uint32(st))))
-}
-
-// PendingForTest returns how many commands q holds unexamined.
-func PendingForTest(q *Queue) int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.pending)
-}
-
-var _ = unsafe.Pointer(nil)
 
 // BaseAlignForTest returns the base address alignment (bytes) of an
 // OpenCL gpu.Device made by NewDevice.
@@ -45,7 +28,7 @@ func HoldForTest(s gpu.Stream) (fail func(st int32) error, err error) {
 	return func(st int32) error {
 		var err error
 		if st != 0 {
-			err = FailUserEventForTest(u, st)
+			err = u.SetStatusForTest(st)
 		}
 		_ = u.Complete(nil)
 		u.Event().Release()

@@ -1,4 +1,4 @@
-package opencl
+package cl
 
 import (
 	"errors"
@@ -28,6 +28,7 @@ const (
 	clDeviceVendor           = 0x102C
 	clDriverVersion          = 0x102D
 	clDeviceVersion          = 0x102F
+	clDeviceExtensions       = 0x1030
 
 	clDeviceTypeAll = 0xFFFFFFFF
 )
