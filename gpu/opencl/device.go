@@ -84,12 +84,13 @@ func WithIndex(n int) DeviceOption {
 
 // NewDevice opens dev (from Devices or Platforms) as a gpu.CodeDevice
 // with streams streams (1 to MaxStreams): one OpenCL context, one
-// in-order command queue per stream (Queue, with its waiter goroutine)
-// and one goroutine per stream that runs its host tasks. Kind and Code
-// are "opencl"; Info gives the device's name, vendor, global memory and
+// in-order command queue per stream (with a waiter goroutine) and one
+// goroutine per stream that runs its host tasks. Kind and Code are
+// "opencl"; Info gives the device's name, vendor, global memory and
 // compute units (as Cores). The caller owns the device and must Close it.
-// Errors: a bad stream count or option, an *Error from OpenCL (nothing is
-// left running then), ErrUnavailable.
+// Errors (nothing is left running after one): a bad stream count or
+// option, the zero Device, a failed OpenCL call (naming it and its
+// status), ErrUnavailable.
 //
 // Streams are gpu.CodeStreams. LaunchKernel binds the arguments on the
 // stream's own kernel object for the entry point (made on the first
@@ -106,8 +107,10 @@ func WithIndex(n int) DeviceOption {
 // Record returns an event over a marker. Its Wait returns nil or the
 // failures the device reported for the commands enqueued on the stream
 // since the previous Record (and through Stream.Wait, the failures the
-// waited events report), each a *gpu.CommandError whose Err is the
-// *CommandError and whose Label is the command's (KernelLaunch.Label,
+// waited events report), each a *gpu.CommandError whose Err names the
+// OpenCL command and its failed status ("opencl: pthread-…: queue 1
+// command 7 (launch vadd) failed: CL_OUT_OF_RESOURCES (-5)") and whose
+// Label is the command's (KernelLaunch.Label,
 // "copy in", "copy out", "copy", "fill"), joined: each failure is
 // reported by one event of its stream, so wait on every event recorded
 // to see them all. Stream.Wait on an event of the same device enqueues a
@@ -270,7 +273,7 @@ func (d *clDevice) enqueueErr(prefix string, err error) error {
 // device's global memory, reading as zeroes (see Zero). Zero bytes make
 // memory with no OpenCL buffer, which a kernel argument binds as a NULL
 // pointer. Errors: a negative size, the budget exceeded (naming the
-// device, the size and what is in use), an *Error from OpenCL,
+// device, the size and what is in use), a failed OpenCL call,
 // ErrDeviceLost, gpu.ErrClosed.
 func (d *clDevice) Alloc(bytes int64) (gpu.Memory, error) {
 	if bytes < 0 {
@@ -318,7 +321,7 @@ func (d *clDevice) unbudget(bytes int64) {
 }
 
 // Program builds OpenCL C source with options on the device through the
-// context's cache (Context.Program): the same source and options give
+// context's cache (cl.Context.Program): the same source and options give
 // the same program. A compile error is a *BuildError with the log.
 func (d *clDevice) Program(name, source, options string) (gpu.Program, error) {
 	if d.closedA.Load() {

@@ -13,7 +13,7 @@ import (
 	"github.com/streamdag/streamdag/topology"
 )
 
-// clStream is one stream of an OpenCL device: an in-order Queue, the
+// clStream is one stream of an OpenCL device: an in-order cl.Queue, the
 // kernel objects launched on it, its recorded events and its host-task
 // goroutine.
 type clStream struct {
@@ -683,7 +683,7 @@ func (e *clEvent) failures() error {
 }
 
 // failures appends the failures in err (a marker's Err) to out: each
-// *CommandError of the device's queues as a *gpu.CommandError, each
+// *cl.CommandError of the device's queues as a *gpu.CommandError, each
 // *gpu.CommandError (of another device, through a bridged wait) as is,
 // any other error whole; a marker that failed only because an event it
 // waited on failed is left out (that failure is reported itself). A

@@ -6,6 +6,12 @@
 // there is none). It is internal to gpu/opencl, which puts it behind
 // gpu's contract.
 //
+// # Layer
+//
+// Layer 1, inside the OpenCL driver: it imports nothing of streamdag
+// (its errors and objects are OpenCL's own; the driver maps them onto
+// gpu's).
+//
 // # Objects
 //
 // Platforms and Devices list what the ICD loader finds. Open makes a
