@@ -124,7 +124,7 @@ func TestDevicesOpenCL(t *testing.T) {
 		assert.Equal(t, p.Version, j.OpenCL.Platforms[pi].Version)
 		require.Len(t, j.OpenCL.Platforms[pi].Devices, len(p.Devices))
 		for di, d := range p.Devices {
-			info := d.Info()
+			info := d
 			assert.Contains(t, out, info.Name)
 			jd := j.OpenCL.Platforms[pi].Devices[di]
 			assert.Equal(t, info.Name, jd["name"])

@@ -82,7 +82,7 @@ func WithIndex(n int) DeviceOption {
 	}
 }
 
-// NewDevice opens dev (from Devices or Platforms) as a gpu.CodeDevice
+// NewDevice opens dev (from Platforms, Devices or InfoOf) as a gpu.CodeDevice
 // with streams streams (1 to MaxStreams): one OpenCL context, one
 // in-order command queue per stream (with a waiter goroutine) and one
 // goroutine per stream that runs its host tasks. Kind and Code are
@@ -119,7 +119,7 @@ func WithIndex(n int) DeviceOption {
 // event fires (carrying its failures). Close waits for everything
 // enqueued, including those bridged events; no goroutine outlives it,
 // unless the device was abandoned (Abandon, see Close).
-func NewDevice(dev Device, streams int, opts ...DeviceOption) (gpu.CodeDevice, error) {
+func NewDevice(dev Info, streams int, opts ...DeviceOption) (gpu.CodeDevice, error) {
 	o := deviceOptions{closeWait: DefaultCloseWait}
 	for _, opt := range opts {
 		if opt == nil {
@@ -129,18 +129,22 @@ func NewDevice(dev Device, streams int, opts ...DeviceOption) (gpu.CodeDevice, e
 			return nil, err
 		}
 	}
+	if dev.d.IsZero() {
+		return nil, errors.New("opencl: new device: the zero Info names no device (take one from Platforms, Devices or InfoOf)")
+	}
 	if streams < 1 || streams > MaxStreams {
-		return nil, fmt.Errorf("opencl: new device %s: %d streams: want 1 to %d", dev, streams, MaxStreams)
+		return nil, fmt.Errorf("opencl: new device %s: %d streams: want 1 to %d", dev.Name, streams, MaxStreams)
 	}
 	c, err := cl.Open(dev.d)
 	if err != nil {
 		return nil, err
 	}
-	info := dev.Info()
+	info := dev.d.Info() // the handle's own description, not fields a caller may have set
 	d := &clDevice{
-		id:  topology.OpenCL(o.index),
-		dev: dev,
-		ctx: c,
+		id:    topology.OpenCL(o.index),
+		dev:   describe(dev.d),
+		align: info.BaseAlignBytes,
+		ctx:   c,
 		info: topology.Device{ID: topology.OpenCL(o.index), Name: info.Name, Vendor: info.Vendor,
 			MemoryBytes: info.GlobalMemBytes, NUMANode: -1, Cores: info.ComputeUnits},
 		progs:     map[*cl.Program]*clProgram{},
@@ -168,22 +172,23 @@ func NewDevice(dev Device, streams int, opts ...DeviceOption) (gpu.CodeDevice, e
 	return d, nil
 }
 
-// InfoOf returns the description of the OpenCL device d runs on, and
-// true, when d is a device NewDevice made (or the driver opened: Open,
-// OpenDevice, a gpu.Backend's Acquire); the zero DeviceInfo and false
+// InfoOf returns the Info of the OpenCL device d runs on (as Devices
+// lists it), and true, when d is a device NewDevice made (or the driver opened: Open,
+// OpenDevice, a gpu.Backend's Acquire); the zero Info and false
 // for any other device. It works after Close too.
-func InfoOf(d gpu.Device) (DeviceInfo, bool) {
+func InfoOf(d gpu.Device) (Info, bool) {
 	cd, ok := d.(*clDevice)
 	if !ok {
-		return DeviceInfo{}, false
+		return Info{}, false
 	}
-	return cd.dev.info, true
+	return cd.dev, true
 }
 
 // clDevice is one OpenCL device behind gpu.CodeDevice.
 type clDevice struct {
 	id      topology.DeviceID
-	dev     Device
+	dev     Info  // what InfoOf returns
+	align   int64 // the base address alignment of kernel arguments, bytes
 	ctx     *cl.Context
 	info    topology.Device
 	streams []*clStream
@@ -227,7 +232,7 @@ func (d *clDevice) String() string        { return d.id.String() + " (" + d.info
 // ArgAlignBytes is the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes:
 // a kernel argument at a non-zero offset binds a sub-buffer, whose origin
 // must be a multiple of it.
-func (d *clDevice) ArgAlignBytes() int64 { return d.dev.info.BaseAlignBytes }
+func (d *clDevice) ArgAlignBytes() int64 { return d.align }
 
 // Info returns the device's facts: the OpenCL device's name and vendor,
 // its global memory as MemoryBytes, its compute units as Cores.
@@ -539,7 +544,7 @@ func (m *clMemory) at(off int64) (*cl.Buffer, error) {
 	if off < 0 || off >= m.b.Bytes() {
 		return nil, fmt.Errorf("offset %d outside the %d-byte memory", off, m.b.Bytes())
 	}
-	if a := m.d.dev.info.BaseAlignBytes; a > 0 && off%a != 0 {
+	if a := m.d.align; a > 0 && off%a != 0 {
 		return nil, fmt.Errorf("offset %d is not a multiple of the device's %d-byte base address alignment (CL_DEVICE_MEM_BASE_ADDR_ALIGN)", off, a)
 	}
 	m.mu.Lock()
@@ -602,18 +607,9 @@ func (driver) Open(_ context.Context, cfg gpu.Config) (gpu.Set, error) {
 	if streams < 1 || streams > MaxStreams {
 		return nil, fmt.Errorf("opencl: open: %d streams per device: want 1 to %d", streams, MaxStreams)
 	}
-	ds, err := Devices()
+	avail, err := available()
 	if err != nil {
 		return nil, fmt.Errorf("opencl: open: %w", err)
-	}
-	var avail []Device
-	for _, d := range ds {
-		if d.info.Available {
-			avail = append(avail, d)
-		}
-	}
-	if len(avail) == 0 {
-		return nil, fmt.Errorf("opencl: open: %w: the platforms list %d devices, none available", ErrNoPlatform, len(ds))
 	}
 	set := &deviceSet{}
 	for i, d := range avail {

@@ -372,7 +372,7 @@ func TestDeviceBuildError(t *testing.T) {
 	var be *opencl.BuildError
 	require.ErrorAs(t, err, &be)
 	assert.Equal(t, "broken", be.Program)
-	assert.Equal(t, device(t).Info().Name, be.Device)
+	assert.Equal(t, device(t).Name, be.Device)
 	assert.Contains(t, be.Log, "undefined_name")
 	assert.ErrorIs(t, be, cl.BuildProgramFailure, "Unwrap gives the failed call's status")
 	assert.Contains(t, err.Error(), `build program "broken"`)
@@ -1012,12 +1012,12 @@ func TestDeviceConcurrentUse(t *testing.T) {
 	}
 }
 
-// TestDeviceExtensions: DeviceInfo.Extensions holds the names
+// TestDeviceExtensions: Info.Extensions holds the names
 // CL_DEVICE_EXTENSIONS lists (one name each, no blanks), HasExtension
 // finds exactly those, and InfoOf gives an opened device's description
 // and refuses a device of another kind.
 func TestDeviceExtensions(t *testing.T) {
-	info := device(t).Info()
+	info := device(t)
 	require.NotEmpty(t, info.Extensions, "%s lists no extension", info.Name)
 	for _, e := range info.Extensions {
 		assert.Regexp(t, `^cl_[A-Za-z0-9_]+$`, e)

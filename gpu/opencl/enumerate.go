@@ -31,7 +31,7 @@ func (driver) Enumerate(context.Context) ([]gpu.Found, error) {
 
 // enumerate returns the available devices and what Enumerate says of
 // each, index for index.
-func enumerate() ([]Device, []gpu.Found, error) {
+func enumerate() ([]Info, []gpu.Found, error) {
 	avail, err := available()
 	if err != nil {
 		return nil, nil, err
@@ -39,12 +39,11 @@ func enumerate() ([]Device, []gpu.Found, error) {
 	out := make([]gpu.Found, len(avail))
 	nth := map[string]int{}
 	for i, d := range avail {
-		info := d.Info()
-		f := gpu.Found{Type: foundType(d.d.Info().Type), Device: topology.Device{ID: topology.OpenCL(i), Name: info.Name,
-			Vendor: info.Vendor, MemoryBytes: info.GlobalMemBytes, NUMANode: -1, Cores: info.ComputeUnits}}
+		f := gpu.Found{Type: foundType(d.d.Info().Type), Device: topology.Device{ID: topology.OpenCL(i), Name: d.Name,
+			Vendor: d.Vendor, MemoryBytes: d.GlobalMemBytes, NUMANode: -1, Cores: d.ComputeUnits}}
 		f.Device.UUID = d.d.UUID()
 		f.Device.PCIBusID = d.d.PCIBusID()
-		name := info.Platform + "/" + info.Name
+		name := d.Platform + "/" + d.Name
 		f.Key = fmt.Sprintf("%s#%d", name, nth[name])
 		nth[name]++
 		if f.Device.UUID != "" {
@@ -80,14 +79,14 @@ func (driver) OpenDevice(_ context.Context, f gpu.Found, cfg gpu.Config) (gpu.De
 
 // available returns the available devices of every platform, in
 // Devices' order. Errors wrap ErrUnavailable or ErrNoPlatform.
-func available() ([]Device, error) {
+func available() ([]Info, error) {
 	ds, err := Devices()
 	if err != nil {
 		return nil, err
 	}
-	var avail []Device
+	var avail []Info
 	for _, d := range ds {
-		if d.info.Available {
+		if d.Available {
 			avail = append(avail, d)
 		}
 	}

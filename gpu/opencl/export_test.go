@@ -8,7 +8,7 @@ import (
 
 // BaseAlignForTest returns the base address alignment (bytes) of an
 // OpenCL gpu.Device made by NewDevice.
-func BaseAlignForTest(d gpu.Device) int64 { return d.(*clDevice).dev.info.BaseAlignBytes }
+func BaseAlignForTest(d gpu.Device) int64 { return d.(*clDevice).align }
 
 // HoldForTest makes the commands enqueued on s after it wait for a user
 // event; fail completes that event with the OpenCL status st (0: success,

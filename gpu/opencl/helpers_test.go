@@ -9,7 +9,7 @@ import (
 
 // device returns this machine's first OpenCL device, or skips the test
 // with the reason (fails it when CI is set: CI installs PoCL).
-func device(t testing.TB) opencl.Device {
+func device(t testing.TB) opencl.Info {
 	t.Helper()
 	ds, err := opencl.Devices()
 	return cltest.First(t, ds, err)

@@ -43,19 +43,15 @@ type Platform struct {
 	Name    string // CL_PLATFORM_NAME, "Portable Computing Language"
 	Vendor  string // CL_PLATFORM_VENDOR
 	Version string // CL_PLATFORM_VERSION, "OpenCL 3.0 PoCL 3.1+debian …"
-	Devices []Device
+	Devices []Info
 }
 
-// Device is one OpenCL device as Platforms and Devices list it: an
-// opaque handle that NewDevice opens, and its description. The zero
-// Device is invalid (NewDevice refuses it).
-type Device struct {
-	d    cl.Device
-	info DeviceInfo
-}
-
-// DeviceInfo describes one OpenCL device; it is a plain value.
-type DeviceInfo struct {
+// Info is one OpenCL device as Platforms, Devices and InfoOf give it:
+// its description, and the handle NewDevice opens. It is a plain value:
+// its fields are for reading, and NewDevice opens the device the handle
+// names whatever they hold. The zero Info names no device (NewDevice
+// refuses it).
+type Info struct {
 	Name          string // CL_DEVICE_NAME
 	Vendor        string // CL_DEVICE_VENDOR
 	Version       string // CL_DEVICE_VERSION, "OpenCL 3.0 …"
@@ -70,7 +66,7 @@ type DeviceInfo struct {
 	MaxWorkGroup   int   // CL_DEVICE_MAX_WORK_GROUP_SIZE, work-items
 	// MaxWorkItems is CL_DEVICE_MAX_WORK_ITEM_SIZES: the largest local
 	// size per dimension, one entry per dimension the device supports.
-	// Shared by every copy of the DeviceInfo: do not modify it.
+	// Shared by every copy of the Info: do not modify it.
 	MaxWorkItems []int
 	AddressBits  int // CL_DEVICE_ADDRESS_BITS: the width of the device's size_t, 32 or 64
 	// BaseAlignBytes is CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: a kernel
@@ -79,19 +75,15 @@ type DeviceInfo struct {
 	Available      bool // CL_DEVICE_AVAILABLE: the driver opens only available devices
 	// Extensions are the names CL_DEVICE_EXTENSIONS lists, in its order
 	// (e.g. "cl_khr_int64_base_atomics"); empty when the device lists
-	// none. Shared by every copy of the DeviceInfo: do not modify it.
+	// none. Shared by every copy of the Info: do not modify it.
 	Extensions []string
+
+	d cl.Device // the device's handle and the binding's description
 }
 
 // HasExtension reports whether the device lists the extension name
 // (exact, case-sensitive, as in CL_DEVICE_EXTENSIONS).
-func (i DeviceInfo) HasExtension(name string) bool { return slices.Contains(i.Extensions, name) }
-
-// Info returns the device's description.
-func (d Device) Info() DeviceInfo { return d.info }
-
-// String returns the device's name.
-func (d Device) String() string { return d.info.Name }
+func (i Info) HasExtension(name string) bool { return slices.Contains(i.Extensions, name) }
 
 // Platforms lists the OpenCL platforms and their devices (of every
 // type, available or not) in the order the ICD loader reports them,
@@ -107,7 +99,7 @@ func Platforms() ([]Platform, error) {
 	}
 	out := make([]Platform, len(ps))
 	for i, p := range ps {
-		out[i] = Platform{Name: p.Name, Vendor: p.Vendor, Version: p.Version, Devices: make([]Device, len(p.Devices))}
+		out[i] = Platform{Name: p.Name, Vendor: p.Vendor, Version: p.Version, Devices: make([]Info, len(p.Devices))}
 		for j, d := range p.Devices {
 			out[i].Devices[j] = describe(d)
 		}
@@ -117,23 +109,23 @@ func Platforms() ([]Platform, error) {
 
 // Devices returns every device of every platform, in Platforms' order.
 // Errors as Platforms'.
-func Devices() ([]Device, error) {
+func Devices() ([]Info, error) {
 	ds, err := cl.Devices()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Device, len(ds))
+	out := make([]Info, len(ds))
 	for i, d := range ds {
 		out[i] = describe(d)
 	}
 	return out, nil
 }
 
-// describe returns d with its description.
-func describe(d cl.Device) Device {
+// describe returns the Info of d.
+func describe(d cl.Device) Info {
 	i := d.Info()
-	return Device{d: d, info: DeviceInfo{Name: i.Name, Vendor: i.Vendor, Version: i.Version, DriverVersion: i.DriverVersion,
+	return Info{d: d, Name: i.Name, Vendor: i.Vendor, Version: i.Version, DriverVersion: i.DriverVersion,
 		Platform: i.Platform, Type: i.Type.String(), ComputeUnits: i.ComputeUnits, GlobalMemBytes: i.GlobalMemBytes,
 		MaxAllocBytes: i.MaxAllocBytes, MaxWorkGroup: i.MaxWorkGroup, MaxWorkItems: i.MaxWorkItems, AddressBits: i.AddressBits,
-		BaseAlignBytes: i.BaseAlignBytes, Available: i.Available, Extensions: i.Extensions}}
+		BaseAlignBytes: i.BaseAlignBytes, Available: i.Available, Extensions: i.Extensions}
 }

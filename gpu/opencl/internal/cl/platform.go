@@ -111,6 +111,9 @@ type Device struct {
 // Info returns the device's description.
 func (d Device) Info() DeviceInfo { return d.info }
 
+// IsZero reports whether d is the zero Device, which names no device.
+func (d Device) IsZero() bool { return d.id == 0 }
+
 // String returns the device's name.
 func (d Device) String() string { return d.info.Name }
 
