@@ -89,7 +89,7 @@ func WithIndex(n int) DeviceOption {
 // "opencl"; Info gives the device's name, vendor, global memory and
 // compute units (as Cores). The caller owns the device and must Close it.
 // Errors (nothing is left running after one): a bad stream count or
-// option, the zero Device, a failed OpenCL call (naming it and its
+// option, the zero Info, a failed OpenCL call (naming it and its
 // status), ErrUnavailable.
 //
 // Streams are gpu.CodeStreams. LaunchKernel binds the arguments on the
