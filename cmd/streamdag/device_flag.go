@@ -102,12 +102,12 @@ func planLease(flag string, sim bool) leasePlan {
 // leased is what the backend's Acquire gave a run with --device opencl or
 // auto, as chooseDevice judges it.
 type leased struct {
-	held  bool               // a lease is held: the device is the leased one
-	id    string             // the device's ID: "opencl0"
-	info  *opencl.DeviceInfo // the device's OpenCL description; nil when it is no OpenCL device
-	why   string             // Acquire's Why
-	slots int                // the devices the backend leases (Backend.NumGPUs)
-	notes []string           // the backend's Notes (Backend.Notes)
+	held  bool         // a lease is held: the device is the leased one
+	id    string       // the device's ID: "opencl0"
+	info  *opencl.Info // the device's OpenCL description; nil when it is no OpenCL device
+	why   string       // Acquire's Why
+	slots int          // the devices the backend leases (Backend.NumGPUs)
+	notes []string     // the backend's Notes (Backend.Notes)
 	// notProbed is the lease plan's notProbed: why the OpenCL driver was
 	// not asked for devices ("" when it was).
 	notProbed string

@@ -68,7 +68,7 @@ func (d *leaseCountingDriver) OpenDevice(ctx context.Context, f gpu.Found, cfg g
 	if err != nil {
 		return nil, err
 	}
-	ds = slices.DeleteFunc(ds, func(d opencl.Device) bool { return !d.Info().Available })
+	ds = slices.DeleteFunc(ds, func(d opencl.Info) bool { return !d.Available })
 	if i < 0 || i >= len(ds) {
 		return nil, fmt.Errorf("test driver: no device %q", f.Key)
 	}

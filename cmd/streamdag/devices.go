@@ -138,7 +138,7 @@ func writeOpenCLTable(out io.Writer, plats []opencl.Platform, clErr error) error
 			fmt.Fprintf(w, "%s\t(no devices)\t-\t%s\t-\t-\n", p.Name, p.Version)
 		}
 		for _, d := range p.Devices {
-			i := d.Info()
+			i := d
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%.1f GiB\n", p.Name, i.Name, i.Type, i.Version, i.ComputeUnits,
 				float64(i.GlobalMemBytes)/(1<<30))
 		}
@@ -180,8 +180,8 @@ func openCLJSON(plats []opencl.Platform, clErr error) jsonOpenCL {
 	for _, p := range plats {
 		jp := jsonCLPlatform{Name: p.Name, Vendor: p.Vendor, Version: p.Version, Devices: []jsonCLDevice{}}
 		for _, d := range p.Devices {
-			i := d.Info()
-			jp.Devices = append(jp.Devices, jsonCLDevice{Name: i.Name, Vendor: i.Vendor, Type: i.Type.String(),
+			i := d
+			jp.Devices = append(jp.Devices, jsonCLDevice{Name: i.Name, Vendor: i.Vendor, Type: i.Type,
 				Version: i.Version, DriverVersion: i.DriverVersion, ComputeUnits: i.ComputeUnits, MemoryBytes: i.GlobalMemBytes})
 		}
 		j.Platforms = append(j.Platforms, jp)

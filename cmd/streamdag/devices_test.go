@@ -133,14 +133,14 @@ func TestDevicesOpenCL(t *testing.T) {
 		assert.Equal(t, p.Version, j.OpenCL.Platforms[pi].Version)
 		require.Len(t, j.OpenCL.Platforms[pi].Devices, len(p.Devices))
 		for di, d := range p.Devices {
-			info := d.Info()
+			info := d
 			assert.Contains(t, out, info.Name)
 			jd := j.OpenCL.Platforms[pi].Devices[di]
 			assert.Equal(t, info.Name, jd["name"])
 			assert.Equal(t, info.Version, jd["version"])
 			assert.Equal(t, float64(info.ComputeUnits), jd["compute_units"])
 			assert.Equal(t, float64(info.GlobalMemBytes), jd["memory_bytes"])
-			assert.Equal(t, info.Type.String(), jd["type"])
+			assert.Equal(t, info.Type, jd["type"])
 			assert.Positive(t, jd["compute_units"])
 		}
 	}

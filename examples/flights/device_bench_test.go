@@ -68,8 +68,9 @@ func (bb *benchBuffers) raw(tb testing.TB, name string, size int64) *buffers.Buf
 //   - kernels: go-arrow, the CPU graph's filter and partial (Go, over the
 //     Arrow batches), the baseline; go-raw, the device graph's Go variants
 //     over the raw columns; opencl, its OpenCL C on the first OpenCL
-//     device (PoCL here), the columns already in device memory, every
-//     partition's two launches on one queue, then a finish; and
+//     device (PoCL here) through gpu's code-stream contract, the columns
+//     already in device memory, every partition's two launches on one
+//     stream, then one Record and Wait; and
 //     opencl+copies, the same with the columns copied in and the tables
 //     copied out;
 //   - run: `streamdag run flights` end to end (Run: build, plan, read,
@@ -146,60 +147,56 @@ func BenchmarkDeviceKernels(b *testing.B) {
 	if err != nil || len(ds) == 0 {
 		b.Skipf("no OpenCL device: %v", err)
 	}
-	c, err := opencl.Open(ds[0])
+	cpuDev, err := cpu.New()
 	require.NoError(b, err)
-	defer c.Close()
-	q, err := c.NewQueue()
+	defer cpuDev.Close()
+	clDev, err := opencl.NewDevice(ds[0], cpuDev.NumStreams())
 	require.NoError(b, err)
-	prog, err := c.Program("flights", deviceSource(width), "")
+	defer clDev.Close()
+	s := clDev.Stream(0).(gpu.CodeStream)
+	prog, err := clDev.Program("flights", deviceSource(width), "")
 	require.NoError(b, err)
-	fk, err := q.Kernel(prog, "flights_filter")
-	require.NoError(b, err)
-	pk, err := q.Kernel(prog, "flights_partial")
-	require.NoError(b, err)
-	type devBufs struct{ delay, key, keep, table *opencl.Buffer }
-	dev := make([]devBufs, len(parts))
+	type devMem struct{ delay, key, keep, table gpu.Memory }
+	dev := make([]devMem, len(parts))
 	for i, pb := range parts {
 		for _, x := range []struct {
-			dst **opencl.Buffer
+			dst *gpu.Memory
 			src *buffers.Buffer
 		}{{&dev[i].delay, pb.delay}, {&dev[i].key, pb.key}, {&dev[i].keep, pb.keep}, {&dev[i].table, pb.table}} {
-			*x.dst, err = c.Alloc(x.src.SizeBytes())
+			*x.dst, err = clDev.Alloc(x.src.SizeBytes())
 			require.NoError(b, err)
-			require.NoError(b, q.Write(*x.dst, 0, x.src.Bytes()))
+			defer (*x.dst).Release()
+			require.NoError(b, s.CopyIn(*x.dst, 0, x.src.Bytes()))
 		}
 	}
+	arg := func(m gpu.Memory) gpu.KernelArg { return gpu.KernelArg{Mem: m} }
 	launch := func(b *testing.B, copies bool) {
 		for i, part := range pd.Partitions {
 			n := part.RowHi - part.RowLo
 			d := dev[i]
 			if copies {
-				require.NoError(b, q.Write(d.delay, 0, parts[i].delay.Bytes()))
-				require.NoError(b, q.Write(d.key, 0, parts[i].key.Bytes()))
+				require.NoError(b, s.CopyIn(d.delay, 0, parts[i].delay.Bytes()))
+				require.NoError(b, s.CopyIn(d.key, 0, parts[i].key.Bytes()))
 			}
-			for j, x := range []*opencl.Buffer{d.delay, d.key, d.keep} {
-				require.NoError(b, fk.SetBuffer(j, x))
-			}
-			require.NoError(b, fk.SetInt64(3, 0))
 			if n > 0 {
-				require.NoError(b, q.Launch(fk, []int{int(n)}, nil))
+				require.NoError(b, s.LaunchKernel(&gpu.KernelLaunch{Program: prog, Entry: "flights_filter", Global: []int{int(n)},
+					Args: []gpu.KernelArg{arg(d.delay), arg(d.key), arg(d.keep), {Scalar: int64(0)}}, Label: "filter"}))
 			}
-			for j, x := range []*opencl.Buffer{d.delay, d.key, d.keep, d.table} {
-				require.NoError(b, pk.SetBuffer(j, x))
-			}
-			require.NoError(b, pk.SetInt64(4, n))
-			require.NoError(b, q.Launch(pk, []int{partialGroups(n) * deviceWorkGroup}, []int{deviceWorkGroup}))
+			require.NoError(b, s.LaunchKernel(&gpu.KernelLaunch{Program: prog, Entry: "flights_partial",
+				Global: []int{partialGroups(n) * deviceWorkGroup}, Local: []int{deviceWorkGroup},
+				Args: []gpu.KernelArg{arg(d.delay), arg(d.key), arg(d.keep), arg(d.table), {Scalar: n}}, Label: "partial"}))
 			if copies {
-				require.NoError(b, q.Read(d.table, 0, parts[i].table.Bytes()))
+				require.NoError(b, s.CopyOut(parts[i].table.Bytes(), d.table, 0))
 			}
 		}
-		require.NoError(b, q.Finish(ctx))
+		require.NoError(b, s.Record().Wait(ctx))
 	}
 	// The OpenCL tables equal the Go variants' (checked once).
 	launch(b, false)
 	for i, pb := range parts {
 		got := make([]byte, pb.table.SizeBytes())
-		require.NoError(b, q.Read(dev[i].table, 0, got))
+		require.NoError(b, s.CopyOut(got, dev[i].table, 0))
+		require.NoError(b, s.Record().Wait(ctx))
 		want := make([]byte, len(got))
 		n := pd.Partitions[i].RowHi - pd.Partitions[i].RowLo
 		filterRows(width, pb.delay.Bytes(), int32s(pb.key.Bytes())[:n], pb.keep.Bytes()[:n], 0)
@@ -213,12 +210,6 @@ func BenchmarkDeviceKernels(b *testing.B) {
 		{"opencl+copies", func(b *testing.B) { launch(b, true) }},
 	})
 
-	cpuDev, err := cpu.New()
-	require.NoError(b, err)
-	defer cpuDev.Close()
-	clDev, err := opencl.NewDevice(ds[0], cpuDev.NumStreams())
-	require.NoError(b, err)
-	defer clDev.Close()
 	runOn := func(devs []gpu.Device, openCL bool) func(*testing.B) {
 		e, err := exec.NewMulti(devs, nil)
 		require.NoError(b, err)

@@ -12,12 +12,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamdag/streamdag/dag"
+	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/gpu/opencl"
 )
 
-// openCLDevice opens a context on the first OpenCL device, closed when
-// the test ends; it skips the test when there is none (fails under CI).
-func openCLDevice(t *testing.T) *opencl.Context {
+// openCLDevice opens the first OpenCL device with one stream, closed
+// when the test ends; it skips the test when there is none (fails under
+// CI).
+func openCLDevice(t *testing.T) gpu.CodeDevice {
 	t.Helper()
 	ds, err := opencl.Devices()
 	if err != nil || len(ds) == 0 {
@@ -26,59 +28,58 @@ func openCLDevice(t *testing.T) *opencl.Context {
 		}
 		t.Skipf("no OpenCL device (install pocl-opencl-icd): %v", err)
 	}
-	c, err := opencl.Open(ds[0])
+	d, err := opencl.NewDevice(ds[0], 1)
 	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, c.Close()) })
-	return c
+	t.Cleanup(func() { assert.NoError(t, d.Close()) })
+	return d
 }
 
-// launchVariant runs kernel id's OpenCL variant of g on q: each buffer
-// argument gets a device buffer holding bufs[its buffer] (an output's
-// initial bytes too), each scalar its value; then it reads every buffer
-// argument back into bufs. A launch of no work-items is not enqueued.
-func launchVariant(t *testing.T, c *opencl.Context, q *opencl.Queue, g *dag.Graph, id dag.KernelID, bufs map[dag.BufferID][]byte) {
+// launchVariant runs kernel id's OpenCL variant of g on d's stream 0:
+// each buffer argument gets device memory holding bufs[its buffer] (an
+// output's initial bytes too), each scalar its value; then it copies
+// every buffer argument back into bufs. A launch of no work-items is not
+// enqueued.
+func launchVariant(t *testing.T, d gpu.CodeDevice, g *dag.Graph, id dag.KernelID, bufs map[dag.BufferID][]byte) {
 	t.Helper()
 	vs := g.KernelVariants(id)
 	require.Len(t, vs, 1)
 	v := vs[0]
 	require.Equal(t, dag.OpenCLCode, v.Kind)
-	p, err := c.Program(v.Entry, v.Source, "")
+	p, err := d.Program(v.Entry, v.Source, "")
 	require.NoError(t, err)
-	k, err := q.Kernel(p, v.Entry)
-	require.NoError(t, err)
+	s := d.Stream(0).(gpu.CodeStream)
 	argBytes := make([]int64, len(v.Args))
-	devBufs := map[dag.BufferID]*opencl.Buffer{}
+	args := make([]gpu.KernelArg, len(v.Args))
+	devMem := map[dag.BufferID]gpu.Memory{}
 	for i, a := range v.Args {
 		if bd, ok := a.Buffer(); ok {
 			require.Zero(t, bd.Offset, "argument %d", i)
 			host := bufs[bd.Buffer]
 			require.Equal(t, int64(len(host)), bd.Length, "argument %d", i)
 			argBytes[i] = bd.Length
-			b, err := c.Alloc(bd.Length)
+			m, err := d.Alloc(bd.Length)
 			require.NoError(t, err)
-			t.Cleanup(func() { assert.NoError(t, b.Release()) })
-			require.NoError(t, q.Write(b, 0, host))
-			require.NoError(t, k.SetBuffer(i, b))
-			devBufs[bd.Buffer] = b
+			t.Cleanup(func() { assert.NoError(t, m.Release()) })
+			require.NoError(t, s.CopyIn(m, 0, host))
+			args[i] = gpu.KernelArg{Mem: m}
+			devMem[bd.Buffer] = m
 			continue
 		}
-		s, _ := a.Scalar()
-		switch x := s.(type) {
-		case int64:
-			require.NoError(t, k.SetInt64(i, x))
-		default:
-			t.Fatalf("argument %d: scalar %T", i, s)
-		}
+		sc, _ := a.Scalar()
+		x, ok := sc.(int64)
+		require.True(t, ok, "argument %d: scalar %T", i, sc)
+		args[i] = gpu.KernelArg{Scalar: x}
 	}
 	shape := v.Shape(argBytes)
 	require.NoError(t, shape.Check())
 	if shape.Global[0] > 0 { // dag.Shape: a zero runs no work-item (OpenCL refuses the launch)
-		require.NoError(t, q.Launch(k, shape.Global, shape.Local))
+		require.NoError(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: v.Entry, Global: shape.Global, Local: shape.Local,
+			Args: args, Label: v.Entry}))
 	}
-	require.NoError(t, q.Finish(context.Background()))
-	for id, b := range devBufs {
-		require.NoError(t, q.Read(b, 0, bufs[id]))
+	for id, m := range devMem {
+		require.NoError(t, s.CopyOut(bufs[id], m, 0))
 	}
+	require.NoError(t, s.Record().Wait(context.Background()))
 }
 
 // TestDeviceKernelsMatchHost runs the OpenCL C of filter and partial on
@@ -87,9 +88,7 @@ func launchVariant(t *testing.T, c *opencl.Context, q *opencl.Queue, g *dag.Grap
 // work-groups, every row rejected, codes out of range), and requires the
 // same bytes: the keep mask and every work-group table.
 func TestDeviceKernelsMatchHost(t *testing.T) {
-	c := openCLDevice(t)
-	q, err := c.NewQueue()
-	require.NoError(t, err)
+	d := openCLDevice(t)
 	tests := []struct {
 		name     string
 		rows     int
@@ -151,10 +150,10 @@ func TestDeviceKernelsMatchHost(t *testing.T) {
 					delay: delayBytes, key: keyBytes,
 					keep: make([]byte, len(hostKeep)), table: make([]byte, len(hostTable)),
 				}
-				launchVariant(t, c, q, g, filter, bufs)
+				launchVariant(t, d, g, filter, bufs)
 				require.Equal(t, hostKeep[:n], bufs[keep][:n], "keep mask (seed %d)", seed)
 				copy(bufs[keep], hostKeep)
-				launchVariant(t, c, q, g, partial, bufs)
+				launchVariant(t, d, g, partial, bufs)
 				require.Equal(t, hostTable, bufs[table], "partial tables (seed %d)", seed)
 
 				var kept int64

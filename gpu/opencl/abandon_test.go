@@ -11,6 +11,7 @@ import (
 
 	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/gpu/opencl"
+	"github.com/streamdag/streamdag/gpu/opencl/internal/cltest"
 )
 
 func init() { children["device-abandon"] = childAbandon }
@@ -48,11 +49,11 @@ func childAbandon() int {
 	say("wait: %v", errors.Is(ev.Wait(ctx), context.DeadlineExceeded))
 	d.(gpu.Abandoner).Abandon(errors.New("given up on it"))
 	err = s.Fill(m, 0, 4, []byte{1, 0, 0, 0})
-	say("fill after: lost %v: %s", errors.Is(err, opencl.ErrDeviceLost), errString(err))
+	say("fill after: lost %v: %s", errors.Is(err, opencl.ErrDeviceLost), cltest.ErrString(err))
 	_, err = d.Alloc(4)
 	say("alloc after: lost %v", errors.Is(err, opencl.ErrDeviceLost))
 	err = d.Close()
-	say("close: lost %v: %s", errors.Is(err, opencl.ErrDeviceLost), errString(err))
+	say("close: lost %v: %s", errors.Is(err, opencl.ErrDeviceLost), cltest.ErrString(err))
 	err = d.Close()
 	say("close again: lost %v", errors.Is(err, opencl.ErrDeviceLost))
 	return 0

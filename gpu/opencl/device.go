@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/opencl/internal/cl"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -81,14 +82,15 @@ func WithIndex(n int) DeviceOption {
 	}
 }
 
-// NewDevice opens dev (from Devices or Platforms) as a gpu.CodeDevice
+// NewDevice opens dev (from Platforms, Devices or InfoOf) as a gpu.CodeDevice
 // with streams streams (1 to MaxStreams): one OpenCL context, one
-// in-order command queue per stream (Queue, with its waiter goroutine)
-// and one goroutine per stream that runs its host tasks. Kind and Code
-// are "opencl"; Info gives the device's name, vendor, global memory and
+// in-order command queue per stream (with a waiter goroutine) and one
+// goroutine per stream that runs its host tasks. Kind and Code are
+// "opencl"; Info gives the device's name, vendor, global memory and
 // compute units (as Cores). The caller owns the device and must Close it.
-// Errors: a bad stream count or option, an *Error from OpenCL (nothing is
-// left running then), ErrUnavailable.
+// Errors (nothing is left running after one): a bad stream count or
+// option, the zero Info, a failed OpenCL call (naming it and its
+// status), ErrUnavailable.
 //
 // Streams are gpu.CodeStreams. LaunchKernel binds the arguments on the
 // stream's own kernel object for the entry point (made on the first
@@ -105,8 +107,10 @@ func WithIndex(n int) DeviceOption {
 // Record returns an event over a marker. Its Wait returns nil or the
 // failures the device reported for the commands enqueued on the stream
 // since the previous Record (and through Stream.Wait, the failures the
-// waited events report), each a *gpu.CommandError whose Err is the
-// *CommandError and whose Label is the command's (KernelLaunch.Label,
+// waited events report), each a *gpu.CommandError whose Err names the
+// OpenCL command and its failed status ("opencl: pthread-…: queue 1
+// command 7 (launch vadd) failed: CL_OUT_OF_RESOURCES (-5)") and whose
+// Label is the command's (KernelLaunch.Label,
 // "copy in", "copy out", "copy", "fill"), joined: each failure is
 // reported by one event of its stream, so wait on every event recorded
 // to see them all. Stream.Wait on an event of the same device enqueues a
@@ -115,7 +119,7 @@ func WithIndex(n int) DeviceOption {
 // event fires (carrying its failures). Close waits for everything
 // enqueued, including those bridged events; no goroutine outlives it,
 // unless the device was abandoned (Abandon, see Close).
-func NewDevice(dev Device, streams int, opts ...DeviceOption) (gpu.CodeDevice, error) {
+func NewDevice(dev Info, streams int, opts ...DeviceOption) (gpu.CodeDevice, error) {
 	o := deviceOptions{closeWait: DefaultCloseWait}
 	for _, opt := range opts {
 		if opt == nil {
@@ -125,21 +129,25 @@ func NewDevice(dev Device, streams int, opts ...DeviceOption) (gpu.CodeDevice, e
 			return nil, err
 		}
 	}
-	if streams < 1 || streams > MaxStreams {
-		return nil, fmt.Errorf("opencl: new device %s: %d streams: want 1 to %d", dev, streams, MaxStreams)
+	if dev.d.IsZero() {
+		return nil, errors.New("opencl: new device: the zero Info names no device (take one from Platforms, Devices or InfoOf)")
 	}
-	c, err := Open(dev)
+	if streams < 1 || streams > MaxStreams {
+		return nil, fmt.Errorf("opencl: new device %s: %d streams: want 1 to %d", dev.Name, streams, MaxStreams)
+	}
+	c, err := cl.Open(dev.d)
 	if err != nil {
 		return nil, err
 	}
-	info := dev.Info()
+	info := dev.d.Info() // the handle's own description, not fields a caller may have set
 	d := &clDevice{
-		id:  topology.OpenCL(o.index),
-		dev: dev,
-		ctx: c,
+		id:    topology.OpenCL(o.index),
+		dev:   describe(dev.d),
+		align: info.BaseAlignBytes,
+		ctx:   c,
 		info: topology.Device{ID: topology.OpenCL(o.index), Name: info.Name, Vendor: info.Vendor,
 			MemoryBytes: info.GlobalMemBytes, NUMANode: -1, Cores: info.ComputeUnits},
-		progs:     map[*Program]*clProgram{},
+		progs:     map[*cl.Program]*clProgram{},
 		done:      make(chan struct{}),
 		abandoned: make(chan struct{}),
 		closeWait: o.closeWait,
@@ -164,23 +172,25 @@ func NewDevice(dev Device, streams int, opts ...DeviceOption) (gpu.CodeDevice, e
 	return d, nil
 }
 
-// InfoOf returns the description of the OpenCL device d runs on, and
-// true, when d is a device NewDevice made (or the driver opened: Open,
-// OpenDevice, a lease.Backend's Acquire); the zero DeviceInfo and false
-// for any other device. It works after Close too.
-func InfoOf(d gpu.Device) (DeviceInfo, bool) {
+// InfoOf returns the Info of the OpenCL device d runs on (as Devices
+// lists it), and true, when d is a device NewDevice made or the driver
+// opened (gpu.Open, the Enumerator's OpenDevice that a lease.Backend's
+// Acquire calls); the zero Info and false for any other device. It works
+// after Close too.
+func InfoOf(d gpu.Device) (Info, bool) {
 	cd, ok := d.(*clDevice)
 	if !ok {
-		return DeviceInfo{}, false
+		return Info{}, false
 	}
-	return cd.dev.info, true
+	return cd.dev, true
 }
 
 // clDevice is one OpenCL device behind gpu.CodeDevice.
 type clDevice struct {
 	id      topology.DeviceID
-	dev     Device
-	ctx     *Context
+	dev     Info  // what InfoOf returns
+	align   int64 // the base address alignment of kernel arguments, bytes
+	ctx     *cl.Context
 	info    topology.Device
 	streams []*clStream
 	wg      sync.WaitGroup // host workers and bridges
@@ -189,9 +199,9 @@ type clDevice struct {
 	usedBytes int64
 
 	pmu   sync.Mutex
-	progs map[*Program]*clProgram
+	progs map[*cl.Program]*clProgram
 
-	fillq *Queue // zero fills of new or reused memory (clMemory.Zero)
+	fillq *cl.Queue // zero fills of new or reused memory (clMemory.Zero)
 
 	lost atomic.Pointer[error] // the first failure that lost the device
 
@@ -223,7 +233,7 @@ func (d *clDevice) String() string        { return d.id.String() + " (" + d.info
 // ArgAlignBytes is the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes:
 // a kernel argument at a non-zero offset binds a sub-buffer, whose origin
 // must be a multiple of it.
-func (d *clDevice) ArgAlignBytes() int64 { return d.dev.info.BaseAlignBytes }
+func (d *clDevice) ArgAlignBytes() int64 { return d.align }
 
 // Info returns the device's facts: the OpenCL device's name and vendor,
 // its global memory as MemoryBytes, its compute units as Cores.
@@ -256,10 +266,10 @@ func (d *clDevice) markLost(cause error) error {
 // enqueueErr wraps an error of an enqueue call: one that says the device
 // is gone marks it lost.
 func (d *clDevice) enqueueErr(prefix string, err error) error {
-	if errors.Is(err, DeviceNotAvailable) {
+	if errors.Is(err, cl.DeviceNotAvailable) {
 		return d.markLost(err)
 	}
-	if errors.Is(err, ErrClosed) {
+	if errors.Is(err, cl.ErrClosed) {
 		return fmt.Errorf("%s%w: %w", prefix, gpu.ErrClosed, err)
 	}
 	return fmt.Errorf("%s%w", prefix, err)
@@ -269,7 +279,7 @@ func (d *clDevice) enqueueErr(prefix string, err error) error {
 // device's global memory, reading as zeroes (see Zero). Zero bytes make
 // memory with no OpenCL buffer, which a kernel argument binds as a NULL
 // pointer. Errors: a negative size, the budget exceeded (naming the
-// device, the size and what is in use), an *Error from OpenCL,
+// device, the size and what is in use), a failed OpenCL call,
 // ErrDeviceLost, gpu.ErrClosed.
 func (d *clDevice) Alloc(bytes int64) (gpu.Memory, error) {
 	if bytes < 0 {
@@ -282,7 +292,7 @@ func (d *clDevice) Alloc(bytes int64) (gpu.Memory, error) {
 		return nil, err
 	}
 	if bytes == 0 {
-		m := &clMemory{d: d, b: &Buffer{ctx: d.ctx}}
+		m := &clMemory{d: d, b: d.ctx.NullBuffer()}
 		m.zeroed.Store(true)
 		return m, nil
 	}
@@ -297,7 +307,7 @@ func (d *clDevice) Alloc(bytes int64) (gpu.Memory, error) {
 	b, err := d.ctx.Alloc(bytes)
 	if err != nil {
 		d.unbudget(bytes)
-		if errors.Is(err, ErrClosed) {
+		if errors.Is(err, cl.ErrClosed) {
 			return nil, fmt.Errorf("opencl: %s: alloc: %w", d.id, gpu.ErrClosed)
 		}
 		return nil, fmt.Errorf("opencl: %s: %w", d.id, err)
@@ -317,7 +327,7 @@ func (d *clDevice) unbudget(bytes int64) {
 }
 
 // Program builds OpenCL C source with options on the device through the
-// context's cache (Context.Program): the same source and options give
+// context's cache (cl.Context.Program): the same source and options give
 // the same program. A compile error is a *BuildError with the log.
 func (d *clDevice) Program(name, source, options string) (gpu.Program, error) {
 	if d.closedA.Load() {
@@ -325,12 +335,12 @@ func (d *clDevice) Program(name, source, options string) (gpu.Program, error) {
 	}
 	p, err := d.ctx.Program(name, source, options)
 	if err != nil {
-		if errors.Is(err, ErrClosed) {
+		if errors.Is(err, cl.ErrClosed) {
 			return nil, fmt.Errorf("opencl: %s: program %q: %w", d.id, name, gpu.ErrClosed)
 		}
-		var be *BuildError
-		if errors.As(err, &be) {
-			return nil, fmt.Errorf("%s: %w", d.id, err) // one "opencl:" prefix: the build error's
+		var be *cl.BuildError
+		if errors.As(err, &be) { // one "opencl:" prefix: the build error's
+			return nil, fmt.Errorf("%s: %w", d.id, &BuildError{Program: be.Program, Device: be.Device, Log: be.Log, err: be})
 		}
 		return nil, fmt.Errorf("opencl: %s: %w", d.id, err)
 	}
@@ -410,7 +420,7 @@ func (d *clDevice) shutdown() {
 // clProgram is a Program of the device's context.
 type clProgram struct {
 	d *clDevice
-	p *Program
+	p *cl.Program
 }
 
 // Name returns the name the program was first built under.
@@ -421,17 +431,17 @@ func (p *clProgram) Name() string { return p.p.Name() }
 // marker after its zero fill while a stream may have to wait for it.
 type clMemory struct {
 	d        *clDevice
-	b        *Buffer // for zero bytes, one with no OpenCL buffer (h 0)
+	b        *cl.Buffer // for zero bytes, a NullBuffer
 	released atomic.Bool
 	zeroed   atomic.Bool // the fill has completed and its marker is released
 
 	mu   sync.Mutex
-	subs map[int64]*Buffer
-	fill *Event // the zero fill's marker on the device's fill queue, or nil
+	subs map[int64]*cl.Buffer
+	fill *cl.Event // the zero fill's marker on the device's fill queue, or nil
 }
 
 func (m *clMemory) Device() topology.DeviceID { return m.d.id }
-func (m *clMemory) Bytes() int64              { return m.b.bytes }
+func (m *clMemory) Bytes() int64              { return m.b.Bytes() }
 
 // Zero enqueues filling the memory with zeroes on the device's fill
 // queue (no stream's), and makes the first commands of every stream that
@@ -441,7 +451,7 @@ func (m *clMemory) Bytes() int64              { return m.b.bytes }
 // commands. Errors: released memory (gpu.ErrClosed), an *Error from
 // OpenCL, ErrDeviceLost, gpu.ErrClosed after Close.
 func (m *clMemory) Zero() error {
-	if m.b.h == 0 {
+	if m.b.Bytes() == 0 {
 		return nil // zero bytes
 	}
 	if err := m.d.lostErr(); err != nil {
@@ -450,20 +460,20 @@ func (m *clMemory) Zero() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.released.Load() {
-		return fmt.Errorf("opencl: %s: zero %d bytes: memory released: %w", m.d.id, m.b.bytes, gpu.ErrClosed)
+		return fmt.Errorf("opencl: %s: zero %d bytes: memory released: %w", m.d.id, m.b.Bytes(), gpu.ErrClosed)
 	}
 	if m.fill != nil {
 		m.fill.Release()
 		m.fill = nil
 	}
 	m.zeroed.Store(false)
-	err := m.d.fillq.Fill(m.b, 0, m.b.bytes, []byte{0})
+	err := m.d.fillq.Fill(m.b, 0, m.b.Bytes(), []byte{0})
 	if err == nil {
 		m.fill, err = m.d.fillq.Marker()
 	}
 	if err != nil {
 		m.zeroed.Store(true)
-		return m.d.enqueueErr(fmt.Sprintf("opencl: %s: zero %d bytes: ", m.d.id, m.b.bytes), err)
+		return m.d.enqueueErr(fmt.Sprintf("opencl: %s: zero %d bytes: ", m.d.id, m.b.Bytes()), err)
 	}
 	return nil
 }
@@ -518,24 +528,24 @@ func (m *clMemory) Release() error {
 		errs = append(errs, s.Release())
 	}
 	errs = append(errs, m.b.Release())
-	m.d.unbudget(m.b.bytes)
+	m.d.unbudget(m.b.Bytes())
 	return errors.Join(errs...)
 }
 
 // at returns the buffer a kernel argument at byte off points to: the
 // buffer itself, or a sub-buffer from off to the end (made once per
 // offset and kept until Release).
-func (m *clMemory) at(off int64) (*Buffer, error) {
+func (m *clMemory) at(off int64) (*cl.Buffer, error) {
 	if m.released.Load() {
 		return nil, fmt.Errorf("memory released: %w", gpu.ErrClosed)
 	}
 	if off == 0 {
 		return m.b, nil
 	}
-	if off < 0 || off >= m.b.bytes {
-		return nil, fmt.Errorf("offset %d outside the %d-byte memory", off, m.b.bytes)
+	if off < 0 || off >= m.b.Bytes() {
+		return nil, fmt.Errorf("offset %d outside the %d-byte memory", off, m.b.Bytes())
 	}
-	if a := m.d.dev.info.BaseAlignBytes; a > 0 && off%a != 0 {
+	if a := m.d.align; a > 0 && off%a != 0 {
 		return nil, fmt.Errorf("offset %d is not a multiple of the device's %d-byte base address alignment (CL_DEVICE_MEM_BASE_ADDR_ALIGN)", off, a)
 	}
 	m.mu.Lock()
@@ -543,12 +553,12 @@ func (m *clMemory) at(off int64) (*Buffer, error) {
 	if b, ok := m.subs[off]; ok {
 		return b, nil
 	}
-	b, err := m.b.Sub(off, m.b.bytes-off)
+	b, err := m.b.Sub(off, m.b.Bytes()-off)
 	if err != nil {
 		return nil, err
 	}
 	if m.subs == nil {
-		m.subs = map[int64]*Buffer{}
+		m.subs = map[int64]*cl.Buffer{}
 	}
 	m.subs[off] = b
 	return b, nil
@@ -598,18 +608,9 @@ func (driver) Open(_ context.Context, cfg gpu.Config) (gpu.Set, error) {
 	if streams < 1 || streams > MaxStreams {
 		return nil, fmt.Errorf("opencl: open: %d streams per device: want 1 to %d", streams, MaxStreams)
 	}
-	ds, err := Devices()
+	avail, err := available()
 	if err != nil {
 		return nil, fmt.Errorf("opencl: open: %w", err)
-	}
-	var avail []Device
-	for _, d := range ds {
-		if d.info.Available {
-			avail = append(avail, d)
-		}
-	}
-	if len(avail) == 0 {
-		return nil, fmt.Errorf("opencl: open: %w: the platforms list %d devices, none available", ErrNoPlatform, len(ds))
 	}
 	set := &deviceSet{}
 	for i, d := range avail {

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -20,6 +19,8 @@ import (
 	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/gpu/cpu"
 	"github.com/streamdag/streamdag/gpu/opencl"
+	"github.com/streamdag/streamdag/gpu/opencl/internal/cl"
+	"github.com/streamdag/streamdag/gpu/opencl/internal/cltest"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -139,7 +140,7 @@ func TestDeviceStreamsOverlap(t *testing.T) {
 		require.NoError(t, e.Wait(t.Context()))
 	}
 	got := make([]int32, 2)
-	require.NoError(t, s1.CopyOut(bytesOf(got), result, 0))
+	require.NoError(t, s1.CopyOut(cltest.BytesOf(got), result, 0))
 	require.NoError(t, recordWait(t, s1))
 	assert.Equal(t, []int32{1, 1}, got, "each kernel saw the other's flag while it ran")
 }
@@ -163,7 +164,7 @@ func TestDeviceCrossStreamDependency(t *testing.T) {
 		require.NoError(t, s1.Wait(s0.Record()))
 		require.NoError(t, s1.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "consume", Global: []int{n},
 			Args: []gpu.KernelArg{mem(in), mem(out)}, Label: "consume"}))
-		require.NoError(t, s1.CopyOut(bytesOf(got), out, 0))
+		require.NoError(t, s1.CopyOut(cltest.BytesOf(got), out, 0))
 		e1 := s1.Record()
 		require.NoError(t, s0.Wait(e1))
 		require.NoError(t, e1.Wait(t.Context()))
@@ -208,10 +209,10 @@ func TestDeviceWaitBridgesCPUEvent(t *testing.T) {
 	in, out := alloc(t, d, 4*n), alloc(t, d, 4*n)
 	s := codeStream(d, 0)
 	require.NoError(t, s.Wait(ce))
-	require.NoError(t, s.CopyIn(in, 0, bytesOf(host)))
+	require.NoError(t, s.CopyIn(in, 0, cltest.BytesOf(host)))
 	require.NoError(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "consume", Global: []int{n}, Args: []gpu.KernelArg{mem(in), mem(out)}}))
 	got := make([]int32, n)
-	require.NoError(t, s.CopyOut(bytesOf(got), out, 0))
+	require.NoError(t, s.CopyOut(cltest.BytesOf(got), out, 0))
 	e := s.Record()
 	assert.False(t, e.Done(), "the OpenCL event fired before the CPU event it waits on")
 	close(open)
@@ -238,7 +239,7 @@ func TestCPUWaitsOnDeviceEvent(t *testing.T) {
 	require.NoError(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "produce", Global: []int{n},
 		Args: []gpu.KernelArg{mem(buf), scalar(int32(77)), scalar(int64(1000))}}))
 	got := make([]int32, n)
-	require.NoError(t, s.CopyOut(bytesOf(got), buf, 0))
+	require.NoError(t, s.CopyOut(cltest.BytesOf(got), buf, 0))
 	e := s.Record()
 	var seen []int32
 	var waitErr error
@@ -269,7 +270,7 @@ func TestDeviceHostTaskOrdered(t *testing.T) {
 	got := make([]int32, n)
 	require.NoError(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "produce", Global: []int{n},
 		Args: []gpu.KernelArg{mem(a), scalar(int32(5)), scalar(int64(50000))}}))
-	require.NoError(t, s.CopyOut(bytesOf(mid), a, 0))
+	require.NoError(t, s.CopyOut(cltest.BytesOf(mid), a, 0))
 	var sawFirst bool
 	require.NoError(t, s.Launch(gpu.TaskFunc(func() {
 		sawFirst = !slices.ContainsFunc(mid, func(v int32) bool { return v != 5 })
@@ -277,9 +278,9 @@ func TestDeviceHostTaskOrdered(t *testing.T) {
 			next[i] = mid[i] + int32(i)
 		}
 	})))
-	require.NoError(t, s.CopyIn(b, 0, bytesOf(next)))
+	require.NoError(t, s.CopyIn(b, 0, cltest.BytesOf(next)))
 	require.NoError(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "consume", Global: []int{n}, Args: []gpu.KernelArg{mem(b), mem(out)}}))
-	require.NoError(t, s.CopyOut(bytesOf(got), out, 0))
+	require.NoError(t, s.CopyOut(cltest.BytesOf(got), out, 0))
 	require.NoError(t, recordWait(t, s))
 	assert.True(t, sawFirst, "the host task ran after the first kernel and its copy out")
 	for i, g := range got {
@@ -371,7 +372,9 @@ func TestDeviceBuildError(t *testing.T) {
 	var be *opencl.BuildError
 	require.ErrorAs(t, err, &be)
 	assert.Equal(t, "broken", be.Program)
+	assert.Equal(t, device(t).Name, be.Device)
 	assert.Contains(t, be.Log, "undefined_name")
+	assert.ErrorIs(t, be, cl.BuildProgramFailure, "Unwrap gives the failed call's status")
 	assert.Contains(t, err.Error(), `build program "broken"`)
 	assert.Contains(t, err.Error(), "opencl0")
 	p1, err := d.Program("a", kernels, "")
@@ -414,7 +417,7 @@ func TestDeviceLaunchBadInput(t *testing.T) {
 	}{
 		{"nil launch", nil, "opencl: opencl0 stream 0: launch: nil KernelLaunch", nil},
 		{"program of no device", &gpu.KernelLaunch{Program: fakeProgram{}, Entry: "touch", Global: []int{1}}, "opencl: opencl0 stream 0: launch touch: program not built by this device (opencl_test.fakeProgram)", nil},
-		{"unknown entry", &gpu.KernelLaunch{Program: p, Entry: "nope", Global: []int{1}, Label: "nope"}, "CL_INVALID_KERNEL_NAME", opencl.InvalidKernelName},
+		{"unknown entry", &gpu.KernelLaunch{Program: p, Entry: "nope", Global: []int{1}, Label: "nope"}, "CL_INVALID_KERNEL_NAME", cl.InvalidKernelName},
 		{"memory of another device", touch(gpu.KernelArg{Mem: fakeMemory{}}), "touch it: argument 0: memory of another device (gpu9)", nil},
 		{"released memory", touch(mem(released)), "touch it: argument 0: memory released", gpu.ErrClosed},
 		{"offset outside", touch(gpu.KernelArg{Mem: buf, Offset: 4096}), "touch it: argument 0: offset 4096 outside the 4096-byte memory", nil},
@@ -458,7 +461,7 @@ func TestDeviceArgumentOffset(t *testing.T) {
 	}
 	require.NoError(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{1}, Args: []gpu.KernelArg{mem(buf)}}))
 	got := make([]int32, n)
-	require.NoError(t, s.CopyOut(bytesOf(got), buf, 0))
+	require.NoError(t, s.CopyOut(cltest.BytesOf(got), buf, 0))
 	require.NoError(t, recordWait(t, s))
 	want := make([]int32, n)
 	want[0], want[align/4] = 1, 2
@@ -501,7 +504,7 @@ func TestDeviceClose(t *testing.T) {
 	require.NoError(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "produce", Global: []int{256},
 		Args: []gpu.KernelArg{mem(buf), scalar(int32(9)), scalar(int64(1000))}}))
 	got := make([]int32, 256)
-	require.NoError(t, s.CopyOut(bytesOf(got), buf, 0))
+	require.NoError(t, s.CopyOut(cltest.BytesOf(got), buf, 0))
 	ran := false
 	require.NoError(t, codeStream(d, 1).Launch(gpu.TaskFunc(func() { ran = true })))
 	e := s.Record()
@@ -594,11 +597,11 @@ func TestDeviceWaitBridgesOtherDevice(t *testing.T) {
 		v := rng.Int32N(1 << 20)
 		require.NoError(t, sa.LaunchKernel(&gpu.KernelLaunch{Program: pa, Entry: "produce", Global: []int{n},
 			Args: []gpu.KernelArg{mem(bufA), scalar(v), scalar(int64(20000))}}))
-		require.NoError(t, sa.CopyOut(bytesOf(host), bufA, 0))
+		require.NoError(t, sa.CopyOut(cltest.BytesOf(host), bufA, 0))
 		require.NoError(t, sb.Wait(sa.Record()))
-		require.NoError(t, sb.CopyIn(in, 0, bytesOf(host)))
+		require.NoError(t, sb.CopyIn(in, 0, cltest.BytesOf(host)))
 		require.NoError(t, sb.LaunchKernel(&gpu.KernelLaunch{Program: pb, Entry: "consume", Global: []int{n}, Args: []gpu.KernelArg{mem(in), mem(out)}}))
-		require.NoError(t, sb.CopyOut(bytesOf(got), out, 0))
+		require.NoError(t, sb.CopyOut(cltest.BytesOf(got), out, 0))
 		eb := sb.Record()
 		require.NoError(t, sa.Wait(eb)) // the next round's copy out must not overwrite host before the copy in
 		require.NoError(t, eb.Wait(t.Context()))
@@ -679,20 +682,20 @@ func childDeviceFailed() int {
 	for i, e := range []gpu.Event{e0, e1} {
 		err := e.Wait(context.Background())
 		var ce *gpu.CommandError
-		var oe *opencl.CommandError
+		var oe *cl.CommandError
 		if errors.As(err, &ce) && errors.As(err, &oe) {
 			say("event %d: command error: device %s stream %d label %q status %s", i, ce.Device, ce.Stream, ce.Label, oe.Status)
 		}
 		say("event %d: lost %v", i, errors.Is(err, gpu.ErrGPULost) && errors.Is(err, opencl.ErrDeviceLost))
-		say("event %d: %s", i, errString(err))
+		say("event %d: %s", i, cltest.ErrString(err))
 	}
-	say("next event: %s", errString(s0.Record().Wait(context.Background())))
+	say("next event: %s", cltest.ErrString(s0.Record().Wait(context.Background())))
 	err = s0.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{1}, Args: []gpu.KernelArg{{Mem: m}}})
-	say("later launch: lost %v: %s", errors.Is(err, opencl.ErrDeviceLost), errString(err))
+	say("later launch: lost %v: %s", errors.Is(err, opencl.ErrDeviceLost), cltest.ErrString(err))
 	_, err = d.Alloc(4)
 	say("later alloc: lost %v", errors.Is(err, opencl.ErrDeviceLost))
 	_ = m.Release()
-	say("close: %s", errString(d.Close()))
+	say("close: %s", cltest.ErrString(d.Close()))
 	return 0
 }
 
@@ -725,13 +728,13 @@ func TestDeviceLost(t *testing.T) {
 	buf := alloc(t, d, 4)
 	s := codeStream(d, 1)
 	before := s.Record()
-	err := opencl.ReportForTest(d, &opencl.CommandError{Device: "dev", Queue: 1, Seq: 4, Op: "launch k", Status: opencl.OutOfResources})
+	err := opencl.ReportForTest(d, &cl.CommandError{Device: "dev", Queue: 1, Seq: 4, Op: "launch k", Status: cl.OutOfResources})
 	var ce *gpu.CommandError
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, gpu.CommandError{Device: d.ID(), Stream: 1, Seq: 4, Label: "launch k", Err: ce.Err}, *ce)
 	assert.ErrorIs(t, err, gpu.ErrGPULost)
 	assert.ErrorIs(t, err, opencl.ErrDeviceLost)
-	assert.ErrorIs(t, err, opencl.OutOfResources)
+	assert.ErrorIs(t, err, cl.OutOfResources)
 	for name, err := range map[string]error{
 		"launch":    s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{1}, Args: []gpu.KernelArg{mem(buf)}}),
 		"copy in":   s.CopyIn(buf, 0, []byte{1}),
@@ -744,7 +747,7 @@ func TestDeviceLost(t *testing.T) {
 		assert.ErrorContains(t, err, "opencl: opencl0: opencl: device lost: gpu: GPU lost: opencl: dev: queue 1 command 4 (launch k) failed: CL_OUT_OF_RESOURCES (-5)", name)
 	}
 	assert.NoError(t, before.Wait(t.Context()), "an event recorded before still fires")
-	other := opencl.ReportForTest(d, &opencl.CommandError{Device: "dev", Queue: 0, Seq: 9, Op: "fill", Status: -1})
+	other := opencl.ReportForTest(d, &cl.CommandError{Device: "dev", Queue: 0, Seq: 9, Op: "fill", Status: -1})
 	assert.NotErrorIs(t, other, gpu.ErrGPULost, "an ordinary failure is not a loss")
 }
 
@@ -766,7 +769,7 @@ func childDeviceFault() int {
 	say("launched")
 	close(open)
 	err = s.Record().Wait(context.Background())
-	say("survived: %s", errString(err))
+	say("survived: %s", cltest.ErrString(err))
 	_ = d.Close()
 	return 0
 }
@@ -803,20 +806,14 @@ func childNoPlatform() int {
 		_ = set.Close()
 	}
 	say("no platform: %v", errors.Is(err, opencl.ErrNoPlatform))
-	say("error: %s", errString(err))
+	say("error: %s", cltest.ErrString(err))
 	return 0
 }
 
 // TestDriverNoPlatform: with no OpenCL platform installed, gpu.Open of
 // the opencl kind is an error wrapping ErrNoPlatform.
 func TestDriverNoPlatform(t *testing.T) {
-	device(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute) // stops only a hung child
-	defer cancel()
-	cmd := osexec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=device-no-platform", "OCL_ICD_VENDORS="+t.TempDir())
-	b, err := cmd.CombinedOutput()
-	out := string(b)
+	out, err := runChild(t, "device-no-platform", "OCL_ICD_VENDORS="+t.TempDir())
 	require.NoError(t, err, out)
 	assert.Contains(t, out, "no platform: true\n", out)
 	assert.Contains(t, out, "error: opencl: open: opencl: no platform", out)
@@ -944,7 +941,7 @@ func TestDeviceRandomProgramsMatchOracle(t *testing.T) {
 					want[s] = append(want[s], op)
 					v := rng.Int32N(1000)
 					dep(s, a, true)
-					require.NoError(t, cs.Fill(bufs[a], 0, 4*n, bytesOf([]int32{v})))
+					require.NoError(t, cs.Fill(bufs[a], 0, 4*n, cltest.BytesOf([]int32{v})))
 					for i := range oracle[a] {
 						oracle[a][i] = v
 					}
@@ -959,7 +956,7 @@ func TestDeviceRandomProgramsMatchOracle(t *testing.T) {
 			got := make([][]int32, nbuf)
 			for b := range bufs {
 				got[b] = make([]int32, n)
-				require.NoError(t, s0.CopyOut(bytesOf(got[b]), bufs[b], 0))
+				require.NoError(t, s0.CopyOut(cltest.BytesOf(got[b]), bufs[b], 0))
 			}
 			require.NoError(t, recordWait(t, s0), "seed %d", seed)
 			for s := range 3 {
@@ -1000,7 +997,7 @@ func TestDeviceConcurrentUse(t *testing.T) {
 			}
 			if err == nil {
 				got := make([]int32, n)
-				if err = s.CopyOut(bytesOf(got), bufs[w], 0); err == nil {
+				if err = s.CopyOut(cltest.BytesOf(got), bufs[w], 0); err == nil {
 					err = s.Record().Wait(context.Background())
 				}
 				if err == nil && got[n-1] != int32(rounds*(w+1)) {
@@ -1015,12 +1012,12 @@ func TestDeviceConcurrentUse(t *testing.T) {
 	}
 }
 
-// TestDeviceExtensions: DeviceInfo.Extensions holds the names
+// TestDeviceExtensions: Info.Extensions holds the names
 // CL_DEVICE_EXTENSIONS lists (one name each, no blanks), HasExtension
 // finds exactly those, and InfoOf gives an opened device's description
 // and refuses a device of another kind.
 func TestDeviceExtensions(t *testing.T) {
-	info := device(t).Info()
+	info := device(t)
 	require.NotEmpty(t, info.Extensions, "%s lists no extension", info.Name)
 	for _, e := range info.Extensions {
 		assert.Regexp(t, `^cl_[A-Za-z0-9_]+$`, e)

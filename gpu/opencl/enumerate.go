@@ -2,30 +2,17 @@ package opencl
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"slices"
-	"strings"
-	"unsafe"
 
 	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/opencl/internal/cl"
 	"github.com/streamdag/streamdag/topology"
 )
 
 // The driver is a gpu.Enumerator: a lease.Backend leases the devices it
 // lists and opens a leased one with OpenDevice.
 var _ gpu.Enumerator = driver{}
-
-// Identity queries of the extensions that have them (cl_khr_device_uuid,
-// cl_khr_pci_bus_info, cl_nv_device_attribute_query).
-const (
-	clDeviceExtensions    = 0x1030
-	clDeviceUUIDKHR       = 0x106A
-	clDevicePCIBusInfoKHR = 0x410F
-	clDevicePCIBusIDNV    = 0x4008
-	clDevicePCISlotIDNV   = 0x4009
-	clDevicePCIDomainIDNV = 0x400A
-)
 
 // Enumerate lists every available OpenCL device as a gpu.Found, in the
 // order the driver's Open opens them (opencl0, opencl1, …): its facts as
@@ -44,7 +31,7 @@ func (driver) Enumerate(context.Context) ([]gpu.Found, error) {
 
 // enumerate returns the available devices and what Enumerate says of
 // each, index for index.
-func enumerate() ([]Device, []gpu.Found, error) {
+func enumerate() ([]Info, []gpu.Found, error) {
 	avail, err := available()
 	if err != nil {
 		return nil, nil, err
@@ -52,16 +39,11 @@ func enumerate() ([]Device, []gpu.Found, error) {
 	out := make([]gpu.Found, len(avail))
 	nth := map[string]int{}
 	for i, d := range avail {
-		info := d.Info()
-		f := gpu.Found{Type: foundType(info.Type), Device: topology.Device{ID: topology.OpenCL(i), Name: info.Name,
-			Vendor: info.Vendor, MemoryBytes: info.GlobalMemBytes, NUMANode: -1, Cores: info.ComputeUnits}}
-		exts := ""
-		if s, err := infoString("clGetDeviceInfo", cl.getDeviceInfo, d.id, clDeviceExtensions); err == nil {
-			exts = " " + s + " "
-		}
-		f.Device.UUID = deviceUUID(d, exts)
-		f.Device.PCIBusID = pciBusID(d, exts)
-		name := info.Platform + "/" + info.Name
+		f := gpu.Found{Type: foundType(d.d.Info().Type), Device: topology.Device{ID: topology.OpenCL(i), Name: d.Name,
+			Vendor: d.Vendor, MemoryBytes: d.GlobalMemBytes, NUMANode: -1, Cores: d.ComputeUnits}}
+		f.Device.UUID = d.d.UUID()
+		f.Device.PCIBusID = d.d.PCIBusID()
+		name := d.Platform + "/" + d.Name
 		f.Key = fmt.Sprintf("%s#%d", name, nth[name])
 		nth[name]++
 		if f.Device.UUID != "" {
@@ -97,14 +79,14 @@ func (driver) OpenDevice(_ context.Context, f gpu.Found, cfg gpu.Config) (gpu.De
 
 // available returns the available devices of every platform, in
 // Devices' order. Errors wrap ErrUnavailable or ErrNoPlatform.
-func available() ([]Device, error) {
+func available() ([]Info, error) {
 	ds, err := Devices()
 	if err != nil {
 		return nil, err
 	}
-	var avail []Device
+	var avail []Info
 	for _, d := range ds {
-		if d.info.Available {
+		if d.Available {
 			avail = append(avail, d)
 		}
 	}
@@ -114,60 +96,16 @@ func available() ([]Device, error) {
 	return avail, nil
 }
 
-func foundType(t DeviceType) string {
+// foundType is the gpu.Found type of an OpenCL device type.
+func foundType(t cl.DeviceType) string {
 	switch {
-	case t&TypeGPU != 0:
+	case t&cl.TypeGPU != 0:
 		return "gpu"
-	case t&TypeCPU != 0:
+	case t&cl.TypeCPU != 0:
 		return "cpu"
-	case t&TypeAccelerator != 0:
+	case t&cl.TypeAccelerator != 0:
 		return "accelerator"
 	default:
 		return "custom"
 	}
-}
-
-// deviceUUID reads cl_khr_device_uuid's UUID: "GPU-xxxxxxxx-…" as NVML
-// writes it for an NVIDIA device, the bare 8-4-4-4-12 form otherwise; ""
-// without the extension.
-func deviceUUID(d Device, exts string) string {
-	if !strings.Contains(exts, " cl_khr_device_uuid ") {
-		return ""
-	}
-	b, err := infoBytes("clGetDeviceInfo", cl.getDeviceInfo, d.id, clDeviceUUIDKHR)
-	if err != nil || len(b) != 16 {
-		return ""
-	}
-	u := fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-	if strings.Contains(strings.ToUpper(d.info.Vendor), "NVIDIA") {
-		u = "GPU-" + u
-	}
-	return u
-}
-
-// pciBusID reads the device's PCI address as "DDDDDDDD:BB:DD.F" (NVML's
-// form), or "" when the device does not report it.
-func pciBusID(d Device, exts string) string {
-	switch {
-	case strings.Contains(exts, " cl_khr_pci_bus_info "):
-		b, err := infoBytes("clGetDeviceInfo", cl.getDeviceInfo, d.id, clDevicePCIBusInfoKHR)
-		if err != nil || len(b) != 16 {
-			return ""
-		}
-		u := func(i int) uint32 { return binary.NativeEndian.Uint32(b[4*i:]) }
-		return fmt.Sprintf("%08X:%02X:%02X.%X", u(0), u(1), u(2), u(3))
-	case strings.Contains(exts, " cl_nv_device_attribute_query "):
-		num := func(param uintptr) (uint64, bool) {
-			v, err := infoUint("clGetDeviceInfo", cl.getDeviceInfo, d.id, param, unsafe.Sizeof(uint32(0)))
-			return v, err == nil
-		}
-		bus, ok1 := num(clDevicePCIBusIDNV)
-		slot, ok2 := num(clDevicePCISlotIDNV)
-		if !ok1 || !ok2 {
-			return ""
-		}
-		dom, _ := num(clDevicePCIDomainIDNV) // older drivers lack it: domain 0
-		return fmt.Sprintf("%08X:%02X:%02X.%X", dom, bus, slot>>3, slot&7)
-	}
-	return ""
 }

@@ -2,30 +2,13 @@ package opencl
 
 import (
 	"errors"
-	"unsafe"
 
 	"github.com/streamdag/streamdag/gpu"
 )
 
-// FailUserEventForTest sets u's OpenCL status to st (negative) without
-// completing it on the host: only for the subprocess tests that check
-// how a device-reported failure is tracked.
-func FailUserEventForTest(u *UserEvent, st int32) error {
-	return check("clSetUserEventStatus", syscall(cl.setUserEventStatus, u.ev.h, uintptr(uint32(st))))
-}
-
-// PendingForTest returns how many commands q holds unexamined.
-func PendingForTest(q *Queue) int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.pending)
-}
-
-var _ = unsafe.Pointer(nil)
-
 // BaseAlignForTest returns the base address alignment (bytes) of an
 // OpenCL gpu.Device made by NewDevice.
-func BaseAlignForTest(d gpu.Device) int64 { return d.(*clDevice).dev.info.BaseAlignBytes }
+func BaseAlignForTest(d gpu.Device) int64 { return d.(*clDevice).align }
 
 // HoldForTest makes the commands enqueued on s after it wait for a user
 // event; fail completes that event with the OpenCL status st (0: success,
@@ -45,7 +28,7 @@ func HoldForTest(s gpu.Stream) (fail func(st int32) error, err error) {
 	return func(st int32) error {
 		var err error
 		if st != 0 {
-			err = FailUserEventForTest(u, st)
+			err = u.SetStatusForTest(st)
 		}
 		_ = u.Complete(nil)
 		u.Event().Release()

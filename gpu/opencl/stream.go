@@ -9,16 +9,17 @@ import (
 	"unsafe"
 
 	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/opencl/internal/cl"
 	"github.com/streamdag/streamdag/topology"
 )
 
-// clStream is one stream of an OpenCL device: an in-order Queue, the
+// clStream is one stream of an OpenCL device: an in-order cl.Queue, the
 // kernel objects launched on it, its recorded events and its host-task
 // goroutine.
 type clStream struct {
 	d      *clDevice
 	idx    int
-	q      *Queue
+	q      *cl.Queue
 	prefix string // "opencl: opencl0 stream 1: "
 
 	mu      sync.Mutex // orders the stream's enqueues; guards the fields below
@@ -47,16 +48,23 @@ type clStream struct {
 // after the commands before them) has completed; then done is completed,
 // releasing the commands enqueued after them.
 type hostItem struct {
-	mark *Event
-	done *UserEvent
+	mark *cl.Event
+	done *cl.UserEvent
 	ts   []gpu.Task
+}
+
+// kernelKey names a kernel object of a stream: its program and entry
+// point.
+type kernelKey struct {
+	p     *cl.Program
+	entry string
 }
 
 // streamKernel is a stream's kernel object for one entry point, with the
 // argument values last set on it (so an unchanged argument is not set
 // again).
 type streamKernel struct {
-	k    *Kernel
+	k    *cl.Kernel
 	args []argVal
 }
 
@@ -68,7 +76,7 @@ type streamKernel struct {
 type argVal struct {
 	size uintptr // 0: never set
 	bits uint64
-	buf  *Buffer
+	buf  *cl.Buffer
 	mem  bool
 }
 
@@ -149,7 +157,7 @@ func (s *clStream) LaunchKernel(k *gpu.KernelLaunch) error {
 }
 
 // kernel returns the stream's kernel object for (p, entry); s.mu is held.
-func (s *clStream) kernel(p *Program, entry string) (*streamKernel, error) {
+func (s *clStream) kernel(p *cl.Program, entry string) (*streamKernel, error) {
 	key := kernelKey{p, entry}
 	if sk, ok := s.kernels[key]; ok {
 		return sk, nil
@@ -207,16 +215,16 @@ func (s *clStream) setArg(sk *streamKernel, i int, a gpu.KernelArg) error {
 	if sk.args[i] == v {
 		return nil
 	}
-	k := sk.k
+	var err error
 	switch {
-	case v.buf != nil:
-		*(*uintptr)(unsafe.Pointer(&k.arg[0])) = v.buf.h
+	case v.mem:
+		err = sk.k.SetBuffer(i, v.buf)
 	case v.size == 4:
-		*(*uint32)(unsafe.Pointer(&k.arg[0])) = uint32(v.bits)
+		err = sk.k.Set32(i, uint32(v.bits), a.Scalar)
 	default:
-		*(*uint64)(unsafe.Pointer(&k.arg[0])) = v.bits
+		err = sk.k.Set64(i, v.bits, a.Scalar)
 	}
-	if err := k.set(i, v.size, v.mem, a.Scalar); err != nil {
+	if err != nil {
 		sk.args[i] = argVal{}
 		return err
 	}
@@ -531,7 +539,7 @@ func (s *clStream) carry(failures error) error {
 // from the events recorded after the commands.
 func (s *clStream) Synchronize(ctx context.Context) error {
 	s.mu.Lock()
-	var m *Event
+	var m *cl.Event
 	if !s.closed {
 		var err error
 		if m, err = s.q.Checkpoint(); err != nil {
@@ -596,7 +604,7 @@ func (s *clStream) release() {
 type clEvent struct {
 	d     *clDevice
 	s     *clStream
-	m     *Event
+	m     *cl.Event
 	fixed error
 
 	mu       sync.Mutex // held while m is put in a wait list, and to release it
@@ -675,7 +683,7 @@ func (e *clEvent) failures() error {
 }
 
 // failures appends the failures in err (a marker's Err) to out: each
-// *CommandError of the device's queues as a *gpu.CommandError, each
+// *cl.CommandError of the device's queues as a *gpu.CommandError, each
 // *gpu.CommandError (of another device, through a bridged wait) as is,
 // any other error whole; a marker that failed only because an event it
 // waited on failed is left out (that failure is reported itself). A
@@ -685,13 +693,13 @@ func (d *clDevice) failures(err error, out []error) []error {
 	switch e := err.(type) {
 	case nil:
 		return out
-	case *CommandError:
-		if e.Op == "marker" && e.Status == ExecStatusErrorForEventsInWaitList {
+	case *cl.CommandError:
+		if e.Op == "marker" && e.Status == cl.ExecStatusErrorForEventsInWaitList {
 			// A marker behind a failure: the failure itself is reported.
 			return out
 		}
 		var cause error = e
-		if e.Status == DeviceNotAvailable || e.Status == OutOfResources {
+		if e.Status == cl.DeviceNotAvailable || e.Status == cl.OutOfResources {
 			cause = d.markLost(e)
 		}
 		return append(out, &gpu.CommandError{Device: d.id, Stream: e.Queue, Seq: e.Seq, Label: e.Op, Err: cause})
@@ -703,7 +711,7 @@ func (d *clDevice) failures(err error, out []error) []error {
 		}
 		return out
 	}
-	var ce *CommandError
+	var ce *cl.CommandError
 	var ge *gpu.CommandError
 	if errors.As(err, &ce) || errors.As(err, &ge) {
 		if u := errors.Unwrap(err); u != nil {

@@ -22,8 +22,8 @@ const module = "github.com/streamdag/streamdag/"
 // allowed lists, for each library unit, the module units it may import
 // (directly or not): design.md's "Layers". A unit is a top-level package
 // with its subpackages, except under gpu, where each device kind and the
-// NVML inventory is a unit of its own (gpu/cpu, gpu/sim, gpu/opencl,
-// gpu/nvml with gpu/nvml/nvmlmock).
+// NVML inventory is a unit of its own (gpu/cpu, gpu/sim, gpu/opencl with
+// its internal binding, gpu/nvml with gpu/nvml/nvmlmock).
 var allowed = map[string][]string{
 	"topology":   {},
 	"gpu":        {"topology"},
@@ -57,6 +57,7 @@ func TestUnit(t *testing.T) {
 	for name, want := range map[string]string{
 		"exec": "exec", "kvio/arrow": "kvio", "gpu": "gpu", "gpu/cpu": "gpu/cpu",
 		"gpu/nvml": "gpu/nvml", "gpu/nvml/nvmlmock": "gpu/nvml", "lease": "lease", "cmd/streamdag": "cmd",
+		"gpu/opencl/internal/cl": "gpu/opencl", "gpu/opencl/internal/cltest": "gpu/opencl",
 	} {
 		assert.Equal(t, want, unit(name), name)
 	}

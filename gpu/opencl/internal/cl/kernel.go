@@ -1,4 +1,4 @@
-package opencl
+package cl
 
 import (
 	"errors"
@@ -216,35 +216,39 @@ func (k *Kernel) SetBuffer(i int, b *Buffer) error {
 // (ErrClosed), an index past the kernel's parameters, a pointer
 // parameter or one of a scalar type of another size, an *Error from
 // clSetKernelArg.
-func (k *Kernel) SetInt32(i int, v int32) error { return k.setU32(i, uint32(v), int32(0)) }
+func (k *Kernel) SetInt32(i int, v int32) error { return k.Set32(i, uint32(v), int32(0)) }
 
 // SetUint32 sets argument i (a uint) to v. Errors as SetInt32's.
-func (k *Kernel) SetUint32(i int, v uint32) error { return k.setU32(i, v, uint32(0)) }
+func (k *Kernel) SetUint32(i int, v uint32) error { return k.Set32(i, v, uint32(0)) }
 
 // SetInt64 sets argument i (a long) to v. Errors as SetInt32's.
-func (k *Kernel) SetInt64(i int, v int64) error { return k.setU64(i, uint64(v), int64(0)) }
+func (k *Kernel) SetInt64(i int, v int64) error { return k.Set64(i, uint64(v), int64(0)) }
 
 // SetUint64 sets argument i (a ulong) to v. Errors as SetInt32's.
-func (k *Kernel) SetUint64(i int, v uint64) error { return k.setU64(i, v, uint64(0)) }
+func (k *Kernel) SetUint64(i int, v uint64) error { return k.Set64(i, v, uint64(0)) }
 
 // SetFloat32 sets argument i (a float) to v. Errors as SetInt32's.
 func (k *Kernel) SetFloat32(i int, v float32) error {
-	return k.setU32(i, math.Float32bits(v), float32(0))
+	return k.Set32(i, math.Float32bits(v), float32(0))
 }
 
 // SetFloat64 sets argument i (a double) to v. Errors as SetInt32's.
 func (k *Kernel) SetFloat64(i int, v float64) error {
-	return k.setU64(i, math.Float64bits(v), float64(0))
+	return k.Set64(i, math.Float64bits(v), float64(0))
 }
 
-// setU32 and setU64 set a scalar argument; typ is a zero of its Go type,
-// for errors.
-func (k *Kernel) setU32(i int, v uint32, typ any) error {
+// Set32 sets argument i to the 4-byte scalar whose bits are v; typ is a
+// value of its Go type (int32, uint32, float32), named in errors. Errors
+// as SetInt32's.
+func (k *Kernel) Set32(i int, v uint32, typ any) error {
 	*(*uint32)(unsafe.Pointer(&k.arg[0])) = v
 	return k.set(i, 4, false, typ)
 }
 
-func (k *Kernel) setU64(i int, v uint64, typ any) error {
+// Set64 sets argument i to the 8-byte scalar whose bits are v; typ is a
+// value of its Go type (int64, uint64, float64), named in errors. Errors
+// as SetInt32's.
+func (k *Kernel) Set64(i int, v uint64, typ any) error {
 	*(*uint64)(unsafe.Pointer(&k.arg[0])) = v
 	return k.set(i, 8, false, typ)
 }

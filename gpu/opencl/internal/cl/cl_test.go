@@ -1,4 +1,4 @@
-package opencl_test
+package cl_test
 
 import (
 	"bytes"
@@ -9,86 +9,41 @@ import (
 	osexec "os/exec"
 	"strings"
 	"testing"
-	"time"
-	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/streamdag/streamdag/gpu/opencl"
+	"github.com/streamdag/streamdag/gpu/opencl/internal/cl"
+	"github.com/streamdag/streamdag/gpu/opencl/internal/cltest"
 )
 
 // device returns this machine's first OpenCL device, or skips the test
 // with the reason (fails it when CI is set: CI installs PoCL).
-func device(t testing.TB) opencl.Device {
+func device(t testing.TB) cl.Device {
 	t.Helper()
-	ds, err := opencl.Devices()
-	if err == nil && len(ds) == 0 {
-		err = errors.New("no OpenCL device on any platform")
-	}
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("OpenCL needed under CI (.ci/run installs pocl-opencl-icd): %v", err)
-		}
-		t.Skipf("no OpenCL here: %v", err)
-	}
-	return ds[0]
+	ds, err := cl.Devices()
+	return cltest.First(t, ds, err)
 }
 
 // open opens a context on device(t), closed (and checked) at cleanup.
-func open(t testing.TB) *opencl.Context {
+func open(t testing.TB) *cl.Context {
 	t.Helper()
-	c, err := opencl.Open(device(t))
+	c, err := cl.Open(device(t))
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, c.Close()) })
 	return c
 }
 
-func newQueue(t testing.TB, c *opencl.Context) *opencl.Queue {
+func newQueue(t testing.TB, c *cl.Context) *cl.Queue {
 	t.Helper()
 	q, err := c.NewQueue()
 	require.NoError(t, err)
 	return q
 }
 
-func bytesOf[T any](s []T) []byte {
-	if len(s) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(s[0])))
-}
+const kernels = cltest.Kernels
 
-const kernels = `
-__kernel void vadd(__global const float *a, __global const float *b, __global float *c, uint n) {
-	size_t i = get_global_id(0);
-	if (i < n) c[i] = a[i] + b[i];
-}
-
-// produce spins, then writes v to every element: a slow producer.
-__kernel void produce(__global int *buf, int v, long spins) {
-	for (volatile long i = 0; i < spins; i++) {}
-	buf[get_global_id(0)] = v;
-}
-
-__kernel void consume(__global const int *in, __global int *out) {
-	size_t i = get_global_id(0);
-	out[i] = in[i] * 2 + 1;
-}
-
-// handshake raises flags[me], then waits (at most spins loads) for
-// flags[other]; result[me] is 1 only if the other kernel ran meanwhile.
-__kernel void handshake(__global volatile int *flags, int me, int other, long spins, __global int *result) {
-	flags[me] = 1;
-	mem_fence(CLK_GLOBAL_MEM_FENCE);
-	long i = 0;
-	while (flags[other] == 0 && i < spins) i++;
-	result[me] = i < spins ? 1 : 0;
-}
-
-__kernel void touch(__global int *p) { p[get_global_id(0)] += 1; }
-`
-
-func build(t testing.TB, c *opencl.Context) *opencl.Program {
+func build(t testing.TB, c *cl.Context) *cl.Program {
 	t.Helper()
 	p, err := c.Program("test", kernels, "")
 	require.NoError(t, err)
@@ -97,7 +52,7 @@ func build(t testing.TB, c *opencl.Context) *opencl.Program {
 
 func TestPlatforms(t *testing.T) {
 	device(t)
-	ps, err := opencl.Platforms()
+	ps, err := cl.Platforms()
 	require.NoError(t, err)
 	require.NotEmpty(t, ps)
 	for _, p := range ps {
@@ -112,7 +67,7 @@ func TestPlatforms(t *testing.T) {
 			assert.Positive(t, info.GlobalMemBytes)
 			assert.Positive(t, info.MaxAllocBytes)
 			assert.LessOrEqual(t, info.MaxAllocBytes, info.GlobalMemBytes)
-			assert.NotZero(t, info.Type&(opencl.TypeCPU|opencl.TypeGPU|opencl.TypeAccelerator|opencl.TypeCustom), info.Type.String())
+			assert.NotZero(t, info.Type&(cl.TypeCPU|cl.TypeGPU|cl.TypeAccelerator|cl.TypeCustom), info.Type.String())
 		}
 	}
 }
@@ -181,13 +136,13 @@ func TestBufferBadInput(t *testing.T) {
 	_, err = c.Alloc(0)
 	assert.ErrorContains(t, err, "alloc 0 bytes: size must be positive")
 	err = q.Copy(b, 0, b, 8, 16)
-	var clErr *opencl.Error
+	var clErr *cl.Error
 	require.ErrorAs(t, err, &clErr, "an overlapping copy is the implementation's CL_MEM_COPY_OVERLAP")
 	assert.Equal(t, "clEnqueueCopyBuffer", clErr.Call)
 	assert.Contains(t, err.Error(), "CL_MEM_COPY_OVERLAP (-8)")
 	require.NoError(t, b.Release())
 	require.NoError(t, b.Release(), "Release is idempotent")
-	assert.ErrorIs(t, q.Write(b, 0, []byte{1}), opencl.ErrClosed)
+	assert.ErrorIs(t, q.Write(b, 0, []byte{1}), cl.ErrClosed)
 }
 
 func TestVectorAdd(t *testing.T) {
@@ -199,14 +154,14 @@ func TestVectorAdd(t *testing.T) {
 	for i := range a {
 		a[i], b[i] = float32(i), float32(3*i+1)
 	}
-	bufs := make([]*opencl.Buffer, 3)
+	bufs := make([]*cl.Buffer, 3)
 	for i := range bufs {
 		var err error
 		bufs[i], err = c.Alloc(4 * n)
 		require.NoError(t, err)
 	}
-	require.NoError(t, q.Write(bufs[0], 0, bytesOf(a)))
-	require.NoError(t, q.Write(bufs[1], 0, bytesOf(b)))
+	require.NoError(t, q.Write(bufs[0], 0, cltest.BytesOf(a)))
+	require.NoError(t, q.Write(bufs[1], 0, cltest.BytesOf(b)))
 	k, err := q.Kernel(p, "vadd")
 	require.NoError(t, err)
 	k2, err := q.Kernel(p, "vadd")
@@ -222,10 +177,10 @@ func TestVectorAdd(t *testing.T) {
 	require.NoError(t, m.Wait(t.Context()))
 	st, err := m.Status()
 	require.NoError(t, err)
-	assert.Equal(t, opencl.Complete, st)
+	assert.Equal(t, cl.Complete, st)
 	m.Release()
 	got := make([]float32, n)
-	require.NoError(t, q.Read(bufs[2], 0, bytesOf(got)))
+	require.NoError(t, q.Read(bufs[2], 0, cltest.BytesOf(got)))
 	for i := range got {
 		require.Equal(t, float32(4*i+1), got[i], "c[%d]", i)
 	}
@@ -244,17 +199,17 @@ func TestKernelErrors(t *testing.T) {
 	q := newQueue(t, c)
 	p := build(t, c)
 	_, err := q.Kernel(p, "nosuch")
-	require.ErrorIs(t, err, opencl.InvalidKernelName)
+	require.ErrorIs(t, err, cl.InvalidKernelName)
 	assert.Contains(t, err.Error(), `program "test": kernel "nosuch": opencl: clCreateKernel: CL_INVALID_KERNEL_NAME (-46)`)
 	k, err := q.Kernel(p, "touch")
 	require.NoError(t, err)
-	assert.ErrorIs(t, k.SetBuffer(3, mustAlloc(t, c, 4)), opencl.Status(-49), "CL_INVALID_ARG_INDEX")
+	assert.ErrorIs(t, k.SetBuffer(3, mustAlloc(t, c, 4)), cl.Status(-49), "CL_INVALID_ARG_INDEX")
 	err = q.Launch(k, []int{1}, nil)
-	assert.ErrorIs(t, err, opencl.InvalidKernelArgs, "an argument never set")
+	assert.ErrorIs(t, err, cl.InvalidKernelArgs, "an argument never set")
 	assert.ErrorContains(t, err, "queue 0: launch touch: opencl: clEnqueueNDRangeKernel: CL_INVALID_KERNEL_ARGS (-52)")
 }
 
-func mustAlloc(t testing.TB, c *opencl.Context, n int64) *opencl.Buffer {
+func mustAlloc(t testing.TB, c *cl.Context, n int64) *cl.Buffer {
 	t.Helper()
 	b, err := c.Alloc(n)
 	require.NoError(t, err)
@@ -264,12 +219,12 @@ func mustAlloc(t testing.TB, c *opencl.Context, n int64) *opencl.Buffer {
 func TestBuildError(t *testing.T) {
 	c := open(t)
 	_, err := c.Program("broken", "__kernel void f(__global int *p) { p[0] = undeclared_name; }", "")
-	var be *opencl.BuildError
+	var be *cl.BuildError
 	require.ErrorAs(t, err, &be)
 	assert.Equal(t, "broken", be.Program)
 	assert.Equal(t, c.Device().Info().Name, be.Device)
 	assert.Contains(t, be.Log, "undeclared_name", "the compiler's log names the fault")
-	assert.ErrorIs(t, err, opencl.BuildProgramFailure)
+	assert.ErrorIs(t, err, cl.BuildProgramFailure)
 	assert.Contains(t, err.Error(), `opencl: build program "broken" on `)
 	assert.Contains(t, err.Error(), "CL_BUILD_PROGRAM_FAILURE")
 	_, again := c.Program("broken2", "__kernel void f(__global int *p) { p[0] = undeclared_name; }", "")
@@ -300,11 +255,11 @@ func TestQueuesOverlap(t *testing.T) {
 	}
 	p := build(t, c)
 	flags, result := mustAlloc(t, c, 8), mustAlloc(t, c, 8)
-	qs := []*opencl.Queue{newQueue(t, c), newQueue(t, c)}
+	qs := []*cl.Queue{newQueue(t, c), newQueue(t, c)}
 	require.NoError(t, qs[0].Fill(flags, 0, 8, []byte{0, 0, 0, 0}))
 	require.NoError(t, qs[0].Fill(result, 0, 8, []byte{0xff, 0xff, 0xff, 0xff}))
 	require.NoError(t, qs[0].Finish(t.Context()))
-	var marks []*opencl.Event
+	var marks []*cl.Event
 	for me, q := range qs {
 		k, err := q.Kernel(p, "handshake")
 		require.NoError(t, err)
@@ -323,7 +278,7 @@ func TestQueuesOverlap(t *testing.T) {
 		m.Release()
 	}
 	got := make([]int32, 2)
-	require.NoError(t, qs[1].Read(result, 0, bytesOf(got)))
+	require.NoError(t, qs[1].Read(result, 0, cltest.BytesOf(got)))
 	assert.Equal(t, []int32{1, 1}, got, "each kernel saw the other's flag while it ran")
 }
 
@@ -356,7 +311,7 @@ func TestCrossQueueDependency(t *testing.T) {
 		require.NoError(t, q1.Wait(m))
 		m.Release()
 		require.NoError(t, q1.Launch(cons, []int{n}, nil))
-		require.NoError(t, q1.Read(out, 0, bytesOf(got)))
+		require.NoError(t, q1.Read(out, 0, cltest.BytesOf(got)))
 		for i, g := range got {
 			require.Equal(t, 2*v+1, g, "seed %d round %d element %d", seed, round, i)
 		}
@@ -407,7 +362,7 @@ func TestUserEventFailureCrossesQueues(t *testing.T) {
 	assert.Contains(t, err1.Error(), "queue 1 marker")
 	assert.Contains(t, err1.Error(), "queue 0 marker")
 	got := make([]int32, 1)
-	require.NoError(t, q0.Read(buf, 0, bytesOf(got)))
+	require.NoError(t, q0.Read(buf, 0, cltest.BytesOf(got)))
 	assert.Equal(t, []int32{1}, got, "the OpenCL event completed, so the kernel ran")
 	m0.Release()
 	m1.Release()
@@ -438,9 +393,9 @@ func TestCheckpointFreesEvents(t *testing.T) {
 	for range 1000 {
 		require.NoError(t, q.Fill(b, 0, 4, []byte{1, 2, 3, 4}))
 	}
-	assert.Less(t, opencl.PendingForTest(q), 256, "the queue examines its commands every 256")
+	assert.Less(t, cl.PendingForTest(q), 256, "the queue examines its commands every 256")
 	require.NoError(t, q.Finish(t.Context()))
-	assert.Zero(t, opencl.PendingForTest(q))
+	assert.Zero(t, cl.PendingForTest(q))
 }
 
 // TestCloseReleasesEverything closes a context with work in flight, a user
@@ -448,7 +403,7 @@ func TestCheckpointFreesEvents(t *testing.T) {
 // event, waits for the work, and refuses new work; the goroutine leak
 // check in TestMain sees every waiter gone.
 func TestCloseReleasesEverything(t *testing.T) {
-	c, err := opencl.Open(device(t))
+	c, err := cl.Open(device(t))
 	require.NoError(t, err)
 	p := build(t, c)
 	q0, q1 := newQueue(t, c), newQueue(t, c)
@@ -464,21 +419,21 @@ func TestCloseReleasesEverything(t *testing.T) {
 	m, err := q1.Marker()
 	require.NoError(t, err)
 	require.NoError(t, c.Close(), "the user event's failure went to the marker after it")
-	assert.ErrorIs(t, m.Err(), opencl.ErrClosed, "Close completed the user event with ErrClosed")
+	assert.ErrorIs(t, m.Err(), cl.ErrClosed, "Close completed the user event with ErrClosed")
 	m.Release()
 	u.Event().Release()
 	assert.NoError(t, c.Close(), "Close is idempotent")
 	_, err = c.Alloc(8)
-	assert.ErrorIs(t, err, opencl.ErrClosed)
+	assert.ErrorIs(t, err, cl.ErrClosed)
 	_, err = c.NewQueue()
-	assert.ErrorIs(t, err, opencl.ErrClosed)
+	assert.ErrorIs(t, err, cl.ErrClosed)
 	_, err = c.Program("x", kernels, "")
-	assert.ErrorIs(t, err, opencl.ErrClosed)
+	assert.ErrorIs(t, err, cl.ErrClosed)
 	_, err = c.NewUserEvent()
-	assert.ErrorIs(t, err, opencl.ErrClosed)
-	assert.ErrorIs(t, q0.Launch(k, []int{1}, nil), opencl.ErrClosed)
+	assert.ErrorIs(t, err, cl.ErrClosed)
+	assert.ErrorIs(t, q0.Launch(k, []int{1}, nil), cl.ErrClosed)
 	_, err = q0.Marker()
-	assert.ErrorIs(t, err, opencl.ErrClosed)
+	assert.ErrorIs(t, err, cl.ErrClosed)
 	assert.NoError(t, q0.Close())
 }
 
@@ -491,21 +446,15 @@ var children = map[string]func() int{
 func runChild(t *testing.T, name string) (string, error) {
 	t.Helper()
 	device(t)
-	// The deadline only stops a hung child; it decides nothing.
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	cmd := osexec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+name)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	return cltest.RunChild(t, name)
 }
 
-func childOpen() (*opencl.Context, *opencl.Queue, *opencl.Program, error) {
-	ds, err := opencl.Devices()
+func childOpen() (*cl.Context, *cl.Queue, *cl.Program, error) {
+	ds, err := cl.Devices()
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	c, err := opencl.Open(ds[0])
+	c, err := cl.Open(ds[0])
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -541,16 +490,9 @@ func childFault() int {
 	_ = u.Complete(nil)
 	u.Event().Release()
 	err = q.Finish(context.Background())
-	os.Stdout.WriteString("survived: " + errString(err) + "\n")
+	os.Stdout.WriteString("survived: " + cltest.ErrString(err) + "\n")
 	_ = c.Close()
 	return 0
-}
-
-func errString(err error) string {
-	if err == nil {
-		return "no error"
-	}
-	return err.Error()
 }
 
 // TestFaultInSubprocess: a kernel that faults either kills its process
@@ -589,17 +531,17 @@ func childFailedKernel() int {
 		os.Stdout.WriteString("marker: " + err.Error() + "\n")
 		return 2
 	}
-	if err := opencl.FailUserEventForTest(u, -1); err != nil {
+	if err := u.SetStatusForTest(-1); err != nil {
 		os.Stdout.WriteString("fail: " + err.Error() + "\n")
 		return 2
 	}
 	_ = u.Complete(nil) // the host side; the OpenCL status stays failed
 	err = m.Wait(context.Background())
-	var ce *opencl.CommandError
+	var ce *cl.CommandError
 	if errors.As(err, &ce) {
 		os.Stdout.WriteString("command failed: " + ce.Op + " " + ce.Status.String() + "\n")
 	}
-	os.Stdout.WriteString("marker: " + errString(err) + "\n")
+	os.Stdout.WriteString("marker: " + cltest.ErrString(err) + "\n")
 	m.Release()
 	u.Event().Release()
 	_ = c.Close()
@@ -623,18 +565,18 @@ func TestHostErrorNames(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"out of resources", &opencl.Error{Call: "clEnqueueNDRangeKernel", Code: opencl.OutOfResources}, "opencl: clEnqueueNDRangeKernel: CL_OUT_OF_RESOURCES (-5)"},
-		{"unknown code", &opencl.Error{Call: "clFinish", Code: -999}, "opencl: clFinish: CL_ERROR(-999) (-999)"},
-		{"command", &opencl.CommandError{Device: "dev", Queue: 1, Seq: 7, Op: "launch vadd", Status: opencl.OutOfResources},
+		{"out of resources", &cl.Error{Call: "clEnqueueNDRangeKernel", Code: cl.OutOfResources}, "opencl: clEnqueueNDRangeKernel: CL_OUT_OF_RESOURCES (-5)"},
+		{"unknown code", &cl.Error{Call: "clFinish", Code: -999}, "opencl: clFinish: CL_ERROR(-999) (-999)"},
+		{"command", &cl.CommandError{Device: "dev", Queue: 1, Seq: 7, Op: "launch vadd", Status: cl.OutOfResources},
 			"opencl: dev: queue 1 command 7 (launch vadd) failed: CL_OUT_OF_RESOURCES (-5)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) { assert.EqualError(t, tc.err, tc.want) })
 	}
-	assert.ErrorIs(t, &opencl.Error{Call: "x", Code: opencl.OutOfResources}, opencl.OutOfResources)
-	assert.NotErrorIs(t, &opencl.Error{Call: "x", Code: opencl.OutOfResources}, opencl.OutOfHostMemory)
-	assert.Equal(t, "CPU|default", (opencl.TypeCPU | opencl.TypeDefault).String())
-	assert.Equal(t, "queued", opencl.Queued.String())
-	assert.Equal(t, "CL_OUT_OF_RESOURCES", opencl.ExecStatus(-5).String())
+	assert.ErrorIs(t, &cl.Error{Call: "x", Code: cl.OutOfResources}, cl.OutOfResources)
+	assert.NotErrorIs(t, &cl.Error{Call: "x", Code: cl.OutOfResources}, cl.OutOfHostMemory)
+	assert.Equal(t, "CPU|default", (cl.TypeCPU | cl.TypeDefault).String())
+	assert.Equal(t, "queued", cl.Queued.String())
+	assert.Equal(t, "CL_OUT_OF_RESOURCES", cl.ExecStatus(-5).String())
 }
 
 func TestWaitBadInput(t *testing.T) {
@@ -651,7 +593,7 @@ func TestWaitBadInput(t *testing.T) {
 	released.Release()
 	for _, tc := range []struct {
 		name string
-		wait *opencl.Event
+		wait *cl.Event
 		want string
 	}{
 		{"nil", nil, "wait event 0 is nil"},

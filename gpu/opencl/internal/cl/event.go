@@ -1,4 +1,4 @@
-package opencl
+package cl
 
 import (
 	"context"
@@ -161,6 +161,15 @@ func (c *Context) NewUserEvent() (*UserEvent, error) {
 // Event returns the event to put in wait lists (Queue.Marker, Queue.Wait).
 // Release it when done with it; the UserEvent still owns completing it.
 func (u *UserEvent) Event() *Event { return u.ev }
+
+// SetStatusForTest sets the OpenCL execution status of u's event to st
+// (negative: failed, as a failed command leaves its event) without
+// completing it on the host: Complete must still be called. It exists
+// for the tests that check how a device-reported failure is tracked
+// (PoCL may abort on a failed status in a wait list).
+func (u *UserEvent) SetStatusForTest(st int32) error {
+	return check("clSetUserEventStatus", syscall(cl.setUserEventStatus, u.ev.h, uintptr(uint32(st))))
+}
 
 // Complete marks the event complete with err (nil for success). The
 // OpenCL event always completes with CL_COMPLETE, so commands waiting on

@@ -1,4 +1,4 @@
-package opencl
+package cl
 
 import (
 	"errors"
@@ -132,6 +132,12 @@ func (c *Context) Alloc(bytes int64) (*Buffer, error) {
 	c.buffers[b] = struct{}{}
 	return b, nil
 }
+
+// NullBuffer returns a zero-byte Buffer of the context with no OpenCL
+// memory: SetBuffer binds it as a NULL pointer, and a command over a
+// non-empty range of it is an error. Release does nothing to it; it is
+// not counted among the context's buffers.
+func (c *Context) NullBuffer() *Buffer { return &Buffer{ctx: c} }
 
 // Bytes returns the buffer's size in bytes.
 func (b *Buffer) Bytes() int64 { return b.bytes }

@@ -1,4 +1,4 @@
-package opencl
+package cl
 
 import (
 	"errors"
@@ -73,7 +73,7 @@ func (s Status) String() string {
 }
 
 // Error is a failed OpenCL call: the function that returned a status
-// other than CL_SUCCESS and that status. errors.Is(err, opencl.Status(x))
+// other than CL_SUCCESS and that status. errors.Is(err, cl.Status(x))
 // matches an *Error with that code.
 type Error struct {
 	Call string // the OpenCL function, "clEnqueueNDRangeKernel"

@@ -1,4 +1,4 @@
-package opencl
+package cl
 
 import (
 	"fmt"
@@ -94,11 +94,6 @@ func load() error {
 	})
 	return loadErr
 }
-
-// Available reports whether an OpenCL library is loaded (loading it on
-// the first call): nil, or an error wrapping ErrUnavailable that says why.
-// It is safe for concurrent use.
-func Available() error { return load() }
 
 // cstr returns s as a NUL-terminated byte slice for C.
 func cstr(s string) []byte {

@@ -1,23 +1,23 @@
-package opencl_test
+package cl_test
 
 import (
 	"context"
 	"fmt"
 	"unsafe"
 
-	"github.com/streamdag/streamdag/gpu/opencl"
+	"github.com/streamdag/streamdag/gpu/opencl/internal/cl"
 )
 
 // Example adds two vectors on the first OpenCL device: build a program,
 // make the queue's kernel, set its arguments, launch, wait on a marker,
 // read the result back.
 func Example() {
-	ds, err := opencl.Devices()
+	ds, err := cl.Devices()
 	if err != nil || len(ds) == 0 {
 		fmt.Println("no OpenCL device:", err)
 		return
 	}
-	c, err := opencl.Open(ds[0])
+	c, err := cl.Open(ds[0])
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -39,7 +39,7 @@ __kernel void vadd(__global const int *a, __global const int *b, __global int *c
 	}
 	a, b := []int32{1, 2, 3, 4}, []int32{10, 20, 30, 40}
 	asBytes := func(s []int32) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), 4*len(s)) }
-	bufs := make([]*opencl.Buffer, 3)
+	bufs := make([]*cl.Buffer, 3)
 	for i := range bufs {
 		if bufs[i], err = c.Alloc(16); err != nil {
 			fmt.Println(err)

@@ -1,4 +1,4 @@
-package opencl
+package cl
 
 import (
 	"errors"
@@ -28,6 +28,7 @@ const (
 	clDeviceVendor           = 0x102C
 	clDriverVersion          = 0x102D
 	clDeviceVersion          = 0x102F
+	clDeviceExtensions       = 0x1030
 
 	clDeviceTypeAll = 0xFFFFFFFF
 )
@@ -109,6 +110,9 @@ type Device struct {
 
 // Info returns the device's description.
 func (d Device) Info() DeviceInfo { return d.info }
+
+// IsZero reports whether d is the zero Device, which names no device.
+func (d Device) IsZero() bool { return d.id == 0 }
 
 // String returns the device's name.
 func (d Device) String() string { return d.info.Name }
