@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -97,10 +95,15 @@ type Config struct {
 	Source string
 	// Observer, when set, receives every attempt report, synchronously on
 	// the goroutine that calls Attempt.Finish, while the attempt still
-	// holds its observation permit. It must not call CloseAndWait or
-	// CloseAndWaitUntil (they return ErrReentrantObservationClose); Close,
-	// CloseSnapshot and MetricsSnapshot are fine.
-	Observer func(AttemptReport)
+	// holds its observation permit, with a ctx that marks the call as an
+	// observation (ctx ends only with the process). CloseAndWait and
+	// CloseAndWaitUntil given that ctx (or one derived from it) return
+	// ErrReentrantObservationClose before close is signalled: waiting
+	// for quiescence from inside an observation would wait for itself.
+	// Under a ctx that does not carry the mark they cannot tell, and wait
+	// until that ctx ends. Close, CloseSnapshot and MetricsSnapshot are
+	// fine from inside an observation.
+	Observer func(ctx context.Context, r AttemptReport)
 }
 
 // Hooks are the device-specific steps of a backend's life. Each is
@@ -339,8 +342,6 @@ type Backend struct {
 	late       int
 	m          counters
 	reports    []AttemptReport // newest last, at most maxReports
-	delivering map[uint64]int  // goroutine id → nesting of observer calls
-	nDeliver   atomic.Int64
 }
 
 type counters struct {
@@ -386,7 +387,7 @@ func New(cfg Config) (*Backend, error) {
 		return nil, ErrBackendAlreadyLive
 	}
 	b := &Backend{cfg: cfg, changed: make(chan struct{}), wake: make(chan struct{}, 1), routes: found.routes, notes: found.notes,
-		drained: map[topology.DeviceID]bool{}, released: map[topology.DeviceID]bool{}, delivering: map[uint64]int{}}
+		drained: map[topology.DeviceID]bool{}, released: map[topology.DeviceID]bool{}}
 	b.id.ID = backendSeq.Add(1)
 	b.id.Devices = []string{}
 	b.closeCtx, b.closeSignal = context.WithCancel(context.Background())
@@ -809,12 +810,13 @@ func (b *Backend) closeSnapshotLocked() CloseSnapshot {
 //     success; a later call can observe it);
 //   - a *CloseError with Reason ErrCleanupFailedClosed when a phase
 //     failed; the owner lease stays claimed for the life of the process;
-//   - ErrReentrantObservationClose, before close is signalled, when called
-//     from inside an observer callback.
+//   - ErrReentrantObservationClose, before close is signalled, when ctx
+//     is (or derives from) the ctx an observer callback was given (see
+//     Config.Observer).
 //
 // Any number of goroutines may wait at once.
 func (b *Backend) CloseAndWait(ctx context.Context) (CloseSnapshot, error) {
-	if b.inObserver() {
+	if ctx.Value(observationKey{}) == b {
 		return b.CloseSnapshot(), ErrReentrantObservationClose
 	}
 	_ = b.Close() // signalled here or before: either way, wait
@@ -846,9 +848,10 @@ func (b *Backend) CloseAndWait(ctx context.Context) (CloseSnapshot, error) {
 	}
 }
 
-// CloseAndWaitUntil is CloseAndWait against an absolute deadline.
-func (b *Backend) CloseAndWaitUntil(deadline time.Time) (CloseSnapshot, error) {
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+// CloseAndWaitUntil is CloseAndWait under ctx against an absolute
+// deadline.
+func (b *Backend) CloseAndWaitUntil(ctx context.Context, deadline time.Time) (CloseSnapshot, error) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	return b.CloseAndWait(ctx)
 }
@@ -912,24 +915,6 @@ func (b *Backend) MetricsSnapshot() MetricsSnapshot {
 	return m
 }
 
-// goid returns the current goroutine's id, read from runtime.Stack's
-// header "goroutine N [". Used only to recognise a CloseAndWait made from
-// inside an observer callback.
-func goid() uint64 {
-	var buf [64]byte
-	n := runtime.Stack(buf[:], false)
-	s := strings.TrimPrefix(string(buf[:n]), "goroutine ")
-	s, _, _ = strings.Cut(s, " ")
-	id, _ := strconv.ParseUint(s, 10, 64)
-	return id
-}
-
-func (b *Backend) inObserver() bool {
-	if b.nDeliver.Load() == 0 {
-		return false
-	}
-	id := goid()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.delivering[id] > 0
-}
+// observationKey marks the ctx of an observer callback: its value is
+// the backend that delivers the report (see Config.Observer).
+type observationKey struct{}

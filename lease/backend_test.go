@@ -140,7 +140,7 @@ func TestBackendTimeoutThenLateSuccess(t *testing.T) {
 		l, err := b.Claim(context.Background())
 		require.NoError(t, err)
 		start := time.Now()
-		s, err := b.CloseAndWaitUntil(start.Add(5 * time.Second))
+		s, err := b.CloseAndWaitUntil(context.Background(), start.Add(5*time.Second))
 		require.ErrorIs(t, err, lease.ErrBackendCloseTimeout)
 		assert.ErrorIs(t, err, context.DeadlineExceeded)
 		var ce *lease.CloseError
@@ -195,10 +195,10 @@ func TestBackendReentrantCloseRefused(t *testing.T) {
 	var b *lease.Backend
 	var errs []error
 	var snaps []lease.CloseSnapshot
-	b, err := lease.New(lease.Config{Devices: gpus(0), Observer: func(r lease.AttemptReport) {
-		_, err := b.CloseAndWait(context.Background())
+	b, err := lease.New(lease.Config{Devices: gpus(0), Observer: func(ctx context.Context, r lease.AttemptReport) {
+		_, err := b.CloseAndWait(ctx)
 		errs = append(errs, err)
-		_, err = b.CloseAndWaitUntil(time.Now().Add(time.Hour))
+		_, err = b.CloseAndWaitUntil(context.WithoutCancel(ctx), time.Now().Add(time.Hour))
 		errs = append(errs, err)
 		snaps = append(snaps, b.CloseSnapshot())
 		_ = b.MetricsSnapshot() // readable from inside delivery

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"context"
 	"errors"
 	"sync/atomic"
 	"weak"
@@ -113,24 +114,13 @@ func (a *Attempt) Finish(err error) bool {
 	return true
 }
 
-// deliver calls obs with r, marking this goroutine as inside an observer
-// (see CloseAndWait) and recovering a panic of obs.
-func (b *Backend) deliver(obs func(AttemptReport), r AttemptReport) {
-	id := goid()
-	b.mu.Lock()
-	b.delivering[id]++
-	b.mu.Unlock()
-	b.nDeliver.Add(1)
+// deliver calls obs with r under a ctx marked as this backend's
+// observation (see CloseAndWait), recovering a panic of obs.
+func (b *Backend) deliver(obs func(context.Context, AttemptReport), r AttemptReport) {
 	defer func() {
 		recover() // an observer's panic must not leak the observation permit
-		b.nDeliver.Add(-1)
-		b.mu.Lock()
-		if b.delivering[id]--; b.delivering[id] == 0 {
-			delete(b.delivering, id)
-		}
-		b.mu.Unlock()
 	}()
-	obs(r)
+	obs(context.WithValue(context.Background(), observationKey{}, b), r)
 }
 
 // Reports returns the newest attempt reports (at most 64), oldest first.
