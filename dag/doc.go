@@ -8,13 +8,15 @@
 // ([Graph.Directed]) so gonum's algorithms apply to it.
 //
 // A kernel's code is its host variant (a [KernelFunc], run by the CPU
-// device and by simulated GPUs) and/or device variants: OpenCL C
-// ([OpenCL]: source, entry point, launch [Shape] from the arguments'
-// sizes, and [Arg] bindings of its declared buffers and scalars). The
-// kinds of code ([CodeKind]) are named as the gpu drivers whose devices
-// run them ("cpu", "opencl"); the executor places a kernel only on
-// devices that run code it has. Device variants live in a side record of
-// the kernels that have them.
+// device and by simulated GPUs) and/or device variants, one per kind of
+// device code: OpenCL C ([OpenCL]) or any other kind ([DeviceCode]):
+// source, entry point, launch [Shape] from the arguments' sizes, and
+// [Arg] bindings of its declared buffers and scalars. A kind of code
+// ([CodeKind]) is data: [HostCode] ("go") for the Go function, and for
+// device code the name its devices declare ("opencl", or a new driver's
+// own), so a new kind needs no change here; the executor places a kernel
+// only on devices that run code it has. Device variants live in a side
+// record of the kernels that have them.
 //
 // Building and validating a graph is a pure description: it starts no
 // goroutine and touches no device. Builder calls never fail on the spot;

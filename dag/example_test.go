@@ -124,7 +124,7 @@ func Example_variants() {
 		fmt.Println("  global size:", v.Shape(sizes).Global)
 	}
 	// Output:
-	// code: cpu, opencl
+	// code: go, opencl
 	// opencl variant, entry point scale:
 	//   arg 0: __global pointer to x [0:4096)
 	//   arg 1: __global pointer to y [0:4096)

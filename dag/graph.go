@@ -73,7 +73,7 @@ type Kernel struct {
 	// kernel with device code only.
 	Fn KernelFunc
 	// Variants are the kernel's device code, one per CodeKind (see
-	// OpenCL), in declaration order; nil when it has none.
+	// DeviceCode), in declaration order; nil when it has none.
 	Variants []Variant
 	// Reads and Writes are the declared reads and writes, in declaration
 	// order; nil when there are none. They are windows of the graph's

@@ -10,14 +10,14 @@ import (
 // KernelOption configures a kernel in AddKernel: its reads, writes,
 // placement hints and device variants. Options are small values made by
 // Reads, Writes, ReadsOptional, ReadsRange, WritesRange, OnStream,
-// OnDevice, PreferDevice, Estimate and OpenCL. AddKernel applies them in
-// order, so reads and writes keep their declaration order across several
-// options, and of two hints of one kind the later wins.
+// OnDevice, PreferDevice, Estimate, OpenCL and DeviceCode. AddKernel
+// applies them in order, so reads and writes keep their declaration order
+// across several options, and of two hints of one kind the later wins.
 //
-// Making an option allocates nothing of its own, OpenCL aside (see
-// there): Reads(a, b) keeps its variadic id slice, which AddKernel copies
-// into the graph. Passed straight to AddKernel (or held in a fixed-size
-// array), options and their ids stay on the caller's stack; appended to a
+// Making an option allocates nothing of its own, the variants aside
+// (OpenCL, DeviceCode; see there): Reads(a, b) keeps its variadic id
+// slice, which AddKernel copies into the graph. Passed straight to
+// AddKernel (or held in a fixed-size array), options and their ids stay on the caller's stack; appended to a
 // slice that grows, they move to the heap like any appended value. An
 // option is an immutable value; it may be kept, copied and reused for any
 // number of kernels of any graph, from any goroutine (as long as the id

@@ -159,7 +159,7 @@ func TestInjectFailureDropsDeviceCode(t *testing.T) {
 	for _, id := range []dag.KernelID{k, h, p} {
 		kr := g.Kernel(id)
 		assert.Empty(t, kr.Variants, kr.Name)
-		assert.Equal(t, "cpu", kr.Codes(), kr.Name)
+		assert.Equal(t, "go", kr.Codes(), kr.Name)
 		assert.ErrorIs(t, kr.Fn(t.Context(), nil), dag.ErrInjected, kr.Name)
 	}
 	assert.Nil(t, g.Kernel(k).Device)

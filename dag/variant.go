@@ -8,39 +8,30 @@ import (
 	"github.com/streamdag/streamdag/buffers"
 )
 
-// CodeKind is the kind of code a kernel variant carries. Its String is the
-// kind of the gpu driver whose devices run that code: "cpu" for host code,
-// "opencl" for OpenCL C. The zero CodeKind is no kind.
-type CodeKind uint8
+// CodeKind names a kind of kernel code: HostCode for a kernel's Go
+// function, and for device code the name that the devices running it
+// declare (gpu.CodeDevice's Code): OpenCLCode for OpenCL C, or any other
+// kind a driver names, with no change here. The zero CodeKind, "", is no
+// kind.
+type CodeKind string
 
 const (
 	// HostCode is a kernel's Go function (its KernelFunc, Kernel.Fn): run
-	// by the CPU device and by simulated GPUs, whose launches run on CPU
-	// streams.
-	HostCode CodeKind = iota + 1
+	// by devices with host-addressable memory (a gpu.Device that is no
+	// gpu.CodeDevice: the CPU device, simulated GPUs).
+	HostCode CodeKind = "go"
 	// OpenCLCode is OpenCL C source (see OpenCL), run by OpenCL devices.
-	OpenCLCode
+	OpenCLCode CodeKind = "opencl"
 )
 
-// String returns "cpu", "opencl", or "code(N)" for a kind not listed.
-func (k CodeKind) String() string {
-	switch k {
-	case HostCode:
-		return "cpu"
-	case OpenCLCode:
-		return "opencl"
-	}
-	return fmt.Sprintf("code(%d)", uint8(k))
-}
-
-// Variant is a kernel's device code for one CodeKind other than HostCode,
+// Variant is a kernel's device code of one CodeKind other than HostCode,
 // as Kernel.Variants and Graph.KernelVariants return it: a read-only view
 // of what the graph stores (do not modify its Args). The host variant is
 // the kernel's KernelFunc, not a Variant.
 type Variant struct {
 	Kind   CodeKind
-	Source string    // program source (OpenCL C for OpenCLCode)
-	Entry  string    // the entry point: the name of the __kernel function
+	Source string    // program source, in the kind's language (OpenCL C for OpenCLCode)
+	Entry  string    // the entry point (OpenCL C: the name of the __kernel function)
 	Shape  ShapeFunc // the launch shape from the arguments' sizes
 	// Args bind the entry point's arguments, in order. In a kernel's
 	// variant a buffer argument holds the byte range it binds (see
@@ -154,26 +145,37 @@ func (a Arg) String() string {
 	return "invalid argument"
 }
 
-// OpenCL declares the kernel's OpenCL C variant: program source, the
-// entry point (the __kernel function's name), the launch shape as a
+// OpenCL declares the kernel's OpenCL C variant: DeviceCode of kind
+// OpenCLCode (see DeviceCode for the arguments, their mistakes and what
+// the option allocates). A kernel may have an OpenCL variant beside its
+// Go function (then it runs on whichever device the executor places it:
+// the Go function on the CPU, the OpenCL C on an OpenCL device) or
+// instead of it (AddKernel with a nil function: the kernel then runs only
+// on an OpenCL device). The source is compiled by the device that runs
+// it, not here.
+func OpenCL(source, entry string, shape ShapeFunc, args ...Arg) KernelOption {
+	return DeviceCode(OpenCLCode, source, entry, shape, args...)
+}
+
+// DeviceCode declares the kernel's device-code variant of kind: program
+// source in the kind's language, the entry point, the launch shape as a
 // function of the arguments' sizes, and the entry point's arguments in
-// order. A kernel may have an OpenCL variant beside its Go function (then
-// it runs on whichever device the executor places it: the Go function on
-// the CPU, the OpenCL C on an OpenCL device) or instead of it (AddKernel
-// with a nil function: the kernel then runs only on an OpenCL device).
+// order. An executor runs it on the devices whose code is kind (a
+// gpu.CodeDevice whose Code is string(kind)); a kernel may have one
+// variant per kind, beside its Go function or instead of it.
 //
 // Mistakes are recorded and reported by Validate, naming the kernel: an
+// empty kind or HostCode (host code is the kernel's Go function), an
 // empty source or entry point, a nil shape, an argument that names a
 // buffer the kernel does not declare, a scalar of a type ScalarArg does
-// not list, two OpenCL variants on one kernel. The source is compiled by
-// the device that runs it, not here.
+// not list, two variants of one kind on one kernel.
 //
-// Unlike the other options, OpenCL allocates: a copy of its arguments,
-// made once per call (the option may then be reused for any number of
-// kernels, as any option). A kernel given a variant stores it in a side
-// table; kernels without one cost nothing more.
-func OpenCL(source, entry string, shape ShapeFunc, args ...Arg) KernelOption {
-	v := &Variant{Kind: OpenCLCode, Source: source, Entry: entry, Shape: shape, Args: slices.Clone(args)}
+// Unlike the other options, DeviceCode allocates: a copy of its
+// arguments, made once per call (the option may then be reused for any
+// number of kernels, as any option). A kernel given a variant stores it
+// in a side table; kernels without one cost nothing more.
+func DeviceCode(kind CodeKind, source, entry string, shape ShapeFunc, args ...Arg) KernelOption {
+	v := &Variant{Kind: kind, Source: source, Entry: entry, Shape: shape, Args: slices.Clone(args)}
 	return KernelOption{kind: optVariant, variant: v}
 }
 
@@ -202,6 +204,12 @@ func (g *Graph) bindVariants(k KernelID, opts []KernelOption, reads, writes []bu
 // records v's mistakes.
 func (g *Graph) bindVariant(k KernelID, v Variant, reads, writes []buffers.Binding) Variant {
 	name := g.KernelName(k)
+	switch v.Kind {
+	case "":
+		g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: device-code variant of no kind", name))
+	case HostCode:
+		g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: device-code variant of kind %q: host code is the kernel's Go function", name, HostCode))
+	}
 	if v.Source == "" {
 		g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: %s variant with an empty source", name, v.Kind))
 	}
@@ -276,15 +284,15 @@ func (k Kernel) HasCode(kind CodeKind) bool {
 }
 
 // Codes returns the kinds of code the kernel has, host code first, then
-// its variants in declaration order, as "cpu, opencl" ("none" when it has
+// its variants in declaration order, as "go, opencl" ("none" when it has
 // none): for messages.
 func (k Kernel) Codes() string {
 	var kinds []string
 	if k.Fn != nil {
-		kinds = append(kinds, HostCode.String())
+		kinds = append(kinds, string(HostCode))
 	}
 	for _, v := range k.Variants {
-		kinds = append(kinds, v.Kind.String())
+		kinds = append(kinds, string(v.Kind))
 	}
 	if kinds == nil {
 		return "none"

@@ -95,6 +95,31 @@ func TestVariantProblems(t *testing.T) {
 			want: `dag: kernel "k": opencl argument 2 is a second status word`,
 		},
 		{
+			name: "device code of no kind",
+			build: func(g *dag.Graph) {
+				x := g.AddBuffer("x", 8)
+				g.AddKernel("k", nop, dag.Writes(x), dag.DeviceCode("", copyCL, "copy", bytesShape, dag.BufferArg(x)))
+			},
+			want: `dag: kernel "k": device-code variant of no kind`,
+		},
+		{
+			name: "device code of the host kind",
+			build: func(g *dag.Graph) {
+				x := g.AddBuffer("x", 8)
+				g.AddKernel("k", nop, dag.Writes(x), dag.DeviceCode(dag.HostCode, copyCL, "copy", bytesShape, dag.BufferArg(x)))
+			},
+			want: `dag: kernel "k": device-code variant of kind "go": host code is the kernel's Go function`,
+		},
+		{
+			name: "two variants of a new kind",
+			build: func(g *dag.Graph) {
+				x := g.AddBuffer("x", 8)
+				v := dag.DeviceCode("fakecl", "src", "copy", bytesShape, dag.BufferArg(x))
+				g.AddKernel("k", nil, dag.Writes(x), v, dag.OpenCL(copyCL, "copy", bytesShape, dag.BufferArg(x)), v)
+			},
+			want: `dag: kernel "k" has two fakecl variants`,
+		},
+		{
 			name: "two OpenCL variants",
 			build: func(g *dag.Graph) {
 				x := g.AddBuffer("x", 8)
@@ -137,7 +162,7 @@ func TestVariantView(t *testing.T) {
 		codes      string
 		firstRange buffers.Binding
 	}{
-		{lo, true, "cpu, opencl", buffers.Binding{Buffer: in, Offset: 0, Length: 32}},
+		{lo, true, "go, opencl", buffers.Binding{Buffer: in, Offset: 0, Length: 32}},
 		{hi, false, "opencl", buffers.Binding{Buffer: in, Offset: 32, Length: 32}},
 		{twoRanges, false, "opencl", buffers.Binding{Buffer: in, Offset: 8, Length: 16}},
 	} {
@@ -179,13 +204,37 @@ func TestVariantView(t *testing.T) {
 	assert.Nil(t, g.KernelVariants(host))
 	assert.True(t, k.HasCode(dag.HostCode))
 	assert.False(t, k.HasCode(dag.OpenCLCode))
-	assert.Equal(t, "cpu", k.Codes())
+	assert.Equal(t, "go", k.Codes())
 }
 
-func TestCodeKindString(t *testing.T) {
-	for kind, want := range map[dag.CodeKind]string{dag.HostCode: "cpu", dag.OpenCLCode: "opencl", 0: "code(0)", 9: "code(9)"} {
-		assert.Equal(t, want, kind.String())
-	}
+// A kernel's device code may be of any kind, named as data: a kind no
+// package of the module knows is stored, bound and reported like OpenCL
+// C, beside a variant of another kind.
+func TestDeviceCodeOfAnyKind(t *testing.T) {
+	const fake dag.CodeKind = "fakecl"
+	g := dag.New()
+	in, out := g.AddBuffer("in", 64, dag.Input()), g.AddBuffer("out", 64)
+	id := g.AddKernel("k", nil, dag.ReadsRange(in, 16, 32), dag.Writes(out),
+		dag.DeviceCode(fake, "fake source", "fake_copy", bytesShape, dag.BufferArg(in), dag.BufferArg(out), dag.ScalarArg(uint32(32))),
+		dag.OpenCL(copyCL, "copy", bytesShape, dag.BufferArg(in), dag.BufferArg(out), dag.ScalarArg(uint32(32))))
+	require.NoError(t, g.Validate())
+	k := g.Kernel(id)
+	assert.Equal(t, "fakecl, opencl", k.Codes())
+	assert.True(t, k.HasCode(fake))
+	assert.True(t, k.HasCode(dag.OpenCLCode))
+	assert.False(t, k.HasCode(dag.HostCode))
+	assert.False(t, k.HasCode("cuda"))
+	require.Len(t, k.Variants, 2)
+	v := k.Variants[0]
+	assert.Equal(t, fake, v.Kind)
+	assert.Equal(t, "fake source", v.Source)
+	assert.Equal(t, "fake_copy", v.Entry)
+	bd, ok := v.Args[0].Buffer()
+	require.True(t, ok)
+	assert.Equal(t, buffers.Binding{Buffer: in, Offset: 16, Length: 32}, bd)
+	assert.Equal(t, dag.OpenCLCode, k.Variants[1].Kind)
+	assert.Equal(t, dag.CodeKind("go"), dag.HostCode)
+	assert.Equal(t, dag.CodeKind("opencl"), dag.OpenCLCode)
 }
 
 func TestShapeCheck(t *testing.T) {

@@ -21,9 +21,9 @@ import (
 	"github.com/streamdag/streamdag/topology"
 )
 
-// Code devices. A plan places a kernel on a gpu.CodeDevice (DeviceCode
-// gives dag.OpenCLCode) only when the kernel has an OpenCL variant and
-// touches no value buffer; the buffers such a kernel reads and writes
+// Code devices. A plan places a kernel on a gpu.CodeDevice only when the
+// kernel has a variant of the kind the device's Code names, and touches
+// no value buffer; the buffers such a kernel reads and writes
 // have instances in the device's memory (gpu.Memory, reserved with the
 // run's other buffers; when it ends the memory is released and its bytes
 // go back to the budget, or, with WithKeepDeviceMemory, the memory goes
@@ -267,7 +267,7 @@ func (r *run) allocMem(i int32) {
 			m.Release() // a new allocation says what is wrong
 		}
 	}
-	cd, _ := codeDevice(r.gdevs[b.Device])
+	cd, _ := r.gdevs[b.Device].(gpu.CodeDevice)
 	m, err := cd.Alloc(b.SizeBytes)
 	if err != nil {
 		r.pools[b.Device].Budget().Release(b.SizeBytes)
@@ -542,7 +542,7 @@ func (r *run) fetch(id dag.BufferID) {
 			r.store.Carry(op, src, dst) // tainted, or never allocated: nothing worth copying
 			continue
 		}
-		cd, _ := codeDevice(r.gdevs[f.dev])
+		cd, _ := r.gdevs[f.dev].(gpu.CodeDevice)
 		st := cd.Stream(0).(gpu.CodeStream)
 		err := st.CopyOut(hb.Bytes()[f.off:f.end], m, f.off)
 		if err == nil {
@@ -1099,7 +1099,7 @@ func (c *codeRun) launch(k int, l *PlannedLaunch) error {
 			m := c.mem(a.inst)
 			if b := &r.plan.bufs[a.inst]; m == nil && b.SizeBytes == 0 {
 				if c.empty == nil {
-					cd, _ := codeDevice(r.gdevs[b.Device])
+					cd, _ := r.gdevs[b.Device].(gpu.CodeDevice)
 					var err error
 					if c.empty, err = cd.Alloc(0); err != nil {
 						return fmt.Errorf("exec: kernel %q: argument %d: zero-byte buffer %q: %w", l.Name, j, b.Name, err)

@@ -55,13 +55,15 @@
 // one device. After a device loss ([WithDeviceLoss]) the same planner
 // plans the recovery over the surviving devices.
 //
-// Devices each have their own stream count. A code device (a
-// gpu.CodeDevice running OpenCL C, see [DeviceCode]) runs kernels'
-// OpenCL variants on memory of its own: the buffers they read and write
-// get device-memory instances, reserved with the run's other buffers and
-// released when it ends (or kept by the plan for its next run, still
-// counted in the budget: [WithKeepDeviceMemory]), and the copy launches between host and device
-// instances run on the code device's stream as CopyIn and CopyOut. One
+// Devices each have their own stream count. What code a device runs is
+// its capabilities, never its driver's name: a device that is no
+// gpu.CodeDevice runs kernels' Go functions; a code device (a
+// gpu.CodeDevice, such as an OpenCL device) runs kernels' variants of the
+// kind its Code names (dag.CodeKind) on memory of its own: the buffers
+// they read and write get device-memory instances, reserved with the
+// run's other buffers and released when it ends (or kept by the plan for
+// its next run, still counted in the budget: [WithKeepDeviceMemory]), and
+// the copy launches between host and device instances run on the code device's stream as CopyIn and CopyOut. One
 // goroutine per code stream enqueues its launches in order (once the
 // launches of other streams they wait for have settled; the launch; a
 // Record where another stream waits) and settles them in order as their

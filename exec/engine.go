@@ -681,7 +681,7 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 			d, s := p.StreamOf(gs)
 			if p.mem[d] {
 				b.state.Store(listStarted) // driven, not queued: not to be withdrawn
-				cd, _ := codeDevice(devs[d])
+				cd, _ := devs[d].(gpu.CodeDevice)
 				if st, ok := cd.Stream(s).(gpu.CodeStream); ok {
 					r.startCode(b, cd, st, &code)
 				} else {

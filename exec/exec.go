@@ -95,7 +95,11 @@ func New(dev gpu.Device, opts ...Option) *Executor {
 // cost nothing in the model). Each device gets its own buffer pool, whose
 // budget is the device's memory when its facts give it (simulated GPUs
 // carry their model's memory; a code device's budget counts its device
-// memory). Errors: no devices, or duplicate IDs.
+// memory). Each device runs the kernel code its capabilities say (a
+// gpu.CodeDevice, its variants of the kind its Code names; any other
+// device, kernels' Go functions), whatever driver it comes from. Errors:
+// no devices, duplicate IDs, a code device whose Code is empty or "go"
+// (dag.HostCode).
 func NewMulti(devs []gpu.Device, topo *topology.Topology, opts ...Option) (*Executor, error) {
 	if len(devs) == 0 {
 		return nil, errors.New("exec: an executor needs a device")
@@ -112,7 +116,12 @@ func NewMulti(devs []gpu.Device, topo *topology.Topology, opts ...Option) (*Exec
 		}
 		seen[d.ID()] = true
 		budget := c.budget
-		_, code := codeDevice(d)
+		cd, code := d.(gpu.CodeDevice)
+		if code {
+			if k := dag.CodeKind(cd.Code()); k == "" || k == dag.HostCode {
+				return nil, fmt.Errorf("exec: device %s is a code device declaring code %q: a code device names a kind of device code, not empty and not %q (host code)", d.ID(), k, dag.HostCode)
+			}
+		}
 		if budget == nil && d.Info().MemoryBytes > 0 && (d.ID().Kind == topology.KindGPU || code) {
 			budget = buffers.NewBudget(d.Info().MemoryBytes)
 		}

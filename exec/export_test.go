@@ -26,6 +26,6 @@ func PlanPlaced(e *Executor, g *dag.Graph, dev []int) (*Plan, error) {
 	for i, d := range e.devs {
 		ids[i] = d.ID()
 	}
-	mem, _ := e.codeMem()
-	return planOn(g, ids, e.numStreams(), mem, PlacementResult{Strategy: placement.HEFT, Device: dev}, nil), nil
+	code, mem, _ := e.caps()
+	return planOn(g, ids, e.numStreams(), code, mem, PlacementResult{Strategy: placement.HEFT, Device: dev}, nil), nil
 }

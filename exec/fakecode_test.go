@@ -19,11 +19,14 @@ import (
 // events block the worker (never the caller), and failures are reported
 // after the fact by the events recorded after them, as *gpu.CommandError.
 // It stands for an OpenCL device where no OpenCL platform is present,
-// and lets tests fail commands on purpose (fail).
+// and lets tests fail commands on purpose (fail). It declares the driver
+// kind kind and the code kind code, both "opencl" unless a test sets
+// them before using the device.
 type fakeCode struct {
-	id      topology.DeviceID
-	kernels map[string]fakeKernel // by entry point
-	streams []*fakeStream
+	id         topology.DeviceID
+	kind, code string
+	kernels    map[string]fakeKernel // by entry point
+	streams    []*fakeStream
 	// fail, when set, is asked before each kernel runs: a non-nil error
 	// fails the command (the device's own failure).
 	fail func(label string) error
@@ -51,7 +54,7 @@ var (
 )
 
 func newFakeCode(id topology.DeviceID, streams int, kernels map[string]fakeKernel) *fakeCode {
-	d := &fakeCode{id: id, kernels: kernels, programs: map[string]*fakeProgram{}, ran: map[string]int{}}
+	d := &fakeCode{id: id, kind: "opencl", code: "opencl", kernels: kernels, programs: map[string]*fakeProgram{}, ran: map[string]int{}}
 	for i := range streams {
 		s := &fakeStream{dev: d, idx: i, wake: make(chan struct{}, 1), done: make(chan struct{})}
 		d.streams = append(d.streams, s)
@@ -61,8 +64,8 @@ func newFakeCode(id topology.DeviceID, streams int, kernels map[string]fakeKerne
 }
 
 func (d *fakeCode) ID() topology.DeviceID { return d.id }
-func (d *fakeCode) Kind() string          { return "opencl" }
-func (d *fakeCode) Code() string          { return "opencl" }
+func (d *fakeCode) Kind() string          { return d.kind }
+func (d *fakeCode) Code() string          { return d.code }
 func (d *fakeCode) Info() topology.Device {
 	return topology.Device{ID: d.id, Name: "fake code device", MemoryBytes: d.memBytes}
 }

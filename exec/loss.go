@@ -12,6 +12,7 @@ import (
 	"github.com/streamdag/streamdag/buffers"
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/failgraph"
+	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/placement"
 	"github.com/streamdag/streamdag/topology"
 )
@@ -225,7 +226,7 @@ func (e *Executor) recoverLoss(ctx context.Context, p1 *Plan, r1 *run, rep1 *Rep
 	rc.carriers()
 	rc.reruns()
 	rc.migrate()
-	p2 := planOn(rc.g, p1.devices, p1.streams, p1.mem, rc.pl, &subset{run: rc.rerun, home: rc.home, fallback: rc.fallback()})
+	p2 := planOn(rc.g, p1.devices, p1.streams, p1.code, p1.mem, rc.pl, &subset{run: rc.rerun, home: rc.home, fallback: rc.fallback()})
 	r2, err := rc.start(ctx, p2)
 	if err != nil {
 		return nil, fmt.Errorf("exec: recover from losing %s: %w", rc.loss.id, err)
@@ -425,12 +426,12 @@ func (rc *recovery) runs(k dag.KernelID, d int) bool {
 		return false
 	}
 	kern := rc.g.Kernel(k)
-	code := DeviceCode(rc.e.devs[d])
-	if code == 0 || !kern.HasCode(code) {
+	code := rc.p1.code[d]
+	if !kern.HasCode(code) {
 		return false
 	}
-	if cd, ok := codeDevice(rc.e.devs[d]); ok && rc.p1.mem[d] {
-		if _, v := valueAccess(rc.g, kern); v || misaligned(rc.g, kern, cd.ArgAlignBytes()) != nil {
+	if cd, ok := rc.e.devs[d].(gpu.CodeDevice); ok && rc.p1.mem[d] {
+		if _, v := valueAccess(rc.g, kern); v || misaligned(rc.g, kern, code, cd.ArgAlignBytes()) != nil {
 			return false
 		}
 	}

@@ -53,9 +53,9 @@ type PlacementResult = placement.Result
 // devs (lanes[d] lanes each) with strategy, by placement.Place, where
 // device d runs kernel code of kind code[d] only: a kernel goes only to a
 // device that runs code it has, and a kernel that reads or writes a value
-// buffer not to a code device (mem[d]), nor one whose OpenCL variant binds
-// a buffer at an offset that is not a multiple of a code device's argument
-// alignment (align[d]). Errors: a kernel no device has code for, one that
+// buffer not to a code device (mem[d]), nor one whose variant of that
+// device's kind binds a buffer at an offset that is not a multiple of the
+// device's argument alignment (align[d]). Errors: a kernel no device has code for, one that
 // can run only where it cannot bind its buffers, one pinned to a device
 // not in devs or without code for it; placement.Place's.
 func place(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, mem []bool, align []int64, lanes []int, topo *topology.Topology, strategy Placement) (PlacementResult, error) {
@@ -96,7 +96,7 @@ func runsOn(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, mem []b
 				}
 			}
 			cs := every(runs[k.ID])
-			bad := func(d int) bool { return misaligned(g, k, align[d]) != nil }
+			bad := func(d int) bool { return misaligned(g, k, code[d], align[d]) != nil }
 			if slices.ContainsFunc(cs, bad) {
 				runs[k.ID] = slices.DeleteFunc(slices.Clone(cs), bad)
 				if len(runs[k.ID]) == 0 {
@@ -110,8 +110,8 @@ func runsOn(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, mem []b
 				return nil, fmt.Errorf("exec: kernel %q is pinned to %s, which is not among the executor's devices %v", k.Name, *k.Device, devs)
 			}
 			if c := runs[k.ID]; c != nil && !slices.Contains(c, pin) {
-				return nil, fmt.Errorf("exec: kernel %q is pinned to %s, which runs %s, and the kernel has %s code", k.Name, *k.Device,
-					codeName(code[pin]), k.Codes())
+				return nil, fmt.Errorf("exec: kernel %q is pinned to %s, which runs %s code, and the kernel has %s code", k.Name, *k.Device,
+					code[pin], k.Codes())
 			}
 		}
 	}

@@ -92,6 +92,7 @@ type Plan struct {
 	sbase     []int                  // by device: the global index of its stream 0
 	sdev      []int                  // by global stream: its device
 	mem       []bool                 // by device: a code device, whose buffer instances are device memory (gpu.Memory)
+	code      []dag.CodeKind         // by device: the kind of kernel code it runs (codeOf)
 	launches  []PlannedLaunch        // in submission order (a topological order)
 	bufs      []PlannedBuffer        // the graph's buffers, then replicas
 	waits     int                    // event waits inserted
@@ -199,11 +200,12 @@ func (p *Plan) Placement() PlacementResult {
 // across devices need (see Copy),
 // streams assigned per device, and event waits only where a hazard
 // crosses streams. Each device keeps its own stream count. Each kernel
-// goes only to a device that runs code it has (see DeviceCode): a kernel
-// with a Go function and an OpenCL variant runs its Go function on the
-// CPU device or a simulated GPU and its OpenCL C on an OpenCL device
-// (with no OpenCL device in the executor, the Go function runs: the same
-// answer); a kernel that reads or writes a value buffer never goes to a
+// goes only to a device that runs code it has: a device that is no
+// gpu.CodeDevice runs Go functions, a gpu.CodeDevice the variants of the
+// kind its Code names. So a kernel with a Go function and an OpenCL
+// variant runs its Go function on the CPU device or a simulated GPU and
+// its OpenCL C on an OpenCL device (with no OpenCL device in the
+// executor, the Go function runs: the same answer); a kernel that reads or writes a value buffer never goes to a
 // code device. Errors: g.Validate's; a kernel no device of the executor
 // has code for (an OpenCL-only kernel on an executor without an OpenCL
 // device), naming the kernel; a kernel that touches a value buffer and
@@ -234,17 +236,13 @@ func (e *Executor) Plan(g *dag.Graph) (*Plan, error) {
 	if len(ids) > maxDevices {
 		return nil, fmt.Errorf("exec: a plan spans at most %d devices, the executor has %d", maxDevices, len(ids))
 	}
-	code := make([]dag.CodeKind, len(e.devs))
-	mem, align := e.codeMem()
-	for i, d := range e.devs {
-		code[i] = DeviceCode(d)
-	}
+	code, mem, align := e.caps()
 	if err := checkCodeDevices(g, ids, code, mem, align); err != nil {
 		return nil, err
 	}
 	if len(e.devs) == 1 {
 		pl := PlacementResult{Strategy: placement.HEFT, Device: make([]int, g.NumKernels())}
-		if p := planWith(g, ids, e.numStreams(), mem, pl, nil, code[0], false); p != nil {
+		if p := planWith(g, ids, e.numStreams(), code, mem, pl, nil, code[0], false); p != nil {
 			return p, nil
 		}
 		// Some kernel cannot run on the device: name the first, by id.
@@ -261,47 +259,42 @@ func (e *Executor) Plan(g *dag.Graph) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return planOn(g, ids, e.numStreams(), mem, pl, nil), nil
+	return planOn(g, ids, e.numStreams(), code, mem, pl, nil), nil
 }
 
-// DeviceCode returns the kind of kernel code dev runs: dag.HostCode for
-// the CPU device (kind "cpu") and for simulated GPUs ("sim", whose
-// launches run on CPU streams); dag.OpenCLCode for a gpu.CodeDevice whose
-// Code is "opencl" (it runs kernels' OpenCL variants, on memory of its
-// own); 0, no code, for anything else, which Plan then places nothing on.
-func DeviceCode(dev gpu.Device) dag.CodeKind {
-	if cd, ok := dev.(gpu.CodeDevice); ok && cd.Code() == "opencl" {
-		return dag.OpenCLCode
+// codeOf returns the kind of kernel code dev runs, read from its
+// capabilities: a gpu.CodeDevice runs the device code its Code names;
+// any other device, whose memory is host-addressable, runs kernels' Go
+// functions (dag.HostCode).
+func codeOf(dev gpu.Device) dag.CodeKind {
+	if cd, ok := dev.(gpu.CodeDevice); ok {
+		return dag.CodeKind(cd.Code())
 	}
-	switch dev.Kind() {
-	case "cpu", "sim":
-		return dag.HostCode
-	}
-	return 0
+	return dag.HostCode
 }
 
-// codeMem returns, by device, whether e's device is a code device, and
-// the argument alignment of each code device (gpu.CodeDevice's
-// ArgAlignBytes; 0 for the others).
-func (e *Executor) codeMem() (mem []bool, align []int64) {
-	mem, align = make([]bool, len(e.devs)), make([]int64, len(e.devs))
+// caps returns, by device, the kind of kernel code e's device runs
+// (codeOf), whether it is a code device, and the argument alignment of
+// each code device (gpu.CodeDevice's ArgAlignBytes; 0 for the others).
+func (e *Executor) caps() (code []dag.CodeKind, mem []bool, align []int64) {
+	code, mem, align = make([]dag.CodeKind, len(e.devs)), make([]bool, len(e.devs)), make([]int64, len(e.devs))
 	for i, d := range e.devs {
-		var cd gpu.CodeDevice
-		if cd, mem[i] = codeDevice(d); mem[i] {
-			align[i] = cd.ArgAlignBytes()
+		code[i] = codeOf(d)
+		if cd, ok := d.(gpu.CodeDevice); ok {
+			mem[i], align[i] = true, cd.ArgAlignBytes()
 		}
 	}
-	return mem, align
+	return code, mem, align
 }
 
 // misaligned returns an error naming kernel k, the buffer (of g), the
-// offset and align when k's OpenCL variant binds a buffer at an offset
+// offset and align when k's variant of kind binds a buffer at an offset
 // that is not a multiple of align (> 1); nil otherwise.
-func misaligned(g *dag.Graph, k dag.Kernel, align int64) error {
+func misaligned(g *dag.Graph, k dag.Kernel, kind dag.CodeKind, align int64) error {
 	if align <= 1 {
 		return nil
 	}
-	v := variantOf(k, dag.OpenCLCode)
+	v := variantOf(k, kind)
 	if v == nil {
 		return nil
 	}
@@ -313,21 +306,15 @@ func misaligned(g *dag.Graph, k dag.Kernel, align int64) error {
 	return nil
 }
 
-// codeDevice returns dev as a code device the executor launches device
-// code on (DeviceCode gives dag.OpenCLCode), or false.
-func codeDevice(dev gpu.Device) (gpu.CodeDevice, bool) {
-	cd, ok := dev.(gpu.CodeDevice)
-	return cd, ok && DeviceCode(dev) == dag.OpenCLCode
-}
-
 // checkCodeDevices returns an error when g cannot be planned because of
 // the code devices among devs (mem[d]): every buffer's host copy lives on
 // a device that is not one, so a plan with one needs another device; and
 // a code device holds only raw bytes, so a kernel that reads or writes a
 // value buffer cannot run there (pinned there, or with code for no other
-// device of the plan); nor can a kernel whose OpenCL variant binds a
-// buffer at an offset the code device cannot bind (not a multiple of
-// align[d]), pinned there or with code for no other device.
+// device of the plan); nor can a kernel whose variant of the code
+// device's kind (code[d]) binds a buffer at an offset the code device
+// cannot bind (not a multiple of align[d]), pinned there or with code for
+// no other device.
 func checkCodeDevices(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, mem []bool, align []int64) error {
 	host := slices.Index(mem, false)
 	if host < 0 {
@@ -352,7 +339,7 @@ func checkCodeDevices(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKin
 		}
 		elsewhere, on := false, -1
 		for d := range devs {
-			if code[d] != 0 && k.HasCode(code[d]) {
+			if k.HasCode(code[d]) {
 				if mem[d] {
 					on = d
 				} else {
@@ -368,15 +355,16 @@ func checkCodeDevices(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKin
 }
 
 // alignedSomewhere returns an error when kernel k would run on a code
-// device that cannot bind its OpenCL variant's buffer offsets
-// (misaligned): pinned there, or with code for no other device of devs.
+// device that cannot bind the buffer offsets of its variant of the
+// device's kind (misaligned): pinned there, or with code for no other
+// device of devs.
 func alignedSomewhere(g *dag.Graph, k dag.Kernel, devs []topology.DeviceID, code []dag.CodeKind, align []int64) error {
 	if align == nil {
 		return nil
 	}
 	if k.Device != nil {
 		if d := slices.Index(devs, *k.Device); d >= 0 {
-			if err := misaligned(g, k, align[d]); err != nil {
+			if err := misaligned(g, k, code[d], align[d]); err != nil {
 				return fmt.Errorf("%w on %s, which the kernel is pinned to", err, devs[d])
 			}
 		}
@@ -384,10 +372,10 @@ func alignedSomewhere(g *dag.Graph, k dag.Kernel, devs []topology.DeviceID, code
 	}
 	var first error
 	for d := range devs {
-		if code[d] == 0 || !k.HasCode(code[d]) {
+		if !k.HasCode(code[d]) {
 			continue
 		}
-		err := misaligned(g, k, align[d])
+		err := misaligned(g, k, code[d], align[d])
 		if err == nil {
 			return nil
 		}
@@ -423,7 +411,7 @@ func valueOnCodeError(g *dag.Graph, k dag.Kernel, vb dag.BufferID, dev topology.
 func codeDevices(k dag.Kernel, code []dag.CodeKind) (ds []int, all bool) {
 	n := 0
 	for _, c := range code {
-		if c != 0 && k.HasCode(c) {
+		if k.HasCode(c) {
 			n++
 		}
 	}
@@ -432,7 +420,7 @@ func codeDevices(k dag.Kernel, code []dag.CodeKind) (ds []int, all bool) {
 	}
 	ds = make([]int, 0, n)
 	for d, c := range code {
-		if c != 0 && k.HasCode(c) {
+		if k.HasCode(c) {
 			ds = append(ds, d)
 		}
 	}
@@ -445,22 +433,13 @@ func noCodeError(k dag.Kernel, devs []topology.DeviceID, code []dag.CodeKind) er
 	const few = 4
 	var ds []string
 	for d := range min(len(devs), few) {
-		ds = append(ds, fmt.Sprintf("%s runs %s", devs[d], codeName(code[d])))
+		ds = append(ds, fmt.Sprintf("%s runs %s code", devs[d], code[d]))
 	}
 	if len(devs) > few {
 		ds = append(ds, fmt.Sprintf("… (%d devices)", len(devs)))
 	}
 	return fmt.Errorf("exec: kernel %q: no device of the plan has code for it (the kernel has %s code; %s)",
 		k.Name, k.Codes(), strings.Join(ds, ", "))
-}
-
-// codeName names the code a device runs, for messages: "cpu code", or
-// "no kernel code".
-func codeName(c dag.CodeKind) string {
-	if c == 0 {
-		return "no kernel code"
-	}
-	return c.String() + " code"
 }
 
 // subset restricts planOn to some kernels (a recovery plan): only run[k]
@@ -483,20 +462,21 @@ func (e *Executor) numStreams() []int {
 }
 
 // planOn plans g's kernels (those of sub, when not nil) on devs, device d
-// with nstreams[d] streams and a code device when mem[d] (mem nil: none
-// is), kernel k on device pl.Device[k]: launch order, copies, hazards,
-// streams and event waits.
-func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool, pl PlacementResult, sub *subset) *Plan {
-	return planWith(g, devs, nstreams, mem, pl, sub, 0, true)
+// with nstreams[d] streams, running code of kind code[d], and a code
+// device when mem[d] (mem nil: none is), kernel k on device pl.Device[k]:
+// launch order, copies, hazards, streams and event waits. A kernel on a
+// code device runs its variant of the device's kind.
+func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams []int, code []dag.CodeKind, mem []bool, pl PlacementResult, sub *subset) *Plan {
+	return planWith(g, devs, nstreams, code, mem, pl, sub, "", true)
 }
 
-// planWith is planOn. With check not 0 (a plan of all of g on one
+// planWith is planOn. With check not "" (a plan of all of g on one
 // device, which runs code of kind check), it checks each kernel as it
 // copies it into its launch, and returns nil when one has no code of kind
 // check or is pinned to another device. With lookup false it plans as if
 // no kernel had an Estimate, which spares launchOrder looking for them,
-// and plans again, looking, when the copying finds one (check not 0).
-func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool, pl PlacementResult, sub *subset, check dag.CodeKind, lookup bool) *Plan {
+// and plans again, looking, when the copying finds one (check not "").
+func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, code []dag.CodeKind, mem []bool, pl PlacementResult, sub *subset, check dag.CodeKind, lookup bool) *Plan {
 	order := g.Order()
 	if sub != nil {
 		order = slices.DeleteFunc(slices.Clone(order), func(k dag.KernelID) bool { return !sub.run[k] })
@@ -511,7 +491,7 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool
 	if mem == nil {
 		mem = make([]bool, len(devs))
 	}
-	p := &Plan{graph: g, devices: devs, streams: slices.Clone(nstreams), mem: slices.Clone(mem), placement: pl}
+	p := &Plan{graph: g, devices: devs, streams: slices.Clone(nstreams), mem: slices.Clone(mem), code: slices.Clone(code), placement: pl}
 	p.sbase = make([]int, len(devs))
 	for d, n := range nstreams {
 		p.sbase[d] = len(p.sdev)
@@ -534,12 +514,12 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool
 		p.launches = make([]PlannedLaunch, len(order))
 		for i, kid := range order {
 			k := g.Kernel(kid)
-			if check != 0 {
+			if check != "" {
 				switch {
 				case !k.HasCode(check) || k.Device != nil && *k.Device != devs[0]:
 					return nil
 				case k.Estimate > 0 && !lookup: // the launch order ranks by estimates
-					return planWith(g, devs, nstreams, mem, pl, sub, check, true)
+					return planWith(g, devs, nstreams, code, mem, pl, sub, check, true)
 				}
 			}
 			// Field by field into the zeroed launch: a whole-struct store
@@ -579,7 +559,7 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, mem []bool
 			}
 			if p.mem[d] {
 				l.fn = nil
-				if v := variantOf(k, dag.OpenCLCode); v != nil {
+				if v := variantOf(k, code[d]); v != nil {
 					if p.variants == nil {
 						p.variants = map[int32]*dag.Variant{}
 					}

@@ -146,7 +146,7 @@ func TestPlanOnOneDeviceNamesTheFirstKernelItCannotRun(t *testing.T) {
 		}
 		require.NoError(t, g.Validate())
 		_, err := e.Plan(g)
-		assert.EqualError(t, err, `exec: kernel "sink": no device of the plan has code for it (the kernel has opencl code; cpu runs cpu code)`,
+		assert.EqualError(t, err, `exec: kernel "sink": no device of the plan has code for it (the kernel has opencl code; cpu runs go code)`,
 			"estimates %v", estimate)
 	}
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/gpu"
-	"github.com/streamdag/streamdag/gpu/cpu"
 	"github.com/streamdag/streamdag/gpu/sim"
 	"github.com/streamdag/streamdag/internal/leaktest"
 	"github.com/streamdag/streamdag/topology"
@@ -76,7 +75,7 @@ func TestOpenCLOnlyKernelOnCPUIsAPlanError(t *testing.T) {
 	g.AddKernel("double", nil, dag.Reads(x), dag.Writes(y),
 		dag.OpenCL(doubleCL, "double_it", oneItem, dag.BufferArg(x), dag.BufferArg(y)))
 	require.NoError(t, g.Validate(), "the graph itself is valid: dag does not know the devices")
-	const want = `exec: kernel "double": no device of the plan has code for it (the kernel has opencl code; cpu runs cpu code)`
+	const want = `exec: kernel "double": no device of the plan has code for it (the kernel has opencl code; cpu runs go code)`
 	_, err := e.Plan(g)
 	assert.EqualError(t, err, want)
 	res, err := e.Run(t.Context(), g)
@@ -148,44 +147,27 @@ func TestMixedVariantsOnSimulatedGPUs(t *testing.T) {
 	assert.Equal(t, want, uint64Of(t, res, total), "seed %d: simulated GPUs' answer", seed)
 }
 
-// otherKind is a device of a kind the executor runs no kernel code on.
+// otherKind is a host device of a driver kind exec has never heard of.
 type otherKind struct{ gpu.Device }
 
 func (otherKind) Kind() string { return "other" }
 
-func TestDeviceCode(t *testing.T) {
-	dev, err := cpu.New(cpu.WithStreams(1))
-	require.NoError(t, err)
-	defer func() { require.NoError(t, dev.Close()) }()
-	set, err := sim.New([]topology.Device{{ID: topology.GPU(0)}}, 1)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, set.Close()) }()
-	for _, c := range []struct {
-		name string
-		dev  gpu.Device
-		want dag.CodeKind
-	}{
-		{"cpu", dev, dag.HostCode},
-		{"sim", set.Devices()[0], dag.HostCode},
-		{"other", otherKind{dev}, 0},
-	} {
-		t.Run(c.name, func(t *testing.T) { assert.Equal(t, c.want, exec.DeviceCode(c.dev)) })
-	}
-}
-
 // Placement and planning put kernels only on devices with code for them:
-// with one of two simulated GPUs of a kind that runs no kernel code,
-// every strategy places everything on the other, and the answer holds.
+// beside a simulated GPU, a code device of a kind no kernel has code for
+// gets nothing from any strategy, and the answer holds.
 func TestPlacementSkipsDevicesWithoutCode(t *testing.T) {
 	const seed = 7
-	set, err := sim.New([]topology.Device{{ID: topology.GPU(0)}, {ID: topology.GPU(1)}}, 2)
+	set, err := sim.New([]topology.Device{{ID: topology.GPU(1)}}, 2)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, set.Close()) })
-	devs := set.Devices()
+	gpu1 := set.Devices()[0]
+	fake := newFakeCode(topology.GPU(0), 2, nil)
+	fake.kind, fake.code = "fakecl", "fakecl"
+	t.Cleanup(func() { require.NoError(t, fake.Close()) })
+	devs := []gpu.Device{fake, gpu1}
 	for _, strategy := range []exec.Placement{exec.PlaceHEFT, exec.PlaceRoundRobin, exec.PlaceLeastLoaded} {
 		t.Run(strategy.String(), func(t *testing.T) {
-			e, err := exec.NewMulti([]gpu.Device{otherKind{devs[0]}, devs[1]}, nil,
-				exec.WithAllocator(leaktest.Allocator(t)), exec.WithPlacement(strategy))
+			e, err := exec.NewMulti(devs, nil, exec.WithAllocator(leaktest.Allocator(t)), exec.WithPlacement(strategy))
 			require.NoError(t, err)
 			g, total, want := mixedGraph(seed, 6)
 			p, err := e.Plan(g)
@@ -199,31 +181,30 @@ func TestPlacementSkipsDevicesWithoutCode(t *testing.T) {
 			assert.Equal(t, want, uint64Of(t, res, total), "seed %d", seed)
 		})
 	}
-	t.Run("pinned to a device without code", func(t *testing.T) {
-		e, err := exec.NewMulti([]gpu.Device{otherKind{devs[0]}, devs[1]}, nil, exec.WithAllocator(leaktest.Allocator(t)))
-		require.NoError(t, err)
-		g := dag.New()
-		g.AddKernel("k", put(1), dag.Writes(g.AddBuffer("x", 8)), dag.OnDevice(topology.GPU(0)))
-		_, err = e.Plan(g)
-		assert.EqualError(t, err, `exec: kernel "k" is pinned to gpu0, which runs no kernel code, and the kernel has cpu code`)
-	})
-	t.Run("no device with code", func(t *testing.T) {
-		e, err := exec.NewMulti([]gpu.Device{otherKind{devs[0]}, otherKind{devs[1]}}, nil, exec.WithAllocator(leaktest.Allocator(t)))
-		require.NoError(t, err)
-		g := dag.New()
-		g.AddKernel("k", put(1), dag.Writes(g.AddBuffer("x", 8)))
-		_, err = e.Plan(g)
-		assert.EqualError(t, err,
-			`exec: kernel "k": no device of the plan has code for it (the kernel has cpu code; gpu0 runs no kernel code, gpu1 runs no kernel code)`)
-	})
-	t.Run("both variants, no OpenCL device", func(t *testing.T) {
-		e, err := exec.NewMulti([]gpu.Device{otherKind{devs[0]}, devs[1]}, nil, exec.WithAllocator(leaktest.Allocator(t)))
-		require.NoError(t, err)
-		g := dag.New()
-		x := g.AddBuffer("x", 8)
-		g.AddKernel("k", nil, dag.Writes(x), dag.OpenCL("__kernel void k(__global ulong *x) {}", "k", oneItem, dag.BufferArg(x)))
-		_, err = e.Plan(g)
-		assert.EqualError(t, err,
-			`exec: kernel "k": no device of the plan has code for it (the kernel has opencl code; gpu0 runs no kernel code, gpu1 runs cpu code)`)
-	})
+	for _, c := range []struct {
+		name string
+		opts func(x dag.BufferID) (dag.KernelFunc, []dag.KernelOption)
+		want string
+	}{
+		{"pinned to a device without code", func(dag.BufferID) (dag.KernelFunc, []dag.KernelOption) {
+			return put(1), []dag.KernelOption{dag.OnDevice(topology.GPU(0))}
+		}, `exec: kernel "k" is pinned to gpu0, which runs fakecl code, and the kernel has go code`},
+		{"code of a kind no device runs", func(x dag.BufferID) (dag.KernelFunc, []dag.KernelOption) {
+			return nil, []dag.KernelOption{dag.DeviceCode("cuda", "extern \"C\" __global__ void k(unsigned long *x) {}", "k", oneItem, dag.BufferArg(x))}
+		}, `exec: kernel "k": no device of the plan has code for it (the kernel has cuda code; gpu0 runs fakecl code, gpu1 runs go code)`},
+		{"OpenCL only, no OpenCL device", func(x dag.BufferID) (dag.KernelFunc, []dag.KernelOption) {
+			return nil, []dag.KernelOption{dag.OpenCL("__kernel void k(__global ulong *x) {}", "k", oneItem, dag.BufferArg(x))}
+		}, `exec: kernel "k": no device of the plan has code for it (the kernel has opencl code; gpu0 runs fakecl code, gpu1 runs go code)`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e, err := exec.NewMulti(devs, nil, exec.WithAllocator(leaktest.Allocator(t)))
+			require.NoError(t, err)
+			g := dag.New()
+			x := g.AddBuffer("x", 8)
+			fn, opts := c.opts(x)
+			g.AddKernel("k", fn, append(opts, dag.Writes(x))...)
+			_, err = e.Plan(g)
+			assert.EqualError(t, err, c.want)
+		})
+	}
 }

@@ -72,7 +72,12 @@ type KernelLaunch struct {
 // Methods are safe for concurrent use.
 type CodeDevice interface {
 	Device
-	// Code is the kind of device code the device runs ("opencl").
+	// Code is the kind of device code the device runs, as kernels'
+	// variants name it (exec runs on the device a kernel's variant of
+	// this kind): "opencl" for OpenCL C, or any other non-empty name a
+	// driver gives its code. It is constant for the device, and never
+	// "go", the host code (a kernel's Go function) that a Device which
+	// is no CodeDevice runs.
 	Code() string
 	// Alloc makes bytes (>= 0) of device memory that reads as zeroes
 	// (as after Memory.Zero), as the CPU device's buffers do. The

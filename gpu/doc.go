@@ -29,9 +29,15 @@
 // [Driver] in init, as database/sql drivers do: gpu/cpu (kind "cpu", the
 // host CPU device), gpu/sim (kind "sim", simulated GPUs of a real
 // topology) and gpu/opencl (kind "opencl", OpenCL devices of any vendor,
-// CodeDevices). Each device says which it is ([Device.Kind]), which is how
-// an executor knows what code it runs. Importing the package makes the
-// kind available:
+// CodeDevices). Each device says which driver it comes from
+// ([Device.Kind]) and, by its capabilities, what code it runs: a [Device]
+// that is no [CodeDevice] has host-addressable memory and runs host code
+// (a kernel's Go function) in its streams' tasks; a [CodeDevice] runs the
+// device code its [CodeDevice.Code] names on memory of its own. An
+// executor chooses a kernel's code by those capabilities, never by the
+// driver's kind, so a driver registered anywhere (a test's included) is
+// driven like the built-in ones. Importing the package makes the kind
+// available:
 //
 //	import _ "github.com/streamdag/streamdag/gpu/cpu"
 //

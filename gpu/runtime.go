@@ -71,9 +71,11 @@ type Device interface {
 	// ID is the device's identity ("cpu", "gpu0", …).
 	ID() topology.DeviceID
 	// Kind is the kind of the driver the device comes from, as registered
-	// ("cpu", "sim", "opencl", …). An executor chooses by it which of a
-	// kernel's variants the device runs (exec's Plan: the CPU device and
-	// simulated GPUs run host code; an OpenCL device, OpenCL C).
+	// ("cpu", "sim", "opencl", …), for reports and errors. What code the
+	// device runs is its capabilities, not its kind: a Device that is no
+	// CodeDevice runs host code (a kernel's Go function, in a Task) on
+	// host-addressable memory; a CodeDevice runs the device code its
+	// Code names.
 	Kind() string
 	// Info returns the device's facts.
 	Info() topology.Device
