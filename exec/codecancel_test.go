@@ -248,7 +248,7 @@ func stuckScenario(t *testing.T) {
 
 	// The device refuses later work, saying why.
 	_, err = dev.Alloc(8)
-	assert.ErrorIs(t, err, opencl.ErrDeviceLost)
+	assert.ErrorIs(t, err, gpu.ErrDeviceLost)
 	assert.ErrorIs(t, err, exec.ErrAbandoned)
 	g2, total, _ := scaleGraph(1, 1, 4, false)
 	res, _ = e.Run(t.Context(), g2)
@@ -262,6 +262,6 @@ func stuckScenario(t *testing.T) {
 
 	// Close gives up after its close wait.
 	err = dev.Close()
-	assert.ErrorIs(t, err, opencl.ErrDeviceLost)
+	assert.ErrorIs(t, err, gpu.ErrDeviceLost)
 	assert.ErrorContains(t, err, "leaked")
 }

@@ -89,7 +89,7 @@ import (
 // ErrAbandoned). A device that refuses a launch because it was closed (or
 // lost) is treated alike: the driver stops, the launch and the rest of
 // the list are cancelled with one error per device saying it refused the
-// run's work (wrapping gpu.ErrClosed, or gpu.ErrGPULost; see refusals),
+// run's work (wrapping gpu.ErrClosed, or gpu.ErrDeviceLost; see refusals),
 // and the run returns that error.
 //
 // Since a device is only ever given commands whose producers have
@@ -567,7 +567,7 @@ type refusals struct {
 }
 
 // of returns device d's refusal error, made from cause (an error wrapping
-// gpu.ErrClosed or gpu.ErrGPULost) on its first refusal.
+// gpu.ErrClosed or gpu.ErrDeviceLost) on its first refusal.
 func (f *refusals) of(d int, id topology.DeviceID, cause error) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -973,7 +973,7 @@ func (c *codeRun) enqueue() {
 		}
 		c.state[k].err = c.launch(k, l)
 	}
-	if err := c.state[k].err; err != nil && (errors.Is(err, gpu.ErrClosed) || errors.Is(err, gpu.ErrGPULost)) {
+	if err := c.state[k].err; err != nil && (errors.Is(err, gpu.ErrClosed) || errors.Is(err, gpu.ErrDeviceLost)) {
 		// Refused (closed, or lost: abandoned, say): cancelled, with
 		// the rest of the list.
 		c.state[k].err, c.state[k].refused = nil, true

@@ -1060,10 +1060,10 @@ func TestCodeDeviceLoss(t *testing.T) {
 			require.NoError(t, err)
 			defer res.Close()
 			require.Error(t, res.Err())
-			assert.ErrorIs(t, res.Err(), exec.ErrDeviceLost)
+			assert.ErrorIs(t, res.Err(), gpu.ErrDeviceLost)
 			assert.Contains(t, res.Err().Error(), `kernel "scale0" ran on `+dev.ID().String()+", which was lost, and no other device has code for it")
 			_, err = res.Buffer(total)
-			assert.ErrorIs(t, err, exec.ErrDeviceLost)
+			assert.ErrorIs(t, err, gpu.ErrDeviceLost)
 		})
 	}
 }

@@ -17,10 +17,6 @@ import (
 	"github.com/streamdag/streamdag/topology"
 )
 
-// ErrDeviceLost is matched (errors.Is) by the errors of launches and
-// buffers lost with a device.
-var ErrDeviceLost = errors.New("device lost")
-
 // LossSpec says which device a run loses and when: after the fraction
 // After (0–1) of the run's launches have settled. It is for demos and
 // tests of recovery (`streamdag run --lose-device gpu3@50%`).
@@ -122,7 +118,7 @@ func newDeviceLoss(p *Plan, spec LossSpec) (*deviceLoss, error) {
 		return nil, fmt.Errorf("exec: cannot lose %s: it is the run's only device", spec.Device)
 	}
 	d := &deviceLoss{dev: i, id: spec.Device, threshold: int64(math.Ceil(spec.After * float64(len(p.launches)))),
-		err: fmt.Errorf("exec: %w: %s", ErrDeviceLost, spec.Device)}
+		err: fmt.Errorf("exec: %w: %s", gpu.ErrDeviceLost, spec.Device)}
 	if d.threshold == 0 {
 		d.lost.Store(true)
 	}
@@ -165,7 +161,7 @@ func (d *deviceLoss) release() {
 // recovery may recompute it, so its consumers must not see a partial
 // result first. A nil d defers nothing.
 func (d *deviceLoss) defers(err error) bool {
-	return d != nil && errors.Is(err, ErrDeviceLost)
+	return d != nil && errors.Is(err, gpu.ErrDeviceLost)
 }
 
 // hits reports whether launch op is lost: the device is gone and op runs
@@ -508,12 +504,12 @@ func (rc *recovery) start(ctx context.Context, p2 *Plan) (*run, error) {
 	}
 	for _, k := range rc.cannot {
 		name := rc.g.KernelName(k)
-		r2.store.Fail(name, fmt.Errorf("exec: kernel %q is pinned to %s, which was lost: %w", name, rc.loss.id, ErrDeviceLost), rc.g.KernelWrites(k))
+		r2.store.Fail(name, fmt.Errorf("exec: kernel %q is pinned to %s, which was lost: %w", name, rc.loss.id, gpu.ErrDeviceLost), rc.g.KernelWrites(k))
 	}
 	for _, k := range rc.nocode {
 		kern := rc.g.Kernel(k)
 		r2.store.Fail(kern.Name, fmt.Errorf("exec: kernel %q ran on %s, which was lost, and no other device has code for it (it has %s code): %w",
-			kern.Name, rc.loss.id, kern.Codes(), ErrDeviceLost), kern.Writes)
+			kern.Name, rc.loss.id, kern.Codes(), gpu.ErrDeviceLost), kern.Writes)
 	}
 	return r2, nil
 }

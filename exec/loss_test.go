@@ -11,6 +11,7 @@ import (
 
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
+	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -97,7 +98,7 @@ func TestDeviceLossPinnedKernelFails(t *testing.T) {
 	require.NoError(t, err)
 	defer res.Close()
 	_, err = res.Buffer(out)
-	assert.ErrorIs(t, err, exec.ErrDeviceLost)
+	assert.ErrorIs(t, err, gpu.ErrDeviceLost)
 	assert.ErrorContains(t, err, "gpu3")
 }
 

@@ -204,7 +204,7 @@ func TestCodeDeviceLossGivesBackItsBudget(t *testing.T) {
 			res, err := e.Run(t.Context(), g, exec.WithInput(in, uint64(2)), exec.WithDeviceLoss(d.ID(), at))
 			require.NoError(t, err)
 			_, err = res.Buffer(out)
-			require.ErrorIs(t, err, exec.ErrDeviceLost, "out was computed by OpenCL code alone")
+			require.ErrorIs(t, err, gpu.ErrDeviceLost, "out was computed by OpenCL code alone")
 			res.Close()
 			require.True(t, budget.TryAcquire(1<<20), "the run gave every byte back")
 			budget.Release(1 << 20)

@@ -14,6 +14,7 @@ import (
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/failgraph"
+	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -94,7 +95,7 @@ func TestErrCarriesRootsWithoutFailedLaunch(t *testing.T) {
 		require.NoError(t, err)
 		defer res.Close()
 		err = res.Err()
-		require.ErrorIs(t, err, exec.ErrDeviceLost)
+		require.ErrorIs(t, err, gpu.ErrDeviceLost)
 		assert.ErrorContains(t, err, `"source[0]" is pinned to gpu3`)
 	})
 	t.Run("pinned to a lost device, output unread", func(t *testing.T) {
@@ -107,9 +108,9 @@ func TestErrCarriesRootsWithoutFailedLaunch(t *testing.T) {
 		require.NoError(t, err)
 		defer res.Close()
 		_, err = res.Buffer(out)
-		require.ErrorIs(t, err, exec.ErrDeviceLost)
+		require.ErrorIs(t, err, gpu.ErrDeviceLost)
 		err = res.Err()
-		require.ErrorIs(t, err, exec.ErrDeviceLost, "a buffer is unreadable: Err says why")
+		require.ErrorIs(t, err, gpu.ErrDeviceLost, "a buffer is unreadable: Err says why")
 		assert.ErrorContains(t, err, `"pinned" is pinned to gpu3`)
 	})
 	t.Run("two buffers over budget", func(t *testing.T) {

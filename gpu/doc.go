@@ -49,7 +49,7 @@
 // A driver that can list its devices without opening them (gpu/opencl,
 // kind "opencl") implements [Enumerator] too ([Enumerate] asks it by
 // kind): what it lists, a lease backend can lease. A device gone for good
-// is reported with an error matching [ErrGPULost] ([*LostError] from an
+// is reported with an error matching [ErrDeviceLost] ([*LostError] from an
 // inventory or health check, a driver's own device-loss error).
 //
 // The GPU inventory through NVML (which needs cgo) is package gpu/nvml,

@@ -11,14 +11,15 @@ import (
 // ErrClosed is returned by calls on a device or stream after Close.
 var ErrClosed = errors.New("gpu: device closed")
 
-// ErrGPULost is matched (errors.Is) by every error that says a device is
-// gone for good: each *LostError (an inventory or health check found the
-// GPU lost, or no GPU with its UUID), and a driver's device-loss error
-// (gpu/opencl's ErrDeviceLost wraps it).
-var ErrGPULost = errors.New("gpu: GPU lost")
+// ErrDeviceLost is matched (errors.Is) by every error that says a device
+// is gone for good: each *LostError (an inventory or health check found
+// the GPU lost, or no GPU with its UUID), a driver's device-loss errors
+// (an OpenCL device that reported CL_DEVICE_NOT_AVAILABLE, say), and the
+// errors of launches and buffers lost with a device in a run.
+var ErrDeviceLost = errors.New("gpu: device lost")
 
 // LostError says why a GPU is gone for good, as an inventory (gpu/nvml's
-// Discover) or a health check finds it. It matches ErrGPULost and unwraps
+// Discover) or a health check finds it. It matches ErrDeviceLost and unwraps
 // to Err as well.
 type LostError struct {
 	Device topology.DeviceID // the GPU, e.g. gpu3
@@ -36,8 +37,8 @@ func (e *LostError) Error() string {
 	return "gpu: " + id + " is lost: " + fmt.Sprint(e.Err)
 }
 
-// Unwrap returns ErrGPULost and Err.
-func (e *LostError) Unwrap() []error { return []error{ErrGPULost, e.Err} }
+// Unwrap returns ErrDeviceLost and Err.
+func (e *LostError) Unwrap() []error { return []error{ErrDeviceLost, e.Err} }
 
 // Task is one unit of work queued on a stream: a launch. Run is called
 // exactly once, on the stream's worker, after every task queued before it

@@ -61,7 +61,7 @@ func (b *Backend) Acquire(ctx context.Context, cfg gpu.Config) (*Acquired, error
 	a := &Acquired{}
 	cl, err := b.Claim(ctx)
 	switch {
-	case errors.Is(err, gpu.ErrGPULost):
+	case errors.Is(err, gpu.ErrDeviceLost):
 		a.Why = err.Error()
 	case errors.Is(err, ErrNoGPU):
 		src := b.cfg.Source

@@ -272,7 +272,7 @@ func (p *Pool) allLost() error {
 	return e
 }
 
-// allLostError matches ErrNoGPU, gpu.ErrGPULost and each *gpu.LostError.
+// allLostError matches ErrNoGPU, gpu.ErrDeviceLost and each *gpu.LostError.
 type allLostError struct{ lost []*gpu.LostError }
 
 // maxListed bounds the GPUs an error message names.

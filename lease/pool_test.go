@@ -381,7 +381,7 @@ func TestPoolNeverLeasesLostGPU(t *testing.T) {
 	}, p.SnapshotLeases())
 	require.Len(t, p.Lost(), 1)
 	lost := p.Lost()[0]
-	assert.ErrorIs(t, &lost, gpu.ErrGPULost)
+	assert.ErrorIs(t, &lost, gpu.ErrDeviceLost)
 	assert.Equal(t, topology.GPU(0), lost.Device)
 
 	// Losing gpu1 (which has a UUID) too leaves gpu2 alone.
@@ -421,7 +421,7 @@ func TestPoolAllLost(t *testing.T) {
 		for range 3 {
 			err := <-errs
 			assert.ErrorIs(t, err, lease.ErrNoGPU)
-			assert.ErrorIs(t, err, gpu.ErrGPULost)
+			assert.ErrorIs(t, err, gpu.ErrDeviceLost)
 			var le *gpu.LostError
 			require.ErrorAs(t, err, &le)
 			assert.Equal(t, topology.GPU(4), le.Device)

@@ -132,7 +132,7 @@ func TestDiscoverFullFactsAndPerDeviceFailures(t *testing.T) {
 	lost := inv.Lost[0]
 	assert.Equal(t, topology.GPU(2), lost.Device)
 	assert.Equal(t, srv.Devices[2].(*dgxa100.Device).UUID, lost.UUID)
-	assert.ErrorIs(t, &lost, gpu.ErrGPULost)
+	assert.ErrorIs(t, &lost, gpu.ErrDeviceLost)
 	assert.ErrorIs(t, &lost, gonvml.ERROR_GPU_IS_LOST)
 	for _, p := range inv.P2P {
 		assert.NotEqual(t, topology.GPU(2), p.From, "no pair of the lost GPU")

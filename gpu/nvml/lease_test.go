@@ -125,7 +125,7 @@ func TestLeaseNeverLeasesLostGPU(t *testing.T) {
 	assert.Contains(t, a.Why, "lease: no GPU left: all 8 GPUs of the pool are lost: gpu0 (")
 	assert.Contains(t, a.Why, "; and 4 more")
 	l, err = b.Claim(t.Context())
-	assert.ErrorIs(t, err, gpu.ErrGPULost)
+	assert.ErrorIs(t, err, gpu.ErrDeviceLost)
 	if !assert.Nil(t, l) {
 		l.Release()
 	}

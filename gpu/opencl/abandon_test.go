@@ -49,25 +49,25 @@ func childAbandon() int {
 	say("wait: %v", errors.Is(ev.Wait(ctx), context.DeadlineExceeded))
 	d.(gpu.Abandoner).Abandon(errors.New("given up on it"))
 	err = s.Fill(m, 0, 4, []byte{1, 0, 0, 0})
-	say("fill after: lost %v: %s", errors.Is(err, opencl.ErrDeviceLost), cltest.ErrString(err))
+	say("fill after: lost %v: %s", errors.Is(err, gpu.ErrDeviceLost), cltest.ErrString(err))
 	_, err = d.Alloc(4)
-	say("alloc after: lost %v", errors.Is(err, opencl.ErrDeviceLost))
+	say("alloc after: lost %v", errors.Is(err, gpu.ErrDeviceLost))
 	err = d.Close()
-	say("close: lost %v: %s", errors.Is(err, opencl.ErrDeviceLost), cltest.ErrString(err))
+	say("close: lost %v: %s", errors.Is(err, gpu.ErrDeviceLost), cltest.ErrString(err))
 	err = d.Close()
-	say("close again: lost %v", errors.Is(err, opencl.ErrDeviceLost))
+	say("close again: lost %v", errors.Is(err, gpu.ErrDeviceLost))
 	return 0
 }
 
 // TestDeviceAbandon: once abandoned, a device whose kernel never ends
-// refuses later work with an error wrapping ErrDeviceLost and the cause,
+// refuses later work with an error wrapping gpu.ErrDeviceLost and the cause,
 // and Close returns such an error after its close wait instead of
 // waiting for the kernel (in a subprocess: the stuck thread is leaked).
 func TestDeviceAbandon(t *testing.T) {
 	out, err := runChild(t, "device-abandon")
 	require.NoError(t, err, out)
 	assert.Contains(t, out, "wait: true\n")
-	assert.Contains(t, out, "fill after: lost true: opencl: opencl0: opencl: device lost: gpu: GPU lost: given up on it\n")
+	assert.Contains(t, out, "fill after: lost true: opencl: opencl0: gpu: device lost: given up on it\n")
 	assert.Contains(t, out, "alloc after: lost true\n")
 	assert.Contains(t, out, "close: lost true: opencl: opencl0: close: commands still running 100ms after the device was abandoned, leaked: ")
 	assert.Contains(t, out, "close again: lost true\n")

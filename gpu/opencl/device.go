@@ -30,19 +30,6 @@ const DefaultStreams = 4
 // OpenCL command queue, a waiter goroutine and a host-task goroutine).
 const MaxStreams = 64
 
-// ErrDeviceLost is what a failure that leaves an OpenCL device unusable
-// matches (errors.Is), and so does gpu.ErrGPULost, which it wraps: an
-// enqueue that returns CL_DEVICE_NOT_AVAILABLE, or a command the device
-// reports failed after the fact with CL_DEVICE_NOT_AVAILABLE or
-// CL_OUT_OF_RESOURCES (how GPU drivers report a kernel that faulted; the
-// context is unusable after). From then on every call that enqueues work
-// on the device, and Alloc, returns an error wrapping ErrDeviceLost and
-// the first such failure; events already recorded still fire. The
-// recovery is the caller's: close the device and move the work. A device
-// given up on with Abandon is lost in the same way, with the cause
-// Abandon was given.
-var ErrDeviceLost = fmt.Errorf("opencl: device lost: %w", gpu.ErrGPULost)
-
 // DeviceOption configures NewDevice.
 type DeviceOption func(*deviceOptions) error
 
@@ -256,9 +243,9 @@ func (d *clDevice) lostErr() error {
 }
 
 // markLost records cause as the device's loss (the first one is kept
-// for later calls) and returns cause wrapped with ErrDeviceLost.
+// for later calls) and returns cause wrapped with gpu.ErrDeviceLost.
 func (d *clDevice) markLost(cause error) error {
-	err := fmt.Errorf("opencl: %s: %w: %w", d.id, ErrDeviceLost, cause)
+	err := fmt.Errorf("opencl: %s: %w: %w", d.id, gpu.ErrDeviceLost, cause)
 	d.lost.CompareAndSwap(nil, &err)
 	return err
 }
@@ -280,7 +267,7 @@ func (d *clDevice) enqueueErr(prefix string, err error) error {
 // memory with no OpenCL buffer, which a kernel argument binds as a NULL
 // pointer. Errors: a negative size, the budget exceeded (naming the
 // device, the size and what is in use), a failed OpenCL call,
-// ErrDeviceLost, gpu.ErrClosed.
+// gpu.ErrDeviceLost, gpu.ErrClosed.
 func (d *clDevice) Alloc(bytes int64) (gpu.Memory, error) {
 	if bytes < 0 {
 		return nil, fmt.Errorf("opencl: %s: alloc %d bytes: the size must not be negative", d.id, bytes)
@@ -355,8 +342,8 @@ func (d *clDevice) Program(name, source, options string) (gpu.Program, error) {
 }
 
 // Abandon marks the device lost with cause (see gpu.Abandoner and
-// ErrDeviceLost): later enqueues and Alloc fail with an error wrapping
-// ErrDeviceLost and cause, and Close waits at most the device's close
+// gpu.ErrDeviceLost): later enqueues and Alloc fail with an error wrapping
+// gpu.ErrDeviceLost and cause, and Close waits at most the device's close
 // wait (WithCloseWait) for what is enqueued.
 func (d *clDevice) Abandon(cause error) {
 	d.markLost(cause)
@@ -373,7 +360,7 @@ func (d *clDevice) Abandon(cause error) {
 //
 // Once the device has been abandoned (Abandon), a call waits at most the
 // close wait (WithCloseWait; DefaultCloseWait) for that, and returns an
-// error wrapping ErrDeviceLost if it has not finished by then: the
+// error wrapping gpu.ErrDeviceLost if it has not finished by then: the
 // commands still enqueued, the queues, their waiter and host goroutines,
 // the goroutine finishing the close, the device memory and the host
 // memory pinned for copies are then leaked (they are released if the
@@ -449,7 +436,7 @@ func (m *clMemory) Bytes() int64              { return m.b.Bytes() }
 // host thread blocks). Commands enqueued before it must have completed.
 // A failed fill is reported by the stream events recorded after those
 // commands. Errors: released memory (gpu.ErrClosed), an *Error from
-// OpenCL, ErrDeviceLost, gpu.ErrClosed after Close.
+// OpenCL, gpu.ErrDeviceLost, gpu.ErrClosed after Close.
 func (m *clMemory) Zero() error {
 	if m.b.Bytes() == 0 {
 		return nil // zero bytes

@@ -686,14 +686,14 @@ func childDeviceFailed() int {
 		if errors.As(err, &ce) && errors.As(err, &oe) {
 			say("event %d: command error: device %s stream %d label %q status %s", i, ce.Device, ce.Stream, ce.Label, oe.Status)
 		}
-		say("event %d: lost %v", i, errors.Is(err, gpu.ErrGPULost) && errors.Is(err, opencl.ErrDeviceLost))
+		say("event %d: lost %v", i, errors.Is(err, gpu.ErrDeviceLost) && errors.Is(err, gpu.ErrDeviceLost))
 		say("event %d: %s", i, cltest.ErrString(err))
 	}
 	say("next event: %s", cltest.ErrString(s0.Record().Wait(context.Background())))
 	err = s0.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{1}, Args: []gpu.KernelArg{{Mem: m}}})
-	say("later launch: lost %v: %s", errors.Is(err, opencl.ErrDeviceLost), cltest.ErrString(err))
+	say("later launch: lost %v: %s", errors.Is(err, gpu.ErrDeviceLost), cltest.ErrString(err))
 	_, err = d.Alloc(4)
-	say("later alloc: lost %v", errors.Is(err, opencl.ErrDeviceLost))
+	say("later alloc: lost %v", errors.Is(err, gpu.ErrDeviceLost))
 	_ = m.Release()
 	say("close: %s", cltest.ErrString(d.Close()))
 	return 0
@@ -720,7 +720,7 @@ func TestDeviceFailedLaunchReported(t *testing.T) {
 // CL_OUT_OF_RESOURCES (how GPU drivers report a faulted kernel; PoCL
 // cannot be made to, so the report is injected where the waiter's
 // failures enter the device) loses the device: the error matches
-// gpu.ErrGPULost and ErrDeviceLost, and so does every later launch,
+// gpu.ErrDeviceLost and gpu.ErrDeviceLost, and so does every later launch,
 // copy, host task, allocation and recorded event.
 func TestDeviceLost(t *testing.T) {
 	d := newDevice(t, 2)
@@ -732,8 +732,8 @@ func TestDeviceLost(t *testing.T) {
 	var ce *gpu.CommandError
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, gpu.CommandError{Device: d.ID(), Stream: 1, Seq: 4, Label: "launch k", Err: ce.Err}, *ce)
-	assert.ErrorIs(t, err, gpu.ErrGPULost)
-	assert.ErrorIs(t, err, opencl.ErrDeviceLost)
+	assert.ErrorIs(t, err, gpu.ErrDeviceLost)
+	assert.ErrorIs(t, err, gpu.ErrDeviceLost)
 	assert.ErrorIs(t, err, cl.OutOfResources)
 	for name, err := range map[string]error{
 		"launch":    s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{1}, Args: []gpu.KernelArg{mem(buf)}}),
@@ -743,12 +743,12 @@ func TestDeviceLost(t *testing.T) {
 		"alloc":     func() error { _, err := d.Alloc(4); return err }(),
 		"sync":      s.Synchronize(t.Context()),
 	} {
-		assert.ErrorIs(t, err, gpu.ErrGPULost, name)
-		assert.ErrorContains(t, err, "opencl: opencl0: opencl: device lost: gpu: GPU lost: opencl: dev: queue 1 command 4 (launch k) failed: CL_OUT_OF_RESOURCES (-5)", name)
+		assert.ErrorIs(t, err, gpu.ErrDeviceLost, name)
+		assert.ErrorContains(t, err, "opencl: opencl0: gpu: device lost: opencl: dev: queue 1 command 4 (launch k) failed: CL_OUT_OF_RESOURCES (-5)", name)
 	}
 	assert.NoError(t, before.Wait(t.Context()), "an event recorded before still fires")
 	other := opencl.ReportForTest(d, &cl.CommandError{Device: "dev", Queue: 0, Seq: 9, Op: "fill", Status: -1})
-	assert.NotErrorIs(t, other, gpu.ErrGPULost, "an ordinary failure is not a loss")
+	assert.NotErrorIs(t, other, gpu.ErrDeviceLost, "an ordinary failure is not a loss")
 }
 
 // childDeviceFault launches a kernel that stores a terabyte past its

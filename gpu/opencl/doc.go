@@ -27,8 +27,14 @@
 // report the failures of the commands before them as *gpu.CommandError
 // (the label is the launch's); Wait on an event of the same device is a
 // marker wait list, on any other event a user event a goroutine
-// completes. A failure that leaves the device unusable matches
-// ErrDeviceLost and gpu.ErrGPULost, and so does the refusal of a device
+// completes. A failure that leaves the device unusable (an enqueue that
+// returns CL_DEVICE_NOT_AVAILABLE, or a command the device reports failed
+// after the fact with CL_DEVICE_NOT_AVAILABLE or CL_OUT_OF_RESOURCES, how
+// GPU drivers report a kernel that faulted) loses it: from then on every
+// call that enqueues work on it, and Alloc, returns an error matching
+// gpu.ErrDeviceLost and wrapping the first such failure, while events
+// already recorded still fire; the recovery is the caller's (close the
+// device and move the work). So does the refusal of a device
 // given up on (gpu.Abandoner: a kernel that never ends), whose Close
 // returns an error after a bounded wait (WithCloseWait) instead of
 // hanging, leaking what the stuck commands hold. NewDevice's doc has the

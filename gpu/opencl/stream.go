@@ -121,7 +121,7 @@ func (s *clStream) mem(m gpu.Memory, what string) (*clMemory, error) {
 // six, an argument that does not fit its parameter (memory for a scalar
 // or a __local pointer, a scalar for a pointer or of another size), an
 // argument count other than the entry point's, a bad shape or one past
-// the device's limits, ErrDeviceLost, gpu.ErrClosed.
+// the device's limits, gpu.ErrDeviceLost, gpu.ErrClosed.
 func (s *clStream) LaunchKernel(k *gpu.KernelLaunch) error {
 	if k == nil {
 		return fmt.Errorf("%slaunch: nil KernelLaunch", s.prefix)
