@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -399,15 +400,34 @@ func (r *run) buffer(id buffers.ID) *buffers.Buffer {
 func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs map[dag.BufferID]any) error {
 	r.inline = nested(ctx)
 	r.bufs = r.plan.bufSlots()
-	held := map[*buffers.Budget]int64{}  // bytes the run holds or will take, by budget
-	needs := map[*buffers.Budget]int64{} // every raw byte the run needs, by budget, for messages
-	budget := r.bufBudget
+	fits, err := r.reserve(ctx, carried)
+	if err != nil {
+		r.release()
+		releaseInputs(inputs)
+		return err
+	}
+	r.makeBuffers(fits)
+	r.dropCached() // what this run's buffers have no use for
+	return r.storeInputs(inputs)
+}
+
+// reserve stores the carried buffers in the run's slots, takes the
+// device memory the plan kept (with memc), marks the raw buffers that can
+// never fit their budget unallocated (see fitBudgets), and takes the
+// bytes of the rest from their budgets (see acquireBudgets; carried and
+// kept bytes are held already). It returns the plan buffers the run is to
+// make: the fitting raw buffers, kept ones included, neither carried nor
+// value buffers (which are made on first use), in plan order. A negative
+// buffer size, or a budget the run cannot take, is an error; the budgets
+// it took are given back, and what it stored in the run is left for the
+// caller's r.release.
+func (r *run) reserve(ctx context.Context, carried []*buffers.Buffer) ([]int32, error) {
+	held := map[*buffers.Budget]int64{} // bytes the run holds or will take, by budget
 	for i, b := range carried {
 		if b != nil {
 			r.bufs[i].Store(b)
 			r.made.Add(1)
-			held[budget(i)] += b.SizeBytes()
-			needs[budget(i)] += b.SizeBytes()
+			held[r.bufBudget(i)] += b.SizeBytes()
 		}
 	}
 	// Device memory the plan kept comes with its bytes: held already.
@@ -416,75 +436,123 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 		kept = r.takeCached()
 		for bud, n := range kept {
 			held[bud] += n
-			needs[bud] += n
 		}
 	}
-	isKept := func(i int32) bool { return r.cached != nil && r.cached[i] != nil }
-	raw := r.plan.compiled().raw // value buffers are made on first use
-	for _, i := range raw {
-		if (int(i) >= len(carried) || carried[i] == nil) && !isKept(i) {
-			if n := r.plan.bufs[i].SizeBytes; n < 0 {
-				r.release()
-				releaseInputs(inputs)
-				return fmt.Errorf("exec: buffer %q: negative size %d", r.plan.bufs[i].Name, n)
-			}
-			needs[budget(int(i))] += r.plan.bufs[i].SizeBytes
-		}
+	needs := maps.Clone(held) // every raw byte the run needs, by budget, for messages
+	raw := r.plan.compiled().raw
+	if err := r.addNeeds(raw, carried, needs); err != nil {
+		return nil, err
 	}
-	fits := make([]int32, 0, len(raw))
-	for _, i := range raw {
-		if int(i) < len(carried) && carried[i] != nil {
-			continue
-		}
-		if isKept(i) {
-			fits = append(fits, i)
-			continue
-		}
-		b := &r.plan.bufs[i]
-		bud := budget(int(i))
-		if held[bud]+b.SizeBytes <= bud.TotalBytes() {
-			held[bud] += b.SizeBytes
-			fits = append(fits, i)
-			continue
-		}
-		var err error
-		if b.SizeBytes > bud.TotalBytes() {
-			err = fmt.Errorf("exec: allocate %q (%d bytes) on %s: the budget is %d bytes: %w",
-				b.Name, b.SizeBytes, r.devs[b.Device], bud.TotalBytes(), buffers.ErrOverBudget)
-		} else {
-			err = fmt.Errorf("exec: allocate %q (%d bytes) on %s: the run's buffers need %d bytes of a budget of %d: %w",
-				b.Name, b.SizeBytes, r.devs[b.Device], needs[bud], bud.TotalBytes(), buffers.ErrOverBudget)
-		}
-		r.store.FailUnallocated("allocate "+b.Name, buffers.ID(i), err)
-		if r.unalloc == nil {
-			r.unalloc = &unallocated{bufs: make([]bool, len(r.plan.bufs))}
-		}
-		r.unalloc.bufs[i] = true
-		// A kernel that declares an empty range of it, or an optional
-		// read, still runs: it gets a buffer with no bytes, never nil.
-		ph, _ := r.pools[b.Device].AllocateReserved(buffers.ID(i), b.Name, 0)
-		r.bufs[i].Store(ph)
-	}
+	fits := r.fitBudgets(raw, carried, held, needs)
 	// Take the bytes: carried and kept ones are held already.
 	for i, b := range carried {
 		if b != nil {
-			held[budget(i)] -= b.SizeBytes()
+			held[r.bufBudget(i)] -= b.SizeBytes()
 		}
 	}
 	for bud, n := range kept {
 		held[bud] -= n
 	}
+	return fits, r.acquireBudgets(ctx, held)
+}
+
+// isCarried reports whether plan buffer i is carried over from an earlier
+// phase (carried[i] non-nil).
+func isCarried(carried []*buffers.Buffer, i int32) bool {
+	return int(i) < len(carried) && carried[i] != nil
+}
+
+// isKept reports whether plan buffer i has device memory the run took
+// from the plan's cache (run.cached).
+func (r *run) isKept(i int32) bool { return r.cached != nil && r.cached[i] != nil }
+
+// addNeeds adds to needs, by budget, the size of each buffer of raw (plan
+// buffer ids) that is neither carried nor kept. A negative size is an
+// error naming the buffer.
+func (r *run) addNeeds(raw []int32, carried []*buffers.Buffer, needs map[*buffers.Budget]int64) error {
+	for _, i := range raw {
+		if isCarried(carried, i) || r.isKept(i) {
+			continue
+		}
+		if n := r.plan.bufs[i].SizeBytes; n < 0 {
+			return fmt.Errorf("exec: buffer %q: negative size %d", r.plan.bufs[i].Name, n)
+		}
+		needs[r.bufBudget(int(i))] += r.plan.bufs[i].SizeBytes
+	}
+	return nil
+}
+
+// fitBudgets returns, in the order of raw (plan buffer ids), the buffers
+// of raw that are not carried and fit: kept ones, and those whose size
+// fits their budget next to held, the bytes of its budget before them,
+// to which it adds theirs. The rest can never be reserved: each is marked
+// unallocated (see failOverBudget) with needs, the run's bytes of its
+// budget.
+func (r *run) fitBudgets(raw []int32, carried []*buffers.Buffer, held, needs map[*buffers.Budget]int64) []int32 {
+	fits := make([]int32, 0, len(raw))
+	for _, i := range raw {
+		if isCarried(carried, i) {
+			continue
+		}
+		if r.isKept(i) {
+			fits = append(fits, i)
+			continue
+		}
+		b := &r.plan.bufs[i]
+		bud := r.bufBudget(int(i))
+		if held[bud]+b.SizeBytes <= bud.TotalBytes() {
+			held[bud] += b.SizeBytes
+			fits = append(fits, i)
+			continue
+		}
+		r.failOverBudget(i, bud, needs[bud])
+	}
+	return fits
+}
+
+// failOverBudget records raw plan buffer i, which does not fit bud, as an
+// unallocated failure wrapping buffers.ErrOverBudget (naming the buffer,
+// its device and bud's total, and need, the run's bytes of bud, when the
+// buffer alone would fit), marks it in r.unalloc, and stores a buffer with
+// no bytes in its slot: a kernel that declares an empty range of it, or
+// an optional read, still runs, and never gets nil.
+func (r *run) failOverBudget(i int32, bud *buffers.Budget, need int64) {
+	b := &r.plan.bufs[i]
+	var err error
+	if b.SizeBytes > bud.TotalBytes() {
+		err = fmt.Errorf("exec: allocate %q (%d bytes) on %s: the budget is %d bytes: %w",
+			b.Name, b.SizeBytes, r.devs[b.Device], bud.TotalBytes(), buffers.ErrOverBudget)
+	} else {
+		err = fmt.Errorf("exec: allocate %q (%d bytes) on %s: the run's buffers need %d bytes of a budget of %d: %w",
+			b.Name, b.SizeBytes, r.devs[b.Device], need, bud.TotalBytes(), buffers.ErrOverBudget)
+	}
+	r.store.FailUnallocated("allocate "+b.Name, buffers.ID(i), err)
+	if r.unalloc == nil {
+		r.unalloc = &unallocated{bufs: make([]bool, len(r.plan.bufs))}
+	}
+	r.unalloc.bufs[i] = true
+	ph, _ := r.pools[b.Device].AllocateReserved(buffers.ID(i), b.Name, 0)
+	r.bufs[i].Store(ph)
+}
+
+// acquireBudgets takes from each budget the bytes take gives it, in pool
+// order, in one call per budget (a budget shared by several pools is
+// taken once; none when it is 0 or less). A run started inside a kernel
+// (r.inline) never waits: the bytes may be held by the graph whose kernel
+// started it, which cannot release them while it waits for this run, so
+// bytes not free now are an error. Otherwise it waits for them until ctx
+// ends. On an error it gives back the budgets it took and returns an
+// error naming the bytes and the pool's device.
+func (r *run) acquireBudgets(ctx context.Context, take map[*buffers.Budget]int64) error {
 	taken := map[*buffers.Budget]int64{}
 	for _, pool := range r.pools {
 		bud := pool.Budget()
-		n := held[bud] - taken[bud] // a budget shared by several pools is taken once
+		n := take[bud] - taken[bud] // a budget shared by several pools is taken once
 		if n <= 0 {
 			continue
 		}
 		var err error
 		if r.inline && !bud.TryAcquire(n) {
-			// The bytes may be held by the graph whose kernel started this
-			// run, and it cannot release them while it waits for this one.
 			err = fmt.Errorf("a graph run from inside a kernel cannot wait for budget (%d of %d bytes)", n, bud.TotalBytes())
 		} else if !r.inline {
 			err = bud.Acquire(ctx, n)
@@ -493,12 +561,18 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 			for t, n := range taken {
 				t.Release(n)
 			}
-			r.release()
-			releaseInputs(inputs)
 			return fmt.Errorf("exec: reserve %d bytes of buffers on %s: %w", n, pool.Device(), err)
 		}
 		taken[bud] = n
 	}
+	return nil
+}
+
+// makeBuffers makes the reserved buffers fits (plan buffer ids whose
+// bytes the run holds): device memory on a code device (allocMem), none
+// yet for a buffer only fetched (made by the first fetch, run.fetch, or
+// its bytes given back by release), else a buffer of its pool.
+func (r *run) makeBuffers(fits []int32) {
 	for _, i := range fits {
 		b := &r.plan.bufs[i]
 		if r.plan.mem[b.Device] {
@@ -508,11 +582,9 @@ func (r *run) allocate(ctx context.Context, carried []*buffers.Buffer, inputs ma
 		if r.plan.fetchOnly != nil && int(i) < len(r.plan.fetchOnly) && r.plan.fetchOnly[i] {
 			continue // reserved; made by the first fetch (run.fetch), or its bytes given back by release
 		}
-		buf, _ := r.pools[b.Device].AllocateReserved(buffers.ID(i), b.Name, b.SizeBytes) // sizes checked above
+		buf, _ := r.pools[b.Device].AllocateReserved(buffers.ID(i), b.Name, b.SizeBytes) // sizes checked by addNeeds
 		r.bufs[i].Store(buf)
 	}
-	r.dropCached() // what this run's buffers have no use for
-	return r.storeInputs(inputs)
 }
 
 // storeInputs stores each input into its buffer, which takes over the

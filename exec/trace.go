@@ -203,9 +203,41 @@ func TraceEvents(p *Plan, r *Report) ([]TraceEvent, error) {
 		return nil, err
 	}
 	ls := r.Launches()
-	// Processes: the report's first device, and every device with a
-	// launch, in the report's device order; pid = position+1. Every
-	// stream of those devices gets a track.
+	devs := traceDevices(r, ls)
+	pids := make(map[topology.DeviceID]int, len(devs))
+	for i, d := range devs {
+		pids[d] = i + 1
+	}
+	events := traceMetadata(r, devs, traceTracks(r, ls, devs, pids), pids)
+	meta := len(events)
+
+	tl := newTraceLaunches(r, ls, pids)
+	for ph, phase := range phases {
+		events = tl.phase(events, ph, phase, p != nil)
+	}
+	if r.Lost != nil {
+		events, meta = traceLostDevice(events, meta, r, pids, tl.recovery)
+	}
+	if p != nil {
+		flows, err := traceFlows(phases, ls, tl.at, pids)
+		if err != nil {
+			return nil, err
+		}
+		events = append(events, flows...)
+	}
+	// Time order per track; metadata stays first.
+	body := events[meta:]
+	slices.SortStableFunc(body, func(a, b TraceEvent) int {
+		return cmp.Or(cmp.Compare(a.Pid, b.Pid), cmp.Compare(a.Tid, b.Tid), cmp.Compare(a.Ts, b.Ts))
+	})
+	return events, nil
+}
+
+// traceDevices returns the trace's processes in pid order (pid =
+// position+1): the report's first device and every device of ls, in the
+// report's device order (r.Device, then r.Devices), then the devices of
+// ls that the report does not list, in launch order. Each appears once.
+func traceDevices(r *Report, ls []LaunchReport) []topology.DeviceID {
 	used := map[topology.DeviceID]bool{r.Device: true}
 	for i := range ls {
 		used[ls[i].Device] = true
@@ -221,10 +253,16 @@ func TraceEvents(p *Plan, r *Report) ([]TraceEvent, error) {
 			devs = append(devs, d)
 		}
 	}
-	pids := map[topology.DeviceID]int{}
+	return devs
+}
+
+// traceTracks returns the trace's threads, ordered by pid, then stream:
+// every stream the report gives a device of devs (r.Streams), and the
+// stream of every launch of ls. Each appears once; pids must hold every
+// device of devs and ls.
+func traceTracks(r *Report, ls []LaunchReport, devs []topology.DeviceID, pids map[topology.DeviceID]int) []traceTrack {
 	tracks := map[traceTrack]bool{}
-	for i, d := range devs {
-		pids[d] = i + 1
+	for _, d := range devs {
 		if k := slices.Index(r.Devices, d); k >= 0 && k < len(r.Streams) {
 			for s := range r.Streams[k] {
 				tracks[traceTrack{d, s}] = true
@@ -234,18 +272,6 @@ func TraceEvents(p *Plan, r *Report) ([]TraceEvent, error) {
 	for i := range ls {
 		tracks[traceTrack{ls[i].Device, ls[i].Stream}] = true
 	}
-
-	var events []TraceEvent
-	for _, d := range devs {
-		pid := pids[d]
-		name := d.String()
-		if r.Lost != nil && *r.Lost == d {
-			name += " (lost)"
-		}
-		events = append(events,
-			TraceEvent{Name: "process_name", Ph: "M", Pid: pid, Args: map[string]any{"name": name}},
-			TraceEvent{Name: "process_sort_index", Ph: "M", Pid: pid, Args: map[string]any{"sort_index": pid}})
-	}
 	keys := make([]traceTrack, 0, len(tracks))
 	for k := range tracks {
 		keys = append(keys, k)
@@ -253,159 +279,253 @@ func TraceEvents(p *Plan, r *Report) ([]TraceEvent, error) {
 	slices.SortFunc(keys, func(a, b traceTrack) int {
 		return cmp.Or(cmp.Compare(pids[a.dev], pids[b.dev]), cmp.Compare(a.stream, b.stream))
 	})
-	for _, k := range keys {
+	return keys
+}
+
+// traceMetadata returns the "M" events: a name and sort index for each
+// process of devs (the lost device's name says so), then for each thread
+// of tracks (tid = stream+1), in the order given.
+func traceMetadata(r *Report, devs []topology.DeviceID, tracks []traceTrack, pids map[topology.DeviceID]int) []TraceEvent {
+	var events []TraceEvent
+	for _, d := range devs {
+		name := d.String()
+		if r.Lost != nil && *r.Lost == d {
+			name += " (lost)"
+		}
+		events = append(events, traceProcess(pids[d], name)...)
+	}
+	for _, k := range tracks {
 		pid, tid := pids[k.dev], k.stream+1
 		events = append(events,
 			TraceEvent{Name: "thread_name", Ph: "M", Pid: pid, Tid: tid, Args: map[string]any{"name": fmt.Sprintf("%s stream %d", k.dev, k.stream)}},
 			TraceEvent{Name: "thread_sort_index", Ph: "M", Pid: pid, Tid: tid, Args: map[string]any{"sort_index": tid}})
 	}
-	meta := len(events)
+	return events
+}
 
-	var t0 time.Time
+// traceProcess returns the two "M" events of process pid: its name and
+// its sort index (pid).
+func traceProcess(pid int, name string) []TraceEvent {
+	return []TraceEvent{
+		{Name: "process_name", Ph: "M", Pid: pid, Args: map[string]any{"name": name}},
+		{Name: "process_sort_index", Ph: "M", Pid: pid, Args: map[string]any{"sort_index": pid}},
+	}
+}
+
+// traceLaunches places a report's launches on their tracks, one phase
+// after another (see phase); the zero value is not usable: use
+// newTraceLaunches.
+type traceLaunches struct {
+	r    *Report
+	ls   []LaunchReport
+	pids map[topology.DeviceID]int
+	// t0 is the earliest start of ls: time 0 of the trace (zero when no
+	// launch ran).
+	t0 time.Time
+	// movedFrom and rerun are what the recovery did, by kernel: moved off
+	// the lost device (its name), or run again although it had succeeded.
+	movedFrom map[string]string
+	rerun     map[string]bool
+	// at[i] is where launch i sits on its track, in microseconds: its
+	// start, or for a launch that never ran, the end of the last launch
+	// its stream ran before it.
+	at []float64
+	// cursor is, by track, the end of the last launch that ran on it.
+	cursor map[traceTrack]float64
+	// recovery is the end of the first phase's last launch: where the
+	// recovery began.
+	recovery float64
+}
+
+// newTraceLaunches returns the placer of launches ls of r; pids must hold
+// the device of every launch.
+func newTraceLaunches(r *Report, ls []LaunchReport, pids map[topology.DeviceID]int) *traceLaunches {
+	tl := &traceLaunches{r: r, ls: ls, pids: pids, movedFrom: map[string]string{}, rerun: map[string]bool{},
+		at: make([]float64, len(ls)), cursor: map[traceTrack]float64{}}
 	for i := range ls {
-		if s := ls[i].Start; !s.IsZero() && (t0.IsZero() || s.Before(t0)) {
-			t0 = s
+		if s := ls[i].Start; !s.IsZero() && (tl.t0.IsZero() || s.Before(tl.t0)) {
+			tl.t0 = s
 		}
 	}
-	us := func(t time.Time) float64 { return float64(t.Sub(t0).Nanoseconds()) / 1e3 }
-
-	// What the recovery did, by kernel: moved off the lost device, or run
-	// again although it had succeeded.
-	movedFrom := map[string]string{}
 	for _, m := range r.Migrations {
-		movedFrom[m.Kernel] = m.From.String()
+		tl.movedFrom[m.Kernel] = m.From.String()
 	}
-	rerun := map[string]bool{}
 	for _, k := range r.Reruns {
-		rerun[k] = true
+		tl.rerun[k] = true
 	}
+	return tl
+}
 
-	// at[i] is where launch i sits on its track: its start, or for a launch
-	// that never ran, the end of the last launch its stream ran before it.
-	at := make([]float64, len(ls))
-	cursor := map[traceTrack]float64{}
-	recovery := 0.0 // the end of the first phase: where the recovery began
-	for ph, phase := range phases {
-		n := len(r.phases[ph].status)
-		if ph > 0 { // a phase's streams start after the previous phase
-			for k := range cursor {
-				cursor[k] = max(cursor[k], recovery)
-			}
+// us is t in microseconds since the trace's time 0.
+func (tl *traceLaunches) us(t time.Time) float64 { return float64(t.Sub(tl.t0).Nanoseconds()) / 1e3 }
+
+// phase appends to events one event per launch of phase number ph (0 for
+// the first) and returns them: a slice for a launch that ran (see ran),
+// an instant for one that did not (see notRun). Phases must come in
+// order: a later phase's tracks start after the first phase ended. With
+// withPlan, the launches' args carry their plan's byte counts and copies
+// (see planArgs).
+func (tl *traceLaunches) phase(events []TraceEvent, ph int, phase tracePhase, withPlan bool) []TraceEvent {
+	if ph > 0 { // a phase's streams start after the previous phase
+		for k := range tl.cursor {
+			tl.cursor[k] = max(tl.cursor[k], tl.recovery)
 		}
-		for j := range n {
+	}
+	for j := range len(tl.r.phases[ph].status) {
+		i := phase.first + j
+		args := tl.args(i, ph)
+		isCopy := false
+		if withPlan {
+			isCopy = planArgs(args, phase.plan, j)
+		}
+		if tl.ls[i].Start.IsZero() {
+			events = append(events, tl.notRun(i, args))
+		} else {
+			events = append(events, tl.ran(i, ph, isCopy, args))
+		}
+	}
+	return events
+}
+
+// args returns the args of launch i of phase ph: its kernel, status,
+// failure, error, stream and index; after a device loss also its phase
+// (1-based) and, in the recovery, moved_from and rerun where they apply.
+func (tl *traceLaunches) args(i, ph int) map[string]any {
+	l := &tl.ls[i]
+	args := map[string]any{"kernel": l.Kernel, "status": l.Status.String(), "failure": uint64(l.Failure),
+		"error": traceError(l.Err), "stream": l.Stream, "launch": i}
+	if tl.r.Lost == nil {
+		return args
+	}
+	args["phase"] = ph + 1
+	if ph > 0 {
+		if from, ok := tl.movedFrom[l.Kernel]; ok {
+			args["moved_from"] = from
+		}
+		if tl.rerun[l.Kernel] {
+			args["rerun"] = true
+		}
+	}
+	return args
+}
+
+// planArgs adds to args what plan says of its launch j: read_bytes and
+// write_bytes (raw buffers only: a value buffer's size is not known here;
+// each left out when 0) and, for a copy, copy_from, copy_to and
+// copy_bytes. It reports whether the launch is a copy.
+func planArgs(args map[string]any, plan *Plan, j int) bool {
+	pl := &plan.launches[j]
+	if n := plan.rawBytes(pl.Reads); n > 0 {
+		args["read_bytes"] = n
+	}
+	if n := plan.rawBytes(pl.Writes); n > 0 {
+		args["write_bytes"] = n
+	}
+	c := pl.Copy
+	if c == nil {
+		return false
+	}
+	args["copy_from"], args["copy_to"] = plan.devices[c.From].String(), plan.devices[c.To].String()
+	args["copy_bytes"] = c.Bytes
+	return true
+}
+
+// ran returns the "X" slice of launch i of phase ph, which ran, with
+// args, categorised failed, lost (it ran, but its work was redone), copy
+// (isCopy) or a plain launch, and moves its track's cursor (and, in the
+// first phase, the recovery's start) to its end.
+func (tl *traceLaunches) ran(i, ph int, isCopy bool, args map[string]any) TraceEvent {
+	l := &tl.ls[i]
+	tr := traceTrack{l.Device, l.Stream}
+	ts, dur := tl.us(l.Start), float64(l.End.Sub(l.Start).Nanoseconds())/1e3
+	ev := TraceEvent{Name: l.Kernel, Cat: traceCatLaunch, Ph: "X", Ts: ts, Dur: &dur, Pid: tl.pids[l.Device], Tid: l.Stream + 1, Args: args}
+	switch {
+	case l.Status == StatusFailed:
+		ev.Cat, ev.Cname = traceCatFailed, cnameFailed
+	case l.Status == StatusLost: // ran, but its work was redone
+		ev.Cat, ev.Cname = traceCatLost, cnameLost
+	case isCopy:
+		ev.Cat, ev.Cname = traceCatCopy, cnameCopy
+	}
+	tl.at[i] = ts
+	tl.cursor[tr] = max(tl.cursor[tr], ts+dur)
+	if ph == 0 {
+		tl.recovery = max(tl.recovery, ts+dur)
+	}
+	return ev
+}
+
+// notRun returns the thread-scoped instant of launch i, which never ran,
+// at its track's cursor, with args (plus the chain for a skipped one),
+// categorised skipped, failed, lost or cancelled by its status.
+func (tl *traceLaunches) notRun(i int, args map[string]any) TraceEvent {
+	l := &tl.ls[i]
+	tl.at[i] = tl.cursor[traceTrack{l.Device, l.Stream}]
+	ev := TraceEvent{Name: l.Kernel, Ph: "i", S: "t", Ts: tl.at[i], Pid: tl.pids[l.Device], Tid: l.Stream + 1, Args: args}
+	switch l.Status {
+	case StatusSkipped:
+		ev.Cat, ev.Cname = traceCatSkipped, cnameSkipped
+		args["chain"] = strings.Join(l.Chain, " ← ")
+	case StatusFailed: // failed without running: mark it like a failure
+		ev.Cat, ev.Cname = traceCatFailed, cnameFailed
+	case StatusLost:
+		ev.Cat, ev.Cname = traceCatLost, cnameLost
+	default:
+		ev.Cat, ev.Cname = traceCatCancelled, cnameCancelled
+	}
+	return ev
+}
+
+// traceLostDevice returns events with the marks of r's lost device
+// (r.Lost must be non-nil) and the new count of metadata events at their
+// start: a process for the device inserted after the meta metadata
+// events when no launch gave it one (its pid added to pids, after the
+// others), and the process-wide "device-lost" instant at recovery (the
+// first phase's end) appended, with the migrations and reruns in its
+// args.
+func traceLostDevice(events []TraceEvent, meta int, r *Report, pids map[topology.DeviceID]int, recovery float64) ([]TraceEvent, int) {
+	if _, ok := pids[*r.Lost]; !ok { // no launch on it: give it a process
+		pids[*r.Lost] = len(pids) + 1
+		events = slices.Insert(events, meta, traceProcess(pids[*r.Lost], r.Lost.String()+" (lost)")...)
+		meta += 2
+	}
+	moves := make([]string, 0, len(r.Migrations))
+	for _, m := range r.Migrations {
+		moves = append(moves, fmt.Sprintf("%s→%s", m.Kernel, m.To))
+	}
+	events = append(events, TraceEvent{Name: r.Lost.String() + " lost", Cat: traceCatLostDevice, Ph: "i", S: "p",
+		Ts: recovery, Pid: pids[*r.Lost], Cname: cnameFailed, Args: map[string]any{
+			"device": r.Lost.String(), "migrations": len(r.Migrations), "moved": strings.Join(moves, ", "),
+			"reruns": strings.Join(r.Reruns, ", ")}})
+	return events, meta
+}
+
+// traceFlows returns an "s"/"f" flow pair for every event wait of every
+// phase's plan, with ids from 1 in phase and launch order: "s" at the
+// start of the launch waited for (inside its slice, so it binds to it),
+// "f" bound to the enclosing slice of the waiting launch; at holds each
+// launch's place on its track (see traceLaunches). A wait on a launch
+// outside its phase's plan or the report is an error.
+func traceFlows(phases []tracePhase, ls []LaunchReport, at []float64, pids map[topology.DeviceID]int) ([]TraceEvent, error) {
+	var events []TraceEvent
+	var id uint64
+	for _, phase := range phases {
+		for j := range phase.plan.launches {
 			i := phase.first + j
-			l := &ls[i]
-			tr := traceTrack{l.Device, l.Stream}
-			pid, tid := pids[l.Device], l.Stream+1
-			args := map[string]any{"kernel": l.Kernel, "status": l.Status.String(), "failure": uint64(l.Failure),
-				"error": traceError(l.Err), "stream": l.Stream, "launch": i}
-			if r.Lost != nil {
-				args["phase"] = ph + 1
-				if ph > 0 {
-					if from, ok := movedFrom[l.Kernel]; ok {
-						args["moved_from"] = from
-					}
-					if rerun[l.Kernel] {
-						args["rerun"] = true
-					}
+			for _, wt := range phase.plan.launches[j].Waits {
+				w := phase.first + wt.Launch
+				if wt.Launch < 0 || wt.Launch >= len(phase.plan.launches) || w >= len(ls) {
+					return nil, fmt.Errorf("exec: trace: launch %d waits on launch %d of %d", i, w, len(ls))
 				}
-			}
-			isCopy := false
-			if p != nil {
-				pl := &phase.plan.launches[j]
-				// Raw bytes only: a value buffer's size is not known here.
-				if n := phase.plan.rawBytes(pl.Reads); n > 0 {
-					args["read_bytes"] = n
-				}
-				if n := phase.plan.rawBytes(pl.Writes); n > 0 {
-					args["write_bytes"] = n
-				}
-				if c := pl.Copy; c != nil {
-					isCopy = true
-					args["copy_from"], args["copy_to"] = phase.plan.devices[c.From].String(), phase.plan.devices[c.To].String()
-					args["copy_bytes"] = c.Bytes
-				}
-			}
-			if !l.Start.IsZero() {
-				ts, dur := us(l.Start), float64(l.End.Sub(l.Start).Nanoseconds())/1e3
-				ev := TraceEvent{Name: l.Kernel, Cat: traceCatLaunch, Ph: "X", Ts: ts, Dur: &dur, Pid: pid, Tid: tid, Args: args}
-				switch {
-				case l.Status == StatusFailed:
-					ev.Cat, ev.Cname = traceCatFailed, cnameFailed
-				case l.Status == StatusLost: // ran, but its work was redone
-					ev.Cat, ev.Cname = traceCatLost, cnameLost
-				case isCopy:
-					ev.Cat, ev.Cname = traceCatCopy, cnameCopy
-				}
-				events = append(events, ev)
-				at[i] = ts
-				cursor[tr] = max(cursor[tr], ts+dur)
-				if ph == 0 {
-					recovery = max(recovery, ts+dur)
-				}
-				continue
-			}
-			at[i] = cursor[tr]
-			ev := TraceEvent{Name: l.Kernel, Ph: "i", S: "t", Ts: at[i], Pid: pid, Tid: tid, Args: args}
-			switch l.Status {
-			case StatusSkipped:
-				ev.Cat, ev.Cname = traceCatSkipped, cnameSkipped
-				args["chain"] = strings.Join(l.Chain, " ← ")
-			case StatusFailed: // failed without running: mark it like a failure
-				ev.Cat, ev.Cname = traceCatFailed, cnameFailed
-			case StatusLost:
-				ev.Cat, ev.Cname = traceCatLost, cnameLost
-			default:
-				ev.Cat, ev.Cname = traceCatCancelled, cnameCancelled
-			}
-			events = append(events, ev)
-		}
-	}
-	if r.Lost != nil {
-		if _, ok := pids[*r.Lost]; !ok { // no launch on it: give it a process
-			pids[*r.Lost] = len(devs) + 1
-			events = slices.Insert(events, meta,
-				TraceEvent{Name: "process_name", Ph: "M", Pid: pids[*r.Lost], Args: map[string]any{"name": r.Lost.String() + " (lost)"}},
-				TraceEvent{Name: "process_sort_index", Ph: "M", Pid: pids[*r.Lost], Args: map[string]any{"sort_index": pids[*r.Lost]}})
-			meta += 2
-		}
-		moves := make([]string, 0, len(r.Migrations))
-		for _, m := range r.Migrations {
-			moves = append(moves, fmt.Sprintf("%s→%s", m.Kernel, m.To))
-		}
-		events = append(events, TraceEvent{Name: r.Lost.String() + " lost", Cat: traceCatLostDevice, Ph: "i", S: "p",
-			Ts: recovery, Pid: pids[*r.Lost], Cname: cnameFailed, Args: map[string]any{
-				"device": r.Lost.String(), "migrations": len(r.Migrations), "moved": strings.Join(moves, ", "),
-				"reruns": strings.Join(r.Reruns, ", ")}})
-	}
-
-	if p != nil {
-		var id uint64
-		for _, phase := range phases {
-			for j := range phase.plan.launches {
-				i := phase.first + j
-				for _, wt := range phase.plan.launches[j].Waits {
-					w := phase.first + wt.Launch
-					if wt.Launch < 0 || wt.Launch >= len(phase.plan.launches) || w >= len(ls) {
-						return nil, fmt.Errorf("exec: trace: launch %d waits on launch %d of %d", i, w, len(ls))
-					}
-					id++
-					src, dst := &ls[w], &ls[i]
-					args := map[string]any{"stream": wt.Stream, "seq": wt.Seq}
-					// "s" at the start of the source slice (inside it, so it binds
-					// to it), "f" bound to the enclosing slice of the waiting launch.
-					events = append(events,
-						TraceEvent{Name: "wait", Cat: traceCatWait, Ph: "s", Ts: at[w], Pid: pids[src.Device], Tid: src.Stream + 1, ID: id, Args: args},
-						TraceEvent{Name: "wait", Cat: traceCatWait, Ph: "f", Bp: "e", Ts: at[i], Pid: pids[dst.Device], Tid: dst.Stream + 1, ID: id, Args: args})
-				}
+				id++
+				src, dst := &ls[w], &ls[i]
+				args := map[string]any{"stream": wt.Stream, "seq": wt.Seq}
+				events = append(events,
+					TraceEvent{Name: "wait", Cat: traceCatWait, Ph: "s", Ts: at[w], Pid: pids[src.Device], Tid: src.Stream + 1, ID: id, Args: args},
+					TraceEvent{Name: "wait", Cat: traceCatWait, Ph: "f", Bp: "e", Ts: at[i], Pid: pids[dst.Device], Tid: dst.Stream + 1, ID: id, Args: args})
 			}
 		}
 	}
-	// Time order per track; metadata stays first.
-	body := events[meta:]
-	slices.SortStableFunc(body, func(a, b TraceEvent) int {
-		return cmp.Or(cmp.Compare(a.Pid, b.Pid), cmp.Compare(a.Tid, b.Tid), cmp.Compare(a.Ts, b.Ts))
-	})
 	return events, nil
 }
 
