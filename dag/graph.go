@@ -541,7 +541,52 @@ func (g *Graph) AddKernel(name string, fn KernelFunc, opts ...KernelOption) Kern
 	}
 	// Count the bindings so reads and writes each take one contiguous
 	// run of the arena.
-	nr, nw, optional := 0, 0, false
+	nr, nw, optional := countBindings(opts)
+	var kb kernelBindings
+	var bd []buffers.Binding
+	var chunk, off uint32
+	if nr+nw > 0 {
+		bd, chunk, off = g.newBindings(nr + nw)
+		kb.reads, kb.writes = bd[:0:nr], bd[nr:nr]
+	}
+	if optional {
+		kb.opt = make([]bool, 0, nr)
+	}
+	var ex kernelExtra
+	variants := false
+	for i := range opts {
+		switch o := &opts[i]; o.kind {
+		case optReads, optReadsOptional, optReadsRange, optWrites, optWritesRange:
+			g.bindOption(k, o, &kb)
+		case optVariant:
+			variants = true
+		default:
+			g.hintOption(k, o, &ex)
+		}
+	}
+	if len(kb.reads) < nr && len(kb.writes) > 0 { // unknown reads: close the gap
+		copy(bd[len(kb.reads):], kb.writes)
+	}
+	g.krecs[k].bind = bindRef{chunk: chunk, off: off, nr: uint32(len(kb.reads)), nw: uint32(len(kb.writes))}
+	if kb.anyOptional {
+		ex.optional = kb.opt
+	}
+	if variants {
+		ex.variants = g.bindVariants(k, opts, kb.reads, kb.writes)
+	}
+	if !ex.isZero() {
+		g.extras = append(g.extras, ex)
+		g.krecs[k].extra = uint32(len(g.extras))
+	}
+	push(&g.nodes, nodeRef(k))
+	g.invalidate()
+	return k
+}
+
+// countBindings returns how many reads (nr) and writes (nw) opts declare,
+// unknown buffers included, and whether some read option is optional. It
+// reads opts only; O(len(opts)), no allocation.
+func countBindings(opts []KernelOption) (nr, nw int, optional bool) {
 	for i := range opts {
 		switch o := &opts[i]; o.kind {
 		case optReads:
@@ -557,89 +602,94 @@ func (g *Graph) AddKernel(name string, fn KernelFunc, opts ...KernelOption) Kern
 			nw++
 		}
 	}
-	var bd, reads, writes []buffers.Binding
-	var chunk, off uint32
-	if nr+nw > 0 {
-		bd, chunk, off = g.newBindings(nr + nw)
-		reads, writes = bd[:0:nr], bd[nr:nr]
+	return nr, nw, optional
+}
+
+// kernelBindings gathers a kernel's reads and writes while AddKernel
+// applies its options. reads and writes are runs of the binding arena
+// with room for every declared binding (see countBindings), so appending
+// to them never reallocates; opt is nil unless some read option is
+// optional, and then holds one flag per kept read.
+type kernelBindings struct {
+	reads, writes []buffers.Binding
+	opt           []bool
+	anyOptional   bool // some kept read is optional
+}
+
+// read appends bd to the reads, with its optional flag isOpt when the
+// kernel tracks them.
+func (kb *kernelBindings) read(bd buffers.Binding, isOpt bool) {
+	kb.reads = append(kb.reads, bd)
+	if kb.opt != nil {
+		kb.opt = append(kb.opt, isOpt)
+		kb.anyOptional = kb.anyOptional || isOpt
 	}
-	var opt []bool // per read, when some read may be optional
-	if optional {
-		opt = make([]bool, 0, nr)
-	}
-	var ex kernelExtra
-	anyOptional, variants := false, false
-	for i := range opts {
-		switch o := &opts[i]; o.kind {
-		case optReads, optReadsOptional:
-			isOpt := o.kind == optReadsOptional
-			for _, id := range o.ids {
-				if b := g.bufferFor(k, id, "reads"); b != nil {
-					reads = append(reads, buffers.Binding{Buffer: id, Length: b.extent()})
-					if optional {
-						opt = append(opt, isOpt)
-						anyOptional = anyOptional || isOpt
-					}
-				}
+}
+
+// bindOption applies a read or write option o of kernel k to kb: a whole
+// buffer binds its extent, a range binds as given. An unknown buffer or
+// a range outside its buffer is recorded in g's errors and left out.
+// Other kinds of option are ignored. It keeps neither o nor kb.
+func (g *Graph) bindOption(k KernelID, o *KernelOption, kb *kernelBindings) {
+	switch o.kind {
+	case optReads, optReadsOptional:
+		isOpt := o.kind == optReadsOptional
+		for _, id := range o.ids {
+			if b := g.bufferFor(k, id, "reads"); b != nil {
+				kb.read(buffers.Binding{Buffer: id, Length: b.extent()}, isOpt)
 			}
-		case optReadsRange:
-			if bd, ok := g.rangeFor(k, o.rng, "reads"); ok {
-				reads = append(reads, bd)
-				if optional {
-					opt = append(opt, false)
-				}
+		}
+	case optReadsRange:
+		if bd, ok := g.rangeFor(k, o.rng, "reads"); ok {
+			kb.read(bd, false)
+		}
+	case optWrites:
+		for _, id := range o.ids {
+			if b := g.bufferFor(k, id, "writes"); b != nil {
+				kb.writes = append(kb.writes, buffers.Binding{Buffer: id, Length: b.extent()})
 			}
-		case optWrites:
-			for _, id := range o.ids {
-				if b := g.bufferFor(k, id, "writes"); b != nil {
-					writes = append(writes, buffers.Binding{Buffer: id, Length: b.extent()})
-				}
-			}
-		case optWritesRange:
-			if bd, ok := g.rangeFor(k, o.rng, "writes"); ok {
-				writes = append(writes, bd)
-			}
-		case optStream:
-			if o.stream < 0 {
-				g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: negative stream %d", g.KernelName(k), o.stream))
-				continue
-			}
-			ex.stream = o.stream + 1
-		case optDevice, optPrefer:
-			d := new(topology.DeviceID) // a copy: keeping o's own would move every option to the heap
-			*d = o.device
-			if o.kind == optDevice {
-				ex.device = d
-			} else {
-				ex.prefer = d
-			}
-		case optEstimate:
-			if o.estimate < 0 {
-				g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: negative estimate %v", g.KernelName(k), o.estimate))
-				continue
-			}
-			ex.estimate = o.estimate
-		case optVariant:
-			variants = true
+		}
+	case optWritesRange:
+		if bd, ok := g.rangeFor(k, o.rng, "writes"); ok {
+			kb.writes = append(kb.writes, bd)
 		}
 	}
-	if len(reads) < nr && len(writes) > 0 { // unknown reads: close the gap
-		copy(bd[len(reads):], writes)
+}
+
+// hintOption applies a placement hint o of kernel k (a stream, a device,
+// a preferred device or an estimate) to ex. A negative stream or
+// estimate is recorded in g's errors and leaves ex as it was. Other
+// kinds of option are ignored. It keeps no pointer into o: a device is
+// copied, so the caller's options stay off the heap.
+func (g *Graph) hintOption(k KernelID, o *KernelOption, ex *kernelExtra) {
+	switch o.kind {
+	case optStream:
+		if o.stream < 0 {
+			g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: negative stream %d", g.KernelName(k), o.stream))
+			return
+		}
+		ex.stream = o.stream + 1
+	case optDevice, optPrefer:
+		d := new(topology.DeviceID) // a copy: keeping o's own would move every option to the heap
+		*d = o.device
+		if o.kind == optDevice {
+			ex.device = d
+		} else {
+			ex.prefer = d
+		}
+	case optEstimate:
+		if o.estimate < 0 {
+			g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: negative estimate %v", g.KernelName(k), o.estimate))
+			return
+		}
+		ex.estimate = o.estimate
 	}
-	g.krecs[k].bind = bindRef{chunk: chunk, off: off, nr: uint32(len(reads)), nw: uint32(len(writes))}
-	if anyOptional {
-		ex.optional = opt
-	}
-	if variants {
-		ex.variants = g.bindVariants(k, opts, reads, writes)
-	}
-	if ex.optional != nil || ex.stream != 0 || ex.device != nil || ex.prefer != nil || ex.estimate != 0 || ex.variants != nil {
-		g.extras = append(g.extras, ex)
-		g.krecs[k].extra = uint32(len(g.extras))
-	}
-	push(&g.nodes, nodeRef(k))
-	g.invalidate()
-	return k
+}
+
+// isZero reports whether ex holds nothing, so its kernel needs no entry
+// in Graph.extras.
+func (ex *kernelExtra) isZero() bool {
+	return ex.optional == nil && ex.stream == 0 && ex.device == nil && ex.prefer == nil && ex.estimate == 0 && ex.variants == nil
 }
 
 // NumKernels returns the number of kernels.

@@ -887,98 +887,24 @@ func (c *codeRun) enqueue() {
 	r, b := c.r, c.b
 	k := c.pos
 	h := &b.list[k]
-	i := int(h.idx)
-	l := &r.plan.launches[i]
+	l := &r.plan.launches[h.idx]
 	devWaited := false
 	for _, w := range b.waits[c.wfrom:h.waits] {
-		need := uint64(w.Seq)
-		if b.seen[w.Stream] >= need {
-			continue
-		}
-		if b.seen[w.Stream] = r.progress[w.Stream].Load(); b.seen[w.Stream] >= need {
-			continue
-		}
-		same := c.sameDevice(w.Stream)
-		if same && r.pubs[w.Stream].enq.Load() >= need {
-			if !c.waitOn(k, w) {
-				return
-			}
-			devWaited = true
-			continue
-		}
-		c.recordTo(k)
-		for len(c.segs) > 0 {
-			c.settleSegment()
-		}
-		if c.abandoned {
+		dev, ok := c.await(k, w)
+		if !ok {
 			return
 		}
-		var err error
-		if same {
-			if _, err = r.pubs[w.Stream].enq.WaitFor(r.ctx, need); err != nil {
-				b.left = k // ctx is done
-				return
-			}
-			if b.seen[w.Stream] = r.progress[w.Stream].Load(); b.seen[w.Stream] >= need {
-				continue
-			}
-			if !c.waitOn(k, w) {
-				return
-			}
-			devWaited = true
-			continue
-		}
-		if b.seen[w.Stream], err = r.progress[w.Stream].WaitFor(r.ctx, need); err != nil {
-			b.left = k // ctx is done
-			return
-		}
+		devWaited = devWaited || dev
 	}
 	c.wfrom = int(h.waits)
 	c.pos++
 	if c.enqAt != nil {
 		c.enqAt[k] = int64(time.Since(r.out.base))
 	}
-	if r.loss != nil && r.loss.hits(l) {
-		// Lost with its device (simulated: the device is not told):
-		// nothing is enqueued, and it settles as lost in order.
-		c.state[k].lost = true
-		if c.set == k && !devWaited {
-			c.state[k].settled = true
-			c.lose(k)
-			r.loss.settled()
-			c.set++
-			if h.record {
-				r.progress[b.gs].Publish(uint64(c.set))
-			}
-			r.pubs[b.gs].enq.Publish(uint64(c.pos))
-			return
-		}
-	} else if !devWaited && c.set == k && (r.slow || !r.store.Empty()) && !c.ready(k) {
-		c.state[k].settled = true
-		if r.loss != nil {
-			r.loss.settled()
-		}
-		c.set++
-		if h.record {
-			r.progress[b.gs].Publish(uint64(c.set))
-		}
-		r.pubs[b.gs].enq.Publish(uint64(c.pos))
+	if c.settleUnenqueued(k, l, devWaited) {
 		return
 	}
-	if c.state[k].lost {
-		// Settled as lost in order, after what it waits for.
-	} else if c.state[k].err == nil { // else a build error, say: nothing to enqueue
-		if c.paced && c.openAt.IsZero() {
-			c.openAt = time.Now()
-		}
-		c.state[k].err = c.launch(k, l)
-	}
-	if err := c.state[k].err; err != nil && (errors.Is(err, gpu.ErrClosed) || errors.Is(err, gpu.ErrDeviceLost)) {
-		// Refused (closed, or lost: abandoned, say): cancelled, with
-		// the rest of the list.
-		c.state[k].err, c.state[k].refused = nil, true
-		c.refused = c.r.refused.of(c.r.plan.launches[i].Device, c.r.devs[c.r.plan.launches[i].Device], err)
-	}
+	c.enqueueCommands(k, l)
 	// A kernel's failure names it (its label: kernel names are unique in
 	// a graph), but a copy's names only its kind: a copy ends a segment.
 	// Within a long run of launches nothing else asks for, a Record
@@ -986,6 +912,112 @@ func (c *codeRun) enqueue() {
 	// segment at a time while the rest of it runs on.
 	if l.Copy != nil || h.record || c.pos == len(b.list) || c.pos-c.covered() >= segmentOf(c.window) {
 		c.recordTo(c.pos)
+	}
+}
+
+// await makes launch k, not yet enqueued, follow the launch wait w names,
+// as enqueue describes: it returns at once when that launch has settled
+// (as this stream last saw, or as its stream's progress says now); when
+// it is enqueued on another code stream of this device, it enqueues a
+// device wait on it (dev true); otherwise it records and settles what
+// this stream has enqueued, then waits on the host for it to be enqueued
+// there (then a device wait, unless it has settled meanwhile) or, on
+// another device, to settle. It reports false when launch k must not be
+// enqueued: the stream was abandoned while settling, or the run's ctx
+// ended during the wait (b.left is then k, so the launch and the rest of
+// the list are cancelled).
+func (c *codeRun) await(k int, w Wait) (dev, ok bool) {
+	r, b := c.r, c.b
+	need := uint64(w.Seq)
+	if b.seen[w.Stream] >= need {
+		return false, true
+	}
+	if b.seen[w.Stream] = r.progress[w.Stream].Load(); b.seen[w.Stream] >= need {
+		return false, true
+	}
+	same := c.sameDevice(w.Stream)
+	if same && r.pubs[w.Stream].enq.Load() >= need {
+		return true, c.waitOn(k, w)
+	}
+	c.recordTo(k)
+	for len(c.segs) > 0 {
+		c.settleSegment()
+	}
+	if c.abandoned {
+		return false, false
+	}
+	var err error
+	if same {
+		if _, err = r.pubs[w.Stream].enq.WaitFor(r.ctx, need); err != nil {
+			b.left = k // ctx is done
+			return false, false
+		}
+		if b.seen[w.Stream] = r.progress[w.Stream].Load(); b.seen[w.Stream] >= need {
+			return false, true
+		}
+		return true, c.waitOn(k, w)
+	}
+	if b.seen[w.Stream], err = r.progress[w.Stream].WaitFor(r.ctx, need); err != nil {
+		b.left = k // ctx is done
+		return false, false
+	}
+	return false, true
+}
+
+// settleUnenqueued marks launch k (plan launch l), whose waits are met,
+// lost when the run's simulated loss hits it, and settles it here,
+// without enqueueing, when its outcome is known already: it is next to
+// settle on the stream (c.set == k) and waits for no device wait
+// (devWaited false), and it is lost, or the run checks readiness (slow,
+// or taint recorded) and ready says its reads are not all written. It
+// reports whether it settled k; a lost launch it does not settle is left
+// to settle as lost in order, after what it waits for.
+func (c *codeRun) settleUnenqueued(k int, l *PlannedLaunch, devWaited bool) bool {
+	r := c.r
+	if r.loss != nil && r.loss.hits(l) {
+		// Lost with its device (simulated: the device is not told):
+		// nothing is enqueued, and it settles as lost in order.
+		c.state[k].lost = true
+		if c.set != k || devWaited {
+			return false
+		}
+		c.state[k].settled = true
+		c.lose(k)
+		r.loss.settled()
+	} else {
+		if devWaited || c.set != k || !(r.slow || !r.store.Empty()) || c.ready(k) {
+			return false
+		}
+		c.state[k].settled = true
+		if r.loss != nil {
+			r.loss.settled()
+		}
+	}
+	c.set++
+	if c.b.list[k].record {
+		r.progress[c.b.gs].Publish(uint64(c.set))
+	}
+	r.pubs[c.b.gs].enq.Publish(uint64(c.pos))
+	return true
+}
+
+// enqueueCommands enqueues the commands of launch k (plan launch l), its
+// waits met and its outcome not known yet, unless it is lost (it then
+// settles as lost in order) or already failed (a build error, say: then
+// nothing is enqueued). A launch the device refuses (closed, or lost)
+// is marked refused, its error cleared, and c.refused set to the
+// device's refusal: it is cancelled with the rest of the list.
+func (c *codeRun) enqueueCommands(k int, l *PlannedLaunch) {
+	st := &c.state[k]
+	if !st.lost && st.err == nil {
+		if c.paced && c.openAt.IsZero() {
+			c.openAt = time.Now()
+		}
+		st.err = c.launch(k, l)
+	}
+	if err := st.err; err != nil && (errors.Is(err, gpu.ErrClosed) || errors.Is(err, gpu.ErrDeviceLost)) {
+		st.err, st.refused = nil, true
+		c.refused = c.r.refused.of(l.Device, c.r.devs[l.Device], err)
 	}
 }
 
@@ -1044,37 +1076,9 @@ func (c *codeRun) recordTo(end int) {
 // the kernel with its status word's read-back. It returns an error the
 // launch fails with when it cannot be enqueued; nothing then runs for it.
 func (c *codeRun) launch(k int, l *PlannedLaunch) error {
-	r := c.r
 	op := &c.ops[c.b.list[k].idx]
 	if l.Copy != nil {
-		src, dst := l.Reads[0], l.Writes[0]
-		off, n := src.Offset, src.Length
-		var err error
-		switch {
-		case op.in:
-			hb, m := r.buffer(src.Buffer), c.mem(dst.Buffer)
-			if hb == nil || m == nil || r.unalloc != nil && (r.unalloc.bufs[src.Buffer] || r.unalloc.bufs[dst.Buffer]) {
-				return nil // a failed reservation: the copy carries its taint
-			}
-			err = c.st.CopyIn(m, off, hb.Bytes()[off:off+n])
-		case op.out:
-			m, hb := c.mem(src.Buffer), r.buffer(dst.Buffer)
-			if hb == nil || m == nil || r.unalloc != nil && (r.unalloc.bufs[src.Buffer] || r.unalloc.bufs[dst.Buffer]) {
-				return nil
-			}
-			err = c.st.CopyOut(hb.Bytes()[off:off+n], m, off)
-		default:
-			ms, md := c.mem(src.Buffer), c.mem(dst.Buffer)
-			if ms == nil || md == nil {
-				return nil
-			}
-			err = c.st.Copy(md, off, ms, off, n)
-		}
-		if err != nil {
-			return fmt.Errorf("exec: %s: %w", l.Name, err)
-		}
-		c.state[k].enqueued, c.state[k].copied = true, n
-		return nil
+		return c.launchCopy(k, l, op)
 	}
 	if c.progs[k] == nil {
 		return fmt.Errorf("exec: kernel %q has no program", l.Name)
@@ -1089,6 +1093,72 @@ func (c *codeRun) launch(k int, l *PlannedLaunch) error {
 		c.state[k].enqueued = true
 		return nil
 	}
+	args, err := c.kernelArgs(k, l, op)
+	if err != nil {
+		return err
+	}
+	c.kl = gpu.KernelLaunch{Program: c.progs[k], Entry: op.variant.Entry, Global: op.shape.Global, Local: op.shape.Local, Args: args, Label: l.Name}
+	if err := c.st.LaunchKernel(&c.kl); err != nil {
+		return fmt.Errorf("exec: kernel %q: %w", l.Name, err)
+	}
+	c.state[k].enqueued = true
+	if s := c.statusSlot[k]; s >= 0 {
+		if err := c.st.CopyOut(c.statusHost[4*s:4*s+4], c.statusMem, int64(s)*statusStride); err != nil {
+			return fmt.Errorf("exec: kernel %q: read its status word: %w", l.Name, err)
+		}
+	}
+	return nil
+}
+
+// launchCopy enqueues copy launch k (plan launch l, op its operation): in
+// from a host buffer, out to one, or between two device buffers of this
+// device, of its read's range. A side without memory (a failed
+// reservation) enqueues nothing and returns nil: the copy carries its
+// taint. It returns the error the launch fails with when the stream
+// refuses the copy.
+func (c *codeRun) launchCopy(k int, l *PlannedLaunch, op *codeOp) error {
+	r := c.r
+	src, dst := l.Reads[0], l.Writes[0]
+	off, n := src.Offset, src.Length
+	unalloc := func() bool {
+		return r.unalloc != nil && (r.unalloc.bufs[src.Buffer] || r.unalloc.bufs[dst.Buffer])
+	}
+	var err error
+	switch {
+	case op.in:
+		hb, m := r.buffer(src.Buffer), c.mem(dst.Buffer)
+		if hb == nil || m == nil || unalloc() {
+			return nil // a failed reservation: the copy carries its taint
+		}
+		err = c.st.CopyIn(m, off, hb.Bytes()[off:off+n])
+	case op.out:
+		m, hb := c.mem(src.Buffer), r.buffer(dst.Buffer)
+		if hb == nil || m == nil || unalloc() {
+			return nil
+		}
+		err = c.st.CopyOut(hb.Bytes()[off:off+n], m, off)
+	default:
+		ms, md := c.mem(src.Buffer), c.mem(dst.Buffer)
+		if ms == nil || md == nil {
+			return nil
+		}
+		err = c.st.Copy(md, off, ms, off, n)
+	}
+	if err != nil {
+		return fmt.Errorf("exec: %s: %w", l.Name, err)
+	}
+	c.state[k].enqueued, c.state[k].copied = true, n
+	return nil
+}
+
+// kernelArgs returns the arguments of kernel launch k (plan launch l, op
+// its operation), in c.args (reused, so valid until the next launch): the
+// status word's slot, a buffer's memory at its offset, or a scalar. A
+// zero-byte buffer without memory binds c.empty, allocated on first use.
+// It returns an error naming the argument when a buffer has no device
+// memory or the zero-byte allocation fails.
+func (c *codeRun) kernelArgs(k int, l *PlannedLaunch, op *codeOp) ([]gpu.KernelArg, error) {
+	r := c.r
 	args := slices.Grow(c.args[:0], len(op.args))[:len(op.args)]
 	c.args = args
 	for j, a := range op.args {
@@ -1102,30 +1172,20 @@ func (c *codeRun) launch(k int, l *PlannedLaunch) error {
 					cd, _ := r.gdevs[b.Device].(gpu.CodeDevice)
 					var err error
 					if c.empty, err = cd.Alloc(0); err != nil {
-						return fmt.Errorf("exec: kernel %q: argument %d: zero-byte buffer %q: %w", l.Name, j, b.Name, err)
+						return nil, fmt.Errorf("exec: kernel %q: argument %d: zero-byte buffer %q: %w", l.Name, j, b.Name, err)
 					}
 				}
 				m = c.empty
 			}
 			if m == nil {
-				return fmt.Errorf("exec: kernel %q: argument %d: buffer %q has no device memory", l.Name, j, r.plan.bufs[a.inst].Name)
+				return nil, fmt.Errorf("exec: kernel %q: argument %d: buffer %q has no device memory", l.Name, j, r.plan.bufs[a.inst].Name)
 			}
 			args[j] = gpu.KernelArg{Mem: m, Offset: a.off}
 		default:
 			args[j] = gpu.KernelArg{Scalar: a.scalar}
 		}
 	}
-	c.kl = gpu.KernelLaunch{Program: c.progs[k], Entry: op.variant.Entry, Global: op.shape.Global, Local: op.shape.Local, Args: args, Label: l.Name}
-	if err := c.st.LaunchKernel(&c.kl); err != nil {
-		return fmt.Errorf("exec: kernel %q: %w", l.Name, err)
-	}
-	c.state[k].enqueued = true
-	if s := c.statusSlot[k]; s >= 0 {
-		if err := c.st.CopyOut(c.statusHost[4*s:4*s+4], c.statusMem, int64(s)*statusStride); err != nil {
-			return fmt.Errorf("exec: kernel %q: read its status word: %w", l.Name, err)
-		}
-	}
-	return nil
+	return args, nil
 }
 
 // mem returns plan buffer id's device memory, nil when it has none.

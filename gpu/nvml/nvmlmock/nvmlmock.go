@@ -273,35 +273,8 @@ var statuses = map[string]nvml.GpuP2PStatus{
 // parse checks t against n GPUs and returns per pair the NVLink count, the
 // PCIe level and the read/write P2P status.
 func (t Topology) parse(n int) (nv [][]int, pcie [][]nvml.GpuTopologyLevel, p2p [][]nvml.GpuP2PStatus, err error) {
-	square := func(what string, m [][]string) error {
-		if len(m) != n {
-			return fmt.Errorf("nvmlmock: %s has %d rows, want %d (one per GPU)", what, len(m), n)
-		}
-		for i, row := range m {
-			if len(row) != n {
-				return fmt.Errorf("nvmlmock: %s row %d has %d columns, want %d", what, i, len(row), n)
-			}
-		}
-		return nil
-	}
-	if err := square("matrix", t.Matrix); err != nil {
+	if err := t.check(n); err != nil {
 		return nil, nil, nil, err
-	}
-	for what, m := range map[string][][]string{"PCIe matrix": t.PCIe, "P2P matrix": t.P2P} {
-		if m != nil {
-			if err := square(what, m); err != nil {
-				return nil, nil, nil, err
-			}
-		}
-	}
-	if t.NUMA != nil && len(t.NUMA) != n {
-		return nil, nil, nil, fmt.Errorf("nvmlmock: %d NUMA nodes, want %d", len(t.NUMA), n)
-	}
-	if t.CPUAffinity != nil && len(t.CPUAffinity) != n {
-		return nil, nil, nil, fmt.Errorf("nvmlmock: %d CPU affinities, want %d", len(t.CPUAffinity), n)
-	}
-	if t.NVSwitches < 0 {
-		return nil, nil, nil, fmt.Errorf("nvmlmock: %d NVSwitches", t.NVSwitches)
 	}
 	nv = make([][]int, n)
 	pcie = make([][]nvml.GpuTopologyLevel, n)
@@ -309,46 +282,109 @@ func (t Topology) parse(n int) (nv [][]int, pcie [][]nvml.GpuTopologyLevel, p2p 
 	for i := range n {
 		nv[i], pcie[i], p2p[i] = make([]int, n), make([]nvml.GpuTopologyLevel, n), make([]nvml.GpuP2PStatus, n)
 		for j := range n {
-			lab := strings.TrimSpace(t.Matrix[i][j])
-			if (i == j) != (lab == "X") {
-				return nil, nil, nil, fmt.Errorf("nvmlmock: matrix row %d column %d: %q (X only on the diagonal)", i, j, lab)
+			if nv[i][j], pcie[i][j], err = t.link(i, j); err != nil {
+				return nil, nil, nil, err
 			}
-			if c, ok := strings.CutPrefix(lab, "NV"); ok {
-				k, err := strconv.Atoi(c)
-				if err != nil || k < 1 || k > nvml.NVLINK_MAX_LINKS {
-					return nil, nil, nil, fmt.Errorf("nvmlmock: matrix row %d column %d: bad NVLink label %q", i, j, lab)
-				}
-				nv[i][j] = k
-				lab = ""
-				if t.PCIe != nil {
-					lab = strings.TrimSpace(t.PCIe[i][j])
-				} else if t.NUMA != nil && t.NUMA[i] == t.NUMA[j] && t.NUMA[i] >= 0 {
-					lab = "NODE"
-				} else {
-					lab = "SYS"
-				}
-			}
-			lvl, ok := levels[lab]
-			if !ok {
-				return nil, nil, nil, fmt.Errorf("nvmlmock: row %d column %d: unknown PCIe level %q", i, j, lab)
-			}
-			pcie[i][j] = lvl
-			switch {
-			case i == j:
-			case t.P2P != nil:
-				s, ok := statuses[strings.TrimSpace(t.P2P[i][j])]
-				if !ok {
-					return nil, nil, nil, fmt.Errorf("nvmlmock: P2P matrix row %d column %d: unknown status %q", i, j, t.P2P[i][j])
-				}
-				p2p[i][j] = s
-			case nv[i][j] > 0 || lvl == nvml.TOPOLOGY_SINGLE || lvl == nvml.TOPOLOGY_MULTIPLE:
-				p2p[i][j] = nvml.P2P_STATUS_OK
-			default:
-				p2p[i][j] = nvml.P2P_STATUS_CHIPSET_NOT_SUPPORTED
+			if p2p[i][j], err = t.p2pStatus(i, j, nv[i][j], pcie[i][j]); err != nil {
+				return nil, nil, nil, err
 			}
 		}
 	}
 	return nv, pcie, p2p, nil
+}
+
+// check returns an error naming the first mismatch when t's matrices
+// (Matrix, and PCIe and P2P when given) are not n by n, its NUMA nodes
+// or CPU affinities (when given) are not n, or NVSwitches is negative.
+func (t Topology) check(n int) error {
+	if err := square("matrix", t.Matrix, n); err != nil {
+		return err
+	}
+	for what, m := range map[string][][]string{"PCIe matrix": t.PCIe, "P2P matrix": t.P2P} {
+		if m != nil {
+			if err := square(what, m, n); err != nil {
+				return err
+			}
+		}
+	}
+	if t.NUMA != nil && len(t.NUMA) != n {
+		return fmt.Errorf("nvmlmock: %d NUMA nodes, want %d", len(t.NUMA), n)
+	}
+	if t.CPUAffinity != nil && len(t.CPUAffinity) != n {
+		return fmt.Errorf("nvmlmock: %d CPU affinities, want %d", len(t.CPUAffinity), n)
+	}
+	if t.NVSwitches < 0 {
+		return fmt.Errorf("nvmlmock: %d NVSwitches", t.NVSwitches)
+	}
+	return nil
+}
+
+// square returns an error naming matrix what and its first bad row when
+// m is not n rows of n columns.
+func square(what string, m [][]string, n int) error {
+	if len(m) != n {
+		return fmt.Errorf("nvmlmock: %s has %d rows, want %d (one per GPU)", what, len(m), n)
+	}
+	for i, row := range m {
+		if len(row) != n {
+			return fmt.Errorf("nvmlmock: %s row %d has %d columns, want %d", what, i, len(row), n)
+		}
+	}
+	return nil
+}
+
+// link returns the NVLink count (0: none) and PCIe level of GPU i to GPU
+// j, from t.Matrix checked by check: "X" on the diagonal only, "NV<k>"
+// with 1 <= k <= nvml.NVLINK_MAX_LINKS, or a PCIe level. The level of an
+// NVLink pair comes from t.PCIe when given, else NODE when both GPUs
+// share a known NUMA node, else SYS. A bad label gives an error naming
+// its row and column.
+func (t Topology) link(i, j int) (nv int, lvl nvml.GpuTopologyLevel, err error) {
+	lab := strings.TrimSpace(t.Matrix[i][j])
+	if (i == j) != (lab == "X") {
+		return 0, 0, fmt.Errorf("nvmlmock: matrix row %d column %d: %q (X only on the diagonal)", i, j, lab)
+	}
+	if c, ok := strings.CutPrefix(lab, "NV"); ok {
+		k, err := strconv.Atoi(c)
+		if err != nil || k < 1 || k > nvml.NVLINK_MAX_LINKS {
+			return 0, 0, fmt.Errorf("nvmlmock: matrix row %d column %d: bad NVLink label %q", i, j, lab)
+		}
+		nv = k
+		switch {
+		case t.PCIe != nil:
+			lab = strings.TrimSpace(t.PCIe[i][j])
+		case t.NUMA != nil && t.NUMA[i] == t.NUMA[j] && t.NUMA[i] >= 0:
+			lab = "NODE"
+		default:
+			lab = "SYS"
+		}
+	}
+	lvl, ok := levels[lab]
+	if !ok {
+		return 0, 0, fmt.Errorf("nvmlmock: row %d column %d: unknown PCIe level %q", i, j, lab)
+	}
+	return nv, lvl, nil
+}
+
+// p2pStatus returns the read/write P2P status of GPU i to GPU j, whose
+// NVLink count is nv and PCIe level lvl: zero on the diagonal, else from
+// t.P2P when given (an unknown status gives an error naming its row and
+// column), else OK over NVLink or a PCIe switch (PIX, PXB) and
+// CHIPSET_NOT_SUPPORTED otherwise.
+func (t Topology) p2pStatus(i, j, nv int, lvl nvml.GpuTopologyLevel) (nvml.GpuP2PStatus, error) {
+	switch {
+	case i == j:
+		return 0, nil
+	case t.P2P != nil:
+		s, ok := statuses[strings.TrimSpace(t.P2P[i][j])]
+		if !ok {
+			return 0, fmt.Errorf("nvmlmock: P2P matrix row %d column %d: unknown status %q", i, j, t.P2P[i][j])
+		}
+		return s, nil
+	case nv > 0 || lvl == nvml.TOPOLOGY_SINGLE || lvl == nvml.TOPOLOGY_MULTIPLE:
+		return nvml.P2P_STATUS_OK, nil
+	}
+	return nvml.P2P_STATUS_CHIPSET_NOT_SUPPORTED, nil
 }
 
 // cpuMask parses "0-13,28-41" into a 64-bit-word CPU mask.
