@@ -481,13 +481,54 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, code []dag
 	if sub != nil {
 		order = slices.DeleteFunc(slices.Clone(order), func(k dag.KernelID) bool { return !sub.run[k] })
 	}
-	nacc := 0 // bindings of every kernel
+	haz := newHazards(numAccesses(g, order))
+	defer haz.release() // the launches' Deps hold haz.deps, which it lets go
+	order, from, found := launchOrder(g, order, haz, lookup)
+	p := newPlan(g, devs, nstreams, code, mem, pl)
+	only := homeBuffers(p, order, sub)
+	var pins streamPins
+	if len(devs) == 1 {
+		switch p.launchOnOne(order, &pins, check, lookup) {
+		case checkFailed:
+			return nil
+		case checkReplan:
+			return planWith(g, devs, nstreams, code, mem, pl, sub, check, true)
+		}
+	} else {
+		p.launchOnMany(order, &pins, only)
+	}
+	n := len(p.launches)
+	p.record = make([]bool, n)
+	// The planner's per-launch integers, in one allocation: each launch's
+	// global stream and its row in after (1-based; 0: not kept).
+	haz.ints = resize(haz.ints, 2*n)
+	gstream, keep := haz.ints[:n:n], haz.ints[n:]
+	p.findDeps(haz, found && len(devs) == 1 && from != nil, !found || len(devs) > 1, from)
+	p.assignStreams(haz, pins, gstream)
+	kept := p.countHazards(gstream, keep)
+	if p.hazards == 0 {
+		return p
+	}
+	p.alignStreams(haz, gstream, keep, kept)
+	return p
+}
+
+// numAccesses returns the number of bindings (reads and writes) of the
+// kernels order of g.
+func numAccesses(g *dag.Graph, order []dag.KernelID) int {
+	nacc := 0
 	for _, kid := range order {
 		nacc += len(g.KernelReads(kid)) + len(g.KernelWrites(kid))
 	}
-	haz := newHazards(nacc)
-	defer haz.release() // the launches' Deps hold haz.deps, which it lets go
-	order, from, found := launchOrder(g, order, haz, lookup)
+	return nacc
+}
+
+// newPlan returns a plan of g with no launches nor buffers yet: devs,
+// device d with nstreams[d] streams (its global streams numbered device
+// by device), running code of kind code[d], a code device when mem[d]
+// (mem nil: none is), kernels placed by pl. It keeps copies of the
+// slices.
+func newPlan(g *dag.Graph, devs []topology.DeviceID, nstreams []int, code []dag.CodeKind, mem []bool, pl PlacementResult) *Plan {
 	if mem == nil {
 		mem = make([]bool, len(devs))
 	}
@@ -499,97 +540,129 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, code []dag
 			p.sdev = append(p.sdev, d)
 		}
 	}
-	only := homeBuffers(p, order, sub)
-	// pins[i] is launch i's stream pin (the kernel's Stream) plus one;
-	// 0, or past the end: not pinned. Most plans pin nothing and so
-	// allocate nothing for it.
-	var pins []int32
-	pin := func(i, s int) {
-		if len(pins) <= i {
-			pins = append(pins, make([]int32, i+1-len(pins))...)
-		}
-		pins[i] = int32(s + 1)
-	}
-	if len(devs) == 1 {
-		p.launches = make([]PlannedLaunch, len(order))
-		for i, kid := range order {
-			k := g.Kernel(kid)
-			if check != "" {
-				switch {
-				case !k.HasCode(check) || k.Device != nil && *k.Device != devs[0]:
-					return nil
-				case k.Estimate > 0 && !lookup: // the launch order ranks by estimates
-					return planWith(g, devs, nstreams, code, mem, pl, sub, check, true)
-				}
-			}
-			// Field by field into the zeroed launch: a whole-struct store
-			// would copy it through the write barrier's bulk path while
-			// the collector marks.
-			l := &p.launches[i]
-			l.Kernel, l.Name, l.Reads, l.Writes = kid, k.Name, k.Reads, k.Writes
-			l.fn = k.Fn
-			if k.Optional != nil {
-				p.setOptional(i, k.Optional)
-			}
-			if k.Stream >= 0 {
-				pin(i, k.Stream)
-			}
-		}
-	} else {
-		p.launches = make([]PlannedLaunch, 0, len(order))
-		cp := newPlacer(p, only)
-		var arena []buffers.Binding // the redirected bindings, launch after launch
-		for _, kid := range order {
-			k := g.Kernel(kid)
-			d := pl.Device[kid]
-			start := len(arena)
-			for _, r := range k.Reads {
-				arena = append(arena, cp.read(r, d))
-			}
-			mid := len(arena)
-			for _, w := range k.Writes {
-				arena = append(arena, cp.write(w, d))
-			}
-			reads, writes := window(arena, start, mid, k.Reads == nil), window(arena, mid, len(arena), k.Writes == nil)
-			l := PlannedLaunch{Kernel: kid, Name: k.Name, Device: d, Reads: reads,
-				Writes: writes, fn: k.Fn}
-			if k.Optional != nil {
-				l.optional = true
-				p.setOptional(len(p.launches), k.Optional)
-			}
-			if p.mem[d] {
-				l.fn = nil
-				if v := variantOf(k, code[d]); v != nil {
-					if p.variants == nil {
-						p.variants = map[int32]*dag.Variant{}
-					}
-					p.variants[int32(len(p.launches))] = v
-				}
-			}
-			if k.Stream >= 0 {
-				pin(len(p.launches), k.Stream)
-			}
-			p.launches = append(p.launches, l)
-		}
-		cp.finish()
-	}
-	n := len(p.launches)
-	p.record = make([]bool, n)
-	ns := len(p.sdev)
-	// The planner's per-launch integers, in one allocation: each launch's
-	// global stream and its row in after (1-based; 0: not kept).
-	haz.ints = resize(haz.ints, 2*n)
-	ints := haz.ints
-	gstream, keep := ints[:n:n], ints[n:]
+	return p
+}
 
-	// Hazards, in plan order. On one device the launches keep the
-	// kernels' bindings, so they are those launchOrder found, renumbered
-	// (see hazards.reorder); with copies, found again.
+// streamPins holds, by plan index, each launch's stream pin (its kernel's
+// Stream) plus one; 0, or past the end: not pinned. Most plans pin
+// nothing and so allocate nothing for it.
+type streamPins []int32
+
+// set pins launch i to stream s (s >= 0) of its device.
+func (ps *streamPins) set(i, s int) {
+	if len(*ps) <= i {
+		*ps = append(*ps, make([]int32, i+1-len(*ps))...)
+	}
+	(*ps)[i] = int32(s + 1)
+}
+
+// oneCheck is what launchOnOne found of the kernels it checked.
+type oneCheck int
+
+const (
+	checkPassed oneCheck = iota // every kernel passed (or none was checked)
+	checkFailed                 // a kernel has no code of the kind checked, or is pinned elsewhere
+	checkReplan                 // a kernel has an Estimate, which a launch order without lookup ignored
+)
+
+// launchOnOne sets p's launches, on its one device, to order's kernels
+// with their own bindings, and their stream pins into pins. With check
+// not "" it checks each kernel as planWith says, and stops at the first
+// that fails (checkFailed) or has an Estimate when lookup is false
+// (checkReplan), leaving p part made.
+func (p *Plan) launchOnOne(order []dag.KernelID, pins *streamPins, check dag.CodeKind, lookup bool) oneCheck {
+	g := p.graph
+	p.launches = make([]PlannedLaunch, len(order))
+	for i, kid := range order {
+		k := g.Kernel(kid)
+		if check != "" {
+			switch {
+			case !k.HasCode(check) || k.Device != nil && *k.Device != p.devices[0]:
+				return checkFailed
+			case k.Estimate > 0 && !lookup: // the launch order ranks by estimates
+				return checkReplan
+			}
+		}
+		// Field by field into the zeroed launch: a whole-struct store
+		// would copy it through the write barrier's bulk path while
+		// the collector marks.
+		l := &p.launches[i]
+		l.Kernel, l.Name, l.Reads, l.Writes = kid, k.Name, k.Reads, k.Writes
+		l.fn = k.Fn
+		if k.Optional != nil {
+			p.setOptional(i, k.Optional)
+		}
+		if k.Stream >= 0 {
+			pins.set(i, k.Stream)
+		}
+	}
+	return checkPassed
+}
+
+// launchOnMany sets p's launches to order's kernels, each on its device
+// of p's placement, with its bindings redirected to the buffer instances
+// there, and the copies that brings (only: by buffer, whether its bytes
+// start out on its home device alone; see homeBuffers); their stream pins
+// go into pins. A kernel on a code device runs its variant of the
+// device's kind.
+func (p *Plan) launchOnMany(order []dag.KernelID, pins *streamPins, only []bool) {
+	g := p.graph
+	p.launches = make([]PlannedLaunch, 0, len(order))
+	cp := newPlacer(p, only)
+	var arena []buffers.Binding // the redirected bindings, launch after launch
+	for _, kid := range order {
+		k := g.Kernel(kid)
+		d := p.placement.Device[kid]
+		start := len(arena)
+		for _, r := range k.Reads {
+			arena = append(arena, cp.read(r, d))
+		}
+		mid := len(arena)
+		for _, w := range k.Writes {
+			arena = append(arena, cp.write(w, d))
+		}
+		reads, writes := window(arena, start, mid, k.Reads == nil), window(arena, mid, len(arena), k.Writes == nil)
+		l := PlannedLaunch{Kernel: kid, Name: k.Name, Device: d, Reads: reads,
+			Writes: writes, fn: k.Fn}
+		if k.Optional != nil {
+			l.optional = true
+			p.setOptional(len(p.launches), k.Optional)
+		}
+		if p.mem[d] {
+			l.fn = nil
+			p.setVariant(len(p.launches), variantOf(k, p.code[d]))
+		}
+		if k.Stream >= 0 {
+			pins.set(len(p.launches), k.Stream)
+		}
+		p.launches = append(p.launches, l)
+	}
+	cp.finish()
+}
+
+// setVariant records v, when not nil, as the device code launch i runs.
+func (p *Plan) setVariant(i int, v *dag.Variant) {
+	if v == nil {
+		return
+	}
+	if p.variants == nil {
+		p.variants = map[int32]*dag.Variant{}
+	}
+	p.variants[int32(i)] = v
+}
+
+// findDeps sets the Deps of p's launches from their hazards, in plan
+// order: with reorder, those launchOrder found in haz, renumbered by from
+// (on one device the launches keep the kernels' bindings; see
+// hazards.reorder); with again, found again from the launches' bindings
+// (with copies, or when launchOrder found none); with neither, those haz
+// holds.
+func (p *Plan) findDeps(haz *hazards, reorder, again bool, from []int32) {
 	switch {
-	case found && len(devs) == 1 && from != nil:
+	case reorder:
 		haz.reorder(from)
-	case !found || len(devs) > 1:
-		haz.reset(len(p.bufs), n)
+	case again:
+		haz.reset(len(p.bufs), len(p.launches))
 		for i := range p.launches {
 			haz.access(i, p.launches[i].Reads, p.launches[i].Writes)
 		}
@@ -599,9 +672,15 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, code []dag
 			p.launches[i].Deps = ds
 		}
 	}
+}
 
-	// Stream assignment per device: chains stay on one stream.
-	load := make([]int, ns)
+// assignStreams sets the Stream and Seq of each of p's launches, whose
+// Deps are set, and its global stream into gstream (one per launch):
+// a pinned launch (pins) goes to its pin modulo its device's streams;
+// otherwise chains stay on one stream. It uses haz.continued as scratch.
+func (p *Plan) assignStreams(haz *hazards, pins streamPins, gstream []int32) {
+	n := len(p.launches)
+	load := make([]int, len(p.sdev))
 	haz.continued = resize(haz.continued, n)
 	continued := haz.continued // continued[i]: a successor took launch i's stream
 	// Launches with no dependency go to the stream that took the last such
@@ -611,38 +690,23 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, code []dag
 	// blocks meet, not at every node. rootBlock grows with the plan and is
 	// 1 (plain alternation) below 128 launches per stream.
 	rootBlock := min(max(1, n/(len(p.sdev)*64)), 64)
-	lastRoot := make([]int, len(devs)) // per device: global stream of the last root, -1: none
+	lastRoot := make([]int, len(p.devices)) // per device: global stream of the last root, -1: none
 	for d := range lastRoot {
 		lastRoot[d] = -1
 	}
 	for i := range p.launches {
 		l := &p.launches[i]
-		base, nds := p.sbase[l.Device], nstreams[l.Device]
+		base, nds := p.sbase[l.Device], p.streams[l.Device]
 		s := -1
 		if i < len(pins) && pins[i] > 0 {
 			s = base + int(pins[i]-1)%nds
-		} else {
-			// Continue a dependency's chain: the one whose stream has the
-			// fewest launches, so chains that merge do not pile up on one
-			// stream.
-			pick := -1
-			for _, d := range l.Deps {
-				if !continued[d] && p.launches[d].Device == l.Device && (pick < 0 || load[gstream[d]] < load[gstream[pick]]) {
-					pick = d
+		} else if s = p.chainStream(l, continued, load, gstream); s < 0 {
+			s = base + argmin(load[base:base+nds])
+			if len(l.Deps) == 0 {
+				if r := lastRoot[l.Device]; r >= 0 && load[r] < load[s]+rootBlock {
+					s = r
 				}
-			}
-			if pick >= 0 {
-				continued[pick] = true
-				s = int(gstream[pick])
-			}
-			if s < 0 {
-				s = base + argmin(load[base:base+nds])
-				if len(l.Deps) == 0 {
-					if r := lastRoot[l.Device]; r >= 0 && load[r] < load[s]+rootBlock {
-						s = r
-					}
-					lastRoot[l.Device] = s
-				}
+				lastRoot[l.Device] = s
 			}
 		}
 		gstream[i] = int32(s)
@@ -650,12 +714,32 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, code []dag
 		l.Stream = s - base
 		l.Seq = load[s]
 	}
+}
 
-	// Alignment with vector clocks over global streams: clock[s*ns+t] is
-	// the number of launches of stream t that stream s is known to have
-	// waited for. Only a launch that a launch on another stream depends
-	// on keeps its stream's clock as it was right after it (a row of
-	// after); every cross-stream hazard is one such dependency.
+// chainStream returns the global stream of the dependency of l, on l's
+// device, whose chain l continues, and marks it continued; -1 when none
+// is left. Of those no successor continued yet it picks the one whose
+// stream has the fewest launches (load, by global stream), so chains that
+// merge do not pile up on one stream.
+func (p *Plan) chainStream(l *PlannedLaunch, continued []bool, load []int, gstream []int32) int {
+	pick := -1
+	for _, d := range l.Deps {
+		if !continued[d] && p.launches[d].Device == l.Device && (pick < 0 || load[gstream[d]] < load[gstream[pick]]) {
+			pick = d
+		}
+	}
+	if pick < 0 {
+		return -1
+	}
+	continued[pick] = true
+	return int(gstream[pick])
+}
+
+// countHazards counts p's cross-stream hazards (a dependency on a launch
+// of another global stream, gstream) into p.hazards, and numbers in keep
+// (1-based, 0: not kept, all 0 on entry) each launch another stream
+// depends on; it returns how many it numbered.
+func (p *Plan) countHazards(gstream, keep []int32) int {
 	kept := 0
 	for i := range p.launches {
 		for _, d := range p.launches[i].Deps {
@@ -668,9 +752,20 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, code []dag
 			}
 		}
 	}
-	if p.hazards == 0 {
-		return p
-	}
+	return kept
+}
+
+// alignStreams sets the Waits of p's launches, the events to record
+// (p.record) and p.waits, given each launch's global stream (gstream) and
+// the kept numbering of countHazards (keep, kept rows), with vector
+// clocks over global streams: clock[s*ns+t] is the number of launches of
+// stream t that stream s is known to have waited for. Only a launch that
+// a launch on another stream depends on keeps its stream's clock as it
+// was right after it (a row of haz.after); every cross-stream hazard is
+// one such dependency. A wait for the newest dependency of a stream
+// covers older ones, so each launch waits at most once per stream.
+func (p *Plan) alignStreams(haz *hazards, gstream, keep []int32, kept int) {
+	ns := len(p.sdev)
 	clock := make([]int, ns*ns)
 	haz.after = resize(haz.after, kept*ns)
 	after := haz.after
@@ -706,7 +801,6 @@ func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, code []dag
 		}
 	}
 	p.waits = len(waits)
-	return p
 }
 
 // window returns as[lo:hi] with no room to grow, or nil when wasNil (the

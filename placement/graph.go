@@ -509,11 +509,35 @@ func (st *state) result(s Strategy) Result {
 	return Result{Strategy: s, Device: slices.Clone(st.dev), Makespan: st.makespan, Transfer: st.transfer, BytesMoved: st.bytes}
 }
 
-// newModel builds the cost model of p.
+// newModel builds the cost model of p. Its errors are Place's, but for
+// the strategy.
 func newModel(p Problem) (*model, error) {
-	g, devs, lanes, topo := p.Graph, p.Devices, p.Lanes, p.Topology
-	order := g.Order()
-	if order == nil && g.NumKernels() > 0 {
+	lanes, err := checkProblem(p)
+	if err != nil {
+		return nil, err
+	}
+	g, devs, nk := p.Graph, p.Devices, p.Graph.NumKernels()
+	m := &model{g: g, devs: devs, lanes: lanes, topo: p.Topology, w: make([]time.Duration, nk),
+		pin: make([]int, nk), prefer: make([]int, nk), all: make([]int, len(devs)), cands: make([][]int, nk),
+		cost: map[[3]int64]time.Duration{}, avg: map[int64]time.Duration{}}
+	for d := range m.all {
+		m.all[d] = d
+	}
+	for _, k := range g.Kernels() {
+		if err := m.setKernel(k, p.Runs); err != nil {
+			return nil, err
+		}
+	}
+	m.setPrio(m.upwardRank())
+	return m, nil
+}
+
+// checkProblem checks p's graph (validated), devices and lanes (at least
+// one device, lanes per device each at least 1) and the length of its
+// Runs, and returns its lanes, one each when p.Lanes is nil.
+func checkProblem(p Problem) ([]int, error) {
+	g, devs, lanes := p.Graph, p.Devices, p.Lanes
+	if g.Order() == nil && g.NumKernels() > 0 {
 		return nil, errors.New("placement: the graph is not validated")
 	}
 	if lanes == nil {
@@ -522,46 +546,56 @@ func newModel(p Problem) (*model, error) {
 	if len(devs) == 0 || len(lanes) != len(devs) || slices.Min(lanes) < 1 {
 		return nil, fmt.Errorf("placement: %d devices with lanes %v", len(devs), lanes)
 	}
-	nk := g.NumKernels()
-	if p.Runs != nil && len(p.Runs) != nk {
+	if nk := g.NumKernels(); p.Runs != nil && len(p.Runs) != nk {
 		return nil, fmt.Errorf("placement: runs for %d kernels, the graph has %d", len(p.Runs), nk)
 	}
-	m := &model{g: g, devs: devs, lanes: lanes, topo: topo, w: make([]time.Duration, nk),
-		pin: make([]int, nk), prefer: make([]int, nk), all: make([]int, len(devs)), cands: make([][]int, nk),
-		cost: map[[3]int64]time.Duration{}, avg: map[int64]time.Duration{}}
-	for d := range m.all {
-		m.all[d] = d
+	return lanes, nil
+}
+
+// setKernel sets k's compute estimate (DefaultEstimate when it has none),
+// candidate devices (runs[k.ID] when runs and it are not nil), pin and
+// preference (device indices, -1: none; a preference for a device not
+// among m's is none) in m. It returns an error, leaving k's entries part
+// set, when its runs entry is empty or names a device out of range, or
+// when its pin is not among m's devices or outside its runs entry.
+func (m *model) setKernel(k dag.Kernel, runs [][]int) error {
+	m.w[k.ID] = k.Estimate
+	if m.w[k.ID] == 0 {
+		m.w[k.ID] = DefaultEstimate
 	}
-	index := func(id topology.DeviceID) int { return slices.Index(devs, id) }
-	for _, k := range g.Kernels() {
-		m.w[k.ID] = k.Estimate
-		if m.w[k.ID] == 0 {
-			m.w[k.ID] = DefaultEstimate
+	m.pin[k.ID], m.prefer[k.ID] = -1, -1
+	if runs != nil && runs[k.ID] != nil {
+		rs := runs[k.ID]
+		if len(rs) == 0 || slices.ContainsFunc(rs, func(d int) bool { return d < 0 || d >= len(m.devs) }) {
+			return fmt.Errorf("placement: kernel %q runs on devices %v of %d", k.Name, rs, len(m.devs))
 		}
-		m.pin[k.ID], m.prefer[k.ID] = -1, -1
-		if p.Runs != nil && p.Runs[k.ID] != nil {
-			rs := p.Runs[k.ID]
-			if len(rs) == 0 || slices.ContainsFunc(rs, func(d int) bool { return d < 0 || d >= len(devs) }) {
-				return nil, fmt.Errorf("placement: kernel %q runs on devices %v of %d", k.Name, rs, len(devs))
-			}
-			m.cands[k.ID] = rs
+		m.cands[k.ID] = rs
+	}
+	if k.Device != nil {
+		if m.pin[k.ID] = slices.Index(m.devs, *k.Device); m.pin[k.ID] < 0 {
+			return fmt.Errorf("placement: kernel %q is pinned to %s, which is not among the devices %v", k.Name, *k.Device, m.devs)
 		}
-		if k.Device != nil {
-			if m.pin[k.ID] = index(*k.Device); m.pin[k.ID] < 0 {
-				return nil, fmt.Errorf("placement: kernel %q is pinned to %s, which is not among the devices %v", k.Name, *k.Device, devs)
-			}
-			if c := m.cands[k.ID]; c != nil && !slices.Contains(c, m.pin[k.ID]) {
-				return nil, fmt.Errorf("placement: kernel %q is pinned to %s, which cannot run it", k.Name, *k.Device)
-			}
-		}
-		if k.Prefer != nil {
-			m.prefer[k.ID] = index(*k.Prefer)
+		if c := m.cands[k.ID]; c != nil && !slices.Contains(c, m.pin[k.ID]) {
+			return fmt.Errorf("placement: kernel %q is pinned to %s, which cannot run it", k.Name, *k.Device)
 		}
 	}
-	// Upward rank: w + max over successors (average transfer of what the
-	// successor reads of the kernel's writes + its rank), found from the
-	// end: when a kernel's rank is known, each of its predecessors takes
-	// it into its best (all of a kernel's successors come after it).
+	if k.Prefer != nil {
+		m.prefer[k.ID] = slices.Index(m.devs, *k.Prefer)
+	}
+	return nil
+}
+
+// upwardRank returns, by kernel id, each kernel's upward rank in m: its
+// compute estimate plus the largest, over its successors, of the average
+// transfer of what the successor reads of the kernel's writes plus the
+// successor's rank. It needs m.w set. Time: O(V + E + accesses · writers).
+func (m *model) upwardRank() []time.Duration {
+	// Found from the end of the order: when a kernel's rank is known, each
+	// of its predecessors takes it into its best (all of a kernel's
+	// successors come after it).
+	g := m.g
+	order := g.Order()
+	nk := g.NumKernels()
 	preds := g.Predecessors()
 	wOff, wAt := writersOf(g)
 	eb := make([]int64, nk)           // by predecessor: bytes the kernel at hand reads of its writes
@@ -591,7 +625,15 @@ func newModel(p Problem) (*model, error) {
 			}
 		}
 	}
-	pos := make([]int, nk)
+	return rank
+}
+
+// setPrio sets m.prio to m's kernels by decreasing rank (by kernel id),
+// ties in graph order. A higher rank always precedes its successors
+// (w > 0), so prio is a topological order.
+func (m *model) setPrio(rank []time.Duration) {
+	order := m.g.Order()
+	pos := make([]int, len(rank))
 	for i, k := range order {
 		pos[k] = i
 	}
@@ -602,7 +644,4 @@ func newModel(p Problem) (*model, error) {
 		}
 		return cmp.Compare(pos[a], pos[b])
 	})
-	// A higher rank always precedes its successors (w > 0), so prio is a
-	// topological order.
-	return m, nil
 }
