@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamdag/streamdag/dag"
+	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/gpu/cpu"
 )
 
@@ -94,10 +95,10 @@ func TestNestedFromCtx(t *testing.T) {
 	assert.False(t, nested(derived), "the marker of a run that has finished")
 }
 
-// r.settled is the gpu.Event of a stream's progress in a run: a kernel on
-// one stream that waits for another stream to settle its launches sees
-// their writes; an event not reached honours its ctx; n = 0 has fired.
-func TestSettledEvent(t *testing.T) {
+// A stream's progress in a run is its device's count: a kernel on one
+// stream that waits for another stream to settle its launches sees their
+// writes; a wait not reached honours its ctx; n = 0 is reached.
+func TestProgressIsTheDevices(t *testing.T) {
 	dev, err := cpu.New(cpu.WithStreams(2))
 	require.NoError(t, err)
 	defer dev.Close()
@@ -108,17 +109,19 @@ func TestSettledEvent(t *testing.T) {
 	g.AddKernel("writeB", func(_ context.Context, l dag.Launch) error { return l.Out(0).Store(2) }, dag.Writes(b), dag.OnStream(1))
 	g.AddKernel("watch", func(ctx context.Context, l dag.Launch) error {
 		r := ctx.Value(runKey{}).(*run)
-		if !r.settled(1, 0).Done() {
-			return errors.New("the event of 0 launches has not fired")
+		if r.src[1].c != dev.Stream(1).(gpu.Lister).Count() {
+			return errors.New("stream 1's list is not on its device")
+		}
+		if n, err := r.awaitProgress(ctx, 1, 0); n != 0 && n != 1 && n != 2 || err != nil {
+			return fmt.Errorf("a wait for 0 launches returned %d, %v", n, err)
 		}
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
-		if err := r.settled(1, 3).Wait(cctx); !errors.Is(err, context.Canceled) {
+		if _, err := r.awaitProgress(cctx, 1, 3); !errors.Is(err, context.Canceled) {
 			return fmt.Errorf("a wait past the stream's launches under a cancelled ctx returned %v", err)
 		}
-		ev := r.settled(1, 2)
-		if err := ev.Wait(ctx); err != nil {
-			return err
+		if n, err := r.awaitProgress(ctx, 1, 2); n < 2 || err != nil {
+			return fmt.Errorf("a wait for stream 1's 2 launches returned %d, %v", n, err)
 		}
 		// Stream 1's launches have settled: their statuses are in.
 		var st [2]Status

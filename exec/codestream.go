@@ -731,11 +731,10 @@ func (c *codeRun) run(dev gpu.CodeDevice, slots int) {
 				}
 				c.set++
 			}
-			r.progress[b.gs].Publish(uint64(len(b.list)))
+			r.publish(b.gs, uint64(len(b.list)))
 		}
 		r.pubs[b.gs].enq.Publish(math.MaxUint64) // nothing more will be enqueued
 		c.releaseStatus()
-		r.listDone()
 	}()
 	c.dev = dev
 	c.prepare(dev, slots)
@@ -790,7 +789,7 @@ func (c *codeRun) run(dev gpu.CodeDevice, slots int) {
 		r.plan.pace[b.gs].Store(int64(c.window))
 	}
 	if b.left < 0 {
-		r.progress[b.gs].Publish(uint64(len(b.list)))
+		r.publish(b.gs, uint64(len(b.list)))
 	}
 }
 
@@ -932,7 +931,7 @@ func (c *codeRun) await(k int, w Wait) (dev, ok bool) {
 	if b.seen[w.Stream] >= need {
 		return false, true
 	}
-	if b.seen[w.Stream] = r.progress[w.Stream].Load(); b.seen[w.Stream] >= need {
+	if b.seen[w.Stream] = r.progressOf(w.Stream); b.seen[w.Stream] >= need {
 		return false, true
 	}
 	same := c.sameDevice(w.Stream)
@@ -952,12 +951,12 @@ func (c *codeRun) await(k int, w Wait) (dev, ok bool) {
 			b.left = k // ctx is done
 			return false, false
 		}
-		if b.seen[w.Stream] = r.progress[w.Stream].Load(); b.seen[w.Stream] >= need {
+		if b.seen[w.Stream] = r.progressOf(w.Stream); b.seen[w.Stream] >= need {
 			return false, true
 		}
 		return true, c.waitOn(k, w)
 	}
-	if b.seen[w.Stream], err = r.progress[w.Stream].WaitFor(r.ctx, need); err != nil {
+	if b.seen[w.Stream], err = r.awaitProgress(r.ctx, w.Stream, need); err != nil {
 		b.left = k // ctx is done
 		return false, false
 	}
@@ -995,7 +994,7 @@ func (c *codeRun) settleUnenqueued(k int, l *PlannedLaunch, devWaited bool) bool
 	}
 	c.set++
 	if c.b.list[k].record {
-		r.progress[c.b.gs].Publish(uint64(c.set))
+		r.publish(c.b.gs, uint64(c.set))
 	}
 	r.pubs[c.b.gs].enq.Publish(uint64(c.pos))
 	return true
@@ -1037,7 +1036,7 @@ func (c *codeRun) sameDevice(gs int) bool {
 func (c *codeRun) waitOn(k int, w Wait) bool {
 	ev := c.r.pubs[w.Stream].eventFor(w.Seq)
 	if ev == nil {
-		if c.b.seen[w.Stream] = c.r.progress[w.Stream].Load(); c.b.seen[w.Stream] >= uint64(w.Seq) {
+		if c.b.seen[w.Stream] = c.r.progressOf(w.Stream); c.b.seen[w.Stream] >= uint64(w.Seq) {
 			return true // settled without a command: nothing to wait for
 		}
 		c.b.left = k
@@ -1315,7 +1314,7 @@ func (c *codeRun) abandon() {
 		r.cancel(i, l, r.ctx.Err())
 	}
 	c.segs, c.abandoned, b.left = nil, true, -1
-	r.progress[b.gs].Publish(uint64(len(b.list)))
+	r.publish(b.gs, uint64(len(b.list)))
 }
 
 // pace sets the window for a measured device time per launch (see
@@ -1409,7 +1408,7 @@ func (c *codeRun) settleOne(k int, cmdErr error, end int64) {
 	}
 	defer func() {
 		if h.record {
-			r.progress[b.gs].Publish(uint64(k + 1))
+			r.publish(b.gs, uint64(k+1))
 		}
 	}()
 	wfrom := 0
@@ -1420,7 +1419,7 @@ func (c *codeRun) settleOne(k int, cmdErr error, end int64) {
 		// A launch waited for on the device settles first: its driver
 		// has enqueued it, and settles what it enqueued.
 		if need := uint64(w.Seq); c.sameDevice(w.Stream) && b.seen[w.Stream] < need {
-			b.seen[w.Stream], _ = r.progress[w.Stream].WaitFor(context.Background(), need)
+			b.seen[w.Stream], _ = r.awaitProgress(context.Background(), w.Stream, need)
 		}
 	}
 	if !b.awaitAll(b.waits[wfrom:h.waits]) {

@@ -20,21 +20,19 @@ import (
 	"github.com/streamdag/streamdag/topology"
 )
 
-// The run engine. A plan is known ahead, so each device stream is handed
-// its whole launch list at once, as one task (a streamRun) queued on the
-// stream: the stream's worker runs the list in order (a code device's
-// stream is driven instead by a goroutine of the run: codestream.go). An
-// event is a
-// (stream, count) pair: stream t's progress is a gpu.Counter holding the
-// number of its launches that have settled in this run (r.progress[t]),
-// and a wait for (t, n) is satisfied once the counter reaches n, the same
-// event machine the CPU device's streams use. A satisfied wait costs one
-// atomic load; an unsatisfied one is the counter's WaitFor under the
-// run's ctx: it spins briefly, yields, then parks, and gives up once ctx
-// is done. A stream publishes its progress (Counter.Publish) after each
-// launch another stream waits on and when its list ends; r.settled gives
-// the event "stream t has settled n launches" to code that needs a
-// gpu.Event of it (a device stream told to wait on this run's progress).
+// The run engine. A plan is known ahead, so each host stream is handed
+// its whole launch list at once, as one gpu.List queued on the device
+// stream (gpu.Lister.EnqueueList; a code device's stream is driven instead
+// by a goroutine of the run: codestream.go). The device's worker runs the
+// list in order. An event is a (stream, count) pair of the device: the
+// list publishes its progress (gpu.Progress.Publish) after each launch
+// another stream waits on, at the steps the device asks for, and when it
+// ends, and a wait for (t, n) is satisfied once stream t's count, as its
+// device keeps it (gpu.Lister.Count), reaches t's list start plus n.
+// A satisfied wait costs one atomic load; an unsatisfied one is the
+// count's WaitFor under the run's ctx, which gives up once ctx is done.
+// The lists of a run start together, once all are queued (a gpu.HostEvent
+// every list waits on), so each knows where the others start.
 // Per launch there is no goroutine, channel, lock or allocation on the
 // clean path; with launch timing off (the default), a plain kernel in a
 // run with nothing failed costs a call and a status store
@@ -151,10 +149,43 @@ func (c *compiled) required(i int, l *PlannedLaunch) []buffers.Binding {
 	return c.optional[int32(i)]
 }
 
-// settled returns the event "global stream gs has settled n launches of
-// this run": it fires once r.progress[gs] reaches n. Boxing it allocates
-// 16 bytes; the engine's own waits use the counter directly.
-func (r *run) settled(gs int, n uint64) gpu.Event { return r.progress[gs].Event(n) }
+// progressSrc is where a global stream's progress in a run is read: the
+// count of the device stream its list was queued on (gpu.Lister.Count),
+// from the list's start (first), or, for a stream whose list no device
+// runs as a list (a code stream, or a list the device refused), the run's
+// count of its settled launches (first 0).
+type progressSrc struct {
+	c     *gpu.Counter
+	first uint64
+}
+
+// progressOf returns how many launches of global stream gs have settled
+// in the run (at least; a device may count further).
+func (r *run) progressOf(gs int) uint64 {
+	s := &r.src[gs]
+	return sinceFirst(s.c.Load(), s.first)
+}
+
+// awaitProgress waits until global stream gs has settled n launches of the
+// run, or ctx is done; it returns the progress it saw, and ctx.Err() when
+// it gave up.
+func (r *run) awaitProgress(ctx context.Context, gs int, n uint64) (uint64, error) {
+	s := &r.src[gs]
+	c, err := s.c.WaitFor(ctx, s.first+n)
+	return sinceFirst(c, s.first), err
+}
+
+// publish publishes n settled launches of global stream gs, one no device
+// runs as a list.
+func (r *run) publish(gs int, n uint64) { r.src[gs].c.Publish(n) }
+
+// sinceFirst is a stream count c less a list's start first, at least 0.
+func sinceFirst(c, first uint64) uint64 {
+	if c < first {
+		return 0
+	}
+	return c - first
+}
 
 // outcomes are the launches' results of one run phase, by plan index. A
 // launch's slot is written only by the stream that runs it; the rare
@@ -223,11 +254,16 @@ type streamRun struct {
 	base  int // its first slot in the run's outcomes
 	list  []hotLaunch
 	waits []Wait
-	seen  []uint64 // by global stream: the progress this stream last saw
-	pos   int      // next launch to run
-	last  int64    // end of the previous launch (ns since base), with timing
-	fresh bool     // the next launch reads the clock at its start
-	left  int      // -1, or the first launch not run because a wait gave up (ctx done): cancelled by execute
+	seen  []uint64     // by global stream: the progress this stream last saw
+	pos   int          // next launch to run
+	last  int64        // end of the previous launch (ns since base), with timing
+	fresh bool         // the next launch reads the clock at its start
+	left  int          // -1, or the first launch not run because a wait gave up (ctx done): cancelled by execute
+	prog  gpu.Progress // the device's, once the list started; nil for an inline run
+	count *gpu.Counter // the device stream's count (gpu.Lister.Count)
+	first uint64       // the list's start in it
+	next  uint64       // the step by whose completion the list publishes next, as the device asked
+	dead  error        // the device's sticky error, once a publish returned it: the list stops
 	state atomic.Int32
 	// Streams run side by side in one array: keep each one's fields,
 	// written on every launch, off its neighbours' cache lines.
@@ -235,7 +271,7 @@ type streamRun struct {
 }
 
 var (
-	_ gpu.Task   = (*streamRun)(nil)
+	_ gpu.List   = (*streamRun)(nil)
 	_ dag.Launch = (*streamRun)(nil)
 )
 
@@ -248,18 +284,45 @@ const (
 )
 
 // Run runs the stream's launches in order, unless execute withdrew the
-// list (its ctx is done) before the stream reached it; see run.
-func (b *streamRun) Run() {
-	if b.state.CompareAndSwap(listQueued, listStarted) {
-		b.run()
+// list (its ctx is done) before the stream reached it; see run. Called
+// again after a kernel ended the worker goroutine (runtime.Goexit), it
+// goes on after that launch.
+func (b *streamRun) Run(p gpu.Progress) {
+	if b.prog == nil {
+		if !b.state.CompareAndSwap(listQueued, listStarted) {
+			return
+		}
+		b.prog = p
+		b.next = 0 // so the first publish asks the device
+		b.publish(0)
+	}
+	b.run()
+}
+
+// publish publishes the list's first n launches as settled, on the
+// device's count of the stream; at or past the step the device asks to
+// hear of, through its Progress, keeping the next such step and the
+// device's sticky error (see gpu.Progress). An inline run publishes
+// nothing.
+func (b *streamRun) publish(n int) {
+	if b.prog == nil {
+		return
+	}
+	if uint64(n) < b.next {
+		b.count.Publish(b.first + uint64(n))
+		return
+	}
+	next, err := b.prog.Publish(uint64(n))
+	b.next = next
+	if err != nil && b.dead == nil {
+		b.dead = err
 	}
 }
 
 // run runs the list. A kernel that panics fails its launch; one that
-// calls runtime.Goexit takes the worker goroutine with it, so the rest of
-// the list goes on in a new goroutine (the run still waits for it). A bug
-// here that panics cancels the rest of the list, so no other stream waits
-// forever.
+// calls runtime.Goexit takes the worker goroutine with it, and the device
+// calls Run again for the rest of the list. A bug here that panics cancels
+// the rest of the list, so no other stream waits forever.
 func (b *streamRun) run() {
 	finished := false
 	defer func() {
@@ -268,26 +331,18 @@ func (b *streamRun) run() {
 		}
 		if v := recover(); v != nil {
 			b.r.noteInternal(fmt.Errorf("exec: internal error on stream %d: %v\n%s", b.gs, v, debug.Stack()))
-			b.cancelRest(errInternal)
+			b.cancelFrom(errInternal)
 			return
 		}
-		// runtime.Goexit in a kernel: the launch settled in call.
-		b.r.progress[b.gs].Publish(uint64(b.pos))
-		go b.run()
+		// runtime.Goexit in a kernel: the launch settled in stretch, and
+		// the device runs the rest on a new goroutine.
+		b.publish(b.pos)
 	}()
 	b.loop()
 	finished = true
-	b.r.listDone()
 }
 
 var errInternal = errors.New("exec: the stream stopped on an internal error")
-
-// cancelRest settles every launch from pos as cancelled with cause and
-// marks the list finished.
-func (b *streamRun) cancelRest(cause error) {
-	b.cancelFrom(cause)
-	b.r.listDone()
-}
 
 // cancelFrom settles every launch from pos as cancelled with cause.
 func (b *streamRun) cancelFrom(cause error) {
@@ -296,22 +351,18 @@ func (b *streamRun) cancelFrom(cause error) {
 		b.pos++
 		b.r.cancel(i, &b.r.plan.launches[i], cause)
 	}
-	b.r.progress[b.gs].Publish(uint64(len(b.list)))
-}
-
-// listDone counts one stream list of the run as finished.
-func (r *run) listDone() {
-	if r.lists.Add(-1) == 0 {
-		close(r.finished)
-	}
+	b.publish(len(b.list))
 }
 
 // loop runs the list to its end: stretches of launches under one
 // recovery each, so a launch costs no defer of its own.
 func (b *streamRun) loop() {
 	b.fresh = true
-	for b.pos < len(b.list) && b.left < 0 {
+	for b.pos < len(b.list) && b.left < 0 && b.dead == nil {
 		b.stretch()
+	}
+	if b.dead != nil {
+		b.cancelFrom(b.dead) // the device can run nothing more
 	}
 }
 
@@ -348,7 +399,7 @@ func (b *streamRun) stretch() {
 		if r.loss != nil {
 			r.loss.settled()
 		}
-		r.progress[b.gs].Publish(uint64(b.pos))
+		b.publish(b.pos)
 	}()
 	status := o.status[b.base:]
 	var times []int64
@@ -364,7 +415,7 @@ func (b *streamRun) stretch() {
 	// Each turn runs what it can on the fast path, then one launch here.
 	// b.pos is stored once per launch, before anything that reads it (the
 	// Launch view, a panic's recovery).
-	for b.pos < len(list) {
+	for b.pos < len(list) && b.dead == nil {
 		if fast {
 			wfrom = b.fast(wfrom, &running)
 			if b.pos == len(list) {
@@ -392,8 +443,8 @@ func (b *streamRun) stretch() {
 		}
 		if slow || h.option || !store.Empty() {
 			if !b.ready(i, &p.launches[i], c.required(i, &p.launches[i]), done, o) {
-				if h.record {
-					r.progress[b.gs].Publish(uint64(pos))
+				if h.record || uint64(pos) >= b.next {
+					b.publish(pos)
 				}
 				continue
 			}
@@ -426,11 +477,11 @@ func (b *streamRun) stretch() {
 		if slow && r.loss != nil {
 			r.loss.settled()
 		}
-		if h.record {
-			r.progress[b.gs].Publish(uint64(pos))
+		if h.record || uint64(pos) >= b.next {
+			b.publish(pos)
 		}
 	}
-	r.progress[b.gs].Publish(uint64(b.pos))
+	b.publish(b.pos)
 }
 
 // fast runs launches from b.pos for as long as nothing needs more than a
@@ -479,14 +530,17 @@ func (b *streamRun) fast(wfrom int, running *int) int {
 		*running = -1
 		if err != nil {
 			b.settle(int(h.idx), k, err)
-			if h.record {
-				r.progress[b.gs].Publish(uint64(pos))
+			if h.record || uint64(pos) >= b.next {
+				b.publish(pos)
 			}
 			return wfrom
 		}
 		status[k] = byte(StatusOK)
-		if h.record {
-			r.progress[b.gs].Publish(uint64(pos))
+		if h.record || uint64(pos) >= b.next {
+			b.publish(pos)
+			if b.dead != nil {
+				return wfrom
+			}
 		}
 	}
 	return wfrom
@@ -499,12 +553,14 @@ func (b *streamRun) fast(wfrom int, running *int) int {
 // one atomic load.
 func (b *streamRun) awaitAll(waits []Wait) bool {
 	r, seen := b.r, b.seen
+	if r.inline {
+		return true // plan order: what a launch waits for has run
+	}
 	for _, w := range waits {
 		if need := uint64(w.Seq); seen[w.Stream] < need {
-			c := &r.progress[w.Stream]
-			if seen[w.Stream] = c.Load(); seen[w.Stream] < need {
+			if seen[w.Stream] = r.progressOf(w.Stream); seen[w.Stream] < need {
 				var err error
-				seen[w.Stream], err = c.WaitFor(r.ctx, need)
+				seen[w.Stream], err = r.awaitProgress(r.ctx, w.Stream, need)
 				b.fresh = true
 				if err != nil {
 					return false
@@ -629,26 +685,23 @@ var enqueueMu sync.Mutex
 // instead: its lists would otherwise queue behind the kernel that waits
 // for them.
 //
-// When ctx is done, waits that are not satisfied give up (a
-// gpu.Counter wait under the run's ctx), lists that no
-// stream has started are withdrawn, and once every launch that runs has
-// returned, the launches left over are cancelled.
+// When ctx is done, waits that are not satisfied give up (the device's
+// count's WaitFor under the run's ctx), lists that no stream has started are
+// withdrawn, and once every launch that runs has returned, the launches
+// left over are cancelled.
 func (r *run) execute(devs []gpu.Device, timing bool) error {
 	p := r.plan
 	c := p.compiled()
 	r.ctx = context.WithValue(r.ctx, runKey{}, r) // what the kernels get: a run they start knows it is nested
 	r.out = newOutcomes(p, time.Now(), timing)
-	r.progress = make([]gpu.Counter, len(c.lists))
 	r.slow = r.ctx.Done() != nil || r.loss != nil || r.unalloc != nil
-	r.finished = make(chan struct{})
 	runs := make([]streamRun, len(c.lists))
-	n := 0
 	for gs, list := range c.lists {
 		if len(list) == 0 {
 			continue
 		}
 		b := &runs[gs]
-		*b = streamRun{r: r, gs: gs, list: list, waits: c.waits[gs], base: c.base[gs], left: -1}
+		*b = streamRun{r: r, gs: gs, list: list, waits: c.waits[gs], base: c.base[gs], left: -1, next: math.MaxUint64}
 		if len(b.waits) > 0 {
 			// A capacity of whole cache lines puts the slice on lines
 			// of its own (Go's size classes of 64-byte multiples are
@@ -656,11 +709,6 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 			// their waits, would otherwise share a line.
 			b.seen = make([]uint64, len(c.lists), (len(c.lists)+7)&^7)
 		}
-		n++
-	}
-	r.lists.Store(int32(n))
-	if n == 0 {
-		close(r.finished)
 	}
 	r.running.Store(true)
 	defer r.running.Store(false) // deferred: a kernel of an inline run may end its goroutine (runtime.Goexit)
@@ -669,47 +717,8 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 	if r.inline {
 		r.runInline(runs)
 	} else {
-		enqueueMu.Lock()
-		if p.hasCode() {
-			r.pubs = make([]codePub, len(runs))
-		}
-		for gs := range runs {
-			b := &runs[gs]
-			if b.list == nil {
-				continue
-			}
-			d, s := p.StreamOf(gs)
-			if p.mem[d] {
-				b.state.Store(listStarted) // driven, not queued: not to be withdrawn
-				cd, _ := devs[d].(gpu.CodeDevice)
-				if st, ok := cd.Stream(s).(gpu.CodeStream); ok {
-					r.startCode(b, cd, st, &code)
-				} else {
-					err := fmt.Errorf("exec: %v stream %d is not a gpu.CodeStream", devs[d].ID(), s)
-					errs = append(errs, err)
-					b.cancelRest(err)
-					r.pubs[gs].enq.Publish(math.MaxUint64) // settled: nothing to wait for on the device
-				}
-				continue
-			}
-			if err := devs[d].Stream(s).Launch(b); err != nil {
-				errs = append(errs, fmt.Errorf("exec: %v stream %d: %w", devs[d].ID(), s, err))
-				b.state.Store(listStarted) // not queued: not to be withdrawn
-				b.cancelRest(err)
-			}
-		}
-		enqueueMu.Unlock()
-		select {
-		case <-r.finished:
-		case <-r.ctx.Done():
-			for gs := range runs {
-				if b := &runs[gs]; b.list != nil && b.state.CompareAndSwap(listQueued, listWithdrawn) {
-					b.left = 0
-					r.listDone()
-				}
-			}
-			<-r.finished
-		}
+		errs = r.enqueue(devs, runs, &code)
+		r.awaitLists(runs)
 	}
 	code.Wait()
 	errs = append(errs, r.refused.all()...)
@@ -739,6 +748,107 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 	return errors.Join(errs...)
 }
 
+// enqueue queues the run's host lists on their device streams and starts
+// the drivers of its code streams (startCode), under enqueueMu. The host
+// lists start together once every list is queued (gate), so each list's
+// start on its stream (r.src) is known to the others. A list a device
+// refuses (closed, lost) is cancelled with its error, returned.
+func (r *run) enqueue(devs []gpu.Device, runs []streamRun, code *sync.WaitGroup) []error {
+	p := r.plan
+	var errs []error
+	r.src = make([]progressSrc, len(runs))
+	gate := gpu.NewHostEvent()
+	defer gate.Set() // also when something here panics: no list waits forever
+	enqueueMu.Lock()
+	defer enqueueMu.Unlock()
+	if p.hasCode() {
+		r.pubs = make([]codePub, len(runs))
+	}
+	var own []gpu.Counter // the progress of lists no device runs as lists
+	ownOf := func(gs int) *gpu.Counter {
+		if own == nil {
+			own = make([]gpu.Counter, len(runs))
+		}
+		r.src[gs] = progressSrc{c: &own[gs]}
+		return &own[gs]
+	}
+	var drive []int
+	for gs := range runs {
+		b := &runs[gs]
+		if b.list == nil {
+			continue
+		}
+		d, s := p.StreamOf(gs)
+		if p.mem[d] {
+			ownOf(gs)
+			drive = append(drive, gs)
+			continue
+		}
+		ls, ok := devs[d].Stream(s).(gpu.Lister)
+		var err error
+		if ok {
+			b.count = ls.Count()
+			r.src[gs] = progressSrc{c: b.count}
+			r.src[gs].first, err = ls.EnqueueList(gate, uint64(len(b.list)), b)
+			b.first = r.src[gs].first
+		} else {
+			err = fmt.Errorf("takes no launch lists (not a gpu.Lister)")
+		}
+		if err != nil {
+			b.count = nil
+			ownOf(gs)
+			errs = append(errs, fmt.Errorf("exec: %v stream %d: %w", devs[d].ID(), s, err))
+			b.state.Store(listStarted) // not queued: not to be withdrawn
+			b.cancelFrom(err)
+			r.publish(gs, math.MaxUint64)
+		}
+	}
+	for _, gs := range drive {
+		b := &runs[gs]
+		d, s := p.StreamOf(gs)
+		b.state.Store(listStarted) // driven, not queued: not to be withdrawn
+		cd, _ := devs[d].(gpu.CodeDevice)
+		if st, ok := cd.Stream(s).(gpu.CodeStream); ok {
+			r.startCode(b, cd, st, code)
+			continue
+		}
+		err := fmt.Errorf("exec: %v stream %d is not a gpu.CodeStream", devs[d].ID(), s)
+		errs = append(errs, err)
+		b.cancelFrom(err)
+		r.publish(gs, math.MaxUint64)
+		r.pubs[gs].enq.Publish(math.MaxUint64) // settled: nothing to wait for on the device
+	}
+	return errs
+}
+
+// awaitLists returns once every host list the devices took has finished.
+// When the run's ctx ends first, the lists no stream has started are
+// withdrawn (their launches are left to be cancelled), and the started
+// ones are awaited: their waits give up under ctx.
+func (r *run) awaitLists(runs []streamRun) {
+	for gs := range runs {
+		b, src := &runs[gs], &r.src[gs]
+		if b.list == nil || b.count == nil {
+			continue
+		}
+		if _, err := src.c.WaitFor(r.ctx, src.first+uint64(len(b.list))); err == nil {
+			continue
+		}
+		for gs := range runs {
+			b, src := &runs[gs], &r.src[gs]
+			if b.list == nil || b.count == nil {
+				continue
+			}
+			if b.state.CompareAndSwap(listQueued, listWithdrawn) {
+				b.left = 0
+				continue
+			}
+			_, _ = src.c.WaitFor(context.Background(), src.first+uint64(len(b.list)))
+		}
+		return
+	}
+}
+
 // runKey is the context key under which a run's kernels find the run:
 // the marker that makes a run they start nested.
 type runKey struct{}
@@ -765,7 +875,6 @@ func (r *run) runInline(runs []streamRun) {
 		runs[gs].runTo(int(c.slot[j-1]) - c.base[gs] + 1)
 		i = j
 	}
-	close(r.finished)
 }
 
 // runTo runs the list's launches before position end on the calling

@@ -358,9 +358,7 @@ type run struct {
 	inline bool // started inside a kernel of a running run: runs on the calling goroutine (see execute)
 
 	out      *outcomes
-	progress []gpu.Counter // by global stream: launches settled (see settled)
-	lists    atomic.Int32  // stream lists not finished
-	finished chan struct{} // closed when every list has finished
+	src      []progressSrc // by global stream: where its progress is read (see progressOf)
 	running  atomic.Bool   // the run's launches are going (a run its kernels start is nested)
 	mu       sync.Mutex    // guards internal
 	internal error

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/streamdag/streamdag/topology"
 )
@@ -143,3 +144,106 @@ type Event interface {
 	// event covers (*CommandError each, joined).
 	Wait(ctx context.Context) error
 }
+
+// Lister is the capability of a stream that takes a whole list of host
+// work as one queued operation: the fast path of a plan known ahead, where
+// a stream's launches run one after another on the stream's worker with
+// no per-launch queueing. The CPU device's streams (and the simulated
+// GPUs', which are CPU streams) offer it.
+//
+// A list takes n sequence numbers of the stream, first+1 … first+n, and
+// so n places in the stream's Count: as the list runs it
+// publishes how far it got (Progress.Publish), and once List.Run returns
+// the stream counts all n complete. Events recorded on the stream after
+// the list fire once the whole list is complete.
+//
+// Methods are safe for concurrent use.
+type Lister interface {
+	Stream
+	// EnqueueList queues l behind the work queued on the stream before
+	// it; the stream's worker calls l.Run once after has fired (a nil
+	// after: at once) and once the work before it has completed. It
+	// returns first, the count of operations queued on the stream
+	// before l (so l's k-th operation completes the stream's count
+	// first+k). After Close it returns ErrClosed and l is not run; a
+	// device that is lost returns an error that matches ErrDeviceLost.
+	// n must be at least 1.
+	EnqueueList(after Event, n uint64, l List) (first uint64, err error)
+	// Count is the stream's count of completed operations: the
+	// sequence number its last completed operation took (a list counts
+	// as it publishes). Read it with Load (one atomic load), wait for a
+	// value with WaitFor. Only the stream publishes it, and a running
+	// List, from the goroutine running it, between the steps its
+	// Progress asks to hear of: Count().Publish(first+n) marks n steps
+	// complete as Progress.Publish(n) does, with no call to the device.
+	Count() *Counter
+}
+
+// List is host work queued on a Lister as one operation of n steps.
+type List interface {
+	// Run runs the list on the stream's worker goroutine and reports
+	// progress through p. If Run ends its goroutine (runtime.Goexit in
+	// work it runs), the stream calls Run again, with the same p, on a
+	// new worker goroutine, until a call returns: a list resumes where it
+	// stopped. A panic that escapes Run is recovered by the stream and
+	// reported by Synchronize, as for a Task.
+	Run(p Progress)
+}
+
+// Progress is how a running List publishes how far it got.
+type Progress interface {
+	// Publish marks the list's first n steps complete (n at most the
+	// list's length, never less than before): the stream's Count
+	// becomes first+n. It returns the step by whose completion
+	// the list must publish next, even if nothing waits on it
+	// (math.MaxUint64 when the stream needs no extra publishes: the
+	// CPU device's), and the stream's sticky error once its device has
+	// one (an error matching ErrDeviceLost for a lost device): the list
+	// should then run nothing more on the stream. A list calls Publish(0)
+	// before its first step to learn the first such step.
+	Publish(n uint64) (next uint64, err error)
+}
+
+// HostEvent is an event the host sets, as an OpenCL user event: a stream
+// told to Wait on it holds its later work until Set. The zero value is
+// not usable; call NewHostEvent. Safe for concurrent use.
+type HostEvent struct {
+	ch   chan struct{}
+	once sync.Once
+}
+
+// NewHostEvent returns an event that has not fired.
+func NewHostEvent() *HostEvent { return &HostEvent{ch: make(chan struct{})} }
+
+// Set fires the event. Later calls do nothing.
+func (e *HostEvent) Set() { e.once.Do(func() { close(e.ch) }) }
+
+// Done reports whether Set has been called. It never blocks.
+func (e *HostEvent) Done() bool {
+	select {
+	case <-e.ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// Wait blocks until Set or until ctx is done (returning ctx.Err()).
+func (e *HostEvent) Wait(ctx context.Context) error {
+	select {
+	case <-e.ch:
+		return nil
+	default:
+	}
+	select {
+	case <-e.ch:
+		return nil
+	case <-ctx.Done():
+		if e.Done() {
+			return nil
+		}
+		return ctx.Err()
+	}
+}
+
+var _ Event = (*HostEvent)(nil)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -172,7 +173,59 @@ type item struct {
 	task gpu.Task
 	src  *cpuStream
 	seq  uint64
+	list *listRun // a list (EnqueueList); task and src are nil
 }
+
+// listRun is a list queued on a stream: it takes n sequence numbers from
+// first+1, and starts once after has fired.
+type listRun struct {
+	s     *cpuStream
+	l     gpu.List
+	after gpu.Event
+	first uint64
+	n     uint64
+}
+
+var (
+	_ gpu.Lister   = (*cpuStream)(nil)
+	_ gpu.Progress = (*listRun)(nil)
+)
+
+// Publish sets the stream's completed count to first+n. The CPU device
+// asks for no extra publishes and has no sticky error.
+func (lr *listRun) Publish(n uint64) (uint64, error) {
+	if n > lr.n {
+		n = lr.n
+	}
+	lr.s.done.Publish(lr.first + n)
+	return math.MaxUint64, nil
+}
+
+// EnqueueList queues l as n operations of the stream. See gpu.Lister.
+func (s *cpuStream) EnqueueList(after gpu.Event, n uint64, l gpu.List) (uint64, error) {
+	if l == nil || n == 0 {
+		return 0, fmt.Errorf("cpu: %v: EnqueueList of a nil or empty list (%d steps)", s, n)
+	}
+	lr := &listRun{s: s, l: l, after: after, n: n}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return 0, gpu.ErrClosed
+	}
+	lr.first = s.enq
+	s.queue = append(s.queue, item{list: lr})
+	s.enq += n
+	wake := s.sleeping
+	s.sleeping = false
+	s.mu.Unlock()
+	if wake {
+		s.wake <- struct{}{}
+	}
+	return lr.first, nil
+}
+
+// Count returns the stream's count of completed operations.
+func (s *cpuStream) Count() *gpu.Counter { return &s.done }
 
 // cpuStream is one stream of the CPU device: an ordered queue drained by
 // one worker goroutine.
@@ -390,6 +443,10 @@ func (s *cpuStream) work() {
 		for s.pos < len(s.batch) {
 			it := s.batch[s.pos]
 			s.pos++ // before running: a replacement worker (Goexit) resumes after it
+			if it.list != nil {
+				s.runList(it.list)
+				continue
+			}
 			if it.src == nil {
 				s.run(it.task)
 			} else if it.src.done.Load() < it.seq {
@@ -423,6 +480,35 @@ func (s *cpuStream) work() {
 // maxKeptBatch is the largest queue capacity (entries) a worker keeps for
 // reuse after draining it.
 const maxKeptBatch = 1 << 16
+
+// runList runs a list item: it waits for the list's after event (given up
+// at Close, when the list runs at once: its own waits then give up), calls
+// Run, and completes the list's n operations. A panic escaping Run is
+// recorded as a task's. If Run ends the goroutine (runtime.Goexit), runList
+// steps the batch back to the list and starts a replacement worker, which
+// calls Run again.
+func (s *cpuStream) runList(lr *listRun) {
+	if lr.after != nil && !lr.after.Done() {
+		_ = lr.after.Wait(s.dev.closing)
+	}
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		if r := recover(); r != nil {
+			s.notePanic(&gpu.PanicError{Device: topology.CPU, Stream: s.idx, Value: r, Stack: debug.Stack()})
+			s.done.Publish(lr.first + lr.n)
+			return
+		}
+		s.pos-- // the list again, on the replacement worker
+		s.dev.wg.Add(1)
+		go s.work()
+	}()
+	lr.l.Run(lr)
+	returned = true
+	s.done.Publish(lr.first + lr.n)
+}
 
 // run calls t.Run, recovering a panic into the stream's panic record. If t
 // calls runtime.Goexit, the worker goroutine cannot be saved: run records

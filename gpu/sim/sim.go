@@ -53,7 +53,7 @@ func New(gpus []topology.Device, streamsPerDevice int) (*Set, error) {
 	for i, g := range gpus {
 		d := &simDevice{info: g}
 		for j := range streamsPerDevice {
-			d.streams = append(d.streams, &simStream{Stream: rt.Stream(i*streamsPerDevice + j), dev: g.ID, idx: j})
+			d.streams = append(d.streams, &simStream{Lister: rt.Stream(i*streamsPerDevice + j).(gpu.Lister), dev: g.ID, idx: j})
 		}
 		s.devs = append(s.devs, d)
 	}
@@ -82,7 +82,7 @@ type simDevice struct {
 
 var (
 	_ gpu.Device = (*simDevice)(nil)
-	_ gpu.Stream = (*simStream)(nil)
+	_ gpu.Lister = (*simStream)(nil)
 )
 
 func (d *simDevice) ID() topology.DeviceID { return d.info.ID }
@@ -103,14 +103,14 @@ func (d *simDevice) Stream(i int) gpu.Stream {
 // stop with Set.Close.
 func (d *simDevice) Close() error {
 	for _, s := range d.streams {
-		_ = s.Stream.Synchronize(context.Background())
+		_ = s.Lister.Synchronize(context.Background())
 	}
 	return nil
 }
 
 // simStream is a CPU stream that says it belongs to a simulated GPU.
 type simStream struct {
-	gpu.Stream // a stream of the shared CPU runtime
+	gpu.Lister // a stream of the shared CPU runtime
 	dev        topology.DeviceID
 	idx        int
 }
