@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"sync"
 
 	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/gpu/cpu"
@@ -26,11 +28,73 @@ type Set struct {
 
 var _ gpu.Set = (*Set)(nil)
 
+// Option configures a Set made by New.
+type Option func(*options) error
+
+type options struct {
+	loss map[topology.DeviceID]lossAt
+}
+
+// lossAt is when a simulated GPU is lost: once frac of the launches queued
+// on it have completed (frac ≥ 0), or once n have (n ≥ 1; frac < 0).
+type lossAt struct {
+	frac float64
+	n    uint64
+}
+
+// WithLoss makes simulated GPU dev report itself lost once the fraction
+// after (0 to 1) of the launches queued on it as lists (gpu.Lister) have
+// completed: at the first launch of its streams that brings the count of
+// its completed launches to at least after × the launches queued on it so
+// far (0: before its first launch). From then on the device is lost for good:
+// every publish of a running list returns a *gpu.LostError (matching
+// gpu.ErrDeviceLost), so the list runs nothing more, and its streams
+// refuse new work with that error. It is for tests and demos of recovery
+// (`streamdag run --lose-device gpu3@50%`). Errors (from New): dev not
+// among the GPUs, after outside [0, 1].
+func WithLoss(dev topology.DeviceID, after float64) Option {
+	return func(o *options) error {
+		if !(after >= 0 && after <= 1) {
+			return fmt.Errorf("sim: WithLoss(%s, %v): the fraction must be in [0, 1]", dev, after)
+		}
+		o.lose(dev, lossAt{frac: after})
+		return nil
+	}
+}
+
+// WithLossAfter makes simulated GPU dev report itself lost once n (≥ 1)
+// launches queued on it as lists have completed, as WithLoss does.
+func WithLossAfter(dev topology.DeviceID, n int) Option {
+	return func(o *options) error {
+		if n < 1 {
+			return fmt.Errorf("sim: WithLossAfter(%s, %d): want at least 1 launch", dev, n)
+		}
+		o.lose(dev, lossAt{frac: -1, n: uint64(n)})
+		return nil
+	}
+}
+
+func (o *options) lose(dev topology.DeviceID, at lossAt) {
+	if o.loss == nil {
+		o.loss = map[topology.DeviceID]lossAt{}
+	}
+	o.loss[dev] = at
+}
+
 // New returns one simulated GPU per entry of gpus (their IDs and facts,
 // e.g. topology.Topology.GPUs()), each with streamsPerDevice streams
 // (1..cpu.MaxStreams in all). Errors: no GPUs, a non-GPU or duplicate ID,
-// a bad stream count.
-func New(gpus []topology.Device, streamsPerDevice int) (*Set, error) {
+// a bad stream count, a bad option or one naming a GPU not in gpus.
+func New(gpus []topology.Device, streamsPerDevice int, opts ...Option) (*Set, error) {
+	var o options
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
 	if len(gpus) == 0 {
 		return nil, errors.New("sim: New: no GPUs to simulate")
 	}
@@ -40,6 +104,11 @@ func New(gpus []topology.Device, streamsPerDevice int) (*Set, error) {
 			return nil, fmt.Errorf("sim: New: %s is not a distinct GPU", g.ID)
 		}
 		seen[g.ID] = true
+	}
+	for dev := range o.loss {
+		if !seen[dev] {
+			return nil, fmt.Errorf("sim: New: a loss of %s, which is not among the %d GPUs", dev, len(gpus))
+		}
 	}
 	if streamsPerDevice < 1 || streamsPerDevice*len(gpus) > cpu.MaxStreams {
 		return nil, fmt.Errorf("sim: New: %d streams per device × %d GPUs: want 1 to %d streams in all",
@@ -52,8 +121,11 @@ func New(gpus []topology.Device, streamsPerDevice int) (*Set, error) {
 	s := &Set{rt: rt}
 	for i, g := range gpus {
 		d := &simDevice{info: g}
+		if at, ok := o.loss[g.ID]; ok {
+			d.loss = &loss{at: at}
+		}
 		for j := range streamsPerDevice {
-			d.streams = append(d.streams, &simStream{Lister: rt.Stream(i*streamsPerDevice + j).(gpu.Lister), dev: g.ID, idx: j})
+			d.streams = append(d.streams, &simStream{Lister: rt.Stream(i*streamsPerDevice + j).(gpu.Lister), d: d, dev: g.ID, idx: j})
 		}
 		s.devs = append(s.devs, d)
 	}
@@ -78,6 +150,7 @@ func (s *Set) Close() error { return s.rt.Close() }
 type simDevice struct {
 	info    topology.Device
 	streams []*simStream
+	loss    *loss // nil: never lost
 }
 
 var (
@@ -111,6 +184,7 @@ func (d *simDevice) Close() error {
 // simStream is a CPU stream that says it belongs to a simulated GPU.
 type simStream struct {
 	gpu.Lister // a stream of the shared CPU runtime
+	d          *simDevice
 	dev        topology.DeviceID
 	idx        int
 }
@@ -140,4 +214,114 @@ func (driver) Open(_ context.Context, cfg gpu.Config) (gpu.Set, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// loss is a simulated GPU's loss: when, and how far its launches got.
+type loss struct {
+	at     lossAt
+	mu     sync.Mutex
+	queued uint64 // launches queued on the device as lists
+	done   uint64 // of those, completed as the lists told
+	err    error  // the sticky loss, once it happened
+}
+
+// lost returns the device's loss error, nil while it is not lost.
+func (l *loss) lost() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// threshold returns how many completed launches lose the device.
+func (l *loss) threshold() uint64 {
+	if l.at.frac < 0 {
+		return l.at.n
+	}
+	return uint64(math.Ceil(l.at.frac * float64(l.queued)))
+}
+
+// lossProgress is the Progress a list on a device with a loss sees: it
+// asks to hear of every step, counts the device's completed launches and
+// loses the device at its threshold.
+type lossProgress struct {
+	s    *simStream
+	p    gpu.Progress // the CPU stream's
+	last uint64       // steps of the list counted in done
+}
+
+// Publish counts the list's new steps and loses the device at the
+// threshold; see WithLoss.
+func (p *lossProgress) Publish(n uint64) (uint64, error) {
+	l, d := p.s.d.loss, p.s.d
+	l.mu.Lock()
+	if l.err == nil && n > p.last {
+		l.done += n - p.last
+		p.last = n
+	}
+	if l.err == nil && l.done >= l.threshold() && (n > 0 || l.threshold() == 0) {
+		l.err = &gpu.LostError{Device: d.info.ID, Err: errSimulatedLoss}
+	}
+	err := l.err
+	l.mu.Unlock()
+	if err != nil {
+		return math.MaxUint64, err
+	}
+	if _, err := p.p.Publish(n); err != nil {
+		return math.MaxUint64, err
+	}
+	return n + 1, nil
+}
+
+// errSimulatedLoss is the cause of a simulated GPU's loss.
+var errSimulatedLoss = errors.New("sim: simulated device loss")
+
+// lossList runs a list under a lossProgress.
+type lossList struct {
+	p *lossProgress
+	l gpu.List
+}
+
+func (l *lossList) Run(p gpu.Progress) {
+	l.p.p = p
+	l.l.Run(l.p)
+}
+
+// EnqueueList queues l; on a device with a loss it counts l's launches and
+// refuses with the loss once the device is lost. See gpu.Lister.
+func (s *simStream) EnqueueList(after gpu.Event, n uint64, l gpu.List) (uint64, error) {
+	if s.d.loss == nil || l == nil {
+		return s.Lister.EnqueueList(after, n, l)
+	}
+	ls := s.d.loss
+	ls.mu.Lock()
+	if ls.err != nil {
+		ls.mu.Unlock()
+		return 0, ls.err
+	}
+	ls.queued += n
+	ls.mu.Unlock()
+	return s.Lister.EnqueueList(after, n, &lossList{p: &lossProgress{s: s}, l: l})
+}
+
+// Launch queues t, unless the device is lost.
+func (s *simStream) Launch(t gpu.Task) error {
+	if err := s.lost(); err != nil {
+		return err
+	}
+	return s.Lister.Launch(t)
+}
+
+// LaunchBatch queues ts, unless the device is lost.
+func (s *simStream) LaunchBatch(ts []gpu.Task) error {
+	if err := s.lost(); err != nil {
+		return err
+	}
+	return s.Lister.LaunchBatch(ts)
+}
+
+func (s *simStream) lost() error {
+	if s.d.loss == nil {
+		return nil
+	}
+	return s.d.loss.lost()
 }
