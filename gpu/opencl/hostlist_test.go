@@ -1,0 +1,75 @@
+package opencl_test
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/opencl/internal/cltest"
+)
+
+type listFunc func(p gpu.Progress)
+
+func (f listFunc) Run(p gpu.Progress) { f(p) }
+
+// A list on an OpenCL stream runs on the stream's host worker once its
+// gate fires; the commands it enqueues run on the device as it enqueues
+// them (it can wait for them: the list holds nothing on the queue), its
+// publishes are the stream's list count, and after Close it is refused.
+func TestDeviceListRunsAndEnqueues(t *testing.T) {
+	d := newDevice(t, 1)
+	p := devProgram(t, d)
+	const n = 64
+	a := alloc(t, d, 4*n)
+	s := codeStream(d, 0)
+	ls, ok := s.(gpu.Lister)
+	require.True(t, ok, "an OpenCL stream takes lists")
+	got := make([]int32, n)
+	gate := gpu.NewHostEvent()
+	done := make(chan error, 1)
+	first, err := ls.EnqueueList(gate, 3, listFunc(func(pr gpu.Progress) {
+		next, err := pr.Publish(0)
+		if err != nil || next != math.MaxUint64 {
+			done <- err
+			return
+		}
+		if err := s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "produce", Global: []int{n},
+			Args: []gpu.KernelArg{mem(a), scalar(int32(7)), scalar(int64(100))}}); err != nil {
+			done <- err
+			return
+		}
+		if err := s.CopyOut(cltest.BytesOf(got), a, 0); err != nil {
+			done <- err
+			return
+		}
+		_, _ = pr.Publish(1)
+		done <- s.Record().Wait(context.Background())
+		_, _ = pr.Publish(2)
+	}))
+	require.NoError(t, err)
+	cctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err = ls.Count().WaitFor(cctx, first+1)
+	assert.ErrorIs(t, err, context.Canceled, "the gate holds the list")
+	gate.Set()
+	require.NoError(t, <-done)
+	_, err = ls.Count().WaitFor(t.Context(), first+3)
+	require.NoError(t, err)
+	for i, g := range got {
+		require.Equal(t, int32(7), g, "element %d", i)
+	}
+	require.NoError(t, s.Synchronize(t.Context()))
+	second, err := ls.EnqueueList(nil, 1, listFunc(func(gpu.Progress) {}))
+	require.NoError(t, err)
+	assert.Equal(t, first+3, second, "lists number their steps in one sequence")
+	_, err = ls.EnqueueList(nil, 0, listFunc(func(gpu.Progress) {}))
+	assert.ErrorContains(t, err, "empty list")
+	require.NoError(t, d.Close())
+	assert.Equal(t, second+1, ls.Count().Load(), "Close ran the queued list")
+	_, err = ls.EnqueueList(nil, 1, listFunc(func(gpu.Progress) {}))
+	assert.ErrorIs(t, err, gpu.ErrClosed)
+}
