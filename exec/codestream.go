@@ -684,8 +684,23 @@ type codeState struct {
 	copied   int64 // bytes a copy moves
 }
 
-// startCode starts the driver of code stream list b.
-func (r *run) startCode(b *streamRun, dev gpu.CodeDevice, st gpu.CodeStream, wg *sync.WaitGroup) {
+// codeList is a code stream's driver as the gpu.List queued on the
+// stream (gpu.Lister): the device runs it on a host goroutine of its own.
+type codeList struct {
+	c     *codeRun
+	slots int
+}
+
+// Run drives the list, unless execute withdrew it (the run's ctx ended
+// before the device started it).
+func (l *codeList) Run(gpu.Progress) {
+	if l.c.b.state.CompareAndSwap(listQueued, listStarted) {
+		l.c.run(l.c.dev, l.slots)
+	}
+}
+
+// newCode makes the driver of code stream list b, to queue on the stream.
+func (r *run) newCode(b *streamRun, dev gpu.CodeDevice, st gpu.CodeStream) *codeList {
 	c := &codeRun{b: b, r: r, st: st, ops: r.plan.codeOps()}
 	if r.memc != nil && r.status == nil {
 		r.status = make([]gpu.Memory, len(r.plan.sdev)) // startCode runs on one goroutine
@@ -705,11 +720,8 @@ func (r *run) startCode(b *streamRun, dev gpu.CodeDevice, st gpu.CodeStream, wg 
 			slots++
 		}
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		c.run(dev, slots)
-	}()
+	c.dev = dev
+	return &codeList{c: c, slots: slots}
 }
 
 // run drives the list: prepare, enqueue within the window while settling
@@ -736,7 +748,6 @@ func (c *codeRun) run(dev gpu.CodeDevice, slots int) {
 		r.pubs[b.gs].enq.Publish(math.MaxUint64) // nothing more will be enqueued
 		c.releaseStatus()
 	}()
-	c.dev = dev
 	c.prepare(dev, slots)
 	done := r.ctx.Done()
 	c.window = codeWindow

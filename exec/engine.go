@@ -28,7 +28,8 @@ import (
 // list publishes its progress (gpu.Progress.Publish) after each launch
 // another stream waits on, at the steps the device asks for, and when it
 // ends, and a wait for (t, n) is satisfied once stream t's count, as its
-// device keeps it (gpu.Lister.Count), reaches t's list start plus n.
+// device keeps it (the counter gpu.Lister.EnqueueList gave t's list),
+// reaches t's list start plus n.
 // A satisfied wait costs one atomic load; an unsatisfied one is the
 // count's WaitFor under the run's ctx, which gives up once ctx is done.
 // The lists of a run start together, once all are queued (a gpu.HostEvent
@@ -150,10 +151,8 @@ func (c *compiled) required(i int, l *PlannedLaunch) []buffers.Binding {
 }
 
 // progressSrc is where a global stream's progress in a run is read: the
-// count of the device stream its list was queued on (gpu.Lister.Count),
-// from the list's start (first), or, for a stream whose list no device
-// runs as a list (a code stream, or a list the device refused), the run's
-// count of its settled launches (first 0).
+// counter the device gave its list (gpu.Lister.EnqueueList), from the
+// list's start (first); for a list no device took, reached.
 type progressSrc struct {
 	c     *gpu.Counter
 	first uint64
@@ -175,9 +174,13 @@ func (r *run) awaitProgress(ctx context.Context, gs int, n uint64) (uint64, erro
 	return sinceFirst(c, s.first), err
 }
 
-// publish publishes n settled launches of global stream gs, one no device
-// runs as a list.
-func (r *run) publish(gs int, n uint64) { r.src[gs].c.Publish(n) }
+// publish publishes n settled launches of code stream gs, on its device
+// stream's count, from the list's goroutine.
+func (r *run) publish(gs int, n uint64) {
+	if s := &r.src[gs]; s.c != &reached {
+		s.c.Publish(s.first + min(n, uint64(len(r.runs[gs].list))))
+	}
+}
 
 // sinceFirst is a stream count c less a list's start first, at least 0.
 func sinceFirst(c, first uint64) uint64 {
@@ -260,7 +263,7 @@ type streamRun struct {
 	fresh bool         // the next launch reads the clock at its start
 	left  int          // -1, or the first launch not run because a wait gave up (ctx done): cancelled by execute
 	prog  gpu.Progress // the device's, once the list started; nil for an inline run
-	count *gpu.Counter // the device stream's count (gpu.Lister.Count)
+	count *gpu.Counter // the counter the device gave the list (gpu.Lister)
 	first uint64       // the list's start in it
 	next  uint64       // the step by whose completion the list publishes next, as the device asked
 	dead  error        // the device's sticky error, once a publish returned it: the list stops
@@ -713,14 +716,13 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 	r.running.Store(true)
 	defer r.running.Store(false) // deferred: a kernel of an inline run may end its goroutine (runtime.Goexit)
 	var errs []error
-	var code sync.WaitGroup // the code streams' drivers
+	r.runs = runs
 	if r.inline {
 		r.runInline(runs)
 	} else {
-		errs = r.enqueue(devs, runs, &code)
+		errs = r.enqueue(devs)
 		r.awaitLists(runs)
 	}
-	code.Wait()
 	errs = append(errs, r.refused.all()...)
 	// Launches a stream left when ctx was done: cancelled now, after
 	// every launch that ran has settled, in plan order.
@@ -748,13 +750,16 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 	return errors.Join(errs...)
 }
 
-// enqueue queues the run's host lists on their device streams and starts
-// the drivers of its code streams (startCode), under enqueueMu. The host
-// lists start together once every list is queued (gate), so each list's
-// start on its stream (r.src) is known to the others. A list a device
-// refuses (closed, lost) is cancelled with its error, returned.
-func (r *run) enqueue(devs []gpu.Device, runs []streamRun, code *sync.WaitGroup) []error {
+// enqueue queues each stream's list of the run on its device stream
+// (gpu.Lister.EnqueueList): a host stream's launches (a streamRun), or a
+// code stream's driver (a codeList), under enqueueMu. The lists start
+// together once every list is queued (gate), so each list's start on its
+// stream (r.src) is known to the others. A list a device refuses (closed,
+// lost, or a stream that takes no lists) is cancelled with its error,
+// returned.
+func (r *run) enqueue(devs []gpu.Device) []error {
 	p := r.plan
+	runs := r.runs
 	var errs []error
 	r.src = make([]progressSrc, len(runs))
 	gate := gpu.NewHostEvent()
@@ -764,62 +769,54 @@ func (r *run) enqueue(devs []gpu.Device, runs []streamRun, code *sync.WaitGroup)
 	if p.hasCode() {
 		r.pubs = make([]codePub, len(runs))
 	}
-	var own []gpu.Counter // the progress of lists no device runs as lists
-	ownOf := func(gs int) *gpu.Counter {
-		if own == nil {
-			own = make([]gpu.Counter, len(runs))
+	refuse := func(gs int, err error) {
+		b := &runs[gs]
+		d, s := p.StreamOf(gs)
+		b.count = nil
+		r.src[gs] = progressSrc{c: &reached}
+		errs = append(errs, fmt.Errorf("exec: %v stream %d: %w", devs[d].ID(), s, err))
+		b.state.Store(listStarted) // not queued: not to be withdrawn
+		b.cancelFrom(err)
+		if r.pubs != nil {
+			r.pubs[gs].enq.Publish(math.MaxUint64) // nothing to wait for on the device
 		}
-		r.src[gs] = progressSrc{c: &own[gs]}
-		return &own[gs]
 	}
-	var drive []int
 	for gs := range runs {
 		b := &runs[gs]
 		if b.list == nil {
 			continue
 		}
 		d, s := p.StreamOf(gs)
+		var l gpu.List = b
 		if p.mem[d] {
-			ownOf(gs)
-			drive = append(drive, gs)
-			continue
+			cd, _ := devs[d].(gpu.CodeDevice)
+			st, ok := cd.Stream(s).(gpu.CodeStream)
+			if !ok {
+				refuse(gs, errors.New("not a gpu.CodeStream"))
+				continue
+			}
+			l = r.newCode(b, cd, st)
 		}
 		ls, ok := devs[d].Stream(s).(gpu.Lister)
-		var err error
-		if ok {
-			b.count = ls.Count()
-			r.src[gs] = progressSrc{c: b.count}
-			r.src[gs].first, err = ls.EnqueueList(gate, uint64(len(b.list)), b)
-			b.first = r.src[gs].first
-		} else {
-			err = fmt.Errorf("takes no launch lists (not a gpu.Lister)")
-		}
-		if err != nil {
-			b.count = nil
-			ownOf(gs)
-			errs = append(errs, fmt.Errorf("exec: %v stream %d: %w", devs[d].ID(), s, err))
-			b.state.Store(listStarted) // not queued: not to be withdrawn
-			b.cancelFrom(err)
-			r.publish(gs, math.MaxUint64)
-		}
-	}
-	for _, gs := range drive {
-		b := &runs[gs]
-		d, s := p.StreamOf(gs)
-		b.state.Store(listStarted) // driven, not queued: not to be withdrawn
-		cd, _ := devs[d].(gpu.CodeDevice)
-		if st, ok := cd.Stream(s).(gpu.CodeStream); ok {
-			r.startCode(b, cd, st, code)
+		if !ok {
+			refuse(gs, errors.New("takes no launch lists (not a gpu.Lister)"))
 			continue
 		}
-		err := fmt.Errorf("exec: %v stream %d is not a gpu.CodeStream", devs[d].ID(), s)
-		errs = append(errs, err)
-		b.cancelFrom(err)
-		r.publish(gs, math.MaxUint64)
-		r.pubs[gs].enq.Publish(math.MaxUint64) // settled: nothing to wait for on the device
+		count, first, err := ls.EnqueueList(gate, uint64(len(b.list)), l)
+		if err != nil {
+			refuse(gs, err)
+			continue
+		}
+		b.count, b.first = count, first
+		r.src[gs] = progressSrc{c: b.count, first: first}
 	}
 	return errs
 }
+
+// reached is the progress of a list no device took: every count reached.
+var reached gpu.Counter
+
+func init() { reached.Publish(math.MaxUint64) }
 
 // awaitLists returns once every host list the devices took has finished.
 // When the run's ctx ends first, the lists no stream has started are

@@ -358,6 +358,7 @@ type run struct {
 	inline bool // started inside a kernel of a running run: runs on the calling goroutine (see execute)
 
 	out      *outcomes
+	runs     []streamRun   // by global stream: its list in this phase
 	src      []progressSrc // by global stream: where its progress is read (see progressOf)
 	running  atomic.Bool   // the run's launches are going (a run its kernels start is nested)
 	mu       sync.Mutex    // guards internal

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,6 +43,7 @@ type fakeCode struct {
 	programs  map[string]*fakeProgram
 	ran       map[string]int // kernel launches run, by label
 	waits     atomic.Int64   // Stream.Wait calls on events of this device
+	lists     sync.WaitGroup // the streams' running lists
 }
 
 // fakeKernel is a fake entry point: args are []byte (the memory from the
@@ -51,6 +53,7 @@ type fakeKernel func(global []int, args []any) error
 var (
 	_ gpu.CodeDevice = (*fakeCode)(nil)
 	_ gpu.CodeStream = (*fakeStream)(nil)
+	_ gpu.Lister     = (*fakeStream)(nil)
 )
 
 func newFakeCode(id topology.DeviceID, streams int, kernels map[string]fakeKernel) *fakeCode {
@@ -81,7 +84,40 @@ func (d *fakeCode) Close() error {
 	for _, s := range d.streams {
 		s.close()
 	}
+	d.lists.Wait()
 	return nil
+}
+
+// EnqueueList runs l on a goroutine of its own (Close waits for it), as
+// a code device runs its lists: concurrently with the stream's others.
+func (s *fakeStream) EnqueueList(after gpu.Event, n uint64, l gpu.List) (*gpu.Counter, uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shut {
+		return nil, 0, gpu.ErrClosed
+	}
+	fl := &fakeList{n: n}
+	s.dev.lists.Add(1)
+	go func() {
+		defer s.dev.lists.Done()
+		if after != nil {
+			_ = after.Wait(context.Background())
+		}
+		l.Run(fl)
+		fl.count.Publish(n)
+	}()
+	return &fl.count, 0, nil
+}
+
+// fakeList is a list's progress on a fake stream.
+type fakeList struct {
+	n     uint64
+	count gpu.Counter
+}
+
+func (p *fakeList) Publish(n uint64) (uint64, error) {
+	p.count.Publish(min(n, p.n))
+	return math.MaxUint64, nil
 }
 
 // runs returns how many launches labelled label the device ran.

@@ -147,36 +147,35 @@ type Event interface {
 
 // Lister is the capability of a stream that takes a whole list of host
 // work as one queued operation: the fast path of a plan known ahead, where
-// a stream's launches run one after another on the stream's worker with
-// no per-launch queueing. The CPU device's streams (and the simulated
-// GPUs', which are CPU streams) offer it.
+// a stream's launches run one after another with no per-launch queueing.
+// The CPU device's streams (and the simulated GPUs', which are CPU
+// streams) run a list on the stream's worker, in queue order with the
+// stream's other work; a code device (OpenCL) runs each list on a host
+// goroutine of its own, concurrently with its other lists, and the
+// device commands a list enqueues go on the stream in the order it
+// enqueues them.
 //
-// A list takes n sequence numbers of the stream, first+1 … first+n, and
-// so n places in the stream's Count: as the list runs it
-// publishes how far it got (Progress.Publish), and once List.Run returns
-// the stream counts all n complete. Events recorded on the stream after
-// the list fire once the whole list is complete.
+// A list has n steps. As it runs it publishes how far it got on a
+// counter the stream gives it: at first+k once it has completed k steps
+// (Progress.Publish(k), or, between the steps its Progress asks to hear
+// of, the counter's own Publish(first+k) from the goroutine running the
+// list); once List.Run returns, the stream publishes first+n. Another
+// list waits for step k by the counter's WaitFor(ctx, first+k); reading
+// it is one atomic load.
 //
 // Methods are safe for concurrent use.
 type Lister interface {
 	Stream
-	// EnqueueList queues l behind the work queued on the stream before
-	// it; the stream's worker calls l.Run once after has fired (a nil
-	// after: at once) and once the work before it has completed. It
-	// returns first, the count of operations queued on the stream
-	// before l (so l's k-th operation completes the stream's count
-	// first+k). After Close it returns ErrClosed and l is not run; a
-	// device that is lost returns an error that matches ErrDeviceLost.
-	// n must be at least 1.
-	EnqueueList(after Event, n uint64, l List) (first uint64, err error)
-	// Count is the stream's count of completed operations: the
-	// sequence number its last completed operation took (a list counts
-	// as it publishes). Read it with Load (one atomic load), wait for a
-	// value with WaitFor. Only the stream publishes it, and a running
-	// List, from the goroutine running it, between the steps its
-	// Progress asks to hear of: Count().Publish(first+n) marks n steps
-	// complete as Progress.Publish(n) does, with no call to the device.
-	Count() *Counter
+	// EnqueueList queues l, which starts once after has fired (a nil
+	// after: at once) and, on a stream that runs lists in queue order,
+	// once the work queued before it has completed. It returns the
+	// counter l publishes its steps on and first, the counter's value
+	// before l's first step (on the CPU device, the stream's count of
+	// every operation queued before l; events recorded on the stream
+	// after l then fire once l is complete). After Close it returns
+	// ErrClosed and l is not run; a lost device returns an error that
+	// matches ErrDeviceLost. n must be at least 1.
+	EnqueueList(after Event, n uint64, l List) (count *Counter, first uint64, err error)
 }
 
 // List is host work queued on a Lister as one operation of n steps.
@@ -193,7 +192,7 @@ type List interface {
 // Progress is how a running List publishes how far it got.
 type Progress interface {
 	// Publish marks the list's first n steps complete (n at most the
-	// list's length, never less than before): the stream's Count
+	// list's length, never less than before): the list's counter
 	// becomes first+n. It returns the step by whose completion
 	// the list must publish next, even if nothing waits on it
 	// (math.MaxUint64 when the stream needs no extra publishes: the

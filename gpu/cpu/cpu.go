@@ -201,16 +201,17 @@ func (lr *listRun) Publish(n uint64) (uint64, error) {
 	return math.MaxUint64, nil
 }
 
-// EnqueueList queues l as n operations of the stream. See gpu.Lister.
-func (s *cpuStream) EnqueueList(after gpu.Event, n uint64, l gpu.List) (uint64, error) {
+// EnqueueList queues l as n operations of the stream, counted on the
+// stream's count of completed operations. See gpu.Lister.
+func (s *cpuStream) EnqueueList(after gpu.Event, n uint64, l gpu.List) (*gpu.Counter, uint64, error) {
 	if l == nil || n == 0 {
-		return 0, fmt.Errorf("cpu: %v: EnqueueList of a nil or empty list (%d steps)", s, n)
+		return nil, 0, fmt.Errorf("cpu: %v: EnqueueList of a nil or empty list (%d steps)", s, n)
 	}
 	lr := &listRun{s: s, l: l, after: after, n: n}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return 0, gpu.ErrClosed
+		return nil, 0, gpu.ErrClosed
 	}
 	lr.first = s.enq
 	s.queue = append(s.queue, item{list: lr})
@@ -221,11 +222,8 @@ func (s *cpuStream) EnqueueList(after gpu.Event, n uint64, l gpu.List) (uint64, 
 	if wake {
 		s.wake <- struct{}{}
 	}
-	return lr.first, nil
+	return &s.done, lr.first, nil
 }
-
-// Count returns the stream's count of completed operations.
-func (s *cpuStream) Count() *gpu.Counter { return &s.done }
 
 // cpuStream is one stream of the CPU device: an ordered queue drained by
 // one worker goroutine.

@@ -30,7 +30,7 @@ func TestListSequenceAndProgress(t *testing.T) {
 	gate := gpu.NewHostEvent()
 	mid := make(chan struct{})
 	release := make(chan struct{})
-	first, err := s0.EnqueueList(gate, 4, listFunc(func(p gpu.Progress) {
+	c0, first, err := s0.EnqueueList(gate, 4, listFunc(func(p gpu.Progress) {
 		order = append(order, "list")
 		next, err := p.Publish(0)
 		assert.Equal(t, uint64(math.MaxUint64), next, "the CPU device asks for no extra publishes")
@@ -44,24 +44,24 @@ func TestListSequenceAndProgress(t *testing.T) {
 	after := s0.Record()
 	// Stream 1 waits for the list's second step.
 	seen := make(chan uint64, 1)
-	_, err = s1.EnqueueList(nil, 1, listFunc(func(gpu.Progress) {
-		n, err := s0.Count().WaitFor(context.Background(), first+2)
+	_, _, err = s1.EnqueueList(nil, 1, listFunc(func(gpu.Progress) {
+		n, err := c0.WaitFor(context.Background(), first+2)
 		assert.NoError(t, err)
 		seen <- n
 	}))
 	require.NoError(t, err)
 	cctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	_, err = s0.Count().WaitFor(cctx, first+1)
+	_, err = c0.WaitFor(cctx, first+1)
 	assert.ErrorIs(t, err, context.Canceled, "the gate holds the list")
 	gate.Set()
 	<-mid
 	assert.GreaterOrEqual(t, <-seen, first+2)
-	assert.Equal(t, first+2, s0.Count().Load(), "the list's publish is the stream's count")
+	assert.Equal(t, first+2, c0.Load(), "the list's publish is the stream's count")
 	assert.False(t, after.Done(), "an event after the list waits for all of it")
 	close(release)
 	require.NoError(t, after.Wait(t.Context()))
-	assert.Equal(t, first+4, s0.Count().Load())
+	assert.Equal(t, first+4, c0.Load())
 	require.NoError(t, s0.Synchronize(t.Context()))
 	assert.Equal(t, []string{"task", "list"}, order)
 }
@@ -74,7 +74,7 @@ func TestListGoexitResumesAndPanicReports(t *testing.T) {
 	s := d.Stream(0).(gpu.Lister)
 	calls, step := 0, 0
 	var progs []gpu.Progress
-	_, err := s.EnqueueList(nil, 3, listFunc(func(p gpu.Progress) {
+	c, _, err := s.EnqueueList(nil, 3, listFunc(func(p gpu.Progress) {
 		calls++
 		progs = append(progs, p)
 		for step < 3 {
@@ -86,7 +86,7 @@ func TestListGoexitResumesAndPanicReports(t *testing.T) {
 		}
 	}))
 	require.NoError(t, err)
-	_, err = s.EnqueueList(nil, 2, listFunc(func(gpu.Progress) { panic("boom") }))
+	_, _, err = s.EnqueueList(nil, 2, listFunc(func(gpu.Progress) { panic("boom") }))
 	require.NoError(t, err)
 	err = s.Synchronize(t.Context())
 	var pe *gpu.PanicError
@@ -95,19 +95,19 @@ func TestListGoexitResumesAndPanicReports(t *testing.T) {
 	assert.Equal(t, 2, calls, "Run called again after Goexit")
 	assert.Equal(t, 3, step)
 	assert.Same(t, progs[0], progs[1], "the same Progress on the second call")
-	assert.Equal(t, uint64(5), s.Count().Load())
+	assert.Equal(t, uint64(5), c.Load())
 }
 
 // EnqueueList refuses an empty or nil list, and after Close.
 func TestListRefused(t *testing.T) {
 	d := newCPU(t, 1)
 	s := d.Stream(0).(gpu.Lister)
-	_, err := s.EnqueueList(nil, 0, listFunc(func(gpu.Progress) {}))
+	_, _, err := s.EnqueueList(nil, 0, listFunc(func(gpu.Progress) {}))
 	assert.ErrorContains(t, err, "empty list")
-	_, err = s.EnqueueList(nil, 1, nil)
+	_, _, err = s.EnqueueList(nil, 1, nil)
 	assert.ErrorContains(t, err, "nil")
 	require.NoError(t, d.Close())
-	_, err = s.EnqueueList(nil, 1, listFunc(func(gpu.Progress) {}))
+	_, _, err = s.EnqueueList(nil, 1, listFunc(func(gpu.Progress) {}))
 	assert.ErrorIs(t, err, gpu.ErrClosed)
 }
 
@@ -116,7 +116,7 @@ func TestListGateGivenUpAtClose(t *testing.T) {
 	d := newCPU(t, 1)
 	s := d.Stream(0).(gpu.Lister)
 	ran := false
-	_, err := s.EnqueueList(gpu.NewHostEvent(), 1, listFunc(func(gpu.Progress) { ran = true }))
+	_, _, err := s.EnqueueList(gpu.NewHostEvent(), 1, listFunc(func(gpu.Progress) { ran = true }))
 	require.NoError(t, err)
 	require.NoError(t, d.Close())
 	assert.True(t, ran)

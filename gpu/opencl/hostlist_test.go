@@ -31,7 +31,7 @@ func TestDeviceListRunsAndEnqueues(t *testing.T) {
 	got := make([]int32, n)
 	gate := gpu.NewHostEvent()
 	done := make(chan error, 1)
-	first, err := ls.EnqueueList(gate, 3, listFunc(func(pr gpu.Progress) {
+	c, first, err := ls.EnqueueList(gate, 3, listFunc(func(pr gpu.Progress) {
 		next, err := pr.Publish(0)
 		if err != nil || next != math.MaxUint64 {
 			done <- err
@@ -53,23 +53,30 @@ func TestDeviceListRunsAndEnqueues(t *testing.T) {
 	require.NoError(t, err)
 	cctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	_, err = ls.Count().WaitFor(cctx, first+1)
+	_, err = c.WaitFor(cctx, first+1)
 	assert.ErrorIs(t, err, context.Canceled, "the gate holds the list")
 	gate.Set()
 	require.NoError(t, <-done)
-	_, err = ls.Count().WaitFor(t.Context(), first+3)
+	_, err = c.WaitFor(t.Context(), first+3)
 	require.NoError(t, err)
 	for i, g := range got {
 		require.Equal(t, int32(7), g, "element %d", i)
 	}
 	require.NoError(t, s.Synchronize(t.Context()))
-	second, err := ls.EnqueueList(nil, 1, listFunc(func(gpu.Progress) {}))
+	assert.Equal(t, uint64(0), first, "a list counts from 0 on a counter of its own")
+	held := gpu.NewHostEvent()
+	c2, _, err := ls.EnqueueList(held, 1, listFunc(func(gpu.Progress) {}))
 	require.NoError(t, err)
-	assert.Equal(t, first+3, second, "lists number their steps in one sequence")
-	_, err = ls.EnqueueList(nil, 0, listFunc(func(gpu.Progress) {}))
+	c3, _, err := ls.EnqueueList(nil, 1, listFunc(func(gpu.Progress) {}))
+	require.NoError(t, err)
+	_, err = c3.WaitFor(t.Context(), 1)
+	require.NoError(t, err, "a list does not wait for the one queued before it")
+	assert.Equal(t, uint64(0), c2.Load())
+	held.Set()
+	_, _, err = ls.EnqueueList(nil, 0, listFunc(func(gpu.Progress) {}))
 	assert.ErrorContains(t, err, "empty list")
 	require.NoError(t, d.Close())
-	assert.Equal(t, second+1, ls.Count().Load(), "Close ran the queued list")
-	_, err = ls.EnqueueList(nil, 1, listFunc(func(gpu.Progress) {}))
+	assert.Equal(t, uint64(1), c2.Load(), "Close waits for the lists")
+	_, _, err = ls.EnqueueList(nil, 1, listFunc(func(gpu.Progress) {}))
 	assert.ErrorIs(t, err, gpu.ErrClosed)
 }

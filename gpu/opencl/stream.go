@@ -38,8 +38,6 @@ type clStream struct {
 	hcur    []hostItem
 	hci     int
 	hti     int
-	lqueued uint64      // list steps queued (EnqueueList), guarded by hmu
-	lcount  gpu.Counter // list steps completed, published by the host worker
 
 	pmu     sync.Mutex
 	panicE  *gpu.PanicError
@@ -53,7 +51,6 @@ type hostItem struct {
 	mark *cl.Event
 	done *cl.UserEvent
 	ts   []gpu.Task
-	list *clList // a list (hostlist.go); the other fields are nil
 }
 
 // kernelKey names a kernel object of a stream: its program and entry
@@ -388,11 +385,6 @@ func (s *clStream) hostWork() {
 	for {
 		for s.hci < len(s.hcur) {
 			it := s.hcur[s.hci]
-			if it.list != nil {
-				s.runList(it.list) // a Goexit resumes here, on a new worker
-				s.hci++
-				continue
-			}
 			if s.hti == 0 {
 				<-it.mark.Done()
 			}

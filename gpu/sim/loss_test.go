@@ -22,7 +22,7 @@ func (f listFunc) Run(p gpu.Progress) { f(p) }
 func runSteps(t *testing.T, s gpu.Lister, n uint64) (ran uint64, lost error) {
 	t.Helper()
 	done := make(chan struct{})
-	_, err := s.EnqueueList(nil, n, listFunc(func(p gpu.Progress) {
+	_, _, err := s.EnqueueList(nil, n, listFunc(func(p gpu.Progress) {
 		defer close(done)
 		next, err := p.Publish(0)
 		for k := uint64(1); k <= n && err == nil; k++ {
@@ -52,7 +52,7 @@ func TestWithLoss(t *testing.T) {
 	require.True(t, errors.As(lost, &le), "got %v", lost)
 	assert.ErrorIs(t, lost, gpu.ErrDeviceLost)
 	assert.Equal(t, topology.GPU(1), le.Device)
-	_, err = g1.EnqueueList(nil, 1, listFunc(func(gpu.Progress) {}))
+	_, _, err = g1.EnqueueList(nil, 1, listFunc(func(gpu.Progress) {}))
 	assert.ErrorIs(t, err, gpu.ErrDeviceLost, "a lost GPU refuses lists")
 	assert.ErrorIs(t, g1.Launch(gpu.TaskFunc(func() {})), gpu.ErrDeviceLost, "and tasks")
 	ran, lost = runSteps(t, g0, 10)

@@ -288,7 +288,7 @@ func (l *lossList) Run(p gpu.Progress) {
 
 // EnqueueList queues l; on a device with a loss it counts l's launches and
 // refuses with the loss once the device is lost. See gpu.Lister.
-func (s *simStream) EnqueueList(after gpu.Event, n uint64, l gpu.List) (uint64, error) {
+func (s *simStream) EnqueueList(after gpu.Event, n uint64, l gpu.List) (*gpu.Counter, uint64, error) {
 	if s.d.loss == nil || l == nil {
 		return s.Lister.EnqueueList(after, n, l)
 	}
@@ -296,7 +296,7 @@ func (s *simStream) EnqueueList(after gpu.Event, n uint64, l gpu.List) (uint64, 
 	ls.mu.Lock()
 	if ls.err != nil {
 		ls.mu.Unlock()
-		return 0, ls.err
+		return nil, 0, ls.err
 	}
 	ls.queued += n
 	ls.mu.Unlock()
