@@ -63,12 +63,12 @@ import (
 //     reads, say.);
 //   - the launch itself: LaunchKernel with the variant's shape and
 //     arguments, or the copy;
-//   - a Record after a launch another stream waits on, after a copy, and
-//     at the end of the list (or of the enqueue window); the failures a
-//     recorded event reports (*gpu.CommandError) are mapped back to the
-//     launches it covers by label (a kernel launch's label is its name,
-//     unique in the graph; a copy, whose commands the device labels by
-//     kind, ends its segment).
+//   - a Record after a launch another stream waits on, and at the end of
+//     the list (or of the enqueue window); the failures a recorded event
+//     reports (*gpu.CommandError) are mapped back to the launches it
+//     covers by sequence number: each enqueue returns its command's, and
+//     the driver keeps those of each launch (a kernel's label, its name,
+//     is for people only).
 //
 // Settling a launch follows the CPU device's contract, in settle order (a
 // launch that waited on the device settles after what it waited for):
@@ -544,7 +544,7 @@ func (r *run) fetch(id dag.BufferID) {
 		}
 		cd, _ := r.gdevs[f.dev].(gpu.CodeDevice)
 		st := cd.Stream(0).(gpu.CodeStream)
-		err := st.CopyOut(hb.Bytes()[f.off:f.end], m, f.off)
+		_, err := st.CopyOut(hb.Bytes()[f.off:f.end], m, f.off)
 		if err == nil {
 			err = st.Record().Wait(context.Background())
 		}
@@ -682,6 +682,10 @@ type codeState struct {
 	refused  bool  // not enqueued: the device refused it (closed); cancelled with c.refused
 	err      error // it failed when it was enqueued (a bad shape, a build error, …)
 	copied   int64 // bytes a copy moves
+	// seq holds the sequence numbers of its commands on the stream (the
+	// kernel or the copy, then the status word's read-back), 0 for none:
+	// a failure the device reports is its own when it names one of them.
+	seq [2]uint64
 }
 
 // startCode starts the driver of code stream list b.
@@ -835,7 +839,7 @@ func (c *codeRun) prepare(dev gpu.CodeDevice, slots int) {
 		m, err = dev.Alloc(int64(slots) * statusStride)
 	}
 	if err == nil {
-		err = c.st.Fill(m, 0, int64(slots)*statusStride, []byte{0, 0, 0, 0})
+		_, err = c.st.Fill(m, 0, int64(slots)*statusStride, []byte{0, 0, 0, 0})
 	}
 	if err != nil {
 		if m != nil {
@@ -905,12 +909,10 @@ func (c *codeRun) enqueue() {
 		return
 	}
 	c.enqueueCommands(k, l)
-	// A kernel's failure names it (its label: kernel names are unique in
-	// a graph), but a copy's names only its kind: a copy ends a segment.
 	// Within a long run of launches nothing else asks for, a Record
 	// every segmentOf(window) launches: the window then settles one
 	// segment at a time while the rest of it runs on.
-	if l.Copy != nil || h.record || c.pos == len(b.list) || c.pos-c.covered() >= segmentOf(c.window) {
+	if h.record || c.pos == len(b.list) || c.pos-c.covered() >= segmentOf(c.window) {
 		c.recordTo(c.pos)
 	}
 }
@@ -1098,14 +1100,17 @@ func (c *codeRun) launch(k int, l *PlannedLaunch) error {
 		return err
 	}
 	c.kl = gpu.KernelLaunch{Program: c.progs[k], Entry: op.variant.Entry, Global: op.shape.Global, Local: op.shape.Local, Args: args, Label: l.Name}
-	if err := c.st.LaunchKernel(&c.kl); err != nil {
+	seq, err := c.st.LaunchKernel(&c.kl)
+	if err != nil {
 		return fmt.Errorf("exec: kernel %q: %w", l.Name, err)
 	}
-	c.state[k].enqueued = true
+	c.state[k].enqueued, c.state[k].seq[0] = true, seq
 	if s := c.statusSlot[k]; s >= 0 {
-		if err := c.st.CopyOut(c.statusHost[4*s:4*s+4], c.statusMem, int64(s)*statusStride); err != nil {
+		seq, err := c.st.CopyOut(c.statusHost[4*s:4*s+4], c.statusMem, int64(s)*statusStride)
+		if err != nil {
 			return fmt.Errorf("exec: kernel %q: read its status word: %w", l.Name, err)
 		}
+		c.state[k].seq[1] = seq
 	}
 	return nil
 }
@@ -1123,6 +1128,7 @@ func (c *codeRun) launchCopy(k int, l *PlannedLaunch, op *codeOp) error {
 	unalloc := func() bool {
 		return r.unalloc != nil && (r.unalloc.bufs[src.Buffer] || r.unalloc.bufs[dst.Buffer])
 	}
+	var seq uint64
 	var err error
 	switch {
 	case op.in:
@@ -1130,24 +1136,25 @@ func (c *codeRun) launchCopy(k int, l *PlannedLaunch, op *codeOp) error {
 		if hb == nil || m == nil || unalloc() {
 			return nil // a failed reservation: the copy carries its taint
 		}
-		err = c.st.CopyIn(m, off, hb.Bytes()[off:off+n])
+		seq, err = c.st.CopyIn(m, off, hb.Bytes()[off:off+n])
 	case op.out:
 		m, hb := c.mem(src.Buffer), r.buffer(dst.Buffer)
 		if hb == nil || m == nil || unalloc() {
 			return nil
 		}
-		err = c.st.CopyOut(hb.Bytes()[off:off+n], m, off)
+		seq, err = c.st.CopyOut(hb.Bytes()[off:off+n], m, off)
 	default:
 		ms, md := c.mem(src.Buffer), c.mem(dst.Buffer)
 		if ms == nil || md == nil {
 			return nil
 		}
-		err = c.st.Copy(md, off, ms, off, n)
+		seq, err = c.st.Copy(md, off, ms, off, n)
 	}
 	if err != nil {
 		return fmt.Errorf("exec: %s: %w", l.Name, err)
 	}
-	c.state[k].enqueued, c.state[k].copied = true, n
+	st := &c.state[k]
+	st.enqueued, st.copied, st.seq[0] = true, n, seq
 	return nil
 }
 
@@ -1337,12 +1344,14 @@ func later(a, b time.Time) time.Time {
 
 // attribute maps the failures a segment's event reported (err: nil, or
 // *gpu.CommandError values, joined) to the launches of the segment, from
-// c.set to end (leaving out those of another stream of the device, which
-// a device wait passed on): a kernel by its label; anything else (a copy's command,
-// a status word's read-back) to the launches that issued such commands:
-// the segment's copy (a segment holds at most one, at its end) and its
-// kernels with a status word, or, when it has neither, to every launch of
-// the segment that was enqueued (the device's word is all there is).
+// c.set to end: a failure of this stream's command to the launch that
+// enqueued the command, by its sequence number (codeState.seq); a failure
+// of another stream of the device, which a device wait passed on, to
+// none (it is that stream's launch's failure, and its consumers here are
+// skipped through its taint); anything else (a command no launch of the
+// segment enqueued, such as the status words' fill, or an error that is
+// no *gpu.CommandError) to every launch of the segment that was enqueued
+// (the device's word is all there is).
 func (c *codeRun) attribute(end int, err error) map[int]error {
 	if err == nil {
 		return nil
@@ -1353,22 +1362,17 @@ func (c *codeRun) attribute(end int, err error) map[int]error {
 	} else {
 		errs = []error{err}
 	}
-	p := c.r.plan
 	fails := map[int]error{}
 	for _, e := range errs {
 		at := -1
 		var ce *gpu.CommandError
-		if errors.As(e, &ce) && ce.Device == c.st.Device() && ce.Stream != c.st.Index() {
-			// Passed on by a device wait from the stream that ran the
-			// command: it is that stream's launch's failure, and its
-			// consumers here are skipped through its taint.
-			continue
-		}
-		if ce != nil {
-			for k := c.set; k < end; k++ {
-				if l := &p.launches[c.b.list[k].idx]; l.Copy == nil && l.Name == ce.Label {
+		if errors.As(e, &ce) && ce.Device == c.st.Device() {
+			if ce.Stream != c.st.Index() {
+				continue
+			}
+			for k := c.set; k < end && at < 0; k++ {
+				if st := &c.state[k]; st.enqueued && ce.Seq != 0 && (st.seq[0] == ce.Seq || st.seq[1] == ce.Seq) {
 					at = k
-					break
 				}
 			}
 		}
@@ -1376,21 +1380,10 @@ func (c *codeRun) attribute(end int, err error) map[int]error {
 			fails[at] = errors.Join(fails[at], e)
 			continue
 		}
-		var to []int
 		for k := c.set; k < end; k++ {
-			if c.state[k].enqueued && (p.launches[c.b.list[k].idx].Copy != nil || c.statusSlot[k] >= 0) {
-				to = append(to, k)
+			if c.state[k].enqueued {
+				fails[k] = errors.Join(fails[k], e)
 			}
-		}
-		if to == nil {
-			for k := c.set; k < end; k++ {
-				if c.state[k].enqueued {
-					to = append(to, k)
-				}
-			}
-		}
-		for _, k := range to {
-			fails[k] = errors.Join(fails[k], e)
 		}
 	}
 	return fails
