@@ -86,11 +86,16 @@ import (
 // returns. So that this is little, a run whose ctx can end enqueues only
 // about codeAhead of device time ahead of what has settled, and one whose
 // device does not finish within codeGrace of ctx's end abandons it (see
-// ErrAbandoned). A device that refuses a launch because it was closed (or
-// lost) is treated alike: the driver stops, the launch and the rest of
-// the list are cancelled with one error per device saying it refused the
-// run's work (wrapping gpu.ErrClosed, or gpu.ErrDeviceLost; see refusals),
-// and the run returns that error.
+// ErrAbandoned). A device that refuses a launch because it was closed is
+// treated alike: the driver stops, the launch and the rest of the list
+// are cancelled with one error per device saying it refused the run's
+// work (wrapping gpu.ErrClosed; see refusals), and the run returns that
+// error. A device that reports its loss (an enqueue, or a recorded
+// event's failure of this device, matching gpu.ErrDeviceLost) is lost for
+// the run (run.deviceLost): the launch and those after it that have not
+// settled are lost with it, and the run recovers on the other devices
+// (see WithDeviceLoss); a second device lost in the same run is a refusal
+// naming both.
 //
 // Since a device is only ever given commands whose producers have
 // settled or are enqueued on the device before them, every command it
@@ -678,7 +683,7 @@ type codeRun struct {
 type codeState struct {
 	enqueued bool  // its commands are on the device
 	settled  bool  // settled before it was enqueued (skipped, cancelled or lost)
-	lost     bool  // not enqueued: its device was lost (a simulated device loss)
+	lost     bool  // not enqueued: its device was lost (simulated, or reported by the device)
 	refused  bool  // not enqueued: the device refused it (closed); cancelled with c.refused
 	err      error // it failed when it was enqueued (a bad shape, a build error, …)
 	copied   int64 // bytes a copy moves
@@ -977,8 +982,8 @@ func (c *codeRun) await(k int, w Wait) (dev, ok bool) {
 func (c *codeRun) settleUnenqueued(k int, l *PlannedLaunch, devWaited bool) bool {
 	r := c.r
 	if r.loss != nil && r.loss.hits(l) {
-		// Lost with its device (simulated: the device is not told):
-		// nothing is enqueued, and it settles as lost in order.
+		// Lost with its device (simulated, or reported by it): nothing
+		// is enqueued, and it settles as lost in order.
 		c.state[k].lost = true
 		if c.set != k || devWaited {
 			return false
@@ -1006,9 +1011,12 @@ func (c *codeRun) settleUnenqueued(k int, l *PlannedLaunch, devWaited bool) bool
 // enqueueCommands enqueues the commands of launch k (plan launch l), its
 // waits met and its outcome not known yet, unless it is lost (it then
 // settles as lost in order) or already failed (a build error, say: then
-// nothing is enqueued). A launch the device refuses (closed, or lost)
-// is marked refused, its error cleared, and c.refused set to the
-// device's refusal: it is cancelled with the rest of the list.
+// nothing is enqueued). A launch the device refuses because it is lost
+// (gpu.ErrDeviceLost) marks the device lost for the run (run.deviceLost)
+// and is lost with it, its error cleared; one it refuses because it was
+// closed (or lost when the run recovers from another device's loss
+// already) is marked refused, its error cleared, and c.refused set to
+// the device's refusal: it is cancelled with the rest of the list.
 func (c *codeRun) enqueueCommands(k int, l *PlannedLaunch) {
 	st := &c.state[k]
 	if !st.lost && st.err == nil {
@@ -1017,9 +1025,41 @@ func (c *codeRun) enqueueCommands(k int, l *PlannedLaunch) {
 		}
 		st.err = c.launch(k, l)
 	}
-	if err := st.err; err != nil && (errors.Is(err, gpu.ErrClosed) || errors.Is(err, gpu.ErrDeviceLost)) {
+	err := st.err
+	if err == nil {
+		return
+	}
+	if errors.Is(err, gpu.ErrDeviceLost) {
+		c.r.deviceLost(l.Device, err)
+		if c.r.loss != nil && c.r.loss.hits(l) {
+			st.err, st.lost = nil, true
+			return
+		}
+	}
+	if errors.Is(err, gpu.ErrClosed) || errors.Is(err, gpu.ErrDeviceLost) {
 		st.err, st.refused = nil, true
 		c.refused = c.r.refused.of(l.Device, c.r.devs[l.Device], err)
+	}
+}
+
+// noteLoss marks the stream's device lost for the run (run.deviceLost)
+// when err, the failures a recorded event of the stream reported, says
+// so: a *gpu.CommandError of this device, or an error that is none (an
+// event the device could not record), matching gpu.ErrDeviceLost.
+func (c *codeRun) noteLoss(err error) {
+	if err == nil || !errors.Is(err, gpu.ErrDeviceLost) {
+		return
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	for _, e := range errs {
+		var ce *gpu.CommandError
+		if errors.Is(e, gpu.ErrDeviceLost) && (!errors.As(e, &ce) || ce.Device == c.st.Device()) {
+			c.r.deviceLost(c.r.plan.sdev[c.b.gs], err)
+			return
+		}
 	}
 }
 
@@ -1231,8 +1271,8 @@ func (c *codeRun) ready(k int) bool {
 	return true
 }
 
-// lose settles launch k as lost with its device (a simulated loss); the
-// caller counts it settled for the loss.
+// lose settles launch k as lost with its device (simulated, or reported
+// by the device); the caller counts it settled for the loss.
 func (c *codeRun) lose(k int) {
 	r := c.r
 	i := int(c.b.list[k].idx)
@@ -1261,6 +1301,7 @@ func (c *codeRun) settleSegment() {
 		}
 		c.fired = now
 	}
+	c.noteLoss(err)
 	fails := c.attribute(s.end, err)
 	for ; c.set < s.end; c.set++ {
 		c.settleOne(c.set, fails[c.set], end)
