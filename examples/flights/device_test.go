@@ -207,23 +207,11 @@ func TestDeviceGraphOnOpenCL(t *testing.T) {
 // and its filters and partials move to the CPU device by their Go
 // functions.
 func TestDeviceGraphOnOpenCLLost(t *testing.T) {
-	ds, err := opencl.Devices()
-	if err != nil || len(ds) == 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("no OpenCL device: %v", err)
-		}
-		t.Skipf("no OpenCL device: %v", err)
-	}
+	host, cl := hostAndOpenCL(t, 2)
 	data := nullableParquet(t, 30000, 2500, 200, true, 146)
 	src := openParquet(t, "nulls-dictionary.parquet", bytes.NewReader(data), int64(len(data)))
 	opts := flights.Options{MinDelay: 15, OpenCL: true, Partitions: 4}
 	want := runOnCPU(t, src, 2, flights.Options{MinDelay: opts.MinDelay})
-	host, err := cpu.New(cpu.WithStreams(2))
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, host.Close()) }()
-	cl, err := opencl.NewDevice(ds[0], 2)
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, cl.Close()) }()
 	run := func(fd *faultdev.Device) *flights.Output {
 		e, err := exec.NewMulti([]gpu.Device{host, fd}, nil, exec.WithAllocator(leaktest.Allocator(t)))
 		require.NoError(t, err)
@@ -261,6 +249,27 @@ func TestDeviceGraphOnOpenCLLost(t *testing.T) {
 	}
 }
 
+// hostAndOpenCL returns a CPU device and the machine's first OpenCL
+// device, each with streams streams, closed when the test ends; it skips
+// the test without OpenCL (fails it under CI).
+func hostAndOpenCL(t *testing.T, streams int) (gpu.Device, gpu.CodeDevice) {
+	t.Helper()
+	ds, err := opencl.Devices()
+	if err != nil || len(ds) == 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("no OpenCL device: %v", err)
+		}
+		t.Skipf("no OpenCL device: %v", err)
+	}
+	host, err := cpu.New(cpu.WithStreams(streams))
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, host.Close()) })
+	cl, err := opencl.NewDevice(ds[0], streams)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, cl.Close()) })
+	return host, cl
+}
+
 // openFile opens data set name as a source closed when the test ends.
 func openFile(name string) func(t *testing.T) kvio.Source {
 	return func(t *testing.T) kvio.Source {
@@ -279,22 +288,10 @@ func openFile(name string) func(t *testing.T) kvio.Source {
 // work-item: on the OpenCL device they run nothing, and the result is the
 // CPU graph's.
 func TestDeviceGraphOnOpenCLEmptyPartitions(t *testing.T) {
-	ds, err := opencl.Devices()
-	if err != nil || len(ds) == 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("no OpenCL device: %v", err)
-		}
-		t.Skipf("no OpenCL device: %v", err)
-	}
+	host, cl := hostAndOpenCL(t, 1)
 	data := nullableParquet(t, 5, 5, 3, true, 145)
 	src := openParquet(t, "tiny.parquet", bytes.NewReader(data), int64(len(data)))
 	want := runOnCPU(t, src, 1, flights.Options{Partitions: 8, MinDelay: -100})
-	host, err := cpu.New(cpu.WithStreams(1))
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, host.Close()) }()
-	cl, err := opencl.NewDevice(ds[0], 1)
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, cl.Close()) }()
 	e, err := exec.NewMulti([]gpu.Device{host, cl}, nil, exec.WithAllocator(leaktest.Allocator(t)))
 	require.NoError(t, err)
 	id := cl.ID()
