@@ -63,12 +63,12 @@ import (
 //     reads, say.);
 //   - the launch itself: LaunchKernel with the variant's shape and
 //     arguments, or the copy;
-//   - a Record after a launch another stream waits on, after a copy, and
-//     at the end of the list (or of the enqueue window); the failures a
-//     recorded event reports (*gpu.CommandError) are mapped back to the
-//     launches it covers by label (a kernel launch's label is its name,
-//     unique in the graph; a copy, whose commands the device labels by
-//     kind, ends its segment).
+//   - a Record after a launch another stream waits on, and at the end of
+//     the list (or of the enqueue window); the failures a recorded event
+//     reports (*gpu.CommandError) are mapped back to the launches it
+//     covers by sequence number: each enqueue returns its command's, and
+//     the driver keeps those of each launch (a kernel's label, its name,
+//     is for people only).
 //
 // Settling a launch follows the CPU device's contract, in settle order (a
 // launch that waited on the device settles after what it waited for):
@@ -86,11 +86,16 @@ import (
 // returns. So that this is little, a run whose ctx can end enqueues only
 // about codeAhead of device time ahead of what has settled, and one whose
 // device does not finish within codeGrace of ctx's end abandons it (see
-// ErrAbandoned). A device that refuses a launch because it was closed (or
-// lost) is treated alike: the driver stops, the launch and the rest of
-// the list are cancelled with one error per device saying it refused the
-// run's work (wrapping gpu.ErrClosed, or gpu.ErrDeviceLost; see refusals),
-// and the run returns that error.
+// ErrAbandoned). A device that refuses a launch because it was closed is
+// treated alike: the driver stops, the launch and the rest of the list
+// are cancelled with one error per device saying it refused the run's
+// work (wrapping gpu.ErrClosed; see refusals), and the run returns that
+// error. A device that reports its loss (an enqueue, or a recorded
+// event's failure of this device, matching gpu.ErrDeviceLost) is lost for
+// the run (run.deviceLost): the launch and those after it that have not
+// settled are lost with it, and the run recovers on the other devices
+// (see WithDeviceLoss); a second device lost in the same run is a refusal
+// naming both.
 //
 // Since a device is only ever given commands whose producers have
 // settled or are enqueued on the device before them, every command it
@@ -544,7 +549,7 @@ func (r *run) fetch(id dag.BufferID) {
 		}
 		cd, _ := r.gdevs[f.dev].(gpu.CodeDevice)
 		st := cd.Stream(0).(gpu.CodeStream)
-		err := st.CopyOut(hb.Bytes()[f.off:f.end], m, f.off)
+		_, err := st.CopyOut(hb.Bytes()[f.off:f.end], m, f.off)
 		if err == nil {
 			err = st.Record().Wait(context.Background())
 		}
@@ -678,10 +683,14 @@ type codeRun struct {
 type codeState struct {
 	enqueued bool  // its commands are on the device
 	settled  bool  // settled before it was enqueued (skipped, cancelled or lost)
-	lost     bool  // not enqueued: its device was lost (a simulated device loss)
+	lost     bool  // not enqueued: its device was lost (simulated, or reported by the device)
 	refused  bool  // not enqueued: the device refused it (closed); cancelled with c.refused
 	err      error // it failed when it was enqueued (a bad shape, a build error, …)
 	copied   int64 // bytes a copy moves
+	// seq holds the sequence numbers of its commands on the stream (the
+	// kernel or the copy, then the status word's read-back), 0 for none:
+	// a failure the device reports is its own when it names one of them.
+	seq [2]uint64
 }
 
 // codeList is a code stream's driver as the gpu.List queued on the
@@ -845,7 +854,7 @@ func (c *codeRun) prepare(dev gpu.CodeDevice, slots int) {
 		m, err = dev.Alloc(int64(slots) * statusStride)
 	}
 	if err == nil {
-		err = c.st.Fill(m, 0, int64(slots)*statusStride, []byte{0, 0, 0, 0})
+		_, err = c.st.Fill(m, 0, int64(slots)*statusStride, []byte{0, 0, 0, 0})
 	}
 	if err != nil {
 		if m != nil {
@@ -915,12 +924,10 @@ func (c *codeRun) enqueue() {
 		return
 	}
 	c.enqueueCommands(k, l)
-	// A kernel's failure names it (its label: kernel names are unique in
-	// a graph), but a copy's names only its kind: a copy ends a segment.
 	// Within a long run of launches nothing else asks for, a Record
 	// every segmentOf(window) launches: the window then settles one
 	// segment at a time while the rest of it runs on.
-	if l.Copy != nil || h.record || c.pos == len(b.list) || c.pos-c.covered() >= segmentOf(c.window) {
+	if h.record || c.pos == len(b.list) || c.pos-c.covered() >= segmentOf(c.window) {
 		c.recordTo(c.pos)
 	}
 }
@@ -985,8 +992,8 @@ func (c *codeRun) await(k int, w Wait) (dev, ok bool) {
 func (c *codeRun) settleUnenqueued(k int, l *PlannedLaunch, devWaited bool) bool {
 	r := c.r
 	if r.loss != nil && r.loss.hits(l) {
-		// Lost with its device (simulated: the device is not told):
-		// nothing is enqueued, and it settles as lost in order.
+		// Lost with its device (simulated, or reported by it): nothing
+		// is enqueued, and it settles as lost in order.
 		c.state[k].lost = true
 		if c.set != k || devWaited {
 			return false
@@ -1014,9 +1021,12 @@ func (c *codeRun) settleUnenqueued(k int, l *PlannedLaunch, devWaited bool) bool
 // enqueueCommands enqueues the commands of launch k (plan launch l), its
 // waits met and its outcome not known yet, unless it is lost (it then
 // settles as lost in order) or already failed (a build error, say: then
-// nothing is enqueued). A launch the device refuses (closed, or lost)
-// is marked refused, its error cleared, and c.refused set to the
-// device's refusal: it is cancelled with the rest of the list.
+// nothing is enqueued). A launch the device refuses because it is lost
+// (gpu.ErrDeviceLost) marks the device lost for the run (run.deviceLost)
+// and is lost with it, its error cleared; one it refuses because it was
+// closed (or lost when the run recovers from another device's loss
+// already) is marked refused, its error cleared, and c.refused set to
+// the device's refusal: it is cancelled with the rest of the list.
 func (c *codeRun) enqueueCommands(k int, l *PlannedLaunch) {
 	st := &c.state[k]
 	if !st.lost && st.err == nil {
@@ -1025,9 +1035,41 @@ func (c *codeRun) enqueueCommands(k int, l *PlannedLaunch) {
 		}
 		st.err = c.launch(k, l)
 	}
-	if err := st.err; err != nil && (errors.Is(err, gpu.ErrClosed) || errors.Is(err, gpu.ErrDeviceLost)) {
+	err := st.err
+	if err == nil {
+		return
+	}
+	if errors.Is(err, gpu.ErrDeviceLost) {
+		c.r.deviceLost(l.Device, err)
+		if c.r.loss != nil && c.r.loss.hits(l) {
+			st.err, st.lost = nil, true
+			return
+		}
+	}
+	if errors.Is(err, gpu.ErrClosed) || errors.Is(err, gpu.ErrDeviceLost) {
 		st.err, st.refused = nil, true
 		c.refused = c.r.refused.of(l.Device, c.r.devs[l.Device], err)
+	}
+}
+
+// noteLoss marks the stream's device lost for the run (run.deviceLost)
+// when err, the failures a recorded event of the stream reported, says
+// so: a *gpu.CommandError of this device, or an error that is none (an
+// event the device could not record), matching gpu.ErrDeviceLost.
+func (c *codeRun) noteLoss(err error) {
+	if err == nil || !errors.Is(err, gpu.ErrDeviceLost) {
+		return
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	for _, e := range errs {
+		var ce *gpu.CommandError
+		if errors.Is(e, gpu.ErrDeviceLost) && (!errors.As(e, &ce) || ce.Device == c.st.Device()) {
+			c.r.deviceLost(c.r.plan.sdev[c.b.gs], err)
+			return
+		}
 	}
 }
 
@@ -1108,14 +1150,17 @@ func (c *codeRun) launch(k int, l *PlannedLaunch) error {
 		return err
 	}
 	c.kl = gpu.KernelLaunch{Program: c.progs[k], Entry: op.variant.Entry, Global: op.shape.Global, Local: op.shape.Local, Args: args, Label: l.Name}
-	if err := c.st.LaunchKernel(&c.kl); err != nil {
+	seq, err := c.st.LaunchKernel(&c.kl)
+	if err != nil {
 		return fmt.Errorf("exec: kernel %q: %w", l.Name, err)
 	}
-	c.state[k].enqueued = true
+	c.state[k].enqueued, c.state[k].seq[0] = true, seq
 	if s := c.statusSlot[k]; s >= 0 {
-		if err := c.st.CopyOut(c.statusHost[4*s:4*s+4], c.statusMem, int64(s)*statusStride); err != nil {
+		seq, err := c.st.CopyOut(c.statusHost[4*s:4*s+4], c.statusMem, int64(s)*statusStride)
+		if err != nil {
 			return fmt.Errorf("exec: kernel %q: read its status word: %w", l.Name, err)
 		}
+		c.state[k].seq[1] = seq
 	}
 	return nil
 }
@@ -1133,6 +1178,7 @@ func (c *codeRun) launchCopy(k int, l *PlannedLaunch, op *codeOp) error {
 	unalloc := func() bool {
 		return r.unalloc != nil && (r.unalloc.bufs[src.Buffer] || r.unalloc.bufs[dst.Buffer])
 	}
+	var seq uint64
 	var err error
 	switch {
 	case op.in:
@@ -1140,24 +1186,25 @@ func (c *codeRun) launchCopy(k int, l *PlannedLaunch, op *codeOp) error {
 		if hb == nil || m == nil || unalloc() {
 			return nil // a failed reservation: the copy carries its taint
 		}
-		err = c.st.CopyIn(m, off, hb.Bytes()[off:off+n])
+		seq, err = c.st.CopyIn(m, off, hb.Bytes()[off:off+n])
 	case op.out:
 		m, hb := c.mem(src.Buffer), r.buffer(dst.Buffer)
 		if hb == nil || m == nil || unalloc() {
 			return nil
 		}
-		err = c.st.CopyOut(hb.Bytes()[off:off+n], m, off)
+		seq, err = c.st.CopyOut(hb.Bytes()[off:off+n], m, off)
 	default:
 		ms, md := c.mem(src.Buffer), c.mem(dst.Buffer)
 		if ms == nil || md == nil {
 			return nil
 		}
-		err = c.st.Copy(md, off, ms, off, n)
+		seq, err = c.st.Copy(md, off, ms, off, n)
 	}
 	if err != nil {
 		return fmt.Errorf("exec: %s: %w", l.Name, err)
 	}
-	c.state[k].enqueued, c.state[k].copied = true, n
+	st := &c.state[k]
+	st.enqueued, st.copied, st.seq[0] = true, n, seq
 	return nil
 }
 
@@ -1234,8 +1281,8 @@ func (c *codeRun) ready(k int) bool {
 	return true
 }
 
-// lose settles launch k as lost with its device (a simulated loss); the
-// caller counts it settled for the loss.
+// lose settles launch k as lost with its device (simulated, or reported
+// by the device); the caller counts it settled for the loss.
 func (c *codeRun) lose(k int) {
 	r := c.r
 	i := int(c.b.list[k].idx)
@@ -1264,6 +1311,7 @@ func (c *codeRun) settleSegment() {
 		}
 		c.fired = now
 	}
+	c.noteLoss(err)
 	fails := c.attribute(s.end, err)
 	for ; c.set < s.end; c.set++ {
 		c.settleOne(c.set, fails[c.set], end)
@@ -1347,12 +1395,14 @@ func later(a, b time.Time) time.Time {
 
 // attribute maps the failures a segment's event reported (err: nil, or
 // *gpu.CommandError values, joined) to the launches of the segment, from
-// c.set to end (leaving out those of another stream of the device, which
-// a device wait passed on): a kernel by its label; anything else (a copy's command,
-// a status word's read-back) to the launches that issued such commands:
-// the segment's copy (a segment holds at most one, at its end) and its
-// kernels with a status word, or, when it has neither, to every launch of
-// the segment that was enqueued (the device's word is all there is).
+// c.set to end: a failure of this stream's command to the launch that
+// enqueued the command, by its sequence number (codeState.seq); a failure
+// of another stream of the device, which a device wait passed on, to
+// none (it is that stream's launch's failure, and its consumers here are
+// skipped through its taint); anything else (a command no launch of the
+// segment enqueued, such as the status words' fill, or an error that is
+// no *gpu.CommandError) to every launch of the segment that was enqueued
+// (the device's word is all there is).
 func (c *codeRun) attribute(end int, err error) map[int]error {
 	if err == nil {
 		return nil
@@ -1363,22 +1413,17 @@ func (c *codeRun) attribute(end int, err error) map[int]error {
 	} else {
 		errs = []error{err}
 	}
-	p := c.r.plan
 	fails := map[int]error{}
 	for _, e := range errs {
 		at := -1
 		var ce *gpu.CommandError
-		if errors.As(e, &ce) && ce.Device == c.st.Device() && ce.Stream != c.st.Index() {
-			// Passed on by a device wait from the stream that ran the
-			// command: it is that stream's launch's failure, and its
-			// consumers here are skipped through its taint.
-			continue
-		}
-		if ce != nil {
-			for k := c.set; k < end; k++ {
-				if l := &p.launches[c.b.list[k].idx]; l.Copy == nil && l.Name == ce.Label {
+		if errors.As(e, &ce) && ce.Device == c.st.Device() {
+			if ce.Stream != c.st.Index() {
+				continue
+			}
+			for k := c.set; k < end && at < 0; k++ {
+				if st := &c.state[k]; st.enqueued && ce.Seq != 0 && (st.seq[0] == ce.Seq || st.seq[1] == ce.Seq) {
 					at = k
-					break
 				}
 			}
 		}
@@ -1386,21 +1431,10 @@ func (c *codeRun) attribute(end int, err error) map[int]error {
 			fails[at] = errors.Join(fails[at], e)
 			continue
 		}
-		var to []int
 		for k := c.set; k < end; k++ {
-			if c.state[k].enqueued && (p.launches[c.b.list[k].idx].Copy != nil || c.statusSlot[k] >= 0) {
-				to = append(to, k)
+			if c.state[k].enqueued {
+				fails[k] = errors.Join(fails[k], e)
 			}
-		}
-		if to == nil {
-			for k := c.set; k < end; k++ {
-				if c.state[k].enqueued {
-					to = append(to, k)
-				}
-			}
-		}
-		for _, k := range to {
-			fails[k] = errors.Join(fails[k], e)
 		}
 	}
 	return fails

@@ -94,7 +94,7 @@ func BenchmarkCodeStreamOverhead(b *testing.B) {
 				res.Close()
 				t1 := time.Now()
 				for i := range kls {
-					if err := st.LaunchKernel(&kls[i]); err != nil {
+					if _, err := st.LaunchKernel(&kls[i]); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -115,7 +115,7 @@ func BenchmarkCodeStreamOverhead(b *testing.B) {
 					kla[i].Args = []gpu.KernelArg{{Mem: ms[max(i-1, 0)]}, {Mem: m}}
 				}
 				for i := range kla {
-					if err := st.LaunchKernel(&kla[i]); err != nil {
+					if _, err := st.LaunchKernel(&kla[i]); err != nil {
 						b.Fatal(err)
 					}
 				}

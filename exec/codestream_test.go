@@ -446,6 +446,49 @@ func TestCodeDeviceFailedProducerSkipsConsumer(t *testing.T) {
 	}
 }
 
+// A failure the device reports is its launch's by sequence number, not
+// by label: on a device that labels every command "" (blank), the one
+// kernel of three in a segment that fails is the one failed, and the
+// others, before and after it on the stream, succeed.
+func TestCodeDeviceFailureBySeq(t *testing.T) {
+	d := newFakeCode(topology.OpenCL(7), 1, fakeKernels)
+	boom := errors.New("boom")
+	d.blank = true
+	d.fail = func(label string) error {
+		if label == "second" {
+			return boom
+		}
+		return nil
+	}
+	t.Cleanup(func() { require.NoError(t, d.Close()) })
+	e := cpuAnd(t, 1, d)
+	g := dag.New()
+	in, a, b, c := g.AddBuffer("in", 8), g.AddBuffer("a", 8), g.AddBuffer("b", 8), g.AddBuffer("c", 8)
+	g.AddKernel("source", put(5), dag.Writes(in))
+	scale := func(name string, from, to dag.BufferID, add uint64) {
+		g.AddKernel(name, nil, dag.Reads(from), dag.Writes(to), dag.OnDevice(d.ID()),
+			dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(from), dag.BufferArg(to), dag.ScalarArg(uint64(1)), dag.ScalarArg(add)))
+	}
+	scale("first", in, a, 1)
+	scale("second", a, b, 2)
+	scale("third", in, c, 3)
+	res, err := e.Run(t.Context(), g)
+	require.NoError(t, err)
+	defer res.Close()
+	assert.Equal(t, exec.StatusOK, launchByName(t, res, "first").Status)
+	assert.Equal(t, exec.StatusOK, launchByName(t, res, "third").Status)
+	second := launchByName(t, res, "second")
+	assert.Equal(t, exec.StatusFailed, second.Status)
+	assert.ErrorIs(t, second.Err, boom)
+	assert.Equal(t, uint64(6), uint64Of(t, res, a))
+	assert.Equal(t, uint64(8), uint64Of(t, res, c))
+	_, err = res.Buffer(b)
+	var ue *failgraph.UnwrittenError
+	require.ErrorAs(t, err, &ue)
+	assert.Equal(t, "second", ue.Kernel)
+	assert.ErrorIs(t, ue.Root, boom)
+}
+
 // A kernel's soft failure: its status word, zeroed before the launch,
 // holds a non-zero value after it; the launch fails naming the kernel and
 // the value. The same kernel on an even input succeeds.

@@ -164,11 +164,7 @@ func (p *program) hashVariant(i int, align int64) (dag.KernelOption, bool) {
 // 200 seeds by default, a few seconds under -race;
 // STREAMDAG_DIFF_CODE_SEEDS=N runs N, STREAMDAG_DIFF_SEED=S the one seed S.
 func TestDifferentialCodeDevices(t *testing.T) {
-	seeds := envInt(t, "STREAMDAG_DIFF_CODE_SEEDS", 200)
-	first := uint64(0)
-	if envInt(t, "STREAMDAG_DIFF_SEED", -1) >= 0 {
-		first, seeds = uint64(envInt(t, "STREAMDAG_DIFF_SEED", 0)), 1
-	}
+	first, seeds := seedsOf(t, "STREAMDAG_DIFF_CODE_SEEDS", 200)
 	ref := newExecutor(t, 1)
 	type mixed struct {
 		name  string

@@ -3,6 +3,7 @@ package exec_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/gpu/cpu"
+	"github.com/streamdag/streamdag/internal/faultdev"
 	"github.com/streamdag/streamdag/internal/leaktest"
 )
 
@@ -39,11 +41,7 @@ import (
 // STREAMDAG_DIFF_CL_SEEDS=N runs N, STREAMDAG_DIFF_SEED=S the one seed S.
 // It needs an OpenCL device: it skips without one, and fails under CI.
 func TestDifferentialOpenCL(t *testing.T) {
-	seeds := envInt(t, "STREAMDAG_DIFF_CL_SEEDS", 500)
-	first := uint64(0)
-	if envInt(t, "STREAMDAG_DIFF_SEED", -1) >= 0 {
-		first, seeds = uint64(envInt(t, "STREAMDAG_DIFF_SEED", 0)), 1
-	}
+	first, seeds := seedsOf(t, "STREAMDAG_DIFF_CL_SEEDS", 500)
 	cl := openCLDevice(t, 3)
 	align := argAlign(cl)
 	require.Positive(t, align, "the OpenCL device's base address alignment")
@@ -156,5 +154,76 @@ func TestDifferentialOpenCL(t *testing.T) {
 		require.Positive(t, c.short)
 		require.Positive(t, c.cancelled)
 		require.Positive(t, c.pinned)
+	}
+}
+
+// The differential property on an OpenCL device that reports its loss
+// mid-run: random programs (as TestDifferentialOpenCL's, every kernel
+// keeping its Go function so that it can move) run on a CPU device and
+// the OpenCL device wrapped so that it is lost after a random number of
+// the commands the run enqueues on it (faultdev: enqueues past the point
+// fail, and the events after it report the commands in flight as lost),
+// must give what the CPU device alone gives: the run marks the device
+// lost, and the recovery re-runs its work on the CPU device.
+//
+// 50 seeds by default; STREAMDAG_DIFF_CL_LOSS_SEEDS=N runs N,
+// STREAMDAG_DIFF_SEED=S the one seed S. It needs an OpenCL device: it
+// skips without one, and fails under CI.
+func TestDifferentialOpenCLDeviceLoss(t *testing.T) {
+	first, seeds := seedsOf(t, "STREAMDAG_DIFF_CL_LOSS_SEEDS", 50)
+	cl := openCLDevice(t, 2)
+	align := argAlign(cl)
+	host, err := cpu.New(cpu.WithStreams(2))
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, host.Close()) })
+	ref := newExecutor(t, 1)
+	lostRuns := 0
+	for seed := first; seed < first+uint64(seeds); seed++ {
+		rng := rand.New(rand.NewPCG(seed, 0x1055))
+		prog := randomProgramOf(rng, progShape{unit: align, zero: true, short: true})
+		prog.oneShot = true
+		want := runProgram(t, ref, prog, nil, nil)
+		require.NoError(t, want.planErr, "seed %d: the CPU plan\n%s", seed, prog.describe())
+		prog.code = func(i int) (dag.KernelOption, bool, bool) {
+			opt, ok := prog.hashVariant(i, 0)
+			return opt, true, ok
+		}
+		run := func(fd *faultdev.Device) *outcome {
+			e, err := exec.NewMulti([]gpu.Device{host, fd}, nil, exec.WithAllocator(leaktest.Allocator(t)))
+			require.NoError(t, err)
+			return runProgram(t, e, prog, nil, nil)
+		}
+		// How many commands the run enqueues on the device (not counting
+		// those a read of its Result enqueues after it), then the run
+		// that loses it part-way.
+		count := faultdev.New(cl, math.MaxInt64, 0)
+		var total int64
+		prog.ran = func() { total = count.Commands() }
+		run(count)
+		prog.ran = nil
+		if total == 0 {
+			prog.code = nil
+			continue // nothing ran on the device
+		}
+		after, inflight := rng.Int64N(total), rng.Int64N(3)
+		what := fmt.Sprintf("seed %d on cpu×2 + opencl×2, the device lost after %d of %d commands (%d in flight)", seed, after, total, inflight)
+		fd := faultdev.New(cl, after, inflight)
+		got := run(fd)
+		if got.planErr != nil {
+			t.Fatalf("%s: plan: %v\nprogram:\n%s", what, got.planErr, prog.describe())
+		}
+		if diff := want.diff(got); diff != "" {
+			t.Fatalf("%s: differs from the CPU run:\n%s\nprogram:\n%s", what, diff, prog.describe())
+		}
+		if fd.Lost() {
+			require.NotNil(t, got.lost, "%s: the device reported its loss, the run did not say so", what)
+			require.Equal(t, cl.ID(), *got.lost, what)
+			lostRuns++
+		}
+		prog.code = nil
+	}
+	t.Logf("%d seeds: %d runs lost %s part-way and recovered", seeds, lostRuns, cl.ID())
+	if seeds >= 10 {
+		require.Positive(t, lostRuns, "no run lost the device")
 	}
 }

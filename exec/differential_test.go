@@ -120,6 +120,17 @@ func TestDifferentialMultiDevice(t *testing.T) {
 // which no strategy does, and the planner must still copy the right bytes.
 const placeAnywhere = exec.Placement(255)
 
+// seedsOf returns the seeds a property test runs: def seeds from 0, or
+// as many as the environment variable name says, or the one seed
+// STREAMDAG_DIFF_SEED names.
+func seedsOf(t *testing.T, name string, def int) (first uint64, seeds int) {
+	seeds = envInt(t, name, def)
+	if envInt(t, "STREAMDAG_DIFF_SEED", -1) >= 0 {
+		first, seeds = uint64(envInt(t, "STREAMDAG_DIFF_SEED", 0)), 1
+	}
+	return first, seeds
+}
+
 func envInt(t *testing.T, name string, def int) int {
 	s, ok := os.LookupEnv(name)
 	if !ok {
@@ -160,6 +171,9 @@ type program struct {
 	// oneShot runs the program through Executor.Run (a plan made for
 	// the run alone) instead of Plan and Execute.
 	oneShot bool
+	// ran, when set, is called once the run has returned, before its
+	// buffers are read.
+	ran func()
 }
 
 // progShape varies what randomProgramOf generates beyond randomProgram.
@@ -465,6 +479,7 @@ type outcome struct {
 	ran     map[topology.DeviceID]int    // launches that ran (ok or failed) by device; not compared
 	device  map[string]topology.DeviceID // kernel → the device of its final launch; not compared
 	reports []exec.LaunchReport          // the run's launches; not compared
+	lost    *topology.DeviceID           // the device the run lost (Report.Lost); not compared
 }
 
 // runProgram runs prog on e (losing a device when loss is not nil) and
@@ -512,7 +527,10 @@ func runProgramCtx(t *testing.T, ctx context.Context, e *exec.Executor, prog *pr
 	}
 	require.NoError(t, err)
 	defer res.Close()
-	o := &outcome{status: map[string]string{}, ran: map[topology.DeviceID]int{}, device: map[string]topology.DeviceID{}, reports: res.Report.Launches()}
+	if prog.ran != nil {
+		prog.ran()
+	}
+	o := &outcome{status: map[string]string{}, ran: map[topology.DeviceID]int{}, device: map[string]topology.DeviceID{}, reports: res.Report.Launches(), lost: res.Report.Lost}
 	for _, l := range res.Report.Launches() {
 		if l.Status == exec.StatusOK || l.Status == exec.StatusFailed {
 			o.ran[l.Device]++

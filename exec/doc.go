@@ -74,9 +74,11 @@
 // was enqueued (a run whose ctx can end enqueues only a few milliseconds
 // of device time ahead, so a cancel takes effect within about a kernel's
 // time) or when the device refused it (closed: the run then returns an
-// error saying so), and failed with [ErrAbandoned] when the device had
-// not finished it a grace period after ctx ended (the run returns
-// without it and the device is marked unusable). Every graph buffer's own
+// error saying so), lost when the device reported its loss (an enqueue or
+// an event's failure matching gpu.ErrDeviceLost: the run then recovers
+// as from [WithDeviceLoss]), and failed with [ErrAbandoned] when the
+// device had not finished it a grace period after ctx ended (the run
+// returns without it and the device is marked unusable). Every graph buffer's own
 // instance stays in host memory, so a [Result] reads only host bytes.
 //
 // The [Result] gives buffer contents only through the error graph's read

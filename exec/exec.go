@@ -247,12 +247,18 @@ func (e *Executor) execute(ctx context.Context, p *Plan, keep bool, opts ...RunO
 		}
 	}
 	var loss *deviceLoss
-	if rc.loss != nil {
+	switch {
+	case rc.loss != nil:
 		var err error
 		if loss, err = newDeviceLoss(p, *rc.loss); err != nil {
 			releaseInputs(rc.inputs)
 			return nil, err
 		}
+	case p.hasCode():
+		// A code device may report its loss (run.deviceLost).
+		loss = newReportedLoss()
+	}
+	if loss != nil {
 		loss.keep(rc.inputs)
 		defer loss.release()
 	}
@@ -267,13 +273,16 @@ func (e *Executor) execute(ctx context.Context, p *Plan, keep bool, opts ...RunO
 		store: failgraph.New(func(id buffers.ID) string { return p.bufs[id].Name }),
 		loss:  loss,
 	}
-	if keep && loss == nil && p.hasCode() {
+	if keep && rc.loss == nil && p.hasCode() {
 		r.memc, r.keepMem = p.memCache(), rc.keepMem
 	}
 	if err := r.allocate(ctx, nil, rc.inputs); err != nil {
 		return nil, err
 	}
 	submitErr := r.execute(e.devs, e.timing)
+	if loss != nil && loss.lost.Load() {
+		r.keepMem = false // a lost device's memory is not kept
+	}
 	if p.fetch == nil {
 		r.releaseMems() // no Result reads device memory
 	}
@@ -319,7 +328,7 @@ type run struct {
 	pools   []*buffers.Pool
 	alloc   memory.Allocator
 	store   *failgraph.Store
-	loss    *deviceLoss  // nil unless a device is to be lost during the run
+	loss    *deviceLoss  // nil unless a device may be lost during the run (a LossSpec, or a plan with code devices)
 	unalloc *unallocated // nil unless a reservation failed
 	slow    bool         // every launch takes the full checks (ctx can be cancelled, a loss or failed reservation)
 

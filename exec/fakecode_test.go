@@ -28,9 +28,13 @@ type fakeCode struct {
 	kind, code string
 	kernels    map[string]fakeKernel // by entry point
 	streams    []*fakeStream
-	// fail, when set, is asked before each kernel runs: a non-nil error
-	// fails the command (the device's own failure).
+	// fail, when set, is asked before each kernel runs with the launch's
+	// label: a non-nil error fails the command (the device's own
+	// failure).
 	fail func(label string) error
+	// blank, when set, makes the device label every command "" in the
+	// failures it reports (a device whose labels tell nothing apart).
+	blank bool
 	// memBytes is the memory Info reports (0: unknown).
 	memBytes int64
 	// align is the argument offset alignment ArgAlignBytes reports (0:
@@ -201,11 +205,13 @@ func (d *fakeCode) Program(name, source, options string) (gpu.Program, error) {
 	return p, nil
 }
 
-// fakeCmd is one command of a stream: run returns its failure, if any.
+// fakeCmd is one command of a stream: run returns its failure, if any;
+// seq is its sequence number on the stream.
 type fakeCmd struct {
 	label string
 	run   func() error
 	ev    *fakeEvent // for a Record: fired when reached
+	seq   uint64
 }
 
 type fakeStream struct {
@@ -213,7 +219,7 @@ type fakeStream struct {
 	idx  int
 	mu   sync.Mutex
 	q    []fakeCmd
-	seq  uint64
+	seq  uint64 // the last command's sequence number
 	shut bool
 	wake chan struct{}
 	done chan struct{}
@@ -248,11 +254,20 @@ func (e *fakeEvent) Wait(ctx context.Context) error {
 func (s *fakeStream) Device() topology.DeviceID { return s.dev.id }
 func (s *fakeStream) Index() int                { return s.idx }
 
-func (s *fakeStream) push(c fakeCmd) error {
+// push enqueues c and returns its sequence number (0 for a Record,
+// which takes none).
+func (s *fakeStream) push(c fakeCmd) (uint64, error) {
 	s.mu.Lock()
 	if s.shut {
 		s.mu.Unlock()
-		return gpu.ErrClosed
+		return 0, gpu.ErrClosed
+	}
+	if c.ev == nil {
+		s.seq++
+		c.seq = s.seq
+	}
+	if s.dev.blank {
+		c.label = ""
 	}
 	s.q = append(s.q, c)
 	s.mu.Unlock()
@@ -260,7 +275,7 @@ func (s *fakeStream) push(c fakeCmd) error {
 	case s.wake <- struct{}{}:
 	default:
 	}
-	return nil
+	return c.seq, nil
 }
 
 func (s *fakeStream) close() {
@@ -299,16 +314,16 @@ func (s *fakeStream) work() {
 				close(c.ev.fired)
 				continue
 			}
-			s.seq++
 			if err := c.run(); err != nil {
-				s.errs = append(s.errs, &gpu.CommandError{Device: s.dev.id, Stream: s.idx, Seq: s.seq, Label: c.label, Err: err})
+				s.errs = append(s.errs, &gpu.CommandError{Device: s.dev.id, Stream: s.idx, Seq: c.seq, Label: c.label, Err: err})
 			}
 		}
 	}
 }
 
 func (s *fakeStream) Launch(t gpu.Task) error {
-	return s.push(fakeCmd{label: "host task", run: func() error { t.Run(); return nil }})
+	_, err := s.push(fakeCmd{label: "host task", run: func() error { t.Run(); return nil }})
+	return err
 }
 
 func (s *fakeStream) LaunchBatch(ts []gpu.Task) error {
@@ -322,7 +337,7 @@ func (s *fakeStream) LaunchBatch(ts []gpu.Task) error {
 
 func (s *fakeStream) Record() gpu.Event {
 	e := &fakeEvent{s: s, fired: make(chan struct{})}
-	if s.push(fakeCmd{ev: e}) != nil {
+	if _, err := s.push(fakeCmd{ev: e}); err != nil {
 		close(e.fired)
 	}
 	return e
@@ -335,10 +350,11 @@ func (s *fakeStream) Wait(e gpu.Event) error {
 	if fe, ok := e.(*fakeEvent); ok && fe.s != nil && fe.s.dev == s.dev {
 		s.dev.waits.Add(1)
 	}
-	return s.push(fakeCmd{label: "wait", run: func() error {
+	_, err := s.push(fakeCmd{label: "wait", run: func() error {
 		_ = e.Wait(context.Background()) // a foreign event's failure is its own stream's
 		return nil
 	}})
+	return err
 }
 
 func (s *fakeStream) Synchronize(ctx context.Context) error {
@@ -360,14 +376,14 @@ func (s *fakeStream) mem(m gpu.Memory, off, n int64) ([]byte, error) {
 	return fm.b[off : off+n], nil
 }
 
-func (s *fakeStream) LaunchKernel(k *gpu.KernelLaunch) error {
+func (s *fakeStream) LaunchKernel(k *gpu.KernelLaunch) (uint64, error) {
 	p, ok := k.Program.(*fakeProgram)
 	if !ok || p.dev != s.dev {
-		return errors.New("fake: program of another device")
+		return 0, errors.New("fake: program of another device")
 	}
 	fn, ok := s.dev.kernels[k.Entry]
 	if !ok {
-		return fmt.Errorf("fake: no entry point %q", k.Entry)
+		return 0, fmt.Errorf("fake: no entry point %q", k.Entry)
 	}
 	args := make([]any, len(k.Args))
 	for i, a := range k.Args {
@@ -376,11 +392,11 @@ func (s *fakeStream) LaunchKernel(k *gpu.KernelLaunch) error {
 			continue
 		}
 		if al := s.dev.align; al > 1 && a.Offset%al != 0 {
-			return fmt.Errorf("fake: argument %d: offset %d is not a multiple of %d bytes", i, a.Offset, al)
+			return 0, fmt.Errorf("fake: argument %d: offset %d is not a multiple of %d bytes", i, a.Offset, al)
 		}
 		b, err := s.mem(a.Mem, a.Offset, a.Mem.Bytes()-a.Offset)
 		if err != nil {
-			return fmt.Errorf("fake: argument %d: %w", i, err)
+			return 0, fmt.Errorf("fake: argument %d: %w", i, err)
 		}
 		args[i] = b
 	}
@@ -398,38 +414,38 @@ func (s *fakeStream) LaunchKernel(k *gpu.KernelLaunch) error {
 	}})
 }
 
-func (s *fakeStream) CopyIn(dst gpu.Memory, off int64, src []byte) error {
+func (s *fakeStream) CopyIn(dst gpu.Memory, off int64, src []byte) (uint64, error) {
 	b, err := s.mem(dst, off, int64(len(src)))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	return s.push(fakeCmd{label: "copy in", run: func() error { copy(b, src); return nil }})
 }
 
-func (s *fakeStream) CopyOut(dst []byte, src gpu.Memory, off int64) error {
+func (s *fakeStream) CopyOut(dst []byte, src gpu.Memory, off int64) (uint64, error) {
 	b, err := s.mem(src, off, int64(len(dst)))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	return s.push(fakeCmd{label: "copy out", run: func() error { copy(dst, b); return nil }})
 }
 
-func (s *fakeStream) Copy(dst gpu.Memory, dstOff int64, src gpu.Memory, srcOff, n int64) error {
+func (s *fakeStream) Copy(dst gpu.Memory, dstOff int64, src gpu.Memory, srcOff, n int64) (uint64, error) {
 	d, err := s.mem(dst, dstOff, n)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	b, err := s.mem(src, srcOff, n)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	return s.push(fakeCmd{label: "copy", run: func() error { copy(d, b); return nil }})
 }
 
-func (s *fakeStream) Fill(dst gpu.Memory, off, n int64, pattern []byte) error {
+func (s *fakeStream) Fill(dst gpu.Memory, off, n int64, pattern []byte) (uint64, error) {
 	b, err := s.mem(dst, off, n)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	return s.push(fakeCmd{label: "fill", run: func() error {
 		for i := 0; i < len(b); i += len(pattern) {
@@ -438,6 +454,10 @@ func (s *fakeStream) Fill(dst gpu.Memory, off, n int64, pattern []byte) error {
 		return nil
 	}})
 }
+
+// errOf returns the error of a CodeStream enqueue, dropping its sequence
+// number.
+func errOf(_ uint64, err error) error { return err }
 
 // u64 reads a little-endian uint64 at byte i of b.
 func u64(b []byte, i int) uint64 { return binary.LittleEndian.Uint64(b[i:]) }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/streamdag/streamdag/buffers"
@@ -62,6 +63,12 @@ type LossSpec struct {
 // When the second phase cannot start (ctx ends while its memory is
 // reserved), Execute releases every buffer of the run and returns a nil
 // Result and an error naming the lost device.
+//
+// A code device that reports its loss during a run (a sticky error of its
+// driver matching gpu.ErrDeviceLost, from an enqueue or a recorded event)
+// starts the same loss and recovery, from that moment, without this
+// option; a run recovers from one lost device, and a second one reported
+// lost makes Execute return an error naming both.
 func WithDeviceLoss(dev topology.DeviceID, after float64) RunOption {
 	return func(c *runConfig) { c.loss = &LossSpec{Device: dev, After: after} }
 }
@@ -89,11 +96,16 @@ func ParseLossSpec(s string) (LossSpec, error) {
 	return LossSpec{Device: id, After: f}, nil
 }
 
-// deviceLoss is the state of a loss during one run.
+// deviceLoss is the state of a loss during one run: the device a
+// LossSpec loses (its launches settled counted toward the threshold), or
+// the one a device reported lost (run.deviceLost; dev -1 until then).
+// dev, id and err are set before lost is stored true and not changed
+// after, so a reader that has loaded lost true reads them without mu.
 type deviceLoss struct {
-	dev       int // device index
+	mu        sync.Mutex // guards activation (run.deviceLost)
+	dev       int        // device index; -1: none yet
 	id        topology.DeviceID
-	threshold int64
+	threshold int64 // -1: no simulated loss
 	count     atomic.Int64
 	lost      atomic.Bool
 	err       error
@@ -123,6 +135,41 @@ func newDeviceLoss(p *Plan, spec LossSpec) (*deviceLoss, error) {
 		d.lost.Store(true)
 	}
 	return d, nil
+}
+
+// newReportedLoss returns the loss state of a run that loses no device
+// unless one reports its loss (run.deviceLost).
+func newReportedLoss() *deviceLoss { return &deviceLoss{dev: -1, threshold: -1} }
+
+// deviceLost marks plan device d lost from now on, because it reported
+// cause (an error matching gpu.ErrDeviceLost): the run's device loss
+// takes effect as a simulated one does (see WithDeviceLoss): launches on
+// d that have not run settle as lost, and so do copies out of it, its
+// memory counts as gone, and after the run the recovery re-plans the
+// unfinished work on the surviving devices. One device per run is
+// recovered from: another device reported lost (or one reported while a
+// LossSpec loses another) becomes a refusal of the run's work naming
+// both (see refusals), which the run returns as its error, and so does a
+// loss in a run without loss state (a recovery's second phase). It is
+// safe for concurrent use, and idempotent for d.
+func (r *run) deviceLost(d int, cause error) {
+	l := r.loss
+	if l == nil {
+		r.refused.of(d, r.devs[d], fmt.Errorf("lost during the recovery from another loss: %w", cause))
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.dev < 0:
+		l.dev, l.id = d, r.devs[d]
+		l.err = fmt.Errorf("exec: %s was lost: %w", l.id, cause)
+		l.lost.Store(true)
+	case l.dev == d:
+		l.lost.Store(true) // a LossSpec's device, reported before its point
+	default:
+		r.refused.of(d, r.devs[d], fmt.Errorf("lost as well as %s (a run recovers from one lost device): %w", l.id, cause))
+	}
 }
 
 // keep takes a reference of its own to each input value that counts its
@@ -504,12 +551,12 @@ func (rc *recovery) start(ctx context.Context, p2 *Plan) (*run, error) {
 	}
 	for _, k := range rc.cannot {
 		name := rc.g.KernelName(k)
-		r2.store.Fail(name, fmt.Errorf("exec: kernel %q is pinned to %s, which was lost: %w", name, rc.loss.id, gpu.ErrDeviceLost), rc.g.KernelWrites(k))
+		r2.store.Fail(name, fmt.Errorf("exec: kernel %q is pinned to %s, which was lost: %w", name, rc.loss.id, rc.loss.err), rc.g.KernelWrites(k))
 	}
 	for _, k := range rc.nocode {
 		kern := rc.g.Kernel(k)
 		r2.store.Fail(kern.Name, fmt.Errorf("exec: kernel %q ran on %s, which was lost, and no other device has code for it (it has %s code): %w",
-			kern.Name, rc.loss.id, kern.Codes(), gpu.ErrDeviceLost), kern.Writes)
+			kern.Name, rc.loss.id, kern.Codes(), rc.loss.err), kern.Writes)
 	}
 	return r2, nil
 }

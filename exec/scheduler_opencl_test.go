@@ -122,9 +122,9 @@ func TestSchedulerOpenCLTasksBesideDeviceWork(t *testing.T) {
 		}), nil))
 		require.NoError(t, s.ExecuteStreams([]exec.StreamID{0}))
 		cs := dev.Stream(0).(gpu.CodeStream)
-		require.NoError(t, cs.CopyIn(m, 0, in))
-		require.NoError(t, cs.LaunchKernel(&gpu.KernelLaunch{Program: prog, Entry: "inc", Global: []int{n}, Args: []gpu.KernelArg{{Mem: m}}, Label: "inc"}))
-		require.NoError(t, cs.CopyOut(out, m, 0))
+		require.NoError(t, errOf(cs.CopyIn(m, 0, in)))
+		require.NoError(t, errOf(cs.LaunchKernel(&gpu.KernelLaunch{Program: prog, Entry: "inc", Global: []int{n}, Args: []gpu.KernelArg{{Mem: m}}, Label: "inc"})))
+		require.NoError(t, errOf(cs.CopyOut(out, m, 0)))
 		var got []uint32
 		require.NoError(t, s.Register(1, gpu.TaskFunc(func() {
 			for i := range n {

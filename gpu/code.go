@@ -57,7 +57,9 @@ type KernelArg struct {
 // Program over Global work items per dimension (1 to 3 dimensions), in
 // work-groups of Local (nil: the device chooses), with Args bound in
 // order. Label names the launch in errors the device reports after the
-// fact (an executor puts the kernel's name there).
+// fact, for people (an executor puts the kernel's name there); a failure
+// is told apart from others by its sequence number (see CodeStream), not
+// by its label.
 type KernelLaunch struct {
 	Program Program
 	Entry   string
@@ -100,35 +102,44 @@ type CodeDevice interface {
 // after the waits enqueued before them (Stream.Wait), and host tasks
 // (Stream.Launch) run in the same order. A failure the device reports
 // after the fact comes from the Wait of an Event recorded after the
-// command, as a *CommandError naming the device, the stream and the
-// command's label.
+// command, as a *CommandError naming the device, the stream, the
+// command's sequence number and its label.
+//
+// The enqueue methods below return the sequence number of the command
+// they enqueued: per stream, increasing with each command (from 1; the
+// stream's own commands, such as its waits' markers, take numbers too, so
+// the numbers need not be consecutive), and the one the CommandError of a
+// failure of that command names in Seq, so a caller maps a reported
+// failure back to what it enqueued by number. A call that enqueues no
+// command (a zero-byte copy or fill) returns 0, which no CommandError
+// names; a call that returns an error enqueued nothing and returns 0.
 type CodeStream interface {
 	Stream
 	// LaunchKernel enqueues k. Errors: a shape the device cannot run
 	// (a size past the device's size_t or a work-group past its limits,
 	// naming k's label), a bad argument (see KernelArg), a program of
 	// another device, ErrClosed.
-	LaunchKernel(k *KernelLaunch) error
+	LaunchKernel(k *KernelLaunch) (seq uint64, err error)
 	// CopyIn enqueues a copy of src into dst at off (host to device).
 	// src must stay unchanged until an event recorded after the call
 	// has fired.
-	CopyIn(dst Memory, off int64, src []byte) error
+	CopyIn(dst Memory, off int64, src []byte) (seq uint64, err error)
 	// CopyOut enqueues a copy of len(dst) bytes of src at off into dst
 	// (device to host); dst holds them once an event recorded after
 	// the call has fired.
-	CopyOut(dst []byte, src Memory, off int64) error
+	CopyOut(dst []byte, src Memory, off int64) (seq uint64, err error)
 	// Copy enqueues a copy of n bytes from src at srcOff to dst at
 	// dstOff; both on this stream's device.
-	Copy(dst Memory, dstOff int64, src Memory, srcOff, n int64) error
+	Copy(dst Memory, dstOff int64, src Memory, srcOff, n int64) (seq uint64, err error)
 	// Fill enqueues writing pattern (1, 2, 4, …, 128 bytes) over
 	// [off, off+n) of dst; off and n are multiples of its length.
-	Fill(dst Memory, off, n int64, pattern []byte) error
+	Fill(dst Memory, off, n int64, pattern []byte) (seq uint64, err error)
 }
 
 // CommandError is a command that a device reported failed after it was
 // enqueued: the device, the stream, the command's sequence number on the
-// stream (from 1), its label ("launch filter", "copy in") and the
-// device's error.
+// stream (from 1: the number its CodeStream enqueue method returned), its
+// label ("launch filter", "copy in") and the device's error.
 type CommandError struct {
 	Device topology.DeviceID
 	Stream int

@@ -17,7 +17,8 @@
 // [Stream.Wait] is enqueued on the device for an event of the same
 // device and bridged for any other. A failure a device reports after the
 // fact comes from [Event.Wait] as a [*CommandError] naming the device,
-// the stream and the command's label; a panic in a host task comes from
+// the stream, the command's sequence number (the one its [CodeStream]
+// enqueue returned) and its label; a panic in a host task comes from
 // [Stream.Synchronize] as a [*PanicError]. [Counter] is the one host-side
 // event machine: the CPU device's streams count on it, and so does an
 // executor's per-run progress, so every host-observed event is a count

@@ -166,7 +166,7 @@ func BenchmarkDeviceKernels(b *testing.B) {
 			*x.dst, err = clDev.Alloc(x.src.SizeBytes())
 			require.NoError(b, err)
 			defer (*x.dst).Release()
-			require.NoError(b, s.CopyIn(*x.dst, 0, x.src.Bytes()))
+			require.NoError(b, errOf(s.CopyIn(*x.dst, 0, x.src.Bytes())))
 		}
 	}
 	arg := func(m gpu.Memory) gpu.KernelArg { return gpu.KernelArg{Mem: m} }
@@ -175,18 +175,18 @@ func BenchmarkDeviceKernels(b *testing.B) {
 			n := part.RowHi - part.RowLo
 			d := dev[i]
 			if copies {
-				require.NoError(b, s.CopyIn(d.delay, 0, parts[i].delay.Bytes()))
-				require.NoError(b, s.CopyIn(d.key, 0, parts[i].key.Bytes()))
+				require.NoError(b, errOf(s.CopyIn(d.delay, 0, parts[i].delay.Bytes())))
+				require.NoError(b, errOf(s.CopyIn(d.key, 0, parts[i].key.Bytes())))
 			}
 			if n > 0 {
-				require.NoError(b, s.LaunchKernel(&gpu.KernelLaunch{Program: prog, Entry: "flights_filter", Global: []int{int(n)},
-					Args: []gpu.KernelArg{arg(d.delay), arg(d.key), arg(d.keep), {Scalar: int64(0)}}, Label: "filter"}))
+				require.NoError(b, errOf(s.LaunchKernel(&gpu.KernelLaunch{Program: prog, Entry: "flights_filter", Global: []int{int(n)},
+					Args: []gpu.KernelArg{arg(d.delay), arg(d.key), arg(d.keep), {Scalar: int64(0)}}, Label: "filter"})))
 			}
-			require.NoError(b, s.LaunchKernel(&gpu.KernelLaunch{Program: prog, Entry: "flights_partial",
+			require.NoError(b, errOf(s.LaunchKernel(&gpu.KernelLaunch{Program: prog, Entry: "flights_partial",
 				Global: []int{partialGroups(n) * deviceWorkGroup}, Local: []int{deviceWorkGroup},
-				Args: []gpu.KernelArg{arg(d.delay), arg(d.key), arg(d.keep), arg(d.table), {Scalar: n}}, Label: "partial"}))
+				Args: []gpu.KernelArg{arg(d.delay), arg(d.key), arg(d.keep), arg(d.table), {Scalar: n}}, Label: "partial"})))
 			if copies {
-				require.NoError(b, s.CopyOut(parts[i].table.Bytes(), d.table, 0))
+				require.NoError(b, errOf(s.CopyOut(parts[i].table.Bytes(), d.table, 0)))
 			}
 		}
 		require.NoError(b, s.Record().Wait(ctx))
@@ -195,7 +195,7 @@ func BenchmarkDeviceKernels(b *testing.B) {
 	launch(b, false)
 	for i, pb := range parts {
 		got := make([]byte, pb.table.SizeBytes())
-		require.NoError(b, s.CopyOut(got, dev[i].table, 0))
+		require.NoError(b, errOf(s.CopyOut(got, dev[i].table, 0)))
 		require.NoError(b, s.Record().Wait(ctx))
 		want := make([]byte, len(got))
 		n := pd.Partitions[i].RowHi - pd.Partitions[i].RowLo

@@ -3,6 +3,7 @@ package flights_test
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/gpu/cpu"
 	"github.com/streamdag/streamdag/gpu/opencl"
+	"github.com/streamdag/streamdag/internal/faultdev"
 	"github.com/streamdag/streamdag/internal/leaktest"
 	"github.com/streamdag/streamdag/internal/testdata"
 	"github.com/streamdag/streamdag/kvio"
@@ -197,6 +199,77 @@ func TestDeviceGraphOnOpenCL(t *testing.T) {
 	}
 }
 
+// TestDeviceGraphOnOpenCLLost: the device graph on the OpenCL device,
+// which reports its loss part-way through the job (faultdev: after a
+// share of the commands the job enqueues on it, its enqueues fail and
+// the events after that point report the commands in flight as lost),
+// gives the CPU graph's CSV byte for byte: the run marks the device lost,
+// and its filters and partials move to the CPU device by their Go
+// functions.
+func TestDeviceGraphOnOpenCLLost(t *testing.T) {
+	host, cl := hostAndOpenCL(t, 2)
+	data := nullableParquet(t, 30000, 2500, 200, true, 146)
+	src := openParquet(t, "nulls-dictionary.parquet", bytes.NewReader(data), int64(len(data)))
+	opts := flights.Options{MinDelay: 15, OpenCL: true, Partitions: 4}
+	want := runOnCPU(t, src, 2, flights.Options{MinDelay: opts.MinDelay})
+	run := func(fd *faultdev.Device) *flights.Output {
+		e, err := exec.NewMulti([]gpu.Device{host, fd}, nil, exec.WithAllocator(leaktest.Allocator(t)))
+		require.NoError(t, err)
+		out, err := flights.Run(t.Context(), e, src, opts)
+		require.NoError(t, err)
+		return out
+	}
+	count := faultdev.New(cl, math.MaxInt64, 0)
+	got := run(count)
+	require.Nil(t, got.Report.Lost)
+	require.Equal(t, csvOf(t, want), csvOf(t, got))
+	onCL := 0
+	for _, l := range got.Report.Launches() {
+		if l.Device == cl.ID() {
+			onCL++
+		}
+	}
+	require.Positive(t, onCL, "the job ran on %s", cl.ID())
+	total := count.Commands()
+	for _, share := range []int64{0, 1, 2, 3} {
+		after := total * share / 5
+		t.Run(fmt.Sprintf("after=%d/%d", after, total), func(t *testing.T) {
+			fd := faultdev.New(cl, after, share%2)
+			got := run(fd)
+			require.True(t, fd.Lost())
+			require.NotNil(t, got.Report.Lost)
+			assert.Equal(t, cl.ID(), *got.Report.Lost)
+			assert.NotEmpty(t, got.Report.Migrations)
+			for _, m := range got.Report.Migrations {
+				assert.Equal(t, host.ID(), m.To, m.Kernel)
+			}
+			assert.Equal(t, csvOf(t, want), csvOf(t, got))
+			assert.Equal(t, want.Table.Rows, got.Table.Rows)
+		})
+	}
+}
+
+// hostAndOpenCL returns a CPU device and the machine's first OpenCL
+// device, each with streams streams, closed when the test ends; it skips
+// the test without OpenCL (fails it under CI).
+func hostAndOpenCL(t *testing.T, streams int) (gpu.Device, gpu.CodeDevice) {
+	t.Helper()
+	ds, err := opencl.Devices()
+	if err != nil || len(ds) == 0 {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("no OpenCL device: %v", err)
+		}
+		t.Skipf("no OpenCL device: %v", err)
+	}
+	host, err := cpu.New(cpu.WithStreams(streams))
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, host.Close()) })
+	cl, err := opencl.NewDevice(ds[0], streams)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, cl.Close()) })
+	return host, cl
+}
+
 // openFile opens data set name as a source closed when the test ends.
 func openFile(name string) func(t *testing.T) kvio.Source {
 	return func(t *testing.T) kvio.Source {
@@ -215,22 +288,10 @@ func openFile(name string) func(t *testing.T) kvio.Source {
 // work-item: on the OpenCL device they run nothing, and the result is the
 // CPU graph's.
 func TestDeviceGraphOnOpenCLEmptyPartitions(t *testing.T) {
-	ds, err := opencl.Devices()
-	if err != nil || len(ds) == 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("no OpenCL device: %v", err)
-		}
-		t.Skipf("no OpenCL device: %v", err)
-	}
+	host, cl := hostAndOpenCL(t, 1)
 	data := nullableParquet(t, 5, 5, 3, true, 145)
 	src := openParquet(t, "tiny.parquet", bytes.NewReader(data), int64(len(data)))
 	want := runOnCPU(t, src, 1, flights.Options{Partitions: 8, MinDelay: -100})
-	host, err := cpu.New(cpu.WithStreams(1))
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, host.Close()) }()
-	cl, err := opencl.NewDevice(ds[0], 1)
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, cl.Close()) }()
 	e, err := exec.NewMulti([]gpu.Device{host, cl}, nil, exec.WithAllocator(leaktest.Allocator(t)))
 	require.NoError(t, err)
 	id := cl.ID()

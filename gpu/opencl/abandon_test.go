@@ -41,14 +41,14 @@ func childAbandon() int {
 		return 2
 	}
 	s := d.Stream(0).(gpu.CodeStream)
-	_ = s.Fill(m, 0, 4, []byte{0, 0, 0, 0})
-	_ = s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "stuck", Global: []int{1}, Args: []gpu.KernelArg{{Mem: m}}})
+	_ = errOf(s.Fill(m, 0, 4, []byte{0, 0, 0, 0}))
+	_ = errOf(s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "stuck", Global: []int{1}, Args: []gpu.KernelArg{{Mem: m}}}))
 	ev := s.Record()
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	say("wait: %v", errors.Is(ev.Wait(ctx), context.DeadlineExceeded))
 	d.(gpu.Abandoner).Abandon(errors.New("given up on it"))
-	err = s.Fill(m, 0, 4, []byte{1, 0, 0, 0})
+	err = errOf(s.Fill(m, 0, 4, []byte{1, 0, 0, 0}))
 	say("fill after: lost %v: %s", errors.Is(err, gpu.ErrDeviceLost), cltest.ErrString(err))
 	_, err = d.Alloc(4)
 	say("alloc after: lost %v", errors.Is(err, gpu.ErrDeviceLost))

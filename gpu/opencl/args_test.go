@@ -36,7 +36,7 @@ func TestDeviceArgumentMismatch(t *testing.T) {
 	s := codeStream(d, 0)
 	out := alloc(t, d, 16)
 	launch := func(entry string, args ...gpu.KernelArg) error {
-		return s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: entry, Global: []int{1}, Args: args, Label: "k " + entry})
+		return errOf(s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: entry, Global: []int{1}, Args: args, Label: "k " + entry}))
 	}
 	for _, tc := range []struct {
 		name  string
@@ -73,7 +73,7 @@ func TestDeviceArgumentMismatch(t *testing.T) {
 	require.NoError(t, launch("scaled", mem(out), scalar(int64(2)), scalar(float32(3))))
 	assert.ErrorContains(t, launch("scaled", mem(out)), "takes 3 arguments, the launch binds 1")
 	got := make([]byte, 4)
-	require.NoError(t, s.CopyOut(got, out, 0))
+	require.NoError(t, errOf(s.CopyOut(got, out, 0)))
 	require.NoError(t, recordWait(t, s), "the refused launches enqueued nothing")
 	assert.Equal(t, uint32(5), binary.LittleEndian.Uint32(got))
 }
@@ -107,15 +107,15 @@ func TestDeviceLaunchShapeLimits(t *testing.T) {
 		{"work-group past the limit", []int{wg, 2}, []int{wg, 2}, fmt.Sprintf("a work-group of %d×2 work-items exceeds the device's %d", wg, wg)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "touch", Global: tc.global, Local: tc.local, Args: []gpu.KernelArg{mem(buf)}, Label: "launch big"})
+			err := errOf(s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "touch", Global: tc.global, Local: tc.local, Args: []gpu.KernelArg{mem(buf)}, Label: "launch big"}))
 			require.Error(t, err)
 			assert.ErrorContains(t, err, tc.want)
 		})
 	}
-	require.NoError(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{64, 1}, Local: []int{16, 1}, Args: []gpu.KernelArg{mem(buf)}}),
+	require.NoError(t, errOf(s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{64, 1}, Local: []int{16, 1}, Args: []gpu.KernelArg{mem(buf)}})),
 		"a shape within the limits runs")
 	got := make([]int32, 64)
-	require.NoError(t, s.CopyOut(cltest.BytesOf(got), buf, 0))
+	require.NoError(t, errOf(s.CopyOut(cltest.BytesOf(got), buf, 0)))
 	require.NoError(t, recordWait(t, s))
 	assert.Equal(t, int32(1), got[63], "element 63 touched once")
 }
@@ -131,16 +131,16 @@ func TestDeviceAllocZeroed(t *testing.T) {
 		m, err := d.Alloc(n)
 		require.NoError(t, err)
 		got := make([]byte, n)
-		require.NoError(t, s0.CopyOut(got, m, 0))
+		require.NoError(t, errOf(s0.CopyOut(got, m, 0)))
 		require.NoError(t, recordWait(t, s0))
 		require.Equal(t, make([]byte, n), got, "round %d: a new allocation reads as zeroes", round)
-		require.NoError(t, s0.Fill(m, 0, n, []byte{0xEE}))
+		require.NoError(t, errOf(s0.Fill(m, 0, n, []byte{0xEE})))
 		require.NoError(t, recordWait(t, s0))
 		require.NoError(t, m.Zero())
-		require.NoError(t, s1.CopyOut(got, m, 0))
+		require.NoError(t, errOf(s1.CopyOut(got, m, 0)))
 		require.NoError(t, recordWait(t, s1))
 		require.Equal(t, make([]byte, n), got, "round %d: zeroed again, seen by another stream", round)
-		require.NoError(t, s0.Fill(m, 0, n, []byte{0xEE}))
+		require.NoError(t, errOf(s0.Fill(m, 0, n, []byte{0xEE})))
 		require.NoError(t, recordWait(t, s0))
 		require.NoError(t, m.Release()) // its bytes, 0xEE, go back to the implementation
 	}
@@ -151,7 +151,9 @@ func TestDeviceAllocZeroed(t *testing.T) {
 }
 
 // TestDeviceZeroByteArgument: zero-byte memory is allocated, copied
-// (nothing) and bound as a NULL __global pointer.
+// (nothing: no command, sequence number 0) and bound as a NULL __global
+// pointer; the commands that are enqueued get increasing sequence
+// numbers.
 func TestDeviceZeroByteArgument(t *testing.T) {
 	d := newDevice(t, 1)
 	p, err := d.Program("args", argKernels, "")
@@ -160,14 +162,22 @@ func TestDeviceZeroByteArgument(t *testing.T) {
 	empty, out := alloc(t, d, 0), alloc(t, d, 4)
 	assert.Zero(t, empty.Bytes())
 	require.NoError(t, empty.Zero())
-	require.NoError(t, s.CopyIn(empty, 0, nil))
-	require.NoError(t, s.Fill(empty, 0, 0, []byte{0}))
-	assert.ErrorContains(t, s.CopyIn(empty, 0, []byte{1}), "range [0, 1) outside the 0-byte buffer")
-	assert.ErrorContains(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "isnull", Global: []int{1}, Args: []gpu.KernelArg{{Mem: empty, Offset: 1}, mem(out)}}),
+	seq, err := s.CopyIn(empty, 0, nil)
+	require.NoError(t, err)
+	assert.Zero(t, seq, "a zero-byte copy enqueues no command")
+	seq, err = s.Fill(empty, 0, 0, []byte{0})
+	require.NoError(t, err)
+	assert.Zero(t, seq, "a zero-byte fill enqueues no command")
+	assert.ErrorContains(t, errOf(s.CopyIn(empty, 0, []byte{1})), "range [0, 1) outside the 0-byte buffer")
+	assert.ErrorContains(t, errOf(s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "isnull", Global: []int{1}, Args: []gpu.KernelArg{{Mem: empty, Offset: 1}, mem(out)}})),
 		"argument 0: offset 1 outside the 0-byte memory")
-	require.NoError(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "isnull", Global: []int{1}, Args: []gpu.KernelArg{mem(empty), mem(out)}}))
+	launch, err := s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "isnull", Global: []int{1}, Args: []gpu.KernelArg{mem(empty), mem(out)}})
+	require.NoError(t, err)
 	got := make([]byte, 4)
-	require.NoError(t, s.CopyOut(got, out, 0))
+	read, err := s.CopyOut(got, out, 0)
+	require.NoError(t, err)
+	assert.Positive(t, launch)
+	assert.Greater(t, read, launch, "sequence numbers increase")
 	require.NoError(t, recordWait(t, s))
 	assert.Equal(t, uint32(7), binary.LittleEndian.Uint32(got), "a NULL pointer")
 }
@@ -221,12 +231,12 @@ func childSubBufferReuse() int {
 			binary.LittleEndian.PutUint32(in[i:], v)
 		}
 		got := make([]byte, off)
-		err := s.CopyIn(x, 0, in)
+		err := errOf(s.CopyIn(x, 0, in))
 		if err == nil {
-			err = s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "plus1", Global: []int{int(off / 4)}, Args: []gpu.KernelArg{{Mem: x, Offset: off}, {Mem: z}}})
+			err = errOf(s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "plus1", Global: []int{int(off / 4)}, Args: []gpu.KernelArg{{Mem: x, Offset: off}, {Mem: z}}}))
 		}
 		if err == nil {
-			err = s.CopyOut(got, z, 0)
+			err = errOf(s.CopyOut(got, z, 0))
 		}
 		if err == nil {
 			err = s.Record().Wait(context.Background())

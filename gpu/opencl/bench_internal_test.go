@@ -66,7 +66,7 @@ func BenchmarkLaunchKernel(b *testing.B) {
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
-			if err := s.LaunchKernel(launch); err != nil {
+			if _, err := s.LaunchKernel(launch); err != nil {
 				b.Fatal(err)
 			}
 			if i++; i%1024 == 0 {

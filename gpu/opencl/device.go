@@ -96,7 +96,8 @@ func WithIndex(n int) DeviceOption {
 // since the previous Record (and through Stream.Wait, the failures the
 // waited events report), each a *gpu.CommandError whose Err names the
 // OpenCL command and its failed status ("opencl: pthread-…: queue 1
-// command 7 (launch vadd) failed: CL_OUT_OF_RESOURCES (-5)") and whose
+// command 7 (launch vadd) failed: CL_OUT_OF_RESOURCES (-5)"), whose Seq
+// is the sequence number the command's enqueue returned, and whose
 // Label is the command's (KernelLaunch.Label,
 // "copy in", "copy out", "copy", "fill"), joined: each failure is
 // reported by one event of its stream, so wait on every event recorded

@@ -127,20 +127,20 @@ func TestDeviceStreamsOverlap(t *testing.T) {
 	p := devProgram(t, d)
 	flags, result := alloc(t, d, 8), alloc(t, d, 8)
 	s0, s1 := codeStream(d, 0), codeStream(d, 1)
-	require.NoError(t, s0.Fill(flags, 0, 8, []byte{0, 0, 0, 0}))
-	require.NoError(t, s0.Fill(result, 0, 8, []byte{0xff, 0xff, 0xff, 0xff}))
+	require.NoError(t, errOf(s0.Fill(flags, 0, 8, []byte{0, 0, 0, 0})))
+	require.NoError(t, errOf(s0.Fill(result, 0, 8, []byte{0xff, 0xff, 0xff, 0xff})))
 	require.NoError(t, s1.Wait(s0.Record()))
 	var evs []gpu.Event
 	for me, s := range []gpu.CodeStream{s0, s1} {
-		require.NoError(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "handshake", Global: []int{1},
-			Args: []gpu.KernelArg{mem(flags), scalar(int32(me)), scalar(int32(1 - me)), scalar(int64(1 << 33)), mem(result)}}))
+		require.NoError(t, errOf(s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "handshake", Global: []int{1},
+			Args: []gpu.KernelArg{mem(flags), scalar(int32(me)), scalar(int32(1 - me)), scalar(int64(1 << 33)), mem(result)}})))
 		evs = append(evs, s.Record())
 	}
 	for _, e := range evs {
 		require.NoError(t, e.Wait(t.Context()))
 	}
 	got := make([]int32, 2)
-	require.NoError(t, s1.CopyOut(cltest.BytesOf(got), result, 0))
+	require.NoError(t, errOf(s1.CopyOut(cltest.BytesOf(got), result, 0)))
 	require.NoError(t, recordWait(t, s1))
 	assert.Equal(t, []int32{1, 1}, got, "each kernel saw the other's flag while it ran")
 }
@@ -159,12 +159,12 @@ func TestDeviceCrossStreamDependency(t *testing.T) {
 	got := make([]int32, n)
 	for round := range 20 {
 		v := rng.Int32N(1 << 20)
-		require.NoError(t, s0.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "produce", Global: []int{n},
-			Args: []gpu.KernelArg{mem(in), scalar(v), scalar(int64(20000))}, Label: "produce"}))
+		require.NoError(t, errOf(s0.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "produce", Global: []int{n},
+			Args: []gpu.KernelArg{mem(in), scalar(v), scalar(int64(20000))}, Label: "produce"})))
 		require.NoError(t, s1.Wait(s0.Record()))
-		require.NoError(t, s1.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "consume", Global: []int{n},
-			Args: []gpu.KernelArg{mem(in), mem(out)}, Label: "consume"}))
-		require.NoError(t, s1.CopyOut(cltest.BytesOf(got), out, 0))
+		require.NoError(t, errOf(s1.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "consume", Global: []int{n},
+			Args: []gpu.KernelArg{mem(in), mem(out)}, Label: "consume"})))
+		require.NoError(t, errOf(s1.CopyOut(cltest.BytesOf(got), out, 0)))
 		e1 := s1.Record()
 		require.NoError(t, s0.Wait(e1))
 		require.NoError(t, e1.Wait(t.Context()))
@@ -209,10 +209,10 @@ func TestDeviceWaitBridgesCPUEvent(t *testing.T) {
 	in, out := alloc(t, d, 4*n), alloc(t, d, 4*n)
 	s := codeStream(d, 0)
 	require.NoError(t, s.Wait(ce))
-	require.NoError(t, s.CopyIn(in, 0, cltest.BytesOf(host)))
-	require.NoError(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "consume", Global: []int{n}, Args: []gpu.KernelArg{mem(in), mem(out)}}))
+	require.NoError(t, errOf(s.CopyIn(in, 0, cltest.BytesOf(host))))
+	require.NoError(t, errOf(s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "consume", Global: []int{n}, Args: []gpu.KernelArg{mem(in), mem(out)}})))
 	got := make([]int32, n)
-	require.NoError(t, s.CopyOut(cltest.BytesOf(got), out, 0))
+	require.NoError(t, errOf(s.CopyOut(cltest.BytesOf(got), out, 0)))
 	e := s.Record()
 	assert.False(t, e.Done(), "the OpenCL event fired before the CPU event it waits on")
 	close(open)
@@ -236,10 +236,10 @@ func TestCPUWaitsOnDeviceEvent(t *testing.T) {
 	buf := alloc(t, d, 4*n)
 	s := codeStream(d, 0)
 	require.NoError(t, s.Wait(ce)) // hold the device until the CPU task is queued
-	require.NoError(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "produce", Global: []int{n},
-		Args: []gpu.KernelArg{mem(buf), scalar(int32(77)), scalar(int64(1000))}}))
+	require.NoError(t, errOf(s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "produce", Global: []int{n},
+		Args: []gpu.KernelArg{mem(buf), scalar(int32(77)), scalar(int64(1000))}})))
 	got := make([]int32, n)
-	require.NoError(t, s.CopyOut(cltest.BytesOf(got), buf, 0))
+	require.NoError(t, errOf(s.CopyOut(cltest.BytesOf(got), buf, 0)))
 	e := s.Record()
 	var seen []int32
 	var waitErr error
@@ -268,9 +268,9 @@ func TestDeviceHostTaskOrdered(t *testing.T) {
 	mid := make([]int32, n)
 	next := make([]int32, n)
 	got := make([]int32, n)
-	require.NoError(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "produce", Global: []int{n},
-		Args: []gpu.KernelArg{mem(a), scalar(int32(5)), scalar(int64(50000))}}))
-	require.NoError(t, s.CopyOut(cltest.BytesOf(mid), a, 0))
+	require.NoError(t, errOf(s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "produce", Global: []int{n},
+		Args: []gpu.KernelArg{mem(a), scalar(int32(5)), scalar(int64(50000))}})))
+	require.NoError(t, errOf(s.CopyOut(cltest.BytesOf(mid), a, 0)))
 	var sawFirst bool
 	require.NoError(t, s.Launch(gpu.TaskFunc(func() {
 		sawFirst = !slices.ContainsFunc(mid, func(v int32) bool { return v != 5 })
@@ -278,9 +278,9 @@ func TestDeviceHostTaskOrdered(t *testing.T) {
 			next[i] = mid[i] + int32(i)
 		}
 	})))
-	require.NoError(t, s.CopyIn(b, 0, cltest.BytesOf(next)))
-	require.NoError(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "consume", Global: []int{n}, Args: []gpu.KernelArg{mem(b), mem(out)}}))
-	require.NoError(t, s.CopyOut(cltest.BytesOf(got), out, 0))
+	require.NoError(t, errOf(s.CopyIn(b, 0, cltest.BytesOf(next))))
+	require.NoError(t, errOf(s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "consume", Global: []int{n}, Args: []gpu.KernelArg{mem(b), mem(out)}})))
+	require.NoError(t, errOf(s.CopyOut(cltest.BytesOf(got), out, 0)))
 	require.NoError(t, recordWait(t, s))
 	assert.True(t, sawFirst, "the host task ran after the first kernel and its copy out")
 	for i, g := range got {
@@ -340,10 +340,10 @@ func TestDeviceCopyRoundTrip(t *testing.T) {
 	s0, s1 := codeStream(d, 0), codeStream(d, 1)
 	ce, open := gate(t)
 	require.NoError(t, s0.Wait(ce))
-	require.NoError(t, s0.CopyIn(m, 0, src))
+	require.NoError(t, errOf(s0.CopyIn(m, 0, src)))
 	require.NoError(t, s1.Wait(s0.Record()))
 	dst := make([]byte, n)
-	require.NoError(t, s1.CopyOut(dst, m, 0))
+	require.NoError(t, errOf(s1.CopyOut(dst, m, 0)))
 	e := s1.Record()
 	assert.False(t, e.Done(), "the copies ran before the event they wait on")
 	close(open)
@@ -352,10 +352,10 @@ func TestDeviceCopyRoundTrip(t *testing.T) {
 
 	// Copy and Fill on the device, read back in part.
 	m2 := alloc(t, d, n)
-	require.NoError(t, s0.Fill(m2, 0, n, []byte{0xab, 0xcd}))
-	require.NoError(t, s0.Copy(m2, 4096, m, 8192, 4096))
+	require.NoError(t, errOf(s0.Fill(m2, 0, n, []byte{0xab, 0xcd})))
+	require.NoError(t, errOf(s0.Copy(m2, 4096, m, 8192, 4096)))
 	part := make([]byte, 3*4096)
-	require.NoError(t, s0.CopyOut(part, m2, 0))
+	require.NoError(t, errOf(s0.CopyOut(part, m2, 0)))
 	require.NoError(t, recordWait(t, s0))
 	assert.Equal(t, []byte{0xab, 0xcd}, part[:2])
 	assert.True(t, bytesEqual(src[8192:12288], part[4096:8192]), "seed %d: the device copy", seed)
@@ -430,7 +430,7 @@ func TestDeviceLaunchBadInput(t *testing.T) {
 		{"bad shape", &gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{1, 1, 1, 1}, Args: []gpu.KernelArg{mem(buf)}}, "want 1 to 3 dimensions", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := s.LaunchKernel(tc.k)
+			err := errOf(s.LaunchKernel(tc.k))
 			require.Error(t, err)
 			assert.ErrorContains(t, err, tc.want)
 			if tc.is != nil {
@@ -438,9 +438,9 @@ func TestDeviceLaunchBadInput(t *testing.T) {
 			}
 		})
 	}
-	assert.ErrorContains(t, s.CopyIn(fakeMemory{}, 0, []byte{1}), "copy in: memory of another device (gpu9)")
-	assert.ErrorIs(t, s.CopyOut([]byte{1}, released, 0), gpu.ErrClosed)
-	assert.ErrorContains(t, s.CopyIn(buf, 4095, []byte{1, 2}), "range [4095, 4097) outside the 4096-byte buffer")
+	assert.ErrorContains(t, errOf(s.CopyIn(fakeMemory{}, 0, []byte{1})), "copy in: memory of another device (gpu9)")
+	assert.ErrorIs(t, errOf(s.CopyOut([]byte{1}, released, 0)), gpu.ErrClosed)
+	assert.ErrorContains(t, errOf(s.CopyIn(buf, 4095, []byte{1, 2})), "range [4095, 4097) outside the 4096-byte buffer")
 	assert.ErrorContains(t, s.Wait(nil), "opencl: opencl0 stream 0: wait on a nil event")
 	require.NoError(t, recordWait(t, s), "bad input enqueued nothing that failed")
 }
@@ -455,13 +455,13 @@ func TestDeviceArgumentOffset(t *testing.T) {
 	require.Positive(t, align)
 	n := 3 * align / 4 // int32 elements over 3 alignments
 	buf := alloc(t, d, 4*n)
-	require.NoError(t, s.Fill(buf, 0, 4*n, []byte{0, 0, 0, 0}))
+	require.NoError(t, errOf(s.Fill(buf, 0, 4*n, []byte{0, 0, 0, 0})))
 	for range 2 { // the second launch reuses the sub-buffer and the set argument
-		require.NoError(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{1}, Args: []gpu.KernelArg{{Mem: buf, Offset: align}}}))
+		require.NoError(t, errOf(s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{1}, Args: []gpu.KernelArg{{Mem: buf, Offset: align}}})))
 	}
-	require.NoError(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{1}, Args: []gpu.KernelArg{mem(buf)}}))
+	require.NoError(t, errOf(s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{1}, Args: []gpu.KernelArg{mem(buf)}})))
 	got := make([]int32, n)
-	require.NoError(t, s.CopyOut(cltest.BytesOf(got), buf, 0))
+	require.NoError(t, errOf(s.CopyOut(cltest.BytesOf(got), buf, 0)))
 	require.NoError(t, recordWait(t, s))
 	want := make([]int32, n)
 	want[0], want[align/4] = 1, 2
@@ -501,10 +501,10 @@ func TestDeviceClose(t *testing.T) {
 	s := codeStream(d, 0)
 	ce, open := gate(t)
 	require.NoError(t, s.Wait(ce))
-	require.NoError(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "produce", Global: []int{256},
-		Args: []gpu.KernelArg{mem(buf), scalar(int32(9)), scalar(int64(1000))}}))
+	require.NoError(t, errOf(s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "produce", Global: []int{256},
+		Args: []gpu.KernelArg{mem(buf), scalar(int32(9)), scalar(int64(1000))}})))
 	got := make([]int32, 256)
-	require.NoError(t, s.CopyOut(cltest.BytesOf(got), buf, 0))
+	require.NoError(t, errOf(s.CopyOut(cltest.BytesOf(got), buf, 0)))
 	ran := false
 	require.NoError(t, codeStream(d, 1).Launch(gpu.TaskFunc(func() { ran = true })))
 	e := s.Record()
@@ -518,8 +518,8 @@ func TestDeviceClose(t *testing.T) {
 	after := s.Record()
 	assert.True(t, after.Done())
 	assert.NoError(t, after.Wait(t.Context()))
-	assert.ErrorIs(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{1}, Args: []gpu.KernelArg{mem(buf)}}), gpu.ErrClosed)
-	assert.ErrorIs(t, s.CopyIn(buf, 0, []byte{1}), gpu.ErrClosed)
+	assert.ErrorIs(t, errOf(s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{1}, Args: []gpu.KernelArg{mem(buf)}})), gpu.ErrClosed)
+	assert.ErrorIs(t, errOf(s.CopyIn(buf, 0, []byte{1})), gpu.ErrClosed)
 	assert.ErrorIs(t, s.Launch(gpu.TaskFunc(func() {})), gpu.ErrClosed)
 	assert.ErrorIs(t, s.Wait(e), gpu.ErrClosed)
 	_, err = d.Alloc(4)
@@ -595,13 +595,13 @@ func TestDeviceWaitBridgesOtherDevice(t *testing.T) {
 	host, got := make([]int32, n), make([]int32, n)
 	for round := range 5 {
 		v := rng.Int32N(1 << 20)
-		require.NoError(t, sa.LaunchKernel(&gpu.KernelLaunch{Program: pa, Entry: "produce", Global: []int{n},
-			Args: []gpu.KernelArg{mem(bufA), scalar(v), scalar(int64(20000))}}))
-		require.NoError(t, sa.CopyOut(cltest.BytesOf(host), bufA, 0))
+		require.NoError(t, errOf(sa.LaunchKernel(&gpu.KernelLaunch{Program: pa, Entry: "produce", Global: []int{n},
+			Args: []gpu.KernelArg{mem(bufA), scalar(v), scalar(int64(20000))}})))
+		require.NoError(t, errOf(sa.CopyOut(cltest.BytesOf(host), bufA, 0)))
 		require.NoError(t, sb.Wait(sa.Record()))
-		require.NoError(t, sb.CopyIn(in, 0, cltest.BytesOf(host)))
-		require.NoError(t, sb.LaunchKernel(&gpu.KernelLaunch{Program: pb, Entry: "consume", Global: []int{n}, Args: []gpu.KernelArg{mem(in), mem(out)}}))
-		require.NoError(t, sb.CopyOut(cltest.BytesOf(got), out, 0))
+		require.NoError(t, errOf(sb.CopyIn(in, 0, cltest.BytesOf(host))))
+		require.NoError(t, errOf(sb.LaunchKernel(&gpu.KernelLaunch{Program: pb, Entry: "consume", Global: []int{n}, Args: []gpu.KernelArg{mem(in), mem(out)}})))
+		require.NoError(t, errOf(sb.CopyOut(cltest.BytesOf(got), out, 0)))
 		eb := sb.Record()
 		require.NoError(t, sa.Wait(eb)) // the next round's copy out must not overwrite host before the copy in
 		require.NoError(t, eb.Wait(t.Context()))
@@ -641,7 +641,7 @@ __kernel void wild(__global int *p) { p[(long)1 << 40] = 1; }
 	// Settle the memory's zero fill (stream 1 waits for it), so that the
 	// children's streams number their commands the same in every run.
 	s := d.Stream(1).(gpu.CodeStream)
-	if err := s.Fill(m, 0, 4, []byte{0, 0, 0, 0}); err != nil {
+	if err := errOf(s.Fill(m, 0, 4, []byte{0, 0, 0, 0})); err != nil {
 		return nil, nil, nil, err
 	}
 	return d, p, m, s.Record().Wait(context.Background())
@@ -665,7 +665,8 @@ func childDeviceFailed() int {
 		say("hold: %v", err)
 		return 2
 	}
-	if err := s0.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{1}, Args: []gpu.KernelArg{{Mem: m}}, Label: "launch my-touch"}); err != nil {
+	seq, err := s0.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{1}, Args: []gpu.KernelArg{{Mem: m}}, Label: "launch my-touch"})
+	if err != nil {
 		say("launch: %v", err)
 		return 2
 	}
@@ -685,12 +686,13 @@ func childDeviceFailed() int {
 		var oe *cl.CommandError
 		if errors.As(err, &ce) && errors.As(err, &oe) {
 			say("event %d: command error: device %s stream %d label %q status %s", i, ce.Device, ce.Stream, ce.Label, oe.Status)
+			say("event %d: the launch's seq: %v", i, ce.Seq == seq && seq != 0)
 		}
 		say("event %d: lost %v", i, errors.Is(err, gpu.ErrDeviceLost) && errors.Is(err, gpu.ErrDeviceLost))
 		say("event %d: %s", i, cltest.ErrString(err))
 	}
 	say("next event: %s", cltest.ErrString(s0.Record().Wait(context.Background())))
-	err = s0.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{1}, Args: []gpu.KernelArg{{Mem: m}}})
+	err = errOf(s0.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{1}, Args: []gpu.KernelArg{{Mem: m}}}))
 	say("later launch: lost %v: %s", errors.Is(err, gpu.ErrDeviceLost), cltest.ErrString(err))
 	_, err = d.Alloc(4)
 	say("later alloc: lost %v", errors.Is(err, gpu.ErrDeviceLost))
@@ -701,13 +703,16 @@ func childDeviceFailed() int {
 
 // TestDeviceFailedLaunchReported: a launch the device fails after the
 // fact is reported by the next event of its stream as a
-// *gpu.CommandError with the launch's label (and by an event of a stream
-// that waited on it), once; the device goes on taking work.
+// *gpu.CommandError with the launch's label and the sequence number
+// LaunchKernel returned (and by an event of a stream that waited on it),
+// once; the device goes on taking work.
 func TestDeviceFailedLaunchReported(t *testing.T) {
 	out, err := runChild(t, "device-failed")
 	require.NoError(t, err, out)
 	assert.Contains(t, out, `event 0: command error: device opencl0 stream 0 label "launch my-touch" status `, out)
 	assert.Contains(t, out, `event 1: command error: device opencl0 stream 0 label "launch my-touch" status `, out)
+	assert.Contains(t, out, "event 0: the launch's seq: true\n", "the CommandError names the sequence number LaunchKernel returned")
+	assert.Contains(t, out, "event 1: the launch's seq: true\n")
 	assert.Contains(t, out, "event 0: lost false\n")
 	assert.Contains(t, out, "gpu: opencl0 stream 0 command 2 (launch my-touch) failed: ")
 	assert.Contains(t, out, "next event: no error\n")
@@ -736,8 +741,8 @@ func TestDeviceLost(t *testing.T) {
 	assert.ErrorIs(t, err, gpu.ErrDeviceLost)
 	assert.ErrorIs(t, err, cl.OutOfResources)
 	for name, err := range map[string]error{
-		"launch":    s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{1}, Args: []gpu.KernelArg{mem(buf)}}),
-		"copy in":   s.CopyIn(buf, 0, []byte{1}),
+		"launch":    errOf(s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "touch", Global: []int{1}, Args: []gpu.KernelArg{mem(buf)}})),
+		"copy in":   errOf(s.CopyIn(buf, 0, []byte{1})),
 		"host task": s.Launch(gpu.TaskFunc(func() {})),
 		"record":    s.Record().Wait(t.Context()),
 		"alloc":     func() error { _, err := d.Alloc(4); return err }(),
@@ -762,7 +767,7 @@ func childDeviceFault() int {
 	s := codeStream(d, 0)
 	ce, open := childGate()
 	_ = s.Wait(ce)
-	if err := s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "wild", Global: []int{1}, Args: []gpu.KernelArg{{Mem: m}}, Label: "launch wild"}); err != nil {
+	if err := errOf(s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "wild", Global: []int{1}, Args: []gpu.KernelArg{{Mem: m}}, Label: "launch wild"})); err != nil {
 		say("launch: %v", err)
 		return 2
 	}
@@ -834,8 +839,8 @@ func TestDeviceCopyOutsideGoHeap(t *testing.T) {
 	}
 	m := alloc(t, d, n)
 	s := codeStream(d, 0)
-	require.NoError(t, s.CopyIn(m, 0, src))
-	require.NoError(t, s.CopyOut(dst, m, 0))
+	require.NoError(t, errOf(s.CopyIn(m, 0, src)))
+	require.NoError(t, errOf(s.CopyOut(dst, m, 0)))
 	require.NoError(t, recordWait(t, s))
 	assert.True(t, bytesEqual(src, dst))
 }
@@ -873,7 +878,7 @@ func TestDeviceRandomProgramsMatchOracle(t *testing.T) {
 			for b := range bufs {
 				oracle[b] = make([]int32, n)
 				readers[b] = map[int]gpu.Event{}
-				require.NoError(t, codeStream(d, 0).Fill(bufs[b], 0, 4*n, []byte{0, 0, 0, 0}))
+				require.NoError(t, errOf(codeStream(d, 0).Fill(bufs[b], 0, 4*n, []byte{0, 0, 0, 0})))
 			}
 			writer0 := codeStream(d, 0).Record()
 			for b := range writer {
@@ -915,8 +920,8 @@ func TestDeviceRandomProgramsMatchOracle(t *testing.T) {
 				case 0, 1: // addk on a
 					k := rng.Int32N(100)
 					dep(s, a, true)
-					require.NoError(t, cs.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "addk", Global: []int{n},
-						Args: []gpu.KernelArg{mem(bufs[a]), scalar(k)}, Label: fmt.Sprintf("op %d addk", op)}))
+					require.NoError(t, errOf(cs.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "addk", Global: []int{n},
+						Args: []gpu.KernelArg{mem(bufs[a]), scalar(k)}, Label: fmt.Sprintf("op %d addk", op)})))
 					for i := range oracle[a] {
 						oracle[a][i] += k
 					}
@@ -924,8 +929,8 @@ func TestDeviceRandomProgramsMatchOracle(t *testing.T) {
 				case 2: // b = a + 1
 					dep(s, a, false)
 					dep(s, b, true)
-					require.NoError(t, cs.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "inc", Global: []int{n},
-						Args: []gpu.KernelArg{mem(bufs[a]), mem(bufs[b])}, Label: fmt.Sprintf("op %d inc", op)}))
+					require.NoError(t, errOf(cs.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "inc", Global: []int{n},
+						Args: []gpu.KernelArg{mem(bufs[a]), mem(bufs[b])}, Label: fmt.Sprintf("op %d inc", op)})))
 					for i := range oracle[b] {
 						oracle[b][i] = oracle[a][i] + 1
 					}
@@ -933,7 +938,7 @@ func TestDeviceRandomProgramsMatchOracle(t *testing.T) {
 				case 3: // copy half of a into b
 					dep(s, a, false)
 					dep(s, b, true)
-					require.NoError(t, cs.Copy(bufs[b], 0, bufs[a], 4*n/2, 4*n/2))
+					require.NoError(t, errOf(cs.Copy(bufs[b], 0, bufs[a], 4*n/2, 4*n/2)))
 					copy(oracle[b][:n/2], oracle[a][n/2:])
 					reads, writes = []int{a}, []int{b}
 				case 4: // a host task, then a fill of a
@@ -941,7 +946,7 @@ func TestDeviceRandomProgramsMatchOracle(t *testing.T) {
 					want[s] = append(want[s], op)
 					v := rng.Int32N(1000)
 					dep(s, a, true)
-					require.NoError(t, cs.Fill(bufs[a], 0, 4*n, cltest.BytesOf([]int32{v})))
+					require.NoError(t, errOf(cs.Fill(bufs[a], 0, 4*n, cltest.BytesOf([]int32{v}))))
 					for i := range oracle[a] {
 						oracle[a][i] = v
 					}
@@ -956,7 +961,7 @@ func TestDeviceRandomProgramsMatchOracle(t *testing.T) {
 			got := make([][]int32, nbuf)
 			for b := range bufs {
 				got[b] = make([]int32, n)
-				require.NoError(t, s0.CopyOut(cltest.BytesOf(got[b]), bufs[b], 0))
+				require.NoError(t, errOf(s0.CopyOut(cltest.BytesOf(got[b]), bufs[b], 0)))
 			}
 			require.NoError(t, recordWait(t, s0), "seed %d", seed)
 			for s := range 3 {
@@ -980,7 +985,7 @@ func TestDeviceConcurrentUse(t *testing.T) {
 	bufs := make([]gpu.Memory, workers)
 	for w := range bufs {
 		bufs[w] = alloc(t, d, 4*n)
-		require.NoError(t, codeStream(d, 0).Fill(bufs[w], 0, 4*n, []byte{0, 0, 0, 0}))
+		require.NoError(t, errOf(codeStream(d, 0).Fill(bufs[w], 0, 4*n, []byte{0, 0, 0, 0})))
 	}
 	start := d.Stream(0).Record()
 	errs := make(chan error, workers)
@@ -989,15 +994,15 @@ func TestDeviceConcurrentUse(t *testing.T) {
 			s := codeStream(d, w%2)
 			err := s.Wait(start)
 			for r := 0; r < rounds && err == nil; r++ {
-				err = s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "addk", Global: []int{n},
-					Args: []gpu.KernelArg{mem(bufs[w]), scalar(int32(w + 1))}})
+				err = errOf(s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "addk", Global: []int{n},
+					Args: []gpu.KernelArg{mem(bufs[w]), scalar(int32(w + 1))}}))
 				if err == nil && r%10 == 0 {
 					err = s.Record().Wait(context.Background())
 				}
 			}
 			if err == nil {
 				got := make([]int32, n)
-				if err = s.CopyOut(cltest.BytesOf(got), bufs[w], 0); err == nil {
+				if err = errOf(s.CopyOut(cltest.BytesOf(got), bufs[w], 0)); err == nil {
 					err = s.Record().Wait(context.Background())
 				}
 				if err == nil && got[n-1] != int32(rounds*(w+1)) {

@@ -25,7 +25,8 @@
 // the queue's waiter has seen the copy complete. Host tasks are ordered
 // with the queue as cudaLaunchHostFunc orders them. Record's events
 // report the failures of the commands before them as *gpu.CommandError
-// (the label is the launch's); Wait on an event of the same device is a
+// (the sequence number is the one the enqueue returned, the label the
+// launch's); Wait on an event of the same device is a
 // marker wait list, on any other event a user event a goroutine
 // completes. A failure that leaves the device unusable (an enqueue that
 // returns CL_DEVICE_NOT_AVAILABLE, or a command the device reports failed

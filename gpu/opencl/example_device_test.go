@@ -40,13 +40,13 @@ __kernel void scale(__global int *x, int by) { x[get_global_id(0)] *= by; }`, ""
 	}
 	defer m.Release()
 	s := d.Stream(0).(gpu.CodeStream)
-	_ = s.CopyIn(m, 0, raw)
-	if err := s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "scale", Global: []int{len(x)},
+	_, _ = s.CopyIn(m, 0, raw)
+	if _, err := s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "scale", Global: []int{len(x)},
 		Args: []gpu.KernelArg{{Mem: m}, {Scalar: int32(10)}}, Label: "scale"}); err != nil {
 		fmt.Println(err)
 		return
 	}
-	_ = s.CopyOut(raw, m, 0)
+	_, _ = s.CopyOut(raw, m, 0)
 	if err := s.Record().Wait(context.Background()); err != nil {
 		fmt.Println("failed:", err)
 		return

@@ -25,3 +25,7 @@ func runChild(t *testing.T, name string, env ...string) (string, error) {
 	device(t)
 	return cltest.RunChild(t, name, env...)
 }
+
+// errOf returns the error of a CodeStream enqueue, dropping its sequence
+// number.
+func errOf(_ uint64, err error) error { return err }

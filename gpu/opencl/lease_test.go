@@ -47,10 +47,10 @@ func scale(t *testing.T, d gpu.Device, x []int32, by int32) []int32 {
 	require.NoError(t, err)
 	defer m.Release()
 	s := cd.Stream(0).(gpu.CodeStream)
-	require.NoError(t, s.CopyIn(m, 0, raw))
-	require.NoError(t, s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "scale", Global: []int{len(x)},
-		Args: []gpu.KernelArg{{Mem: m}, {Scalar: by}}, Label: "scale"}))
-	require.NoError(t, s.CopyOut(raw, m, 0))
+	require.NoError(t, errOf(s.CopyIn(m, 0, raw)))
+	require.NoError(t, errOf(s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "scale", Global: []int{len(x)},
+		Args: []gpu.KernelArg{{Mem: m}, {Scalar: by}}, Label: "scale"})))
+	require.NoError(t, errOf(s.CopyOut(raw, m, 0)))
 	require.NoError(t, s.Record().Wait(t.Context()))
 	out := make([]int32, len(x))
 	for i := range out {

@@ -28,6 +28,7 @@ type clStream struct {
 	events  []*clEvent // recorded markers not yet released, in enqueue order
 	evHead  int
 	final   *clEvent // the event Close recorded; Record returns it after Close
+	lastCmd uint64   // q.LastCommand() after the stream's last enqueue (seq)
 
 	// Host tasks, guarded by hmu; hcur, hci and hti are owned by the
 	// running host goroutine.
@@ -99,6 +100,19 @@ func (s *clStream) lock(op string) error {
 	return nil
 }
 
+// seq returns the sequence number of the command the stream's last
+// enqueue call made on its queue, or 0 when that call enqueued none (a
+// zero-byte copy or fill); s.mu is held (the stream's enqueues are
+// serialised on it, so no other command came between).
+func (s *clStream) seq() uint64 {
+	n := s.q.LastCommand()
+	if n == s.lastCmd {
+		return 0
+	}
+	s.lastCmd = n
+	return n
+}
+
 // mem returns m as memory of this device, or an error naming what.
 func (s *clStream) mem(m gpu.Memory, what string) (*clMemory, error) {
 	cm, ok := m.(*clMemory)
@@ -121,10 +135,11 @@ func (s *clStream) mem(m gpu.Memory, what string) (*clMemory, error) {
 // six, an argument that does not fit its parameter (memory for a scalar
 // or a __local pointer, a scalar for a pointer or of another size), an
 // argument count other than the entry point's, a bad shape or one past
-// the device's limits, gpu.ErrDeviceLost, gpu.ErrClosed.
-func (s *clStream) LaunchKernel(k *gpu.KernelLaunch) error {
+// the device's limits, gpu.ErrDeviceLost, gpu.ErrClosed. It returns the
+// launch's sequence number (gpu.CodeStream).
+func (s *clStream) LaunchKernel(k *gpu.KernelLaunch) (uint64, error) {
 	if k == nil {
-		return fmt.Errorf("%slaunch: nil KernelLaunch", s.prefix)
+		return 0, fmt.Errorf("%slaunch: nil KernelLaunch", s.prefix)
 	}
 	label := k.Label
 	if label == "" {
@@ -132,28 +147,28 @@ func (s *clStream) LaunchKernel(k *gpu.KernelLaunch) error {
 	}
 	p, ok := k.Program.(*clProgram)
 	if !ok || p.d != s.d {
-		return fmt.Errorf("%s%s: program not built by this device (%T)", s.prefix, label, k.Program)
+		return 0, fmt.Errorf("%s%s: program not built by this device (%T)", s.prefix, label, k.Program)
 	}
 	if err := s.lock(label); err != nil {
-		return err
+		return 0, err
 	}
 	defer s.mu.Unlock()
 	sk, err := s.kernel(p.p, k.Entry)
 	if err != nil {
-		return fmt.Errorf("%s%s: %w", s.prefix, label, err)
+		return 0, fmt.Errorf("%s%s: %w", s.prefix, label, err)
 	}
 	if n := sk.k.NumParams(); len(k.Args) != n {
-		return fmt.Errorf("%s%s: kernel %q takes %d arguments, the launch binds %d", s.prefix, label, k.Entry, n, len(k.Args))
+		return 0, fmt.Errorf("%s%s: kernel %q takes %d arguments, the launch binds %d", s.prefix, label, k.Entry, n, len(k.Args))
 	}
 	for i, a := range k.Args {
 		if err := s.setArg(sk, i, a); err != nil {
-			return fmt.Errorf("%s%s: argument %d: %w", s.prefix, label, i, err)
+			return 0, fmt.Errorf("%s%s: argument %d: %w", s.prefix, label, i, err)
 		}
 	}
 	if err := s.q.LaunchLabel(sk.k, k.Global, k.Local, label); err != nil {
-		return s.d.enqueueErr(s.prefix, err)
+		return 0, s.d.enqueueErr(s.prefix, err)
 	}
-	return nil
+	return s.seq(), nil
 }
 
 // kernel returns the stream's kernel object for (p, entry); s.mu is held.
@@ -234,87 +249,91 @@ func (s *clStream) setArg(sk *streamKernel, i int, a gpu.KernelArg) error {
 
 // CopyIn enqueues an asynchronous copy of src into dst at off; src is
 // pinned until the copy is seen complete and must stay unchanged until
-// an event recorded after the call has fired.
-func (s *clStream) CopyIn(dst gpu.Memory, off int64, src []byte) error {
+// an event recorded after the call has fired. It returns the copy's
+// sequence number (gpu.CodeStream).
+func (s *clStream) CopyIn(dst gpu.Memory, off int64, src []byte) (uint64, error) {
 	m, err := s.mem(dst, "copy in")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if err := s.lock("copy in"); err != nil {
-		return err
+		return 0, err
 	}
 	defer s.mu.Unlock()
 	if err := s.ready(m); err != nil {
-		return err
+		return 0, err
 	}
 	if err := s.q.WriteAsync(m.b, off, src); err != nil {
-		return s.d.enqueueErr(s.prefix, err)
+		return 0, s.d.enqueueErr(s.prefix, err)
 	}
-	return nil
+	return s.seq(), nil
 }
 
 // CopyOut enqueues an asynchronous copy of len(dst) bytes of src at off
 // into dst, which holds them once an event recorded after the call has
-// fired (dst is pinned until then).
-func (s *clStream) CopyOut(dst []byte, src gpu.Memory, off int64) error {
+// fired (dst is pinned until then). It returns the copy's sequence
+// number (gpu.CodeStream).
+func (s *clStream) CopyOut(dst []byte, src gpu.Memory, off int64) (uint64, error) {
 	m, err := s.mem(src, "copy out")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if err := s.lock("copy out"); err != nil {
-		return err
+		return 0, err
 	}
 	defer s.mu.Unlock()
 	if err := s.ready(m); err != nil {
-		return err
+		return 0, err
 	}
 	if err := s.q.ReadAsync(m.b, off, dst); err != nil {
-		return s.d.enqueueErr(s.prefix, err)
+		return 0, s.d.enqueueErr(s.prefix, err)
 	}
-	return nil
+	return s.seq(), nil
 }
 
 // Copy enqueues a device copy of n bytes (clEnqueueCopyBuffer; the two
-// ranges must not overlap within one memory).
-func (s *clStream) Copy(dst gpu.Memory, dstOff int64, src gpu.Memory, srcOff, n int64) error {
+// ranges must not overlap within one memory). It returns the copy's
+// sequence number (gpu.CodeStream).
+func (s *clStream) Copy(dst gpu.Memory, dstOff int64, src gpu.Memory, srcOff, n int64) (uint64, error) {
 	dm, err := s.mem(dst, "copy destination")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	sm, err := s.mem(src, "copy source")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if err := s.lock("copy"); err != nil {
-		return err
+		return 0, err
 	}
 	defer s.mu.Unlock()
 	if err := errors.Join(s.ready(dm), s.ready(sm)); err != nil {
-		return err
+		return 0, err
 	}
 	if err := s.q.Copy(dm.b, dstOff, sm.b, srcOff, n); err != nil {
-		return s.d.enqueueErr(s.prefix, err)
+		return 0, s.d.enqueueErr(s.prefix, err)
 	}
-	return nil
+	return s.seq(), nil
 }
 
-// Fill enqueues writing pattern over [off, off+n) of dst.
-func (s *clStream) Fill(dst gpu.Memory, off, n int64, pattern []byte) error {
+// Fill enqueues writing pattern over [off, off+n) of dst and returns the
+// fill's sequence number (gpu.CodeStream).
+func (s *clStream) Fill(dst gpu.Memory, off, n int64, pattern []byte) (uint64, error) {
 	m, err := s.mem(dst, "fill")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if err := s.lock("fill"); err != nil {
-		return err
+		return 0, err
 	}
 	defer s.mu.Unlock()
 	if err := s.ready(m); err != nil {
-		return err
+		return 0, err
 	}
 	if err := s.q.Fill(m.b, off, n, pattern); err != nil {
-		return s.d.enqueueErr(s.prefix, err)
+		return 0, s.d.enqueueErr(s.prefix, err)
 	}
-	return nil
+	return s.seq(), nil
 }
 
 var errNilTask = errors.New("nil task")

@@ -131,8 +131,8 @@ func TestOnlyNVMLImportsGoNVML(t *testing.T) {
 }
 
 // testDoubles are the packages only tests may import: streamdag's NVML
-// mocks and go-nvml's own.
-var testDoubles = []string{module + "gpu/nvml/nvmlmock", "github.com/NVIDIA/go-nvml/pkg/nvml/mock"}
+// mocks, go-nvml's own, and the device that reports its loss on cue.
+var testDoubles = []string{module + "gpu/nvml/nvmlmock", "github.com/NVIDIA/go-nvml/pkg/nvml/mock", module + "internal/faultdev"}
 
 // TestNoTestDoublesOutsideTests: no package of the module, built without
 // its tests (the streamdag binary included), links a test double.

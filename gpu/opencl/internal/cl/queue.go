@@ -46,7 +46,8 @@ type Queue struct {
 
 	mu      sync.Mutex // guards the enqueue side and scratch
 	closed  bool
-	seq     uint64
+	seq     uint64 // the last sequence number given (commands and markers)
+	last    uint64 // the sequence number of the last command enqueued (LastCommand)
 	pending []pendingCmd
 	kernels map[kernelKey]*Kernel
 	scratch struct { // C-visible arguments of the hot calls; heap, under mu
@@ -150,12 +151,26 @@ func (q *Queue) lockOpen(op string) error {
 // q.scratch.ev (and the pinned Go memory it uses, if any); q.mu is held.
 func (q *Queue) enqueued(op string, pin *runtime.Pinner) {
 	q.seq++
+	q.last = q.seq
 	q.pending = append(q.pending, pendingCmd{ev: q.scratch.ev, seq: q.seq, op: op, pin: pin})
 	if len(q.pending) >= checkpointEvery {
 		if e, err := q.markerLocked(nil, true); err == nil {
 			e.Release()
 		}
 	}
+}
+
+// LastCommand returns the sequence number of the last command (a launch,
+// an asynchronous copy or a fill; not a marker or a blocking transfer)
+// enqueued on q, the Seq a *CommandError of its failure carries; 0 before
+// the first. Numbers increase with each command and marker, so a caller
+// that serialises its own enqueues on q learns the number of a command
+// it just enqueued (a call that enqueued nothing, a zero-byte copy say,
+// leaves it unchanged).
+func (q *Queue) LastCommand() uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.last
 }
 
 // Launch enqueues the kernel k (made by q.Kernel) over an NDRange of
