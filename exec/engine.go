@@ -174,11 +174,14 @@ func (r *run) awaitProgress(ctx context.Context, gs int, n uint64) (uint64, erro
 	return sinceFirst(c, s.first), err
 }
 
-// publish publishes n settled launches of code stream gs, on its device
-// stream's count, from the list's goroutine.
+// publish publishes n settled launches of code stream gs on its list's
+// counter, from the list's goroutine. The last launch is left for the
+// device to publish once the driver has returned (gpu.Lister), so that
+// what the run does after its lists (release the status words' memory,
+// read the outcomes) comes after all the driver does.
 func (r *run) publish(gs int, n uint64) {
 	if s := &r.src[gs]; s.c != &reached {
-		s.c.Publish(s.first + min(n, uint64(len(r.runs[gs].list))))
+		s.c.Publish(s.first + min(n, uint64(len(r.runs[gs].list)-1)))
 	}
 }
 

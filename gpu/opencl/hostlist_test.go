@@ -37,12 +37,12 @@ func TestDeviceListRunsAndEnqueues(t *testing.T) {
 			done <- err
 			return
 		}
-		if err := s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "produce", Global: []int{n},
+		if _, err := s.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "produce", Global: []int{n},
 			Args: []gpu.KernelArg{mem(a), scalar(int32(7)), scalar(int64(100))}}); err != nil {
 			done <- err
 			return
 		}
-		if err := s.CopyOut(cltest.BytesOf(got), a, 0); err != nil {
+		if _, err := s.CopyOut(cltest.BytesOf(got), a, 0); err != nil {
 			done <- err
 			return
 		}

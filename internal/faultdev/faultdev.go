@@ -41,6 +41,7 @@ type Device struct {
 var (
 	_ gpu.CodeDevice = (*Device)(nil)
 	_ gpu.CodeStream = (*stream)(nil)
+	_ gpu.Lister     = (*stream)(nil)
 )
 
 // New wraps d: the device is lost at command after+1 (after >= 0), with
@@ -134,6 +135,19 @@ func (s *stream) Copy(dst gpu.Memory, dstOff int64, src gpu.Memory, srcOff, n in
 
 func (s *stream) Fill(dst gpu.Memory, off, n int64, pattern []byte) (uint64, error) {
 	return s.enqueue(func() (uint64, error) { return s.in.Fill(dst, off, n, pattern) })
+}
+
+// EnqueueList queues l on the wrapped stream (a gpu.Lister), unless the
+// device is lost; the list's own commands go through the wrapper.
+func (s *stream) EnqueueList(after gpu.Event, n uint64, l gpu.List) (*gpu.Counter, uint64, error) {
+	if s.d.Lost() {
+		return nil, 0, s.d.err
+	}
+	ls, ok := s.in.(gpu.Lister)
+	if !ok {
+		return nil, 0, fmt.Errorf("faultdev: %s stream %d takes no lists", s.in.Device(), s.in.Index())
+	}
+	return ls.EnqueueList(after, n, l)
 }
 
 func (s *stream) Launch(t gpu.Task) error {
