@@ -20,6 +20,7 @@ import (
 	"github.com/streamdag/streamdag/gpu/cpu"
 	"github.com/streamdag/streamdag/gpu/opencl"
 	"github.com/streamdag/streamdag/kvio"
+	"github.com/streamdag/streamdag/lease"
 )
 
 func newRunCmd() *cobra.Command {
@@ -96,23 +97,31 @@ With no --input it runs on the 200,000-row sample embedded in the binary
 	return cmd
 }
 
-// runFlights runs the flights pipeline. Flags are checked first (usage
-// errors, exit status 2), then every output path (a temporary file is
-// created beside each), then the run; outputs are committed after it,
-// each on its own, so one that fails leaves the others written.
-func runFlights(cmd *cobra.Command, f flightsFlags) error {
-	ctx := cmd.Context()
-	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+// fault is a --fail flag: the kernel to fail, and whether by a panic.
+type fault struct {
+	spec, kernel string
+	panic        bool
+}
+
+// checkFlightsFlags checks the flags that need no device or file: stream
+// counts, --top, --out's format (returned: "csv", "json" or "" without
+// --out) and the --fail specs (returned). Every error is a usage error.
+func checkFlightsFlags(f flightsFlags) (format string, faults []fault, err error) {
 	if f.streams < 0 || f.streams > cpu.MaxStreams {
-		return usagef("--streams %d: want 1 to %d, or 0 for GOMAXPROCS", f.streams, cpu.MaxStreams)
+		return "", nil, usagef("--streams %d: want 1 to %d, or 0 for GOMAXPROCS", f.streams, cpu.MaxStreams)
 	}
 	if f.device == deviceOpenCL && f.streams > opencl.MaxStreams {
-		return usagef("--streams %d with --device opencl: an OpenCL device opens at most %d streams; want 1 to %d, or 0", f.streams, opencl.MaxStreams, opencl.MaxStreams)
+		return "", nil, usagef("--streams %d with --device opencl: an OpenCL device opens at most %d streams; want 1 to %d, or 0", f.streams, opencl.MaxStreams, opencl.MaxStreams)
 	}
 	if f.top < 0 {
-		return usagef("--top %d: must be 0 (all) or more", f.top)
+		return "", nil, usagef("--top %d: must be 0 (all) or more", f.top)
 	}
-	format := ""
+	switch {
+	case f.device != deviceAuto && f.device != deviceCPU && f.device != deviceOpenCL:
+		return "", nil, usagef("--device %s: want cpu, opencl or auto", f.device)
+	case f.topology != "" && f.device == deviceOpenCL:
+		return "", nil, usagef("--device opencl and --topology: simulated GPUs run host code only; choose one")
+	}
 	if f.out != "" {
 		switch strings.ToLower(filepath.Ext(f.out)) {
 		case ".csv":
@@ -120,20 +129,29 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		case ".json":
 			format = "json"
 		default:
-			return usagef("--out %s: want a .csv or .json file name", f.out)
+			return "", nil, usagef("--out %s: want a .csv or .json file name", f.out)
 		}
 	}
-	type fault struct {
-		spec, kernel string
-		panic        bool
-	}
-	var faults []fault
 	for _, spec := range f.fail {
 		name, mode, _ := strings.Cut(spec, ":")
 		if name == "" || mode != "" && mode != "panic" {
-			return usagef("--fail %s: want KERNEL or KERNEL:panic", spec)
+			return "", nil, usagef("--fail %s: want KERNEL or KERNEL:panic", spec)
 		}
 		faults = append(faults, fault{spec, name, mode == "panic"})
+	}
+	return format, faults, nil
+}
+
+// runFlights runs the flights pipeline. Flags are checked first (usage
+// errors, exit status 2), then every output path (a temporary file is
+// created beside each), then the run; outputs are committed after it,
+// each on its own, so one that fails leaves the others written.
+func runFlights(cmd *cobra.Command, f flightsFlags) error {
+	ctx := cmd.Context()
+	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	format, faults, err := checkFlightsFlags(f)
+	if err != nil {
+		return err
 	}
 	var runOpts []exec.RunOption
 	var loss *exec.LossSpec
@@ -151,24 +169,11 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 
 	var outs outputs
 	defer outs.discard()
-	var files [6]*outputFile
-	for i, o := range []struct{ flag, path string }{
-		{"--out", f.out}, {"--dot", f.dot}, {"--trace", f.trace},
-		{"--report", f.report}, {"--metrics", f.metrics}, {"--errors-dot", f.errorsDot},
-	} {
-		var err error
-		if files[i], err = outs.add(o.flag, o.path); err != nil {
-			return err
-		}
+	files, err := outs.addAll(f)
+	if err != nil {
+		return err
 	}
-	outFile, dotFile, traceFile, reportFile, metricsFile, errorsFile := files[0], files[1], files[2], files[3], files[4], files[5]
-
-	switch {
-	case f.device != deviceAuto && f.device != deviceCPU && f.device != deviceOpenCL:
-		return usagef("--device %s: want cpu, opencl or auto", f.device)
-	case f.topology != "" && f.device == deviceOpenCL:
-		return usagef("--device opencl and --topology: simulated GPUs run host code only; choose one")
-	}
+	dotFile := files[1]
 
 	// The run's devices come from the backend: it leases what --device
 	// asks for, and the lease is held (the device open) until the run
@@ -184,7 +189,7 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		return err
 	}
 	defer setup.release()
-	devs, topo, why := setup.devs, setup.topo, setup.why
+	devs, topo := setup.devs, setup.topo
 	if loss != nil {
 		ids := make([]string, len(devs))
 		for i, d := range devs {
@@ -195,12 +200,7 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		}
 	}
 
-	var file *kvio.File
-	if f.input == "" {
-		file, err = flights.Sample()
-	} else {
-		file, err = kvio.Open(f.input)
-	}
+	file, err := openFlightsInput(f.input)
 	if err != nil {
 		return err
 	}
@@ -211,31 +211,9 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		return err
 	}
 	defer src.Close()
-
-	parts := 0 // a partition per stream of every device
-	for _, d := range devs {
-		parts += d.NumStreams()
-	}
-	opts := flights.Options{MinDelay: f.minDelay, TopK: f.top, Partitions: parts, OpenCL: setup.openCL}
-	if setup.openCL {
-		id := devs[len(devs)-1].ID()
-		opts.Device = &id // filter and partial on the OpenCL device
-	}
-	if f.airports != "" {
-		path := f.airports
-		if _, err := os.Stat(path); err != nil {
-			return fmt.Errorf("--airports: %w", err)
-		}
-		opts.Airports = func() (io.ReadCloser, error) { return os.Open(path) }
-	}
-	p, err := flights.Build(src, opts)
+	p, err := buildFlights(src, f, setup, faults)
 	if err != nil {
 		return err
-	}
-	for _, x := range faults {
-		if err := p.Graph.InjectFailure(x.kernel, x.panic); err != nil {
-			return usagef("--fail %s: %w", x.spec, err)
-		}
 	}
 	var bar *progress
 	if showProgress(stderr, f.quiet, os.Getenv) {
@@ -269,6 +247,33 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		return err
 	}
 	defer res.Close()
+	return finishFlights(flightsRun{stdout: stdout, stderr: stderr, f: f, format: format, p: p, res: res,
+		plan: plan, src: src, file: file, backend: backend, setup: setup, files: files})
+}
+
+// flightsRun is what a finished flights run reports from.
+type flightsRun struct {
+	stdout, stderr io.Writer
+	f              flightsFlags
+	format         string
+	p              *flights.Pipeline
+	res            *exec.Result
+	plan           *exec.Plan
+	src            kvio.Source
+	file           *kvio.File
+	backend        *lease.Backend
+	setup          *runSetup
+	files          [6]*outputFile
+}
+
+// finishFlights prints the result table (or the run's JSON), the
+// summaries, writes the output files, each whether or not the others could
+// be, and returns errLaunchesFailed (after the problems) when the run had
+// failures.
+func finishFlights(x flightsRun) error {
+	stdout, stderr, f, p, res, plan, src, file, backend, setup := x.stdout, x.stderr, x.f, x.p, x.res, x.plan, x.src, x.file, x.backend, x.setup
+	format := x.format
+	outFile, traceFile, reportFile, metricsFile, errorsFile := x.files[0], x.files[2], x.files[3], x.files[4], x.files[5]
 	rep := res.Report
 	table, readErr := p.Result(res)
 	withNames := f.airports != "" && table != nil && table.NamesErr == nil
@@ -292,36 +297,17 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	backend.SetProcessConfig("kvio", file.Describe()) // what the input file used in the run
 	if !f.quiet {
 		fmt.Fprintln(stderr, runLine(src.Name(), nrows, skippedRows, len(p.Partitions), len(p.Skipped), src.NumParts(), rep))
-		fmt.Fprintf(stderr, "devices: %s\n", why)
-		if setup.openCL {
-			fmt.Fprintln(stderr, deviceSummary(rep))
-		} else if len(devs) > 1 {
-			fmt.Fprintln(stderr, placementSummary(plan, rep))
-		}
-		if rep.Lost != nil {
-			fmt.Fprintln(stderr, lossSummary(rep))
-		}
+		printDevices(stderr, setup, plan, rep)
 		fmt.Fprintln(stderr, file.Describe())
 	}
 
 	// The files: each written whether or not the others could be.
-	var werrs []error
-	werrs = append(werrs, traceFile.commit(func(w io.Writer) error { return exec.WriteTrace(w, plan, rep) }))
-	werrs = append(werrs, reportFile.commit(func(w io.Writer) error { return writeIndentedJSON(w, rep) }))
-	werrs = append(werrs, metricsFile.commit(func(w io.Writer) error { return writeIndentedJSON(w, backend.MetricsSnapshot()) }))
-	werrs = append(werrs, errorsFile.commit(func(w io.Writer) error {
-		b, err := res.Failures().MarshalDOT()
-		if err == nil {
-			_, err = w.Write(append(b, '\n'))
-		}
-		return err
-	}))
-	if outFile != nil && table != nil {
-		werrs = append(werrs, outFile.commit(func(w io.Writer) error {
-			return writeResult(w, format, table, withNames, len(p.Partitions), nrows)
-		}))
-	}
-	werr := errors.Join(werrs...)
+	werr := errors.Join(
+		traceFile.commit(func(w io.Writer) error { return exec.WriteTrace(w, plan, rep) }),
+		reportFile.commit(func(w io.Writer) error { return writeIndentedJSON(w, rep) }),
+		metricsFile.commit(func(w io.Writer) error { return writeIndentedJSON(w, backend.MetricsSnapshot()) }),
+		errorsFile.commit(func(w io.Writer) error { return writeFailuresDOT(w, res) }),
+		commitResult(outFile, format, table, withNames, len(p.Partitions), nrows))
 
 	if rep.Err() == nil && readErr == nil && len(table.Lost) == 0 && table.NamesErr == nil {
 		return werr
@@ -334,6 +320,95 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		return werr
 	}
 	return errLaunchesFailed
+}
+
+// openFlightsInput opens --input, or the embedded sample without one.
+func openFlightsInput(input string) (*kvio.File, error) {
+	if input == "" {
+		return flights.Sample()
+	}
+	return kvio.Open(input)
+}
+
+// buildFlights builds the pipeline over src: a partition per stream of
+// every device, filter and partial on the OpenCL device when the run has
+// one, airport names from --airports, and the --fail faults injected.
+func buildFlights(src kvio.Source, f flightsFlags, setup *runSetup, faults []fault) (*flights.Pipeline, error) {
+	devs := setup.devs
+	parts := 0
+	for _, d := range devs {
+		parts += d.NumStreams()
+	}
+	opts := flights.Options{MinDelay: f.minDelay, TopK: f.top, Partitions: parts, OpenCL: setup.openCL}
+	if setup.openCL {
+		id := devs[len(devs)-1].ID()
+		opts.Device = &id // filter and partial on the OpenCL device
+	}
+	if f.airports != "" {
+		path := f.airports
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("--airports: %w", err)
+		}
+		opts.Airports = func() (io.ReadCloser, error) { return os.Open(path) }
+	}
+	p, err := flights.Build(src, opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, x := range faults {
+		if err := p.Graph.InjectFailure(x.kernel, x.panic); err != nil {
+			return nil, usagef("--fail %s: %w", x.spec, err)
+		}
+	}
+	return p, nil
+}
+
+// addAll adds the run's output files, in the order --out, --dot, --trace,
+// --report, --metrics, --errors-dot (nil for a flag not given).
+func (o *outputs) addAll(f flightsFlags) ([6]*outputFile, error) {
+	var files [6]*outputFile
+	for i, x := range []struct{ flag, path string }{
+		{"--out", f.out}, {"--dot", f.dot}, {"--trace", f.trace},
+		{"--report", f.report}, {"--metrics", f.metrics}, {"--errors-dot", f.errorsDot},
+	} {
+		var err error
+		if files[i], err = o.add(x.flag, x.path); err != nil {
+			return files, err
+		}
+	}
+	return files, nil
+}
+
+// printDevices prints the devices line, and the summary of the device
+// work (OpenCL), of the placement (several devices) and of a loss.
+func printDevices(w io.Writer, setup *runSetup, plan *exec.Plan, rep *exec.Report) {
+	fmt.Fprintf(w, "devices: %s\n", setup.why)
+	if setup.openCL {
+		fmt.Fprintln(w, deviceSummary(rep))
+	} else if len(setup.devs) > 1 {
+		fmt.Fprintln(w, placementSummary(plan, rep))
+	}
+	if rep.Lost != nil {
+		fmt.Fprintln(w, lossSummary(rep))
+	}
+}
+
+// writeFailuresDOT writes the run's error graph as DOT.
+func writeFailuresDOT(w io.Writer, res *exec.Result) error {
+	b, err := res.Failures().MarshalDOT()
+	if err == nil {
+		_, err = w.Write(append(b, '\n'))
+	}
+	return err
+}
+
+// commitResult writes the result table to --out (nothing without --out,
+// or without a table).
+func commitResult(out *outputFile, format string, table *flights.Table, withNames bool, parts int, nrows int64) error {
+	if out == nil || table == nil {
+		return nil
+	}
+	return out.commit(func(w io.Writer) error { return writeResult(w, format, table, withNames, parts, nrows) })
 }
 
 // parseLoss parses --lose-device DEVICE@P% (or DEVICE@F with F a fraction
