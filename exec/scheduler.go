@@ -88,7 +88,7 @@ type Scheduler struct {
 	frees   []deferredFree
 	cancels map[*schedRun]context.CancelFunc // runs not ended
 	runs    sync.WaitGroup
-	tasks   int // tasks registered so far, for unique kernel names
+	tasks   int // tasks put in a graph so far, for unique kernel names
 	nruns   int // runs started so far
 	closed  bool
 	trace   func(string) // test hook: one line per run
