@@ -88,6 +88,11 @@
 // first use from a status byte per launch, plus its start and end with
 // timing); the waits inserted and the wall time, measured either way.
 //
+// [Scheduler] is the multi-stream scheduler of logical streams (CubeCL's
+// SchedulerMultiStream) as a front-end of an Executor: each execution of
+// its queues is one graph of host tasks, pinned to the slots' streams and
+// chained per slot, run with [Executor.Execute].
+//
 // An Executor is safe for concurrent use; each Run has its own buffers and
 // error graph.
 package exec

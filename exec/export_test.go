@@ -29,3 +29,13 @@ func PlanPlaced(e *Executor, g *dag.Graph, dev []int) (*Plan, error) {
 	code, mem, _ := e.caps()
 	return planOn(g, ids, e.numStreams(), code, mem, PlacementResult{Strategy: placement.HEFT, Device: dev}, nil), nil
 }
+
+// TraceScheduler makes s call f, under its lock, with one line per run it
+// starts: "#3 s1[a b] s0[c] after #1 #2 +1 events" (the run's number, each
+// stream of its plan with the tasks' names in stream order, the runs it
+// waits for, and how many other events).
+func TraceScheduler(s *Scheduler, f func(string)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.trace = f
+}

@@ -1,98 +1,111 @@
 package exec
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
-	"github.com/streamdag/streamdag/failgraph"
+	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/gpu"
 )
 
-// StreamID is a logical stream. Logical streams fold onto a scheduler's
-// MaxStreams slots (slot = id mod MaxStreams), so distinct logical streams
-// can share a slot; errors stay attributed to the logical stream that
-// registered the work.
+// StreamID is a logical stream of a Scheduler. Logical streams fold onto
+// the scheduler's MaxStreams slots (slot = id mod MaxStreams), so distinct
+// logical streams can share a slot; errors stay attributed to the logical
+// stream that registered the work.
 type StreamID uint32
 
-// Strategy is how ExecuteStreams hands queued tasks to the backend.
-type Strategy uint8
+// FlushPolicy is how a Scheduler lays out the queued tasks of the slots it
+// executes together in one run.
+type FlushPolicy uint8
 
 const (
-	// Sequential enqueues each stream's tasks on its own backend stream,
-	// then flushes that stream, stream by stream.
-	Sequential Strategy = iota
-	// Interleave flushes every stream but the first, then enqueues all
-	// queued tasks round-robin (the r-th task of each stream in turn) on
-	// the first stream and flushes it. It falls back to Sequential while
-	// any of the streams requires isolation, and always on a concurrent
-	// backend (see Backend.Concurrent), where moving a stream's tasks onto
-	// another stream would break the stream's own order.
+	// Sequential runs each slot's tasks, in registration order, on the
+	// slot's own stream; the slots of one run run concurrently.
+	Sequential FlushPolicy = iota
+	// Interleave runs every task of the run on the stream of the first
+	// slot executed, in rounds: the r-th task of each slot in turn, slots
+	// in the order they were asked for.
 	Interleave
 )
 
+// String returns "sequential" or "interleave".
+func (p FlushPolicy) String() string {
+	switch p {
+	case Sequential:
+		return "sequential"
+	case Interleave:
+		return "interleave"
+	}
+	return fmt.Sprintf("FlushPolicy(%d)", uint8(p))
+}
+
 // SchedulerOptions configure a Scheduler. Zero fields take the defaults.
 type SchedulerOptions struct {
-	MaxStreams int      // slots; default 4
-	MaxTasks   int      // a slot's queue executes when it reaches this length; default 64
-	Strategy   Strategy // default Sequential
+	MaxStreams int         // slots; default 4
+	MaxTasks   int         // a slot's queue executes when it reaches this length; default 64
+	Policy     FlushPolicy // default Sequential
 }
 
-// Backend is what a Scheduler drives: a device's streams, created lazily
-// per slot. Methods are called by one goroutine at a time (the scheduler
-// serialises them).
-type Backend interface {
-	// Concurrent reports whether the backend's streams may run
-	// concurrently (the CPU device, GPUs), so cross-stream order needs
-	// event waits; false for backends whose streams feed one in-order
-	// queue, where flushing the producer streams first is enough.
-	Concurrent() bool
-	// NewStream creates the backend stream of slot. It is called once per
-	// slot, on the slot's first use.
-	NewStream(slot int) (BackendStream, error)
-}
+// ErrSchedulerClosed is returned by a Scheduler's methods after Close.
+var ErrSchedulerClosed = errors.New("exec: scheduler closed")
 
-// BackendStream is one backend stream.
-type BackendStream interface {
-	// Enqueue stages t; Flush hands everything staged to the device.
-	Enqueue(t gpu.Task)
-	Flush() error
-	// Record returns an event that fires when everything flushed so far
-	// has run. Wait makes later flushed work wait for e.
-	Record() gpu.Event
-	Wait(e gpu.Event) error
-	// RequiresIsolation reports whether the stream must not take other
-	// streams' tasks now (a capture window, say).
-	RequiresIsolation() bool
-}
-
-// Scheduler queues tasks per stream and hands them to a Backend, aligning
-// streams so that a task runs after the work already registered on the
-// streams its arguments live on. It follows CubeCL's SchedulerMultiStream
-// (see the seed docs), with event waits on concurrent backends, errors
-// attributed to logical streams, and deferred frees for buffers that other
-// streams may still read.
+// Scheduler queues host tasks per logical stream and runs them through an
+// Executor, so that a task runs after the work already registered on its
+// own slot and on the streams its arguments live on. It is the seed
+// multi-stream scheduler (CubeCL's SchedulerMultiStream) as a front-end of
+// the executor: executing queues (ExecuteStreams, a queue reaching
+// MaxTasks, Record, FlushAll, …) builds one dag.Graph of the queued tasks,
+// each a kernel pinned to its slot's stream (dag.OnStream; on the device
+// placement chose, which for host tasks is a device that runs Go
+// functions), chained per slot through one-byte token buffers so the
+// engine keeps each slot's order, and runs it with Executor.Execute. The
+// run starts once the earlier runs it follows have ended: those of its
+// slots, those of the argument streams its tasks were registered with,
+// and the events given to Wait. Runs that follow nothing of each other
+// run concurrently.
+//
+// Errors: a task's failure (its error, a recovered panic, a cancellation)
+// comes back through the run's Report and is attributed to the logical
+// stream that registered the task (Errors) once the run has ended; a run
+// that cannot be planned or started is an error of the call that executed
+// it, attributed to every logical stream with a task in it. A failed task
+// does not stop the tasks after it.
 //
 // A Scheduler is safe for concurrent use; its methods serialise on one
-// mutex. The zero value is not usable; call NewScheduler.
+// mutex, and no task runs under it. Close drains it. The zero value is not
+// usable; call NewScheduler.
 type Scheduler struct {
-	mu       sync.Mutex
-	opts     SchedulerOptions
-	backend  Backend
-	slots    []*slot // nil until first use
-	failures *failgraph.Store
-	errs     map[StreamID][]error
-	frees    []deferredFree
+	ex   *Executor
+	opts SchedulerOptions
+
+	mu      sync.Mutex
+	slots   []slot
+	errs    map[StreamID][]error
+	frees   []deferredFree
+	cancels map[*schedRun]context.CancelFunc // runs not ended
+	runs    sync.WaitGroup
+	tasks   int // tasks put in a graph so far, for unique kernel names
+	nruns   int // runs started so far
+	closed  bool
+	trace   func(string) // test hook: one line per run
 }
 
 type slot struct {
-	stream BackendStream
-	queue  []queued
+	used  bool
+	queue []queued
+	// after is what the slot's work so far follows and includes: its
+	// latest run, and the events it was told to wait for since (Wait, the
+	// arg streams of Register); its next run waits for all of them.
+	after []gpu.Event
 }
 
 type queued struct {
-	task   gpu.Task
+	name   string
+	fn     dag.KernelFunc
 	stream StreamID
 }
 
@@ -101,241 +114,193 @@ type deferredFree struct {
 	free   func()
 }
 
-// NewScheduler returns a scheduler over backend with the device's failure
-// store (nil: a new empty one).
-func NewScheduler(backend Backend, failures *failgraph.Store, opts SchedulerOptions) *Scheduler {
+// schedRun is one run of queued tasks; as a gpu.Event it fires when the
+// run has ended and its failures have been attributed.
+type schedRun struct {
+	seq  int
+	done chan struct{}
+}
+
+var _ gpu.Event = (*schedRun)(nil)
+
+func (r *schedRun) Done() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (r *schedRun) Wait(ctx context.Context) error {
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// union appends to events those of more it does not hold yet.
+func union(events, more []gpu.Event) []gpu.Event {
+	for _, e := range more {
+		if !slices.Contains(events, e) {
+			events = append(events, e)
+		}
+	}
+	return events
+}
+
+// allEvents fires when all of its events have fired.
+type allEvents []gpu.Event
+
+func (a allEvents) Done() bool {
+	return !slices.ContainsFunc(a, func(e gpu.Event) bool { return !e.Done() })
+}
+
+// Wait returns the first error of an event's Wait.
+func (a allEvents) Wait(ctx context.Context) error {
+	for _, e := range a {
+		if err := e.Wait(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// firedRun is the event of a slot that has no run yet.
+var firedRun = func() *schedRun {
+	r := &schedRun{done: make(chan struct{})}
+	close(r.done)
+	return r
+}()
+
+// NewScheduler returns a scheduler that runs its tasks with ex. It starts
+// no goroutine; each run has one, which ends with the run.
+func NewScheduler(ex *Executor, opts SchedulerOptions) *Scheduler {
 	if opts.MaxStreams <= 0 {
 		opts.MaxStreams = 4
 	}
 	if opts.MaxTasks <= 0 {
 		opts.MaxTasks = 64
 	}
-	if failures == nil {
-		failures = failgraph.New(nil)
-	}
-	return &Scheduler{opts: opts, backend: backend, slots: make([]*slot, opts.MaxStreams),
-		failures: failures, errs: map[StreamID][]error{}}
+	return &Scheduler{ex: ex, opts: opts, slots: make([]slot, opts.MaxStreams),
+		errs: map[StreamID][]error{}, cancels: map[*schedRun]context.CancelFunc{}}
 }
 
 // Options returns the scheduler's options with defaults filled in.
 func (s *Scheduler) Options() SchedulerOptions { return s.opts }
 
-// Backend returns the backend, e.g. to change the configuration new
-// streams are created with; streams already created are unaffected.
-func (s *Scheduler) Backend() Backend { return s.backend }
+func (s *Scheduler) slotOf(id StreamID) int { return int(id % StreamID(s.opts.MaxStreams)) }
 
-func (s *Scheduler) slotOf(id StreamID) int { return int(id) % s.opts.MaxStreams }
-
-// get returns slot i, creating its backend stream on first use. A
-// creation error is attributed to stream id and returned.
-func (s *Scheduler) get(i int, id StreamID) (*slot, error) {
-	if sl := s.slots[i]; sl != nil {
-		return sl, nil
-	}
-	bs, err := s.backend.NewStream(i)
-	if err != nil {
-		err = fmt.Errorf("exec: stream %d (slot %d): %w", id, i, err)
-		s.errs[id] = append(s.errs[id], err)
-		return nil, err
-	}
-	s.slots[i] = &slot{stream: bs}
-	return s.slots[i], nil
-}
-
-// Register queues task on stream so that it runs after the work already
-// registered on every stream of argStreams (the streams its arguments live
-// on). Arg streams on another slot are executed first; on a concurrent
-// backend the target stream then waits on an event of each (its own
-// queued work is executed before the wait, so the wait holds back only
-// what follows). Then the task is queued; a queue reaching MaxTasks
-// executes. Errors (a backend stream that cannot be created or flushed)
-// are returned and attributed to the logical stream concerned.
-func (s *Scheduler) Register(stream StreamID, task gpu.Task, argStreams []StreamID) error {
+// Register queues fn, named name (for reports and errors), on stream so
+// that it runs after the work already registered on stream's slot and on
+// every stream of argStreams (the streams its arguments live on). Arg
+// streams on another slot are executed first, and stream's own queued
+// work then too, so that only what follows waits for them. Then the task
+// is queued; a queue reaching MaxTasks executes. fn runs once, on a
+// stream of the executor's device that runs Go functions, with a
+// dag.Launch that has no buffers (its Stream is the slot's stream). The
+// error is that of a run that could not be planned or started (see
+// Scheduler), ErrSchedulerClosed, or a nil fn (nothing is queued then).
+func (s *Scheduler) Register(stream StreamID, name string, fn dag.KernelFunc, argStreams ...StreamID) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return ErrSchedulerClosed
+	}
+	if fn == nil {
+		return fmt.Errorf("exec: register %q on stream %d: nil task function", name, stream)
+	}
 	target := s.slotOf(stream)
 	var align []StreamID
 	for _, a := range argStreams {
-		if s.slotOf(a) != target && s.slots[s.slotOf(a)] != nil {
+		if s.slotOf(a) != target && s.slots[s.slotOf(a)].used {
 			align = append(align, a)
 		}
 	}
 	var errs []error
 	if len(align) > 0 {
-		if err := s.execute(align); err != nil {
-			errs = append(errs, err)
+		errs = append(errs, s.execute(align))
+		var after []gpu.Event
+		for _, a := range align {
+			after = union(after, s.slots[s.slotOf(a)].after)
+		}
+		if len(after) > 0 {
+			errs = append(errs, s.execute([]StreamID{stream}))
+			s.slots[target].after = union(s.slots[target].after, after)
 		}
 	}
-	sl, err := s.get(target, stream)
-	if err != nil {
-		return errors.Join(append(errs, err)...)
-	}
-	if len(align) > 0 && s.backend.Concurrent() {
-		if err := s.waitOn(sl, stream, align); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	sl.queue = append(sl.queue, queued{task, stream})
+	sl := &s.slots[target]
+	sl.used = true
+	sl.queue = append(sl.queue, queued{name, fn, stream})
 	if len(sl.queue) >= s.opts.MaxTasks {
-		if err := s.execute([]StreamID{stream}); err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, s.execute([]StreamID{stream}))
 	}
 	return errors.Join(errs...)
-}
-
-// waitOn makes the backend stream of sl (stream's slot) wait for
-// everything flushed on the slots of align. Caller holds mu.
-func (s *Scheduler) waitOn(sl *slot, stream StreamID, align []StreamID) error {
-	if len(sl.queue) > 0 {
-		if err := s.execute([]StreamID{stream}); err != nil {
-			return err
-		}
-	}
-	seen := make([]bool, s.opts.MaxStreams)
-	for _, a := range align {
-		i := s.slotOf(a)
-		if seen[i] {
-			continue
-		}
-		seen[i] = true
-		if err := sl.stream.Wait(s.slots[i].stream.Record()); err != nil {
-			err = fmt.Errorf("exec: stream %d waiting on stream %d: %w", stream, a, err)
-			s.errs[stream] = append(s.errs[stream], err)
-			return err
-		}
-	}
-	return nil
 }
 
 // Record executes stream's queue and returns an event that fires when all
-// of the stream's work so far has run.
+// of the work registered on stream's slot so far has run, and the events
+// the slot was told to wait for have fired (at once when there is none).
+// Its Wait returns nil once fired (the tasks' failures are in Errors), or
+// the error of a waited-for event's Wait.
 func (s *Scheduler) Record(stream StreamID) (gpu.Event, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sl, err := s.get(s.slotOf(stream), stream)
-	if err != nil {
-		return nil, err
+	if s.closed {
+		return nil, ErrSchedulerClosed
 	}
-	err = s.execute([]StreamID{stream})
-	return sl.stream.Record(), err
+	sl := &s.slots[s.slotOf(stream)]
+	sl.used = true
+	err := s.execute([]StreamID{stream})
+	switch len(sl.after) {
+	case 0:
+		return firedRun, err
+	case 1:
+		return sl.after[0], err
+	}
+	return allEvents(slices.Clone(sl.after)), err
 }
 
-// Wait executes stream's queue, then makes the work registered on stream
-// afterwards wait for e.
+// Wait executes stream's queue, then makes the work registered on
+// stream's slot afterwards wait for e (an event of Record, or any
+// gpu.Event; nil is an error). A run that waits for e does not start
+// before e fires; Close gives up waiting when its ctx ends. Events of
+// stream (Record) and work that follows stream (Register's argStreams)
+// include e.
 func (s *Scheduler) Wait(stream StreamID, e gpu.Event) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sl, err := s.get(s.slotOf(stream), stream)
-	if err != nil {
-		return err
+	if s.closed {
+		return ErrSchedulerClosed
 	}
-	if err := s.execute([]StreamID{stream}); err != nil {
-		return err
+	if e == nil {
+		return fmt.Errorf("exec: wait on stream %d: nil event", stream)
 	}
-	if err := sl.stream.Wait(e); err != nil {
-		err = fmt.Errorf("exec: stream %d: wait: %w", stream, err)
-		s.errs[stream] = append(s.errs[stream], err)
-		return err
-	}
-	return nil
+	sl := &s.slots[s.slotOf(stream)]
+	sl.used = true
+	err := s.execute([]StreamID{stream})
+	sl.after = union(sl.after, []gpu.Event{e})
+	return err
 }
 
-// ExecuteStreams hands the queued tasks of the given streams to the
-// backend with the scheduler's strategy. Streams sharing a slot, and
-// duplicates, are executed once, in first-seen order; streams never used
-// are ignored.
-func (s *Scheduler) ExecuteStreams(ids []StreamID) error {
+// ExecuteStreams runs the queued tasks of the given streams' slots as one
+// run, laid out by the scheduler's policy. Streams sharing a slot, and
+// duplicates, count once, in first-seen order; slots with empty queues
+// are ignored. The error is that of a run that could not be planned or
+// started, or ErrSchedulerClosed.
+func (s *Scheduler) ExecuteStreams(ids ...StreamID) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return ErrSchedulerClosed
+	}
 	return s.execute(ids)
 }
 
-type schedule struct {
-	slot  *slot
-	tasks []queued
-}
-
-// execute is ExecuteStreams with mu held.
-func (s *Scheduler) execute(ids []StreamID) error {
-	var scheds []schedule
-	seen := make([]bool, s.opts.MaxStreams)
-	isolate := false
-	for _, id := range ids {
-		i := s.slotOf(id)
-		if seen[i] || s.slots[i] == nil {
-			continue
-		}
-		seen[i] = true
-		sl := s.slots[i]
-		isolate = isolate || sl.stream.RequiresIsolation()
-		scheds = append(scheds, schedule{sl, sl.queue})
-		sl.queue = nil
-	}
-	if len(scheds) == 0 {
-		return nil
-	}
-	// Interleaving moves a stream's tasks onto another backend stream. That
-	// keeps every stream's order only when all backend streams feed one
-	// in-order queue; on a concurrent backend a task moved away could run
-	// after work registered later on its own stream, so it runs Sequential.
-	if s.opts.Strategy == Interleave && !isolate && !s.backend.Concurrent() {
-		return s.interleave(scheds)
-	}
-	var errs []error
-	for _, sc := range scheds {
-		for _, q := range sc.tasks {
-			sc.slot.stream.Enqueue(q.task)
-		}
-		errs = append(errs, s.flush(sc.slot, sc.tasks))
-	}
-	return errors.Join(errs...)
-}
-
-func (s *Scheduler) interleave(scheds []schedule) error {
-	var errs []error
-	for _, sc := range scheds[1:] {
-		errs = append(errs, s.flush(sc.slot, nil))
-	}
-	first := scheds[0].slot
-	var all []queued
-	for r := 0; ; r++ {
-		took := false
-		for _, sc := range scheds {
-			if r < len(sc.tasks) {
-				first.stream.Enqueue(sc.tasks[r].task)
-				all = append(all, sc.tasks[r])
-				took = true
-			}
-		}
-		if !took {
-			break
-		}
-	}
-	errs = append(errs, s.flush(first, all))
-	return errors.Join(errs...)
-}
-
-// flush flushes a backend stream and attributes an error to the logical
-// streams whose tasks were in the flush.
-func (s *Scheduler) flush(sl *slot, tasks []queued) error {
-	err := sl.stream.Flush()
-	if err == nil {
-		return nil
-	}
-	var owners []StreamID
-	for _, q := range tasks {
-		if !slices.Contains(owners, q.stream) {
-			owners = append(owners, q.stream)
-			s.errs[q.stream] = append(s.errs[q.stream], err)
-		}
-	}
-	return fmt.Errorf("exec: flush of streams %v: %w", owners, err)
-}
-
-// FlushAll executes every initialized slot's queue, then flushes every
-// initialized backend stream, and runs the deferred frees whose events
-// have fired.
+// FlushAll executes every slot's queue as one run, in slot order, and
+// runs the deferred frees whose readers have finished.
 func (s *Scheduler) FlushAll() error {
 	ready, err := s.flushAll()
 	runFrees(ready)
@@ -345,77 +310,36 @@ func (s *Scheduler) FlushAll() error {
 func (s *Scheduler) flushAll() (ready []func(), err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var ids []StreamID
-	for i, sl := range s.slots {
-		if sl != nil {
-			ids = append(ids, StreamID(i))
-		}
+	if s.closed {
+		return nil, ErrSchedulerClosed
 	}
-	errs := []error{s.execute(ids)}
-	for _, sl := range s.slots {
-		if sl != nil {
-			errs = append(errs, s.flush(sl, nil))
-		}
-	}
+	err = s.execute(s.streamIDs())
 	ready, _ = s.collect()
-	return ready, errors.Join(errs...)
+	return ready, err
 }
 
-// Streams returns the initialized backend streams in slot order. Asking
-// never creates one.
-func (s *Scheduler) Streams() []BackendStream {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []BackendStream
-	for _, sl := range s.slots {
-		if sl != nil {
-			out = append(out, sl.stream)
-		}
-	}
-	return out
-}
-
-// StreamIDs returns one synthetic id per initialized slot (the slot
-// index), in order.
+// StreamIDs returns one id per slot used so far (registered on, recorded
+// or waited on): the slot index, in order.
 func (s *Scheduler) StreamIDs() []StreamID {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.streamIDs()
+}
+
+func (s *Scheduler) streamIDs() []StreamID {
 	var out []StreamID
-	for i, sl := range s.slots {
-		if sl != nil {
+	for i := range s.slots {
+		if s.slots[i].used {
 			out = append(out, StreamID(i))
 		}
 	}
 	return out
 }
 
-// Owner returns the backend stream of stream's slot if it exists; it never
-// creates one (asking who owns a buffer must not create a stream).
-func (s *Scheduler) Owner(stream StreamID) (BackendStream, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sl := s.slots[s.slotOf(stream)]
-	if sl == nil {
-		return nil, false
-	}
-	return sl.stream, true
-}
-
-// StreamAndFailures returns stream's backend stream (created on first
-// use) and the device's failure store together, for the paths that
-// allocate, bind or clean up memory on a stream.
-func (s *Scheduler) StreamAndFailures(stream StreamID) (BackendStream, *failgraph.Store, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sl, err := s.get(s.slotOf(stream), stream)
-	if err != nil {
-		return nil, s.failures, err
-	}
-	return sl.stream, s.failures, nil
-}
-
-// Errors returns the errors attributed to logical stream id (flush or
-// creation failures of the work it registered), oldest first.
+// Errors returns the errors attributed to logical stream id, oldest
+// first: the failures of its tasks in runs that have ended (after an
+// event of Record on id fired, those of every run it covers), and the
+// errors of runs with its tasks that could not be planned or started.
 func (s *Scheduler) Errors(id StreamID) []error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -423,11 +347,11 @@ func (s *Scheduler) Errors(id StreamID) []error {
 }
 
 // FreeAfter defers free until every stream of readers has run the work
-// registered on it so far: a buffer shared across streams is not reused or
-// freed while another stream may still read it. The readers' queues are
-// executed and an event recorded on each; free runs from a later FlushAll
-// or Collect once all have fired (at once if readers is empty, or none of
-// them has a stream). Frees run without the scheduler's lock held, so free
+// registered on its slot so far: a buffer shared across streams is not
+// reused or freed while another stream may still read it. The readers'
+// queues are executed; free runs from a later FlushAll, Collect or Close
+// once their runs have ended (at once if readers is empty, or none of
+// them has a run). Frees run without the scheduler's lock held, so free
 // may call the scheduler.
 func (s *Scheduler) FreeAfter(readers []StreamID, free func()) error {
 	ready, err := s.freeAfter(readers, free)
@@ -438,27 +362,23 @@ func (s *Scheduler) FreeAfter(readers []StreamID, free func()) error {
 func (s *Scheduler) freeAfter(readers []StreamID, free func()) (ready []func(), err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var d deferredFree
-	d.free = free
-	var errs []error
-	seen := make([]bool, s.opts.MaxStreams)
+	if s.closed {
+		return nil, ErrSchedulerClosed
+	}
+	err = s.execute(readers)
+	d := deferredFree{free: free}
 	for _, r := range readers {
-		i := s.slotOf(r)
-		if seen[i] || s.slots[i] == nil {
-			continue
-		}
-		seen[i] = true
-		errs = append(errs, s.execute([]StreamID{r}))
-		d.events = append(d.events, s.slots[i].stream.Record())
+		d.events = union(d.events, s.slots[s.slotOf(r)].after)
 	}
 	s.frees = append(s.frees, d)
 	ready, _ = s.collect()
-	return ready, errors.Join(errs...)
+	return ready, err
 }
 
-// Collect runs the deferred frees whose events have all fired and returns
-// how many are still pending. It never blocks (beyond the frees
-// themselves, which run without the scheduler's lock held).
+// Collect runs the deferred frees whose readers have all finished, in
+// the order they were deferred, and returns how many are still pending.
+// It never blocks (beyond the frees themselves, which run without the
+// scheduler's lock held).
 func (s *Scheduler) Collect() int {
 	s.mu.Lock()
 	ready, pending := s.collect()
@@ -490,50 +410,230 @@ func runFrees(ready []func()) {
 	}
 }
 
-// DeviceBackend drives the streams of a gpu.Device: slot i is the
-// device's stream i mod NumStreams. Enqueue stages tasks; Flush hands the
-// staged batch to the device stream under one lock (Stream.LaunchBatch).
-// Its streams run concurrently, so the scheduler aligns them with events.
-type DeviceBackend struct {
-	dev gpu.Device
-	// StagingCap is the initial capacity of a stream's staging batch;
-	// changing it affects only streams created afterwards. Default 64.
-	StagingCap int
-}
-
-// NewDeviceBackend returns a backend over dev.
-func NewDeviceBackend(dev gpu.Device) *DeviceBackend { return &DeviceBackend{dev: dev, StagingCap: 64} }
-
-// Concurrent is true: device streams run concurrently.
-func (b *DeviceBackend) Concurrent() bool { return true }
-
-// NewStream returns the backend stream of slot.
-func (b *DeviceBackend) NewStream(slot int) (BackendStream, error) {
-	if slot < 0 {
-		return nil, fmt.Errorf("exec: negative slot %d", slot)
+// Close executes every queue, waits until every run has ended, runs the
+// deferred frees whose readers finished, and from then on refuses new
+// work with ErrSchedulerClosed. When ctx ends first, the runs not ended
+// are cancelled (their tasks not yet started fail as cancelled; a run
+// still waiting for an event gives up), Close waits for them to return
+// and returns ctx's error. Close is idempotent: a later call only waits
+// again. It must not be called from a task (it would wait for itself).
+func (s *Scheduler) Close(ctx context.Context) error {
+	s.mu.Lock()
+	var err error
+	if !s.closed {
+		err = s.execute(s.streamIDs())
+		s.closed = true
 	}
-	return &deviceStream{st: b.dev.Stream(slot % b.dev.NumStreams()), staged: make([]gpu.Task, 0, max(b.StagingCap, 1))}, nil
-}
-
-type deviceStream struct {
-	st     gpu.Stream
-	staged []gpu.Task
-}
-
-var _ BackendStream = (*deviceStream)(nil)
-
-func (d *deviceStream) Enqueue(t gpu.Task) { d.staged = append(d.staged, t) }
-
-func (d *deviceStream) Flush() error {
-	if len(d.staged) == 0 {
-		return nil
+	s.mu.Unlock()
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		s.runs.Wait()
+	}()
+	select {
+	case <-ended:
+	case <-ctx.Done():
+		if s.cancelRuns() > 0 {
+			err = errors.Join(err, ctx.Err())
+		}
+		<-ended
 	}
-	err := d.st.LaunchBatch(d.staged)
-	clear(d.staged)
-	d.staged = d.staged[:0]
+	s.mu.Lock()
+	ready, _ := s.collect()
+	s.mu.Unlock()
+	runFrees(ready)
 	return err
 }
 
-func (d *deviceStream) Record() gpu.Event       { return d.st.Record() }
-func (d *deviceStream) Wait(e gpu.Event) error  { return d.st.Wait(e) }
-func (d *deviceStream) RequiresIsolation() bool { return false }
+// cancelRuns cancels the runs not ended and returns how many there were.
+func (s *Scheduler) cancelRuns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, cancel := range s.cancels {
+		cancel()
+	}
+	return len(s.cancels)
+}
+
+// execute runs the queues of ids' slots (see ExecuteStreams). Caller
+// holds mu.
+func (s *Scheduler) execute(ids []StreamID) error {
+	var order []int // slots with queued tasks, first-seen
+	for _, id := range ids {
+		if i := s.slotOf(id); len(s.slots[i].queue) > 0 && !slices.Contains(order, i) {
+			order = append(order, i)
+		}
+	}
+	if len(order) == 0 {
+		return nil
+	}
+	var tasks []queued
+	var after []gpu.Event
+	for _, i := range order {
+		sl := &s.slots[i]
+		tasks = append(tasks, sl.queue...)
+		after = union(after, sl.after)
+	}
+	g, byKernel := s.graph(order)
+	p, err := s.ex.Plan(g)
+	for _, i := range order {
+		s.slots[i].queue = nil
+	}
+	if err != nil {
+		// The tasks are dropped; what they would have followed stays.
+		return s.failRun(tasks, err)
+	}
+	s.nruns++
+	r := &schedRun{seq: s.nruns, done: make(chan struct{})}
+	for _, i := range order {
+		s.slots[i].after = []gpu.Event{r}
+	}
+	if s.trace != nil {
+		s.trace(traceLine(r, after, p, byKernel))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancels[r] = cancel
+	s.runs.Add(1)
+	go s.run(ctx, r, p, byKernel, after)
+	return nil
+}
+
+// graph builds the graph of the queued tasks of order's slots and
+// returns it with the task of each kernel, by kernel id; each chain of
+// tasks (a slot's, or with Interleave the whole round-robin) reads the
+// token its predecessor writes. Caller holds mu.
+func (s *Scheduler) graph(order []int) (*dag.Graph, []queued) {
+	var chains [][]queued
+	var streams []int
+	if s.opts.Policy == Interleave && len(order) > 1 {
+		var all []queued
+		for r := 0; ; r++ {
+			took := false
+			for _, i := range order {
+				if q := s.slots[i].queue; r < len(q) {
+					all = append(all, q[r])
+					took = true
+				}
+			}
+			if !took {
+				break
+			}
+		}
+		chains, streams = [][]queued{all}, []int{order[0]}
+	} else {
+		for _, i := range order {
+			chains = append(chains, s.slots[i].queue)
+			streams = append(streams, i)
+		}
+	}
+	g := dag.New()
+	var kernels []queued
+	for c, chain := range chains {
+		prev := dag.BufferID(-1)
+		for _, q := range chain {
+			s.tasks++
+			tok := g.AddBuffer(fmt.Sprintf("token %d", s.tasks), 1)
+			opts := []dag.KernelOption{dag.Writes(tok), dag.OnStream(streams[c])}
+			if prev >= 0 {
+				opts = append(opts, dag.ReadsOptional(prev))
+			}
+			g.AddKernel(fmt.Sprintf("%s (stream %d, task %d)", q.name, q.stream, s.tasks), q.fn, opts...)
+			kernels = append(kernels, q)
+			prev = tok
+		}
+	}
+	return g, kernels
+}
+
+// run waits for after, executes p and attributes its failures to the
+// logical streams of tasks (by kernel id), then fires r.
+func (s *Scheduler) run(ctx context.Context, r *schedRun, p *Plan, tasks []queued, after []gpu.Event) {
+	defer s.runs.Done()
+	for _, e := range after {
+		if e.Wait(ctx) != nil {
+			break // ctx ended: Execute cancels every launch
+		}
+	}
+	res, err := s.ex.Execute(ctx, p)
+	s.mu.Lock()
+	if err != nil {
+		s.failRun(tasks, err)
+	}
+	if res != nil {
+		for i, l := range res.Report.Launches() {
+			if k := p.Launch(i).Kernel; k >= 0 && l.Err != nil {
+				q := tasks[k]
+				s.errs[q.stream] = append(s.errs[q.stream], fmt.Errorf("exec: stream %d: %w", q.stream, l.Err))
+			}
+		}
+		res.Close()
+	}
+	s.cancels[r]()
+	delete(s.cancels, r)
+	s.mu.Unlock()
+	close(r.done)
+}
+
+// failRun attributes err, of a run of tasks that could not be planned or
+// started, to each logical stream with a task in it, once, and returns it
+// naming them. Caller holds mu.
+func (s *Scheduler) failRun(tasks []queued, err error) error {
+	var owners []StreamID
+	for _, q := range tasks {
+		if !slices.Contains(owners, q.stream) {
+			owners = append(owners, q.stream)
+			s.errs[q.stream] = append(s.errs[q.stream], err)
+		}
+	}
+	return fmt.Errorf("exec: run of streams %v: %w", owners, err)
+}
+
+// traceLine describes run r for the test hook: "#3 s1[a b] s0[c] after
+// #1 #2", each stream of the plan with its tasks in stream order.
+func traceLine(r *schedRun, after []gpu.Event, p *Plan, tasks []queued) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "#%d", r.seq)
+	launches := make([]PlannedLaunch, len(tasks)) // by kernel id
+	for _, l := range p.Launches() {
+		if l.Kernel >= 0 {
+			launches[l.Kernel] = l
+		}
+	}
+	var streams []int // in the order of their first kernel
+	byStream := map[int][]PlannedLaunch{}
+	for _, l := range launches {
+		if _, ok := byStream[l.Stream]; !ok {
+			streams = append(streams, l.Stream)
+		}
+		byStream[l.Stream] = append(byStream[l.Stream], l)
+	}
+	for _, st := range streams {
+		ls := byStream[st]
+		slices.SortFunc(ls, func(a, b PlannedLaunch) int { return a.Seq - b.Seq })
+		names := make([]string, len(ls))
+		for i, l := range ls {
+			names[i] = tasks[l.Kernel].name
+		}
+		fmt.Fprintf(&b, " s%d[%s]", st, strings.Join(names, " "))
+	}
+	var seqs []int
+	events := 0
+	for _, e := range after {
+		if o, ok := e.(*schedRun); ok {
+			seqs = append(seqs, o.seq)
+		} else {
+			events++
+		}
+	}
+	slices.Sort(seqs)
+	for i, q := range seqs {
+		if i == 0 {
+			b.WriteString(" after")
+		}
+		fmt.Fprintf(&b, " #%d", q)
+	}
+	if events > 0 {
+		fmt.Fprintf(&b, " +%d events", events)
+	}
+	return b.String()
+}
