@@ -86,13 +86,9 @@ type NVLink struct {
 	RemoteIsGPU bool
 }
 
-// P2PStatus is NVML's answer for one P2P capability of a GPU pair
-// (nvmlGpuP2PStatus_t): topology's status type, so inventory and topology
-// speak of P2P the same way. topology.P2PNotReported means NVML was not
-// asked or failed (see Inventory.Notes).
-type P2PStatus = topology.P2PStatus
-
-func p2pFromNVML(v gonvml.GpuP2PStatus) P2PStatus {
+// p2pFromNVML is NVML's answer for one P2P capability of a GPU pair
+// (nvmlGpuP2PStatus_t) as topology's status.
+func p2pFromNVML(v gonvml.GpuP2PStatus) topology.P2PStatus {
 	switch v {
 	case gonvml.P2P_STATUS_OK:
 		return topology.P2POK
@@ -160,8 +156,10 @@ func ancestorFromNVML(l gonvml.GpuTopologyLevel) AncestorLevel {
 type P2PPair struct {
 	From, To topology.DeviceID
 	// Read, Write, NVLink and Atomics are the P2P statuses for the caps
-	// indices P2P_CAPS_INDEX_READ, _WRITE, _NVLINK and _ATOMICS.
-	Read, Write, NVLink, Atomics P2PStatus
+	// indices P2P_CAPS_INDEX_READ, _WRITE, _NVLINK and _ATOMICS, in
+	// topology's terms; topology.P2PNotReported means NVML was not asked
+	// or failed (see Inventory.Notes).
+	Read, Write, NVLink, Atomics topology.P2PStatus
 	// Ancestor is the PCIe common-ancestor level.
 	Ancestor AncestorLevel
 	// NVLinks is the number of NVLink links joining the pair: links of
@@ -519,12 +517,12 @@ func readPairs(ctx context.Context, gpus []topology.Device, handles []gonvml.Dev
 	caps := []struct {
 		name string
 		idx  gonvml.GpuP2PCapsIndex
-		set  func(*P2PPair, P2PStatus)
+		set  func(*P2PPair, topology.P2PStatus)
 	}{
-		{"read", gonvml.P2P_CAPS_INDEX_READ, func(p *P2PPair, s P2PStatus) { p.Read = s }},
-		{"write", gonvml.P2P_CAPS_INDEX_WRITE, func(p *P2PPair, s P2PStatus) { p.Write = s }},
-		{"NVLink", gonvml.P2P_CAPS_INDEX_NVLINK, func(p *P2PPair, s P2PStatus) { p.NVLink = s }},
-		{"atomics", gonvml.P2P_CAPS_INDEX_ATOMICS, func(p *P2PPair, s P2PStatus) { p.Atomics = s }},
+		{"read", gonvml.P2P_CAPS_INDEX_READ, func(p *P2PPair, s topology.P2PStatus) { p.Read = s }},
+		{"write", gonvml.P2P_CAPS_INDEX_WRITE, func(p *P2PPair, s topology.P2PStatus) { p.Write = s }},
+		{"NVLink", gonvml.P2P_CAPS_INDEX_NVLINK, func(p *P2PPair, s topology.P2PStatus) { p.NVLink = s }},
+		{"atomics", gonvml.P2P_CAPS_INDEX_ATOMICS, func(p *P2PPair, s topology.P2PStatus) { p.Atomics = s }},
 	}
 	for i, hi := range handles {
 		if err := ctx.Err(); err != nil {
