@@ -27,5 +27,5 @@ func PlanPlaced(e *Executor, g *dag.Graph, dev []int) (*Plan, error) {
 		ids[i] = d.ID()
 	}
 	code, mem, _ := e.caps()
-	return planOn(g, ids, e.numStreams(), code, mem, PlacementResult{Strategy: placement.HEFT, Device: dev}, nil), nil
+	return planOn(g, ids, e.numStreams(), code, mem, placement.Assignment{Strategy: placement.HEFT, Device: dev}, nil), nil
 }

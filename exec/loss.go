@@ -208,7 +208,7 @@ type recovery struct {
 	rerun   []bool // by kernel: it runs in the second phase
 	cannot  []dag.KernelID
 	nocode  []dag.KernelID // kernels of the lost device that no surviving device has code for
-	pl      PlacementResult
+	pl      placement.Assignment
 	moved   []Migration
 }
 
@@ -388,7 +388,7 @@ func (rc *recovery) migrate() {
 	moves, _ := placement.Spread(loss.id, lost, targets, 0, rc.e.topo, func(k string, to topology.DeviceID) bool {
 		return rc.runs(kernel(k), slices.Index(p1.devices, to))
 	})
-	rc.pl = PlacementResult{Strategy: p1.placement.Strategy, Device: slices.Clone(p1.placement.Device)}
+	rc.pl = placement.Assignment{Strategy: p1.placement.Strategy, Device: slices.Clone(p1.placement.Device)}
 	target := map[dag.KernelID]int{}
 	for _, m := range moves {
 		target[kernel(m.Kernel)] = slices.Index(p1.devices, m.Target)
