@@ -47,7 +47,7 @@ type Config struct {
 	// Devices are the GPUs the backend owns, in slot order (for example
 	// the Devices of gpu/nvml's Inventory). Entries that are not GPUs (the
 	// CPU device) are skipped; a GPU ID given twice is a config error.
-	Devices []topology.Device
+	Devices []topology.DeviceFacts
 	// Drivers names the registered drivers whose devices the backend
 	// leases besides Devices, each a gpu.Enumerator (gpu/opencl's "opencl"):
 	// their devices (of LeaseTypes) follow Devices in the slot order,
@@ -127,7 +127,7 @@ type Hooks struct {
 
 // DeviceProfile is the validated request for one GPU.
 type DeviceProfile struct {
-	Device  topology.Device
+	Device  topology.DeviceFacts
 	Streams int // streams the startup record must show, >= 1
 }
 
@@ -282,7 +282,7 @@ var phaseNames = [...]string{"open", "service", "journal", "gpu_permits", "obser
 // when phase gpu_permits releases it (or never, on a failed close).
 type resources struct {
 	pool    *Pool
-	devices []topology.Device // leasable devices, slot order
+	devices []topology.DeviceFacts // leasable devices, slot order
 }
 
 // route is how Acquire opens a leased device: the driver that found it
@@ -391,7 +391,7 @@ func New(cfg Config) (*Backend, error) {
 	b.id.ID = backendSeq.Add(1)
 	b.id.Devices = []string{}
 	b.closeCtx, b.closeSignal = context.WithCancel(context.Background())
-	devs := make([]topology.Device, len(profiles))
+	devs := make([]topology.DeviceFacts, len(profiles))
 	for i, p := range profiles {
 		devs[i] = p.Device
 		b.id.Devices = append(b.id.Devices, p.Device.ID.String())
@@ -536,7 +536,7 @@ func (b *Backend) NumGPUs() int { return len(b.records) }
 // Devices returns the leasable devices of the backend's resource
 // generation (GPUs and OpenCL devices), in slot order (a service read). After Close it returns ErrBackendClosing. The
 // CPUAffinity slices are shared: do not modify them.
-func (b *Backend) Devices() ([]topology.Device, error) {
+func (b *Backend) Devices() ([]topology.DeviceFacts, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closing {
@@ -544,7 +544,7 @@ func (b *Backend) Devices() ([]topology.Device, error) {
 		b.m.gen++
 		return nil, ErrBackendClosing
 	}
-	return append([]topology.Device{}, b.res.devices...), nil
+	return append([]topology.DeviceFacts{}, b.res.devices...), nil
 }
 
 // Claim admits one unit of device work: it waits FIFO for a lease on a

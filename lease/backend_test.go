@@ -364,7 +364,7 @@ func TestBackendConfigErrors(t *testing.T) {
 		{"duplicate", lease.Config{Devices: gpus(1, 1)}},
 		{"negative streams", lease.Config{Streams: -1}},
 		{"negative slice", lease.Config{CleanupSlice: -time.Second}},
-		{"negative index", lease.Config{Devices: []topology.Device{{ID: topology.GPU(-1)}}}},
+		{"negative index", lease.Config{Devices: []topology.DeviceFacts{{ID: topology.GPU(-1)}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := lease.New(tc.cfg)

@@ -133,7 +133,7 @@ func callEnumerate(drv gpu.Enumerator) (fs []gpu.Found, err error) {
 
 // sameDevice reports whether a and b are one device: the same UUID, or
 // the same PCI bus ID (each compared when both know it).
-func sameDevice(a, b topology.Device) bool {
+func sameDevice(a, b topology.DeviceFacts) bool {
 	if u, v := normUUID(a.UUID), normUUID(b.UUID); u != "" && u == v {
 		return true
 	}

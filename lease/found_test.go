@@ -68,16 +68,16 @@ func (enumDriver) OpenDevice(_ context.Context, f gpu.Found, cfg gpu.Config) (gp
 
 // fakeDevice is a device with no streams that counts its Closes.
 type fakeDevice struct {
-	info   topology.Device
+	info   topology.DeviceFacts
 	closes atomic.Int32
 }
 
-func (d *fakeDevice) ID() topology.DeviceID { return d.info.ID }
-func (d *fakeDevice) Kind() string          { return "test-enum" }
-func (d *fakeDevice) Info() topology.Device { return d.info }
-func (d *fakeDevice) NumStreams() int       { return 1 }
-func (d *fakeDevice) Stream(int) gpu.Stream { panic("fakeDevice has no streams") }
-func (d *fakeDevice) Close() error          { d.closes.Add(1); return nil }
+func (d *fakeDevice) ID() topology.DeviceID      { return d.info.ID }
+func (d *fakeDevice) Kind() string               { return "test-enum" }
+func (d *fakeDevice) Info() topology.DeviceFacts { return d.info }
+func (d *fakeDevice) NumStreams() int            { return 1 }
+func (d *fakeDevice) Stream(int) gpu.Stream      { panic("fakeDevice has no streams") }
+func (d *fakeDevice) Close() error               { d.closes.Add(1); return nil }
 
 // plainDriver is a driver that lists no devices (no Enumerator).
 type plainDriver struct{}
@@ -101,12 +101,12 @@ const uuid0 = "GPU-4f3b2c1a-0d9e-4a7b-8c6d-5e4f3a2b1c0d"
 // foundGPU is a GPU the test Enumerator lists as opencl<i>.
 func foundGPU(i int, name, uuid, pci string) gpu.Found {
 	return gpu.Found{Type: "gpu", Key: name,
-		Device: topology.Device{ID: topology.OpenCL(i), Name: name, Vendor: "Vendor " + name, UUID: uuid, PCIBusID: pci, MemoryBytes: 1 << 30, NUMANode: -1}}
+		Device: topology.DeviceFacts{ID: topology.OpenCL(i), Name: name, Vendor: "Vendor " + name, UUID: uuid, PCIBusID: pci, MemoryBytes: 1 << 30, NUMANode: -1}}
 }
 
 // nvmlGPU is an NVML GPU as gpu/nvml's inventory gives it.
-func nvmlGPU(i int, uuid, pci string) topology.Device {
-	return topology.Device{ID: topology.GPU(i), Name: "NVIDIA test GPU", Vendor: "NVIDIA Corporation", UUID: uuid, PCIBusID: pci, NUMANode: -1}
+func nvmlGPU(i int, uuid, pci string) topology.DeviceFacts {
+	return topology.DeviceFacts{ID: topology.GPU(i), Name: "NVIDIA test GPU", Vendor: "NVIDIA Corporation", UUID: uuid, PCIBusID: pci, NUMANode: -1}
 }
 
 // TestBackendLeasesFoundDevices: the pool holds Devices' GPUs, then the
@@ -119,11 +119,11 @@ func TestBackendLeasesFoundDevices(t *testing.T) {
 	setEnum(t, nil,
 		foundGPU(0, "routed by UUID", "4F3B2C1A-0D9E-4A7B-8C6D-5E4F3A2B1C0D", ""),
 		foundGPU(1, "other vendor GPU", "", "0000:c1:00.0"),
-		gpu.Found{Type: "cpu", Key: "pocl", Device: topology.Device{ID: topology.OpenCL(2), Name: "cpu device", NUMANode: -1}},
+		gpu.Found{Type: "cpu", Key: "pocl", Device: topology.DeviceFacts{ID: topology.OpenCL(2), Name: "cpu device", NUMANode: -1}},
 		foundGPU(3, "routed by PCI", "", "0000:07:00.0"),
 	)
 	b, err := lease.New(lease.Config{Drivers: []string{"test-enum"},
-		Devices: []topology.Device{topology.CPUDevice(), nvmlGPU(0, uuid0, "00000000:01:00.0"), nvmlGPU(1, "", "00000000:07:00.0"), nvmlGPU(2, "", "")}})
+		Devices: []topology.DeviceFacts{topology.CPUDevice(), nvmlGPU(0, uuid0, "00000000:01:00.0"), nvmlGPU(1, "", "00000000:07:00.0"), nvmlGPU(2, "", "")}})
 	require.NoError(t, err)
 	defer closed(t, b)
 
@@ -189,7 +189,7 @@ func TestBackendLeasesFoundDevices(t *testing.T) {
 }
 
 func TestBackendDriversConfig(t *testing.T) {
-	setEnum(t, nil, foundGPU(0, "a", "", ""), gpu.Found{Type: "cpu", Key: "c", Device: topology.Device{ID: topology.OpenCL(1), Name: "c", NUMANode: -1}})
+	setEnum(t, nil, foundGPU(0, "a", "", ""), gpu.Found{Type: "cpu", Key: "c", Device: topology.DeviceFacts{ID: topology.OpenCL(1), Name: "c", NUMANode: -1}})
 	for _, tc := range []struct {
 		name string
 		cfg  lease.Config

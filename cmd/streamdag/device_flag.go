@@ -89,7 +89,7 @@ func planLease(flag string, sim bool) leasePlan {
 	case sim || flag == deviceCPU:
 		return leasePlan{flag: flag, backend: lease.Config{Drivers: []string{}}}
 	case flag == deviceOpenCL:
-		return leasePlan{flag: flag, backend: lease.Config{Devices: []topology.Device{}, Drivers: []string{openCLDriver},
+		return leasePlan{flag: flag, backend: lease.Config{Devices: []topology.DeviceFacts{}, Drivers: []string{openCLDriver},
 			LeaseTypes: []string{"gpu", "cpu"}, Source: "--device opencl leases OpenCL devices only"}}
 	case flag == deviceAuto && gpuDeviceNode() == "":
 		return leasePlan{flag: flag, backend: lease.Config{Drivers: []string{}},

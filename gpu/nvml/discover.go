@@ -46,7 +46,7 @@ type Inventory struct {
 	// Devices holds the CPU device first, then one entry per GPU in NVML
 	// index order, with ID topology.GPU(NVML index). A GPU whose handle
 	// NVML would not give is left out, so GPU indices may be sparse.
-	Devices []topology.Device
+	Devices []topology.DeviceFacts
 	// Notes lists what could not be learned and why, one line each, e.g.
 	// "gpu3: NUMA node: ERROR_NOT_SUPPORTED". Facts behind a note keep
 	// their zero value (NUMANode: -1). Failures of pair queries are folded
@@ -207,7 +207,7 @@ type MIGDevice struct {
 
 // GPUs returns the GPU entries of Devices (all but the CPU device), in
 // NVML index order. The slice aliases Devices.
-func (inv Inventory) GPUs() []topology.Device {
+func (inv Inventory) GPUs() []topology.DeviceFacts {
 	for i, d := range inv.Devices {
 		if d.ID.Kind == topology.KindGPU {
 			return inv.Devices[i:]
@@ -266,7 +266,7 @@ func Discover(ctx context.Context, opts ...DiscoverOption) (inv Inventory) {
 			opt(&o)
 		}
 	}
-	inv.Devices = []topology.Device{topology.CPUDevice()}
+	inv.Devices = []topology.DeviceFacts{topology.CPUDevice()}
 	if err := ctx.Err(); err != nil {
 		inv.NVML.Reason = "nvml: not queried: " + err.Error()
 		return inv
@@ -486,7 +486,7 @@ func readMIG(id topology.DeviceID, h gonvml.Device, syms map[string]error, inv *
 
 // readPairs fills Inventory.P2P. Failures are folded: one note per query
 // and error text, naming the first pair and counting the others.
-func readPairs(ctx context.Context, gpus []topology.Device, handles []gonvml.Device, syms map[string]error, inv *Inventory, note func(string, ...any)) {
+func readPairs(ctx context.Context, gpus []topology.DeviceFacts, handles []gonvml.Device, syms map[string]error, inv *Inventory, note func(string, ...any)) {
 	type fold struct {
 		first string
 		n     int
@@ -608,8 +608,8 @@ const Vendor = "NVIDIA Corporation"
 // nvmlDeviceGetNumaNodeId must not be called. lost is non-nil when a
 // query answered ERROR_GPU_IS_LOST ("memory: ERROR_GPU_IS_LOST"); the
 // queries that did not are then not noted.
-func readGPU(i int, h gonvml.Device, numaErr error, note func(string, ...any)) (d topology.Device, lost error) {
-	d = topology.Device{ID: topology.GPU(i), Vendor: Vendor, NUMANode: -1}
+func readGPU(i int, h gonvml.Device, numaErr error, note func(string, ...any)) (d topology.DeviceFacts, lost error) {
+	d = topology.DeviceFacts{ID: topology.GPU(i), Vendor: Vendor, NUMANode: -1}
 	var notes []string
 	fail := func(what string, err any) {
 		if e, ok := err.(error); ok && errors.Is(e, gonvml.ERROR_GPU_IS_LOST) && lost == nil {
@@ -684,8 +684,8 @@ func readGPU(i int, h gonvml.Device, numaErr error, note func(string, ...any)) (
 // then made), another error, a panic in the library. A device that is not
 // an NVML GPU (an OpenCL device the backend leases, whatever its UUID) is
 // not NVML's to judge: nil, with no NVML call. Safe for concurrent use.
-func HealthCheck(lib gonvml.Interface) func(d topology.Device) error {
-	return func(d topology.Device) error {
+func HealthCheck(lib gonvml.Interface) func(d topology.DeviceFacts) error {
+	return func(d topology.DeviceFacts) error {
 		if d.ID.Kind != topology.KindGPU || d.UUID == "" {
 			return nil
 		}

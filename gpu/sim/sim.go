@@ -30,7 +30,7 @@ var _ gpu.Set = (*Set)(nil)
 // e.g. topology.Topology.GPUs()), each with streamsPerDevice streams
 // (1..cpu.MaxStreams in all). Errors: no GPUs, a non-GPU or duplicate ID,
 // a bad stream count.
-func New(gpus []topology.Device, streamsPerDevice int) (*Set, error) {
+func New(gpus []topology.DeviceFacts, streamsPerDevice int) (*Set, error) {
 	if len(gpus) == 0 {
 		return nil, errors.New("sim: New: no GPUs to simulate")
 	}
@@ -76,7 +76,7 @@ func (s *Set) Close() error { return s.rt.Close() }
 // simDevice is one simulated GPU: a view of some streams of the shared
 // runtime.
 type simDevice struct {
-	info    topology.Device
+	info    topology.DeviceFacts
 	streams []*simStream
 }
 
@@ -85,11 +85,11 @@ var (
 	_ gpu.Stream = (*simStream)(nil)
 )
 
-func (d *simDevice) ID() topology.DeviceID { return d.info.ID }
-func (d *simDevice) Kind() string          { return Kind }
-func (d *simDevice) Info() topology.Device { return d.info }
-func (d *simDevice) NumStreams() int       { return len(d.streams) }
-func (d *simDevice) String() string        { return d.info.ID.String() + " (simulated)" }
+func (d *simDevice) ID() topology.DeviceID      { return d.info.ID }
+func (d *simDevice) Kind() string               { return Kind }
+func (d *simDevice) Info() topology.DeviceFacts { return d.info }
+func (d *simDevice) NumStreams() int            { return len(d.streams) }
+func (d *simDevice) String() string             { return d.info.ID.String() + " (simulated)" }
 
 // Stream returns stream i; it panics when i is out of range.
 func (d *simDevice) Stream(i int) gpu.Stream {
