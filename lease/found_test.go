@@ -122,7 +122,7 @@ func TestBackendLeasesFoundDevices(t *testing.T) {
 		gpu.Found{Type: "cpu", Key: "pocl", Device: topology.DeviceFacts{ID: topology.OpenCL(2), Name: "cpu device", NUMANode: -1}},
 		foundGPU(3, "routed by PCI", "", "0000:07:00.0"),
 	)
-	b, err := lease.New(lease.Config{Drivers: []string{"test-enum"},
+	b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum"},
 		Devices: []topology.DeviceFacts{topology.CPUDevice(), nvmlGPU(0, uuid0, "00000000:01:00.0"), nvmlGPU(1, "", "00000000:07:00.0"), nvmlGPU(2, "", "")}})
 	require.NoError(t, err)
 	defer closed(t, b)
@@ -137,7 +137,7 @@ func TestBackendLeasesFoundDevices(t *testing.T) {
 	assert.Equal(t, []string{"NVIDIA Corporation", "NVIDIA Corporation", "NVIDIA Corporation", "Vendor other vendor GPU"}, vendors)
 	assert.Equal(t, []string{
 		"test-enum: opencl0 (routed by UUID) is gpu0",
-		"test-enum: opencl2 (cpu device) is a cpu device: not leased (lease.Config.LeaseTypes [gpu])",
+		"test-enum: opencl2 (cpu device) is a cpu device: not leased (lease.BackendConfig.LeaseTypes [gpu])",
 		"test-enum: opencl3 (routed by PCI) is gpu1",
 	}, b.Notes())
 	leases := b.MetricsSnapshot().Leases
@@ -192,13 +192,13 @@ func TestBackendDriversConfig(t *testing.T) {
 	setEnum(t, nil, foundGPU(0, "a", "", ""), gpu.Found{Type: "cpu", Key: "c", Device: topology.DeviceFacts{ID: topology.OpenCL(1), Name: "c", NUMANode: -1}})
 	for _, tc := range []struct {
 		name string
-		cfg  lease.Config
+		cfg  lease.BackendConfig
 		err  string
 	}{
-		{"unknown driver", lease.Config{Drivers: []string{"nope"}}, `lease: Config.Drivers: gpu: no driver "nope" registered (registered: [`},
-		{"not an enumerator", lease.Config{Drivers: []string{"test-plain"}}, `lease: Config.Drivers: driver "test-plain" lists no devices to lease (it does not implement gpu.Enumerator)`},
-		{"unknown type", lease.Config{Drivers: []string{"test-enum"}, LeaseTypes: []string{"gpu", "fpga"}},
-			`lease: Config.LeaseTypes: unknown device type "fpga" (want one of [gpu cpu accelerator custom])`},
+		{"unknown driver", lease.BackendConfig{Drivers: []string{"nope"}}, `lease: BackendConfig.Drivers: gpu: no driver "nope" registered (registered: [`},
+		{"not an enumerator", lease.BackendConfig{Drivers: []string{"test-plain"}}, `lease: BackendConfig.Drivers: driver "test-plain" lists no devices to lease (it does not implement gpu.Enumerator)`},
+		{"unknown type", lease.BackendConfig{Drivers: []string{"test-enum"}, LeaseTypes: []string{"gpu", "fpga"}},
+			`lease: BackendConfig.LeaseTypes: unknown device type "fpga" (want one of [gpu cpu accelerator custom])`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := lease.New(tc.cfg)
@@ -207,14 +207,14 @@ func TestBackendDriversConfig(t *testing.T) {
 		})
 	}
 	t.Run("cpu type leased when named", func(t *testing.T) {
-		b, err := lease.New(lease.Config{Drivers: []string{"test-enum"}, LeaseTypes: []string{"cpu", "gpu"}})
+		b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum"}, LeaseTypes: []string{"cpu", "gpu"}})
 		require.NoError(t, err)
 		defer closed(t, b)
 		assert.Equal(t, []string{"opencl0", "opencl1"}, b.Identity().Devices)
 		assert.Empty(t, b.Notes())
 	})
 	t.Run("listed twice", func(t *testing.T) {
-		b, err := lease.New(lease.Config{Drivers: []string{"test-enum", "test-enum"}})
+		b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum", "test-enum"}})
 		require.NoError(t, err)
 		defer closed(t, b)
 		assert.Equal(t, []string{"opencl0"}, b.Identity().Devices)
@@ -224,7 +224,7 @@ func TestBackendDriversConfig(t *testing.T) {
 		enum.mu.Lock()
 		before := enum.calls
 		enum.mu.Unlock()
-		b, err := lease.New(lease.Config{Drivers: []string{}})
+		b, err := lease.New(lease.BackendConfig{Drivers: []string{}})
 		require.NoError(t, err)
 		defer closed(t, b)
 		assert.Zero(t, b.NumGPUs())
@@ -234,7 +234,7 @@ func TestBackendDriversConfig(t *testing.T) {
 		enum.mu.Unlock()
 	})
 	t.Run("nil: every enumerator", func(t *testing.T) {
-		b, err := lease.New(lease.Config{})
+		b, err := lease.New(lease.BackendConfig{})
 		require.NoError(t, err)
 		defer closed(t, b)
 		assert.Equal(t, []string{"opencl0"}, b.Identity().Devices)
@@ -245,7 +245,7 @@ func TestBackendDriversConfig(t *testing.T) {
 // which Acquire's reason for the CPU device includes.
 func TestBackendEnumerateFails(t *testing.T) {
 	setEnum(t, errors.New("no platform"))
-	b, err := lease.New(lease.Config{Drivers: []string{"test-enum"}, Source: "NVML unavailable"})
+	b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum"}, Source: "NVML unavailable"})
 	require.NoError(t, err)
 	defer closed(t, b)
 	assert.Zero(t, b.NumGPUs())
@@ -260,7 +260,7 @@ func TestBackendEnumerateFails(t *testing.T) {
 func TestBackendAcquireFIFO(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		setEnum(t, nil, foundGPU(0, "only", "", ""))
-		b, err := lease.New(lease.Config{Drivers: []string{"test-enum"}})
+		b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum"}})
 		require.NoError(t, err)
 		defer closed(t, b)
 		first, err := b.Acquire(t.Context(), gpu.Config{})
@@ -311,7 +311,7 @@ func TestBackendAcquireFIFO(t *testing.T) {
 func TestBackendAcquireCloseWaitsForRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		setEnum(t, nil, foundGPU(0, "only", "", ""))
-		b, err := lease.New(lease.Config{Drivers: []string{"test-enum"}})
+		b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum"}})
 		require.NoError(t, err)
 		a, err := b.Acquire(t.Context(), gpu.Config{})
 		require.NoError(t, err)
@@ -338,7 +338,7 @@ func TestBackendAcquireOpenFails(t *testing.T) {
 	enum.mu.Lock()
 	enum.openErr = errors.New("device busy")
 	enum.mu.Unlock()
-	b, err := lease.New(lease.Config{Drivers: []string{"test-enum"}})
+	b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum"}})
 	require.NoError(t, err)
 	defer closed(t, b)
 	_, err = b.Acquire(t.Context(), gpu.Config{})
@@ -351,7 +351,7 @@ func TestBackendAcquireOpenFails(t *testing.T) {
 // gpu/cpu imported (as in this test binary) it fails with an error naming
 // the missing driver, and hands no lease out.
 func TestAcquireNeedsCPUDriver(t *testing.T) {
-	b, err := lease.New(lease.Config{Devices: gpus(0)})
+	b, err := lease.New(lease.BackendConfig{Devices: gpus(0)})
 	require.NoError(t, err)
 	defer closed(t, b)
 	_, err = b.Acquire(t.Context(), gpu.Config{})
