@@ -10,7 +10,7 @@ import (
 	"github.com/streamdag/streamdag/topology"
 )
 
-// Set is a set of simulated GPUs: one Device per GPU of a machine's
+// set is a set of simulated GPUs: one Device per GPU of a machine's
 // topology, whose streams are real CPU streams (worker goroutines) of one
 // shared runtime, so events recorded on one simulated GPU can be waited on
 // by another, as CUDA events can across devices. A simulated GPU runs its
@@ -19,18 +19,19 @@ import (
 // from the topology), never GPU speed, and never sleeps to pretend.
 //
 // The zero value is not usable; call New. Close stops every stream.
-type Set struct {
+type set struct {
 	rt   gpu.Device
 	devs []*simDevice
 }
 
-var _ gpu.Set = (*Set)(nil)
+var _ gpu.Set = (*set)(nil)
 
-// New returns one simulated GPU per entry of gpus (their IDs and facts,
-// e.g. topology.Topology.GPUs()), each with streamsPerDevice streams
-// (1..cpu.MaxStreams in all). Errors: no GPUs, a non-GPU or duplicate ID,
+// New returns a gpu.Set of simulated GPUs (as the package describes
+// them), one per entry of gpus (their IDs and facts, e.g.
+// topology.Topology.GPUs()), each with streamsPerDevice streams
+// (1..cpu.MaxStreams in all); its Close stops every stream. Errors: no GPUs, a non-GPU or duplicate ID,
 // a bad stream count.
-func New(gpus []topology.DeviceFacts, streamsPerDevice int) (*Set, error) {
+func New(gpus []topology.DeviceFacts, streamsPerDevice int) (gpu.Set, error) {
 	if len(gpus) == 0 {
 		return nil, errors.New("sim: New: no GPUs to simulate")
 	}
@@ -49,7 +50,7 @@ func New(gpus []topology.DeviceFacts, streamsPerDevice int) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Set{rt: rt}
+	s := &set{rt: rt}
 	for i, g := range gpus {
 		d := &simDevice{info: g}
 		for j := range streamsPerDevice {
@@ -61,7 +62,7 @@ func New(gpus []topology.DeviceFacts, streamsPerDevice int) (*Set, error) {
 }
 
 // Devices returns the simulated GPUs in the order New was given them.
-func (s *Set) Devices() []gpu.Device {
+func (s *set) Devices() []gpu.Device {
 	out := make([]gpu.Device, len(s.devs))
 	for i, d := range s.devs {
 		out[i] = d
@@ -71,7 +72,7 @@ func (s *Set) Devices() []gpu.Device {
 
 // Close drains and stops every stream of every simulated GPU. It is
 // idempotent.
-func (s *Set) Close() error { return s.rt.Close() }
+func (s *set) Close() error { return s.rt.Close() }
 
 // simDevice is one simulated GPU: a view of some streams of the shared
 // runtime.
@@ -100,7 +101,7 @@ func (d *simDevice) Stream(i int) gpu.Stream {
 }
 
 // Close waits for the work queued on the device's streams; the streams
-// stop with Set.Close.
+// stop with the Close of the gpu.Set New returned.
 func (d *simDevice) Close() error {
 	for _, s := range d.streams {
 		_ = s.Stream.Synchronize(context.Background())
