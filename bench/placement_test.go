@@ -54,7 +54,7 @@ func TestPlacementQuality(t *testing.T) {
 			g := bench.RandomPlacementDAG(rand.New(rand.NewPCG(seed, 200)), large)
 			require.NoError(t, g.Validate())
 			pr := placement.Problem{Graph: g, Devices: ids, Lanes: slices.Repeat([]int{2}, len(ids)), Topology: topo}
-			res := map[placement.Strategy]placement.Result{}
+			res := map[placement.Strategy]placement.Assignment{}
 			for _, s := range []placement.Strategy{placement.HEFT, placement.RoundRobin, placement.LeastLoaded} {
 				res[s], err = placement.Place(pr, s)
 				require.NoError(t, err)

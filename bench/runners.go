@@ -460,7 +460,7 @@ func WaitCost(n int, minTime time.Duration) (waits int, nsPerWait float64, same,
 // streams, checks that every launch is ok (Result.Err otherwise) and
 // closes the result. done closes the device. The graph of each run is new,
 // so nothing of an earlier run's plan is reused.
-func PrepareOneShot(s Shape, fn dag.KernelFunc) (run func() error, done func(), err error) {
+func PrepareOneShot(s GraphShape, fn dag.KernelFunc) (run func() error, done func(), err error) {
 	dev, err := cpu.New()
 	if err != nil {
 		return nil, nil, err

@@ -8,8 +8,8 @@ import (
 	"github.com/streamdag/streamdag/dag"
 )
 
-// Shape builds a benchmark graph whose kernels all run fn.
-type Shape struct {
+// GraphShape builds a benchmark graph whose kernels all run fn.
+type GraphShape struct {
 	Name  string
 	Build func(fn dag.KernelFunc) *dag.Graph
 }
@@ -17,7 +17,7 @@ type Shape struct {
 // Shapes are the executor benchmark graphs: chain of 10k, fan-out/fan-in
 // of 10k, binary tree of depth 14 (2^14-1 kernels, reduction towards the
 // root), 100×100 wavefront (each cell reads its left and upper neighbour).
-var Shapes = []Shape{
+var Shapes = []GraphShape{
 	{"chain-10k", func(fn dag.KernelFunc) *dag.Graph { return Chain(10_000, fn) }},
 	{"fanout-10k", func(fn dag.KernelFunc) *dag.Graph { return FanOutIn(10_000, fn) }},
 	{"tree-d14", func(fn dag.KernelFunc) *dag.Graph { return Tree(14, fn) }},
@@ -26,7 +26,7 @@ var Shapes = []Shape{
 
 // RandomDAG is the large shape: a seeded random DAG of 1,000,000 kernels
 // (see Random); it is measured on its own, not in the four-shape average.
-var RandomDAG = Shape{"random-1m", func(fn dag.KernelFunc) *dag.Graph { return Random(1_000_000, RandomSeed, fn) }}
+var RandomDAG = GraphShape{"random-1m", func(fn dag.KernelFunc) *dag.Graph { return Random(1_000_000, RandomSeed, fn) }}
 
 // RandomSeed is the seed of RandomDAG.
 const RandomSeed = 20240601

@@ -59,7 +59,7 @@ func TestRandomIsSeededAndValid(t *testing.T) {
 }
 
 // smallShapes are small versions of every shape, for tests.
-var smallShapes = []bench.Shape{
+var smallShapes = []bench.GraphShape{
 	{Name: "chain", Build: func(fn dag.KernelFunc) *dag.Graph { return bench.Chain(200, fn) }},
 	{Name: "fanout", Build: func(fn dag.KernelFunc) *dag.Graph { return bench.FanOutIn(200, fn) }},
 	{Name: "tree", Build: func(fn dag.KernelFunc) *dag.Graph { return bench.Tree(7, fn) }},

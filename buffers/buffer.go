@@ -18,15 +18,15 @@ import (
 type ID int64
 
 // Buffer is a named region of memory on one device. SizeBytes bytes are
-// allocated from the owning Pool when it is created (zero for a buffer that
-// only holds a Go value); the buffer may additionally hold one Go value
-// (see Store).
+// allocated from the owning DeviceAllocator when it is created (zero for a
+// buffer that only holds a Go value); the buffer may additionally hold one
+// Go value (see Store).
 type Buffer struct {
 	id     ID
 	name   string
 	size   int64
 	device topology.DeviceID
-	pool   *Pool
+	pool   *DeviceAllocator
 
 	mu       sync.Mutex
 	mem      *memory.Buffer // nil when size is 0
@@ -97,7 +97,7 @@ func (b *Buffer) Take() any {
 	return v
 }
 
-// Release frees the buffer's bytes back to its pool and releases its
+// Release frees the buffer's bytes back to its allocator and releases its
 // value. It is idempotent.
 func (b *Buffer) Release() {
 	b.mu.Lock()
@@ -210,40 +210,40 @@ func (b *Budget) Release(n int64) {
 	}
 }
 
-// Pool allocates buffers on one device from an arrow-go allocator under a
-// byte budget. Safe for concurrent use.
-type Pool struct {
+// DeviceAllocator allocates buffers on one device from an arrow-go
+// allocator under a byte budget. Safe for concurrent use.
+type DeviceAllocator struct {
 	device topology.DeviceID
 	alloc  memory.Allocator
 	budget *Budget
 }
 
-// DefaultBudgetBytes is the budget a Pool gets when none is given: 1 TiB,
-// that is, effectively no limit beyond the host's memory.
+// DefaultBudgetBytes is the budget a DeviceAllocator gets when none is
+// given: 1 TiB, that is, effectively no limit beyond the host's memory.
 const DefaultBudgetBytes int64 = 1 << 40
 
-// NewPool returns a pool for device that allocates through alloc
-// (memory.DefaultAllocator when nil) under budget (DefaultBudgetBytes when
-// nil).
-func NewPool(device topology.DeviceID, alloc memory.Allocator, budget *Budget) *Pool {
+// NewDeviceAllocator returns an allocator for device that allocates
+// through alloc (memory.DefaultAllocator when nil) under budget
+// (DefaultBudgetBytes when nil).
+func NewDeviceAllocator(device topology.DeviceID, alloc memory.Allocator, budget *Budget) *DeviceAllocator {
 	if alloc == nil {
 		alloc = memory.DefaultAllocator
 	}
 	if budget == nil {
 		budget = NewBudget(DefaultBudgetBytes)
 	}
-	return &Pool{device: device, alloc: alloc, budget: budget}
+	return &DeviceAllocator{device: device, alloc: alloc, budget: budget}
 }
 
-// Device returns the pool's device.
-func (p *Pool) Device() topology.DeviceID { return p.device }
+// Device returns the allocator's device.
+func (p *DeviceAllocator) Device() topology.DeviceID { return p.device }
 
-// Allocator returns the pool's arrow-go allocator, for Arrow data that
-// kernels build on the pool's device.
-func (p *Pool) Allocator() memory.Allocator { return p.alloc }
+// Allocator returns the arrow-go allocator it allocates through, for Arrow
+// data that kernels build on its device.
+func (p *DeviceAllocator) Allocator() memory.Allocator { return p.alloc }
 
-// Budget returns the pool's byte budget.
-func (p *Pool) Budget() *Budget { return p.budget }
+// Budget returns the allocator's byte budget.
+func (p *DeviceAllocator) Budget() *Budget { return p.budget }
 
 // ValueSpec names one value-only buffer for AllocateValues.
 type ValueSpec struct {
@@ -255,7 +255,7 @@ type ValueSpec struct {
 // value each) for specs, in order. They take no bytes of the budget and
 // are carved from one allocation, so a run with many small values does
 // not allocate once per buffer. Each is released on its own (Release).
-func (p *Pool) AllocateValues(specs []ValueSpec) []*Buffer {
+func (p *DeviceAllocator) AllocateValues(specs []ValueSpec) []*Buffer {
 	slab := make([]Buffer, len(specs))
 	out := make([]*Buffer, len(specs))
 	for i, s := range specs {
@@ -269,7 +269,7 @@ func (p *Pool) AllocateValues(specs []ValueSpec) []*Buffer {
 // for budget as Budget.Acquire does. Errors: a negative size; ErrOverBudget
 // (wrapped, naming the buffer) when sizeBytes exceeds the whole budget;
 // ctx.Err() when ctx ends first. Nothing is taken on error.
-func (p *Pool) Allocate(ctx context.Context, id ID, name string, sizeBytes int64) (*Buffer, error) {
+func (p *DeviceAllocator) Allocate(ctx context.Context, id ID, name string, sizeBytes int64) (*Buffer, error) {
 	if sizeBytes < 0 {
 		return nil, fmt.Errorf("buffers: allocate %q: negative size %d", name, sizeBytes)
 	}
@@ -280,13 +280,13 @@ func (p *Pool) Allocate(ctx context.Context, id ID, name string, sizeBytes int64
 }
 
 // AllocateReserved returns a zeroed buffer of sizeBytes (>= 0) named name
-// whose bytes the caller has already taken from the pool's budget (with
+// whose bytes the caller has already taken from the allocator's budget (with
 // Budget.Acquire): a caller that needs several buffers takes their sum in
 // one Acquire, and so never holds part of what it needs while it waits for
 // the rest (two such callers could otherwise each hold part and wait for
 // each other forever). The buffer's Release gives the bytes back to the
 // budget. The only error is a negative size; nothing is allocated then.
-func (p *Pool) AllocateReserved(id ID, name string, sizeBytes int64) (*Buffer, error) {
+func (p *DeviceAllocator) AllocateReserved(id ID, name string, sizeBytes int64) (*Buffer, error) {
 	if sizeBytes < 0 {
 		return nil, fmt.Errorf("buffers: allocate %q: negative size %d", name, sizeBytes)
 	}

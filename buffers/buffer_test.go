@@ -55,7 +55,7 @@ func TestAllocate(t *testing.T) {
 	for _, size := range []int64{0, 1, 63, 100, total} {
 		t.Run(fmt.Sprintf("size=%d", size), func(t *testing.T) {
 			mem := leaktest.Allocator(t)
-			p := buffers.NewPool(topology.GPU(3), dirty{mem}, buffers.NewBudget(total))
+			p := buffers.NewDeviceAllocator(topology.GPU(3), dirty{mem}, buffers.NewBudget(total))
 			b, err := p.Allocate(t.Context(), 7, "x", size)
 			require.NoError(t, err)
 			assert.Equal(t, buffers.ID(7), b.ID())
@@ -87,7 +87,7 @@ func TestAllocate(t *testing.T) {
 func TestReleaseIdempotent(t *testing.T) {
 	mem := leaktest.Allocator(t)
 	budget := buffers.NewBudget(256)
-	p := buffers.NewPool(topology.CPU, mem, budget)
+	p := buffers.NewDeviceAllocator(topology.CPU, mem, budget)
 	b, err := p.Allocate(t.Context(), 0, "x", 256)
 	require.NoError(t, err)
 	require.NoError(t, b.Store(int64s(mem, 1, 2, 3)))
@@ -110,7 +110,7 @@ func TestReleaseIdempotent(t *testing.T) {
 func TestAllocateErrors(t *testing.T) {
 	mem := leaktest.Allocator(t)
 	budget := buffers.NewBudget(100)
-	p := buffers.NewPool(topology.GPU(1), mem, budget)
+	p := buffers.NewDeviceAllocator(topology.GPU(1), mem, budget)
 
 	// Over budget fails at once, even while the budget is fully held
 	// (it would wait forever otherwise).
@@ -140,7 +140,7 @@ func TestAllocateCancelled(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			mem := leaktest.Allocator(t)
 			budget := buffers.NewBudget(100)
-			p := buffers.NewPool(topology.CPU, mem, budget)
+			p := buffers.NewDeviceAllocator(topology.CPU, mem, budget)
 			require.NoError(t, budget.Acquire(t.Context(), 100))
 
 			ctx, cancel := context.WithCancel(t.Context())
@@ -175,7 +175,7 @@ func TestAllocateCancelled(t *testing.T) {
 	t.Run("before the call", func(t *testing.T) {
 		mem := leaktest.Allocator(t)
 		budget := buffers.NewBudget(100)
-		p := buffers.NewPool(topology.CPU, mem, budget)
+		p := buffers.NewDeviceAllocator(topology.CPU, mem, budget)
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
 		b, err := p.Allocate(ctx, 0, "x", 10) // budget free, ctx done: fail
@@ -188,7 +188,7 @@ func TestAllocateCancelled(t *testing.T) {
 
 func TestStore(t *testing.T) {
 	mem := leaktest.Allocator(t)
-	p := buffers.NewPool(topology.CPU, mem, nil)
+	p := buffers.NewDeviceAllocator(topology.CPU, mem, nil)
 	b, err := p.Allocate(t.Context(), 0, "vals", 0)
 	require.NoError(t, err)
 
@@ -220,7 +220,7 @@ func TestStore(t *testing.T) {
 
 func TestStoreIntoReleased(t *testing.T) {
 	mem := leaktest.Allocator(t)
-	p := buffers.NewPool(topology.CPU, mem, nil)
+	p := buffers.NewDeviceAllocator(topology.CPU, mem, nil)
 	b, err := p.Allocate(t.Context(), 0, "gone", 8)
 	require.NoError(t, err)
 	b.Release()
@@ -236,7 +236,7 @@ func TestStoreIntoReleased(t *testing.T) {
 // buffer's Release no longer releases it.
 func TestTake(t *testing.T) {
 	mem := leaktest.Allocator(t)
-	p := buffers.NewPool(topology.CPU, mem, nil)
+	p := buffers.NewDeviceAllocator(topology.CPU, mem, nil)
 	b, err := p.Allocate(t.Context(), 0, "vals", 16)
 	require.NoError(t, err)
 	a := int64s(mem, 1, 2)
@@ -253,7 +253,7 @@ func TestTake(t *testing.T) {
 
 func TestValueAs(t *testing.T) {
 	mem := leaktest.Allocator(t)
-	p := buffers.NewPool(topology.CPU, mem, nil)
+	p := buffers.NewDeviceAllocator(topology.CPU, mem, nil)
 	b, err := p.Allocate(t.Context(), 0, "col", 0)
 	require.NoError(t, err)
 	defer b.Release()
@@ -363,26 +363,26 @@ func TestTryAcquireNoSteal(t *testing.T) {
 	})
 }
 
-func TestPoolDefaults(t *testing.T) {
-	p := buffers.NewPool(topology.GPU(2), nil, nil)
+func TestDeviceAllocatorDefaults(t *testing.T) {
+	p := buffers.NewDeviceAllocator(topology.GPU(2), nil, nil)
 	assert.Equal(t, topology.GPU(2), p.Device())
 	assert.Equal(t, memory.DefaultAllocator, p.Allocator())
 	assert.Equal(t, buffers.DefaultBudgetBytes, p.Budget().TotalBytes())
 
 	mem := leaktest.Allocator(t)
 	budget := buffers.NewBudget(10)
-	p = buffers.NewPool(topology.CPU, mem, budget)
+	p = buffers.NewDeviceAllocator(topology.CPU, mem, budget)
 	assert.Same(t, mem, p.Allocator())
 	assert.Same(t, budget, p.Budget())
 }
 
-// TestPoolConcurrent has goroutines allocate more than the budget holds
+// TestDeviceAllocatorConcurrent has goroutines allocate more than the budget holds
 // at once; they wait for each other's releases. Run it under -race.
-func TestPoolConcurrent(t *testing.T) {
+func TestDeviceAllocatorConcurrent(t *testing.T) {
 	const workers, rounds, size = 8, 50, 48
 	mem := leaktest.Allocator(t)
 	budget := buffers.NewBudget(2 * size)
-	p := buffers.NewPool(topology.CPU, mem, budget)
+	p := buffers.NewDeviceAllocator(topology.CPU, mem, budget)
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
@@ -405,7 +405,7 @@ func TestPoolConcurrent(t *testing.T) {
 
 func TestAllocateValues(t *testing.T) {
 	mem := leaktest.Allocator(t)
-	pool := buffers.NewPool(topology.CPU, mem, buffers.NewBudget(16))
+	pool := buffers.NewDeviceAllocator(topology.CPU, mem, buffers.NewBudget(16))
 	bufs := pool.AllocateValues([]buffers.ValueSpec{{ID: 3, Name: "a"}, {ID: 7, Name: "b"}})
 	require.Len(t, bufs, 2)
 	assert.Equal(t, buffers.ID(7), bufs[1].ID())

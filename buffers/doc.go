@@ -1,6 +1,6 @@
 // Package buffers holds streamdag's memory objects (layer 1): [Buffer], a
 // named region of memory on one device, [Binding], a byte range of a buffer,
-// and [Pool], which allocates host buffers through an arrow-go
+// and [DeviceAllocator], which allocates host buffers through an arrow-go
 // memory.Allocator under a byte [Budget].
 //
 // A host buffer can also hold one Go value (typically an arrow.RecordBatch
@@ -9,6 +9,6 @@
 // memory.CheckedAllocator and assert that no byte is left live.
 //
 // A Buffer is not safe for concurrent mutation: the executor orders its
-// writers and readers by streams and events. A Pool and a Budget are safe
-// for concurrent use.
+// writers and readers by streams and events. A DeviceAllocator and a
+// Budget are safe for concurrent use.
 package buffers

@@ -95,12 +95,13 @@ type Kernel struct {
 	Estimate time.Duration      // estimated compute time of one launch; 0: unknown
 }
 
-// Buffer is a declared region of memory, as Graph.Buffer and Graph.Buffers
-// return it: a read-only view made on each call without allocating. A
+// BufferDecl is a declared region of memory (the memory itself, at run
+// time, is a buffers.Buffer), as Graph.Buffer and Graph.Buffers return
+// it: a read-only view made on each call without allocating. A
 // value buffer (SizeBytes 0, Value true) holds one Go value, such as an
 // Arrow record batch, instead of raw bytes; for ordering and taint it
 // counts as a single byte.
-type Buffer struct {
+type BufferDecl struct {
 	ID        BufferID
 	Name      string
 	SizeBytes int64
@@ -113,7 +114,7 @@ type Buffer struct {
 
 // extent is the number of bytes bindings of b can address: SizeBytes, or
 // 1 for a value buffer.
-func (b Buffer) extent() int64 {
+func (b BufferDecl) extent() int64 {
 	if b.Value {
 		return 1
 	}
@@ -122,7 +123,7 @@ func (b Buffer) extent() int64 {
 
 // Whole returns the binding of every byte of b ([0, SizeBytes), or [0, 1)
 // for a value buffer).
-func (b Buffer) Whole() buffers.Binding {
+func (b BufferDecl) Whole() buffers.Binding {
 	return buffers.Binding{Buffer: b.ID, Length: b.extent()}
 }
 
@@ -137,8 +138,8 @@ func (b Buffer) Whole() buffers.Binding {
 // binding arena (24 bytes each). So adding a kernel or a buffer allocates
 // nothing of its own (amortised: the arrays and name arenas double, a
 // binding chunk holds up to 4096 bindings; Grow presizes the arrays).
-// Kernel and Buffer are views made from the records on demand. Gonum node ids are numbered in
-// the order kernels and buffers were added. The gonum graph is built from
+// Kernel and BufferDecl are views made from the records on demand. Gonum
+// node ids are numbered in the order kernels and buffers were added. The gonum graph is built from
 // the store on first use (Directed, MarshalDOT, a cycle report) and
 // brought up to date incrementally after later additions, so building a
 // large pipeline costs no map insertion per edge or per name (duplicate
@@ -208,7 +209,7 @@ const (
 	bufHintShift = 2
 )
 
-// extent is as Buffer.extent.
+// extent is as BufferDecl.extent.
 func (r *bufferRec) extent() int64 {
 	if r.flags&bufValue != 0 {
 		return 1
@@ -752,9 +753,9 @@ func (g *Graph) Kernels() iter.Seq2[KernelID, Kernel] {
 
 // Buffer returns the view of buffer id; it panics when id is out of range.
 // O(1), no allocation.
-func (g *Graph) Buffer(id BufferID) Buffer {
+func (g *Graph) Buffer(id BufferID) BufferDecl {
 	r := &g.brecs[id]
-	b := Buffer{ID: id, Name: g.bufferName(int(id)), SizeBytes: r.size, Value: r.flags&bufValue != 0,
+	b := BufferDecl{ID: id, Name: g.bufferName(int(id)), SizeBytes: r.size, Value: r.flags&bufValue != 0,
 		Input: r.flags&bufInput != 0}
 	if h := r.flags >> bufHintShift; h != 0 {
 		b.SizeHint = g.hints[h-1]
@@ -765,8 +766,8 @@ func (g *Graph) Buffer(id BufferID) Buffer {
 // Buffers yields every buffer's id and view, in id order: the buffers the
 // graph holds when the iteration starts (buffers added meanwhile are not
 // visited).
-func (g *Graph) Buffers() iter.Seq2[BufferID, Buffer] {
-	return func(yield func(BufferID, Buffer) bool) {
+func (g *Graph) Buffers() iter.Seq2[BufferID, BufferDecl] {
+	return func(yield func(BufferID, BufferDecl) bool) {
 		for id := range g.brecs {
 			if !yield(BufferID(id), g.Buffer(BufferID(id))) {
 				return
@@ -784,7 +785,7 @@ func (g *Graph) Buffers() iter.Seq2[BufferID, Buffer] {
 // with each other (not with additions).
 func (g *Graph) Directed() graph.Directed { return g.directed() }
 
-// NodeOf returns the Kernel or Buffer view behind a gonum node id, or nil.
+// NodeOf returns the Kernel or BufferDecl view behind a gonum node id, or nil.
 // The view is boxed in the interface: one allocation per call.
 func (g *Graph) NodeOf(id int64) any {
 	if id < 0 || id >= int64(len(g.nodes)) {
@@ -820,7 +821,7 @@ func (d dotNode) Attributes() []encoding.Attribute {
 	switch v := d.g.NodeOf(d.id).(type) {
 	case Kernel:
 		return []encoding.Attribute{{Key: "shape", Value: "box"}}
-	case Buffer:
+	case BufferDecl:
 		shape := "ellipse"
 		if v.Input {
 			shape = "doublecircle"

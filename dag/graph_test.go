@@ -158,9 +158,9 @@ func TestBuilder(t *testing.T) {
 	assert.Equal(t, dag.BufferID(2), out)
 	assert.Equal(t, dag.KernelID(1), p)
 
-	assert.Equal(t, dag.Buffer{ID: in, Name: "in", SizeBytes: 16, Input: true}, g.Buffer(in))
-	assert.Equal(t, dag.Buffer{ID: v, Name: "batch", Value: true}, g.Buffer(v))
-	assert.Equal(t, []dag.Buffer{g.Buffer(0), g.Buffer(1), g.Buffer(2)}, buffersOf(g))
+	assert.Equal(t, dag.BufferDecl{ID: in, Name: "in", SizeBytes: 16, Input: true}, g.Buffer(in))
+	assert.Equal(t, dag.BufferDecl{ID: v, Name: "batch", Value: true}, g.Buffer(v))
+	assert.Equal(t, []dag.BufferDecl{g.Buffer(0), g.Buffer(1), g.Buffer(2)}, buffersOf(g))
 	assert.Equal(t, 3, g.NumBuffers())
 	assert.Equal(t, buffers.Binding{Buffer: in, Length: 16}, g.Buffer(in).Whole())
 	assert.Equal(t, buffers.Binding{Buffer: v, Length: 1}, g.Buffer(v).Whole(), "a value buffer counts as one byte")
@@ -191,8 +191,8 @@ func TestBuilder(t *testing.T) {
 }
 
 // buffersOf returns the views of g's buffers, in id order.
-func buffersOf(g *dag.Graph) []dag.Buffer {
-	var bs []dag.Buffer
+func buffersOf(g *dag.Graph) []dag.BufferDecl {
+	var bs []dag.BufferDecl
 	for _, b := range g.Buffers() {
 		bs = append(bs, b)
 	}
@@ -205,7 +205,7 @@ func nodeName(t *testing.T, g *dag.Graph, n graph.Node) string {
 	switch v := g.NodeOf(n.ID()).(type) {
 	case dag.Kernel:
 		return "kernel " + v.Name
-	case dag.Buffer:
+	case dag.BufferDecl:
 		return "buffer " + v.Name
 	}
 	t.Fatalf("node %d is neither a kernel nor a buffer", n.ID())

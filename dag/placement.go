@@ -30,7 +30,7 @@ func SizeHint(bytes int64) BufferOption { return BufferOption{kind: bufOptSizeHi
 
 // TransferBytes is what placement counts for moving b across devices:
 // SizeBytes for a raw buffer, SizeHint for a value buffer.
-func (b Buffer) TransferBytes() int64 {
+func (b BufferDecl) TransferBytes() int64 {
 	if b.Value {
 		return b.SizeHint
 	}

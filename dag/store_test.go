@@ -84,10 +84,10 @@ func TestViewsAndAccessors(t *testing.T) {
 	w := g.AddValue("w")
 	k := g.AddKernel("k", nop, dag.Reads(in), dag.Writes(v), dag.OnStream(2))
 	j := g.AddKernel("j", nop, dag.ReadsOptional(v), dag.Writes(w))
-	assert.Equal(t, dag.Buffer{ID: in, Name: "in", SizeBytes: 32, Input: true, SizeHint: 5}, g.Buffer(in))
+	assert.Equal(t, dag.BufferDecl{ID: in, Name: "in", SizeBytes: 32, Input: true, SizeHint: 5}, g.Buffer(in))
 	assert.Equal(t, int64(32), g.Buffer(in).TransferBytes(), "a raw buffer moves its size")
-	assert.Equal(t, dag.Buffer{ID: v, Name: "v", Value: true, SizeHint: 100}, g.Buffer(v))
-	assert.Equal(t, dag.Buffer{ID: w, Name: "w", Value: true}, g.Buffer(w))
+	assert.Equal(t, dag.BufferDecl{ID: v, Name: "v", Value: true, SizeHint: 100}, g.Buffer(v))
+	assert.Equal(t, dag.BufferDecl{ID: w, Name: "w", Value: true}, g.Buffer(w))
 
 	for id, kern := range g.Kernels() {
 		assert.Equal(t, id, kern.ID)

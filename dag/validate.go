@@ -43,15 +43,15 @@ func (e *CycleError) Error() string {
 		" (kernels are ordered through whole buffers, whatever byte ranges they read and write)"
 }
 
-// UnwrittenError reports a read of bytes that no kernel writes, of a
+// NoWriterError reports a read of bytes that no kernel writes, of a
 // buffer that is not an Input.
-type UnwrittenError struct {
+type NoWriterError struct {
 	Kernel, Buffer string
 	Offset, End    int64 // the first unwritten byte range of the read
 }
 
 // Error names the kernel, the buffer and the unwritten range.
-func (e *UnwrittenError) Error() string {
+func (e *NoWriterError) Error() string {
 	return fmt.Sprintf("dag: kernel %q reads bytes [%d:%d) of buffer %q, which no kernel writes and which is not an input",
 		e.Kernel, e.Offset, e.End, e.Buffer)
 }
@@ -80,7 +80,7 @@ const maxReported = 10
 // code (a nil function and no device variant) and a device variant's
 // mistakes (see OpenCL) as plain errors that name the kernel), cycles (*CycleError, one per
 // strongly connected component), reads of bytes no kernel writes of a
-// non-input buffer (*UnwrittenError), and overlapping writes by unordered
+// non-input buffer (*NoWriterError), and overlapping writes by unordered
 // kernels (*WriteConflictError). Use errors.As to get the typed errors.
 //
 // On success it fixes the topological order returned by Order; on failure
@@ -518,7 +518,7 @@ func (g *Graph) describe(node int64) string {
 	return kind + " " + name
 }
 
-// checkReads returns an UnwrittenError for each read of a non-input
+// checkReads returns an NoWriterError for each read of a non-input
 // buffer whose range is not covered by the union of that buffer's writes,
 // in kernel id order, then read order; and whether the graph is forward:
 // every read buffer's writers have lower ids than its reader. O(1) per
@@ -553,7 +553,7 @@ func (x *index) checkReads() (errs []error, forward bool) {
 	return errs, forward
 }
 
-// unwritten returns an UnwrittenError when read r of kernel k is of a
+// unwritten returns an NoWriterError when read r of kernel k is of a
 // non-input buffer and not covered by the union of its writes, else nil.
 func (x *index) unwritten(k KernelID, r buffers.Binding) error {
 	b := &x.g.brecs[r.Buffer]
@@ -579,7 +579,7 @@ func (x *index) unwritten(k KernelID, r buffers.Binding) error {
 	if !gap {
 		return nil
 	}
-	return &UnwrittenError{Kernel: x.g.KernelName(k), Buffer: x.g.bufferName(int(r.Buffer)), Offset: off, End: end}
+	return &NoWriterError{Kernel: x.g.KernelName(k), Buffer: x.g.bufferName(int(r.Buffer)), Offset: off, End: end}
 }
 
 // buildCoverage fills, for every buffer, the union of its non-empty writes

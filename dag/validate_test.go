@@ -184,7 +184,7 @@ func TestValidateProblems(t *testing.T) {
 				x := g.AddBuffer("x", 8)
 				g.AddKernel("k", nop, dag.Reads(x))
 			},
-			want: typed(&dag.UnwrittenError{Kernel: "k", Buffer: "x", Offset: 0, End: 8}),
+			want: typed(&dag.NoWriterError{Kernel: "k", Buffer: "x", Offset: 0, End: 8}),
 		},
 		{
 			name: "read of a value buffer nobody writes",
@@ -192,7 +192,7 @@ func TestValidateProblems(t *testing.T) {
 				v := g.AddValue("batch")
 				g.AddKernel("k", nop, dag.Reads(v))
 			},
-			want: typed(&dag.UnwrittenError{Kernel: "k", Buffer: "batch", Offset: 0, End: 1}),
+			want: typed(&dag.NoWriterError{Kernel: "k", Buffer: "batch", Offset: 0, End: 1}),
 		},
 		{
 			name: "partial write leaves a gap at the end",
@@ -201,7 +201,7 @@ func TestValidateProblems(t *testing.T) {
 				g.AddKernel("w", nop, dag.WritesRange(x, 0, 4))
 				g.AddKernel("r", nop, dag.Reads(x))
 			},
-			want: typed(&dag.UnwrittenError{Kernel: "r", Buffer: "x", Offset: 4, End: 8}),
+			want: typed(&dag.NoWriterError{Kernel: "r", Buffer: "x", Offset: 4, End: 8}),
 		},
 		{
 			name: "two writes leave a gap in the middle",
@@ -211,7 +211,7 @@ func TestValidateProblems(t *testing.T) {
 				g.AddKernel("lo", nop, dag.WritesRange(x, 0, 2))
 				g.AddKernel("r", nop, dag.ReadsRange(x, 1, 6))
 			},
-			want: typed(&dag.UnwrittenError{Kernel: "r", Buffer: "x", Offset: 2, End: 6}),
+			want: typed(&dag.NoWriterError{Kernel: "r", Buffer: "x", Offset: 2, End: 6}),
 		},
 		{
 			name: "unordered writers of overlapping ranges",
@@ -542,7 +542,7 @@ func TestValidateCoverageOfManyWrites(t *testing.T) {
 			}
 			errs := problems(t, err)
 			require.Len(t, errs, 1)
-			typed(&dag.UnwrittenError{Kernel: "r", Buffer: "x", Offset: tt.gap[0], End: tt.gap[1]})(t, errs[0])
+			typed(&dag.NoWriterError{Kernel: "r", Buffer: "x", Offset: tt.gap[0], End: tt.gap[1]})(t, errs[0])
 		})
 	}
 }

@@ -158,7 +158,7 @@ type progKernel struct {
 }
 
 type program struct {
-	bufs    []dag.Buffer
+	bufs    []dag.BufferDecl
 	inputs  map[dag.BufferID]num
 	kernels []progKernel
 	// code, when set, gives kernel i's OpenCL variant (and whether the
@@ -210,36 +210,36 @@ func randomProgramOf(rng *rand.Rand, shape progShape) *program {
 		written bool
 	}
 	var st []state
-	add := func(b dag.Buffer) {
+	add := func(b dag.BufferDecl) {
 		b.ID = dag.BufferID(len(p.bufs))
 		p.bufs = append(p.bufs, b)
 		st = append(st, state{})
 	}
 	newBuffer := func() {
 		if rng.IntN(4) == 0 {
-			add(dag.Buffer{Name: fmt.Sprint("v", len(p.bufs)), Value: true})
+			add(dag.BufferDecl{Name: fmt.Sprint("v", len(p.bufs)), Value: true})
 		} else {
 			size := int64(8 + rng.IntN(41))
 			if u := shape.unit; u > 1 {
 				size = u*int64(1+rng.IntN(4)) + rng.Int64N(u)
 			}
-			add(dag.Buffer{Name: fmt.Sprint("r", len(p.bufs)), SizeBytes: size})
+			add(dag.BufferDecl{Name: fmt.Sprint("r", len(p.bufs)), SizeBytes: size})
 		}
 	}
 	for range 1 + rng.IntN(2) {
 		i := len(p.bufs)
 		if rng.IntN(3) == 0 {
-			add(dag.Buffer{Name: fmt.Sprint("in", i), SizeBytes: 16, Input: true})
+			add(dag.BufferDecl{Name: fmt.Sprint("in", i), SizeBytes: 16, Input: true})
 			st[i].cursor = 16
 		} else {
-			add(dag.Buffer{Name: fmt.Sprint("in", i), Value: true, Input: true})
+			add(dag.BufferDecl{Name: fmt.Sprint("in", i), Value: true, Input: true})
 			p.inputs[dag.BufferID(i)] = num(1000 + i)
 		}
 		st[i].closed, st[i].written = true, true
 	}
 	if shape.zero {
 		i := len(p.bufs)
-		add(dag.Buffer{Name: fmt.Sprint("in", i), SizeBytes: 0, Input: true})
+		add(dag.BufferDecl{Name: fmt.Sprint("in", i), SizeBytes: 0, Input: true})
 		st[i].closed, st[i].written = true, true
 	}
 	for range 3 + rng.IntN(4) {

@@ -26,7 +26,7 @@ import (
 // devices: closing them is the caller's job, after the last Run returned.
 type Executor struct {
 	devs      []gpu.Device
-	pools     []*buffers.Pool
+	pools     []*buffers.DeviceAllocator
 	topo      *topology.Topology
 	placement Placement
 	backend   *lease.Backend
@@ -126,7 +126,7 @@ func NewMulti(devs []gpu.Device, topo *topology.Topology, opts ...Option) (*Exec
 		if budget == nil && d.Info().MemoryBytes > 0 && (d.ID().Kind == topology.KindGPU || code) {
 			budget = buffers.NewBudget(d.Info().MemoryBytes)
 		}
-		e.pools = append(e.pools, buffers.NewPool(d.ID(), c.alloc, budget))
+		e.pools = append(e.pools, buffers.NewDeviceAllocator(d.ID(), c.alloc, budget))
 	}
 	return e, nil
 }
@@ -325,7 +325,7 @@ type run struct {
 	plan    *Plan
 	devs    []topology.DeviceID
 	gdevs   []gpu.Device // the executor's devices, by index
-	pools   []*buffers.Pool
+	pools   []*buffers.DeviceAllocator
 	alloc   memory.Allocator
 	store   *failgraph.Store
 	loss    *deviceLoss  // nil unless a device may be lost during the run (a LossSpec, or a plan with code devices)

@@ -282,7 +282,7 @@ func TestInvalidGraphIsAnError(t *testing.T) {
 	x := g.AddBuffer("x", 1)
 	g.AddKernel("k", nop, dag.Reads(x))
 	_, err := e.Run(t.Context(), g)
-	var ue *dag.UnwrittenError
+	var ue *dag.NoWriterError
 	require.ErrorAs(t, err, &ue)
 	assert.Equal(t, "x", ue.Buffer)
 }

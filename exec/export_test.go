@@ -27,7 +27,7 @@ func PlanPlaced(e *Executor, g *dag.Graph, dev []int) (*Plan, error) {
 		ids[i] = d.ID()
 	}
 	code, mem, _ := e.caps()
-	return planOn(g, ids, e.numStreams(), code, mem, PlacementResult{Strategy: placement.HEFT, Device: dev}, nil), nil
+	return planOn(g, ids, e.numStreams(), code, mem, placement.Assignment{Strategy: placement.HEFT, Device: dev}, nil), nil
 }
 
 // TraceScheduler makes s call f, under its lock, with one line per run it

@@ -73,8 +73,8 @@ func newFakeCode(id topology.DeviceID, streams int, kernels map[string]fakeKerne
 func (d *fakeCode) ID() topology.DeviceID { return d.id }
 func (d *fakeCode) Kind() string          { return d.kind }
 func (d *fakeCode) Code() string          { return d.code }
-func (d *fakeCode) Info() topology.Device {
-	return topology.Device{ID: d.id, Name: "fake code device", MemoryBytes: d.memBytes}
+func (d *fakeCode) Info() topology.DeviceFacts {
+	return topology.DeviceFacts{ID: d.id, Name: "fake code device", MemoryBytes: d.memBytes}
 }
 func (d *fakeCode) NumStreams() int { return len(d.streams) }
 

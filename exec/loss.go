@@ -255,7 +255,7 @@ type recovery struct {
 	rerun   []bool // by kernel: it runs in the second phase
 	cannot  []dag.KernelID
 	nocode  []dag.KernelID // kernels of the lost device that no surviving device has code for
-	pl      PlacementResult
+	pl      placement.Assignment
 	moved   []Migration
 }
 
@@ -415,11 +415,11 @@ func (rc *recovery) overwrittenAfter(r buffers.Binding, k int) bool {
 func (rc *recovery) migrate() {
 	g, p1, loss := rc.g, rc.p1, rc.loss
 	load := make([]int, len(p1.devices))
-	var lost []placement.KernelID
+	var lost []string
 	for k, d := range p1.placement.Device {
 		load[d]++
 		if d == loss.dev {
-			lost = append(lost, placement.KernelID(g.KernelName(dag.KernelID(k))))
+			lost = append(lost, g.KernelName(dag.KernelID(k)))
 		}
 	}
 	var targets []placement.Target
@@ -428,14 +428,14 @@ func (rc *recovery) migrate() {
 			targets = append(targets, placement.Target{ID: id, Kernels: load[d]})
 		}
 	}
-	kernel := func(k placement.KernelID) dag.KernelID {
-		id, _ := g.KernelByName(string(k))
+	kernel := func(k string) dag.KernelID {
+		id, _ := g.KernelByName(k)
 		return id
 	}
-	moves, _ := placement.Spread(loss.id, lost, targets, 0, rc.e.topo, func(k placement.KernelID, to topology.DeviceID) bool {
+	moves, _ := placement.Spread(loss.id, lost, targets, 0, rc.e.topo, func(k string, to topology.DeviceID) bool {
 		return rc.runs(kernel(k), slices.Index(p1.devices, to))
 	})
-	rc.pl = PlacementResult{Strategy: p1.placement.Strategy, Device: slices.Clone(p1.placement.Device)}
+	rc.pl = placement.Assignment{Strategy: p1.placement.Strategy, Device: slices.Clone(p1.placement.Device)}
 	target := map[dag.KernelID]int{}
 	for _, m := range moves {
 		target[kernel(m.Kernel)] = slices.Index(p1.devices, m.Target)

@@ -45,10 +45,6 @@ func (p Placement) String() string {
 	return p.strategy().String()
 }
 
-// PlacementResult is a placement and what the cost model says of it
-// (Plan.Placement).
-type PlacementResult = placement.Result
-
 // place chooses a device for every kernel of the validated graph g among
 // devs (lanes[d] lanes each) with strategy, by placement.Place, where
 // device d runs kernel code of kind code[d] only: a kernel goes only to a
@@ -58,10 +54,10 @@ type PlacementResult = placement.Result
 // device's argument alignment (align[d]). Errors: a kernel no device has code for, one that
 // can run only where it cannot bind its buffers, one pinned to a device
 // not in devs or without code for it; placement.Place's.
-func place(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, mem []bool, align []int64, lanes []int, topo *topology.Topology, strategy Placement) (PlacementResult, error) {
+func place(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, mem []bool, align []int64, lanes []int, topo *topology.Topology, strategy Placement) (placement.Assignment, error) {
 	runs, err := runsOn(g, devs, code, mem, align)
 	if err != nil {
-		return PlacementResult{}, err
+		return placement.Assignment{}, err
 	}
 	return placement.Place(placement.Problem{Graph: g, Devices: devs, Lanes: lanes, Topology: topo, Runs: runs}, strategy.strategy())
 }

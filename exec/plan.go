@@ -98,7 +98,7 @@ type Plan struct {
 	waits     int                    // event waits inserted
 	hazards   int                    // cross-stream hazards found (waits <= hazards)
 	copies    int                    // copy launches inserted
-	placement PlacementResult        // the device of each kernel (by kernel id), and the cost model's figures
+	placement placement.Assignment   // the device of each kernel (by kernel id), and the cost model's figures
 	record    []bool                 // record[i]: an event must be recorded after launch i
 	fetch     [][]fetch              // by graph buffer: its final bytes a Result fetches from a code device; nil: none anywhere
 	fetchOnly []bool                 // by graph buffer: only fetches touch it (its host bytes are made by the first); nil with fetch
@@ -188,7 +188,7 @@ func (p *Plan) Copies() int { return p.copies }
 
 // Placement returns the device index chosen for each kernel (by kernel
 // id) and the cost model's figures for that placement.
-func (p *Plan) Placement() PlacementResult {
+func (p *Plan) Placement() placement.Assignment {
 	r := p.placement
 	r.Device = slices.Clone(r.Device)
 	return r
@@ -241,7 +241,7 @@ func (e *Executor) Plan(g *dag.Graph) (*Plan, error) {
 		return nil, err
 	}
 	if len(e.devs) == 1 {
-		pl := PlacementResult{Strategy: placement.HEFT, Device: make([]int, g.NumKernels())}
+		pl := placement.Assignment{Strategy: placement.HEFT, Device: make([]int, g.NumKernels())}
 		if p := planWith(g, ids, e.numStreams(), code, mem, pl, nil, code[0], false); p != nil {
 			return p, nil
 		}
@@ -466,7 +466,7 @@ func (e *Executor) numStreams() []int {
 // device when mem[d] (mem nil: none is), kernel k on device pl.Device[k]:
 // launch order, copies, hazards, streams and event waits. A kernel on a
 // code device runs its variant of the device's kind.
-func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams []int, code []dag.CodeKind, mem []bool, pl PlacementResult, sub *subset) *Plan {
+func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams []int, code []dag.CodeKind, mem []bool, pl placement.Assignment, sub *subset) *Plan {
 	return planWith(g, devs, nstreams, code, mem, pl, sub, "", true)
 }
 
@@ -476,7 +476,7 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams []int, code []dag.C
 // check or is pinned to another device. With lookup false it plans as if
 // no kernel had an Estimate, which spares launchOrder looking for them,
 // and plans again, looking, when the copying finds one (check not "").
-func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, code []dag.CodeKind, mem []bool, pl PlacementResult, sub *subset, check dag.CodeKind, lookup bool) *Plan {
+func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, code []dag.CodeKind, mem []bool, pl placement.Assignment, sub *subset, check dag.CodeKind, lookup bool) *Plan {
 	order := g.Order()
 	if sub != nil {
 		order = slices.DeleteFunc(slices.Clone(order), func(k dag.KernelID) bool { return !sub.run[k] })
@@ -528,7 +528,7 @@ func numAccesses(g *dag.Graph, order []dag.KernelID) int {
 // by device), running code of kind code[d], a code device when mem[d]
 // (mem nil: none is), kernels placed by pl. It keeps copies of the
 // slices.
-func newPlan(g *dag.Graph, devs []topology.DeviceID, nstreams []int, code []dag.CodeKind, mem []bool, pl PlacementResult) *Plan {
+func newPlan(g *dag.Graph, devs []topology.DeviceID, nstreams []int, code []dag.CodeKind, mem []bool, pl placement.Assignment) *Plan {
 	if mem == nil {
 		mem = make([]bool, len(devs))
 	}

@@ -22,7 +22,7 @@ import (
 // topology.
 func twoSimGPUs(t *testing.T, streams int) *exec.Executor {
 	t.Helper()
-	set, err := sim.New([]topology.Device{{ID: topology.GPU(0)}, {ID: topology.GPU(1)}}, streams)
+	set, err := sim.New([]topology.DeviceFacts{{ID: topology.GPU(0)}, {ID: topology.GPU(1)}}, streams)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, set.Close()) })
 	e, err := exec.NewMulti(set.Devices(), nil, exec.WithAllocator(leaktest.Allocator(t)))

@@ -19,7 +19,7 @@ type Config struct {
 	// GPUs are the GPUs a simulating driver models (sim: their IDs and
 	// facts, e.g. topology.Topology.GPUs()); drivers of real devices
 	// ignore it.
-	GPUs []topology.Device
+	GPUs []topology.DeviceFacts
 }
 
 // Set is the devices one Open returned, closed together.
@@ -107,7 +107,7 @@ type Found struct {
 	// Name, Vendor, MemoryBytes, Cores, and UUID and PCIBusID when the
 	// driver can read them ("" otherwise). A lease backend matches a
 	// found device to an NVML GPU by UUID or PCI bus ID.
-	Device topology.Device
+	Device topology.DeviceFacts
 	// Type is what the device is: "gpu", "cpu", "accelerator" or
 	// "custom" (an OpenCL device type; the types a lease backend's
 	// Config.LeaseTypes names).

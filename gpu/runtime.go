@@ -80,7 +80,7 @@ type Device interface {
 	// Code names.
 	Kind() string
 	// Info returns the device's facts.
-	Info() topology.Device
+	Info() topology.DeviceFacts
 	// NumStreams is the number of streams, at least 1.
 	NumStreams() int
 	// Stream returns stream i, 0 <= i < NumStreams(). It panics for an

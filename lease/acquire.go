@@ -42,7 +42,7 @@ func (a *Acquired) Release() {
 // Acquire gives a run its device through the backend, the same way on
 // every host. It claims a lease (Claim: FIFO, waiting while every device
 // of the pool is leased) and opens the leased device with the driver
-// that found it (a gpu.Enumerator of Config.Drivers), with cfg: an
+// that found it (a gpu.Enumerator of BackendConfig.Drivers), with cfg: an
 // OpenCL device, or an NVML GPU that an OpenCL driver lists too (the
 // same UUID or PCI bus ID). The Acquired holds the lease until Release.
 //

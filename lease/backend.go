@@ -38,16 +38,16 @@ var (
 	ErrReentrantObservationClose = errors.New("lease: reentrant_observation_close: close-and-wait called from an observer")
 )
 
-// DefaultCleanupSlice is the default Config.CleanupSlice.
+// DefaultCleanupSlice is the default BackendConfig.CleanupSlice.
 const DefaultCleanupSlice = 10 * time.Millisecond
 
-// Config configures New. The zero value is a valid config: a backend
+// BackendConfig configures New. The zero value is a valid config: a backend
 // with no GPU (CPU-only), no hooks and no observer.
-type Config struct {
+type BackendConfig struct {
 	// Devices are the GPUs the backend owns, in slot order (for example
 	// the Devices of gpu/nvml's Inventory). Entries that are not GPUs (the
 	// CPU device) are skipped; a GPU ID given twice is a config error.
-	Devices []topology.Device
+	Devices []topology.DeviceFacts
 	// Drivers names the registered drivers whose devices the backend
 	// leases besides Devices, each a gpu.Enumerator (gpu/opencl's "opencl"):
 	// their devices (of LeaseTypes) follow Devices in the slot order,
@@ -109,7 +109,7 @@ type Config struct {
 // Hooks are the device-specific steps of a backend's life. Each is
 // optional. The close hooks run on the backend's close coordinator
 // goroutine, one bounded slice at a time: their ctx expires after
-// Config.CleanupSlice; returning an error that is ctx's error
+// BackendConfig.CleanupSlice; returning an error that is ctx's error
 // (context.DeadlineExceeded) means "not done yet, call me again next
 // slice"; any other error fails the backend closed. A hook that ignores
 // ctx and blocks holds up the coordinator (and CloseAndWait times out).
@@ -127,7 +127,7 @@ type Hooks struct {
 
 // DeviceProfile is the validated request for one GPU.
 type DeviceProfile struct {
-	Device  topology.Device
+	Device  topology.DeviceFacts
 	Streams int // streams the startup record must show, >= 1
 }
 
@@ -206,7 +206,7 @@ func (e *CloseError) Unwrap() []error { return []error{e.Reason, e.Err} }
 type RollbackCleanup struct {
 	Installed int `json:"installed"` // devices installed before the failure
 	// Finished: the rollback reached GPU-resource quiescence within
-	// Config.RollbackWait and the owner lease is free again.
+	// BackendConfig.RollbackWait and the owner lease is free again.
 	Finished bool `json:"finished"`
 	// Transferred: it did not; the close coordinator goes on alone and
 	// frees the owner lease later, so a retry may briefly see
@@ -282,7 +282,7 @@ var phaseNames = [...]string{"open", "service", "journal", "gpu_permits", "obser
 // when phase gpu_permits releases it (or never, on a failed close).
 type resources struct {
 	pool    *Pool
-	devices []topology.Device // leasable devices, slot order
+	devices []topology.DeviceFacts // leasable devices, slot order
 }
 
 // route is how Acquire opens a leased device: the driver that found it
@@ -294,7 +294,7 @@ type route struct {
 }
 
 // Backend is the process-owned device backend (seed: GpuBackendCore):
-// the lease pool over the GPUs of Config.Devices and the devices the
+// the lease pool over the GPUs of BackendConfig.Devices and the devices the
 // drivers list. At most one is live per process (an owner lease, claimed
 // by New and freed only at GPU-resource quiescence). A *Backend is the
 // public handle: Go has no drop, so there is no "last handle" close —
@@ -313,7 +313,7 @@ type route struct {
 // All methods are safe for concurrent use.
 type Backend struct {
 	id      Identity
-	cfg     Config
+	cfg     BackendConfig
 	records []StartupRecord
 	routes  map[topology.DeviceID]route // immutable after New
 	notes   []string                    // immutable after New
@@ -373,7 +373,7 @@ const maxReports = 64
 // what was installed (see RollbackCleanup: the close coordinator takes the
 // resources over; if it does not finish within RollbackWait it goes on
 // alone and frees the owner lease later).
-func New(cfg Config) (*Backend, error) {
+func New(cfg BackendConfig) (*Backend, error) {
 	profiles, err := validate(&cfg)
 	if err != nil {
 		return nil, err
@@ -391,7 +391,7 @@ func New(cfg Config) (*Backend, error) {
 	b.id.ID = backendSeq.Add(1)
 	b.id.Devices = []string{}
 	b.closeCtx, b.closeSignal = context.WithCancel(context.Background())
-	devs := make([]topology.Device, len(profiles))
+	devs := make([]topology.DeviceFacts, len(profiles))
 	for i, p := range profiles {
 		devs[i] = p.Device
 		b.id.Devices = append(b.id.Devices, p.Device.ID.String())
@@ -417,15 +417,15 @@ func New(cfg Config) (*Backend, error) {
 	return b, nil
 }
 
-func validate(cfg *Config) ([]DeviceProfile, error) {
+func validate(cfg *BackendConfig) ([]DeviceProfile, error) {
 	if cfg.Streams < 0 {
-		return nil, fmt.Errorf("lease: Config.Streams %d: must be >= 0", cfg.Streams)
+		return nil, fmt.Errorf("lease: BackendConfig.Streams %d: must be >= 0", cfg.Streams)
 	}
 	if cfg.Streams == 0 {
 		cfg.Streams = 1
 	}
 	if cfg.CleanupSlice < 0 || cfg.RollbackWait < 0 {
-		return nil, fmt.Errorf("lease: Config: negative CleanupSlice %v or RollbackWait %v", cfg.CleanupSlice, cfg.RollbackWait)
+		return nil, fmt.Errorf("lease: BackendConfig: negative CleanupSlice %v or RollbackWait %v", cfg.CleanupSlice, cfg.RollbackWait)
 	}
 	if cfg.CleanupSlice == 0 {
 		cfg.CleanupSlice = DefaultCleanupSlice
@@ -440,10 +440,10 @@ func validate(cfg *Config) ([]DeviceProfile, error) {
 			continue
 		}
 		if seen[d.ID] {
-			return nil, fmt.Errorf("lease: Config.Devices: %v given twice", d.ID)
+			return nil, fmt.Errorf("lease: BackendConfig.Devices: %v given twice", d.ID)
 		}
 		if d.ID.Index < 0 || d.MemoryBytes < 0 {
-			return nil, fmt.Errorf("lease: Config.Devices: %v: negative index or memory", d.ID)
+			return nil, fmt.Errorf("lease: BackendConfig.Devices: %v: negative index or memory", d.ID)
 		}
 		seen[d.ID] = true
 		d.CPUAffinity = append([]int(nil), d.CPUAffinity...)
@@ -536,7 +536,7 @@ func (b *Backend) NumGPUs() int { return len(b.records) }
 // Devices returns the leasable devices of the backend's resource
 // generation (GPUs and OpenCL devices), in slot order (a service read). After Close it returns ErrBackendClosing. The
 // CPUAffinity slices are shared: do not modify them.
-func (b *Backend) Devices() ([]topology.Device, error) {
+func (b *Backend) Devices() ([]topology.DeviceFacts, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closing {
@@ -544,7 +544,7 @@ func (b *Backend) Devices() ([]topology.Device, error) {
 		b.m.gen++
 		return nil, ErrBackendClosing
 	}
-	return append([]topology.Device{}, b.res.devices...), nil
+	return append([]topology.DeviceFacts{}, b.res.devices...), nil
 }
 
 // Claim admits one unit of device work: it waits FIFO for a lease on a
@@ -555,7 +555,7 @@ func (b *Backend) Devices() ([]topology.Device, error) {
 // Errors: ErrBackendClosing when close has been signalled before or while
 // waiting (a claim parked at close is woken and refused); ErrNoGPU at
 // once when the backend has no device to lease (fall back to the CPU
-// device), and wrapping each *gpu.LostError once Config.HealthCheck has
+// device), and wrapping each *gpu.LostError once BackendConfig.HealthCheck has
 // found every GPU gone; ctx.Err(), at once when ctx is already done (no
 // lease is taken, nothing is counted), or when it is done while waiting.
 func (b *Backend) Claim(ctx context.Context) (*Claim, error) {
@@ -812,7 +812,7 @@ func (b *Backend) closeSnapshotLocked() CloseSnapshot {
 //     failed; the owner lease stays claimed for the life of the process;
 //   - ErrReentrantObservationClose, before close is signalled, when ctx
 //     is (or derives from) the ctx an observer callback was given (see
-//     Config.Observer).
+//     BackendConfig.Observer).
 //
 // Any number of goroutines may wait at once.
 func (b *Backend) CloseAndWait(ctx context.Context) (CloseSnapshot, error) {
@@ -916,5 +916,5 @@ func (b *Backend) MetricsSnapshot() MetricsSnapshot {
 }
 
 // observationKey marks the ctx of an observer callback: its value is
-// the backend that delivers the report (see Config.Observer).
+// the backend that delivers the report (see BackendConfig.Observer).
 type observationKey struct{}

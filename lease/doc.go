@@ -4,7 +4,7 @@
 // one run at a time, from a FIFO [Pool] (seed: GpuPool). It imports gpu
 // and topology only, no driver package and not gpu/nvml, so it builds
 // without cgo: the devices it leases come from what the caller passes
-// ([Config].Devices, e.g. gpu/nvml's Discover) and from the drivers the
+// ([BackendConfig].Devices, e.g. gpu/nvml's Discover) and from the drivers the
 // program registered, reached through gpu's registry.
 //
 // # Use
@@ -12,7 +12,7 @@
 // An executor gets its devices from a backend:
 //
 //	inv := nvml.Discover(ctx)                    // the CPU device and the NVML GPUs, or why none
-//	cfg := lease.Config{Devices: inv.Devices, Source: inv.NVML.String()}
+//	cfg := lease.BackendConfig{Devices: inv.Devices, Source: inv.NVML.String()}
 //	if inv.NVML.Available {
 //		cfg.HealthCheck = nvml.HealthCheck(nil) // a GPU found lost later is never leased
 //	}
@@ -28,10 +28,10 @@
 //
 // # Leases follow the devices
 //
-// The pool has one slot per GPU of [Config].Devices and per device that
-// a driver implementing gpu.Enumerator lists ([Config].Drivers:
+// The pool has one slot per GPU of [BackendConfig].Devices and per device that
+// a driver implementing gpu.Enumerator lists ([BackendConfig].Drivers:
 // gpu/opencl's "opencl", a GPU of any vendor; a CPU OpenCL device such as
-// PoCL when [Config].LeaseTypes names "cpu"), each with its vendor and
+// PoCL when [BackendConfig].LeaseTypes names "cpu"), each with its vendor and
 // identity (UUID, PCI bus ID, name, memory; [Backend.StartupRecords],
 // [Backend.MetricsSnapshot]). A listed device that is one of the GPUs of
 // Devices (the same UUID or PCI bus ID, as NVIDIA's OpenCL driver lists

@@ -13,10 +13,10 @@ import (
 // TryClaim fails while every GPU is leased, and a released claim frees
 // its slot.
 func ExamplePool() {
-	a100 := func(i int) topology.Device {
-		return topology.Device{ID: topology.GPU(i), Name: "A100", NUMANode: -1}
+	a100 := func(i int) topology.DeviceFacts {
+		return topology.DeviceFacts{ID: topology.GPU(i), Name: "A100", NUMANode: -1}
 	}
-	p, err := lease.NewPool([]topology.Device{topology.CPUDevice(), a100(0), a100(2)})
+	p, err := lease.NewPool([]topology.DeviceFacts{topology.CPUDevice(), a100(0), a100(2)})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -47,8 +47,8 @@ func ExamplePool() {
 // refused, and CloseAndWait returns when the cleanup is done.
 func ExampleBackend() {
 	ctx := context.Background()
-	b, err := lease.New(lease.Config{
-		Devices: []topology.Device{{ID: topology.GPU(0), Name: "A100", NUMANode: -1}},
+	b, err := lease.New(lease.BackendConfig{
+		Devices: []topology.DeviceFacts{{ID: topology.GPU(0), Name: "A100", NUMANode: -1}},
 		Drivers: []string{}, // lease the GPUs of Devices only
 	})
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 var foundTypes = []string{"gpu", "cpu", "accelerator", "custom"}
 
 // discovered is what New learned from the drivers of
-// Config.Drivers.
+// BackendConfig.Drivers.
 type discovered struct {
 	profiles []DeviceProfile // the found devices that get a slot, slot order
 	routes   map[topology.DeviceID]route
@@ -23,11 +23,11 @@ type discovered struct {
 }
 
 // discover asks cfg's drivers for their devices (cfg is validated; gpus
-// are the profiles of cfg.Devices). Config errors: an unknown driver, or
+// are the profiles of cfg.Devices). BackendConfig errors: an unknown driver, or
 // one that is no gpu.Enumerator, an unknown lease type. What a driver gets
 // wrong (an error, a device whose ID another device has, a negative
 // index or memory) leaves its devices out and becomes a note.
-func discover(cfg *Config, gpus []DeviceProfile) (discovered, error) {
+func discover(cfg *BackendConfig, gpus []DeviceProfile) (discovered, error) {
 	out := discovered{routes: map[topology.DeviceID]route{}}
 	kinds := cfg.Drivers
 	if kinds == nil {
@@ -39,17 +39,17 @@ func discover(cfg *Config, gpus []DeviceProfile) (discovered, error) {
 	}
 	for _, t := range types {
 		if !slices.Contains(foundTypes, t) {
-			return out, fmt.Errorf("lease: Config.LeaseTypes: unknown device type %q (want one of %v)", t, foundTypes)
+			return out, fmt.Errorf("lease: BackendConfig.LeaseTypes: unknown device type %q (want one of %v)", t, foundTypes)
 		}
 	}
 	seen := map[topology.DeviceID]string{}
 	for _, p := range gpus {
-		seen[p.Device.ID] = "lease.Config.Devices"
+		seen[p.Device.ID] = "lease.BackendConfig.Devices"
 	}
 	for _, kind := range kinds {
 		drv, err := enumerator(kind)
 		if err != nil {
-			return out, fmt.Errorf("lease: Config.Drivers: %w", err)
+			return out, fmt.Errorf("lease: BackendConfig.Drivers: %w", err)
 		}
 		fs, err := callEnumerate(drv)
 		if err != nil {
@@ -74,7 +74,7 @@ func discover(cfg *Config, gpus []DeviceProfile) (discovered, error) {
 				out.notes = append(out.notes, fmt.Sprintf("%s: %s (%s) is the CPU device: not leased", kind, d.ID, d.Name))
 				continue
 			case !slices.Contains(types, f.Type):
-				out.notes = append(out.notes, fmt.Sprintf("%s: %s (%s) is a %s device: not leased (lease.Config.LeaseTypes %v)", kind, d.ID, d.Name, f.Type, types))
+				out.notes = append(out.notes, fmt.Sprintf("%s: %s (%s) is a %s device: not leased (lease.BackendConfig.LeaseTypes %v)", kind, d.ID, d.Name, f.Type, types))
 				continue
 			}
 			if by, dup := seen[d.ID]; dup {
@@ -133,7 +133,7 @@ func callEnumerate(drv gpu.Enumerator) (fs []gpu.Found, err error) {
 
 // sameDevice reports whether a and b are one device: the same UUID, or
 // the same PCI bus ID (each compared when both know it).
-func sameDevice(a, b topology.Device) bool {
+func sameDevice(a, b topology.DeviceFacts) bool {
 	if u, v := normUUID(a.UUID), normUUID(b.UUID); u != "" && u == v {
 		return true
 	}
@@ -191,7 +191,7 @@ func (b *Backend) runtimeOf(id topology.DeviceID) string {
 	}
 }
 
-// Notes says what New learned from the drivers of Config.Drivers: a
+// Notes says what New learned from the drivers of BackendConfig.Drivers: a
 // driver that found no device and why, a found device that is one of
 // Devices' GPUs, one that is not leased and why. It works at any time.
 func (b *Backend) Notes() []string { return slices.Clone(b.notes) }

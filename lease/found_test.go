@@ -68,16 +68,16 @@ func (enumDriver) OpenDevice(_ context.Context, f gpu.Found, cfg gpu.Config) (gp
 
 // fakeDevice is a device with no streams that counts its Closes.
 type fakeDevice struct {
-	info   topology.Device
+	info   topology.DeviceFacts
 	closes atomic.Int32
 }
 
-func (d *fakeDevice) ID() topology.DeviceID { return d.info.ID }
-func (d *fakeDevice) Kind() string          { return "test-enum" }
-func (d *fakeDevice) Info() topology.Device { return d.info }
-func (d *fakeDevice) NumStreams() int       { return 1 }
-func (d *fakeDevice) Stream(int) gpu.Stream { panic("fakeDevice has no streams") }
-func (d *fakeDevice) Close() error          { d.closes.Add(1); return nil }
+func (d *fakeDevice) ID() topology.DeviceID      { return d.info.ID }
+func (d *fakeDevice) Kind() string               { return "test-enum" }
+func (d *fakeDevice) Info() topology.DeviceFacts { return d.info }
+func (d *fakeDevice) NumStreams() int            { return 1 }
+func (d *fakeDevice) Stream(int) gpu.Stream      { panic("fakeDevice has no streams") }
+func (d *fakeDevice) Close() error               { d.closes.Add(1); return nil }
 
 // plainDriver is a driver that lists no devices (no Enumerator).
 type plainDriver struct{}
@@ -101,12 +101,12 @@ const uuid0 = "GPU-4f3b2c1a-0d9e-4a7b-8c6d-5e4f3a2b1c0d"
 // foundGPU is a GPU the test Enumerator lists as opencl<i>.
 func foundGPU(i int, name, uuid, pci string) gpu.Found {
 	return gpu.Found{Type: "gpu", Key: name,
-		Device: topology.Device{ID: topology.OpenCL(i), Name: name, Vendor: "Vendor " + name, UUID: uuid, PCIBusID: pci, MemoryBytes: 1 << 30, NUMANode: -1}}
+		Device: topology.DeviceFacts{ID: topology.OpenCL(i), Name: name, Vendor: "Vendor " + name, UUID: uuid, PCIBusID: pci, MemoryBytes: 1 << 30, NUMANode: -1}}
 }
 
 // nvmlGPU is an NVML GPU as gpu/nvml's inventory gives it.
-func nvmlGPU(i int, uuid, pci string) topology.Device {
-	return topology.Device{ID: topology.GPU(i), Name: "NVIDIA test GPU", Vendor: "NVIDIA Corporation", UUID: uuid, PCIBusID: pci, NUMANode: -1}
+func nvmlGPU(i int, uuid, pci string) topology.DeviceFacts {
+	return topology.DeviceFacts{ID: topology.GPU(i), Name: "NVIDIA test GPU", Vendor: "NVIDIA Corporation", UUID: uuid, PCIBusID: pci, NUMANode: -1}
 }
 
 // TestBackendLeasesFoundDevices: the pool holds Devices' GPUs, then the
@@ -119,11 +119,11 @@ func TestBackendLeasesFoundDevices(t *testing.T) {
 	setEnum(t, nil,
 		foundGPU(0, "routed by UUID", "4F3B2C1A-0D9E-4A7B-8C6D-5E4F3A2B1C0D", ""),
 		foundGPU(1, "other vendor GPU", "", "0000:c1:00.0"),
-		gpu.Found{Type: "cpu", Key: "pocl", Device: topology.Device{ID: topology.OpenCL(2), Name: "cpu device", NUMANode: -1}},
+		gpu.Found{Type: "cpu", Key: "pocl", Device: topology.DeviceFacts{ID: topology.OpenCL(2), Name: "cpu device", NUMANode: -1}},
 		foundGPU(3, "routed by PCI", "", "0000:07:00.0"),
 	)
-	b, err := lease.New(lease.Config{Drivers: []string{"test-enum"},
-		Devices: []topology.Device{topology.CPUDevice(), nvmlGPU(0, uuid0, "00000000:01:00.0"), nvmlGPU(1, "", "00000000:07:00.0"), nvmlGPU(2, "", "")}})
+	b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum"},
+		Devices: []topology.DeviceFacts{topology.CPUDevice(), nvmlGPU(0, uuid0, "00000000:01:00.0"), nvmlGPU(1, "", "00000000:07:00.0"), nvmlGPU(2, "", "")}})
 	require.NoError(t, err)
 	defer closed(t, b)
 
@@ -137,7 +137,7 @@ func TestBackendLeasesFoundDevices(t *testing.T) {
 	assert.Equal(t, []string{"NVIDIA Corporation", "NVIDIA Corporation", "NVIDIA Corporation", "Vendor other vendor GPU"}, vendors)
 	assert.Equal(t, []string{
 		"test-enum: opencl0 (routed by UUID) is gpu0",
-		"test-enum: opencl2 (cpu device) is a cpu device: not leased (lease.Config.LeaseTypes [gpu])",
+		"test-enum: opencl2 (cpu device) is a cpu device: not leased (lease.BackendConfig.LeaseTypes [gpu])",
 		"test-enum: opencl3 (routed by PCI) is gpu1",
 	}, b.Notes())
 	leases := b.MetricsSnapshot().Leases
@@ -189,16 +189,16 @@ func TestBackendLeasesFoundDevices(t *testing.T) {
 }
 
 func TestBackendDriversConfig(t *testing.T) {
-	setEnum(t, nil, foundGPU(0, "a", "", ""), gpu.Found{Type: "cpu", Key: "c", Device: topology.Device{ID: topology.OpenCL(1), Name: "c", NUMANode: -1}})
+	setEnum(t, nil, foundGPU(0, "a", "", ""), gpu.Found{Type: "cpu", Key: "c", Device: topology.DeviceFacts{ID: topology.OpenCL(1), Name: "c", NUMANode: -1}})
 	for _, tc := range []struct {
 		name string
-		cfg  lease.Config
+		cfg  lease.BackendConfig
 		err  string
 	}{
-		{"unknown driver", lease.Config{Drivers: []string{"nope"}}, `lease: Config.Drivers: gpu: no driver "nope" registered (registered: [`},
-		{"not an enumerator", lease.Config{Drivers: []string{"test-plain"}}, `lease: Config.Drivers: driver "test-plain" lists no devices to lease (it does not implement gpu.Enumerator)`},
-		{"unknown type", lease.Config{Drivers: []string{"test-enum"}, LeaseTypes: []string{"gpu", "fpga"}},
-			`lease: Config.LeaseTypes: unknown device type "fpga" (want one of [gpu cpu accelerator custom])`},
+		{"unknown driver", lease.BackendConfig{Drivers: []string{"nope"}}, `lease: BackendConfig.Drivers: gpu: no driver "nope" registered (registered: [`},
+		{"not an enumerator", lease.BackendConfig{Drivers: []string{"test-plain"}}, `lease: BackendConfig.Drivers: driver "test-plain" lists no devices to lease (it does not implement gpu.Enumerator)`},
+		{"unknown type", lease.BackendConfig{Drivers: []string{"test-enum"}, LeaseTypes: []string{"gpu", "fpga"}},
+			`lease: BackendConfig.LeaseTypes: unknown device type "fpga" (want one of [gpu cpu accelerator custom])`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := lease.New(tc.cfg)
@@ -207,14 +207,14 @@ func TestBackendDriversConfig(t *testing.T) {
 		})
 	}
 	t.Run("cpu type leased when named", func(t *testing.T) {
-		b, err := lease.New(lease.Config{Drivers: []string{"test-enum"}, LeaseTypes: []string{"cpu", "gpu"}})
+		b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum"}, LeaseTypes: []string{"cpu", "gpu"}})
 		require.NoError(t, err)
 		defer closed(t, b)
 		assert.Equal(t, []string{"opencl0", "opencl1"}, b.Identity().Devices)
 		assert.Empty(t, b.Notes())
 	})
 	t.Run("listed twice", func(t *testing.T) {
-		b, err := lease.New(lease.Config{Drivers: []string{"test-enum", "test-enum"}})
+		b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum", "test-enum"}})
 		require.NoError(t, err)
 		defer closed(t, b)
 		assert.Equal(t, []string{"opencl0"}, b.Identity().Devices)
@@ -224,7 +224,7 @@ func TestBackendDriversConfig(t *testing.T) {
 		enum.mu.Lock()
 		before := enum.calls
 		enum.mu.Unlock()
-		b, err := lease.New(lease.Config{Drivers: []string{}})
+		b, err := lease.New(lease.BackendConfig{Drivers: []string{}})
 		require.NoError(t, err)
 		defer closed(t, b)
 		assert.Zero(t, b.NumGPUs())
@@ -234,7 +234,7 @@ func TestBackendDriversConfig(t *testing.T) {
 		enum.mu.Unlock()
 	})
 	t.Run("nil: every enumerator", func(t *testing.T) {
-		b, err := lease.New(lease.Config{})
+		b, err := lease.New(lease.BackendConfig{})
 		require.NoError(t, err)
 		defer closed(t, b)
 		assert.Equal(t, []string{"opencl0"}, b.Identity().Devices)
@@ -245,7 +245,7 @@ func TestBackendDriversConfig(t *testing.T) {
 // which Acquire's reason for the CPU device includes.
 func TestBackendEnumerateFails(t *testing.T) {
 	setEnum(t, errors.New("no platform"))
-	b, err := lease.New(lease.Config{Drivers: []string{"test-enum"}, Source: "NVML unavailable"})
+	b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum"}, Source: "NVML unavailable"})
 	require.NoError(t, err)
 	defer closed(t, b)
 	assert.Zero(t, b.NumGPUs())
@@ -260,7 +260,7 @@ func TestBackendEnumerateFails(t *testing.T) {
 func TestBackendAcquireFIFO(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		setEnum(t, nil, foundGPU(0, "only", "", ""))
-		b, err := lease.New(lease.Config{Drivers: []string{"test-enum"}})
+		b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum"}})
 		require.NoError(t, err)
 		defer closed(t, b)
 		first, err := b.Acquire(t.Context(), gpu.Config{})
@@ -311,7 +311,7 @@ func TestBackendAcquireFIFO(t *testing.T) {
 func TestBackendAcquireCloseWaitsForRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		setEnum(t, nil, foundGPU(0, "only", "", ""))
-		b, err := lease.New(lease.Config{Drivers: []string{"test-enum"}})
+		b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum"}})
 		require.NoError(t, err)
 		a, err := b.Acquire(t.Context(), gpu.Config{})
 		require.NoError(t, err)
@@ -338,7 +338,7 @@ func TestBackendAcquireOpenFails(t *testing.T) {
 	enum.mu.Lock()
 	enum.openErr = errors.New("device busy")
 	enum.mu.Unlock()
-	b, err := lease.New(lease.Config{Drivers: []string{"test-enum"}})
+	b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum"}})
 	require.NoError(t, err)
 	defer closed(t, b)
 	_, err = b.Acquire(t.Context(), gpu.Config{})
@@ -351,7 +351,7 @@ func TestBackendAcquireOpenFails(t *testing.T) {
 // gpu/cpu imported (as in this test binary) it fails with an error naming
 // the missing driver, and hands no lease out.
 func TestAcquireNeedsCPUDriver(t *testing.T) {
-	b, err := lease.New(lease.Config{Devices: gpus(0)})
+	b, err := lease.New(lease.BackendConfig{Devices: gpus(0)})
 	require.NoError(t, err)
 	defer closed(t, b)
 	_, err = b.Acquire(t.Context(), gpu.Config{})

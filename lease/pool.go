@@ -25,7 +25,7 @@ var ErrNoGPU = errors.New("lease: no GPU on this host")
 // unknown state must return nil; a panic counts as nil). It may be called
 // from many goroutines at once. gpu/nvml's HealthCheck is the check by
 // UUID through NVML.
-type HealthCheck func(d topology.Device) error
+type HealthCheck func(d topology.DeviceFacts) error
 
 // PoolOption configures NewPool.
 type PoolOption func(*poolConfig)
@@ -72,7 +72,7 @@ type Pool struct {
 }
 
 type poolSlot struct {
-	dev  topology.Device
+	dev  topology.DeviceFacts
 	free atomic.Bool
 	lost atomic.Pointer[gpu.LostError] // set once, when the slot is retired
 }
@@ -87,7 +87,7 @@ type poolSlot struct {
 //
 // Errors: a GPU ID given twice ("lease: NewPool: gpu2 given twice (entries
 // 1 and 2)", entries counted from 0 in devices); no pool is returned.
-func NewPool(devices []topology.Device, opts ...PoolOption) (*Pool, error) {
+func NewPool(devices []topology.DeviceFacts, opts ...PoolOption) (*Pool, error) {
 	var cfg poolConfig
 	for _, o := range opts {
 		if o != nil {
@@ -254,7 +254,7 @@ func (p *Pool) take() (*Claim, error) {
 
 // checkSlot runs the health check; a panic in it counts as "not known to
 // be gone", so the pool's permits and slots stay consistent.
-func (p *Pool) checkSlot(d topology.Device) (err error) {
+func (p *Pool) checkSlot(d topology.DeviceFacts) (err error) {
 	defer func() {
 		if recover() != nil {
 			err = nil
@@ -356,7 +356,7 @@ type Claim struct {
 
 // Device returns the leased device's facts (also after Release). The
 // CPUAffinity slice is shared: do not modify it.
-func (c *Claim) Device() topology.Device { return c.pool.slots[c.slot].dev }
+func (c *Claim) Device() topology.DeviceFacts { return c.pool.slots[c.slot].dev }
 
 // Slot returns the claim's slot in its pool, 0 <= Slot < Capacity.
 func (c *Claim) Slot() int { return c.slot }

@@ -17,17 +17,17 @@ import (
 )
 
 // newPool is lease.NewPool for devices a test knows are valid.
-func newPool(t *testing.T, devs []topology.Device, opts ...lease.PoolOption) *lease.Pool {
+func newPool(t *testing.T, devs []topology.DeviceFacts, opts ...lease.PoolOption) *lease.Pool {
 	t.Helper()
 	p, err := lease.NewPool(devs, opts...)
 	require.NoError(t, err)
 	return p
 }
 
-func gpus(indices ...int) []topology.Device {
-	out := []topology.Device{topology.CPUDevice()}
+func gpus(indices ...int) []topology.DeviceFacts {
+	out := []topology.DeviceFacts{topology.CPUDevice()}
 	for _, i := range indices {
-		out = append(out, topology.Device{ID: topology.GPU(i), Name: "test GPU", NUMANode: -1})
+		out = append(out, topology.DeviceFacts{ID: topology.GPU(i), Name: "test GPU", NUMANode: -1})
 	}
 	return out
 }
@@ -35,10 +35,10 @@ func gpus(indices ...int) []topology.Device {
 func TestPoolCPUOnly(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		devs []topology.Device
+		devs []topology.DeviceFacts
 	}{
 		{"nil", nil},
-		{"cpu only", []topology.Device{topology.CPUDevice()}},
+		{"cpu only", []topology.DeviceFacts{topology.CPUDevice()}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPool(t, tc.devs)
@@ -99,7 +99,7 @@ func TestPoolSparseIndicesAndSlotOrder(t *testing.T) {
 // TestPoolLeasesOpenCLDevices: OpenCL devices get slots beside GPUs, in
 // the order given, with their vendor; only the CPU device is skipped.
 func TestPoolLeasesOpenCLDevices(t *testing.T) {
-	devs := append(gpus(1), topology.Device{ID: topology.OpenCL(0), Name: "cl GPU", Vendor: "Some Vendor", NUMANode: -1})
+	devs := append(gpus(1), topology.DeviceFacts{ID: topology.OpenCL(0), Name: "cl GPU", Vendor: "Some Vendor", NUMANode: -1})
 	p := newPool(t, devs)
 	require.Equal(t, 2, p.Capacity())
 	assert.Equal(t, []lease.SlotState{
@@ -268,7 +268,7 @@ func TestPoolClaimStress(t *testing.T) {
 func TestPoolRepeatedDevice(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		devs []topology.Device
+		devs []topology.DeviceFacts
 		want string
 	}{
 		{"adjacent", gpus(2, 2), "lease: NewPool: gpu2 given twice (entries 1 and 2)"},
@@ -345,7 +345,7 @@ func (s *lostSet) lose(ids ...topology.DeviceID) {
 	}
 }
 
-func (s *lostSet) check(d topology.Device) error {
+func (s *lostSet) check(d topology.DeviceFacts) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.lost[d.ID] {

@@ -172,7 +172,7 @@ func (s *Session) Reports() []AttemptReport { return s.b.Reports() }
 // Devices is a service read through the weak reference: the GPUs of the
 // resource generation, or ErrBackendClosing once close has been signalled
 // or the generation is gone.
-func (s *Session) Devices() ([]topology.Device, error) {
+func (s *Session) Devices() ([]topology.DeviceFacts, error) {
 	if s.res.Value() == nil {
 		return nil, ErrBackendClosing
 	}

@@ -12,9 +12,6 @@ import (
 	"github.com/streamdag/streamdag/topology"
 )
 
-// KernelID names a kernel known to a Coordinator.
-type KernelID string
-
 // Errors of the Coordinator (test with errors.Is).
 var (
 	// ErrNoSuitableDevice: no registered device is available (registered,
@@ -80,9 +77,9 @@ func (d DeviceInfo) MemoryUtilization() float64 {
 // DeviceStatus is a snapshot of one registered device.
 type DeviceStatus struct {
 	Info      DeviceInfo
-	Kernels   []KernelID // sorted
-	Available bool       // len(Kernels) < MaxKernelsPerDevice
-	Load      float64    // len(Kernels) / MaxKernelsPerDevice
+	Kernels   []string // sorted
+	Available bool     // len(Kernels) < MaxKernelsPerDevice
+	Load      float64  // len(Kernels) / MaxKernelsPerDevice
 }
 
 // SelectRequest carries what a selection may consider.
@@ -105,7 +102,7 @@ type CoordinatorStats struct {
 
 // MigrationPlan moves one kernel off a device being unregistered.
 type MigrationPlan struct {
-	Kernel         KernelID
+	Kernel         string
 	Source, Target topology.DeviceID
 }
 
@@ -115,12 +112,12 @@ type MigrationPlan struct {
 type UnregisterResult struct {
 	Device     topology.DeviceID
 	Migrations []MigrationPlan
-	Orphaned   []KernelID
+	Orphaned   []string
 }
 
 // MigrationRequest is a planned move of one kernel (RequestMigration).
 type MigrationRequest struct {
-	Kernel         KernelID
+	Kernel         string
 	Source, Target topology.DeviceID
 	// Route and EstimatedCost are the topology's best route and time for
 	// the kernel's state bytes; zero without a topology.
@@ -132,8 +129,9 @@ type MigrationRequest struct {
 // devices for new kernels, and plans migrations: the placement engine's
 // front-end for kernels that come and go one at a time (Select and
 // SelectForK2K choose among the registered devices, Unregister plans with
-// Spread). It follows the MultiGpuCoordinator design, with that design's
-// accidental behaviours fixed:
+// Spread). It knows a kernel by its name (as dag.Kernel.Name). It follows
+// the MultiGpuCoordinator design, with that design's accidental behaviours
+// fixed:
 //
 //   - Re-assigning a kernel moves it: the old device's count drops (that
 //     design left it counted). Counts are the sizes of per-device kernel
@@ -164,8 +162,8 @@ type Coordinator struct {
 	max     int
 	mu      sync.Mutex
 	devices map[topology.DeviceID]DeviceInfo
-	kernels map[topology.DeviceID]map[KernelID]struct{}
-	where   map[KernelID]topology.DeviceID
+	kernels map[topology.DeviceID]map[string]struct{}
+	where   map[string]topology.DeviceID
 	topo    *topology.Topology
 	rr      uint64
 	stats   CoordinatorStats
@@ -174,7 +172,7 @@ type Coordinator struct {
 // NewCoordinator returns an empty Coordinator. It starts no goroutine.
 func NewCoordinator(cfg CoordinatorConfig) *Coordinator {
 	c := &Coordinator{cfg: cfg, max: cfg.MaxKernelsPerDevice, devices: map[topology.DeviceID]DeviceInfo{},
-		kernels: map[topology.DeviceID]map[KernelID]struct{}{}, where: map[KernelID]topology.DeviceID{}, topo: cfg.Topology}
+		kernels: map[topology.DeviceID]map[string]struct{}{}, where: map[string]topology.DeviceID{}, topo: cfg.Topology}
 	c.cfg.Preferred = slices.Clone(cfg.Preferred)
 	if c.max <= 0 {
 		c.max = DefaultMaxKernelsPerDevice
@@ -189,7 +187,7 @@ func (c *Coordinator) Register(d DeviceInfo) {
 	defer c.mu.Unlock()
 	c.devices[d.ID] = d
 	if c.kernels[d.ID] == nil {
-		c.kernels[d.ID] = map[KernelID]struct{}{}
+		c.kernels[d.ID] = map[string]struct{}{}
 	}
 }
 
@@ -302,7 +300,7 @@ func (c *Coordinator) canP2P(a, b topology.DeviceID) bool {
 
 // Assign records kernel k on device id, moving it if it was elsewhere.
 // Errors: ErrDeviceNotRegistered (nothing changes).
-func (c *Coordinator) Assign(k KernelID, id topology.DeviceID) error {
+func (c *Coordinator) Assign(k string, id topology.DeviceID) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.devices[id]; !ok {
@@ -314,7 +312,7 @@ func (c *Coordinator) Assign(k KernelID, id topology.DeviceID) error {
 }
 
 // move puts k on id, off its old device. Callers hold c.mu.
-func (c *Coordinator) move(k KernelID, id topology.DeviceID) {
+func (c *Coordinator) move(k string, id topology.DeviceID) {
 	if old, ok := c.where[k]; ok {
 		delete(c.kernels[old], k)
 	}
@@ -323,7 +321,7 @@ func (c *Coordinator) move(k KernelID, id topology.DeviceID) {
 }
 
 // Remove forgets kernel k; it reports whether k was assigned.
-func (c *Coordinator) Remove(k KernelID) bool {
+func (c *Coordinator) Remove(k string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	id, ok := c.where[k]
@@ -335,7 +333,7 @@ func (c *Coordinator) Remove(k KernelID) bool {
 }
 
 // DeviceOf returns the device of kernel k; false when k is not assigned.
-func (c *Coordinator) DeviceOf(k KernelID) (topology.DeviceID, bool) {
+func (c *Coordinator) DeviceOf(k string) (topology.DeviceID, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	id, ok := c.where[k]
@@ -343,7 +341,7 @@ func (c *Coordinator) DeviceOf(k KernelID) (topology.DeviceID, bool) {
 }
 
 // KernelsOn returns the kernels on device id, sorted.
-func (c *Coordinator) KernelsOn(id topology.DeviceID) []KernelID {
+func (c *Coordinator) KernelsOn(id topology.DeviceID) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ks := slices.Collect(maps.Keys(c.kernels[id]))
@@ -432,7 +430,7 @@ func (c *Coordinator) Unregister(id topology.DeviceID) (UnregisterResult, error)
 // size of its state, for the route and cost estimate. Nothing changes
 // until CompleteMigration. Errors: ErrKernelNotFound,
 // ErrDeviceNotRegistered (target), ErrSameDevice.
-func (c *Coordinator) RequestMigration(k KernelID, target topology.DeviceID, stateBytes int64) (MigrationRequest, error) {
+func (c *Coordinator) RequestMigration(k string, target topology.DeviceID, stateBytes int64) (MigrationRequest, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	src, ok := c.where[k]
@@ -483,7 +481,7 @@ func (c *Coordinator) CompleteMigration(req MigrationRequest) error {
 // kernels / MaxKernelsPerDevice; ties go to the lowest ID. When src is
 // unknown or has no such neighbour it falls back to Select with an empty
 // request. Errors as Select.
-func (c *Coordinator) SelectForK2K(src KernelID) (topology.DeviceID, error) {
+func (c *Coordinator) SelectForK2K(src string) (topology.DeviceID, error) {
 	c.mu.Lock()
 	dev, ok := c.where[src]
 	var bestID topology.DeviceID

@@ -115,7 +115,7 @@ func TestCoordinatorAssignMovesAndStats(t *testing.T) {
 	require.NoError(t, c.Assign("k", g(0)))
 	require.NoError(t, c.Assign("k", g(1)))
 	assert.Empty(t, c.KernelsOn(g(0)), "re-assign moves the kernel")
-	assert.Equal(t, []placement.KernelID{"k"}, c.KernelsOn(g(1)))
+	assert.Equal(t, []string{"k"}, c.KernelsOn(g(1)))
 	assert.ErrorIs(t, c.Assign("k", g(9)), placement.ErrDeviceNotRegistered)
 	s := c.Stats()
 	assert.Equal(t, placement.CoordinatorStats{Devices: 2, Kernels: 1, TotalMemoryBytes: 200, FreeMemoryBytes: 30, KernelsAssigned: 2}, s)
@@ -174,7 +174,7 @@ func TestCoordinatorUnregisterSpreads(t *testing.T) {
 	res, err = c.Unregister(g(0))
 	require.NoError(t, err)
 	assert.Equal(t, []placement.MigrationPlan{{Kernel: "a", Source: g(0), Target: g(1)}}, res.Migrations)
-	assert.Equal(t, []placement.KernelID{"b", "c"}, res.Orphaned)
+	assert.Equal(t, []string{"b", "c"}, res.Orphaned)
 	assert.Equal(t, 1, c.Stats().Kernels)
 
 	// With a topology, ties go to the cheapest transfer (gpu2 is NV2 from gpu0, gpu1 NV1).
@@ -199,7 +199,7 @@ func TestCoordinatorMigration(t *testing.T) {
 	assert.Equal(t, topology.RouteDirect, req.Route.Kind)
 	assert.Positive(t, req.EstimatedCost)
 	require.NoError(t, c.CompleteMigration(req))
-	assert.Equal(t, []placement.KernelID{"k"}, c.KernelsOn(g(2)))
+	assert.Equal(t, []string{"k"}, c.KernelsOn(g(2)))
 	// Completing twice is stale and changes nothing: counts cannot underflow.
 	assert.ErrorIs(t, c.CompleteMigration(req), placement.ErrStaleMigration)
 	assert.Empty(t, c.KernelsOn(g(0)))
@@ -216,7 +216,7 @@ func TestCoordinatorK2K(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, g(2), id, "NV2 beats NV1")
 	for i := range 40 {
-		require.NoError(t, c.Assign(placement.KernelID(fmt.Sprint("load", i)), g(2)))
+		require.NoError(t, c.Assign(fmt.Sprint("load", i), g(2)))
 	}
 	id, _ = c.SelectForK2K("src")
 	assert.Equal(t, g(1), id, "gpu2 is loaded: 50/(0.725) < 25/(0.1)")
@@ -231,7 +231,7 @@ func TestCoordinatorConcurrent(t *testing.T) {
 	for w := range 8 {
 		wg.Go(func() {
 			for i := range 200 {
-				k := placement.KernelID(fmt.Sprint(w, "-", i))
+				k := fmt.Sprint(w, "-", i)
 				id, err := c.Select(placement.SelectRequest{})
 				if err != nil {
 					continue

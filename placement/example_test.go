@@ -37,7 +37,7 @@ func ExampleCoordinator() {
 	for i := range 3 {
 		c.Register(placement.DeviceInfo{ID: topology.GPU(i), Name: fmt.Sprint("gpu", i)})
 	}
-	for _, k := range []placement.KernelID{"a", "b", "c", "d"} {
+	for _, k := range []string{"a", "b", "c", "d"} {
 		id, err := c.Select(placement.SelectRequest{})
 		if err != nil {
 			fmt.Println(err)

@@ -21,7 +21,7 @@ type Problem struct {
 	// Graph is the graph whose kernels are placed; it must be validated
 	// (Graph.Order not nil). Place reads it and does not change it.
 	Graph *dag.Graph
-	// Devices are the candidate devices; a Result names them by index.
+	// Devices are the candidate devices; an Assignment names them by index.
 	Devices []topology.DeviceID
 	// Lanes is each device's number of streams, in Devices order (each at
 	// least 1); nil means one each.
@@ -35,8 +35,9 @@ type Problem struct {
 	Runs [][]int
 }
 
-// Result is a placement and what the cost model says of it.
-type Result struct {
+// Assignment is a placement (the device of each kernel) and what the cost
+// model says of it.
+type Assignment struct {
 	Strategy Strategy
 	Device   []int // device index per kernel id
 	// Makespan is the modeled finish time of the last kernel: compute
@@ -66,15 +67,15 @@ type Result struct {
 // O(V·D) finish estimates for the greedy pass, plus HEFT's local search
 // on graphs up to LocalSearchLimit kernels. Place is safe for concurrent
 // use on one graph.
-func Place(p Problem, strategy Strategy) (Result, error) {
+func Place(p Problem, strategy Strategy) (Assignment, error) {
 	switch strategy {
 	case HEFT, RoundRobin, LeastLoaded:
 	default:
-		return Result{}, fmt.Errorf("placement: strategy %s does not place graphs (heft, round-robin or least-loaded)", strategy)
+		return Assignment{}, fmt.Errorf("placement: strategy %s does not place graphs (heft, round-robin or least-loaded)", strategy)
 	}
 	m, err := newModel(p)
 	if err != nil {
-		return Result{}, err
+		return Assignment{}, err
 	}
 	return m.place(strategy), nil
 }
@@ -85,13 +86,13 @@ func Place(p Problem, strategy Strategy) (Result, error) {
 // It is exponential in the kernel count: meant for small graphs (up to
 // about 8 kernels), to measure how far a heuristic is from the optimum.
 // Errors as Place, and more than 12 kernels.
-func Optimal(p Problem) (Result, error) {
+func Optimal(p Problem) (Assignment, error) {
 	if p.Graph.NumKernels() > 12 {
-		return Result{}, fmt.Errorf("placement: optimal placement of %d kernels: at most 12", p.Graph.NumKernels())
+		return Assignment{}, fmt.Errorf("placement: optimal placement of %d kernels: at most 12", p.Graph.NumKernels())
 	}
 	m, err := newModel(p)
 	if err != nil {
-		return Result{}, err
+		return Assignment{}, err
 	}
 	var best *state
 	var dfs func(i int, st *state)
@@ -115,7 +116,7 @@ func Optimal(p Problem) (Result, error) {
 }
 
 // place runs strategy on the model.
-func (m *model) place(strategy Strategy) Result {
+func (m *model) place(strategy Strategy) Assignment {
 	devs := m.devs
 	st := m.newState()
 	load := make([]time.Duration, len(devs))
@@ -187,7 +188,7 @@ func better(a, b *state) bool {
 // start from start, every single-device placement, and the round-robin
 // and least-loaded ones (which spread work single moves could not split);
 // larger ones from start and the best single-device placement.
-func (m *model) improve(start Result) Result {
+func (m *model) improve(start Assignment) Assignment {
 	starts := [][]int{start.Device}
 	var bestOne *state // the best single-device placement
 	for d := range m.devs {
@@ -505,8 +506,8 @@ func (st *state) commit(k dag.KernelID, d int) {
 	st.bytes += bytes
 }
 
-func (st *state) result(s Strategy) Result {
-	return Result{Strategy: s, Device: slices.Clone(st.dev), Makespan: st.makespan, Transfer: st.transfer, BytesMoved: st.bytes}
+func (st *state) result(s Strategy) Assignment {
+	return Assignment{Strategy: s, Device: slices.Clone(st.dev), Makespan: st.makespan, Transfer: st.transfer, BytesMoved: st.bytes}
 }
 
 // newModel builds the cost model of p. Its errors are Place's, but for

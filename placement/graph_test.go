@@ -103,8 +103,8 @@ func TestPlaceRunsPinsAndErrors(t *testing.T) {
 func TestSpreadRuns(t *testing.T) {
 	g := topology.GPU
 	targets := []placement.Target{{ID: g(2), Kernels: 0}, {ID: g(1), Kernels: 1}, {ID: g(0), Kernels: 5}}
-	moves, orphaned := placement.Spread(g(0), []placement.KernelID{"c", "a", "b", "only1", "none"}, targets, 0, nil,
-		func(k placement.KernelID, to topology.DeviceID) bool {
+	moves, orphaned := placement.Spread(g(0), []string{"c", "a", "b", "only1", "none"}, targets, 0, nil,
+		func(k string, to topology.DeviceID) bool {
 			switch k {
 			case "only1":
 				return to == g(1)
@@ -119,10 +119,10 @@ func TestSpreadRuns(t *testing.T) {
 		{Kernel: "c", Source: g(0), Target: g(2)},     // gpu1 2, gpu2 1
 		{Kernel: "only1", Source: g(0), Target: g(1)}, // runs only there
 	}, moves, "sorted kernels; the source is never a target")
-	assert.Equal(t, []placement.KernelID{"none"}, orphaned)
+	assert.Equal(t, []string{"none"}, orphaned)
 	assert.Equal(t, 5, targets[2].Kernels, "Spread changes none of its arguments")
-	moves, orphaned = placement.Spread(g(0), []placement.KernelID{"d", "c", "b", "a"}, targets, 2, nil, nil)
+	moves, orphaned = placement.Spread(g(0), []string{"d", "c", "b", "a"}, targets, 2, nil, nil)
 	assert.Equal(t, []placement.MigrationPlan{{Kernel: "a", Source: g(0), Target: g(2)}, {Kernel: "b", Source: g(0), Target: g(1)},
 		{Kernel: "c", Source: g(0), Target: g(2)}}, moves)
-	assert.Equal(t, []placement.KernelID{"d"}, orphaned, "limit 2: both targets full")
+	assert.Equal(t, []string{"d"}, orphaned, "limit 2: both targets full")
 }

@@ -73,7 +73,7 @@ type Target struct {
 	Kernels int // kernels on it now
 }
 
-// Spread plans where the kernels of device from go when it is removed or
+// Spread plans where the kernels (by name) of device from go when it is removed or
 // lost: each kernel, in sorted order, goes to the target with the fewest
 // kernels counting the ones planned so far (ties: the cheapest transfer
 // of 1 MiB from from when topo is not nil, then the lowest ID), among
@@ -82,8 +82,8 @@ type Target struct {
 // every target runs every kernel). A kernel no target takes is orphaned.
 // Spread changes none of its arguments and calls runs on the calling
 // goroutine. Time: O(kernels × targets) plus the topology's costs.
-func Spread(from topology.DeviceID, kernels []KernelID, targets []Target, limit int, topo *topology.Topology,
-	runs func(k KernelID, to topology.DeviceID) bool) (moves []MigrationPlan, orphaned []KernelID) {
+func Spread(from topology.DeviceID, kernels []string, targets []Target, limit int, topo *topology.Topology,
+	runs func(k string, to topology.DeviceID) bool) (moves []MigrationPlan, orphaned []string) {
 	ks := slices.Sorted(slices.Values(kernels))
 	ts := slices.DeleteFunc(slices.Clone(targets), func(t Target) bool { return t.ID == from })
 	slices.SortStableFunc(ts, func(a, b Target) int { return cmpID(a.ID, b.ID) })

@@ -94,9 +94,9 @@ func (c ComputeCapability) String() string {
 	return strconv.Itoa(c.Major) + "." + strconv.Itoa(c.Minor)
 }
 
-// Device holds the facts known about one device. Fields that could not be
+// DeviceFacts holds the facts known about one device. Fields that could not be
 // learned keep their zero value, except NUMANode, which is -1 when unknown.
-type Device struct {
+type DeviceFacts struct {
 	ID                DeviceID
 	Name              string            // marketing name, e.g. "NVIDIA A100-SXM4-40GB", or the CPU model
 	Vendor            string            // the vendor as the device's driver names it ("NVIDIA Corporation"); "" when unknown
@@ -116,8 +116,8 @@ type Device struct {
 // from runtime.NumCPU. Facts that cannot be read (on a non-Linux host) keep
 // their zero value; NUMANode is 0 on Linux hosts and -1 elsewhere. It never
 // fails.
-func CPUDevice() Device {
-	d := Device{ID: CPU, Name: "host CPU", NUMANode: -1, Cores: runtime.NumCPU()}
+func CPUDevice() DeviceFacts {
+	d := DeviceFacts{ID: CPU, Name: "host CPU", NUMANode: -1, Cores: runtime.NumCPU()}
 	if runtime.GOOS == "linux" {
 		// Not tied to "model name": arm64 kernels (Grace, Graviton) leave
 		// it out of /proc/cpuinfo.

@@ -2,7 +2,7 @@
 // models what moving bytes between them costs. It is layer 0 of
 // streamdag: it imports nothing else from the module (gonum for graphs).
 //
-// Devices: [DeviceID] ("cpu", "gpu0", …) and [Device] facts, including
+// Devices: [DeviceID] ("cpu", "gpu0", …) and [DeviceFacts], including
 // the host CPU device ([CPUDevice]).
 //
 // Links: for each ordered GPU pair a [LinkKind] in the words of

@@ -76,7 +76,7 @@ func FuzzParseP2P(f *testing.F) {
 		facts := topology.Facts{}
 		for i, id := range m.GPUs {
 			require.Len(t, m.Status[i], len(m.GPUs))
-			facts.GPUs = append(facts.GPUs, topology.Device{ID: id, NUMANode: -1})
+			facts.GPUs = append(facts.GPUs, topology.DeviceFacts{ID: id, NUMANode: -1})
 		}
 		require.NoError(t, facts.ApplyP2P(m, topology.P2PRead))
 		_, err = topology.New(facts)

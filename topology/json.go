@@ -82,9 +82,9 @@ func ParseJSON(r io.Reader) (Facts, error) {
 	if j.NUMA != nil && len(j.NUMA) != n {
 		return Facts{}, ferr("numa", "", fmt.Errorf("%w: %d entries for %d GPUs", ErrRaggedRow, len(j.NUMA), n))
 	}
-	f := Facts{GPUs: make([]Device, n), Pairs: make([][]Pair, n)}
+	f := Facts{GPUs: make([]DeviceFacts, n), Pairs: make([][]Pair, n)}
 	for i := range n {
-		d := Device{ID: GPU(i), Name: j.GPU, NUMANode: -1}
+		d := DeviceFacts{ID: GPU(i), Name: j.GPU, NUMANode: -1}
 		if j.CPUAffinity != nil && j.CPUAffinity[i] != nil {
 			cpus, err := ParseCPUList(*j.CPUAffinity[i])
 			if err != nil {

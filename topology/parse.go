@@ -380,7 +380,7 @@ type Facts struct {
 	// GPUs in order, each with ID topology.GPU(n); Name, compute
 	// capability, NUMA node and CPU affinity when known (NUMANode -1 when
 	// not). `nvidia-smi topo -m` gives no name: Name is "".
-	GPUs []Device
+	GPUs []DeviceFacts
 	// Pairs[i][j] is the connection from GPUs[i] to GPUs[j]; the diagonal
 	// is ignored. nil means nothing is known about any pair (every copy
 	// then goes through the host).
@@ -389,7 +389,7 @@ type Facts struct {
 	NICs []NIC
 	// Host describes the host CPU device; the zero value means "unknown"
 	// and New uses a plain "host CPU" entry.
-	Host Device
+	Host DeviceFacts
 }
 
 // NIC is a network device listed by `nvidia-smi topo -m` (for GPUDirect
@@ -412,7 +412,7 @@ type NIC struct {
 // the header are skipped; the matrix ends at a blank line, a "Legend" line
 // or the end of input.
 //
-// It returns Facts with one Device per GPU (ID from the label, GPU3 →
+// It returns Facts with one DeviceFacts per GPU (ID from the label, GPU3 →
 // gpu3; Name ""; NUMANode from NUMA Affinity or -1; CPUAffinity) and the
 // pairwise kinds; P2P is not reported (see ParseP2P and Facts.ApplyP2P).
 //
@@ -482,7 +482,7 @@ func ParseMatrix(r io.Reader) (Facts, error) {
 		}
 		if idx, ok := gpuLabel(l.text); ok {
 			gpuPos = append(gpuPos, i)
-			f.GPUs = append(f.GPUs, Device{ID: GPU(idx), NUMANode: numa, CPUAffinity: cpus})
+			f.GPUs = append(f.GPUs, DeviceFacts{ID: GPU(idx), NUMANode: numa, CPUAffinity: cpus})
 			continue
 		}
 		f.NICs = append(f.NICs, NIC{Label: l.text, Name: l.text, CPUAffinity: cpus})

@@ -14,8 +14,8 @@ import (
 // transfer cost between any two. Build it with New. A Topology is
 // immutable: safe for concurrent use by many goroutines.
 type Topology struct {
-	host    Device
-	gpus    []Device
+	host    DeviceFacts
+	gpus    []DeviceFacts
 	pos     map[DeviceID]int
 	specs   []GPUSpec
 	origins []SpecOrigin
@@ -67,7 +67,7 @@ func New(facts Facts, opts ...Option) (*Topology, error) {
 	n := len(facts.GPUs)
 	t := &Topology{host: facts.Host, pos: make(map[DeviceID]int, n)}
 	if t.host.ID != CPU || t.host.Name == "" {
-		t.host = Device{ID: CPU, Name: "host CPU", NUMANode: -1}
+		t.host = DeviceFacts{ID: CPU, Name: "host CPU", NUMANode: -1}
 	}
 	for i, d := range facts.GPUs {
 		if d.ID.Kind != KindGPU || d.ID.Index < 0 {
@@ -170,13 +170,13 @@ func (t *Topology) gpuLink(i, j int, p Pair) Link {
 }
 
 // Host returns the host CPU device.
-func (t *Topology) Host() Device { return t.host }
+func (t *Topology) Host() DeviceFacts { return t.host }
 
 // GPUs returns the GPUs in order (a copy).
-func (t *Topology) GPUs() []Device { return slices.Clone(t.gpus) }
+func (t *Topology) GPUs() []DeviceFacts { return slices.Clone(t.gpus) }
 
 // Devices returns the host CPU device followed by the GPUs (a new slice).
-func (t *Topology) Devices() []Device { return append([]Device{t.host}, t.gpus...) }
+func (t *Topology) Devices() []DeviceFacts { return append([]DeviceFacts{t.host}, t.gpus...) }
 
 // NICs returns the network devices the source listed (a copy).
 func (t *Topology) NICs() []NIC { return slices.Clone(t.nics) }

@@ -204,7 +204,7 @@ func TestGraphMatchesRoute(t *testing.T) {
 }
 
 func TestNewErrors(t *testing.T) {
-	gpus := []topology.Device{{ID: topology.GPU(0), NUMANode: -1}, {ID: topology.GPU(1), NUMANode: -1}}
+	gpus := []topology.DeviceFacts{{ID: topology.GPU(0), NUMANode: -1}, {ID: topology.GPU(1), NUMANode: -1}}
 	pairs := func(a, b topology.Pair) [][]topology.Pair {
 		return [][]topology.Pair{{{Kind: topology.LinkSelf}, a}, {b, {Kind: topology.LinkSelf}}}
 	}
@@ -213,8 +213,8 @@ func TestNewErrors(t *testing.T) {
 		name  string
 		facts topology.Facts
 	}{
-		{"cpu as gpu", topology.Facts{GPUs: []topology.Device{{ID: topology.CPU}}}},
-		{"duplicate", topology.Facts{GPUs: []topology.Device{{ID: topology.GPU(1)}, {ID: topology.GPU(1)}}}},
+		{"cpu as gpu", topology.Facts{GPUs: []topology.DeviceFacts{{ID: topology.CPU}}}},
+		{"duplicate", topology.Facts{GPUs: []topology.DeviceFacts{{ID: topology.GPU(1)}, {ID: topology.GPU(1)}}}},
 		{"shape", topology.Facts{GPUs: gpus, Pairs: [][]topology.Pair{{}}}},
 		{"row shape", topology.Facts{GPUs: gpus, Pairs: [][]topology.Pair{{}, {}}}},
 		{"asymmetric", topology.Facts{GPUs: gpus, Pairs: pairs(nv2, topology.Pair{Kind: topology.LinkSYS})}},
@@ -236,7 +236,7 @@ func TestNewErrors(t *testing.T) {
 // TestFromInventory builds a topology from inventory-style facts: names
 // and compute capabilities pick the spec, no pairs means through the host.
 func TestFromInventory(t *testing.T) {
-	gpus := []topology.Device{
+	gpus := []topology.DeviceFacts{
 		{ID: topology.GPU(0), Name: "NVIDIA H100 80GB HBM3", ComputeCapability: topology.ComputeCapability{Major: 9}, NUMANode: 0},
 		{ID: topology.GPU(2), Name: "Tesla V100-SXM2-16GB", NUMANode: 1},
 		{ID: topology.GPU(3), Name: "mystery", NUMANode: -1},

@@ -64,7 +64,7 @@ type leasePlan struct {
 	flag string
 	// backend is the backend's configuration: which drivers it asks for
 	// devices, and which of their devices it leases.
-	backend lease.Config
+	backend lease.BackendConfig
 	// notProbed says why the OpenCL driver is not asked for devices
 	// where --device auto would ask it ("no GPU device node (…)"); ""
 	// otherwise.
@@ -87,15 +87,15 @@ type leasePlan struct {
 func planLease(flag string, sim bool) leasePlan {
 	switch {
 	case sim || flag == deviceCPU:
-		return leasePlan{flag: flag, backend: lease.Config{Drivers: []string{}}}
+		return leasePlan{flag: flag, backend: lease.BackendConfig{Drivers: []string{}}}
 	case flag == deviceOpenCL:
-		return leasePlan{flag: flag, backend: lease.Config{Devices: []topology.Device{}, Drivers: []string{openCLDriver},
+		return leasePlan{flag: flag, backend: lease.BackendConfig{Devices: []topology.DeviceFacts{}, Drivers: []string{openCLDriver},
 			LeaseTypes: []string{"gpu", "cpu"}, Source: "--device opencl leases OpenCL devices only"}}
 	case flag == deviceAuto && gpuDeviceNode() == "":
-		return leasePlan{flag: flag, backend: lease.Config{Drivers: []string{}},
+		return leasePlan{flag: flag, backend: lease.BackendConfig{Drivers: []string{}},
 			notProbed: "no GPU device node (" + strings.Join(gpuDeviceNodes, ", ") + ")"}
 	default:
-		return leasePlan{flag: flag, backend: lease.Config{Drivers: []string{openCLDriver}}}
+		return leasePlan{flag: flag, backend: lease.BackendConfig{Drivers: []string{openCLDriver}}}
 	}
 }
 

@@ -409,7 +409,7 @@ func TestRunDevicesAutoWithAnNVMLGPUNoDriverRuns(t *testing.T) {
 	withGPUNodes(t, "nvidia0")
 	lp := planLease(deviceAuto, false)
 	cfg := lp.backend
-	cfg.Devices = []topology.Device{{ID: topology.GPU(0), Name: "NVIDIA H200", MemoryBytes: 140 << 30,
+	cfg.Devices = []topology.DeviceFacts{{ID: topology.GPU(0), Name: "NVIDIA H200", MemoryBytes: 140 << 30,
 		UUID: "GPU-5f0c1a2b-3c4d-5e6f-7081-92a3b4c5d6e7", NUMANode: -1}}
 	b, err := lease.New(cfg)
 	require.NoError(t, err)

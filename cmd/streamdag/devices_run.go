@@ -44,7 +44,7 @@ type runSetup struct {
 // CPU device. Errors are lease.New's (lease.ErrBackendAlreadyLive while
 // another backend of the process is live or draining). The caller closes
 // the backend (CloseAndWait).
-func newBackend(ctx context.Context, cfg lease.Config) (*lease.Backend, error) {
+func newBackend(ctx context.Context, cfg lease.BackendConfig) (*lease.Backend, error) {
 	inv := nvml.Discover(ctx)
 	if cfg.Devices == nil {
 		cfg.Devices = inv.Devices

@@ -44,7 +44,7 @@ var _ dag.Launch = (*benchLaunch)(nil)
 
 // benchBuffers makes host buffers outside an executor.
 type benchBuffers struct {
-	pool *buffers.Pool
+	pool *buffers.DeviceAllocator
 	next buffers.ID
 }
 
@@ -98,7 +98,7 @@ func BenchmarkDeviceKernels(b *testing.B) {
 	require.NoError(b, err)
 	require.Equal(b, pc.Partitions, pd.Partitions)
 
-	bb := &benchBuffers{pool: buffers.NewPool(topology.CPU, memory.DefaultAllocator, buffers.NewBudget(1<<40))}
+	bb := &benchBuffers{pool: buffers.NewDeviceAllocator(topology.CPU, memory.DefaultAllocator, buffers.NewBudget(1<<40))}
 	batches := map[int]*buffers.Buffer{}
 	type partBufs struct{ batches, sel, grp, delay, key, keep, table, codes *buffers.Buffer }
 	parts := make([]partBufs, len(pd.Partitions))

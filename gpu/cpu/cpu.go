@@ -93,7 +93,7 @@ func New(opts ...Option) (gpu.Device, error) {
 
 // cpuDevice is the host CPU device. Its streams are fixed at construction.
 type cpuDevice struct {
-	info    topology.Device
+	info    topology.DeviceFacts
 	streams []*cpuStream
 	wg      sync.WaitGroup // one count per live worker goroutine
 
@@ -118,7 +118,7 @@ func (d *cpuDevice) ID() topology.DeviceID { return topology.CPU }
 func (d *cpuDevice) Kind() string { return Kind }
 
 // Info returns the facts read by New.
-func (d *cpuDevice) Info() topology.Device {
+func (d *cpuDevice) Info() topology.DeviceFacts {
 	info := d.info
 	info.CPUAffinity = append([]int(nil), d.info.CPUAffinity...)
 	return info

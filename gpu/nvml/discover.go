@@ -46,7 +46,7 @@ type Inventory struct {
 	// Devices holds the CPU device first, then one entry per GPU in NVML
 	// index order, with ID topology.GPU(NVML index). A GPU whose handle
 	// NVML would not give is left out, so GPU indices may be sparse.
-	Devices []topology.Device
+	Devices []topology.DeviceFacts
 	// Notes lists what could not be learned and why, one line each, e.g.
 	// "gpu3: NUMA node: ERROR_NOT_SUPPORTED". Facts behind a note keep
 	// their zero value (NUMANode: -1). Failures of pair queries are folded
@@ -86,13 +86,9 @@ type NVLink struct {
 	RemoteIsGPU bool
 }
 
-// P2PStatus is NVML's answer for one P2P capability of a GPU pair
-// (nvmlGpuP2PStatus_t): topology's status type, so inventory and topology
-// speak of P2P the same way. topology.P2PNotReported means NVML was not
-// asked or failed (see Inventory.Notes).
-type P2PStatus = topology.P2PStatus
-
-func p2pFromNVML(v gonvml.GpuP2PStatus) P2PStatus {
+// p2pFromNVML is NVML's answer for one P2P capability of a GPU pair
+// (nvmlGpuP2PStatus_t) as topology's status.
+func p2pFromNVML(v gonvml.GpuP2PStatus) topology.P2PStatus {
 	switch v {
 	case gonvml.P2P_STATUS_OK:
 		return topology.P2POK
@@ -160,8 +156,10 @@ func ancestorFromNVML(l gonvml.GpuTopologyLevel) AncestorLevel {
 type P2PPair struct {
 	From, To topology.DeviceID
 	// Read, Write, NVLink and Atomics are the P2P statuses for the caps
-	// indices P2P_CAPS_INDEX_READ, _WRITE, _NVLINK and _ATOMICS.
-	Read, Write, NVLink, Atomics P2PStatus
+	// indices P2P_CAPS_INDEX_READ, _WRITE, _NVLINK and _ATOMICS, in
+	// topology's terms; topology.P2PNotReported means NVML was not asked
+	// or failed (see Inventory.Notes).
+	Read, Write, NVLink, Atomics topology.P2PStatus
 	// Ancestor is the PCIe common-ancestor level.
 	Ancestor AncestorLevel
 	// NVLinks is the number of NVLink links joining the pair: links of
@@ -209,7 +207,7 @@ type MIGDevice struct {
 
 // GPUs returns the GPU entries of Devices (all but the CPU device), in
 // NVML index order. The slice aliases Devices.
-func (inv Inventory) GPUs() []topology.Device {
+func (inv Inventory) GPUs() []topology.DeviceFacts {
 	for i, d := range inv.Devices {
 		if d.ID.Kind == topology.KindGPU {
 			return inv.Devices[i:]
@@ -268,7 +266,7 @@ func Discover(ctx context.Context, opts ...DiscoverOption) (inv Inventory) {
 			opt(&o)
 		}
 	}
-	inv.Devices = []topology.Device{topology.CPUDevice()}
+	inv.Devices = []topology.DeviceFacts{topology.CPUDevice()}
 	if err := ctx.Err(); err != nil {
 		inv.NVML.Reason = "nvml: not queried: " + err.Error()
 		return inv
@@ -488,7 +486,7 @@ func readMIG(id topology.DeviceID, h gonvml.Device, syms map[string]error, inv *
 
 // readPairs fills Inventory.P2P. Failures are folded: one note per query
 // and error text, naming the first pair and counting the others.
-func readPairs(ctx context.Context, gpus []topology.Device, handles []gonvml.Device, syms map[string]error, inv *Inventory, note func(string, ...any)) {
+func readPairs(ctx context.Context, gpus []topology.DeviceFacts, handles []gonvml.Device, syms map[string]error, inv *Inventory, note func(string, ...any)) {
 	type fold struct {
 		first string
 		n     int
@@ -519,12 +517,12 @@ func readPairs(ctx context.Context, gpus []topology.Device, handles []gonvml.Dev
 	caps := []struct {
 		name string
 		idx  gonvml.GpuP2PCapsIndex
-		set  func(*P2PPair, P2PStatus)
+		set  func(*P2PPair, topology.P2PStatus)
 	}{
-		{"read", gonvml.P2P_CAPS_INDEX_READ, func(p *P2PPair, s P2PStatus) { p.Read = s }},
-		{"write", gonvml.P2P_CAPS_INDEX_WRITE, func(p *P2PPair, s P2PStatus) { p.Write = s }},
-		{"NVLink", gonvml.P2P_CAPS_INDEX_NVLINK, func(p *P2PPair, s P2PStatus) { p.NVLink = s }},
-		{"atomics", gonvml.P2P_CAPS_INDEX_ATOMICS, func(p *P2PPair, s P2PStatus) { p.Atomics = s }},
+		{"read", gonvml.P2P_CAPS_INDEX_READ, func(p *P2PPair, s topology.P2PStatus) { p.Read = s }},
+		{"write", gonvml.P2P_CAPS_INDEX_WRITE, func(p *P2PPair, s topology.P2PStatus) { p.Write = s }},
+		{"NVLink", gonvml.P2P_CAPS_INDEX_NVLINK, func(p *P2PPair, s topology.P2PStatus) { p.NVLink = s }},
+		{"atomics", gonvml.P2P_CAPS_INDEX_ATOMICS, func(p *P2PPair, s topology.P2PStatus) { p.Atomics = s }},
 	}
 	for i, hi := range handles {
 		if err := ctx.Err(); err != nil {
@@ -610,8 +608,8 @@ const Vendor = "NVIDIA Corporation"
 // nvmlDeviceGetNumaNodeId must not be called. lost is non-nil when a
 // query answered ERROR_GPU_IS_LOST ("memory: ERROR_GPU_IS_LOST"); the
 // queries that did not are then not noted.
-func readGPU(i int, h gonvml.Device, numaErr error, note func(string, ...any)) (d topology.Device, lost error) {
-	d = topology.Device{ID: topology.GPU(i), Vendor: Vendor, NUMANode: -1}
+func readGPU(i int, h gonvml.Device, numaErr error, note func(string, ...any)) (d topology.DeviceFacts, lost error) {
+	d = topology.DeviceFacts{ID: topology.GPU(i), Vendor: Vendor, NUMANode: -1}
 	var notes []string
 	fail := func(what string, err any) {
 		if e, ok := err.(error); ok && errors.Is(e, gonvml.ERROR_GPU_IS_LOST) && lost == nil {
@@ -672,7 +670,7 @@ func readGPU(i int, h gonvml.Device, numaErr error, note func(string, ...any)) (
 }
 
 // HealthCheck returns a health check for a lease pool
-// (lease.Config.HealthCheck, for the Devices of an Inventory that Discover
+// (lease.BackendConfig.HealthCheck, for the Devices of an Inventory that Discover
 // made while NVML answered) that asks NVML, by UUID, whether a GPU is
 // still there: it initialises NVML, looks the GPU up
 // (nvmlDeviceGetHandleByUUID), reads its memory info, and shuts NVML down
@@ -686,8 +684,8 @@ func readGPU(i int, h gonvml.Device, numaErr error, note func(string, ...any)) (
 // then made), another error, a panic in the library. A device that is not
 // an NVML GPU (an OpenCL device the backend leases, whatever its UUID) is
 // not NVML's to judge: nil, with no NVML call. Safe for concurrent use.
-func HealthCheck(lib gonvml.Interface) func(d topology.Device) error {
-	return func(d topology.Device) error {
+func HealthCheck(lib gonvml.Interface) func(d topology.DeviceFacts) error {
+	return func(d topology.DeviceFacts) error {
 		if d.ID.Kind != topology.KindGPU || d.UUID == "" {
 			return nil
 		}

@@ -23,8 +23,8 @@ import (
 )
 
 // loadTopology reads testdata/topologies/NAME.json (copies of
-// shared/topologies) into an nvmlmock.Topology.
-func loadTopology(t *testing.T, name string) nvmlmock.Topology {
+// shared/topologies) into an nvmlmock.TopoMatrix.
+func loadTopology(t *testing.T, name string) nvmlmock.TopoMatrix {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("testdata", "topologies", name+".json"))
 	require.NoError(t, err)
@@ -37,14 +37,14 @@ func loadTopology(t *testing.T, name string) nvmlmock.Topology {
 		} `json:"p2p"`
 	}
 	require.NoError(t, json.Unmarshal(raw, &f))
-	topo := nvmlmock.Topology{Matrix: f.Matrix, NUMA: f.NUMA, CPUAffinity: f.CPUAffinity}
+	topo := nvmlmock.TopoMatrix{Matrix: f.Matrix, NUMA: f.NUMA, CPUAffinity: f.CPUAffinity}
 	if f.P2P != nil {
 		topo.P2P = f.P2P.Matrix
 	}
 	return topo
 }
 
-func filled(t *testing.T, n int, topo nvmlmock.Topology) *server.Server {
+func filled(t *testing.T, n int, topo nvmlmock.TopoMatrix) *server.Server {
 	t.Helper()
 	srv := dgxa100.NewWithGPUs(mockgpus.Multiple(n, mockgpus.A100_SXM4_40GB)...)
 	require.NoError(t, nvmlmock.Fill(srv, topo))
@@ -223,14 +223,14 @@ func TestDiscoverMIG(t *testing.T) {
 func TestNVMLMockFillErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		topo nvmlmock.Topology
+		topo nvmlmock.TopoMatrix
 		want string
 	}{
-		{"rows", nvmlmock.Topology{Matrix: [][]string{{"X"}}}, "nvmlmock: matrix has 1 rows, want 2 (one per GPU)"},
-		{"diagonal", nvmlmock.Topology{Matrix: [][]string{{"X", "PIX"}, {"PIX", "PIX"}}}, `nvmlmock: matrix row 1 column 1: "PIX" (X only on the diagonal)`},
-		{"label", nvmlmock.Topology{Matrix: [][]string{{"X", "QPI"}, {"PIX", "X"}}}, `nvmlmock: row 0 column 1: unknown PCIe level "QPI"`},
-		{"nvlink", nvmlmock.Topology{Matrix: [][]string{{"X", "NV99"}, {"NV1", "X"}}}, `nvmlmock: matrix row 0 column 1: bad NVLink label "NV99"`},
-		{"cpus", nvmlmock.Topology{Matrix: [][]string{{"X", "SYS"}, {"SYS", "X"}}, CPUAffinity: []string{"0-3", "9-2"}}, `nvmlmock: CPU affinity of GPU 1: bad CPU range "9-2" in "9-2"`},
+		{"rows", nvmlmock.TopoMatrix{Matrix: [][]string{{"X"}}}, "nvmlmock: matrix has 1 rows, want 2 (one per GPU)"},
+		{"diagonal", nvmlmock.TopoMatrix{Matrix: [][]string{{"X", "PIX"}, {"PIX", "PIX"}}}, `nvmlmock: matrix row 1 column 1: "PIX" (X only on the diagonal)`},
+		{"label", nvmlmock.TopoMatrix{Matrix: [][]string{{"X", "QPI"}, {"PIX", "X"}}}, `nvmlmock: row 0 column 1: unknown PCIe level "QPI"`},
+		{"nvlink", nvmlmock.TopoMatrix{Matrix: [][]string{{"X", "NV99"}, {"NV1", "X"}}}, `nvmlmock: matrix row 0 column 1: bad NVLink label "NV99"`},
+		{"cpus", nvmlmock.TopoMatrix{Matrix: [][]string{{"X", "SYS"}, {"SYS", "X"}}, CPUAffinity: []string{"0-3", "9-2"}}, `nvmlmock: CPU affinity of GPU 1: bad CPU range "9-2" in "9-2"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := dgxa100.NewWithGPUs(mockgpus.Multiple(2, mockgpus.A100_SXM4_40GB)...)

@@ -26,7 +26,7 @@ func (inv Inventory) Facts() topology.Facts {
 		f.Pairs[i] = make([]topology.Pair, len(f.GPUs))
 	}
 	index := func(id topology.DeviceID) int {
-		return slices.IndexFunc(f.GPUs, func(d topology.Device) bool { return d.ID == id })
+		return slices.IndexFunc(f.GPUs, func(d topology.DeviceFacts) bool { return d.ID == id })
 	}
 	for _, p := range inv.P2P {
 		i, j := index(p.From), index(p.To)

@@ -36,14 +36,14 @@ func (listDriver) OpenDevice(_ context.Context, f gpu.Found, _ gpu.Config) (gpu.
 	return listedDevice{f.Device}, nil
 }
 
-type listedDevice struct{ info topology.Device }
+type listedDevice struct{ info topology.DeviceFacts }
 
-func (d listedDevice) ID() topology.DeviceID { return d.info.ID }
-func (d listedDevice) Kind() string          { return "test-list" }
-func (d listedDevice) Info() topology.Device { return d.info }
-func (d listedDevice) NumStreams() int       { return 1 }
-func (d listedDevice) Stream(int) gpu.Stream { panic("no streams") }
-func (d listedDevice) Close() error          { return nil }
+func (d listedDevice) ID() topology.DeviceID      { return d.info.ID }
+func (d listedDevice) Kind() string               { return "test-list" }
+func (d listedDevice) Info() topology.DeviceFacts { return d.info }
+func (d listedDevice) NumStreams() int            { return 1 }
+func (d listedDevice) Stream(int) gpu.Stream      { panic("no streams") }
+func (d listedDevice) Close() error               { return nil }
 
 func init() { gpu.Register("test-list", listDriver{}) }
 
@@ -61,13 +61,13 @@ func TestLeaseRoutesGPUsThroughListedDevices(t *testing.T) {
 	require.Len(t, gpus, 8)
 	listed.mu.Lock()
 	listed.found = []gpu.Found{
-		{Type: "gpu", Key: "a", Device: topology.Device{ID: topology.OpenCL(0), Name: "NVIDIA A100 (OpenCL)", Vendor: "NVIDIA Corporation", UUID: gpus[0].UUID, NUMANode: -1}},
-		{Type: "gpu", Key: "b", Device: topology.Device{ID: topology.OpenCL(1), Name: "other GPU", Vendor: "Other", UUID: "9a8b7c6d-5e4f-3a2b-1c0d-9e8f7a6b5c4d", NUMANode: -1}},
+		{Type: "gpu", Key: "a", Device: topology.DeviceFacts{ID: topology.OpenCL(0), Name: "NVIDIA A100 (OpenCL)", Vendor: "NVIDIA Corporation", UUID: gpus[0].UUID, NUMANode: -1}},
+		{Type: "gpu", Key: "b", Device: topology.DeviceFacts{ID: topology.OpenCL(1), Name: "other GPU", Vendor: "Other", UUID: "9a8b7c6d-5e4f-3a2b-1c0d-9e8f7a6b5c4d", NUMANode: -1}},
 	}
 	listed.mu.Unlock()
 	t.Cleanup(func() { listed.mu.Lock(); listed.found = nil; listed.mu.Unlock() })
 
-	b, _, err := openBackend(t.Context(), lib, lease.Config{Drivers: []string{"test-list"}})
+	b, _, err := openBackend(t.Context(), lib, lease.BackendConfig{Drivers: []string{"test-list"}})
 	require.NoError(t, err)
 	defer closed(t, b)
 	require.Equal(t, 9, b.NumGPUs())

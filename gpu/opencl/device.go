@@ -133,7 +133,7 @@ func NewDevice(dev Info, streams int, opts ...DeviceOption) (gpu.CodeDevice, err
 		dev:   describe(dev.d),
 		align: info.BaseAlignBytes,
 		ctx:   c,
-		info: topology.Device{ID: topology.OpenCL(o.index), Name: info.Name, Vendor: info.Vendor,
+		info: topology.DeviceFacts{ID: topology.OpenCL(o.index), Name: info.Name, Vendor: info.Vendor,
 			MemoryBytes: info.GlobalMemBytes, NUMANode: -1, Cores: info.ComputeUnits},
 		progs:     map[*cl.Program]*clProgram{},
 		done:      make(chan struct{}),
@@ -179,7 +179,7 @@ type clDevice struct {
 	dev     Info  // what InfoOf returns
 	align   int64 // the base address alignment of kernel arguments, bytes
 	ctx     *cl.Context
-	info    topology.Device
+	info    topology.DeviceFacts
 	streams []*clStream
 	wg      sync.WaitGroup // host workers and bridges
 
@@ -225,7 +225,7 @@ func (d *clDevice) ArgAlignBytes() int64 { return d.align }
 
 // Info returns the device's facts: the OpenCL device's name and vendor,
 // its global memory as MemoryBytes, its compute units as Cores.
-func (d *clDevice) Info() topology.Device { return d.info }
+func (d *clDevice) Info() topology.DeviceFacts { return d.info }
 
 // Stream returns stream i; it panics when i is out of range.
 func (d *clDevice) Stream(i int) gpu.Stream {

@@ -39,7 +39,7 @@ func enumerate() ([]Info, []gpu.Found, error) {
 	out := make([]gpu.Found, len(avail))
 	nth := map[string]int{}
 	for i, d := range avail {
-		f := gpu.Found{Type: foundType(d.d.Info().Type), Device: topology.Device{ID: topology.OpenCL(i), Name: d.Name,
+		f := gpu.Found{Type: foundType(d.d.Info().Type), Device: topology.DeviceFacts{ID: topology.OpenCL(i), Name: d.Name,
 			Vendor: d.Vendor, MemoryBytes: d.GlobalMemBytes, NUMANode: -1, Cores: d.ComputeUnits}}
 		f.Device.UUID = d.d.UUID()
 		f.Device.PCIBusID = d.d.PCIBusID()

@@ -10,7 +10,8 @@
 // each cross-device copy from the topology), never GPU speed, and never
 // sleeps to pretend.
 //
-// Ownership: the caller of New owns the [Set] and must Close it, which
-// stops every stream; closing one simulated GPU only waits for its work.
+// Ownership: the caller of New owns the [gpu.Set] it returns and must
+// Close it, which stops every stream; closing one simulated GPU only waits
+// for its work.
 // Every method is safe for concurrent use.
 package sim

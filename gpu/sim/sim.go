@@ -12,7 +12,7 @@ import (
 	"github.com/streamdag/streamdag/topology"
 )
 
-// Set is a set of simulated GPUs: one Device per GPU of a machine's
+// set is a set of simulated GPUs: one Device per GPU of a machine's
 // topology, whose streams are real CPU streams (worker goroutines) of one
 // shared runtime, so events recorded on one simulated GPU can be waited on
 // by another, as CUDA events can across devices. A simulated GPU runs its
@@ -21,14 +21,14 @@ import (
 // from the topology), never GPU speed, and never sleeps to pretend.
 //
 // The zero value is not usable; call New. Close stops every stream.
-type Set struct {
+type set struct {
 	rt   gpu.Device
 	devs []*simDevice
 }
 
-var _ gpu.Set = (*Set)(nil)
+var _ gpu.Set = (*set)(nil)
 
-// Option configures a Set made by New.
+// Option configures the set of simulated GPUs New makes.
 type Option func(*options) error
 
 type options struct {
@@ -81,11 +81,13 @@ func (o *options) lose(dev topology.DeviceID, at lossAt) {
 	o.loss[dev] = at
 }
 
-// New returns one simulated GPU per entry of gpus (their IDs and facts,
-// e.g. topology.Topology.GPUs()), each with streamsPerDevice streams
-// (1..cpu.MaxStreams in all). Errors: no GPUs, a non-GPU or duplicate ID,
-// a bad stream count, a bad option or one naming a GPU not in gpus.
-func New(gpus []topology.Device, streamsPerDevice int, opts ...Option) (*Set, error) {
+// New returns a gpu.Set of simulated GPUs (as the package describes
+// them), one per entry of gpus (their IDs and facts, e.g.
+// topology.Topology.GPUs()), each with streamsPerDevice streams
+// (1..cpu.MaxStreams in all); its Close stops every stream. Errors: no
+// GPUs, a non-GPU or duplicate ID, a bad stream count, a bad option or
+// one naming a GPU not in gpus.
+func New(gpus []topology.DeviceFacts, streamsPerDevice int, opts ...Option) (gpu.Set, error) {
 	var o options
 	for _, opt := range opts {
 		if opt == nil {
@@ -118,7 +120,7 @@ func New(gpus []topology.Device, streamsPerDevice int, opts ...Option) (*Set, er
 	if err != nil {
 		return nil, err
 	}
-	s := &Set{rt: rt}
+	s := &set{rt: rt}
 	for i, g := range gpus {
 		d := &simDevice{info: g}
 		if at, ok := o.loss[g.ID]; ok {
@@ -133,7 +135,7 @@ func New(gpus []topology.Device, streamsPerDevice int, opts ...Option) (*Set, er
 }
 
 // Devices returns the simulated GPUs in the order New was given them.
-func (s *Set) Devices() []gpu.Device {
+func (s *set) Devices() []gpu.Device {
 	out := make([]gpu.Device, len(s.devs))
 	for i, d := range s.devs {
 		out[i] = d
@@ -143,12 +145,12 @@ func (s *Set) Devices() []gpu.Device {
 
 // Close drains and stops every stream of every simulated GPU. It is
 // idempotent.
-func (s *Set) Close() error { return s.rt.Close() }
+func (s *set) Close() error { return s.rt.Close() }
 
 // simDevice is one simulated GPU: a view of some streams of the shared
 // runtime.
 type simDevice struct {
-	info    topology.Device
+	info    topology.DeviceFacts
 	streams []*simStream
 	loss    *loss // nil: never lost
 }
@@ -158,11 +160,11 @@ var (
 	_ gpu.Lister = (*simStream)(nil)
 )
 
-func (d *simDevice) ID() topology.DeviceID { return d.info.ID }
-func (d *simDevice) Kind() string          { return Kind }
-func (d *simDevice) Info() topology.Device { return d.info }
-func (d *simDevice) NumStreams() int       { return len(d.streams) }
-func (d *simDevice) String() string        { return d.info.ID.String() + " (simulated)" }
+func (d *simDevice) ID() topology.DeviceID      { return d.info.ID }
+func (d *simDevice) Kind() string               { return Kind }
+func (d *simDevice) Info() topology.DeviceFacts { return d.info }
+func (d *simDevice) NumStreams() int            { return len(d.streams) }
+func (d *simDevice) String() string             { return d.info.ID.String() + " (simulated)" }
 
 // Stream returns stream i; it panics when i is out of range.
 func (d *simDevice) Stream(i int) gpu.Stream {
@@ -173,7 +175,7 @@ func (d *simDevice) Stream(i int) gpu.Stream {
 }
 
 // Close waits for the work queued on the device's streams; the streams
-// stop with Set.Close.
+// stop with the Close of the gpu.Set New returned.
 func (d *simDevice) Close() error {
 	for _, s := range d.streams {
 		_ = s.Lister.Synchronize(context.Background())

@@ -15,10 +15,10 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func gpus(indices ...int) []topology.Device {
-	out := make([]topology.Device, len(indices))
+func gpus(indices ...int) []topology.DeviceFacts {
+	out := make([]topology.DeviceFacts, len(indices))
 	for i, n := range indices {
-		out[i] = topology.Device{ID: topology.GPU(n), Name: "test GPU", MemoryBytes: 1 << 30}
+		out[i] = topology.DeviceFacts{ID: topology.GPU(n), Name: "test GPU", MemoryBytes: 1 << 30}
 	}
 	return out
 }
@@ -26,12 +26,12 @@ func gpus(indices ...int) []topology.Device {
 func TestNewErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		gpus    []topology.Device
+		gpus    []topology.DeviceFacts
 		streams int
 		want    string
 	}{
 		{"no GPUs", nil, 1, "sim: New: no GPUs to simulate"},
-		{"CPU given", []topology.Device{topology.CPUDevice()}, 1, "sim: New: cpu is not a distinct GPU"},
+		{"CPU given", []topology.DeviceFacts{topology.CPUDevice()}, 1, "sim: New: cpu is not a distinct GPU"},
 		{"twice", gpus(1, 1), 1, "sim: New: gpu1 is not a distinct GPU"},
 		{"no streams", gpus(0), 0, "sim: New: 0 streams per device × 1 GPUs: want 1 to 1024 streams in all"},
 		{"too many streams", gpus(0, 1), 513, "sim: New: 513 streams per device × 2 GPUs: want 1 to 1024 streams in all"},

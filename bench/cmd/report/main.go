@@ -350,9 +350,9 @@ const profileTime = 3 * time.Second
 // collector), then the worst graph build of the report (the caller's
 // goroutine only: building is single-threaded; the graph built last is
 // kept until the next is built, as in measureBuild).
-func profiles(rep Report, shapes []bench.Shape, d time.Duration) ([]Profile, error) {
-	byName := func(name string) bench.Shape {
-		i := slices.IndexFunc(shapes, func(s bench.Shape) bool { return s.Name == name })
+func profiles(rep Report, shapes []bench.GraphShape, d time.Duration) ([]Profile, error) {
+	byName := func(name string) bench.GraphShape {
+		i := slices.IndexFunc(shapes, func(s bench.GraphShape) bool { return s.Name == name })
 		return shapes[i]
 	}
 	var out []Profile
@@ -382,7 +382,7 @@ func profiles(rep Report, shapes []bench.Shape, d time.Duration) ([]Profile, err
 
 // profileExec profiles the streamdag runner on s with empty kernels; r is
 // its result in the report.
-func profileExec(s bench.Shape, r Result, d time.Duration) (Profile, error) {
+func profileExec(s bench.GraphShape, r Result, d time.Duration) (Profile, error) {
 	g := s.Build(bench.Empty)
 	if err := g.Validate(); err != nil {
 		return Profile{}, err
@@ -432,7 +432,7 @@ func pairedRatio(run, seq func() error, pairs int, each time.Duration) (float64,
 // measureOneShot measures s run once per call (bench.PrepareOneShot with
 // w's kernels), and its ratio to the reused plan of g (s built with w's
 // kernels) through the streamdag runner.
-func measureOneShot(s bench.Shape, g *dag.Graph, w bench.Work, minRuns, maxRuns int, minTime time.Duration) (OneShot, error) {
+func measureOneShot(s bench.GraphShape, g *dag.Graph, w bench.Work, minRuns, maxRuns int, minTime time.Duration) (OneShot, error) {
 	n := g.NumKernels()
 	one, doneOne, err := bench.PrepareOneShot(s, w.Kernel)
 	if err != nil {
@@ -496,7 +496,7 @@ func duckComparison(recorded string, runs int, logw io.Writer) *Duck {
 // median of at least 3 runs over at least minTime, 3 above 100,000
 // kernels: planning a graph already built is what a one-shot run adds,
 // and the median is less moved by a run the scheduler left waiting).
-func measureBuild(s bench.Shape, minTime time.Duration) (Build, error) {
+func measureBuild(s bench.GraphShape, minTime time.Duration) (Build, error) {
 	var g *dag.Graph
 	st, err := bench.Measure(func() error { g = s.Build(bench.Empty); return nil }, 3, 1000, minTime)
 	if err != nil {
@@ -588,7 +588,7 @@ func worstOf[T any](xs []T, fig func(T) (shape string, v float64)) (T, bool) {
 	found := false
 	for _, x := range xs {
 		shape, v := fig(x)
-		if !slices.ContainsFunc(bench.Shapes, func(s bench.Shape) bool { return s.Name == shape }) {
+		if !slices.ContainsFunc(bench.Shapes, func(s bench.GraphShape) bool { return s.Name == shape }) {
 			continue
 		}
 		if _, w := fig(worst); !found || v > w {

@@ -22,8 +22,9 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 )
 
-// Topology is a host's GPU topology in `nvidia-smi topo -m` terms.
-type Topology struct {
+// TopoMatrix is a mock host's GPU interconnect as `nvidia-smi topo -m`
+// prints it, with the facts that matrix leaves out.
+type TopoMatrix struct {
 	// Matrix[i][j] is the topo -m label of GPUs i and j: "X" on the
 	// diagonal, "NV#" (# NVLink links), "PIX", "PXB", "PHB", "NODE" or
 	// "SYS". It must be square with one row per mock GPU.
@@ -69,7 +70,7 @@ func allPairs(n int, label string) [][]string {
 // shared/topologies/raw/dgx-a100-10nic-tabs.txt: the two GPUs of a NUMA
 // node share a PCIe switch (PXB); other pairs are NODE within a socket
 // (NUMA nodes 0-3, 4-7) and SYS across sockets.
-func DGXA100() Topology {
+func DGXA100() TopoMatrix {
 	numa := []int{3, 3, 1, 1, 7, 7, 5, 5}
 	pcie := allPairs(8, "")
 	for i := range 8 {
@@ -86,7 +87,7 @@ func DGXA100() Topology {
 			}
 		}
 	}
-	return Topology{
+	return TopoMatrix{
 		Matrix: allPairs(8, "NV12"), PCIe: pcie, NUMA: numa, NVSwitches: 6,
 		CPUAffinity: []string{"48-63,176-191", "48-63,176-191", "16-31,144-159", "16-31,144-159",
 			"112-127,240-255", "112-127,240-255", "80-95,208-223", "80-95,208-223"},
@@ -99,7 +100,7 @@ func DGXA100() Topology {
 // link count is NVIDIA's published DGX H100 figure, and NUMA nodes,
 // affinity and PCIe levels (NODE within a socket, SYS across) are
 // estimates.
-func DGXH100() Topology {
+func DGXH100() TopoMatrix {
 	numa := []int{0, 0, 0, 0, 1, 1, 1, 1}
 	aff := make([]string, 8)
 	for i := range aff {
@@ -108,18 +109,18 @@ func DGXH100() Topology {
 			aff[i] = "56-111,168-223"
 		}
 	}
-	return Topology{Matrix: allPairs(8, "NV18"), NUMA: numa, CPUAffinity: aff, NVSwitches: 4}
+	return TopoMatrix{Matrix: allPairs(8, "NV18"), NUMA: numa, CPUAffinity: aff, NVSwitches: 4}
 }
 
 // Names lists the servers New knows.
 var Names = []string{"dgxa100", "dgxh100"}
 
 // New returns go-nvml's mock server of that name ("dgxa100", "dgxh100"),
-// filled with its Topology. An unknown name returns an error listing the
+// filled with its TopoMatrix. An unknown name returns an error listing the
 // known ones.
 func New(name string) (*server.Server, error) {
 	var srv *server.Server
-	var topo Topology
+	var topo TopoMatrix
 	switch name {
 	case "dgxa100":
 		srv, topo = dgxa100.New(), DGXA100()
@@ -145,7 +146,7 @@ func switchBusID(s int) string { return fmt.Sprintf("00000000:%02x:00.0", 0xc0+s
 // t. It replaces any that were set. A matrix of the wrong shape, an
 // unknown label or a bad CPU range is an error naming row and column; srv
 // is then left unchanged.
-func Fill(srv *server.Server, t Topology) error {
+func Fill(srv *server.Server, t TopoMatrix) error {
 	n := len(srv.Devices)
 	devs := make([]*server.Device, n)
 	for i, d := range srv.Devices {
@@ -272,7 +273,7 @@ var statuses = map[string]nvml.GpuP2PStatus{
 
 // parse checks t against n GPUs and returns per pair the NVLink count, the
 // PCIe level and the read/write P2P status.
-func (t Topology) parse(n int) (nv [][]int, pcie [][]nvml.GpuTopologyLevel, p2p [][]nvml.GpuP2PStatus, err error) {
+func (t TopoMatrix) parse(n int) (nv [][]int, pcie [][]nvml.GpuTopologyLevel, p2p [][]nvml.GpuP2PStatus, err error) {
 	if err := t.check(n); err != nil {
 		return nil, nil, nil, err
 	}
@@ -296,7 +297,7 @@ func (t Topology) parse(n int) (nv [][]int, pcie [][]nvml.GpuTopologyLevel, p2p 
 // check returns an error naming the first mismatch when t's matrices
 // (Matrix, and PCIe and P2P when given) are not n by n, its NUMA nodes
 // or CPU affinities (when given) are not n, or NVSwitches is negative.
-func (t Topology) check(n int) error {
+func (t TopoMatrix) check(n int) error {
 	if err := square("matrix", t.Matrix, n); err != nil {
 		return err
 	}
@@ -339,7 +340,7 @@ func square(what string, m [][]string, n int) error {
 // NVLink pair comes from t.PCIe when given, else NODE when both GPUs
 // share a known NUMA node, else SYS. A bad label gives an error naming
 // its row and column.
-func (t Topology) link(i, j int) (nv int, lvl nvml.GpuTopologyLevel, err error) {
+func (t TopoMatrix) link(i, j int) (nv int, lvl nvml.GpuTopologyLevel, err error) {
 	lab := strings.TrimSpace(t.Matrix[i][j])
 	if (i == j) != (lab == "X") {
 		return 0, 0, fmt.Errorf("nvmlmock: matrix row %d column %d: %q (X only on the diagonal)", i, j, lab)
@@ -371,7 +372,7 @@ func (t Topology) link(i, j int) (nv int, lvl nvml.GpuTopologyLevel, err error) 
 // t.P2P when given (an unknown status gives an error naming its row and
 // column), else OK over NVLink or a PCIe switch (PIX, PXB) and
 // CHIPSET_NOT_SUPPORTED otherwise.
-func (t Topology) p2pStatus(i, j, nv int, lvl nvml.GpuTopologyLevel) (nvml.GpuP2PStatus, error) {
+func (t TopoMatrix) p2pStatus(i, j, nv int, lvl nvml.GpuTopologyLevel) (nvml.GpuP2PStatus, error) {
 	switch {
 	case i == j:
 		return 0, nil
