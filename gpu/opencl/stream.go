@@ -28,6 +28,9 @@ type clStream struct {
 	events  []*clEvent // recorded markers not yet released, in enqueue order
 	evHead  int
 	final   *clEvent // the event Close recorded; Record returns it after Close
+	// fillWaited is the latest zero-fill generation the queue waits
+	// behind (clStream.ready).
+	fillWaited uint64
 
 	// Host tasks, guarded by hmu; hcur, hci and hti are owned by the
 	// running host goroutine.
