@@ -150,6 +150,57 @@ func TestDeviceAllocZeroed(t *testing.T) {
 	assert.ErrorIs(t, m.Zero(), gpu.ErrClosed)
 }
 
+// TestDeviceZeroMany: Zero of many memories (more than one zero-kernel
+// launch's worth, small and large, one released before any stream used
+// it) clears each of them for every stream, and a stream waits for all
+// those fills with one command, not one per memory.
+func TestDeviceZeroMany(t *testing.T) {
+	d := newDevice(t, 2)
+	s0, s1 := codeStream(d, 0), codeStream(d, 1)
+	sizes := []int64{opencl.ZeroKernelMaxForTest + 8, 1, 4, opencl.ZeroKernelMaxForTest}
+	for i := range 37 {
+		sizes = append(sizes, int64(8*(i+1)))
+	}
+	ms := make([]gpu.Memory, len(sizes))
+	for i, n := range sizes {
+		ms[i] = alloc(t, d, n)
+		require.NoError(t, errOf(s0.Fill(ms[i], 0, n, []byte{0xEE})))
+	}
+	require.NoError(t, recordWait(t, s0))
+	gone, err := d.Alloc(256)
+	require.NoError(t, err)
+	for round := range 3 {
+		require.NoError(t, gone.Zero())
+		require.NoError(t, gone.Release(), "round %d: released with its fill pending", round)
+		for _, m := range ms {
+			require.NoError(t, m.Zero())
+		}
+		for si, s := range []gpu.CodeStream{s1, s0} {
+			got := make([][]byte, len(ms))
+			before := s.Record()
+			for i, m := range ms {
+				got[i] = make([]byte, sizes[i])
+				require.NoError(t, errOf(s.CopyOut(got[i], m, 0)))
+			}
+			after := s.Record()
+			require.NoError(t, after.Wait(t.Context()))
+			for i := range ms {
+				require.Equal(t, make([]byte, sizes[i]), got[i], "round %d stream %d memory %d (%d bytes)", round, si, i, sizes[i])
+			}
+			// The copies, at most one wait for the fills, the marker.
+			assert.LessOrEqual(t, opencl.SeqForTest(after)-opencl.SeqForTest(before), uint64(len(ms)+2),
+				"round %d stream %d: commands enqueued for %d copies", round, si, len(ms))
+		}
+		for i, m := range ms {
+			require.NoError(t, errOf(s1.Fill(m, 0, sizes[i], []byte{byte(round + 1)})))
+		}
+		require.NoError(t, recordWait(t, s1))
+		gone, err = d.Alloc(256)
+		require.NoError(t, err)
+	}
+	require.NoError(t, gone.Release())
+}
+
 // TestDeviceZeroByteArgument: zero-byte memory is allocated, copied
 // (nothing: no command, sequence number 0) and bound as a NULL __global
 // pointer; the commands that are enqueued get increasing sequence

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -139,6 +140,8 @@ func NewDevice(dev Info, streams int, opts ...DeviceOption) (gpu.CodeDevice, err
 		done:      make(chan struct{}),
 		abandoned: make(chan struct{}),
 		closeWait: o.closeWait,
+		fillGen:   1,
+		null:      c.NullBuffer(),
 	}
 	for i := range streams {
 		q, err := c.NewQueue()
@@ -189,7 +192,23 @@ type clDevice struct {
 	pmu   sync.Mutex
 	progs map[*cl.Program]*clProgram
 
-	fillq *cl.Queue // zero fills of new or reused memory (clMemory.Zero)
+	// Zero fills of new or reused memory (clMemory.Zero) go on fillq in
+	// generations. Memory of up to zeroKernelMax bytes zeroed in
+	// generation fillGen waits in pending; larger memory is filled at
+	// once. The first stream command on memory of that generation seals
+	// it (ready): it launches the zero kernel over the pending memory,
+	// zeroGroup at a time, then one marker, fillMark, after every fill
+	// enqueued before it, so each stream waits once per generation, not
+	// once per memory. Generations are numbered from 1; fillDone is the
+	// highest whose marker has been seen to complete successfully.
+	fillq    *cl.Queue
+	fmu      sync.Mutex // guards the fields below and the enqueues on fillq
+	fillGen  uint64     // the generation fills enqueued now belong to
+	fillMark *cl.Event  // the marker of generation fillGen-1, or nil
+	pending  []*clMemory
+	zeroKs   []*zeroKernel // fillq's zero kernels, made on first use
+	null     *cl.Buffer    // the NULL argument of unused zero-kernel parameters
+	fillDone atomic.Uint64
 
 	lost atomic.Pointer[error] // the first failure that lost the device
 
@@ -280,9 +299,7 @@ func (d *clDevice) Alloc(bytes int64) (gpu.Memory, error) {
 		return nil, err
 	}
 	if bytes == 0 {
-		m := &clMemory{d: d, b: d.ctx.NullBuffer()}
-		m.zeroed.Store(true)
-		return m, nil
+		return &clMemory{d: d, b: d.ctx.NullBuffer()}, nil
 	}
 	d.memMu.Lock()
 	if total := d.info.MemoryBytes; bytes > total-d.usedBytes {
@@ -401,6 +418,12 @@ func (d *clDevice) shutdown() {
 	for _, s := range d.streams {
 		s.release()
 	}
+	d.fmu.Lock()
+	if d.fillMark != nil {
+		d.fillMark.Release()
+		d.fillMark = nil
+	}
+	d.fmu.Unlock()
 	d.closeErr = d.ctx.Close()
 	close(d.done)
 }
@@ -415,29 +438,34 @@ type clProgram struct {
 func (p *clProgram) Name() string { return p.p.Name() }
 
 // clMemory is a device Buffer counted against the device's budget, with
-// the sub-buffers kernel arguments at an offset made of it, and the
-// marker after its zero fill while a stream may have to wait for it.
+// the sub-buffers kernel arguments at an offset made of it, and the fill
+// generation of its latest zero fill.
 type clMemory struct {
 	d        *clDevice
 	b        *cl.Buffer // for zero bytes, a NullBuffer
 	released atomic.Bool
-	zeroed   atomic.Bool // the fill has completed and its marker is released
+	gen      atomic.Uint64 // the fill generation of its latest Zero; 0: none
+	slot     int           // its index in d.pending plus 1, 0: not pending; under d.fmu
 
 	mu   sync.Mutex
 	subs map[int64]*cl.Buffer
-	fill *cl.Event // the zero fill's marker on the device's fill queue, or nil
 }
 
 func (m *clMemory) Device() topology.DeviceID { return m.d.id }
 func (m *clMemory) Bytes() int64              { return m.b.Bytes() }
 
-// Zero enqueues filling the memory with zeroes on the device's fill
-// queue (no stream's), and makes the first commands of every stream that
-// use the memory after Zero returns wait for that fill on the device (no
-// host thread blocks). Commands enqueued before it must have completed.
-// A failed fill is reported by the stream events recorded after those
-// commands. Errors: released memory (gpu.ErrClosed), an *Error from
-// OpenCL, gpu.ErrDeviceLost, gpu.ErrClosed after Close.
+// Zero fills the memory with zeroes on the device's fill queue (no
+// stream's), and makes the first commands of every stream that use the
+// memory after Zero returns wait for that fill on the device (no host
+// thread blocks). The fills of many Zero calls are enqueued together when
+// a stream first uses one of them: small memory is zeroed by one kernel
+// launch per zeroGroup memories, and one marker after them all is what
+// each stream waits for, once. Commands enqueued before it must have
+// completed. A failed fill is reported by the stream events recorded
+// after the first such commands of each stream, and so is every later
+// fill generation's, as the device is then suspect. Errors: released
+// memory (gpu.ErrClosed), an *Error from OpenCL, gpu.ErrDeviceLost,
+// gpu.ErrClosed after Close.
 func (m *clMemory) Zero() error {
 	if m.b.Bytes() == 0 {
 		return nil // zero bytes
@@ -445,55 +473,200 @@ func (m *clMemory) Zero() error {
 	if err := m.d.lostErr(); err != nil {
 		return err
 	}
-	m.mu.Lock()
+	m.mu.Lock() // Release waits: the buffer outlives the enqueue
 	defer m.mu.Unlock()
 	if m.released.Load() {
 		return fmt.Errorf("opencl: %s: zero %d bytes: memory released: %w", m.d.id, m.b.Bytes(), gpu.ErrClosed)
 	}
-	if m.fill != nil {
-		m.fill.Release()
-		m.fill = nil
+	d := m.d
+	if d.closedA.Load() {
+		return fmt.Errorf("opencl: %s: zero %d bytes: %w", d.id, m.b.Bytes(), gpu.ErrClosed)
 	}
-	m.zeroed.Store(false)
-	err := m.d.fillq.Fill(m.b, 0, m.b.Bytes(), []byte{0})
-	if err == nil {
-		m.fill, err = m.d.fillq.Marker()
+	d.fmu.Lock()
+	defer d.fmu.Unlock()
+	switch {
+	case m.slot > 0: // already pending in this generation
+	case m.b.Bytes() <= zeroKernelMax:
+		d.pending = append(d.pending, m)
+		m.slot = len(d.pending)
+	default:
+		if err := d.fillq.Fill(m.b, 0, m.b.Bytes(), []byte{0}); err != nil {
+			return d.enqueueErr(fmt.Sprintf("opencl: %s: zero %d bytes: ", d.id, m.b.Bytes()), err)
+		}
 	}
-	if err != nil {
-		m.zeroed.Store(true)
-		return m.d.enqueueErr(fmt.Sprintf("opencl: %s: zero %d bytes: ", m.d.id, m.b.Bytes()), err)
-	}
+	m.gen.Store(d.fillGen)
 	return nil
 }
 
-// ready makes the commands s enqueues next wait for m's zero fill while
-// it has not completed successfully; s.mu is held.
+// ready makes the commands s enqueues next wait for m's latest zero fill
+// while the stream has not waited for its generation and it is not known
+// to have completed successfully; s.mu is held. It seals the fill
+// generation when no marker covers it yet.
 func (s *clStream) ready(m *clMemory) error {
-	if m.zeroed.Load() {
+	g := m.gen.Load()
+	if g <= s.fillWaited || g <= s.d.fillDone.Load() {
 		return nil
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e := m.fill
-	if e == nil {
-		return nil
+	d := s.d
+	d.fmu.Lock()
+	defer d.fmu.Unlock()
+	if g >= d.fillGen {
+		if err := d.seal(); err != nil {
+			return d.enqueueErr(s.prefix, err)
+		}
 	}
+	e, sealed := d.fillMark, d.fillGen-1
+	if succeeded(e) {
+		d.fillDone.Store(sealed) // written under fmu only
+	} else if err := s.q.Wait(e); err != nil {
+		// Behind the fills, or their failure, which the wait carries to
+		// the stream's next event.
+		return d.enqueueErr(s.prefix, err)
+	}
+	s.fillWaited = sealed
+	return nil
+}
+
+// zeroGroup is how many memories one launch of a zero kernel zeroes;
+// zeroKernels is how many zero kernels the fill queue has (each keeps
+// the arguments of its last launch, so that memory zeroed again in the
+// same order, as a reused plan's is, sets none); zeroKernelMax is the
+// most bytes of memory a zero kernel zeroes (larger memory is filled by
+// clEnqueueFillBuffer, one command each); zeroItems is the most
+// work-items of a launch.
+const (
+	zeroGroup     = 16
+	zeroKernels   = 64
+	zeroKernelMax = 64 << 10
+	zeroItems     = 1024
+)
+
+// zeroSource defines zero0 … zero63, each zeroK(b0, n0, b1, n1, …):
+// work-item i of G zeroes bytes i, i+G, … below nK of each of its
+// zeroGroup buffers bK (NULL where nK is 0).
+var zeroSource = func() string {
+	var params, body strings.Builder
+	for k := range zeroGroup {
+		if k > 0 {
+			params.WriteString(", ")
+			body.WriteString(" ")
+		}
+		fmt.Fprintf(&params, "__global uchar *b%d, ulong n%d", k, k)
+		fmt.Fprintf(&body, "zero(b%d, n%d);", k, k)
+	}
+	var src strings.Builder
+	src.WriteString("static void zero(__global uchar *b, ulong n) {\n" +
+		"\tfor (ulong j = get_global_id(0); j < n; j += get_global_size(0)) b[j] = 0;\n}\n")
+	for k := range zeroKernels {
+		fmt.Fprintf(&src, "__kernel void zero%d(%s) { %s }\n", k, params.String(), body.String())
+	}
+	return src.String()
+}()
+
+// zeroKernel is a zero kernel of the fill queue with the arguments last
+// set on it (nil buffer: never set).
+type zeroKernel struct {
+	k    *cl.Kernel
+	bufs [zeroGroup]*cl.Buffer
+	ns   [zeroGroup]uint64
+}
+
+// seal launches the zero kernels over the pending memory and enqueues the
+// marker of generation fillGen after them, which then closes; d.fmu is
+// held. On an error the memory stays pending.
+func (d *clDevice) seal() error {
+	live := d.pending[:0]
+	for _, m := range d.pending {
+		if m != nil {
+			live = append(live, m)
+		}
+	}
+	for j := 0; len(live) > 0; j++ {
+		n := min(len(live), zeroGroup)
+		if err := d.zero(j%zeroKernels, live[:n]); err != nil {
+			for i, m := range live {
+				m.slot = i + 1
+			}
+			d.pending = live
+			return err
+		}
+		for _, m := range live[:n] {
+			m.slot = 0
+		}
+		live = live[n:]
+	}
+	clear(d.pending)
+	d.pending = d.pending[:0]
+	// The marker waits on the previous one unless that is known to have
+	// succeeded, so that it reports every earlier failure too: a marker
+	// that succeeded vouches for every generation up to it.
+	var wait []*cl.Event
+	if old := d.fillMark; old != nil && !succeeded(old) {
+		wait = append(wait, old)
+	}
+	e, err := d.fillq.Marker(wait...)
+	if err != nil {
+		return err
+	}
+	if d.fillMark != nil {
+		d.fillMark.Release()
+	}
+	d.fillMark = e
+	d.fillGen++
+	return nil
+}
+
+// zero launches zero kernel j over ms (1 to zeroGroup memories, each of
+// at most zeroKernelMax bytes), setting only the arguments that differ
+// from its last launch; unused parameters are NULL with no bytes. d.fmu
+// is held.
+func (d *clDevice) zero(j int, ms []*clMemory) error {
+	if d.zeroKs == nil {
+		p, err := d.ctx.Program("zero", zeroSource, "")
+		if err != nil {
+			return err
+		}
+		ks := make([]*zeroKernel, zeroKernels)
+		for i := range ks {
+			k, err := d.fillq.Kernel(p, fmt.Sprint("zero", i))
+			if err != nil {
+				return err
+			}
+			ks[i] = &zeroKernel{k: k}
+		}
+		d.zeroKs = ks
+	}
+	zk := d.zeroKs[j]
+	most := int64(1)
+	for i := range zeroGroup {
+		b, n := d.null, uint64(0)
+		if i < len(ms) {
+			b, n = ms[i].b, uint64(ms[i].b.Bytes())
+		}
+		most = max(most, int64(n))
+		if zk.bufs[i] == b && zk.ns[i] == n {
+			continue
+		}
+		zk.bufs[i] = nil
+		if err := zk.k.SetBuffer(2*i, b); err != nil {
+			return err
+		}
+		if err := zk.k.Set64(2*i+1, n, uint64(0)); err != nil {
+			return err
+		}
+		zk.bufs[i], zk.ns[i] = b, n
+	}
+	return d.fillq.LaunchLabel(zk.k, []int{int(min(most, zeroItems))}, nil, "fill")
+}
+
+// succeeded reports whether e has completed without failures.
+func succeeded(e *cl.Event) bool {
 	select {
 	case <-e.Done():
-		if e.Err() == nil {
-			e.Release()
-			m.fill = nil
-			m.zeroed.Store(true)
-			return nil
-		}
+		return e.Err() == nil
 	default:
+		return false
 	}
-	// Behind the fill, or its failure, which the wait carries to the
-	// stream's next event.
-	if err := s.q.Wait(e); err != nil {
-		return s.d.enqueueErr(s.prefix, err)
-	}
-	return nil
 }
 
 // Release frees the buffer and its sub-buffers (OpenCL keeps the memory
@@ -506,11 +679,13 @@ func (m *clMemory) Release() error {
 	m.mu.Lock()
 	subs := m.subs
 	m.subs = nil
-	if m.fill != nil {
-		m.fill.Release()
-		m.fill = nil
-	}
 	m.mu.Unlock()
+	m.d.fmu.Lock() // the buffer leaves the pending fills before it is released
+	if m.slot > 0 {
+		m.d.pending[m.slot-1] = nil
+		m.slot = 0
+	}
+	m.d.fmu.Unlock()
 	var errs []error
 	for _, s := range subs {
 		errs = append(errs, s.Release())

@@ -42,3 +42,11 @@ func ReportForTest(d gpu.Device, err error) error {
 	out := d.(*clDevice).failures(err, nil)
 	return errors.Join(out...)
 }
+
+// ZeroKernelMaxForTest is the most bytes of memory the zero kernel
+// zeroes; larger memory is filled one command each.
+const ZeroKernelMaxForTest = zeroKernelMax
+
+// SeqForTest returns the sequence number on its queue of an event that
+// a stream of an OpenCL device recorded.
+func SeqForTest(e gpu.Event) uint64 { return e.(*clEvent).m.Seq() }

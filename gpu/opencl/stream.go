@@ -29,6 +29,9 @@ type clStream struct {
 	evHead  int
 	final   *clEvent // the event Close recorded; Record returns it after Close
 	lastCmd uint64   // q.LastCommand() after the stream's last enqueue (seq)
+	// fillWaited is the latest zero-fill generation the queue waits
+	// behind (clStream.ready).
+	fillWaited uint64
 
 	// Host tasks, guarded by hmu; hcur, hci and hti are owned by the
 	// running host goroutine.

@@ -187,10 +187,11 @@ func (k *Kernel) set(i int, size uintptr, buf bool, scalar any) error {
 	if err := k.fits(i, size, buf, scalar); err != nil {
 		return err
 	}
-	if err := k.q.lockOpen(fmt.Sprintf("kernel %q argument %d", k.name, i)); err != nil {
-		return err
-	}
+	k.q.mu.Lock()
 	defer k.q.mu.Unlock()
+	if k.q.closed { // lockOpen's error, formatted only when needed
+		return fmt.Errorf("opencl: queue %d: kernel %q argument %d: %w", k.q.index, k.name, i, ErrClosed)
+	}
 	if err := check("clSetKernelArg", syscall(cl.setKernelArg, k.h, uintptr(i), size, uintptr(unsafe.Pointer(&k.arg[0])))); err != nil {
 		return fmt.Errorf("opencl: kernel %q: argument %d: %w", k.name, i, err)
 	}
