@@ -350,25 +350,36 @@ func (b *streamRun) run() {
 
 var errInternal = errors.New("exec: the stream stopped on an internal error")
 
-// cancelFrom settles every launch from pos as cancelled with cause.
+// cancelFrom settles every launch from pos as cancelled with cause, or
+// as lost when the run's lost device is the list's.
 func (b *streamRun) cancelFrom(cause error) {
+	r := b.r
 	for b.pos < len(b.list) {
 		i := int(b.list[b.pos].idx)
 		b.pos++
-		b.r.cancel(i, &b.r.plan.launches[i], cause)
+		if op := &r.plan.launches[i]; r.loss != nil && r.loss.hits(op) {
+			r.lose(i, op)
+		} else {
+			r.cancel(i, op, cause)
+		}
 	}
 	b.publish(len(b.list))
 }
 
 // loop runs the list to its end: stretches of launches under one
-// recovery each, so a launch costs no defer of its own.
+// recovery each, so a launch costs no defer of its own. When a publish
+// returns the device's sticky error, the device can run nothing more:
+// one matching gpu.ErrDeviceLost is the device's reported loss
+// (run.deviceLost), and the rest of the list is lost with it; the rest
+// is cancelled with any other.
 func (b *streamRun) loop() {
 	b.fresh = true
 	for b.pos < len(b.list) && b.left < 0 && b.dead == nil {
 		b.stretch()
 	}
 	if b.dead != nil {
-		b.cancelFrom(b.dead) // the device can run nothing more
+		b.r.lostBy(b.gs, b.dead)
+		b.cancelFrom(b.dead)
 	}
 }
 
@@ -402,9 +413,6 @@ func (b *streamRun) stretch() {
 		o.set(i, StatusFailed)
 		o.note(i, func(x *launchExtra) { x.failure, x.err = id, fmt.Errorf("exec: %w", torn) })
 		b.fresh = true
-		if r.loss != nil {
-			r.loss.settled()
-		}
 		b.publish(b.pos)
 	}()
 	status := o.status[b.base:]
@@ -447,7 +455,7 @@ func (b *streamRun) stretch() {
 			}
 			wfrom = we
 		}
-		if slow || h.option || !store.Empty() {
+		if slow || h.odd || !store.Empty() {
 			if !b.ready(i, &p.launches[i], c.required(i, &p.launches[i]), done, o) {
 				if h.record || uint64(pos) >= b.next {
 					b.publish(pos)
@@ -480,9 +488,6 @@ func (b *streamRun) stretch() {
 		} else {
 			b.settle(i, k, err)
 		}
-		if slow && r.loss != nil {
-			r.loss.settled()
-		}
 		if h.record || uint64(pos) >= b.next {
 			b.publish(pos)
 		}
@@ -491,9 +496,12 @@ func (b *streamRun) stretch() {
 }
 
 // fast runs launches from b.pos for as long as nothing needs more than a
-// call and a status store: no launch timing, no cancellation or device
-// loss to watch for (stretch checks), an empty error graph, and a plain
-// kernel without optional reads. It returns, with b.pos at the launch it
+// call and a status store: no launch timing, no cancellation to watch for
+// (stretch checks), an empty error graph, and a plain kernel without
+// optional reads. A device loss needs no look here: the lost device's own
+// lists stop at their next publish (its sticky error), and a launch
+// elsewhere reads the lost device's bytes only through a copy launch,
+// which is not plain (stretch checks it in ready). It returns, with b.pos at the launch it
 // did not run, at the end of the list, at a launch that is not plain, at
 // a failure (settled here) and when a wait brings taint into view; wfrom
 // is where the next launch's waits start, as in stretch.
@@ -600,14 +608,11 @@ func (b *streamRun) settle(i, k int, err error) {
 
 // ready decides whether launch i runs: it is lost with its device,
 // cancelled (ctx done) or skipped (a required read is tainted), each
-// recorded here, or it runs (true). A launch that does not run counts as
-// settled for a device loss here; one that runs, once it has.
+// recorded here, or it runs (true).
 func (b *streamRun) ready(i int, op *PlannedLaunch, required []buffers.Binding, done <-chan struct{}, o *outcomes) bool {
 	r := b.r
 	if r.loss != nil && r.loss.hits(op) {
-		r.cancel(i, op, r.loss.err)
-		o.set(i, StatusLost)
-		r.loss.settled()
+		r.lose(i, op)
 		b.fresh = true
 		return false
 	}
@@ -615,7 +620,7 @@ func (b *streamRun) ready(i int, op *PlannedLaunch, required []buffers.Binding, 
 		select {
 		case <-done:
 			r.cancel(i, op, r.ctx.Err())
-			b.settledNotRun()
+			b.fresh = true
 			return false
 		default:
 		}
@@ -626,15 +631,14 @@ func (b *streamRun) ready(i int, op *PlannedLaunch, required []buffers.Binding, 
 	if sk, skip := r.store.CheckReads(op.Name, required, op.Writes); skip {
 		o.set(i, StatusSkipped)
 		o.note(i, func(x *launchExtra) { x.failure, x.err, x.chain = sk.Failure, sk.Root, sk.Chain })
-		b.settledNotRun()
+		b.fresh = true
 		return false
 	}
 	if op.optional && len(required) < len(op.Reads) && op.Copy == nil {
 		if err := r.store.EnsureWritten(op.Reads...); err != nil {
 			if r.loss.defers(err) {
-				r.cancel(i, op, r.loss.err)
-				o.set(i, StatusLost)
-				b.settledNotRun()
+				r.lose(i, op)
+				b.fresh = true
 				return false
 			}
 			o.note(i, func(x *launchExtra) { x.degraded = true })
@@ -643,19 +647,18 @@ func (b *streamRun) ready(i int, op *PlannedLaunch, required []buffers.Binding, 
 	return true
 }
 
-// settledNotRun accounts for a launch that settled without running.
-func (b *streamRun) settledNotRun() {
-	if b.r.loss != nil {
-		b.r.loss.settled()
-	}
-	b.fresh = true
-}
-
 // copy runs copy launch i: the buffer into its replica.
 func (b *streamRun) copy(i int) error {
 	n, err := b.r.runCopy(&b.r.plan.launches[i])
 	b.r.out.note(i, func(x *launchExtra) { x.copied = n })
 	return err
+}
+
+// lose marks launch i lost with the run's lost device: cancelled with the
+// loss's error, its status StatusLost.
+func (r *run) lose(i int, op *PlannedLaunch) {
+	r.cancel(i, op, r.loss.err)
+	r.out.set(i, StatusLost)
 }
 
 // cancel marks launch i cancelled and taints its writes with the run's
@@ -700,7 +703,7 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 	c := p.compiled()
 	r.ctx = context.WithValue(r.ctx, runKey{}, r) // what the kernels get: a run they start knows it is nested
 	r.out = newOutcomes(p, time.Now(), timing)
-	r.slow = r.ctx.Done() != nil || r.loss != nil || r.unalloc != nil
+	r.slow = r.ctx.Done() != nil || r.unalloc != nil
 	runs := make([]streamRun, len(c.lists))
 	for gs, list := range c.lists {
 		if len(list) == 0 {
@@ -757,9 +760,11 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 // (gpu.Lister.EnqueueList): a host stream's launches (a streamRun), or a
 // code stream's driver (a codeList), under enqueueMu. The lists start
 // together once every list is queued (gate), so each list's start on its
-// stream (r.src) is known to the others. A list a device refuses (closed,
-// lost, or a stream that takes no lists) is cancelled with its error,
-// returned.
+// stream (r.src) is known to the others. A list a device refuses because
+// it is lost (gpu.ErrDeviceLost) is the device's reported loss
+// (run.deviceLost): its launches are lost with it. One it refuses for
+// another reason (closed, or a stream that takes no lists) is cancelled
+// with its error, returned.
 func (r *run) enqueue(devs []gpu.Device) []error {
 	p := r.plan
 	runs := r.runs
@@ -777,7 +782,9 @@ func (r *run) enqueue(devs []gpu.Device) []error {
 		d, s := p.StreamOf(gs)
 		b.count = nil
 		r.src[gs] = progressSrc{c: &reached}
-		errs = append(errs, fmt.Errorf("exec: %v stream %d: %w", devs[d].ID(), s, err))
+		if !r.lostBy(gs, err) {
+			errs = append(errs, fmt.Errorf("exec: %v stream %d: %w", devs[d].ID(), s, err))
+		}
 		b.state.Store(listStarted) // not queued: not to be withdrawn
 		b.cancelFrom(err)
 		if r.pubs != nil {
@@ -814,6 +821,17 @@ func (r *run) enqueue(devs []gpu.Device) []error {
 		r.src[gs] = progressSrc{c: b.count, first: first}
 	}
 	return errs
+}
+
+// lostBy reports the loss of global stream gs's device when err, the
+// device's refusal or sticky error, matches gpu.ErrDeviceLost (see
+// run.deviceLost), and reports whether it did.
+func (r *run) lostBy(gs int, err error) bool {
+	if !errors.Is(err, gpu.ErrDeviceLost) {
+		return false
+	}
+	r.deviceLost(r.plan.sdev[gs], err)
+	return true
 }
 
 // reached is the progress of a list no device took: every count reached.
