@@ -308,8 +308,10 @@ func (b *streamRun) Run(p gpu.Progress) {
 // publish publishes the list's first n launches as settled, on the
 // device's count of the stream; at or past the step the device asks to
 // hear of, through its Progress, keeping the next such step and the
-// device's sticky error (see gpu.Progress). An inline run publishes
-// nothing.
+// device's sticky error (see gpu.Progress); one matching
+// gpu.ErrDeviceLost is the device's reported loss (run.deviceLost), taken
+// note of before any later publish, so a stream that sees this list's
+// progress past here sees the loss too. An inline run publishes nothing.
 func (b *streamRun) publish(n int) {
 	if b.prog == nil {
 		return
@@ -322,6 +324,7 @@ func (b *streamRun) publish(n int) {
 	b.next = next
 	if err != nil && b.dead == nil {
 		b.dead = err
+		b.r.lostBy(b.gs, err) // before anything later publishes past this step
 	}
 }
 
@@ -350,36 +353,64 @@ func (b *streamRun) run() {
 
 var errInternal = errors.New("exec: the stream stopped on an internal error")
 
-// cancelFrom settles every launch from pos as cancelled with cause, or
-// as lost when the run's lost device is the list's.
+// cancelFrom settles every launch from pos as cancelled with cause.
 func (b *streamRun) cancelFrom(cause error) {
-	r := b.r
 	for b.pos < len(b.list) {
 		i := int(b.list[b.pos].idx)
+		b.pos++
+		b.r.cancel(i, &b.r.plan.launches[i], cause)
+	}
+	b.publish(len(b.list))
+}
+
+// settleRest settles the launches from pos of a list its device can run
+// no more of: lost with the run's lost device, else cancelled with
+// cause. Each settles, and is published, only once what it waits for has
+// settled: a stream's progress also says that what its list waited for
+// up to there has (the plan's waits rely on that: a wait covers what the
+// stream it waits for waited for), so a dead list keeps its waits. When
+// the run's ctx ends while a wait is not satisfied, the rest is left to
+// be cancelled (left), as in stretch.
+func (b *streamRun) settleRest(cause error) {
+	r := b.r
+	wfrom := 0
+	if b.pos > 0 {
+		wfrom = int(b.list[b.pos-1].waits)
+	}
+	for b.pos < len(b.list) {
+		h := &b.list[b.pos]
+		if !b.awaitAll(b.waits[wfrom:h.waits]) {
+			b.left = b.pos
+			return
+		}
+		wfrom = int(h.waits)
+		i := int(h.idx)
 		b.pos++
 		if op := &r.plan.launches[i]; r.loss != nil && r.loss.hits(op) {
 			r.lose(i, op)
 		} else {
 			r.cancel(i, op, cause)
 		}
+		if b.prog != nil {
+			b.publish(b.pos)
+		} else {
+			b.count.Publish(b.first + uint64(b.pos)) // a list its device refused: the counter is the run's
+		}
 	}
-	b.publish(len(b.list))
 }
 
 // loop runs the list to its end: stretches of launches under one
 // recovery each, so a launch costs no defer of its own. When a publish
 // returns the device's sticky error, the device can run nothing more:
-// one matching gpu.ErrDeviceLost is the device's reported loss
-// (run.deviceLost), and the rest of the list is lost with it; the rest
-// is cancelled with any other.
+// the rest of the list is lost with the device when the error is its
+// reported loss (see publish), and cancelled with any other.
 func (b *streamRun) loop() {
 	b.fresh = true
 	for b.pos < len(b.list) && b.left < 0 && b.dead == nil {
 		b.stretch()
 	}
 	if b.dead != nil {
-		b.r.lostBy(b.gs, b.dead)
-		b.cancelFrom(b.dead)
+		b.settleRest(b.dead)
 	}
 }
 
@@ -762,9 +793,11 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 // together once every list is queued (gate), so each list's start on its
 // stream (r.src) is known to the others. A list a device refuses because
 // it is lost (gpu.ErrDeviceLost) is the device's reported loss
-// (run.deviceLost): its launches are lost with it. One it refuses for
-// another reason (closed, or a stream that takes no lists) is cancelled
-// with its error, returned.
+// (run.deviceLost): its launches are lost with it, settled in order by a
+// goroutine of the run that publishes them on a counter of its own (see
+// settleRest), which awaitLists waits for. One it refuses for another
+// reason (closed, or a stream that takes no lists) is cancelled with its
+// error, returned.
 func (r *run) enqueue(devs []gpu.Device) []error {
 	p := r.plan
 	runs := r.runs
@@ -777,19 +810,24 @@ func (r *run) enqueue(devs []gpu.Device) []error {
 	if p.hasCode() {
 		r.pubs = make([]codePub, len(runs))
 	}
+	var lost []*streamRun // lists refused by a lost device, settled once every list has its counter
 	refuse := func(gs int, err error) {
 		b := &runs[gs]
 		d, s := p.StreamOf(gs)
-		b.count = nil
-		r.src[gs] = progressSrc{c: &reached}
-		if !r.lostBy(gs, err) {
-			errs = append(errs, fmt.Errorf("exec: %v stream %d: %w", devs[d].ID(), s, err))
-		}
 		b.state.Store(listStarted) // not queued: not to be withdrawn
-		b.cancelFrom(err)
 		if r.pubs != nil {
 			r.pubs[gs].enq.Publish(math.MaxUint64) // nothing to wait for on the device
 		}
+		if r.lostBy(gs, err) {
+			b.count, b.first, b.dead = new(gpu.Counter), 0, err
+			r.src[gs] = progressSrc{c: b.count}
+			lost = append(lost, b)
+			return
+		}
+		b.count = nil
+		r.src[gs] = progressSrc{c: &reached}
+		errs = append(errs, fmt.Errorf("exec: %v stream %d: %w", devs[d].ID(), s, err))
+		b.cancelFrom(err)
 	}
 	for gs := range runs {
 		b := &runs[gs]
@@ -819,6 +857,12 @@ func (r *run) enqueue(devs []gpu.Device) []error {
 		}
 		b.count, b.first = count, first
 		r.src[gs] = progressSrc{c: b.count, first: first}
+	}
+	for _, b := range lost {
+		go func() {
+			b.settleRest(b.dead)
+			b.count.Publish(uint64(len(b.list))) // awaitLists waits for it
+		}()
 	}
 	return errs
 }
