@@ -532,8 +532,8 @@ func (b *streamRun) stretch() {
 // optional reads. A device loss needs no look here: the lost device's own
 // lists stop at their next publish (its sticky error), and a launch
 // elsewhere reads the lost device's bytes only through a copy launch,
-// which is not plain (stretch checks it in ready). It returns, with b.pos at the launch it
-// did not run, at the end of the list, at a launch that is not plain, at
+// which is not plain (stretch checks it in ready). It returns, with b.pos
+// at the launch it did not run, at the end of the list, at a launch that is not plain, at
 // a failure (settled here) and when a wait brings taint into view; wfrom
 // is where the next launch's waits start, as in stretch.
 //
@@ -815,19 +815,19 @@ func (r *run) enqueue(devs []gpu.Device) []error {
 		b := &runs[gs]
 		d, s := p.StreamOf(gs)
 		b.state.Store(listStarted) // not queued: not to be withdrawn
-		if r.pubs != nil {
-			r.pubs[gs].enq.Publish(math.MaxUint64) // nothing to wait for on the device
-		}
 		if r.lostBy(gs, err) {
 			b.count, b.first, b.dead = new(gpu.Counter), 0, err
 			r.src[gs] = progressSrc{c: b.count}
 			lost = append(lost, b)
-			return
+		} else {
+			b.count = nil
+			r.src[gs] = progressSrc{c: &reached}
+			errs = append(errs, fmt.Errorf("exec: %v stream %d: %w", devs[d].ID(), s, err))
+			b.cancelFrom(err)
 		}
-		b.count = nil
-		r.src[gs] = progressSrc{c: &reached}
-		errs = append(errs, fmt.Errorf("exec: %v stream %d: %w", devs[d].ID(), s, err))
-		b.cancelFrom(err)
+		if r.pubs != nil {
+			r.pubs[gs].enq.Publish(math.MaxUint64) // nothing to wait for on the device
+		}
 	}
 	for gs := range runs {
 		b := &runs[gs]
