@@ -94,7 +94,7 @@ import (
 // event's failure of this device, matching gpu.ErrDeviceLost) is lost for
 // the run (run.deviceLost): the launch and those after it that have not
 // settled are lost with it, and the run recovers on the other devices
-// (see WithDeviceLoss); a second device lost in the same run is a refusal
+// (see Executor.Execute); a second device lost in the same run is a refusal
 // naming both.
 //
 // Since a device is only ever given commands whose producers have
@@ -482,7 +482,7 @@ func (p *Plan) memCache() *memCache {
 // ReleaseDeviceMemory is called keeps memory again if it was asked to:
 // call it after the last Result.Close to leave nothing allocated.
 // ReleaseDeviceMemory is safe for concurrent use, also with runs of p;
-// Executor.Run, whose plan runs once, and a run with WithDeviceLoss keep
+// Executor.Run, whose plan runs once, and a run that lost a device keep
 // nothing, and a plan with no code devices keeps none.
 func (p *Plan) ReleaseDeviceMemory() {
 	if c := p.memc.Load(); c != nil {
@@ -982,7 +982,7 @@ func (c *codeRun) await(k int, w Wait) (dev, ok bool) {
 }
 
 // settleUnenqueued marks launch k (plan launch l), whose waits are met,
-// lost when the run's simulated loss hits it, and settles it here,
+// lost when the run's device loss hits it, and settles it here,
 // without enqueueing, when its outcome is known already: it is next to
 // settle on the stream (c.set == k) and waits for no device wait
 // (devWaited false), and it is lost, or the run checks readiness (slow,
@@ -992,23 +992,19 @@ func (c *codeRun) await(k int, w Wait) (dev, ok bool) {
 func (c *codeRun) settleUnenqueued(k int, l *PlannedLaunch, devWaited bool) bool {
 	r := c.r
 	if r.loss != nil && r.loss.hits(l) {
-		// Lost with its device (simulated, or reported by it): nothing
-		// is enqueued, and it settles as lost in order.
+		// Lost with its device (its own, or the device its copy reads):
+		// nothing is enqueued, and it settles as lost in order.
 		c.state[k].lost = true
 		if c.set != k || devWaited {
 			return false
 		}
 		c.state[k].settled = true
 		c.lose(k)
-		r.loss.settled()
 	} else {
 		if devWaited || c.set != k || !(r.slow || !r.store.Empty()) || c.ready(k) {
 			return false
 		}
 		c.state[k].settled = true
-		if r.loss != nil {
-			r.loss.settled()
-		}
 	}
 	c.set++
 	if c.b.list[k].record {
@@ -1281,13 +1277,10 @@ func (c *codeRun) ready(k int) bool {
 	return true
 }
 
-// lose settles launch k as lost with its device (simulated, or reported
-// by the device); the caller counts it settled for the loss.
+// lose settles launch k as lost with the run's lost device.
 func (c *codeRun) lose(k int) {
-	r := c.r
 	i := int(c.b.list[k].idx)
-	r.cancel(i, &r.plan.launches[i], r.loss.err)
-	r.out.set(i, StatusLost)
+	c.r.lose(i, &c.r.plan.launches[i])
 }
 
 // settleSegment waits for the oldest segment's event and settles its
@@ -1478,14 +1471,11 @@ func (c *codeRun) settleOne(k int, cmdErr error, end int64) {
 		c.lastEnd = end
 	}
 	l := &r.plan.launches[i]
-	if r.loss != nil {
-		defer r.loss.settled()
-		if st.lost || r.loss.hits(l) {
-			// Lost before it was enqueued, or since: its device memory
-			// counts as gone, and the recovery redoes what it wrote.
-			c.lose(k)
-			return
-		}
+	if r.loss != nil && (st.lost || r.loss.hits(l)) {
+		// Lost before it was enqueued, or since: its device memory
+		// counts as gone, and the recovery redoes what it wrote.
+		c.lose(k)
+		return
 	}
 	if !c.ready(k) {
 		return

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -22,6 +23,8 @@ import (
 	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/gpu/cpu"
 	"github.com/streamdag/streamdag/gpu/opencl"
+	"github.com/streamdag/streamdag/gpu/sim"
+	"github.com/streamdag/streamdag/internal/faultdev"
 	"github.com/streamdag/streamdag/internal/leaktest"
 	"github.com/streamdag/streamdag/topology"
 )
@@ -755,8 +758,9 @@ func TestCodeDeviceConcurrentRunsAndLongChains(t *testing.T) {
 }
 
 // What Execute refuses on a plan with a code device, with an error naming
-// why: losing the only device that is not a code device, a run from
-// inside a kernel.
+// why: a run from inside a kernel; and a run whose last device that is
+// not a code device (a simulated GPU beside the code device) reports its
+// loss, which it cannot recover from.
 func TestCodeDeviceExecuteRefuses(t *testing.T) {
 	d := codeDevs()[0].make(t, 1)
 	e := cpuAnd(t, 1, d)
@@ -765,9 +769,21 @@ func TestCodeDeviceExecuteRefuses(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(p.ReleaseDeviceMemory) // before the device's leak check
 
-	t.Run("device loss", func(t *testing.T) {
-		_, err := e.Execute(t.Context(), p, exec.WithDeviceLoss(topology.CPU, 0.5))
-		assert.EqualError(t, err, "exec: cannot lose cpu: a plan with code devices keeps its buffers' host copies on a device that is not one, and none would be left")
+	t.Run("losing the last device that is not a code device", func(t *testing.T) {
+		set, err := sim.New([]topology.DeviceFacts{{ID: topology.GPU(0)}}, 1, sim.WithLoss(topology.GPU(0), 0))
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, set.Close()) })
+		e, err := exec.NewMulti([]gpu.Device{set.Devices()[0], d}, nil, exec.WithAllocator(leaktest.Allocator(t)))
+		require.NoError(t, err)
+		g, total, _ := scaleGraph(1, 1, 2, false)
+		res, err := e.Run(t.Context(), g)
+		require.NotNil(t, res)
+		defer res.Close()
+		require.ErrorIs(t, err, gpu.ErrDeviceLost)
+		assert.ErrorContains(t, err, "exec: gpu0 refused the run's work: lost, and a plan with code devices cannot recover from losing its last device that is not one")
+		assert.Nil(t, res.Report.Lost, "no recovery")
+		_, err = res.Buffer(total)
+		assert.Error(t, err)
 	})
 	t.Run("from inside a kernel", func(t *testing.T) {
 		outer := dag.New()
@@ -1047,11 +1063,12 @@ func TestCodeDevicePingPong(t *testing.T) {
 	}
 }
 
-// A code device lost mid-run goes through the recovery: its kernels that
-// have a Go function move to the CPU, producers whose bytes were lost
-// with it run again, and the answer is the CPU device's alone; a kernel
-// with only OpenCL C has nowhere to go and fails with an error naming it
-// and the lost device.
+// A code device lost mid-run (it reports its loss after a share of the
+// run's commands) goes through the recovery: its kernels that have a Go
+// function move to the CPU, producers whose bytes were lost with it run
+// again, and the answer is the CPU device's alone; a kernel with only
+// OpenCL C has nowhere to go and fails with an error naming it and the
+// lost device.
 func TestCodeDeviceLoss(t *testing.T) {
 	const n, w = 6, 8
 	for _, cd := range codeDevs() {
@@ -1065,21 +1082,17 @@ func TestCodeDeviceLoss(t *testing.T) {
 					require.Equal(t, want, uint64Of(t, cpuRes, totalHost), "seed %d: CPU alone", seed)
 
 					dev := cd.make(t, 2)
-					e := cpuAnd(t, 2, dev)
 					g, total, _ := scaleGraph(seed, n, w, true)
-					place := make([]int, g.NumKernels())
-					for k := range place {
-						if strings.HasPrefix(g.KernelName(dag.KernelID(k)), "scale") {
-							place[k] = 1
-						}
-					}
-					p, err := exec.PlanPlaced(e, g, place)
-					require.NoError(t, err)
-					res, err := e.Execute(t.Context(), p, exec.WithDeviceLoss(dev.ID(), after))
-					require.NoError(t, err)
+					place := placedOn(g, "scale")
+					counted, count := runCounted(t, dev, g, place, math.MaxInt64, 0)
+					require.NoError(t, counted.Err())
+					counted.Close()
+					at := int64(after * float64(count.Commands())) // the loss at that share of the commands
+					res, fd := runCounted(t, dev, g, place, at, 0)
 					defer res.Close()
+					require.True(t, fd.Lost())
 					require.NoError(t, res.Err(), "seed %d", seed)
-					assert.Equal(t, want, uint64Of(t, res, total), "seed %d: lost %s after %v", seed, dev.ID(), after)
+					assert.Equal(t, want, uint64Of(t, res, total), "seed %d: lost %s after %d commands", seed, dev.ID(), at)
 					require.NotNil(t, res.Report.Lost)
 					assert.Equal(t, dev.ID(), *res.Report.Lost)
 					for _, m := range res.Report.Migrations {
@@ -1093,13 +1106,13 @@ func TestCodeDeviceLoss(t *testing.T) {
 			}
 		}
 		t.Run(cd.name+"/opencl only", func(t *testing.T) {
-			dev := cd.make(t, 1)
+			dev := faultdev.New(cd.make(t, 1), 0, 0)
 			e := cpuAnd(t, 1, dev)
 			g, total, _ := scaleGraph(1, 2, w, false)
 			p, err := e.Plan(g)
 			require.NoError(t, err)
 			t.Cleanup(p.ReleaseDeviceMemory) // before the device's leak check
-			res, err := e.Execute(t.Context(), p, exec.WithDeviceLoss(dev.ID(), 0))
+			res, err := e.Execute(t.Context(), p)
 			require.NoError(t, err)
 			defer res.Close()
 			require.Error(t, res.Err())

@@ -213,7 +213,7 @@ func TestDifferentialCodeDevices(t *testing.T) {
 			}
 			rng := rand.New(rand.NewPCG(seed, seed))
 			prog := randomProgram(rng)
-			want := runProgram(t, ref, prog, nil, nil)
+			want := runProgram(t, ref, prog, nil)
 			require.NoError(t, want.planErr, "seed %d: the CPU plan\n%s", seed, prog.describe())
 			host := make([]bool, len(prog.kernels))
 			has := make([]bool, len(prog.kernels))
@@ -239,7 +239,7 @@ func TestDifferentialCodeDevices(t *testing.T) {
 						anywhere = append(anywhere, d)
 					}
 				}
-				got := runProgram(t, e, prog, nil, anywhere)
+				got := runProgram(t, e, prog, anywhere)
 				if got.planErr != nil {
 					t.Fatalf("%s: plan: %v\nprogram:\n%s", what, got.planErr, prog.describe())
 				}
@@ -300,7 +300,7 @@ func TestDifferentialCodeDevicesCancelled(t *testing.T) {
 			}
 			rng := rand.New(rand.NewPCG(seed, seed))
 			prog := randomProgram(rng)
-			want := runProgram(t, ref, prog, nil, nil)
+			want := runProgram(t, ref, prog, nil)
 			require.NoError(t, want.planErr, "seed %d", seed)
 			prog.cancelAt = rng.IntN(len(prog.kernels))
 			prog.code = func(i int) (dag.KernelOption, bool, bool) {
@@ -313,7 +313,7 @@ func TestDifferentialCodeDevicesCancelled(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			var at time.Time
 			prog.cancel = func() { at = time.Now(); cancel() }
-			got := runProgramCtx(t, ctx, m.e, prog, nil, nil)
+			got := runProgramCtx(t, ctx, m.e, prog, nil)
 			cancel()
 			prog.cancel, prog.code = nil, nil
 			what := fmt.Sprintf("seed %d on cpu + %s, k%d cancels", seed, m.name, prog.cancelAt)

@@ -60,7 +60,7 @@ func TestDifferentialOpenCL(t *testing.T) {
 		if cancels {
 			prog.cancelAt = rng.IntN(len(prog.kernels))
 		}
-		want := runProgram(t, ref, prog, nil, nil)
+		want := runProgram(t, ref, prog, nil)
 		require.NoError(t, want.planErr, "seed %d: the CPU plan\n%s", seed, prog.describe())
 
 		fits := make([]bool, len(prog.kernels))   // has a variant the device can run
@@ -93,7 +93,7 @@ func TestDifferentialOpenCL(t *testing.T) {
 			prog.cancel = cancel
 			what += fmt.Sprintf(", k%d cancels", prog.cancelAt)
 		}
-		got := runProgramCtx(t, ctx, e, prog, nil, nil)
+		got := runProgramCtx(t, ctx, e, prog, nil)
 		cancel()
 		prog.cancel = nil
 		c.runs++
@@ -182,7 +182,7 @@ func TestDifferentialOpenCLDeviceLoss(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 0x1055))
 		prog := randomProgramOf(rng, progShape{unit: align, zero: true, short: true})
 		prog.oneShot = true
-		want := runProgram(t, ref, prog, nil, nil)
+		want := runProgram(t, ref, prog, nil)
 		require.NoError(t, want.planErr, "seed %d: the CPU plan\n%s", seed, prog.describe())
 		prog.code = func(i int) (dag.KernelOption, bool, bool) {
 			opt, ok := prog.hashVariant(i, 0)
@@ -191,7 +191,7 @@ func TestDifferentialOpenCLDeviceLoss(t *testing.T) {
 		run := func(fd *faultdev.Device) *outcome {
 			e, err := exec.NewMulti([]gpu.Device{host, fd}, nil, exec.WithAllocator(leaktest.Allocator(t)))
 			require.NoError(t, err)
-			return runProgram(t, e, prog, nil, nil)
+			return runProgram(t, e, prog, nil)
 		}
 		// How many commands the run enqueues on the device (not counting
 		// those a read of its Result enqueues after it), then the run

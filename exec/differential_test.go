@@ -17,6 +17,8 @@ import (
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/failgraph"
+	"github.com/streamdag/streamdag/gpu/sim"
+	"github.com/streamdag/streamdag/internal/leaktest"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -52,10 +54,13 @@ func TestDifferentialMultiDevice(t *testing.T) {
 		name string
 		devs []topology.DeviceID
 		e    map[[2]int]*exec.Executor // (placement, streams) → executor
+		topo *topology.Topology
+		gpus []topology.DeviceFacts
 	}
 	var machines []*machine
 	for _, name := range []string{"rtx5090-2gpu-no-p2p", "dgx1-v100"} {
 		m := &machine{name: name, e: map[[2]int]*exec.Executor{}}
+		m.topo, m.gpus = machineGPUs(t, name)
 		for _, pl := range []exec.Placement{exec.PlaceHEFT, exec.PlaceRoundRobin, exec.PlaceLeastLoaded} {
 			for _, streams := range []int{1, 2} {
 				e, _ := simMachine(t, name, streams, exec.WithPlacement(pl))
@@ -71,7 +76,7 @@ func TestDifferentialMultiDevice(t *testing.T) {
 	for seed := first; seed < first+uint64(seeds); seed++ {
 		rng := rand.New(rand.NewPCG(seed, seed))
 		prog := randomProgram(rng)
-		want := runProgram(t, ref, prog, nil, nil)
+		want := runProgram(t, ref, prog, nil)
 		require.NoError(t, want.planErr, "seed %d: the single-device plan\n%s", seed, prog.describe())
 		// Each seed runs one machine and stream count, every placement,
 		// without and with a loss; consecutive seeds cover every machine
@@ -83,18 +88,15 @@ func TestDifferentialMultiDevice(t *testing.T) {
 			if pl == placeAnywhere {
 				key[0] = int(exec.PlaceHEFT)
 			}
-			e := m.e[key]
-			var losses []*exec.LossSpec
-			losses = append(losses, nil)
 			dev := m.devs[rng.IntN(len(m.devs))]
 			if rng.IntN(3) == 0 {
 				dev = m.devs[0]
 			}
-			losses = append(losses, &exec.LossSpec{Device: dev, After: float64(rng.IntN(11)) / 10})
-			for _, loss := range losses {
+			after := float64(rng.IntN(11)) / 10
+			for _, lose := range []bool{false, true} {
 				what := fmt.Sprintf("seed %d on %s, %s, %d streams", seed, m.name, exec.Placement(key[0]), key[1])
-				if loss != nil {
-					what += fmt.Sprintf(", losing %s after %.0f%%", loss.Device, 100*loss.After)
+				if lose {
+					what += fmt.Sprintf(", %s lost after %.0f%% of its launches", dev, 100*after)
 				}
 				var anywhere []int
 				if pl == placeAnywhere {
@@ -103,7 +105,20 @@ func TestDifferentialMultiDevice(t *testing.T) {
 						anywhere = append(anywhere, rng.IntN(len(m.devs)))
 					}
 				}
-				got := runProgram(t, e, prog, loss, anywhere)
+				got := func() *outcome {
+					if !lose {
+						return runProgram(t, m.e[key], prog, anywhere)
+					}
+					// A simulated GPU that reports its loss after that
+					// share of its own launches, on devices of its own
+					// (it stays lost), closed after the run.
+					set, err := sim.New(m.gpus, streams, sim.WithLoss(dev, after))
+					require.NoError(t, err)
+					defer func() { require.NoError(t, set.Close()) }()
+					e, err := exec.NewMulti(set.Devices(), m.topo, exec.WithPlacement(exec.Placement(key[0])), exec.WithAllocator(leaktest.Allocator(t)))
+					require.NoError(t, err)
+					return runProgram(t, e, prog, anywhere)
+				}()
 				if got.planErr != nil {
 					t.Fatalf("%s: plan: %v", what, got.planErr)
 				}
@@ -482,17 +497,16 @@ type outcome struct {
 	lost    *topology.DeviceID           // the device the run lost (Report.Lost); not compared
 }
 
-// runProgram runs prog on e (losing a device when loss is not nil) and
-// returns its outcome; a plan error is returned in the outcome. place,
+// runProgram runs prog on e and returns its outcome; a plan error is returned in the outcome. place,
 // when not nil, puts kernel k on device place[k] instead of asking the
 // executor's placement.
-func runProgram(t *testing.T, e *exec.Executor, prog *program, loss *exec.LossSpec, place []int) *outcome {
+func runProgram(t *testing.T, e *exec.Executor, prog *program, place []int) *outcome {
 	t.Helper()
-	return runProgramCtx(t, t.Context(), e, prog, loss, place)
+	return runProgramCtx(t, t.Context(), e, prog, place)
 }
 
 // runProgramCtx is runProgram under ctx.
-func runProgramCtx(t *testing.T, ctx context.Context, e *exec.Executor, prog *program, loss *exec.LossSpec, place []int) *outcome {
+func runProgramCtx(t *testing.T, ctx context.Context, e *exec.Executor, prog *program, place []int) *outcome {
 	t.Helper()
 	var ids []topology.DeviceID
 	for _, d := range e.Devices() {
@@ -502,9 +516,6 @@ func runProgramCtx(t *testing.T, ctx context.Context, e *exec.Executor, prog *pr
 	var opts []exec.RunOption
 	for b, v := range prog.inputs {
 		opts = append(opts, exec.WithInput(b, v))
-	}
-	if loss != nil {
-		opts = append(opts, exec.WithDeviceLoss(loss.Device, loss.After))
 	}
 	var res *exec.Result
 	var err error

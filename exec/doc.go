@@ -52,8 +52,12 @@
 // copy launch of each range the reader's device lacks, so a copy follows
 // the last write of the bytes it moves; a copy carries the taint of those
 // bytes byte for byte, so a reader is skipped exactly when it would be on
-// one device. After a device loss ([WithDeviceLoss]) the same planner
-// plans the recovery over the surviving devices.
+// one device. A device loss is what a device reports (a simulated GPU
+// made to lose itself after a share of its own launches, sim.WithLoss; a
+// driver's error matching gpu.ErrDeviceLost): a host list's publish that
+// returns it stops the list there, its launches and those left on the
+// device settle as lost, and after the run the same planner plans the
+// recovery over the surviving devices (see [Executor.Execute]).
 //
 // Devices each have their own stream count. What code a device runs is
 // its capabilities, never its driver's name: a device that is no
@@ -76,7 +80,7 @@
 // time) or when the device refused it (closed: the run then returns an
 // error saying so), lost when the device reported its loss (an enqueue or
 // an event's failure matching gpu.ErrDeviceLost: the run then recovers
-// as from [WithDeviceLoss]), and failed with [ErrAbandoned] when the
+// as from any reported loss), and failed with [ErrAbandoned] when the
 // device had not finished it a grace period after ctx ended (the run
 // returns without it and the device is marked unusable). Every graph buffer's own
 // instance stays in host memory, so a [Result] reads only host bytes.

@@ -308,8 +308,10 @@ func (b *streamRun) Run(p gpu.Progress) {
 // publish publishes the list's first n launches as settled, on the
 // device's count of the stream; at or past the step the device asks to
 // hear of, through its Progress, keeping the next such step and the
-// device's sticky error (see gpu.Progress). An inline run publishes
-// nothing.
+// device's sticky error (see gpu.Progress); one matching
+// gpu.ErrDeviceLost is the device's reported loss (run.deviceLost), taken
+// note of before any later publish, so a stream that sees this list's
+// progress past here sees the loss too. An inline run publishes nothing.
 func (b *streamRun) publish(n int) {
 	if b.prog == nil {
 		return
@@ -322,6 +324,7 @@ func (b *streamRun) publish(n int) {
 	b.next = next
 	if err != nil && b.dead == nil {
 		b.dead = err
+		b.r.lostBy(b.gs, err) // before anything later publishes past this step
 	}
 }
 
@@ -360,15 +363,54 @@ func (b *streamRun) cancelFrom(cause error) {
 	b.publish(len(b.list))
 }
 
+// settleRest settles the launches from pos of a list its device can run
+// no more of: lost with the run's lost device, else cancelled with
+// cause. Each settles, and is published, only once what it waits for has
+// settled: a stream's progress also says that what its list waited for
+// up to there has (the plan's waits rely on that: a wait covers what the
+// stream it waits for waited for), so a dead list keeps its waits. When
+// the run's ctx ends while a wait is not satisfied, the rest is left to
+// be cancelled (left), as in stretch.
+func (b *streamRun) settleRest(cause error) {
+	r := b.r
+	wfrom := 0
+	if b.pos > 0 {
+		wfrom = int(b.list[b.pos-1].waits)
+	}
+	for b.pos < len(b.list) {
+		h := &b.list[b.pos]
+		if !b.awaitAll(b.waits[wfrom:h.waits]) {
+			b.left = b.pos
+			return
+		}
+		wfrom = int(h.waits)
+		i := int(h.idx)
+		b.pos++
+		if op := &r.plan.launches[i]; r.loss != nil && r.loss.hits(op) {
+			r.lose(i, op)
+		} else {
+			r.cancel(i, op, cause)
+		}
+		if b.prog != nil {
+			b.publish(b.pos)
+		} else {
+			b.count.Publish(b.first + uint64(b.pos)) // a list its device refused: the counter is the run's
+		}
+	}
+}
+
 // loop runs the list to its end: stretches of launches under one
-// recovery each, so a launch costs no defer of its own.
+// recovery each, so a launch costs no defer of its own. When a publish
+// returns the device's sticky error, the device can run nothing more:
+// the rest of the list is lost with the device when the error is its
+// reported loss (see publish), and cancelled with any other.
 func (b *streamRun) loop() {
 	b.fresh = true
 	for b.pos < len(b.list) && b.left < 0 && b.dead == nil {
 		b.stretch()
 	}
 	if b.dead != nil {
-		b.cancelFrom(b.dead) // the device can run nothing more
+		b.settleRest(b.dead)
 	}
 }
 
@@ -402,9 +444,6 @@ func (b *streamRun) stretch() {
 		o.set(i, StatusFailed)
 		o.note(i, func(x *launchExtra) { x.failure, x.err = id, fmt.Errorf("exec: %w", torn) })
 		b.fresh = true
-		if r.loss != nil {
-			r.loss.settled()
-		}
 		b.publish(b.pos)
 	}()
 	status := o.status[b.base:]
@@ -447,7 +486,7 @@ func (b *streamRun) stretch() {
 			}
 			wfrom = we
 		}
-		if slow || h.option || !store.Empty() {
+		if slow || h.odd || !store.Empty() {
 			if !b.ready(i, &p.launches[i], c.required(i, &p.launches[i]), done, o) {
 				if h.record || uint64(pos) >= b.next {
 					b.publish(pos)
@@ -480,9 +519,6 @@ func (b *streamRun) stretch() {
 		} else {
 			b.settle(i, k, err)
 		}
-		if slow && r.loss != nil {
-			r.loss.settled()
-		}
 		if h.record || uint64(pos) >= b.next {
 			b.publish(pos)
 		}
@@ -491,10 +527,13 @@ func (b *streamRun) stretch() {
 }
 
 // fast runs launches from b.pos for as long as nothing needs more than a
-// call and a status store: no launch timing, no cancellation or device
-// loss to watch for (stretch checks), an empty error graph, and a plain
-// kernel without optional reads. It returns, with b.pos at the launch it
-// did not run, at the end of the list, at a launch that is not plain, at
+// call and a status store: no launch timing, no cancellation to watch for
+// (stretch checks), an empty error graph, and a plain kernel without
+// optional reads. A device loss needs no look here: the lost device's own
+// lists stop at their next publish (its sticky error), and a launch
+// elsewhere reads the lost device's bytes only through a copy launch,
+// which is not plain (stretch checks it in ready). It returns, with b.pos
+// at the launch it did not run, at the end of the list, at a launch that is not plain, at
 // a failure (settled here) and when a wait brings taint into view; wfrom
 // is where the next launch's waits start, as in stretch.
 //
@@ -600,14 +639,11 @@ func (b *streamRun) settle(i, k int, err error) {
 
 // ready decides whether launch i runs: it is lost with its device,
 // cancelled (ctx done) or skipped (a required read is tainted), each
-// recorded here, or it runs (true). A launch that does not run counts as
-// settled for a device loss here; one that runs, once it has.
+// recorded here, or it runs (true).
 func (b *streamRun) ready(i int, op *PlannedLaunch, required []buffers.Binding, done <-chan struct{}, o *outcomes) bool {
 	r := b.r
 	if r.loss != nil && r.loss.hits(op) {
-		r.cancel(i, op, r.loss.err)
-		o.set(i, StatusLost)
-		r.loss.settled()
+		r.lose(i, op)
 		b.fresh = true
 		return false
 	}
@@ -615,7 +651,7 @@ func (b *streamRun) ready(i int, op *PlannedLaunch, required []buffers.Binding, 
 		select {
 		case <-done:
 			r.cancel(i, op, r.ctx.Err())
-			b.settledNotRun()
+			b.fresh = true
 			return false
 		default:
 		}
@@ -626,15 +662,14 @@ func (b *streamRun) ready(i int, op *PlannedLaunch, required []buffers.Binding, 
 	if sk, skip := r.store.CheckReads(op.Name, required, op.Writes); skip {
 		o.set(i, StatusSkipped)
 		o.note(i, func(x *launchExtra) { x.failure, x.err, x.chain = sk.Failure, sk.Root, sk.Chain })
-		b.settledNotRun()
+		b.fresh = true
 		return false
 	}
 	if op.optional && len(required) < len(op.Reads) && op.Copy == nil {
 		if err := r.store.EnsureWritten(op.Reads...); err != nil {
 			if r.loss.defers(err) {
-				r.cancel(i, op, r.loss.err)
-				o.set(i, StatusLost)
-				b.settledNotRun()
+				r.lose(i, op)
+				b.fresh = true
 				return false
 			}
 			o.note(i, func(x *launchExtra) { x.degraded = true })
@@ -643,19 +678,18 @@ func (b *streamRun) ready(i int, op *PlannedLaunch, required []buffers.Binding, 
 	return true
 }
 
-// settledNotRun accounts for a launch that settled without running.
-func (b *streamRun) settledNotRun() {
-	if b.r.loss != nil {
-		b.r.loss.settled()
-	}
-	b.fresh = true
-}
-
 // copy runs copy launch i: the buffer into its replica.
 func (b *streamRun) copy(i int) error {
 	n, err := b.r.runCopy(&b.r.plan.launches[i])
 	b.r.out.note(i, func(x *launchExtra) { x.copied = n })
 	return err
+}
+
+// lose marks launch i lost with the run's lost device: cancelled with the
+// loss's error, its status StatusLost.
+func (r *run) lose(i int, op *PlannedLaunch) {
+	r.cancel(i, op, r.loss.err)
+	r.out.set(i, StatusLost)
 }
 
 // cancel marks launch i cancelled and taints its writes with the run's
@@ -700,7 +734,7 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 	c := p.compiled()
 	r.ctx = context.WithValue(r.ctx, runKey{}, r) // what the kernels get: a run they start knows it is nested
 	r.out = newOutcomes(p, time.Now(), timing)
-	r.slow = r.ctx.Done() != nil || r.loss != nil || r.unalloc != nil
+	r.slow = r.ctx.Done() != nil || r.unalloc != nil
 	runs := make([]streamRun, len(c.lists))
 	for gs, list := range c.lists {
 		if len(list) == 0 {
@@ -757,9 +791,13 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 // (gpu.Lister.EnqueueList): a host stream's launches (a streamRun), or a
 // code stream's driver (a codeList), under enqueueMu. The lists start
 // together once every list is queued (gate), so each list's start on its
-// stream (r.src) is known to the others. A list a device refuses (closed,
-// lost, or a stream that takes no lists) is cancelled with its error,
-// returned.
+// stream (r.src) is known to the others. A list a device refuses because
+// it is lost (gpu.ErrDeviceLost) is the device's reported loss
+// (run.deviceLost): its launches are lost with it, settled in order by a
+// goroutine of the run that publishes them on a counter of its own (see
+// settleRest), which awaitLists waits for. One it refuses for another
+// reason (closed, or a stream that takes no lists) is cancelled with its
+// error, returned.
 func (r *run) enqueue(devs []gpu.Device) []error {
 	p := r.plan
 	runs := r.runs
@@ -772,14 +810,21 @@ func (r *run) enqueue(devs []gpu.Device) []error {
 	if p.hasCode() {
 		r.pubs = make([]codePub, len(runs))
 	}
+	var lost []*streamRun // lists refused by a lost device, settled once every list has its counter
 	refuse := func(gs int, err error) {
 		b := &runs[gs]
 		d, s := p.StreamOf(gs)
-		b.count = nil
-		r.src[gs] = progressSrc{c: &reached}
-		errs = append(errs, fmt.Errorf("exec: %v stream %d: %w", devs[d].ID(), s, err))
 		b.state.Store(listStarted) // not queued: not to be withdrawn
-		b.cancelFrom(err)
+		if r.lostBy(gs, err) {
+			b.count, b.first, b.dead = new(gpu.Counter), 0, err
+			r.src[gs] = progressSrc{c: b.count}
+			lost = append(lost, b)
+		} else {
+			b.count = nil
+			r.src[gs] = progressSrc{c: &reached}
+			errs = append(errs, fmt.Errorf("exec: %v stream %d: %w", devs[d].ID(), s, err))
+			b.cancelFrom(err)
+		}
 		if r.pubs != nil {
 			r.pubs[gs].enq.Publish(math.MaxUint64) // nothing to wait for on the device
 		}
@@ -813,7 +858,24 @@ func (r *run) enqueue(devs []gpu.Device) []error {
 		b.count, b.first = count, first
 		r.src[gs] = progressSrc{c: b.count, first: first}
 	}
+	for _, b := range lost {
+		go func() {
+			b.settleRest(b.dead)
+			b.count.Publish(uint64(len(b.list))) // awaitLists waits for it
+		}()
+	}
 	return errs
+}
+
+// lostBy reports the loss of global stream gs's device when err, the
+// device's refusal or sticky error, matches gpu.ErrDeviceLost (see
+// run.deviceLost), and reports whether it did.
+func (r *run) lostBy(gs int, err error) bool {
+	if !errors.Is(err, gpu.ErrDeviceLost) {
+		return false
+	}
+	r.deviceLost(r.plan.sdev[gs], err)
+	return true
 }
 
 // reached is the progress of a list no device took: every count reached.

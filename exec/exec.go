@@ -142,7 +142,6 @@ type RunOption func(*runConfig)
 
 type runConfig struct {
 	inputs  map[dag.BufferID]any
-	loss    *LossSpec
 	keepMem bool
 }
 
@@ -153,8 +152,8 @@ type runConfig struct {
 // memory stays counted in its device's budget (see WithBudget) until a
 // run takes it or Plan.ReleaseDeviceMemory releases it. Without it a run
 // still uses memory an earlier run kept, and releases it when it ends.
-// It has no effect on Executor.Run (its plan runs once), on a run with
-// WithDeviceLoss, or on a plan with no code devices.
+// It has no effect on Executor.Run (its plan runs once), on a run that
+// loses a device, or on a plan with no code devices.
 func WithKeepDeviceMemory() RunOption { return func(c *runConfig) { c.keepMem = true } }
 
 // WithInput stores v into input buffer id before the run starts; the
@@ -189,9 +188,8 @@ func (e *Executor) Run(ctx context.Context, g *dag.Graph, opts ...RunOption) (*R
 // Execute runs plan p. It returns an error only when the run could not
 // start (a plan for more streams than a device has, an input for an
 // unknown buffer, ctx done while waiting for budget that concurrent runs
-// hold, a plan with code devices asked to lose its last device that is
-// not a code device, or run from inside a kernel) or a device refused
-// work (closed). A raw buffer
+// hold, or run from inside a kernel) or a device refused work (closed, or
+// lost where the run cannot recover: see below). A raw buffer
 // that can never be reserved (see WithBudget; on a code device, device
 // memory it cannot allocate) is not such an error: it reads as an
 // unallocated failure, and the launches that would write or read it are
@@ -216,6 +214,50 @@ func (e *Executor) Run(ctx context.Context, g *dag.Graph, opts ...RunOption) (*R
 // behind the kernel, and waits for budget, so a kernel that waits for it
 // must pass its own ctx (or one derived from it), or it waits until that
 // run's ctx ends.
+//
+// A device loss is what a device reports: a simulated GPU made to lose
+// itself (sim.WithLoss) or a real one whose driver reports the loss (an
+// error matching gpu.ErrDeviceLost from a list's publish, an enqueue, or
+// a code device's recorded event). A run on at least two devices
+// recovers from one such loss. From the report on, launches on the lost
+// device (and copies out of it) do not run and settle as lost, and the
+// device's memory counts as gone. A launch whose optional reads
+// (dag.ReadsOptional) miss bytes lost with the device does not run
+// degraded: it waits for the recovery, so nothing downstream sees a
+// partial result first.
+//
+// The run then recovers, in a second phase planned like the first over
+// the surviving devices: kernels that had not succeeded run again, moved
+// by the placement engine's migration plan (placement.Spread) when their
+// device was lost; every buffer that no surviving device holds complete
+// and clean is recomputed by re-running all its writers (so it reads as
+// it would have without the loss, even when every reader of it had
+// already run); the caller's inputs, of which the executor keeps a
+// reference as the host's copy, are stored again where their device was
+// lost. An input value with Release but no Retain has one reference
+// only, its buffer's (WithInput): the recovery moves that value, as the
+// first phase left it, into the second phase's buffer instead, so it is
+// released exactly once, by Result.Close, after every read. A kernel that
+// succeeded and whose outputs survive does not run again, so one with
+// effects outside the graph runs once unless an output it wrote was
+// lost. The report lists every migration and re-run. A kernel pinned to
+// the lost device cannot move: it fails with an error naming the device.
+// A kernel moves only to a device that has code for it: the surviving
+// device with the fewest kernels among those (a kernel of a lost code
+// device with a Go function can go to a host device); one with code for
+// no surviving device (OpenCL C alone, and no other code device) fails
+// with an error naming it and the lost device. A lost code device's
+// launches are not enqueued from the loss on, and the bytes its memory
+// held count as gone.
+//
+// A run recovers from one lost device: a second one reported lost, a
+// loss in a run on one device, and, in a plan with code devices, the
+// loss of its last device that is not a code device (its buffers' host
+// copies live there) make Execute return the run's Result and an error
+// naming the device (both, for a second loss), wrapping
+// gpu.ErrDeviceLost. When the second phase cannot start (ctx ends while
+// its memory is reserved), Execute releases every buffer of the run and
+// returns a nil Result and an error naming the lost device.
 func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Result, error) {
 	return e.execute(ctx, p, true, opts...)
 }
@@ -232,33 +274,15 @@ func (e *Executor) execute(ctx context.Context, p *Plan, keep bool, opts ...RunO
 		releaseInputs(rc.inputs)
 		return nil, err
 	}
-	if p.hasCode() {
-		host := false // a device that is not a code device survives the loss
-		for d, id := range p.devices {
-			host = host || rc.loss != nil && id != rc.loss.Device && !p.mem[d]
-		}
-		if rc.loss != nil && !host {
-			releaseInputs(rc.inputs)
-			return nil, fmt.Errorf("exec: cannot lose %s: a plan with code devices keeps its buffers' host copies on a device that is not one, and none would be left", rc.loss.Device)
-		}
-		if nested(ctx) {
-			releaseInputs(rc.inputs)
-			return nil, errors.New("exec: a graph run from inside a kernel cannot launch on a code device")
-		}
+	if p.hasCode() && nested(ctx) {
+		releaseInputs(rc.inputs)
+		return nil, errors.New("exec: a graph run from inside a kernel cannot launch on a code device")
 	}
 	var loss *deviceLoss
-	switch {
-	case rc.loss != nil:
-		var err error
-		if loss, err = newDeviceLoss(p, *rc.loss); err != nil {
-			releaseInputs(rc.inputs)
-			return nil, err
-		}
-	case p.hasCode():
-		// A code device may report its loss (run.deviceLost).
+	if len(p.devices) >= 2 {
+		// A device may report its loss (run.deviceLost), and the others
+		// recover.
 		loss = newReportedLoss()
-	}
-	if loss != nil {
 		loss.keep(rc.inputs)
 		defer loss.release()
 	}
@@ -273,7 +297,7 @@ func (e *Executor) execute(ctx context.Context, p *Plan, keep bool, opts ...RunO
 		store: failgraph.New(func(id buffers.ID) string { return p.bufs[id].Name }),
 		loss:  loss,
 	}
-	if keep && rc.loss == nil && p.hasCode() {
+	if keep && p.hasCode() {
 		r.memc, r.keepMem = p.memCache(), rc.keepMem
 	}
 	if err := r.allocate(ctx, nil, rc.inputs); err != nil {
@@ -328,9 +352,9 @@ type run struct {
 	pools   []*buffers.DeviceAllocator
 	alloc   memory.Allocator
 	store   *failgraph.Store
-	loss    *deviceLoss  // nil unless a device may be lost during the run (a LossSpec, or a plan with code devices)
+	loss    *deviceLoss  // nil unless the run can recover from a device's loss (it has two devices or more)
 	unalloc *unallocated // nil unless a reservation failed
-	slow    bool         // every launch takes the full checks (ctx can be cancelled, a loss or failed reservation)
+	slow    bool         // every launch takes the full checks (ctx can be cancelled, or a reservation failed)
 
 	// bufs holds the run's buffers by plan buffer id: the graph's, then
 	// replicas. Raw buffers are reserved before the run starts; value

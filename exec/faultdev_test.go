@@ -45,7 +45,7 @@ func runCounted(t *testing.T, dev gpu.CodeDevice, g *dag.Graph, place []int, aft
 
 // A code device that reports its loss part-way through a run (its
 // enqueues refused past some command, the events after it reporting the
-// commands in flight as lost) is lost for the run without WithDeviceLoss:
+// commands in flight as lost) is lost for the run:
 // its kernels move to the CPU device, producers whose bytes were lost
 // run again, and the answer is the CPU device's alone, at every point of
 // the loss.

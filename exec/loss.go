@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -18,97 +16,16 @@ import (
 	"github.com/streamdag/streamdag/topology"
 )
 
-// LossSpec says which device a run loses and when: after the fraction
-// After (0–1) of the run's launches have settled. It is for demos and
-// tests of recovery (`streamdag run --lose-device gpu3@50%`).
-type LossSpec struct {
-	Device topology.DeviceID
-	After  float64
-}
-
-// WithDeviceLoss makes a multi-device run lose a device part-way: from the
-// moment the fraction after of its launches has settled, launches on that
-// device (and copies out of it) do not run, and the device's memory counts
-// as gone. A launch whose optional reads (dag.ReadsOptional) miss bytes
-// lost with the device does not run degraded: it waits for the recovery,
-// so nothing downstream sees a partial result first.
-//
-// The run then recovers, in a second phase planned like the first over
-// the surviving devices: kernels that had not succeeded run again, moved
-// by the placement engine's migration plan (placement.Spread) when their
-// device was lost; every
-// buffer that no surviving device holds complete and clean is recomputed
-// by re-running all its writers (so it reads as it would have without the
-// loss, even when every reader of it had already run); the caller's
-// inputs, of which the executor keeps a reference as the host's copy, are
-// stored again where their device was lost. An input value with Release
-// but no Retain has one reference only, its buffer's (WithInput): the
-// recovery moves that value, as the first phase left it, into the second
-// phase's buffer instead, so it is released exactly once, by
-// Result.Close, after every read. A kernel that succeeded and
-// whose outputs survive does not run again, so one with effects outside
-// the graph runs once unless an output it wrote was lost. The report
-// lists every migration and re-run. A kernel pinned to the lost device
-// cannot move: it fails with an error naming the device. A kernel moves
-// only to a device that has code for it: the surviving device with the
-// fewest kernels among those (a kernel of a lost code device with a Go
-// function can go to a host device); one with code for no
-// surviving device (OpenCL C alone, and no other code device) fails with
-// an error naming it and the lost device. A lost code device's launches
-// are not enqueued from the loss on, and the bytes its memory held count
-// as gone. A plan with code devices cannot lose its last device that is
-// not a code device (its buffers' host copies live there): Execute
-// refuses that.
-//
-// When the second phase cannot start (ctx ends while its memory is
-// reserved), Execute releases every buffer of the run and returns a nil
-// Result and an error naming the lost device.
-//
-// A code device that reports its loss during a run (a sticky error of its
-// driver matching gpu.ErrDeviceLost, from an enqueue or a recorded event)
-// starts the same loss and recovery, from that moment, without this
-// option; a run recovers from one lost device, and a second one reported
-// lost makes Execute return an error naming both.
-func WithDeviceLoss(dev topology.DeviceID, after float64) RunOption {
-	return func(c *runConfig) { c.loss = &LossSpec{Device: dev, After: after} }
-}
-
-// ParseLossSpec parses "gpu3@50%" (or "gpu3@0.5").
-func ParseLossSpec(s string) (LossSpec, error) {
-	dev, at, ok := strings.Cut(s, "@")
-	if !ok {
-		return LossSpec{}, fmt.Errorf("exec: loss %q: want DEVICE@PERCENT, e.g. gpu3@50%%", s)
-	}
-	id, err := topology.ParseDeviceID(dev)
-	if err != nil {
-		return LossSpec{}, fmt.Errorf("exec: loss %q: %w", s, err)
-	}
-	var f float64
-	if pct, isPct := strings.CutSuffix(at, "%"); isPct {
-		_, err = fmt.Sscanf(pct, "%g", &f)
-		f /= 100
-	} else {
-		_, err = fmt.Sscanf(at, "%g", &f)
-	}
-	if err != nil || math.IsNaN(f) || f < 0 || f > 1 {
-		return LossSpec{}, fmt.Errorf("exec: loss %q: the point must be 0–100%% of the launches", s)
-	}
-	return LossSpec{Device: id, After: f}, nil
-}
-
-// deviceLoss is the state of a loss during one run: the device a
-// LossSpec loses (its launches settled counted toward the threshold), or
-// the one a device reported lost (run.deviceLost; dev -1 until then).
-// dev, id and err are set before lost is stored true and not changed
-// after, so a reader that has loaded lost true reads them without mu.
+// deviceLoss is the state of a run that may lose a device: none until
+// one reports its loss (run.deviceLost; dev -1 until then). dev, id and
+// err are set before lost is stored true and not changed after, so a
+// reader that has loaded lost true reads them without mu.
 type deviceLoss struct {
-	mu        sync.Mutex // guards activation (run.deviceLost)
-	dev       int        // device index; -1: none yet
-	id        topology.DeviceID
-	threshold int64 // -1: no simulated loss
-	count     atomic.Int64
-	lost      atomic.Bool
-	err       error
+	mu   sync.Mutex // guards activation (run.deviceLost)
+	dev  int        // device index; -1: none yet
+	id   topology.DeviceID
+	lost atomic.Bool
+	err  error
 	// inputs holds a reference to each of the caller's input values, as
 	// the host keeps them: the recovery stores them again where the
 	// device that held them was lost (see keep, release). sole marks the
@@ -119,43 +36,35 @@ type deviceLoss struct {
 	sole   map[dag.BufferID]bool
 }
 
-// newDeviceLoss returns the loss spec asks for during a run of p, or an
-// error naming the device when p cannot lose it.
-func newDeviceLoss(p *Plan, spec LossSpec) (*deviceLoss, error) {
-	i := slices.Index(p.devices, spec.Device)
-	if i < 0 {
-		return nil, fmt.Errorf("exec: cannot lose %s: not a device of the run %v", spec.Device, p.devices)
-	}
-	if len(p.devices) < 2 {
-		return nil, fmt.Errorf("exec: cannot lose %s: it is the run's only device", spec.Device)
-	}
-	d := &deviceLoss{dev: i, id: spec.Device, threshold: int64(math.Ceil(spec.After * float64(len(p.launches)))),
-		err: fmt.Errorf("exec: %w: %s", gpu.ErrDeviceLost, spec.Device)}
-	if d.threshold == 0 {
-		d.lost.Store(true)
-	}
-	return d, nil
-}
-
 // newReportedLoss returns the loss state of a run that loses no device
 // unless one reports its loss (run.deviceLost).
-func newReportedLoss() *deviceLoss { return &deviceLoss{dev: -1, threshold: -1} }
+func newReportedLoss() *deviceLoss { return &deviceLoss{dev: -1} }
 
 // deviceLost marks plan device d lost from now on, because it reported
-// cause (an error matching gpu.ErrDeviceLost): the run's device loss
-// takes effect as a simulated one does (see WithDeviceLoss): launches on
-// d that have not run settle as lost, and so do copies out of it, its
-// memory counts as gone, and after the run the recovery re-plans the
-// unfinished work on the surviving devices. One device per run is
-// recovered from: another device reported lost (or one reported while a
-// LossSpec loses another) becomes a refusal of the run's work naming
-// both (see refusals), which the run returns as its error, and so does a
-// loss in a run without loss state (a recovery's second phase). It is
-// safe for concurrent use, and idempotent for d.
+// cause (an error matching gpu.ErrDeviceLost: a host list's publish or
+// enqueue refused with it, a code device's enqueue or recorded event).
+// Launches on d that have not run settle as lost, and so do copies out
+// of it; its memory counts as gone; and after the run the recovery
+// re-plans the unfinished work on the surviving devices (see Execute).
+// One device per run is recovered from: another device reported lost
+// becomes a refusal of the run's work naming both (see refusals), which
+// the run returns as its error, and so does a loss in a run without loss
+// state (one device, or a recovery's second phase), and the loss of the
+// last device that is not a code device in a plan with code devices
+// (their buffers' host copies live there). It is safe for concurrent
+// use, and idempotent for d.
 func (r *run) deviceLost(d int, cause error) {
 	l := r.loss
 	if l == nil {
-		r.refused.of(d, r.devs[d], fmt.Errorf("lost during the recovery from another loss: %w", cause))
+		why := "lost during the recovery from another loss"
+		if len(r.devs) < 2 {
+			why = "lost, and the run has no other device to recover on"
+		}
+		r.refused.of(d, r.devs[d], fmt.Errorf("%s: %w", why, cause))
+		return
+	}
+	if r.plan.hasCode() && !r.plan.hostBesides(d) {
+		r.refused.of(d, r.devs[d], fmt.Errorf("lost, and a plan with code devices cannot recover from losing its last device that is not one (its buffers' host copies live there): %w", cause))
 		return
 	}
 	l.mu.Lock()
@@ -166,10 +75,20 @@ func (r *run) deviceLost(d int, cause error) {
 		l.err = fmt.Errorf("exec: %s was lost: %w", l.id, cause)
 		l.lost.Store(true)
 	case l.dev == d:
-		l.lost.Store(true) // a LossSpec's device, reported before its point
 	default:
 		r.refused.of(d, r.devs[d], fmt.Errorf("lost as well as %s (a run recovers from one lost device): %w", l.id, cause))
 	}
+}
+
+// hostBesides reports whether p has a device that is not a code device
+// besides plan device d.
+func (p *Plan) hostBesides(d int) bool {
+	for i := range p.devices {
+		if i != d && !p.mem[i] {
+			return true
+		}
+	}
+	return false
 }
 
 // keep takes a reference of its own to each input value that counts its
@@ -215,13 +134,6 @@ func (d *deviceLoss) defers(err error) bool {
 // on it or copies out of it.
 func (d *deviceLoss) hits(op *PlannedLaunch) bool {
 	return d.lost.Load() && (op.Device == d.dev || op.Copy != nil && op.Copy.From == d.dev)
-}
-
-// settled counts a launch; the device is lost once enough have settled.
-func (d *deviceLoss) settled() {
-	if d.count.Add(1) == d.threshold {
-		d.lost.Store(true)
-	}
 }
 
 // Migration is a kernel moved off a lost device.
@@ -482,8 +394,9 @@ func (rc *recovery) runs(k dag.KernelID, d int) bool {
 }
 
 // fallback is the device of the second phase for buffers no kernel of it
-// touches: the first surviving device that is not a code device (Execute
-// refuses a loss that leaves none on a plan with code devices).
+// touches: the first surviving device that is not a code device
+// (run.deviceLost refuses a loss that leaves none on a plan with code
+// devices).
 func (rc *recovery) fallback() int {
 	for d := range rc.p1.devices {
 		if d != rc.loss.dev && !rc.p1.mem[d] {

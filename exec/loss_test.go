@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -12,6 +13,7 @@ import (
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/sim"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -49,15 +51,16 @@ func sumGraph(pin *topology.DeviceID) (*dag.Graph, dag.BufferID) {
 	return g, out
 }
 
-// Losing a simulated GPU part-way: the kernels that had not run move by
-// the placement engine's migration plan, lost buffers are recomputed, and the
-// result is the same.
+// A simulated GPU that reports its loss part-way (after a share of its
+// own launches): the kernels that had not run move by the placement
+// engine's migration plan, lost buffers are recomputed, and the result is
+// the same.
 func TestDeviceLossRecovers(t *testing.T) {
 	for _, at := range []float64{0, 0.25, 0.5, 0.9} {
 		t.Run(fmt.Sprint("after=", at), func(t *testing.T) {
-			e, _ := simMachine(t, "dgx1-v100", 1, exec.WithPlacement(exec.PlaceRoundRobin))
+			e, _ := lossyMachine(t, "dgx1-v100", 1, sim.WithLoss(topology.GPU(3), at), exec.WithPlacement(exec.PlaceRoundRobin))
 			g, out := sumGraph(nil)
-			res, err := e.Run(t.Context(), g, exec.WithDeviceLoss(topology.GPU(3), at))
+			res, err := e.Run(t.Context(), g)
 			require.NoError(t, err)
 			defer res.Close()
 			require.NoError(t, res.Err())
@@ -88,13 +91,78 @@ func TestDeviceLossRecovers(t *testing.T) {
 	}
 }
 
+// A simulated GPU that reports its loss at any step of its lists (the
+// publish after its nth launch returns the loss) leaves every buffer as
+// the run without a loss does; the launches of the device from the loss
+// on are reported lost, and so is the device. A second run on the same
+// devices, which the lost GPU refuses from the start (its streams refuse
+// new lists), recovers alike.
+func TestReportedLossGivesTheSameBuffers(t *testing.T) {
+	lose := topology.GPU(3)
+	read := func(t *testing.T, res *exec.Result, g *dag.Graph) map[string][]byte {
+		t.Helper()
+		bufs := map[string][]byte{}
+		for id := range g.NumBuffers() {
+			b, err := res.Buffer(dag.BufferID(id))
+			require.NoError(t, err, g.Buffer(dag.BufferID(id)).Name)
+			bufs[g.Buffer(dag.BufferID(id)).Name] = slices.Clone(b.Bytes())
+		}
+		return bufs
+	}
+	e, _ := simMachine(t, "dgx1-v100", 2, exec.WithPlacement(exec.PlaceRoundRobin))
+	g, _ := sumGraph(nil)
+	res, err := e.Run(t.Context(), g)
+	require.NoError(t, err)
+	require.NoError(t, res.Err())
+	require.Nil(t, res.Report.Lost)
+	want := read(t, res, g)
+	on := 0 // launches on the device to lose
+	for _, l := range res.Report.Launches() {
+		if l.Device == lose {
+			on++
+		}
+	}
+	res.Close()
+	require.Greater(t, on, 2, "round-robin placed launches on %s", lose)
+	for n := 1; n < on; n++ {
+		t.Run(fmt.Sprint("after=", n), func(t *testing.T) {
+			e, _ := lossyMachine(t, "dgx1-v100", 2, sim.WithLossAfter(lose, n), exec.WithPlacement(exec.PlaceRoundRobin))
+			for run := range 2 {
+				g, _ := sumGraph(nil)
+				res, err := e.Run(t.Context(), g)
+				require.NoError(t, err, "run %d", run)
+				defer res.Close()
+				require.NoError(t, res.Err(), "run %d", run)
+				assert.Equal(t, want, read(t, res, g), "run %d", run)
+				require.NotNil(t, res.Report.Lost, "run %d: the device's reported loss", run)
+				assert.Equal(t, lose, *res.Report.Lost, "run %d", run)
+				lost, ran := 0, 0
+				for _, l := range res.Report.Launches() {
+					switch {
+					case l.Status == exec.StatusLost:
+						lost++
+					case l.Device == lose && l.Status == exec.StatusOK:
+						ran++
+					}
+				}
+				assert.Positive(t, lost, "run %d: launches lost with the device", run)
+				if run == 0 {
+					assert.LessOrEqual(t, ran, n+1, "at most the launches before the loss, and one per other stream, ran on %s", lose)
+				} else {
+					assert.Zero(t, ran, "the device refused the second run's lists")
+				}
+			}
+		})
+	}
+}
+
 // A kernel pinned to the lost device cannot move: its launch fails with an
 // error naming the device; what depends on it is skipped.
 func TestDeviceLossPinnedKernelFails(t *testing.T) {
-	e, _ := simMachine(t, "dgx1-v100", 1)
+	e, _ := lossyMachine(t, "dgx1-v100", 1, sim.WithLoss(topology.GPU(3), 0))
 	pin := topology.GPU(3)
 	g, out := sumGraph(&pin)
-	res, err := e.Run(t.Context(), g, exec.WithDeviceLoss(topology.GPU(3), 0))
+	res, err := e.Run(t.Context(), g)
 	require.NoError(t, err)
 	defer res.Close()
 	_, err = res.Buffer(out)
@@ -102,17 +170,23 @@ func TestDeviceLossPinnedKernelFails(t *testing.T) {
 	assert.ErrorContains(t, err, "gpu3")
 }
 
-func TestDeviceLossBadSpecs(t *testing.T) {
-	for _, s := range []string{"gpu3", "gpu3@150%", "tpu1@50%", "gpu3@x"} {
-		_, err := exec.ParseLossSpec(s)
-		assert.Error(t, err, s)
-	}
-	spec, err := exec.ParseLossSpec("gpu3@50%")
+// A run on one device cannot recover from its loss: Execute returns the
+// run's Result and an error naming the device, wrapping gpu.ErrDeviceLost;
+// the launches are cancelled with the loss.
+func TestDeviceLossOnTheOnlyDevice(t *testing.T) {
+	set, err := sim.New([]topology.DeviceFacts{{ID: topology.GPU(0)}}, 1, sim.WithLossAfter(topology.GPU(0), 1))
 	require.NoError(t, err)
-	assert.Equal(t, exec.LossSpec{Device: topology.GPU(3), After: 0.5}, spec)
-
-	e, _ := simMachine(t, "dgx1-v100", 1)
-	g, _ := sumGraph(nil)
-	_, err = e.Run(t.Context(), g, exec.WithDeviceLoss(topology.GPU(9), 0.5))
-	assert.ErrorContains(t, err, "cannot lose gpu9")
+	t.Cleanup(func() { require.NoError(t, set.Close()) })
+	e, err := exec.NewMulti(set.Devices(), nil)
+	require.NoError(t, err)
+	g, out := sumGraph(nil)
+	res, err := e.Run(t.Context(), g)
+	require.NotNil(t, res)
+	defer res.Close()
+	require.ErrorIs(t, err, gpu.ErrDeviceLost)
+	assert.ErrorContains(t, err, "exec: gpu0 refused the run's work: lost, and the run has no other device to recover on")
+	assert.Nil(t, res.Report.Lost, "no recovery")
+	assert.Equal(t, 1, res.Report.Count(exec.StatusOK), "the launch before the loss")
+	_, err = res.Buffer(out)
+	assert.ErrorIs(t, err, gpu.ErrDeviceLost)
 }

@@ -23,6 +23,26 @@ import (
 // machine, and its topology.
 func simMachine(t *testing.T, name string, streams int, opts ...exec.Option) (*exec.Executor, *topology.Topology) {
 	t.Helper()
+	return lossyMachine(t, name, streams, nil, opts...)
+}
+
+// lossyMachine is simMachine whose simulated GPUs are made with loss (a
+// sim.WithLoss or sim.WithLossAfter; nil: none).
+func lossyMachine(t *testing.T, name string, streams int, loss sim.Option, opts ...exec.Option) (*exec.Executor, *topology.Topology) {
+	t.Helper()
+	topo, gpus := machineGPUs(t, name)
+	set, err := sim.New(gpus, streams, loss)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, set.Close()) })
+	e, err := exec.NewMulti(set.Devices(), topo, append([]exec.Option{exec.WithAllocator(leaktest.Allocator(t))}, opts...)...)
+	require.NoError(t, err)
+	return e, topo
+}
+
+// machineGPUs returns an embedded machine's topology and its GPUs, each
+// with the machine's memory.
+func machineGPUs(t *testing.T, name string) (*topology.Topology, []topology.DeviceFacts) {
+	t.Helper()
 	m, err := topology.LoadMachine(name)
 	require.NoError(t, err)
 	topo, err := topology.New(m.Facts, topology.WithGPUSpec(m.Spec))
@@ -31,12 +51,7 @@ func simMachine(t *testing.T, name string, streams int, opts ...exec.Option) (*e
 	for i := range gpus {
 		gpus[i].MemoryBytes = m.MemoryBytes
 	}
-	set, err := sim.New(gpus, streams)
-	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, set.Close()) })
-	e, err := exec.NewMulti(set.Devices(), topo, append([]exec.Option{exec.WithAllocator(leaktest.Allocator(t))}, opts...)...)
-	require.NoError(t, err)
-	return e, topo
+	return topo, gpus
 }
 
 func TestCopyAcrossSimulatedGPUs(t *testing.T) {

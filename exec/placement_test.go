@@ -13,6 +13,7 @@ import (
 
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
+	"github.com/streamdag/streamdag/gpu/sim"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -239,15 +240,17 @@ func TestDeviceLossSharedPartialWriters(t *testing.T) {
 	want := runBytes(t, newExecutor(t, 1), g, bufs, "single device")
 	for _, s := range strategies {
 		t.Run(s.String(), func(t *testing.T) {
-			e, _ := simMachine(t, "dgx1-v100", 1, exec.WithPlacement(s))
+			plain, _ := simMachine(t, "dgx1-v100", 1, exec.WithPlacement(s))
 			g, bufs := build()
-			p, err := e.Plan(g)
+			p, err := plain.Plan(g)
 			require.NoError(t, err)
 			lost := p.Devices()[p.Placement().Device[0]]
-			res, err := e.Run(t.Context(), g, exec.WithDeviceLoss(lost, 0))
+			e, _ := lossyMachine(t, "dgx1-v100", 1, sim.WithLoss(lost, 0), exec.WithPlacement(s))
+			res, err := e.Run(t.Context(), g)
 			require.NoError(t, err)
 			defer res.Close()
 			require.NoError(t, res.Err())
+			require.NotNil(t, res.Report.Lost)
 			final := map[string]topology.DeviceID{}
 			for _, l := range res.Report.Launches() {
 				final[l.Kernel] = l.Device

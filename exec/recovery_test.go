@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"testing"
 
@@ -16,6 +17,8 @@ import (
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/gpu/cpu"
+	"github.com/streamdag/streamdag/gpu/sim"
+	"github.com/streamdag/streamdag/internal/faultdev"
 	"github.com/streamdag/streamdag/internal/leaktest"
 	"github.com/streamdag/streamdag/topology"
 )
@@ -26,7 +29,7 @@ import (
 func TestDeviceLossRunsConsumersOnce(t *testing.T) {
 	for _, at := range []float64{0, 0.3, 0.6} {
 		t.Run(fmt.Sprint("after=", at), func(t *testing.T) {
-			e := twoSimGPUs(t, 2)
+			e := twoSimGPUs(t, 2, sim.WithLoss(topology.GPU(1), at))
 			g := dag.New()
 			var parts []dag.BufferID
 			for i := range 4 {
@@ -53,10 +56,11 @@ func TestDeviceLossRunsConsumersOnce(t *testing.T) {
 				copy(l.Out(0).Bytes(), l.In(0).Bytes())
 				return nil
 			}, dag.Reads(merged), dag.Writes(out), dag.PreferDevice(topology.GPU(0)))
-			res, err := e.Run(t.Context(), g, exec.WithDeviceLoss(topology.GPU(1), at))
+			res, err := e.Run(t.Context(), g)
 			require.NoError(t, err)
 			defer res.Close()
 			require.NoError(t, res.Err())
+			require.NotNil(t, res.Report.Lost)
 			assert.Equal(t, int32(1), writes.Load(), "the consumer ran once")
 			assert.Equal(t, uint64(1+2+3+4), written.Load(), "on the whole result")
 			b, err := res.Buffer(out)
@@ -73,7 +77,7 @@ func TestDeviceLossRunsConsumersOnce(t *testing.T) {
 func TestDeviceLossIsTransparent(t *testing.T) {
 	for _, at := range []float64{0, 0.5, 1} {
 		t.Run(fmt.Sprint("after=", at), func(t *testing.T) {
-			e := twoSimGPUs(t, 1)
+			e := twoSimGPUs(t, 1, sim.WithLoss(topology.GPU(0), at))
 			g := dag.New()
 			in := g.AddValue("in", dag.Input())
 			a, b, c := g.AddValue("a"), g.AddValue("b"), g.AddValue("c")
@@ -87,10 +91,11 @@ func TestDeviceLossIsTransparent(t *testing.T) {
 			g.AddKernel("ka", double, dag.Reads(in), dag.Writes(a), dag.PreferDevice(topology.GPU(0)))
 			g.AddKernel("kb", double, dag.Reads(in), dag.Writes(b), dag.PreferDevice(topology.GPU(1)))
 			g.AddKernel("kc", double, dag.Reads(a), dag.Writes(c), dag.PreferDevice(topology.GPU(1)))
-			res, err := e.Run(t.Context(), g, exec.WithInput(in, 21), exec.WithDeviceLoss(topology.GPU(0), at))
+			res, err := e.Run(t.Context(), g, exec.WithInput(in, 21))
 			require.NoError(t, err)
 			defer res.Close()
 			require.NoError(t, res.Err())
+			require.NotNil(t, res.Report.Lost)
 			for _, k := range g.Kernels() {
 				assert.Equal(t, exec.StatusOK, statuses(res.Report)[k.Name], k.Name)
 			}
@@ -107,16 +112,24 @@ func TestDeviceLossIsTransparent(t *testing.T) {
 }
 
 // A recovery that cannot start (its memory cannot be reserved before ctx
-// ends) is an error from Execute, not a panic.
+// ends) is an error from Execute, not a panic. The device is lost before
+// the run (an earlier run met its loss), so it refuses the run's lists at
+// once, before the kernel that ends ctx runs.
 func TestDeviceLossFailedRecoveryIsAnError(t *testing.T) {
-	e := twoSimGPUs(t, 1)
+	e := twoSimGPUs(t, 1, sim.WithLoss(topology.GPU(1), 0))
+	first := dag.New()
+	first.AddKernel("meet the loss", putU64(0, 1, nil), dag.Writes(first.AddBuffer("z", 8)), dag.PreferDevice(topology.GPU(1)))
+	res, err := e.Run(t.Context(), first)
+	require.NoError(t, err)
+	require.NotNil(t, res.Report.Lost)
+	res.Close()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	g := dag.New()
 	x, y := g.AddBuffer("x", 64), g.AddBuffer("y", 8)
 	g.AddKernel("produce", putU64(0, 7, nil), dag.Writes(x), dag.PreferDevice(topology.GPU(1)))
 	g.AddKernel("cancel", func(context.Context, dag.Launch) error { cancel(); return nil }, dag.Writes(y), dag.PreferDevice(topology.GPU(0)))
-	res, err := e.Run(ctx, g, exec.WithDeviceLoss(topology.GPU(1), 0))
+	res, err = e.Run(ctx, g)
 	assert.Nil(t, res)
 	require.ErrorIs(t, err, context.Canceled)
 	assert.ErrorContains(t, err, "exec: recover from losing gpu1")
@@ -152,7 +165,7 @@ func TestDeviceLossReleasesSoleInputOnce(t *testing.T) {
 	for _, lose := range []topology.DeviceID{topology.GPU(0), topology.GPU(1)} {
 		for _, at := range []float64{0, 0.5, 1} {
 			t.Run(fmt.Sprintf("lose=%s/after=%g", lose, at), func(t *testing.T) {
-				e := twoSimGPUs(t, 1)
+				e := twoSimGPUs(t, 1, sim.WithLoss(lose, at))
 				g := dag.New()
 				in := g.AddValue("in", dag.Input())
 				a, b := g.AddValue("a"), g.AddValue("b")
@@ -169,9 +182,10 @@ func TestDeviceLossReleasesSoleInputOnce(t *testing.T) {
 				require.NoError(t, err)
 				home := p.Devices()[p.Buffers()[in].Device]
 				v := &soleInput{v: 21}
-				res, err := e.Execute(t.Context(), p, exec.WithInput(in, v), exec.WithDeviceLoss(lose, at))
+				res, err := e.Execute(t.Context(), p, exec.WithInput(in, v))
 				require.NoError(t, err)
 				require.NoError(t, res.Err())
+				require.NotNil(t, res.Report.Lost)
 				for _, id := range []dag.BufferID{a, b} {
 					got, err := res.Value(id)
 					require.NoError(t, err)
@@ -192,23 +206,38 @@ func TestDeviceLossReleasesSoleInputOnce(t *testing.T) {
 
 // Losing a code device gives back every byte the run reserved: the
 // bytes of a buffer whose final version was on the lost device alone
-// (its host bytes made only by a fetch that cannot come) included.
+// (its host bytes made only by a fetch that cannot come) included, at
+// every command of the run where the device can report its loss.
 func TestCodeDeviceLossGivesBackItsBudget(t *testing.T) {
 	const w = 8
-	for _, at := range []float64{0, 0.5, 1} {
-		t.Run(fmt.Sprint("after=", at), func(t *testing.T) {
-			d := newFakeCode(topology.OpenCL(7), 1, fakeKernels)
+	d := newFakeCode(topology.OpenCL(7), 1, fakeKernels)
+	t.Cleanup(func() {
+		require.NoError(t, d.Close())
+		assert.Zero(t, d.live())
+	})
+	count := faultdev.New(d, math.MaxInt64, 0)
+	g, in, _ := keptGraph(w)
+	res, err := cpuAnd(t, 1, count).Run(t.Context(), g, exec.WithInput(in, uint64(2)))
+	require.NoError(t, err)
+	require.NoError(t, res.Err())
+	res.Close()
+	commands := count.Commands()
+	require.Positive(t, commands)
+	for after := range commands {
+		t.Run(fmt.Sprint("after=", after), func(t *testing.T) {
 			budget := buffers.NewBudget(1 << 20)
-			e := cpuAnd(t, 1, d, exec.WithBudget(budget))
+			fd := faultdev.New(d, after, 0)
+			e := cpuAnd(t, 1, fd, exec.WithBudget(budget))
 			g, in, out := keptGraph(w)
-			res, err := e.Run(t.Context(), g, exec.WithInput(in, uint64(2)), exec.WithDeviceLoss(d.ID(), at))
+			res, err := e.Run(t.Context(), g, exec.WithInput(in, uint64(2)))
 			require.NoError(t, err)
+			require.True(t, fd.Lost())
+			require.NotNil(t, res.Report.Lost)
 			_, err = res.Buffer(out)
 			require.ErrorIs(t, err, gpu.ErrDeviceLost, "out was computed by OpenCL code alone")
 			res.Close()
 			require.True(t, budget.TryAcquire(1<<20), "the run gave every byte back")
 			budget.Release(1 << 20)
-			require.NoError(t, d.Close())
 			assert.Zero(t, d.live())
 		})
 	}
@@ -231,7 +260,8 @@ func TestCodeDeviceLossMovesToLeastLoadedCodeDevice(t *testing.T) {
 	host, err := cpu.New(cpu.WithStreams(1))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, host.Close()) })
-	e, err := exec.NewMulti([]gpu.Device{host, devs[0], devs[1], devs[2]}, nil, exec.WithAllocator(leaktest.Allocator(t)))
+	lossy := faultdev.New(devs[0], 0, 0) // lost at its first command
+	e, err := exec.NewMulti([]gpu.Device{host, lossy, devs[1], devs[2]}, nil, exec.WithAllocator(leaktest.Allocator(t)))
 	require.NoError(t, err)
 	g := dag.New()
 	a := g.AddBuffer("a", 8*w)
@@ -251,7 +281,7 @@ func TestCodeDeviceLossMovesToLeastLoadedCodeDevice(t *testing.T) {
 	}
 	p, err := exec.PlanPlaced(e, g, place)
 	require.NoError(t, err)
-	res, err := e.Execute(t.Context(), p, exec.WithDeviceLoss(devs[0].ID(), 0))
+	res, err := e.Execute(t.Context(), p)
 	require.NoError(t, err)
 	defer res.Close()
 	require.NoError(t, res.Err())

@@ -19,10 +19,10 @@ import (
 )
 
 // twoSimGPUs returns an executor over two simulated GPUs with no
-// topology.
-func twoSimGPUs(t *testing.T, streams int) *exec.Executor {
+// topology, made with opts (a loss: sim.WithLoss, say).
+func twoSimGPUs(t *testing.T, streams int, opts ...sim.Option) *exec.Executor {
 	t.Helper()
-	set, err := sim.New([]topology.DeviceFacts{{ID: topology.GPU(0)}, {ID: topology.GPU(1)}}, streams)
+	set, err := sim.New([]topology.DeviceFacts{{ID: topology.GPU(0)}, {ID: topology.GPU(1)}}, streams, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, set.Close()) })
 	e, err := exec.NewMulti(set.Devices(), nil, exec.WithAllocator(leaktest.Allocator(t)))

@@ -75,8 +75,8 @@ type Report struct {
 	// estimates and modeled transfers), for multi-device runs.
 	Makespan  time.Duration
 	Placement string
-	// Lost is the device lost during the run (WithDeviceLoss, or a code
-	// device that reported its loss), or nil;
+	// Lost is the device that reported its loss during the run (see
+	// Executor.Execute), or nil;
 	// Migrations lists the kernels moved off it and Reruns the kernels
 	// that had succeeded but ran again because their output was lost with
 	// the device. Launches then holds both phases: the first phase's

@@ -15,6 +15,7 @@ import (
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/failgraph"
 	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/sim"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -88,10 +89,10 @@ func TestErrCarriesRootsWithoutFailedLaunch(t *testing.T) {
 		assert.Len(t, err.(interface{ Unwrap() []error }).Unwrap(), 2, "one root, once, and the count: %v", err)
 	})
 	t.Run("pinned to a lost device", func(t *testing.T) {
-		e, _ := simMachine(t, "dgx1-v100", 1)
+		e, _ := lossyMachine(t, "dgx1-v100", 1, sim.WithLoss(topology.GPU(3), 0))
 		pin := topology.GPU(3)
 		g, _ := sumGraph(&pin)
-		res, err := e.Run(t.Context(), g, exec.WithDeviceLoss(topology.GPU(3), 0))
+		res, err := e.Run(t.Context(), g)
 		require.NoError(t, err)
 		defer res.Close()
 		err = res.Err()
@@ -99,12 +100,12 @@ func TestErrCarriesRootsWithoutFailedLaunch(t *testing.T) {
 		assert.ErrorContains(t, err, `"source[0]" is pinned to gpu3`)
 	})
 	t.Run("pinned to a lost device, output unread", func(t *testing.T) {
-		e, _ := simMachine(t, "dgx1-v100", 1)
+		e, _ := lossyMachine(t, "dgx1-v100", 1, sim.WithLoss(topology.GPU(3), 0))
 		g := dag.New()
 		out, other := g.AddBuffer("out", 8), g.AddBuffer("other", 8)
 		g.AddKernel("pinned", nop, dag.Writes(out), dag.OnDevice(topology.GPU(3)))
 		g.AddKernel("free", nop, dag.Writes(other))
-		res, err := e.Run(t.Context(), g, exec.WithDeviceLoss(topology.GPU(3), 0))
+		res, err := e.Run(t.Context(), g)
 		require.NoError(t, err)
 		defer res.Close()
 		_, err = res.Buffer(out)

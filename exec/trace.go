@@ -81,7 +81,7 @@ func (r *Report) WriteTrace(w io.Writer) error { return WriteTrace(w, nil, r) }
 // "launch,skipped" / "launch,cancelled") placed where their stream
 // reached them, with the chain back to the root failure in args.
 //
-// A run that lost a device (WithDeviceLoss) is traced with both phases:
+// A run that lost a device (see Executor.Execute) is traced with both phases:
 // the lost device's process is named "gpu3 (lost)"; a process-wide
 // instant "gpu3 lost" (category "device-lost", args device, migrations,
 // moved, reruns) marks the end of the first phase, where the recovery

@@ -13,6 +13,7 @@ import (
 
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
+	"github.com/streamdag/streamdag/gpu/sim"
 	"github.com/streamdag/streamdag/topology"
 )
 
@@ -296,11 +297,11 @@ func TestWriteTraceAndDOTAcrossDevices(t *testing.T) {
 func TestWriteTraceDeviceLoss(t *testing.T) {
 	for _, at := range []float64{0, 0.5} {
 		t.Run(fmt.Sprint("after=", at), func(t *testing.T) {
-			e, _ := simMachine(t, "dgx1-v100", 2, exec.WithPlacement(exec.PlaceRoundRobin), exec.WithLaunchTiming(true))
+			e, _ := lossyMachine(t, "dgx1-v100", 2, sim.WithLoss(topology.GPU(3), at), exec.WithPlacement(exec.PlaceRoundRobin), exec.WithLaunchTiming(true))
 			g, _ := sumGraph(nil)
 			p, err := e.Plan(g)
 			require.NoError(t, err)
-			res, err := e.Execute(t.Context(), p, exec.WithDeviceLoss(topology.GPU(3), at))
+			res, err := e.Execute(t.Context(), p)
 			require.NoError(t, err)
 			defer res.Close()
 			rep := res.Report

@@ -335,7 +335,7 @@ func TestRunDevicesReleasesTheLease(t *testing.T) {
 			if ctx == nil {
 				ctx = t.Context()
 			}
-			setup, err := runDevices(ctx, b, lp, "", 2)
+			setup, err := runDevices(ctx, b, lp, "", 2, nil)
 			opened := countingDriver.take()
 			assert.Len(t, opened, tc.opens, "devices opened")
 			if tc.err != "" || tc.errIs != nil {
@@ -417,7 +417,7 @@ func TestRunDevicesAutoWithAnNVMLGPUNoDriverRuns(t *testing.T) {
 		_, err := b.CloseAndWait(context.Background())
 		assert.NoError(t, err)
 	}()
-	setup, err := runDevices(t.Context(), b, lp, "", 2)
+	setup, err := runDevices(t.Context(), b, lp, "", 2, nil)
 	require.NoError(t, err)
 	defer setup.release()
 	assert.False(t, setup.openCL)

@@ -63,7 +63,9 @@ func newBackend(ctx context.Context, cfg lease.BackendConfig) (*lease.Backend, e
 // it. plan is the lease plan the backend was made with (planLease). With
 // --topology (topoSpec), the run gets one simulated GPU per GPU
 // of that machine (sim.New) with the machine's topology for placement,
-// and leases nothing. Otherwise, with --device plan.flag:
+// and leases nothing; loss (nil: none) makes one of those GPUs report its
+// loss after a share of its own launches (sim.WithLoss), and naming a
+// device that is not one of them is a usage error. Otherwise, with --device plan.flag:
 //
 //   - cpu: the CPU device with streams streams; nothing leased.
 //   - opencl, auto: the CPU device plus the device the backend leases
@@ -78,8 +80,9 @@ func newBackend(ctx context.Context, cfg lease.BackendConfig) (*lease.Backend, e
 //
 // The setup's release frees everything it took: call it when the run
 // ends, on every path. Errors: ctx.Err() while claiming (nothing held),
-// the CPU driver's, chooseDevice's, a bad --topology.
-func runDevices(ctx context.Context, backend *lease.Backend, plan leasePlan, topoSpec string, streams int) (*runSetup, error) {
+// the CPU driver's, chooseDevice's, a bad --topology, a loss of no GPU of
+// it.
+func runDevices(ctx context.Context, backend *lease.Backend, plan leasePlan, topoSpec string, streams int, loss *lossSpec) (*runSetup, error) {
 	flag := plan.flag
 	if topoSpec == "" {
 		set, err := gpu.Open(ctx, "cpu", gpu.Config{Streams: streams})
@@ -153,7 +156,18 @@ func runDevices(ctx context.Context, backend *lease.Backend, plan leasePlan, top
 	if streams == 0 {
 		streams = defaultSimStreams
 	}
-	set, err := sim.New(gpus, streams)
+	var simOpts []sim.Option
+	if loss != nil {
+		ids := make([]string, len(gpus))
+		for i, g := range gpus {
+			ids[i] = g.ID.String()
+		}
+		if !slices.Contains(ids, loss.dev.String()) {
+			return nil, usagef("--lose-device %s: %s is not a device of %s (%s)", loss.flag, loss.dev, topoSpec, strings.Join(ids, ", "))
+		}
+		simOpts = append(simOpts, sim.WithLoss(loss.dev, loss.after))
+	}
+	set, err := sim.New(gpus, streams, simOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("--topology %s: %w", topoSpec, err)
 	}

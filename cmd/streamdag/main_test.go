@@ -14,6 +14,7 @@ import (
 
 	"github.com/streamdag/streamdag/internal/leaktest"
 	"github.com/streamdag/streamdag/internal/testdata"
+	"github.com/streamdag/streamdag/topology"
 )
 
 func TestMain(m *testing.M) { leaktest.Main(m) }
@@ -111,6 +112,8 @@ func TestBadInput(t *testing.T) {
 			"gpu9 is not a device of sim:dgx1-v100 (gpu0, gpu1, gpu2, gpu3, gpu4, gpu5, gpu6, gpu7)"},
 		{"trace under a file", []string{"run", "flights", "--trace", filepath.Join(garbage, "t.json")}, 1, "garbage.parquet is not a directory"},
 		{"lose-device without point", []string{"run", "flights", "--topology", "sim:dgx1-v100", "--lose-device", "gpu3"}, 2, "DEVICE@PERCENT"},
+		{"lose-device of the CPU", []string{"run", "flights", "--topology", "sim:dgx1-v100", "--lose-device", "cpu@50%"}, 2,
+			"--lose-device cpu@50%: cpu is not a device of sim:dgx1-v100 (gpu0, gpu1, gpu2, gpu3, gpu4, gpu5, gpu6, gpu7)"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -272,6 +275,35 @@ func TestRunFlightsOnSimulatedGPUs(t *testing.T) {
 	code, _, errs = cli(t, "run", "flights", "--topology", "sim:nosuch")
 	assert.Equal(t, 2, code, "an unknown machine is a usage error")
 	assert.Contains(t, errs, `no machine "nosuch"`)
+}
+
+// --lose-device DEVICE@P% (or a fraction 0–1) is parsed here, and each
+// bad form is a usage error that says what to write.
+func TestParseLoss(t *testing.T) {
+	for s, want := range map[string]lossSpec{
+		"gpu3@50%":  {flag: "gpu3@50%", dev: topology.GPU(3), after: 0.5},
+		"gpu0@0.25": {flag: "gpu0@0.25", dev: topology.GPU(0), after: 0.25},
+		"gpu7@100%": {flag: "gpu7@100%", dev: topology.GPU(7), after: 1},
+		"gpu1@0":    {flag: "gpu1@0", dev: topology.GPU(1), after: 0},
+	} {
+		got, err := parseLoss(s)
+		require.NoError(t, err, s)
+		assert.Equal(t, want, got, s)
+	}
+	for s, msg := range map[string]string{
+		"gpu3":      "--lose-device gpu3: want DEVICE@PERCENT, e.g. gpu3@50%",
+		"gpu3@150%": "--lose-device gpu3@150%: the point must be 0–100% of the device's launches",
+		"gpu3@-1%":  "--lose-device gpu3@-1%: the point must be 0–100% of the device's launches",
+		"gpu3@x":    "--lose-device gpu3@x: the point must be 0–100% of the device's launches",
+		"gpu3@NaN":  "--lose-device gpu3@NaN: the point must be 0–100% of the device's launches",
+		"gpu3@50":   "--lose-device gpu3@50: the point 50 has no %: write gpu3@50% (a percentage of the launches) or a fraction 0–1",
+		"tpu1@50%":  "--lose-device tpu1@50%: ",
+	} {
+		_, err := parseLoss(s)
+		var ue usageError
+		require.ErrorAs(t, err, &ue, s)
+		assert.ErrorContains(t, err, msg, s)
+	}
 }
 
 // Losing a simulated GPU half-way through the run recovers: the result is

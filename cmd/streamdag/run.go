@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,6 +22,7 @@ import (
 	"github.com/streamdag/streamdag/gpu/opencl"
 	"github.com/streamdag/streamdag/kvio"
 	"github.com/streamdag/streamdag/lease"
+	"github.com/streamdag/streamdag/topology"
 )
 
 func newRunCmd() *cobra.Command {
@@ -89,7 +91,7 @@ With no --input it runs on the 200,000-row sample embedded in the binary
 	fl.BoolVar(&f.jsonOut, "json", false, "write the result and a run summary as JSON on stdout instead of the table")
 	fl.StringVar(&f.report, "report", "", "write the run report (every launch: status, failure, error, chain, start and end; status counts, devices used, copies with bytes, link and modeled time) as JSON to FILE")
 	fl.StringVar(&f.topology, "topology", "", "run on simulated GPUs of a machine: sim:NAME (dgx1-v100, dgx-a100, …) or an nvidia-smi topo -m / JSON file")
-	fl.StringVar(&f.loseDevice, "lose-device", "", "with --topology: lose a simulated GPU part-way, e.g. gpu3@50% (after half the launches), and recover")
+	fl.StringVar(&f.loseDevice, "lose-device", "", "with --topology: a simulated GPU reports its loss part-way, after that share of its own launches, e.g. gpu3@50% (after half the launches queued on gpu3), and the run recovers")
 	fl.BoolVar(&f.quiet, "quiet", false, "print only the result table and errors (no run summary)")
 	fl.StringVar(&f.metrics, "metrics", "", "write the GPU backend's metrics snapshot as JSON to FILE")
 	fl.StringVar(&f.errorsDot, "errors-dot", "", "write the error graph (failures, skipped kernels, tainted buffers) as DOT to FILE")
@@ -154,7 +156,7 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		return err
 	}
 	var runOpts []exec.RunOption
-	var loss *exec.LossSpec
+	var loss *lossSpec
 	if f.loseDevice != "" {
 		if f.topology == "" {
 			return usagef("--lose-device needs --topology: only simulated GPUs can be lost")
@@ -164,7 +166,6 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 			return err
 		}
 		loss = &spec
-		runOpts = append(runOpts, exec.WithDeviceLoss(spec.Device, spec.After))
 	}
 
 	var outs outputs
@@ -184,21 +185,12 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		return err
 	}
 	defer backend.CloseAndWait(context.WithoutCancel(ctx))
-	setup, err := runDevices(ctx, backend, lp, f.topology, f.streams)
+	setup, err := runDevices(ctx, backend, lp, f.topology, f.streams, loss)
 	if err != nil {
 		return err
 	}
 	defer setup.release()
 	devs, topo := setup.devs, setup.topo
-	if loss != nil {
-		ids := make([]string, len(devs))
-		for i, d := range devs {
-			ids[i] = d.ID().String()
-		}
-		if !slices.Contains(ids, loss.Device.String()) {
-			return usagef("--lose-device %s: %s is not a device of %s (%s)", f.loseDevice, loss.Device, f.topology, strings.Join(ids, ", "))
-		}
-	}
 
 	file, err := openFlightsInput(f.input)
 	if err != nil {
@@ -411,20 +403,38 @@ func commitResult(out *outputFile, format string, table *flights.Table, withName
 	return out.commit(func(w io.Writer) error { return writeResult(w, format, table, withNames, parts, nrows) })
 }
 
+// lossSpec is what --lose-device (flag, as given) asks for: simulated GPU
+// dev reports its loss after the fraction after (0–1) of its own launches
+// (sim.WithLoss).
+type lossSpec struct {
+	flag  string
+	dev   topology.DeviceID
+	after float64
+}
+
 // parseLoss parses --lose-device DEVICE@P% (or DEVICE@F with F a fraction
 // 0–1); every error is a usage error that says what to write.
-func parseLoss(s string) (exec.LossSpec, error) {
+func parseLoss(s string) (lossSpec, error) {
 	dev, at, ok := strings.Cut(s, "@")
-	if ok && !strings.HasSuffix(at, "%") {
-		if v, err := strconv.ParseFloat(at, 64); err == nil && v > 1 && v <= 100 {
-			return exec.LossSpec{}, usagef("--lose-device %s: the point %s has no %%: write %s@%s%% (a percentage of the launches) or a fraction 0–1", s, at, dev, at)
-		}
+	if !ok {
+		return lossSpec{}, usagef("--lose-device %s: want DEVICE@PERCENT, e.g. gpu3@50%%", s)
 	}
-	spec, err := exec.ParseLossSpec(s)
+	id, err := topology.ParseDeviceID(dev)
 	if err != nil {
-		return exec.LossSpec{}, usageError{fmt.Errorf("--lose-device: %w", err)}
+		return lossSpec{}, usagef("--lose-device %s: %w", s, err)
 	}
-	return spec, nil
+	pct, isPct := strings.CutSuffix(at, "%")
+	f, err := strconv.ParseFloat(pct, 64)
+	if !isPct && err == nil && f > 1 && f <= 100 {
+		return lossSpec{}, usagef("--lose-device %s: the point %s has no %%: write %s@%s%% (a percentage of the launches) or a fraction 0–1", s, at, dev, at)
+	}
+	if isPct {
+		f /= 100
+	}
+	if err != nil || math.IsNaN(f) || f < 0 || f > 1 {
+		return lossSpec{}, usagef("--lose-device %s: the point must be 0–100%% of the device's launches", s)
+	}
+	return lossSpec{flag: s, dev: id, after: f}, nil
 }
 
 // runLine is the run summary's first line: input, partitions, source
