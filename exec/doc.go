@@ -22,11 +22,12 @@
 //
 // Running ([Executor.Execute], [Executor.Run]) reserves the graph's raw
 // buffers (value buffers are made on first use) and hands each device
-// stream its whole launch list at once, as one task on the stream. An
-// event is a (stream, count) pair, and every wait is a [gpu.Counter]
-// event, the same event machine the CPU device's streams use: each stream
-// of a run has a counter of its settled launches, which it publishes after
-// each launch another stream waits on; a wait that is already satisfied
+// stream its whole launch list at once, as one [gpu.List] queued with
+// [gpu.Lister.EnqueueList] (a host stream's launches, or a code stream's
+// driver). An event is a (stream, count) pair, and every wait is one on
+// the [gpu.Counter] the device gave the list it waits on: each list
+// publishes its settled launches on it after each launch another stream
+// waits on (and where the device asks); a wait that is already satisfied
 // costs one atomic load (none when an earlier load already saw enough),
 // and only an unsatisfied one spins briefly, yields, then parks, giving up
 // when the run's ctx is done. Per launch there is no goroutine, channel,
