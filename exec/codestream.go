@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -42,14 +41,14 @@ import (
 // completes them:
 //
 //   - a launch's wait for a launch of another code stream of the same
-//     device is taken on the device: once that stream's driver has
-//     enqueued the launch and recorded an event after it (codePub), the
-//     waiting stream enqueues Stream.Wait on that event, with no settle
-//     and no host round trip between them. Such a wait is safe to leave
-//     on the device whatever happens to the run's ctx: its producer's
-//     commands are already enqueued, so it is satisfied. A producer whose
-//     driver stopped before enqueueing it (ctx done) leaves the launch
-//     and the rest of the list to be cancelled;
+//     device is taken on the device when that stream's driver has
+//     enqueued the launch and recorded an event after it (codePub) by the
+//     time the waiting stream reaches it: the waiting stream enqueues
+//     Stream.Wait on that event, with no settle and no host round trip
+//     between them. Such a wait is safe to leave on the device whatever
+//     happens to the run's ctx: its producer's commands are already
+//     enqueued, so it is satisfied. When the producer has not got that
+//     far, the wait is taken on the host, as one for another device is;
 //   - a launch's waits for launches on other devices are taken on the
 //     host, on the run's per-stream progress (the launches it waits for
 //     have settled), after the stream has settled what it enqueued
@@ -608,13 +607,9 @@ type segment struct {
 
 // codePub is what a code stream's driver publishes for the other code
 // streams of its device, whose launches wait on its launches on the
-// device: enq, how far it has enqueued (every launch before it is covered
-// by a recorded event in segs, or has settled; MaxUint64 once the driver
-// enqueues nothing more), and every segment it recorded in the run,
-// oldest first.
+// device: every segment it recorded in the run, oldest first.
 type codePub struct {
-	enq  gpu.Counter // published by the driver alone
-	mu   sync.Mutex  // guards segs
+	mu   sync.Mutex // guards segs
 	segs []pubSegment
 }
 
@@ -754,7 +749,6 @@ func (c *codeRun) run(dev gpu.CodeDevice, slots int) {
 			}
 			r.publish(b.gs, uint64(len(b.list)))
 		}
-		r.pubs[b.gs].enq.Publish(math.MaxUint64) // nothing more will be enqueued
 		c.releaseStatus()
 	}()
 	c.prepare(dev, slots)
@@ -952,9 +946,11 @@ func (c *codeRun) await(k int, w Wait) (dev, ok bool) {
 	if b.seen[w.Stream] = r.progressOf(w.Stream); b.seen[w.Stream] >= need {
 		return false, true
 	}
-	same := c.sameDevice(w.Stream)
-	if same && r.pubs[w.Stream].enq.Load() >= need {
-		return true, c.waitOn(k, w)
+	if c.sameDevice(w.Stream) {
+		if ev := r.pubs[w.Stream].eventFor(w.Seq); ev != nil {
+			c.waitOn(k, w, ev)
+			return true, true
+		}
 	}
 	c.recordTo(k)
 	for len(c.segs) > 0 {
@@ -964,16 +960,6 @@ func (c *codeRun) await(k int, w Wait) (dev, ok bool) {
 		return false, false
 	}
 	var err error
-	if same {
-		if _, err = r.pubs[w.Stream].enq.WaitFor(r.ctx, need); err != nil {
-			b.left = k // ctx is done
-			return false, false
-		}
-		if b.seen[w.Stream] = r.progressOf(w.Stream); b.seen[w.Stream] >= need {
-			return false, true
-		}
-		return true, c.waitOn(k, w)
-	}
 	if b.seen[w.Stream], err = r.awaitProgress(r.ctx, w.Stream, need); err != nil {
 		b.left = k // ctx is done
 		return false, false
@@ -1010,7 +996,6 @@ func (c *codeRun) settleUnenqueued(k int, l *PlannedLaunch, devWaited bool) bool
 	if c.b.list[k].record {
 		r.publish(c.b.gs, uint64(c.set))
 	}
-	r.pubs[c.b.gs].enq.Publish(uint64(c.pos))
 	return true
 }
 
@@ -1075,26 +1060,14 @@ func (c *codeRun) sameDevice(gs int) bool {
 	return c.r.plan.sdev[gs] == c.r.plan.sdev[c.b.gs]
 }
 
-// waitOn enqueues, before launch k, a device wait for the launch w waits
-// for on another code stream of this device, which that stream's driver
-// has enqueued (its pub's enq has reached w.Seq) but not settled. It
-// reports false, with the launch and the rest of the list left to be
-// cancelled, when that driver stopped before enqueueing it (the run's
-// ctx is done). A wait the device refuses fails launch k, which then
-// enqueues nothing.
-func (c *codeRun) waitOn(k int, w Wait) bool {
-	ev := c.r.pubs[w.Stream].eventFor(w.Seq)
-	if ev == nil {
-		if c.b.seen[w.Stream] = c.r.progressOf(w.Stream); c.b.seen[w.Stream] >= uint64(w.Seq) {
-			return true // settled without a command: nothing to wait for
-		}
-		c.b.left = k
-		return false
-	}
+// waitOn enqueues, before launch k, a device wait on ev, the event
+// another code stream of this device recorded after the launch w waits
+// for. A wait the device refuses fails launch k, which then enqueues
+// nothing.
+func (c *codeRun) waitOn(k int, w Wait, ev gpu.Event) {
 	if err := c.st.Wait(ev); err != nil && c.state[k].err == nil {
 		c.state[k].err = fmt.Errorf("exec: %s: wait for %s: %w", c.r.plan.launches[c.b.list[k].idx].Name, c.r.plan.launches[w.Launch].Name, err)
 	}
-	return true
 }
 
 // covered returns where the launches no segment covers start.
@@ -1116,7 +1089,6 @@ func (c *codeRun) recordTo(end int) {
 		pub.mu.Lock()
 		pub.segs = append(pub.segs, pubSegment{start, end, sg.ev})
 		pub.mu.Unlock()
-		pub.enq.Publish(uint64(end))
 	}
 }
 

@@ -825,9 +825,6 @@ func (r *run) enqueue(devs []gpu.Device) []error {
 			errs = append(errs, fmt.Errorf("exec: %v stream %d: %w", devs[d].ID(), s, err))
 			b.cancelFrom(err)
 		}
-		if r.pubs != nil {
-			r.pubs[gs].enq.Publish(math.MaxUint64) // nothing to wait for on the device
-		}
 	}
 	for gs := range runs {
 		b := &runs[gs]
