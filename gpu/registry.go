@@ -20,6 +20,12 @@ type Config struct {
 	// facts, e.g. topology.Topology.GPUs()); drivers of real devices
 	// ignore it.
 	GPUs []topology.DeviceFacts
+	// Driver is settings of the driver's own type (each driver package
+	// documents its type: sim takes []sim.Option), nil for the driver's
+	// defaults. A driver rejects a type it does not know with an error
+	// naming the type, so settings meant for one kind never pass silently
+	// to another.
+	Driver any
 }
 
 // Set is the devices one Open returned, closed together.

@@ -579,6 +579,8 @@ func (e cpuEvent) String() string {
 // Kind is the driver kind of the CPU device: importing this package
 // registers its driver under Kind, so gpu.Open(ctx, cpu.Kind, cfg) returns
 // a set of one CPU device with cfg.Streams streams (0: the default of New).
+// The driver takes no settings: a non-nil cfg.Driver is an error naming
+// its type.
 const Kind = "cpu"
 
 func init() { gpu.Register(Kind, driver{}) }
@@ -587,6 +589,9 @@ func init() { gpu.Register(Kind, driver{}) }
 type driver struct{}
 
 func (driver) Open(_ context.Context, cfg gpu.Config) (gpu.Set, error) {
+	if cfg.Driver != nil {
+		return nil, fmt.Errorf("cpu: open: driver settings of type %T: the CPU driver takes none", cfg.Driver)
+	}
 	var opts []Option
 	if cfg.Streams != 0 {
 		opts = append(opts, WithStreams(cfg.Streams))

@@ -568,4 +568,7 @@ func TestDriver(t *testing.T) {
 	set, err := gpu.Open(t.Context(), cpu.Kind, gpu.Config{Streams: -1})
 	assert.EqualError(t, err, "cpu: WithStreams(-1): a CPU device has 1 to 1024 streams")
 	assert.Nil(t, set)
+	set, err = gpu.Open(t.Context(), cpu.Kind, gpu.Config{Driver: []string{"x"}})
+	assert.EqualError(t, err, "cpu: open: driver settings of type []string: the CPU driver takes none")
+	assert.Nil(t, set)
 }

@@ -21,6 +21,8 @@ import (
 // streams each (0: DefaultStreams), as "opencl0", "opencl1", … in the
 // order Devices lists them. With no OpenCL library the error wraps
 // ErrUnavailable; with no platform or no available device, ErrNoPlatform.
+// The driver takes no settings: a non-nil cfg.Driver is an error naming
+// its type (of Open and of OpenDevice).
 const Kind = "opencl"
 
 // DefaultStreams is the number of streams of a device the driver opens
@@ -764,6 +766,9 @@ func init() { gpu.Register(Kind, driver{}) }
 type driver struct{}
 
 func (driver) Open(_ context.Context, cfg gpu.Config) (gpu.Set, error) {
+	if err := noSettings("open", cfg); err != nil {
+		return nil, err
+	}
 	streams := cfg.Streams
 	if streams == 0 {
 		streams = DefaultStreams
@@ -785,6 +790,15 @@ func (driver) Open(_ context.Context, cfg gpu.Config) (gpu.Set, error) {
 		set.devs = append(set.devs, dev)
 	}
 	return set, nil
+}
+
+// noSettings refuses driver settings, which the OpenCL driver has none of,
+// for the driver's operation op.
+func noSettings(op string, cfg gpu.Config) error {
+	if cfg.Driver != nil {
+		return fmt.Errorf("opencl: %s: driver settings of type %T: the OpenCL driver takes none", op, cfg.Driver)
+	}
+	return nil
 }
 
 // deviceSet is the devices one driver Open returned.

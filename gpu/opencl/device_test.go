@@ -91,6 +91,8 @@ func TestDriverOpen(t *testing.T) {
 	}
 	_, err = gpu.Open(t.Context(), opencl.Kind, gpu.Config{Streams: opencl.MaxStreams + 1})
 	assert.ErrorContains(t, err, "opencl: open: 65 streams per device: want 1 to 64")
+	_, err = gpu.Open(t.Context(), opencl.Kind, gpu.Config{Driver: 1})
+	assert.EqualError(t, err, "opencl: open: driver settings of type int: the OpenCL driver takes none")
 }
 
 func TestNewDeviceBadInput(t *testing.T) {

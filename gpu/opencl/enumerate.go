@@ -57,10 +57,14 @@ func enumerate() ([]Info, []gpu.Found, error) {
 // OpenDevice opens the device f that Enumerate listed (found again by
 // f.Key) with NewDevice, with cfg.Streams streams (0: DefaultStreams) and
 // the ID f.Device.ID. Errors: f is not an OpenCL device, or no available
-// device has its key any more; a bad stream count; NewDevice's.
+// device has its key any more; a non-nil cfg.Driver (the driver takes no
+// settings); a bad stream count; NewDevice's.
 func (driver) OpenDevice(_ context.Context, f gpu.Found, cfg gpu.Config) (gpu.Device, error) {
 	if f.Device.ID.Kind != topology.KindOpenCL {
 		return nil, fmt.Errorf("opencl: open device %v: not an OpenCL device", f.Device.ID)
+	}
+	if err := noSettings(fmt.Sprintf("open device %v", f.Device.ID), cfg); err != nil {
+		return nil, err
 	}
 	streams := cfg.Streams
 	if streams == 0 {

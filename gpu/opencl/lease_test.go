@@ -81,6 +81,10 @@ func TestEnumerate(t *testing.T) {
 		assert.False(t, keys[f.Key], "key %q given twice", f.Key)
 		keys[f.Key] = true
 	}
+	drv, err := gpu.Lookup(opencl.Kind)
+	require.NoError(t, err)
+	_, err = drv.(gpu.Enumerator).OpenDevice(t.Context(), fs[0], gpu.Config{Driver: "x"})
+	assert.EqualError(t, err, "opencl: open device opencl0: driver settings of type string: the OpenCL driver takes none")
 }
 
 // TestBackendAcquireOpenCL: Acquire on a backend that leases the OpenCL

@@ -1,7 +1,8 @@
 // Package sim is simulated GPUs of a real topology (layer 1, one device
 // kind under package gpu): [New] returns one gpu.Device per GPU of a
 // machine, and importing the package registers its driver under [Kind]
-// ("sim") for gpu.Open (with gpu.Config.GPUs). It needs no cgo.
+// ("sim") for gpu.Open (with gpu.Config.GPUs, and a []Option such as [WithLoss]
+// as gpu.Config.Driver). It needs no cgo.
 //
 // A simulated GPU runs its kernels on the host, on streams of one shared
 // CPU device (package gpu/cpu), so an event recorded on one simulated GPU

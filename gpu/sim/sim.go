@@ -197,8 +197,11 @@ func (s *simStream) String() string            { return fmt.Sprintf("%s stream %
 
 // Kind is the driver kind of simulated GPUs: importing this package
 // registers its driver under Kind, so gpu.Open(ctx, sim.Kind, cfg)
-// returns New(cfg.GPUs, cfg.Streams) as a gpu.Set (cfg.Streams 0 means 1
-// stream per simulated GPU).
+// returns New(cfg.GPUs, cfg.Streams, opts...) as a gpu.Set, where
+// cfg.Streams 0 means 1 stream per simulated GPU and opts is
+// cfg.Driver, the driver's settings: nil (none) or a []Option (WithLoss,
+// WithLossAfter). Errors: New's, or settings of another type ("sim: open:
+// driver settings of type T: want []sim.Option or nil").
 const Kind = "sim"
 
 func init() { gpu.Register(Kind, driver{}) }
@@ -207,11 +210,15 @@ func init() { gpu.Register(Kind, driver{}) }
 type driver struct{}
 
 func (driver) Open(_ context.Context, cfg gpu.Config) (gpu.Set, error) {
+	opts, ok := cfg.Driver.([]Option)
+	if !ok && cfg.Driver != nil {
+		return nil, fmt.Errorf("sim: open: driver settings of type %T: want []sim.Option or nil", cfg.Driver)
+	}
 	streams := cfg.Streams
 	if streams == 0 {
 		streams = 1
 	}
-	s, err := New(cfg.GPUs, streams)
+	s, err := New(cfg.GPUs, streams, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -103,3 +103,37 @@ func TestDriver(t *testing.T) {
 	assert.EqualError(t, err, "sim: New: no GPUs to simulate")
 	assert.Nil(t, set, "no typed nil in the interface")
 }
+
+// gpu.Open of sim.Kind takes a []sim.Option as the driver's settings: a
+// loss given there makes that GPU report its loss, as New's option does.
+func TestDriverSettings(t *testing.T) {
+	set, err := gpu.Open(t.Context(), sim.Kind, gpu.Config{GPUs: gpus(0, 1),
+		Driver: []sim.Option{sim.WithLoss(topology.GPU(1), 0.5)}})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, set.Close()) }()
+	ran, lost := runSteps(t, set.Devices()[1].Stream(0).(gpu.Lister), 10)
+	assert.Equal(t, uint64(5), ran, "lost at the 5th of 10 launches")
+	assert.ErrorIs(t, lost, gpu.ErrDeviceLost)
+	ran, lost = runSteps(t, set.Devices()[0].Stream(0).(gpu.Lister), 10)
+	assert.Equal(t, uint64(10), ran)
+	assert.NoError(t, lost)
+}
+
+func TestDriverSettingsErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		settings any
+		want     string
+	}{
+		{"another type", 3, "sim: open: driver settings of type int: want []sim.Option or nil"},
+		{"one option, not a slice", sim.WithLoss(topology.GPU(0), 0.5), "sim: open: driver settings of type sim.Option: want []sim.Option or nil"},
+		{"loss of an unknown GPU", []sim.Option{sim.WithLoss(topology.GPU(5), 0.5)}, "sim: New: a loss of gpu5, which is not among the 2 GPUs"},
+		{"bad fraction", []sim.Option{sim.WithLoss(topology.GPU(0), 2)}, "sim: WithLoss(gpu0, 2): the fraction must be in [0, 1]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			set, err := gpu.Open(t.Context(), sim.Kind, gpu.Config{GPUs: gpus(0, 1), Driver: tc.settings})
+			assert.EqualError(t, err, tc.want)
+			assert.Nil(t, set, "no typed nil in the interface")
+		})
+	}
+}
