@@ -62,10 +62,11 @@ func newBackend(ctx context.Context, cfg lease.BackendConfig) (*lease.Backend, e
 // comes from the backend's lease, opened once, by the driver that found
 // it. plan is the lease plan the backend was made with (planLease). With
 // --topology (topoSpec), the run gets one simulated GPU per GPU
-// of that machine (sim.New) with the machine's topology for placement,
-// and leases nothing; loss (nil: none) makes one of those GPUs report its
-// loss after a share of its own launches (sim.WithLoss), and naming a
-// device that is not one of them is a usage error. Otherwise, with --device plan.flag:
+// of that machine (gpu.Open of sim.Kind) with the machine's topology for
+// placement, and leases nothing; loss (nil: none) makes one of those GPUs
+// report its loss after a share of its own launches (sim.WithLoss, as the
+// driver's settings), and naming a device that is not one of them is a
+// usage error. Otherwise, with --device plan.flag:
 //
 //   - cpu: the CPU device with streams streams; nothing leased.
 //   - opencl, auto: the CPU device plus the device the backend leases
@@ -167,7 +168,7 @@ func runDevices(ctx context.Context, backend *lease.Backend, plan leasePlan, top
 		}
 		simOpts = append(simOpts, sim.WithLoss(loss.dev, loss.after))
 	}
-	set, err := sim.New(gpus, streams, simOpts...)
+	set, err := gpu.Open(ctx, sim.Kind, gpu.Config{Streams: streams, GPUs: gpus, Driver: simOpts})
 	if err != nil {
 		return nil, fmt.Errorf("--topology %s: %w", topoSpec, err)
 	}
