@@ -171,12 +171,14 @@ func (e *CommandError) Unwrap() error { return e.Err }
 // Abandoner is a CodeDevice that can give up on commands it cannot
 // interrupt, such as a kernel that never ends. Abandon marks the device
 // unusable with cause: every later call that enqueues work on it, and
-// Alloc, returns an error wrapping cause; events already recorded still
-// fire if their commands ever finish; and Close, instead of waiting for
-// the abandoned commands without bound, returns an error after a bounded
-// wait, leaking what those commands hold (the device's queues and their
-// goroutines, its memory, the host memory pinned for copies). Abandon is
-// idempotent (the first cause is kept) and safe for concurrent use.
+// Alloc, returns an error wrapping cause (a list is still taken, and its
+// publishes answer that error, as on a lost device: see Lister); events
+// already recorded still fire if their commands ever finish; and Close,
+// instead of waiting for the abandoned commands without bound, returns
+// an error after a bounded wait, leaking what those commands hold (the
+// device's queues and their goroutines, its memory, the host memory
+// pinned for copies). Abandon is idempotent (the first cause is kept)
+// and safe for concurrent use.
 type Abandoner interface {
 	Abandon(cause error)
 }
