@@ -1,7 +1,6 @@
 package exec
 
 import (
-	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -42,8 +41,10 @@ import (
 //
 //   - a launch's wait for a launch of another code stream of the same
 //     device is taken on the device when that stream's driver has
-//     enqueued the launch and recorded an event after it (codePub) by the
-//     time the waiting stream reaches it: the waiting stream enqueues
+//     enqueued the launch's commands and recorded an event after them by
+//     the time the waiting stream reaches it (the producer's device
+//     stream has the event of the launch's last command:
+//     gpu.CodeStream.CommandEvent): the waiting stream enqueues
 //     Stream.Wait on that event, with no settle and no host round trip
 //     between them. Such a wait is safe to leave on the device whatever
 //     happens to the run's ctx: its producer's commands are already
@@ -605,33 +606,6 @@ type segment struct {
 	from time.Time // when its first command was enqueued (zero: none, or not paced)
 }
 
-// codePub is what a code stream's driver publishes for the other code
-// streams of its device, whose launches wait on its launches on the
-// device: every segment it recorded in the run, oldest first.
-type codePub struct {
-	mu   sync.Mutex // guards segs
-	segs []pubSegment
-}
-
-// pubSegment is a published segment: launches [start, end) by position.
-type pubSegment struct {
-	start, end int
-	ev         gpu.Event
-}
-
-// eventFor returns the recorded event that covers the launch bringing
-// the stream to seq launches, or nil when none does (it settled without
-// being enqueued, or was never reached).
-func (p *codePub) eventFor(seq int) gpu.Event {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	i, _ := slices.BinarySearchFunc(p.segs, seq, func(s pubSegment, seq int) int { return cmp.Compare(s.end, seq) })
-	if i < len(p.segs) && p.segs[i].start < seq {
-		return p.segs[i].ev
-	}
-	return nil
-}
-
 // codeRun is one code stream's launch list in one run: its driver.
 type codeRun struct {
 	b     *streamRun // the list, its waits and slots; b.left is set as for a CPU stream
@@ -686,6 +660,10 @@ type codeState struct {
 	// kernel or the copy, then the status word's read-back), 0 for none:
 	// a failure the device reports is its own when it names one of them.
 	seq [2]uint64
+	// last is the last of seq once the launch's commands are enqueued (0
+	// before, and for a launch that enqueues none), for the other code
+	// streams of the device, whose launches wait for it (commandEvent).
+	last atomic.Uint64
 }
 
 // codeList is a code stream's driver as the gpu.List queued on the
@@ -696,9 +674,16 @@ type codeList struct {
 }
 
 // Run drives the list, unless execute withdrew it (the run's ctx ended
-// before the device started it).
-func (l *codeList) Run(gpu.Progress) {
+// before the device started it). A first publish that answers the
+// device's loss (a list queued on a lost device) is the device's reported
+// loss (run.deviceLost), noted before the driver starts, as one an
+// enqueue reports mid-list is: the launches it hits settle as lost
+// without being enqueued.
+func (l *codeList) Run(p gpu.Progress) {
 	if l.c.b.state.CompareAndSwap(listQueued, listStarted) {
+		if _, err := p.Publish(0); err != nil {
+			l.c.r.lostBy(l.c.b.gs, err)
+		}
 		l.c.run(l.c.dev, l.slots)
 	}
 }
@@ -725,6 +710,7 @@ func (r *run) newCode(b *streamRun, dev gpu.CodeDevice, st gpu.CodeStream) *code
 		}
 	}
 	c.dev = dev
+	b.code = c // before the lists start: the device's other drivers read it (commandEvent)
 	return &codeList{c: c, slots: slots}
 }
 
@@ -946,8 +932,8 @@ func (c *codeRun) await(k int, w Wait) (dev, ok bool) {
 	if b.seen[w.Stream] = r.progressOf(w.Stream); b.seen[w.Stream] >= need {
 		return false, true
 	}
-	if c.sameDevice(w.Stream) {
-		if ev := r.pubs[w.Stream].eventFor(w.Seq); ev != nil {
+	if pc := r.runs[w.Stream].code; pc != nil && c.sameDevice(w.Stream) {
+		if ev, ok := pc.commandEvent(w.Seq); ok {
 			c.waitOn(k, w, ev)
 			return true, true
 		}
@@ -1054,6 +1040,20 @@ func (c *codeRun) noteLoss(err error) {
 	}
 }
 
+// commandEvent returns the event of the last command of the launch that
+// brings the stream to n launches, and true, once its commands are
+// enqueued and the stream has recorded an event after them
+// (gpu.CodeStream.CommandEvent); nil and false before, and for a launch
+// that enqueued no command (it settled without, or its enqueue failed).
+// It is called from the drivers of the device's other code streams.
+func (c *codeRun) commandEvent(n int) (gpu.Event, bool) {
+	seq := c.state[n-1].last.Load()
+	if seq == 0 {
+		return nil, false
+	}
+	return c.st.CommandEvent(seq)
+}
+
 // sameDevice reports whether global stream gs is another code stream of
 // this stream's device: its launches are waited for on the device.
 func (c *codeRun) sameDevice(gs int) bool {
@@ -1081,14 +1081,9 @@ func (c *codeRun) covered() int {
 // recordTo records an event covering the launches before end that no
 // segment covers yet.
 func (c *codeRun) recordTo(end int) {
-	if start := c.covered(); end > start {
-		sg := segment{end: end, ev: c.st.Record(), from: c.openAt}
+	if end > c.covered() {
+		c.segs = append(c.segs, segment{end: end, ev: c.st.Record(), from: c.openAt})
 		c.openAt = time.Time{}
-		c.segs = append(c.segs, sg)
-		pub := &c.r.pubs[c.b.gs]
-		pub.mu.Lock()
-		pub.segs = append(pub.segs, pubSegment{start, end, sg.ev})
-		pub.mu.Unlock()
 	}
 }
 
@@ -1122,14 +1117,16 @@ func (c *codeRun) launch(k int, l *PlannedLaunch) error {
 	if err != nil {
 		return fmt.Errorf("exec: kernel %q: %w", l.Name, err)
 	}
-	c.state[k].enqueued, c.state[k].seq[0] = true, seq
+	st := &c.state[k]
+	st.enqueued, st.seq[0] = true, seq
 	if s := c.statusSlot[k]; s >= 0 {
 		seq, err := c.st.CopyOut(c.statusHost[4*s:4*s+4], c.statusMem, int64(s)*statusStride)
 		if err != nil {
 			return fmt.Errorf("exec: kernel %q: read its status word: %w", l.Name, err)
 		}
-		c.state[k].seq[1] = seq
+		st.seq[1] = seq
 	}
+	st.last.Store(max(st.seq[0], st.seq[1]))
 	return nil
 }
 
@@ -1173,6 +1170,7 @@ func (c *codeRun) launchCopy(k int, l *PlannedLaunch, op *codeOp) error {
 	}
 	st := &c.state[k]
 	st.enqueued, st.copied, st.seq[0] = true, n, seq
+	st.last.Store(seq)
 	return nil
 }
 

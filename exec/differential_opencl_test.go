@@ -164,7 +164,9 @@ func TestDifferentialOpenCL(t *testing.T) {
 // the commands the run enqueues on it (faultdev: enqueues past the point
 // fail, and the events after it report the commands in flight as lost),
 // must give what the CPU device alone gives: the run marks the device
-// lost, and the recovery re-runs its work on the CPU device.
+// lost, and the recovery re-runs its work on the CPU device; and so must
+// a second run on the device once it is lost, whose lists arrive after
+// the loss.
 //
 // 50 seeds by default; STREAMDAG_DIFF_CL_LOSS_SEEDS=N runs N,
 // STREAMDAG_DIFF_SEED=S the one seed S. It needs an OpenCL device: it
@@ -219,6 +221,15 @@ func TestDifferentialOpenCLDeviceLoss(t *testing.T) {
 			require.NotNil(t, got.lost, "%s: the device reported its loss, the run did not say so", what)
 			require.Equal(t, cl.ID(), *got.lost, what)
 			lostRuns++
+			// A run on the device once it is lost: its lists arrive after
+			// the loss, and their first publish answers it.
+			again := run(fd)
+			require.NoError(t, again.planErr, "%s, run again: plan", what)
+			if diff := want.diff(again); diff != "" {
+				t.Fatalf("%s, run again: differs from the CPU run:\n%s\nprogram:\n%s", what, diff, prog.describe())
+			}
+			require.NotNil(t, again.lost, "%s, run again: the run did not say the device was lost", what)
+			require.Equal(t, cl.ID(), *again.lost, what)
 		}
 		prog.code = nil
 	}

@@ -152,7 +152,8 @@ func (c *compiled) required(i int, l *PlannedLaunch) []buffers.Binding {
 
 // progressSrc is where a global stream's progress in a run is read: the
 // counter the device gave its list (gpu.Lister.EnqueueList), from the
-// list's start (first); for a list no device took, reached.
+// list's start (first); nil for a list no device took, whose launches
+// all settled before any list started (every count reached).
 type progressSrc struct {
 	c     *gpu.Counter
 	first uint64
@@ -162,6 +163,9 @@ type progressSrc struct {
 // in the run (at least; a device may count further).
 func (r *run) progressOf(gs int) uint64 {
 	s := &r.src[gs]
+	if s.c == nil {
+		return math.MaxUint64
+	}
 	return sinceFirst(s.c.Load(), s.first)
 }
 
@@ -170,6 +174,9 @@ func (r *run) progressOf(gs int) uint64 {
 // it gave up.
 func (r *run) awaitProgress(ctx context.Context, gs int, n uint64) (uint64, error) {
 	s := &r.src[gs]
+	if s.c == nil {
+		return math.MaxUint64, nil
+	}
 	c, err := s.c.WaitFor(ctx, s.first+n)
 	return sinceFirst(c, s.first), err
 }
@@ -180,7 +187,7 @@ func (r *run) awaitProgress(ctx context.Context, gs int, n uint64) (uint64, erro
 // what the run does after its lists (release the status words' memory,
 // read the outcomes) comes after all the driver does.
 func (r *run) publish(gs int, n uint64) {
-	if s := &r.src[gs]; s.c != &reached {
+	if s := &r.src[gs]; s.c != nil {
 		s.c.Publish(s.first + min(n, uint64(len(r.runs[gs].list)-1)))
 	}
 }
@@ -266,7 +273,8 @@ type streamRun struct {
 	fresh bool         // the next launch reads the clock at its start
 	left  int          // -1, or the first launch not run because a wait gave up (ctx done): cancelled by execute
 	prog  gpu.Progress // the device's, once the list started; nil for an inline run
-	count *gpu.Counter // the counter the device gave the list (gpu.Lister)
+	count *gpu.Counter // the counter the device gave the list (gpu.Lister); nil when it refused it
+	code  *codeRun     // a code stream's driver (codeList), nil for a host stream
 	first uint64       // the list's start in it
 	next  uint64       // the step by whose completion the list publishes next, as the device asked
 	dead  error        // the device's sticky error, once a publish returned it: the list stops
@@ -364,13 +372,14 @@ func (b *streamRun) cancelFrom(cause error) {
 }
 
 // settleRest settles the launches from pos of a list its device can run
-// no more of: lost with the run's lost device, else cancelled with
-// cause. Each settles, and is published, only once what it waits for has
-// settled: a stream's progress also says that what its list waited for
-// up to there has (the plan's waits rely on that: a wait covers what the
-// stream it waits for waited for), so a dead list keeps its waits. When
-// the run's ctx ends while a wait is not satisfied, the rest is left to
-// be cancelled (left), as in stretch.
+// no more of (a publish returned the device's sticky error): lost with
+// the run's lost device, else cancelled with cause. Each settles, and is
+// published, only once what it waits for has settled: a stream's
+// progress also says that what its list waited for up to there has (the
+// plan's waits rely on that: a wait covers what the stream it waits for
+// waited for), so a dead list keeps its waits. When the run's ctx ends
+// while a wait is not satisfied, the rest is left to be cancelled
+// (left), as in stretch.
 func (b *streamRun) settleRest(cause error) {
 	r := b.r
 	wfrom := 0
@@ -391,11 +400,7 @@ func (b *streamRun) settleRest(cause error) {
 		} else {
 			r.cancel(i, op, cause)
 		}
-		if b.prog != nil {
-			b.publish(b.pos)
-		} else {
-			b.count.Publish(b.first + uint64(b.pos)) // a list its device refused: the counter is the run's
-		}
+		b.publish(b.pos)
 	}
 }
 
@@ -791,13 +796,11 @@ func (r *run) execute(devs []gpu.Device, timing bool) error {
 // (gpu.Lister.EnqueueList): a host stream's launches (a streamRun), or a
 // code stream's driver (a codeList), under enqueueMu. The lists start
 // together once every list is queued (gate), so each list's start on its
-// stream (r.src) is known to the others. A list a device refuses because
-// it is lost (gpu.ErrDeviceLost) is the device's reported loss
-// (run.deviceLost): its launches are lost with it, settled in order by a
-// goroutine of the run that publishes them on a counter of its own (see
-// settleRest), which awaitLists waits for. One it refuses for another
-// reason (closed, or a stream that takes no lists) is cancelled with its
-// error, returned.
+// stream (r.src) is known to the others. A lost device takes lists as
+// any other does (gpu.Lister), and its loss comes from the lists' first
+// publish (streamRun.publish, codeList.Run). A list a device refuses
+// (closed, or a stream that takes no lists) is cancelled with its error,
+// returned, before any list starts: it has no counter (see progressSrc).
 func (r *run) enqueue(devs []gpu.Device) []error {
 	p := r.plan
 	runs := r.runs
@@ -807,24 +810,12 @@ func (r *run) enqueue(devs []gpu.Device) []error {
 	defer gate.Set() // also when something here panics: no list waits forever
 	enqueueMu.Lock()
 	defer enqueueMu.Unlock()
-	if p.hasCode() {
-		r.pubs = make([]codePub, len(runs))
-	}
-	var lost []*streamRun // lists refused by a lost device, settled once every list has its counter
 	refuse := func(gs int, err error) {
 		b := &runs[gs]
 		d, s := p.StreamOf(gs)
 		b.state.Store(listStarted) // not queued: not to be withdrawn
-		if r.lostBy(gs, err) {
-			b.count, b.first, b.dead = new(gpu.Counter), 0, err
-			r.src[gs] = progressSrc{c: b.count}
-			lost = append(lost, b)
-		} else {
-			b.count = nil
-			r.src[gs] = progressSrc{c: &reached}
-			errs = append(errs, fmt.Errorf("exec: %v stream %d: %w", devs[d].ID(), s, err))
-			b.cancelFrom(err)
-		}
+		errs = append(errs, fmt.Errorf("exec: %v stream %d: %w", devs[d].ID(), s, err))
+		b.cancelFrom(err)
 	}
 	for gs := range runs {
 		b := &runs[gs]
@@ -855,30 +846,17 @@ func (r *run) enqueue(devs []gpu.Device) []error {
 		b.count, b.first = count, first
 		r.src[gs] = progressSrc{c: b.count, first: first}
 	}
-	for _, b := range lost {
-		go func() {
-			b.settleRest(b.dead)
-			b.count.Publish(uint64(len(b.list))) // awaitLists waits for it
-		}()
-	}
 	return errs
 }
 
-// lostBy reports the loss of global stream gs's device when err, the
-// device's refusal or sticky error, matches gpu.ErrDeviceLost (see
-// run.deviceLost), and reports whether it did.
-func (r *run) lostBy(gs int, err error) bool {
-	if !errors.Is(err, gpu.ErrDeviceLost) {
-		return false
+// lostBy reports the loss of global stream gs's device when err, a
+// device's sticky error (gpu.Progress), matches gpu.ErrDeviceLost (see
+// run.deviceLost).
+func (r *run) lostBy(gs int, err error) {
+	if errors.Is(err, gpu.ErrDeviceLost) {
+		r.deviceLost(r.plan.sdev[gs], err)
 	}
-	r.deviceLost(r.plan.sdev[gs], err)
-	return true
 }
-
-// reached is the progress of a list no device took: every count reached.
-var reached gpu.Counter
-
-func init() { reached.Publish(math.MaxUint64) }
 
 // awaitLists returns once every host list the devices took has finished.
 // When the run's ctx ends first, the lists no stream has started are

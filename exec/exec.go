@@ -381,10 +381,6 @@ type run struct {
 	// copied home (run.fetch); guarded by fetchMu.
 	fetchMu sync.Mutex
 	fetched []bool
-	// pubs is what each code stream's driver publishes for the other
-	// code streams of its device, by global stream (see codestream.go);
-	// nil without code devices.
-	pubs []codePub
 	// refused holds the code devices that refused work mid-run (closed).
 	refused refusals
 

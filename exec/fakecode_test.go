@@ -1,11 +1,13 @@
 package exec_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -220,11 +222,18 @@ type fakeStream struct {
 	mu   sync.Mutex
 	q    []fakeCmd
 	seq  uint64 // the last command's sequence number
+	recs []fakeRec
 	shut bool
 	wake chan struct{}
 	done chan struct{}
 	// worker state
 	errs []error // failures since the last Record
+}
+
+// fakeRec is an event a stream recorded after its commands up to seq.
+type fakeRec struct {
+	seq uint64
+	ev  *fakeEvent
 }
 
 type fakeEvent struct {
@@ -265,6 +274,8 @@ func (s *fakeStream) push(c fakeCmd) (uint64, error) {
 	if c.ev == nil {
 		s.seq++
 		c.seq = s.seq
+	} else {
+		s.recs = append(s.recs, fakeRec{seq: s.seq, ev: c.ev})
 	}
 	if s.dev.blank {
 		c.label = ""
@@ -341,6 +352,17 @@ func (s *fakeStream) Record() gpu.Event {
 		close(e.fired)
 	}
 	return e
+}
+
+// CommandEvent returns the first event recorded after command seq.
+func (s *fakeStream) CommandEvent(seq uint64) (gpu.Event, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i, _ := slices.BinarySearchFunc(s.recs, seq, func(r fakeRec, seq uint64) int { return cmp.Compare(r.seq, seq) })
+	if seq == 0 || i == len(s.recs) {
+		return nil, false
+	}
+	return s.recs[i].ev, true
 }
 
 func (s *fakeStream) Wait(e gpu.Event) error {

@@ -146,3 +146,88 @@ func TestCodeDeviceReportsSecondLoss(t *testing.T) {
 	assert.ErrorContains(t, err, "opencl1")
 	assert.ErrorContains(t, err, "opencl2")
 }
+
+// A code device lost in an earlier run (faultdev) takes the later runs'
+// lists, whose first publish answers the loss: each later run reports the
+// device lost, runs none of its launches there, and gives the CPU
+// device's answer.
+func TestCodeDeviceListsQueuedAfterTheLoss(t *testing.T) {
+	const n, w = 4, 8
+	for _, cd := range codeDevs() {
+		t.Run(cd.name, func(t *testing.T) {
+			dev := cd.make(t, 2)
+			g, total, want := scaleGraph(1, n, w, true)
+			place := placedOn(g, "scale")
+			fd := faultdev.New(dev, 2, 1)
+			e := cpuAnd(t, 2, fd)
+			for run := range 3 {
+				p, err := exec.PlanPlaced(e, g, place)
+				require.NoError(t, err)
+				res, err := e.Execute(t.Context(), p)
+				require.NoError(t, err, "run %d", run)
+				require.True(t, fd.Lost(), "run %d", run)
+				require.NoError(t, res.Err(), "run %d", run)
+				assert.Equal(t, want, uint64Of(t, res, total), "run %d", run)
+				require.NotNil(t, res.Report.Lost, "run %d", run)
+				assert.Equal(t, dev.ID(), *res.Report.Lost, "run %d", run)
+				lost := 0
+				for _, l := range res.Report.Launches() {
+					if l.Status == exec.StatusLost {
+						lost++
+					}
+					if run > 0 {
+						assert.False(t, l.Device == dev.ID() && l.Status == exec.StatusOK, "run %d: %s ran on the lost device", run, l.Kernel)
+					}
+				}
+				assert.Positive(t, lost, "run %d: launches lost with the device", run)
+				res.Close()
+			}
+		})
+	}
+}
+
+// The fake code device's and faultdev's CommandEvent: none for command 0,
+// for a command never returned, or before a Record after the command;
+// then the event recorded after it, which fires once the command has run.
+// faultdev gives the wrapped stream's event until its loss, none after,
+// and its streams still take lists, whose publishes answer the loss.
+func TestCommandEventFakeAndFaultdev(t *testing.T) {
+	d := newFakeCode(topology.OpenCL(7), 1, fakeKernels)
+	t.Cleanup(func() { require.NoError(t, d.Close()) })
+	fd := faultdev.New(d, 1, 0) // lost at its second command
+	m, err := d.Alloc(8)
+	require.NoError(t, err)
+	defer m.Release()
+	for _, s := range []gpu.CodeStream{d.Stream(0).(gpu.CodeStream), fd.Stream(0).(gpu.CodeStream)} {
+		seq, err := s.Fill(m, 0, 8, []byte{1})
+		require.NoError(t, err)
+		for _, at := range []uint64{0, seq, seq + 1} {
+			_, ok := s.CommandEvent(at)
+			assert.False(t, ok, "command %d: no Record after it yet", at)
+		}
+		e := s.Record()
+		ev, ok := s.CommandEvent(seq)
+		require.True(t, ok)
+		assert.Same(t, e, ev, "the event recorded after the command")
+		require.NoError(t, ev.Wait(t.Context()))
+		_, ok = s.CommandEvent(seq + 1)
+		assert.False(t, ok, "a command never returned")
+	}
+	assert.False(t, fd.Lost())
+	_, err = fd.Stream(0).(gpu.CodeStream).Fill(m, 0, 8, []byte{2})
+	require.ErrorIs(t, err, gpu.ErrDeviceLost)
+	_, ok := fd.Stream(0).(gpu.CodeStream).CommandEvent(1)
+	assert.False(t, ok, "none after the loss")
+	done := make(chan error, 1)
+	_, _, err = fd.Stream(0).(gpu.Lister).EnqueueList(nil, 1, listFunc(func(p gpu.Progress) {
+		_, err := p.Publish(0)
+		done <- err
+	}))
+	require.NoError(t, err, "a lost device takes lists")
+	assert.ErrorIs(t, <-done, gpu.ErrDeviceLost, "and answers their publishes with the loss")
+}
+
+// listFunc is a gpu.List of a function.
+type listFunc func(p gpu.Progress)
+
+func (f listFunc) Run(p gpu.Progress) { f(p) }

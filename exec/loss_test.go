@@ -91,31 +91,47 @@ func TestDeviceLossRecovers(t *testing.T) {
 	}
 }
 
+// readAll returns the bytes of every buffer of g in res, by name.
+func readAll(t *testing.T, res *exec.Result, g *dag.Graph) map[string][]byte {
+	t.Helper()
+	bufs := map[string][]byte{}
+	for id := range g.NumBuffers() {
+		b, err := res.Buffer(dag.BufferID(id))
+		require.NoError(t, err, g.Buffer(dag.BufferID(id)).Name)
+		bufs[g.Buffer(dag.BufferID(id)).Name] = slices.Clone(b.Bytes())
+	}
+	return bufs
+}
+
+// lostAndRan counts res's launches lost with a device, and those that
+// ran (StatusOK) on dev.
+func lostAndRan(res *exec.Result, dev topology.DeviceID) (lost, ran int) {
+	for _, l := range res.Report.Launches() {
+		switch {
+		case l.Status == exec.StatusLost:
+			lost++
+		case l.Device == dev && l.Status == exec.StatusOK:
+			ran++
+		}
+	}
+	return lost, ran
+}
+
 // A simulated GPU that reports its loss at any step of its lists (the
 // publish after its nth launch returns the loss) leaves every buffer as
 // the run without a loss does; the launches of the device from the loss
 // on are reported lost, and so is the device. A second run on the same
-// devices, which the lost GPU refuses from the start (its streams refuse
-// new lists), recovers alike.
+// devices, whose lists the lost GPU takes and answers with its loss at
+// their first publish, recovers alike.
 func TestReportedLossGivesTheSameBuffers(t *testing.T) {
 	lose := topology.GPU(3)
-	read := func(t *testing.T, res *exec.Result, g *dag.Graph) map[string][]byte {
-		t.Helper()
-		bufs := map[string][]byte{}
-		for id := range g.NumBuffers() {
-			b, err := res.Buffer(dag.BufferID(id))
-			require.NoError(t, err, g.Buffer(dag.BufferID(id)).Name)
-			bufs[g.Buffer(dag.BufferID(id)).Name] = slices.Clone(b.Bytes())
-		}
-		return bufs
-	}
 	e, _ := simMachine(t, "dgx1-v100", 2, exec.WithPlacement(exec.PlaceRoundRobin))
 	g, _ := sumGraph(nil)
 	res, err := e.Run(t.Context(), g)
 	require.NoError(t, err)
 	require.NoError(t, res.Err())
 	require.Nil(t, res.Report.Lost)
-	want := read(t, res, g)
+	want := readAll(t, res, g)
 	on := 0 // launches on the device to lose
 	for _, l := range res.Report.Launches() {
 		if l.Device == lose {
@@ -133,23 +149,15 @@ func TestReportedLossGivesTheSameBuffers(t *testing.T) {
 				require.NoError(t, err, "run %d", run)
 				defer res.Close()
 				require.NoError(t, res.Err(), "run %d", run)
-				assert.Equal(t, want, read(t, res, g), "run %d", run)
+				assert.Equal(t, want, readAll(t, res, g), "run %d", run)
 				require.NotNil(t, res.Report.Lost, "run %d: the device's reported loss", run)
 				assert.Equal(t, lose, *res.Report.Lost, "run %d", run)
-				lost, ran := 0, 0
-				for _, l := range res.Report.Launches() {
-					switch {
-					case l.Status == exec.StatusLost:
-						lost++
-					case l.Device == lose && l.Status == exec.StatusOK:
-						ran++
-					}
-				}
+				lost, ran := lostAndRan(res, lose)
 				assert.Positive(t, lost, "run %d: launches lost with the device", run)
 				if run == 0 {
 					assert.LessOrEqual(t, ran, n+1, "at most the launches before the loss, and one per other stream, ran on %s", lose)
 				} else {
-					assert.Zero(t, ran, "the device refused the second run's lists")
+					assert.Zero(t, ran, "the second run's lists ran nothing on the lost device")
 				}
 			}
 		})
@@ -189,4 +197,34 @@ func TestDeviceLossOnTheOnlyDevice(t *testing.T) {
 	assert.Equal(t, 1, res.Report.Count(exec.StatusOK), "the launch before the loss")
 	_, err = res.Buffer(out)
 	assert.ErrorIs(t, err, gpu.ErrDeviceLost)
+}
+
+// A simulated GPU lost in an earlier run takes the later runs' lists
+// (gpu.Lister), whose first publish answers its loss: each later run
+// reports the device lost, runs nothing on it, and every buffer holds what
+// the CPU device alone gives.
+func TestListsQueuedAfterTheLossGiveTheCPUAnswer(t *testing.T) {
+	lose := topology.GPU(3)
+	g, _ := sumGraph(nil)
+	res, err := newExecutor(t, 2).Run(t.Context(), g)
+	require.NoError(t, err)
+	require.NoError(t, res.Err())
+	want := readAll(t, res, g)
+	res.Close()
+	e, _ := lossyMachine(t, "dgx1-v100", 2, sim.WithLossAfter(lose, 1), exec.WithPlacement(exec.PlaceRoundRobin))
+	for run := range 3 {
+		g, _ := sumGraph(nil)
+		res, err := e.Run(t.Context(), g)
+		require.NoError(t, err, "run %d", run)
+		require.NoError(t, res.Err(), "run %d", run)
+		assert.Equal(t, want, readAll(t, res, g), "run %d", run)
+		require.NotNil(t, res.Report.Lost, "run %d", run)
+		assert.Equal(t, lose, *res.Report.Lost, "run %d", run)
+		lost, ran := lostAndRan(res, lose)
+		assert.Positive(t, lost, "run %d: launches lost with the device", run)
+		if run > 0 {
+			assert.Zero(t, ran, "run %d: nothing ran on the lost device", run)
+		}
+		res.Close()
+	}
 }

@@ -134,6 +134,18 @@ type CodeStream interface {
 	// Fill enqueues writing pattern (1, 2, 4, …, 128 bytes) over
 	// [off, off+n) of dst; off and n are multiples of its length.
 	Fill(dst Memory, off, n int64, pattern []byte) (seq uint64, err error)
+	// CommandEvent returns an event that fires once the stream's
+	// command seq (a number an enqueue method returned) and every
+	// command enqueued on the stream before it have completed, and
+	// true: an event the stream recorded (Record) after the command,
+	// which may cover later commands too and reports what that event
+	// reports, so another stream of the device can Wait on it on the
+	// device. It returns nil and false when the stream has none: no
+	// Record after the command yet, seq 0 or never returned, or a
+	// device that no longer keeps its events (a lost one may not). It
+	// enqueues nothing and never blocks; safe for concurrent use with
+	// the stream's other methods.
+	CommandEvent(seq uint64) (Event, bool)
 }
 
 // CommandError is a command that a device reported failed after it was
@@ -159,12 +171,14 @@ func (e *CommandError) Unwrap() error { return e.Err }
 // Abandoner is a CodeDevice that can give up on commands it cannot
 // interrupt, such as a kernel that never ends. Abandon marks the device
 // unusable with cause: every later call that enqueues work on it, and
-// Alloc, returns an error wrapping cause; events already recorded still
-// fire if their commands ever finish; and Close, instead of waiting for
-// the abandoned commands without bound, returns an error after a bounded
-// wait, leaking what those commands hold (the device's queues and their
-// goroutines, its memory, the host memory pinned for copies). Abandon is
-// idempotent (the first cause is kept) and safe for concurrent use.
+// Alloc, returns an error wrapping cause (a list is still taken, and its
+// publishes answer that error, as on a lost device: see Lister); events
+// already recorded still fire if their commands ever finish; and Close,
+// instead of waiting for the abandoned commands without bound, returns
+// an error after a bounded wait, leaking what those commands hold (the
+// device's queues and their goroutines, its memory, the host memory
+// pinned for copies). Abandon is idempotent (the first cause is kept)
+// and safe for concurrent use.
 type Abandoner interface {
 	Abandon(cause error)
 }

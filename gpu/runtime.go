@@ -163,6 +163,12 @@ type Event interface {
 // list waits for step k by the counter's WaitFor(ctx, first+k); reading
 // it is one atomic load.
 //
+// A device's loss reaches a list through its Progress, never as a
+// refusal: a lost device takes lists as before, and their Publish calls
+// answer the loss, as those of a list running when the device was lost
+// do. So the caller settles a lost device's work in one place, the
+// list's body, and the counter goes on counting the steps it settles.
+//
 // Methods are safe for concurrent use.
 type Lister interface {
 	Stream
@@ -172,9 +178,11 @@ type Lister interface {
 	// counter l publishes its steps on and first, the counter's value
 	// before l's first step (on the CPU device, the stream's count of
 	// every operation queued before l; events recorded on the stream
-	// after l then fire once l is complete). After Close it returns
-	// ErrClosed and l is not run; a lost device returns an error that
-	// matches ErrDeviceLost. n must be at least 1.
+	// after l then fire once l is complete). A lost device still takes
+	// l and runs it: its Progress answers every Publish with the loss
+	// (see Progress), so the list learns of it at its first publish, as
+	// one running when the device is lost does at its next. Errors, with
+	// l not run: after Close, ErrClosed; n below 1 or a nil l.
 	EnqueueList(after Event, n uint64, l List) (count *Counter, first uint64, err error)
 }
 
@@ -197,8 +205,9 @@ type Progress interface {
 	// the list must publish next, even if nothing waits on it
 	// (math.MaxUint64 when the stream needs no extra publishes: the
 	// CPU device's), and the stream's sticky error once its device has
-	// one (an error matching ErrDeviceLost for a lost device): the list
-	// should then run nothing more on the stream. A list calls Publish(0)
+	// one (an error matching ErrDeviceLost for a lost device, from the
+	// first Publish of a list queued after the loss on): the list should
+	// then run nothing more on the stream. A list calls Publish(0)
 	// before its first step to learn the first such step.
 	Publish(n uint64) (next uint64, err error)
 }

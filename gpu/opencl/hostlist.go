@@ -31,16 +31,17 @@ type clList struct {
 }
 
 // EnqueueList starts l on a host goroutine of the device (Close waits for
-// it). See gpu.Lister. After Close it returns gpu.ErrClosed; on a lost
-// device, the loss.
+// it). See gpu.Lister. After Close it returns gpu.ErrClosed; a lost device
+// takes l, and its Publish answers the loss.
 func (s *clStream) EnqueueList(after gpu.Event, n uint64, l gpu.List) (*gpu.Counter, uint64, error) {
 	if l == nil || n == 0 {
 		return nil, 0, fmt.Errorf("%senqueue list: a nil or empty list (%d steps)", s.prefix, n)
 	}
-	if err := s.lock("enqueue list"); err != nil {
-		return nil, 0, err
-	}
+	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return nil, 0, fmt.Errorf("%senqueue list: %w", s.prefix, gpu.ErrClosed)
+	}
 	lr := &clList{s: s, l: l, after: after, n: n}
 	s.d.wg.Add(1) // under s.mu: Close marks the stream closed under it before it waits
 	go lr.run()

@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/gpu/opencl"
+	"github.com/streamdag/streamdag/gpu/opencl/internal/cl"
 	"github.com/streamdag/streamdag/gpu/opencl/internal/cltest"
 )
 
@@ -79,4 +81,26 @@ func TestDeviceListRunsAndEnqueues(t *testing.T) {
 	assert.Equal(t, uint64(1), c2.Load(), "Close waits for the lists")
 	_, _, err = ls.EnqueueList(nil, 1, listFunc(func(gpu.Progress) {}))
 	assert.ErrorIs(t, err, gpu.ErrClosed)
+}
+
+// A lost OpenCL device takes a list queued after its loss: EnqueueList
+// succeeds, the list runs, its Publish answers the loss, and the counter
+// reaches the list's end once it returns.
+func TestLostDeviceTakesLists(t *testing.T) {
+	d := newDevice(t, 1)
+	loss := opencl.ReportForTest(d, &cl.CommandError{Device: "dev", Queue: 0, Seq: 1, Op: "launch k", Status: cl.OutOfResources})
+	require.ErrorIs(t, loss, gpu.ErrDeviceLost)
+	ls := codeStream(d, 0).(gpu.Lister)
+	var errs [2]error
+	c, first, err := ls.EnqueueList(nil, 2, listFunc(func(p gpu.Progress) {
+		_, errs[0] = p.Publish(0)
+		_, errs[1] = p.Publish(1)
+	}))
+	require.NoError(t, err, "a lost device takes lists")
+	_, err = c.WaitFor(t.Context(), first+2)
+	require.NoError(t, err)
+	for i, err := range errs {
+		assert.ErrorIs(t, err, gpu.ErrDeviceLost, "publish %d", i)
+		assert.ErrorContains(t, err, "queue 0 command 1 (launch k) failed: CL_OUT_OF_RESOURCES", "publish %d: the device's loss", i)
+	}
 }

@@ -1,10 +1,12 @@
 package opencl
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -27,6 +29,7 @@ type clStream struct {
 	kernels map[kernelKey]*streamKernel
 	events  []*clEvent // recorded markers not yet released, in enqueue order
 	evHead  int
+	swept   *clEvent // the last recorded event sweep released (it has fired); nil: none
 	final   *clEvent // the event Close recorded; Record returns it after Close
 	lastCmd uint64   // q.LastCommand() after the stream's last enqueue (seq)
 	// fillWaited is the latest zero-fill generation the queue waits
@@ -472,6 +475,7 @@ func (s *clStream) sweep() {
 			return
 		}
 		e.release()
+		s.swept = e
 		s.events[s.evHead] = nil
 		s.evHead++
 		if s.evHead > 64 && s.evHead*2 > len(s.events) {
@@ -480,6 +484,30 @@ func (s *clStream) sweep() {
 			s.events, s.evHead = s.events[:n], 0
 		}
 	}
+}
+
+// CommandEvent returns the event of the first marker recorded after
+// command seq that the stream still holds, or the last one it released
+// once that one is past seq (it has fired). After Close: the event Close
+// recorded, for a command enqueued before it. See gpu.CodeStream.
+func (s *clStream) CommandEvent(seq uint64) (gpu.Event, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if seq == 0 || seq > s.lastCmd {
+		return nil, false
+	}
+	if s.closed {
+		return s.final, true
+	}
+	if e := s.swept; e != nil && e.m.Seq() > seq {
+		return e, true
+	}
+	live := s.events[s.evHead:]
+	i, _ := slices.BinarySearchFunc(live, seq, func(e *clEvent, seq uint64) int { return cmp.Compare(e.m.Seq(), seq+1) })
+	if i < len(live) {
+		return live[i], true
+	}
+	return nil, false
 }
 
 // Wait makes the commands and host tasks enqueued after it wait for e.

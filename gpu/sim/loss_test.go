@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"errors"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -39,8 +40,9 @@ func runSteps(t *testing.T, s gpu.Lister, n uint64) (ran uint64, lost error) {
 }
 
 // A simulated GPU with a loss reports it at the launch that reaches its
-// share of the launches queued on it, for good: later lists and tasks are
-// refused with it; the other GPUs go on.
+// share of the launches queued on it, for good: later lists hear of it at
+// their first publish, later tasks are refused with it; the other GPUs go
+// on.
 func TestWithLoss(t *testing.T) {
 	set, err := sim.New(gpus(0, 1), 1, sim.WithLoss(topology.GPU(1), 0.5))
 	require.NoError(t, err)
@@ -52,9 +54,10 @@ func TestWithLoss(t *testing.T) {
 	require.True(t, errors.As(lost, &le), "got %v", lost)
 	assert.ErrorIs(t, lost, gpu.ErrDeviceLost)
 	assert.Equal(t, topology.GPU(1), le.Device)
-	_, _, err = g1.EnqueueList(nil, 1, listFunc(func(gpu.Progress) {}))
-	assert.ErrorIs(t, err, gpu.ErrDeviceLost, "a lost GPU refuses lists")
-	assert.ErrorIs(t, g1.Launch(gpu.TaskFunc(func() {})), gpu.ErrDeviceLost, "and tasks")
+	ran, lost = runSteps(t, g1, 3)
+	assert.Zero(t, ran, "a lost GPU's later list runs nothing")
+	assert.ErrorIs(t, lost, gpu.ErrDeviceLost)
+	assert.ErrorIs(t, g1.Launch(gpu.TaskFunc(func() {})), gpu.ErrDeviceLost, "a lost GPU refuses tasks")
 	ran, lost = runSteps(t, g0, 10)
 	assert.Equal(t, uint64(10), ran)
 	assert.NoError(t, lost)
@@ -94,4 +97,42 @@ func TestLossOptionErrors(t *testing.T) {
 			assert.ErrorContains(t, err, tc.want)
 		})
 	}
+}
+
+// A lost simulated GPU takes a list queued after its loss: EnqueueList
+// succeeds, the list runs, every Publish answers the loss (the same
+// *gpu.LostError), and the counter reaches the list's end once the list
+// has published its steps on it and returned.
+func TestLostGPUTakesLists(t *testing.T) {
+	set, err := sim.New(gpus(0), 1, sim.WithLossAfter(topology.GPU(0), 1))
+	require.NoError(t, err)
+	defer set.Close()
+	s := set.Devices()[0].Stream(0).(gpu.Lister)
+	ran, lost := runSteps(t, s, 2)
+	require.Equal(t, uint64(1), ran, "lost at the first launch")
+	require.ErrorIs(t, lost, gpu.ErrDeviceLost)
+	var errs [2]error
+	var nexts [2]uint64
+	var count *gpu.Counter
+	var first uint64
+	done, gate := make(chan struct{}), gpu.NewHostEvent()
+	count, first, err = s.EnqueueList(gate, 4, listFunc(func(p gpu.Progress) {
+		defer close(done)
+		nexts[0], errs[0] = p.Publish(0)
+		nexts[1], errs[1] = p.Publish(4)
+		count.Publish(first + 4) // the steps settled without running, on the counter itself
+	}))
+	require.NoError(t, err, "a lost GPU takes the list")
+	gate.Set() // the list reads count and first
+	<-done
+	for i, err := range errs {
+		var le *gpu.LostError
+		require.ErrorAs(t, err, &le, "publish %d", i)
+		assert.Equal(t, topology.GPU(0), le.Device, "publish %d", i)
+		assert.Equal(t, lost, err, "publish %d: the same loss", i)
+		assert.Equal(t, uint64(math.MaxUint64), nexts[i], "publish %d asks for no more", i)
+	}
+	_, err = count.WaitFor(t.Context(), first+4)
+	require.NoError(t, err)
+	assert.Equal(t, first+4, count.Load())
 }

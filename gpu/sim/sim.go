@@ -47,9 +47,10 @@ type lossAt struct {
 // completed: at the first launch of its streams that brings the count of
 // its completed launches to at least after × the launches queued on it so
 // far (0: before its first launch). From then on the device is lost for good:
-// every publish of a running list returns a *gpu.LostError (matching
-// gpu.ErrDeviceLost), so the list runs nothing more, and its streams
-// refuse new work with that error. It is for tests and demos of recovery
+// every publish of a list returns a *gpu.LostError (matching
+// gpu.ErrDeviceLost), so the list runs nothing more; its streams still
+// take lists (gpu.Lister), whose first publish answers the loss, and
+// refuse host tasks with it. It is for tests and demos of recovery
 // (`streamdag run --lose-device gpu3@50%`). Errors (from New): dev not
 // among the GPUs, after outside [0, 1].
 func WithLoss(dev topology.DeviceID, after float64) Option {
@@ -295,19 +296,18 @@ func (l *lossList) Run(p gpu.Progress) {
 	l.l.Run(l.p)
 }
 
-// EnqueueList queues l; on a device with a loss it counts l's launches and
-// refuses with the loss once the device is lost. See gpu.Lister.
+// EnqueueList queues l; on a device with a loss it counts l's launches
+// while the device is not lost, and l's publishes answer the loss once it
+// is (see WithLoss). See gpu.Lister.
 func (s *simStream) EnqueueList(after gpu.Event, n uint64, l gpu.List) (*gpu.Counter, uint64, error) {
 	if s.d.loss == nil || l == nil {
 		return s.Lister.EnqueueList(after, n, l)
 	}
 	ls := s.d.loss
 	ls.mu.Lock()
-	if ls.err != nil {
-		ls.mu.Unlock()
-		return nil, 0, ls.err
+	if ls.err == nil {
+		ls.queued += n
 	}
-	ls.queued += n
 	ls.mu.Unlock()
 	return s.Lister.EnqueueList(after, n, &lossList{p: &lossProgress{s: s}, l: l})
 }

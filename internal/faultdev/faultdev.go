@@ -11,9 +11,10 @@
 // their way when the device died), but the events recorded after them
 // report each as a *gpu.CommandError wrapping gpu.ErrDeviceLost; from
 // then on every enqueue, wait, host task, allocation and build fails
-// with an error wrapping gpu.ErrDeviceLost, and every event recorded
-// after the loss reports it. The wrapped device itself is left working:
-// a test can wrap it again for its next run.
+// with an error wrapping gpu.ErrDeviceLost, every event recorded after
+// the loss reports it, and every Publish of a list (gpu.Lister: the
+// streams still take lists) answers it. The wrapped device itself is
+// left working: a test can wrap it again for its next run.
 package faultdev
 
 import (
@@ -137,17 +138,55 @@ func (s *stream) Fill(dst gpu.Memory, off, n int64, pattern []byte) (uint64, err
 	return s.enqueue(func() (uint64, error) { return s.in.Fill(dst, off, n, pattern) })
 }
 
-// EnqueueList queues l on the wrapped stream (a gpu.Lister), unless the
-// device is lost; the list's own commands go through the wrapper.
+// EnqueueList queues l on the wrapped stream (a gpu.Lister), lost or not;
+// the list's own commands go through the wrapper, and its publishes
+// answer the loss once the device is lost.
 func (s *stream) EnqueueList(after gpu.Event, n uint64, l gpu.List) (*gpu.Counter, uint64, error) {
-	if s.d.Lost() {
-		return nil, 0, s.d.err
-	}
 	ls, ok := s.in.(gpu.Lister)
 	if !ok {
 		return nil, 0, fmt.Errorf("faultdev: %s stream %d takes no lists", s.in.Device(), s.in.Index())
 	}
-	return ls.EnqueueList(after, n, l)
+	if l == nil {
+		return ls.EnqueueList(after, n, nil) // the wrapped stream's error
+	}
+	return ls.EnqueueList(after, n, &list{l: l, prog: progress{d: s.d}})
+}
+
+// list is a list queued through the wrapper: its Progress answers the
+// loss once the device is lost.
+type list struct {
+	l    gpu.List
+	prog progress
+}
+
+func (l *list) Run(p gpu.Progress) {
+	l.prog.p = p // the same p on every call
+	l.l.Run(&l.prog)
+}
+
+// progress is the wrapped stream's Progress, answering the device's loss.
+type progress struct {
+	d *Device
+	p gpu.Progress
+}
+
+func (p *progress) Publish(n uint64) (uint64, error) {
+	next, err := p.p.Publish(n)
+	if err == nil && p.d.Lost() {
+		err = p.d.err
+	}
+	return next, err
+}
+
+// CommandEvent returns the wrapped stream's event for command seq until
+// the device is lost, and none after.
+func (s *stream) CommandEvent(seq uint64) (gpu.Event, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.d.Lost() {
+		return nil, false
+	}
+	return s.in.CommandEvent(seq)
 }
 
 func (s *stream) Launch(t gpu.Task) error {
