@@ -53,10 +53,12 @@ func (a *Acquired) Release() {
 // OpenCL driver listing it); or its driver fails to open it (the error
 // is in Why). The CPU device is opened with Open(ctx, "cpu", cfg), so the
 // driver of package gpu/cpu must be registered (import it) for those
-// cases.
+// cases. The same cfg reaches whichever driver opens the device, so
+// cfg.Driver must be nil: a driver's own settings go to gpu.Open.
 //
 // Errors: ErrBackendClosing, ctx.Err() (no lease is held after either),
-// or the CPU driver's (an unregistered driver, a bad cfg.Streams).
+// or the CPU driver's (an unregistered driver, a bad cfg.Streams, a
+// non-nil cfg.Driver).
 func (b *Backend) Acquire(ctx context.Context, cfg gpu.Config) (*Acquired, error) {
 	a := &Acquired{}
 	cl, err := b.Claim(ctx)
