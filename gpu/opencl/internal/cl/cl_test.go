@@ -398,6 +398,31 @@ func TestCheckpointFreesEvents(t *testing.T) {
 	assert.Zero(t, cl.PendingForTest(q))
 }
 
+// TestQueueSettled: Settled stays below a command held behind a user
+// event (and below its Wait, which a later marker examines) until a
+// marker after it completes, then covers it; it never decreases.
+func TestQueueSettled(t *testing.T) {
+	c := open(t)
+	q := newQueue(t, c)
+	b := mustAlloc(t, c, 4)
+	require.NoError(t, q.Finish(t.Context()))
+	before := q.Settled()
+	u, err := c.NewUserEvent()
+	require.NoError(t, err)
+	require.NoError(t, q.Wait(u.Event()))
+	require.NoError(t, q.Fill(b, 0, 4, []byte{1, 2, 3, 4}))
+	fill := q.LastCommand()
+	require.Greater(t, fill, before)
+	m, err := q.Marker()
+	require.NoError(t, err)
+	assert.Less(t, q.Settled(), fill, "the fill waits behind the user event")
+	require.NoError(t, u.Complete(nil))
+	require.NoError(t, m.Wait(t.Context()))
+	assert.Equal(t, m.Seq(), q.Settled(), "the marker after the fill completed")
+	m.Release()
+	u.Event().Release()
+}
+
 // TestCloseReleasesEverything closes a context with work in flight, a user
 // event nobody completed and a command waiting on it: Close completes the
 // event, waits for the work, and refuses new work; the goroutine leak
