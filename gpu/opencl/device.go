@@ -211,7 +211,9 @@ type clDevice struct {
 	// seals it (ready): it launches one zero kernel per dirty slab over
 	// its pending regions, then one marker, fillMark, after every fill
 	// enqueued before it, so each stream waits once per generation, not
-	// once per memory. Generations are numbered from 1; fillDone is the
+	// once per memory. The marker is passive (cl.Queue.PassiveMarker):
+	// the waiter of the first stream that settles its wait examines the
+	// fills, so no fill-queue thread wakes per generation. Generations are numbered from 1; fillDone is the
 	// highest whose marker has been seen to complete successfully.
 	fillq    *cl.Queue
 	fmu      sync.Mutex    // guards the fields below, the slabs' pend and dirty, and the enqueues on fillq
@@ -776,7 +778,7 @@ func (d *clDevice) seal() error {
 	if old := d.fillMark; old != nil && !succeeded(old) {
 		wait = append(wait, old)
 	}
-	e, err := d.fillq.Marker(wait...)
+	e, err := d.fillq.PassiveMarker(wait...)
 	if err != nil {
 		return err
 	}

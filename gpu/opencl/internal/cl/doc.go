@@ -33,7 +33,8 @@
 // blocks in clWaitForEvents on the queue's markers in enqueue order; an
 // in-order queue completes them in that order, so no marker waits behind
 // another (a Wait's marker is not one of them: it is examined with the
-// commands, so a wait wakes no waiter). When a marker completes, the
+// commands, so a wait wakes no waiter; nor is a passive marker, which
+// the waiter of a queue that waited on it settles, or Close). When a marker completes, the
 // waiter reads the execution status of every command enqueued since the
 // previous marker and frees their events, records the marker's number as
 // the queue's Settled point, then closes the marker's Done channel (from a Go goroutine: no

@@ -66,6 +66,9 @@ type Queue struct {
 	wstatus int32             // the waiter's clGetEventInfo result, heap for C
 	free    chan []pendingCmd // covers slices the waiter is done with, for reuse
 	settled atomic.Uint64     // the Seq of the latest marker seen complete (Settled)
+	// passives are the passive markers (PassiveMarker) not yet seen
+	// settled, in enqueue order; guarded by wmu.
+	passives []*Event
 }
 
 type kernelKey struct {
@@ -119,6 +122,13 @@ func (q *Queue) Close() error {
 	q.wmu.Unlock()
 	q.signal()
 	<-q.wdone
+	q.wmu.Lock()
+	passives := q.passives
+	q.passives = nil
+	q.wmu.Unlock()
+	for _, e := range passives {
+		e.settlePassive()
+	}
 	for _, c := range q.pending { // left when the last marker failed to enqueue
 		if c.pin != nil {
 			c.pin.Unpin()
@@ -492,10 +502,25 @@ func (q *Queue) Finish(ctx context.Context) error {
 	return e.Wait(ctx)
 }
 
-// markerLocked enqueues a marker; q.mu is held. An internal marker hands
-// the failures it finds to the next user marker instead of reporting them.
+// markerLocked enqueues a marker for the waiter to settle; q.mu is held.
+// An internal marker hands the failures it finds to the next user marker
+// instead of reporting them.
 func (q *Queue) markerLocked(wait []*Event, internal bool) (*Event, error) {
-	e := &Event{q: q, ctx: q.ctx, done: make(chan struct{}), internal: internal}
+	e, err := q.newMarker(wait, internal, false)
+	if err != nil {
+		return nil, err
+	}
+	q.wmu.Lock()
+	q.wq = append(q.wq, e)
+	q.wmu.Unlock()
+	q.signal()
+	return e, nil
+}
+
+// newMarker enqueues a marker covering the commands pending since the
+// previous one and returns its Event; q.mu is held.
+func (q *Queue) newMarker(wait []*Event, internal, passive bool) (*Event, error) {
+	e := &Event{q: q, ctx: q.ctx, done: make(chan struct{}), internal: internal, passive: passive}
 	if err := q.enqueueMarker(wait, &e.h); err != nil {
 		return nil, err
 	}
@@ -515,10 +540,6 @@ func (q *Queue) markerLocked(wait []*Event, internal bool) (*Event, error) {
 		q.pending = nil
 	}
 	purego.SyscallN(cl.flush, q.h)
-	q.wmu.Lock()
-	q.wq = append(q.wq, e)
-	q.wmu.Unlock()
-	q.signal()
 	return e, nil
 }
 
@@ -557,6 +578,9 @@ func (q *Queue) enqueueMarker(wait []*Event, h *uintptr) error {
 // hold on them.
 func (q *Queue) waited(seq uint64, waits []*Event, errs []error) []error {
 	for _, w := range waits {
+		if w.passive {
+			w.settlePassive()
+		}
 		<-w.done
 		if w.err != nil {
 			errs = append(errs, fmt.Errorf("opencl: queue %d marker %d waited on a failed event: %w", q.index, seq, w.err))
@@ -601,18 +625,36 @@ func (q *Queue) waiter() {
 // events it waited on, and completes e (a user marker) or returns the
 // failures to carry to the next one (an internal marker).
 func (q *Queue) settle(e *Event, carry []error) []error {
-	errs := carry
+	errs := q.examine(e, &q.wstatus, carry)
+	if e.internal {
+		close(e.done)
+		e.unref()
+		return errs
+	}
+	e.err = errors.Join(errs...)
+	close(e.done)
+	e.unref()
+	return nil
+}
+
+// examine waits for the marker e, advances Settled to it when it
+// succeeded, and appends to errs the failures of the commands it covers
+// and of the events it waited on (examined with status, C-visible
+// scratch for the calls), freeing the commands' events and unpinning
+// their Go memory.
+func (q *Queue) examine(e *Event, status *int32, errs []error) []error {
 	dev := q.ctx.dev.info.Name
 	if st := Status(int32(syscall(cl.waitForEvents, 1, uintptr(unsafe.Pointer(&e.h))))); st != Success {
 		errs = append(errs, &CommandError{Device: dev, Queue: q.index, Seq: e.seq, Op: "marker", Status: st})
 	} else {
-		q.settled.Store(e.seq) // markers settle in enqueue order
+		for old := q.settled.Load(); old < e.seq && !q.settled.CompareAndSwap(old, e.seq); old = q.settled.Load() {
+		}
 	}
 	for _, c := range e.covers {
-		q.wstatus = 0
-		if err := check("clGetEventInfo", syscall(cl.getEventInfo, c.ev, clEventCommandExecutionStatus, 4, uintptr(unsafe.Pointer(&q.wstatus)), 0)); err != nil {
+		*status = 0
+		if err := check("clGetEventInfo", syscall(cl.getEventInfo, c.ev, clEventCommandExecutionStatus, 4, uintptr(unsafe.Pointer(status)), 0)); err != nil {
 			errs = append(errs, fmt.Errorf("opencl: queue %d command %d (%s): status: %w", q.index, c.seq, c.op, err))
-		} else if st := Status(q.wstatus); st < 0 {
+		} else if st := Status(*status); st < 0 {
 			if c.waits != nil {
 				// A Wait marker fails only for its wait list, as
 				// clWaitForEvents reports a marker it waited on.
@@ -636,13 +678,51 @@ func (q *Queue) settle(e *Event, carry []error) []error {
 	e.covers = nil
 	errs = q.waited(e.seq, e.waits, errs)
 	e.waits = nil
-	if e.internal {
+	return errs
+}
+
+// PassiveMarker is Marker for a marker that only other markers wait on:
+// the queue's waiter does not watch it (no host thread wakes for it).
+// It is settled (Done closed, Err set, the commands it covers examined,
+// Settled advanced) by the waiter of the first queue that settles a
+// marker waiting on it (Wait, or Marker's wait list: the waiting marker
+// has completed, so settling it blocks no more), or by Close. Release
+// the returned event when done with it. Errors as Marker's.
+func (q *Queue) PassiveMarker(wait ...*Event) (*Event, error) {
+	if err := q.lockOpen("marker"); err != nil {
+		return nil, err
+	}
+	defer q.mu.Unlock()
+	e, err := q.newMarker(wait, false, true)
+	if err != nil {
+		return nil, err
+	}
+	q.wmu.Lock()
+	n := 0
+	for n < len(q.passives) && isDone(q.passives[n]) {
+		n++
+	}
+	q.passives = append(q.passives[:copy(q.passives, q.passives[n:])], e)
+	q.wmu.Unlock()
+	return e, nil
+}
+
+// isDone reports whether e's Done channel is closed.
+func isDone(e *Event) bool {
+	select {
+	case <-e.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// settlePassive settles the passive marker e once; later and concurrent
+// calls wait for the first.
+func (e *Event) settlePassive() {
+	e.settleOnce.Do(func() {
+		e.err = errors.Join(e.q.examine(e, new(int32), nil)...)
 		close(e.done)
 		e.unref()
-		return errs
-	}
-	e.err = errors.Join(errs...)
-	close(e.done)
-	e.unref()
-	return nil
+	})
 }
