@@ -213,8 +213,9 @@ type clDevice struct {
 	// enqueued before it, so each stream waits once per generation, not
 	// once per memory. The marker is passive (cl.Queue.PassiveMarker):
 	// the waiter of the first stream that settles its wait examines the
-	// fills, so no fill-queue thread wakes per generation. Generations are numbered from 1; fillDone is the
-	// highest whose marker has been seen to complete successfully.
+	// fills, so no fill-queue thread wakes per generation. Generations
+	// are numbered from 1; fillDone is the highest whose marker has been
+	// seen to complete successfully.
 	fillq    *cl.Queue
 	fmu      sync.Mutex    // guards the fields below, the slabs' pend and dirty, and the enqueues on fillq
 	fillGen  uint64        // the generation fills enqueued now belong to
@@ -492,8 +493,8 @@ func (d *clDevice) free(s *slab, r int) {
 // settled reports whether every queue i has settled the command numbered
 // after[i].
 func (d *clDevice) settled(after []uint64) bool {
-	for i, q := range d.queues {
-		if after != nil && after[i] > q.Settled() {
+	for i := range after {
+		if after[i] > d.queues[i].Settled() {
 			return false
 		}
 	}
@@ -726,7 +727,12 @@ func (s *clStream) ready(m *clMemory) error {
 // zeroed by kernel n%zeroKernels, which keeps the arguments of its last
 // launch, so that a slab zeroed again with the same regions, as a reused
 // plan's are, sets none. zeroItems is the most work-items of a launch per
-// region.
+// region. A zero kernel writes its regions through the slab buffer while
+// commands of other queues may use sub-buffers over other regions of it:
+// OpenCL leaves concurrent writes to a buffer and its sub-buffers
+// undefined, but implementations (PoCL, the GPU drivers) make a
+// sub-buffer an offset into its parent's memory, so disjoint regions do
+// not interfere.
 const (
 	zeroKernels = 16
 	zeroItems   = 64
