@@ -141,8 +141,23 @@ func TestDeviceSlabSizes(t *testing.T) {
 		}
 		for _, m := range ms {
 			require.NoError(t, m.Release())
+			require.NoError(t, m.Release(), "Release is idempotent")
 		}
+		_, err = d.Alloc(d.Info().MemoryBytes + 1)
+		assert.ErrorContains(t, err, fmt.Sprintf(": 0 of its %d bytes are in use", d.Info().MemoryBytes),
+			"round %d: each release returned its bytes once", round)
 		require.NoError(t, opencl.SettleForTest(t.Context(), d), "the next round reuses the regions")
+	}
+	// A region released twice is handed out once.
+	regions := map[[2]int]int64{}
+	for _, n := range sizes {
+		m := alloc(t, d, n)
+		if sl, r, ok := opencl.RegionForTest(m); ok {
+			k := [2]int{sl, r}
+			_, dup := regions[k]
+			require.False(t, dup, "memory of %d bytes got the region of memory of %d", n, regions[k])
+			regions[k] = n
+		}
 	}
 }
 
