@@ -186,9 +186,9 @@ func (q *Queue) LastCommand() uint64 {
 	return q.last
 }
 
-// Settled returns the sequence number of the latest marker (of any kind:
-// Marker, Wait, Checkpoint, or one the queue enqueues itself every
-// checkpointEvery commands) that the queue's waiter has seen complete
+// Settled returns the sequence number of the latest marker (a Marker, a
+// Checkpoint, one the queue enqueues itself every checkpointEvery
+// commands, or a PassiveMarker once settled; not a Wait's) seen complete
 // successfully, or 0 before the first: every command whose number is
 // lower has then finished on the device, so memory it used may be
 // reused. It never decreases. A marker that fails leaves it unchanged
