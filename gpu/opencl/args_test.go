@@ -157,7 +157,7 @@ func TestDeviceAllocZeroed(t *testing.T) {
 func TestDeviceZeroMany(t *testing.T) {
 	d := newDevice(t, 2)
 	s0, s1 := codeStream(d, 0), codeStream(d, 1)
-	sizes := []int64{opencl.ZeroKernelMaxForTest + 8, 1, 4, opencl.ZeroKernelMaxForTest}
+	sizes := []int64{opencl.SlabMaxForTest + 8, 1, 4, opencl.SlabMaxForTest}
 	for i := range 37 {
 		sizes = append(sizes, int64(8*(i+1)))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -143,7 +144,7 @@ func NewDevice(dev Info, streams int, opts ...DeviceOption) (gpu.CodeDevice, err
 		abandoned: make(chan struct{}),
 		closeWait: o.closeWait,
 		fillGen:   1,
-		null:      c.NullBuffer(),
+		classes:   sizeClasses(info.BaseAlignBytes),
 	}
 	for i := range streams {
 		q, err := c.NewQueue()
@@ -158,6 +159,10 @@ func NewDevice(dev Info, streams int, opts ...DeviceOption) (gpu.CodeDevice, err
 		_ = c.Close()
 		return nil, fmt.Errorf("opencl: new device %s fill queue: %w", d.id, err)
 	}
+	for _, s := range d.streams {
+		d.queues = append(d.queues, s.q)
+	}
+	d.queues = append(d.queues, d.fillq)
 	d.wg.Add(len(d.streams))
 	for _, s := range d.streams {
 		go s.hostWork()
@@ -188,28 +193,37 @@ type clDevice struct {
 	streams []*clStream
 	wg      sync.WaitGroup // host workers and bridges
 
+	// Memory of up to slabMaxBytes bytes is a region of a slab: one
+	// buffer per slabRegions regions of one size class (classes), the
+	// memory a sub-buffer of it. memMu guards the budget and the
+	// classes' free regions and quarantines.
 	memMu     sync.Mutex
 	usedBytes int64
+	classes   []sizeClass
+	nslabs    int         // slabs made, numbering them
+	queues    []*cl.Queue // the streams' queues, then fillq
 
 	pmu   sync.Mutex
 	progs map[*cl.Program]*clProgram
 
 	// Zero fills of new or reused memory (clMemory.Zero) go on fillq in
-	// generations. Memory of up to zeroKernelMax bytes zeroed in
-	// generation fillGen waits in pending; larger memory is filled at
-	// once. The first stream command on memory of that generation seals
-	// it (ready): it launches the zero kernel over the pending memory,
-	// zeroGroup at a time, then one marker, fillMark, after every fill
+	// generations. Slab memory zeroed in generation fillGen waits as a
+	// bit of its slab's pend, the slab in dirty; other memory is filled
+	// at once. The first stream command on memory of that generation
+	// seals it (ready): it launches one zero kernel per dirty slab over
+	// its pending regions, then one marker, fillMark, after every fill
 	// enqueued before it, so each stream waits once per generation, not
-	// once per memory. Generations are numbered from 1; fillDone is the
-	// highest whose marker has been seen to complete successfully.
+	// once per memory. The marker is passive (cl.Queue.PassiveMarker):
+	// the waiter of the first stream that settles its wait examines the
+	// fills, so no fill-queue thread wakes per generation. Generations
+	// are numbered from 1; fillDone is the highest whose marker has been
+	// seen to complete successfully.
 	fillq    *cl.Queue
-	fmu      sync.Mutex // guards the fields below and the enqueues on fillq
-	fillGen  uint64     // the generation fills enqueued now belong to
-	fillMark *cl.Event  // the marker of generation fillGen-1, or nil
-	pending  []*clMemory
+	fmu      sync.Mutex    // guards the fields below, the slabs' pend and dirty, and the enqueues on fillq
+	fillGen  uint64        // the generation fills enqueued now belong to
+	fillMark *cl.Event     // the marker of generation fillGen-1, or nil
+	dirty    []*slab       // the slabs with regions pending a fill, in order
 	zeroKs   []*zeroKernel // fillq's zero kernels, made on first use
-	null     *cl.Buffer    // the NULL argument of unused zero-kernel parameters
 	fillDone atomic.Uint64
 
 	lost atomic.Pointer[error] // the first failure that lost the device
@@ -287,9 +301,18 @@ func (d *clDevice) enqueueErr(prefix string, err error) error {
 // Alloc makes bytes (>= 0) of device memory, counted against the
 // device's global memory, reading as zeroes (see Zero). Zero bytes make
 // memory with no OpenCL buffer, which a kernel argument binds as a NULL
-// pointer. Errors: a negative size, the budget exceeded (naming the
-// device, the size and what is in use), a failed OpenCL call,
-// gpu.ErrDeviceLost, gpu.ErrClosed.
+// pointer. Memory of up to 64 KiB is a sub-buffer over a region of a
+// slab, a buffer the device carves into regions of one power-of-two
+// size (from the base address alignment up): a released region is
+// handed out again only once every command enqueued on any of the
+// device's queues before its Release has been seen to finish (the
+// queues' markers; Alloc never waits for them: it makes another slab,
+// and enqueues a marker on each queue the oldest released region waits
+// for), and slabs are kept until Close (the budget counts the bytes
+// asked for, not the slabs). Larger memory is a buffer of its own.
+// Errors: a negative size, the budget exceeded (naming the device, the
+// size and what is in use), a failed OpenCL call, gpu.ErrDeviceLost,
+// gpu.ErrClosed.
 func (d *clDevice) Alloc(bytes int64) (gpu.Memory, error) {
 	if bytes < 0 {
 		return nil, fmt.Errorf("opencl: %s: alloc %d bytes: the size must not be negative", d.id, bytes)
@@ -311,7 +334,7 @@ func (d *clDevice) Alloc(bytes int64) (gpu.Memory, error) {
 	}
 	d.usedBytes += bytes
 	d.memMu.Unlock()
-	b, err := d.ctx.Alloc(bytes)
+	m, err := d.carve(bytes)
 	if err != nil {
 		d.unbudget(bytes)
 		if errors.Is(err, cl.ErrClosed) {
@@ -319,7 +342,6 @@ func (d *clDevice) Alloc(bytes int64) (gpu.Memory, error) {
 		}
 		return nil, fmt.Errorf("opencl: %s: %w", d.id, err)
 	}
-	m := &clMemory{d: d, b: b}
 	if err := m.Zero(); err != nil {
 		_ = m.Release()
 		return nil, err
@@ -331,6 +353,175 @@ func (d *clDevice) unbudget(bytes int64) {
 	d.memMu.Lock()
 	d.usedBytes -= bytes
 	d.memMu.Unlock()
+}
+
+// slabMaxBytes is the size of the largest size class (memory above it is
+// a buffer of its own); slabBytes is the most bytes of one slab, and
+// slabRegions the most regions (one bit each of a uint64).
+const (
+	slabMaxBytes = 64 << 10
+	slabBytes    = 1 << 20
+	slabRegions  = 64
+)
+
+// sizeClass is the regions of one size and the slabs carved into them;
+// the slices are guarded by d.memMu.
+type sizeClass struct {
+	bytes   int64         // of a region: a multiple of the base address alignment
+	regions int           // per slab, 1 to slabRegions
+	avail   []*slab       // the slabs with a free region
+	quar    []quarantined // released regions, in release order, from qhead
+	qhead   int
+	nudged  int // qhead+1 when the queues quar[qhead] waits for were given a marker
+}
+
+// quarantined is a released region, free once every queue i has settled
+// the command numbered after[i] (0: nothing to wait for).
+type quarantined struct {
+	s     *slab
+	r     int
+	after []uint64
+}
+
+// slab is one buffer of a size class's regions.
+type slab struct {
+	b    *cl.Buffer
+	c    *sizeClass
+	n    int    // its number on the device, in creation order
+	free uint64 // regions free to hand out; under d.memMu
+	pend uint64 // regions with a zero fill pending; under d.fmu
+	// dirty: the slab is in d.dirty; under d.fmu.
+	dirty bool
+}
+
+// sizeClasses returns the size classes of a device whose base address
+// alignment is align bytes: from max(align, 64) bytes (so a region holds
+// whole 8-byte words and starts on the alignment) doubling up to
+// slabMaxBytes; none when align is larger.
+func sizeClasses(align int64) []sizeClass {
+	var cs []sizeClass
+	for b := max(align, 64); b <= slabMaxBytes; b *= 2 {
+		cs = append(cs, sizeClass{bytes: b, regions: int(min(max(slabBytes/b, 1), slabRegions))})
+	}
+	return cs
+}
+
+// carve makes memory of bytes (> 0) bytes: a region of a slab of its
+// size class, or a buffer of its own when no class holds it.
+func (d *clDevice) carve(bytes int64) (*clMemory, error) {
+	var c *sizeClass
+	for i := range d.classes {
+		if d.classes[i].bytes >= bytes {
+			c = &d.classes[i]
+			break
+		}
+	}
+	if c == nil {
+		b, err := d.ctx.Alloc(bytes)
+		if err != nil {
+			return nil, err
+		}
+		return &clMemory{d: d, b: b}, nil
+	}
+	d.memMu.Lock()
+	s, r, err := d.take(c)
+	d.memMu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	b, err := s.b.Sub(int64(r)*c.bytes, bytes)
+	if err != nil {
+		d.memMu.Lock()
+		d.free(s, r)
+		d.memMu.Unlock()
+		return nil, err
+	}
+	return &clMemory{d: d, b: b, s: s, r: r}, nil
+}
+
+// take takes a free region of c, making a slab when there is none; d.memMu
+// is held.
+func (d *clDevice) take(c *sizeClass) (*slab, int, error) {
+	for ; c.qhead < len(c.quar) && d.settled(c.quar[c.qhead].after); c.qhead++ {
+		q := c.quar[c.qhead]
+		c.quar[c.qhead] = quarantined{}
+		d.free(q.s, q.r)
+	}
+	if c.qhead > 0 && (c.qhead == len(c.quar) || c.qhead > 64 && 2*c.qhead > len(c.quar)) {
+		n := copy(c.quar, c.quar[c.qhead:])
+		clear(c.quar[n:])
+		c.quar, c.nudged, c.qhead = c.quar[:n], max(c.nudged-c.qhead, 0), 0
+	}
+	if len(c.avail) == 0 {
+		if c.qhead < len(c.quar) && c.nudged != c.qhead+1 {
+			// Markers behind the commands the oldest released region
+			// waits for, so that it is seen free once they finish.
+			c.nudged = c.qhead + 1
+			for i, q := range d.queues {
+				if c.quar[c.qhead].after[i] > q.Settled() {
+					if e, err := q.Checkpoint(); err == nil {
+						e.Release()
+					}
+				}
+			}
+		}
+		b, err := d.ctx.Alloc(c.bytes * int64(c.regions))
+		if err != nil {
+			return nil, 0, err
+		}
+		s := &slab{b: b, c: c, n: d.nslabs}
+		d.nslabs++
+		for r := range c.regions {
+			d.free(s, r)
+		}
+	}
+	s := c.avail[len(c.avail)-1]
+	r := bits.TrailingZeros64(s.free)
+	if s.free &^= 1 << r; s.free == 0 {
+		c.avail[len(c.avail)-1] = nil
+		c.avail = c.avail[:len(c.avail)-1]
+	}
+	return s, r, nil
+}
+
+// free makes region r of s free to hand out; d.memMu is held.
+func (d *clDevice) free(s *slab, r int) {
+	if s.free == 0 {
+		s.c.avail = append(s.c.avail, s)
+	}
+	s.free |= 1 << r
+}
+
+// settled reports whether every queue i has settled the command numbered
+// after[i].
+func (d *clDevice) settled(after []uint64) bool {
+	for i := range after {
+		if after[i] > d.queues[i].Settled() {
+			return false
+		}
+	}
+	return true
+}
+
+// quarantine holds region r of s, just released, until the commands
+// enqueued on the device so far have been seen to finish.
+func (d *clDevice) quarantine(s *slab, r int) {
+	var after []uint64
+	for i, q := range d.queues {
+		if n := q.LastCommand(); n > q.Settled() {
+			if after == nil {
+				after = make([]uint64, len(d.queues))
+			}
+			after[i] = n
+		}
+	}
+	d.memMu.Lock()
+	defer d.memMu.Unlock()
+	if after == nil {
+		d.free(s, r)
+		return
+	}
+	s.c.quar = append(s.c.quar, quarantined{s: s, r: r, after: after})
 }
 
 // Program builds OpenCL C source with options on the device through the
@@ -439,15 +630,17 @@ type clProgram struct {
 // Name returns the name the program was first built under.
 func (p *clProgram) Name() string { return p.p.Name() }
 
-// clMemory is a device Buffer counted against the device's budget, with
-// the sub-buffers kernel arguments at an offset made of it, and the fill
-// generation of its latest zero fill.
+// clMemory is a device Buffer counted against the device's budget (a
+// sub-buffer over region r of slab s, or one of its own when s is nil),
+// with the sub-buffers kernel arguments at an offset made of it, and the
+// fill generation of its latest zero fill.
 type clMemory struct {
 	d        *clDevice
 	b        *cl.Buffer // for zero bytes, a NullBuffer
+	s        *slab
+	r        int
 	released atomic.Bool
 	gen      atomic.Uint64 // the fill generation of its latest Zero; 0: none
-	slot     int           // its index in d.pending plus 1, 0: not pending; under d.fmu
 
 	mu   sync.Mutex
 	subs map[int64]*cl.Buffer
@@ -460,9 +653,10 @@ func (m *clMemory) Bytes() int64              { return m.b.Bytes() }
 // stream's), and makes the first commands of every stream that use the
 // memory after Zero returns wait for that fill on the device (no host
 // thread blocks). The fills of many Zero calls are enqueued together when
-// a stream first uses one of them: small memory is zeroed by one kernel
-// launch per zeroGroup memories, and one marker after them all is what
-// each stream waits for, once. Commands enqueued before it must have
+// a stream first uses one of them: slab memory (see Alloc) is zeroed by
+// one kernel launch per slab, over every region of it zeroed since the
+// last such launch, and one marker after them all is what each stream
+// waits for, once. Commands enqueued before it must have
 // completed. A failed fill is reported by the stream events recorded
 // after the first such commands of each stream, and so is every later
 // fill generation's, as the device is then suspect. Errors: released
@@ -487,10 +681,12 @@ func (m *clMemory) Zero() error {
 	d.fmu.Lock()
 	defer d.fmu.Unlock()
 	switch {
-	case m.slot > 0: // already pending in this generation
-	case m.b.Bytes() <= zeroKernelMax:
-		d.pending = append(d.pending, m)
-		m.slot = len(d.pending)
+	case m.s != nil:
+		m.s.pend |= 1 << m.r
+		if !m.s.dirty {
+			m.s.dirty = true
+			d.dirty = append(d.dirty, m.s)
+		}
 	default:
 		if err := d.fillq.Fill(m.b, 0, m.b.Bytes(), []byte{0}); err != nil {
 			return d.enqueueErr(fmt.Sprintf("opencl: %s: zero %d bytes: ", d.id, m.b.Bytes()), err)
@@ -529,76 +725,60 @@ func (s *clStream) ready(m *clMemory) error {
 	return nil
 }
 
-// zeroGroup is how many memories one launch of a zero kernel zeroes;
-// zeroKernels is how many zero kernels the fill queue has (each keeps
-// the arguments of its last launch, so that memory zeroed again in the
-// same order, as a reused plan's is, sets none); zeroKernelMax is the
-// most bytes of memory a zero kernel zeroes (larger memory is filled by
-// clEnqueueFillBuffer, one command each); zeroItems is the most
-// work-items of a launch.
+// zeroKernels is how many zero kernels the fill queue has: slab n is
+// zeroed by kernel n%zeroKernels, which keeps the arguments of its last
+// launch, so that a slab zeroed again with the same regions, as a reused
+// plan's are, sets none. zeroItems is the most work-items of a launch per
+// region. A zero kernel writes its regions through the slab buffer while
+// commands of other queues may use sub-buffers over other regions of it:
+// OpenCL leaves concurrent writes to a buffer and its sub-buffers
+// undefined, but implementations (PoCL, the GPU drivers) make a
+// sub-buffer an offset into its parent's memory, so disjoint regions do
+// not interfere.
 const (
-	zeroGroup     = 16
-	zeroKernels   = 64
-	zeroKernelMax = 64 << 10
-	zeroItems     = 1024
+	zeroKernels = 16
+	zeroItems   = 64
 )
 
-// zeroSource defines zero0 … zero63, each zeroK(b0, n0, b1, n1, …):
-// work-item i of G zeroes bytes i, i+G, … below nK of each of its
-// zeroGroup buffers bK (NULL where nK is 0).
+// zeroSource defines zero0 … zero15, each zeroK(b, mask, words): the
+// work-items (i, r) of G×R zero words i, i+G, … below words of region r
+// of slab b (regions of words 8-byte words each) where bit r of mask is
+// set.
 var zeroSource = func() string {
-	var params, body strings.Builder
-	for k := range zeroGroup {
-		if k > 0 {
-			params.WriteString(", ")
-			body.WriteString(" ")
-		}
-		fmt.Fprintf(&params, "__global uchar *b%d, ulong n%d", k, k)
-		fmt.Fprintf(&body, "zero(b%d, n%d);", k, k)
-	}
 	var src strings.Builder
-	src.WriteString("static void zero(__global uchar *b, ulong n) {\n" +
-		"\tfor (ulong j = get_global_id(0); j < n; j += get_global_size(0)) b[j] = 0;\n}\n")
 	for k := range zeroKernels {
-		fmt.Fprintf(&src, "__kernel void zero%d(%s) { %s }\n", k, params.String(), body.String())
+		fmt.Fprintf(&src, "__kernel void zero%d(__global ulong *b, ulong mask, ulong words) {\n"+
+			"\tsize_t r = get_global_id(1);\n"+
+			"\tif (((mask >> r) & 1) == 0) return;\n"+
+			"\tfor (ulong j = get_global_id(0); j < words; j += get_global_size(0)) b[r*words + j] = 0;\n}\n", k)
 	}
 	return src.String()
 }()
 
 // zeroKernel is a zero kernel of the fill queue with the arguments last
-// set on it (nil buffer: never set).
+// set on it (nil slab: never set).
 type zeroKernel struct {
 	k    *cl.Kernel
-	bufs [zeroGroup]*cl.Buffer
-	ns   [zeroGroup]uint64
+	s    *slab
+	mask uint64
 }
 
-// seal launches the zero kernels over the pending memory and enqueues the
-// marker of generation fillGen after them, which then closes; d.fmu is
-// held. On an error the memory stays pending.
+// seal launches the zero kernels over the pending regions of the dirty
+// slabs and enqueues the marker of generation fillGen after them, which
+// then closes; d.fmu is held. On an error the regions not yet launched
+// over stay pending.
 func (d *clDevice) seal() error {
-	live := d.pending[:0]
-	for _, m := range d.pending {
-		if m != nil {
-			live = append(live, m)
-		}
-	}
-	for j := 0; len(live) > 0; j++ {
-		n := min(len(live), zeroGroup)
-		if err := d.zero(j%zeroKernels, live[:n]); err != nil {
-			for i, m := range live {
-				m.slot = i + 1
+	for i, s := range d.dirty {
+		if s.pend != 0 {
+			if err := d.zero(s); err != nil {
+				d.dirty = d.dirty[:copy(d.dirty, d.dirty[i:])]
+				return err
 			}
-			d.pending = live
-			return err
 		}
-		for _, m := range live[:n] {
-			m.slot = 0
-		}
-		live = live[n:]
+		s.pend, s.dirty = 0, false
 	}
-	clear(d.pending)
-	d.pending = d.pending[:0]
+	clear(d.dirty)
+	d.dirty = d.dirty[:0]
 	// The marker waits on the previous one unless that is known to have
 	// succeeded, so that it reports every earlier failure too: a marker
 	// that succeeded vouches for every generation up to it.
@@ -606,7 +786,7 @@ func (d *clDevice) seal() error {
 	if old := d.fillMark; old != nil && !succeeded(old) {
 		wait = append(wait, old)
 	}
-	e, err := d.fillq.Marker(wait...)
+	e, err := d.fillq.PassiveMarker(wait...)
 	if err != nil {
 		return err
 	}
@@ -618,11 +798,10 @@ func (d *clDevice) seal() error {
 	return nil
 }
 
-// zero launches zero kernel j over ms (1 to zeroGroup memories, each of
-// at most zeroKernelMax bytes), setting only the arguments that differ
-// from its last launch; unused parameters are NULL with no bytes. d.fmu
-// is held.
-func (d *clDevice) zero(j int, ms []*clMemory) error {
+// zero launches s's zero kernel over its pending regions, setting only
+// the arguments that differ from the kernel's last launch. d.fmu is
+// held.
+func (d *clDevice) zero(s *slab) error {
 	if d.zeroKs == nil {
 		p, err := d.ctx.Program("zero", zeroSource, "")
 		if err != nil {
@@ -638,27 +817,26 @@ func (d *clDevice) zero(j int, ms []*clMemory) error {
 		}
 		d.zeroKs = ks
 	}
-	zk := d.zeroKs[j]
-	most := int64(1)
-	for i := range zeroGroup {
-		b, n := d.null, uint64(0)
-		if i < len(ms) {
-			b, n = ms[i].b, uint64(ms[i].b.Bytes())
-		}
-		most = max(most, int64(n))
-		if zk.bufs[i] == b && zk.ns[i] == n {
-			continue
-		}
-		zk.bufs[i] = nil
-		if err := zk.k.SetBuffer(2*i, b); err != nil {
+	zk := d.zeroKs[s.n%zeroKernels]
+	words := uint64(s.c.bytes / 8)
+	if zk.s != s {
+		zk.s = nil
+		if err := zk.k.SetBuffer(0, s.b); err != nil {
 			return err
 		}
-		if err := zk.k.Set64(2*i+1, n, uint64(0)); err != nil {
+		if err := zk.k.Set64(2, words, uint64(0)); err != nil {
 			return err
 		}
-		zk.bufs[i], zk.ns[i] = b, n
+		zk.s, zk.mask = s, 0
 	}
-	return d.fillq.LaunchLabel(zk.k, []int{int(min(most, zeroItems))}, nil, "fill")
+	if zk.mask != s.pend {
+		zk.mask = 0
+		if err := zk.k.Set64(1, s.pend, uint64(0)); err != nil {
+			return err
+		}
+		zk.mask = s.pend
+	}
+	return d.fillq.LaunchLabel(zk.k, []int{int(min(words, zeroItems)), bits.Len64(s.pend)}, nil, "fill")
 }
 
 // succeeded reports whether e has completed without failures.
@@ -672,8 +850,9 @@ func succeeded(e *cl.Event) bool {
 }
 
 // Release frees the buffer and its sub-buffers (OpenCL keeps the memory
-// until the commands enqueued on it finish) and returns its bytes to the
-// device's budget. It is idempotent.
+// until the commands enqueued on it finish; a slab region is handed out
+// again once those are seen to have finished, see Alloc) and returns its
+// bytes to the device's budget. It is idempotent.
 func (m *clMemory) Release() error {
 	if !m.released.CompareAndSwap(false, true) {
 		return nil
@@ -682,17 +861,19 @@ func (m *clMemory) Release() error {
 	subs := m.subs
 	m.subs = nil
 	m.mu.Unlock()
-	m.d.fmu.Lock() // the buffer leaves the pending fills before it is released
-	if m.slot > 0 {
-		m.d.pending[m.slot-1] = nil
-		m.slot = 0
+	if m.s != nil {
+		m.d.fmu.Lock() // the region leaves the pending fills before it is released
+		m.s.pend &^= 1 << m.r
+		m.d.fmu.Unlock()
 	}
-	m.d.fmu.Unlock()
 	var errs []error
 	for _, s := range subs {
 		errs = append(errs, s.Release())
 	}
 	errs = append(errs, m.b.Release())
+	if m.s != nil {
+		m.d.quarantine(m.s, m.r)
+	}
 	m.d.unbudget(m.b.Bytes())
 	return errors.Join(errs...)
 }
@@ -718,7 +899,11 @@ func (m *clMemory) at(off int64) (*cl.Buffer, error) {
 	if b, ok := m.subs[off]; ok {
 		return b, nil
 	}
-	b, err := m.b.Sub(off, m.b.Bytes()-off)
+	parent, base := m.b, int64(0)
+	if m.s != nil { // OpenCL makes no sub-buffer of a sub-buffer
+		parent, base = m.s.b, int64(m.r)*m.s.c.bytes
+	}
+	b, err := parent.Sub(base+off, m.b.Bytes()-off)
 	if err != nil {
 		return nil, err
 	}

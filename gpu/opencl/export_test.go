@@ -1,6 +1,7 @@
 package opencl
 
 import (
+	"context"
 	"errors"
 
 	"github.com/streamdag/streamdag/gpu"
@@ -43,10 +44,34 @@ func ReportForTest(d gpu.Device, err error) error {
 	return errors.Join(out...)
 }
 
-// ZeroKernelMaxForTest is the most bytes of memory the zero kernel
-// zeroes; larger memory is filled one command each.
-const ZeroKernelMaxForTest = zeroKernelMax
+// SlabMaxForTest is the most bytes of memory carved from a slab (and
+// zeroed by the slab's zero kernel); larger memory is a buffer of its
+// own, filled one command each.
+const SlabMaxForTest = slabMaxBytes
 
 // SeqForTest returns the sequence number on its queue of an event that
 // a stream of an OpenCL device recorded.
 func SeqForTest(e gpu.Event) uint64 { return e.(*clEvent).m.Seq() }
+
+// RegionForTest names the slab region memory m of an OpenCL device is
+// carved from: the slab's number on its device and the region's index,
+// and true; false for memory that is a buffer of its own.
+func RegionForTest(m gpu.Memory) (slab, region int, ok bool) {
+	cm := m.(*clMemory)
+	if cm.s == nil {
+		return 0, 0, false
+	}
+	return cm.s.n, cm.r, true
+}
+
+// SettleForTest waits until every command enqueued so far on the
+// queues of d (its streams' and its fill queue) has finished and been
+// seen to by the queues' waiters, so that every region released before
+// is free to hand out again.
+func SettleForTest(ctx context.Context, d gpu.Device) error {
+	var errs []error
+	for _, q := range d.(*clDevice).queues {
+		errs = append(errs, q.Finish(ctx))
+	}
+	return errors.Join(errs...)
+}

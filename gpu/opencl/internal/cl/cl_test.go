@@ -398,6 +398,79 @@ func TestCheckpointFreesEvents(t *testing.T) {
 	assert.Zero(t, cl.PendingForTest(q))
 }
 
+// TestQueueSettled: Settled stays below a command held behind a user
+// event (and below its Wait, which a later marker examines) until a
+// marker after it completes, then covers it; it never decreases.
+func TestQueueSettled(t *testing.T) {
+	c := open(t)
+	q := newQueue(t, c)
+	b := mustAlloc(t, c, 4)
+	require.NoError(t, q.Finish(t.Context()))
+	before := q.Settled()
+	u, err := c.NewUserEvent()
+	require.NoError(t, err)
+	require.NoError(t, q.Wait(u.Event()))
+	require.NoError(t, q.Fill(b, 0, 4, []byte{1, 2, 3, 4}))
+	fill := q.LastCommand()
+	require.Greater(t, fill, before)
+	m, err := q.Marker()
+	require.NoError(t, err)
+	assert.Less(t, q.Settled(), fill, "the fill waits behind the user event")
+	require.NoError(t, u.Complete(nil))
+	require.NoError(t, m.Wait(t.Context()))
+	assert.Equal(t, m.Seq(), q.Settled(), "the marker after the fill completed")
+	m.Release()
+	u.Event().Release()
+}
+
+// TestPassiveMarker: a passive marker is settled by the waiter of a
+// queue whose marker waited on it, reporting the failures of what it
+// covers there and advancing its own queue's Settled; one nobody waits
+// on stays unsettled while its queue's later markers settle, until
+// Close.
+func TestPassiveMarker(t *testing.T) {
+	c := open(t)
+	q0, q1 := newQueue(t, c), newQueue(t, c)
+	buf := mustAlloc(t, c, 4)
+	u, err := c.NewUserEvent()
+	require.NoError(t, err)
+	require.NoError(t, q0.Wait(u.Event()))
+	require.NoError(t, q0.Fill(buf, 0, 4, []byte{1, 2, 3, 4}))
+	pm, err := q0.PassiveMarker()
+	require.NoError(t, err)
+	require.NoError(t, q1.Wait(pm))
+	m1, err := q1.Marker()
+	require.NoError(t, err)
+	root := errors.New("producer failed")
+	require.NoError(t, u.Complete(root))
+	err1 := m1.Wait(t.Context())
+	assert.ErrorIs(t, err1, root, "the waiting queue reports what the passive marker covers")
+	assert.Contains(t, err1.Error(), "queue 1 marker")
+	require.True(t, isClosed(pm.Done()), "settled by queue 1's waiter")
+	assert.ErrorIs(t, pm.Err(), root)
+	assert.GreaterOrEqual(t, q0.Settled(), pm.Seq())
+
+	lone, err := q0.PassiveMarker()
+	require.NoError(t, err)
+	require.NoError(t, q0.Finish(t.Context()))
+	assert.False(t, isClosed(lone.Done()), "no waiter watches a passive marker")
+	require.NoError(t, q0.Close())
+	assert.True(t, isClosed(lone.Done()), "Close settles it")
+	assert.NoError(t, lone.Err())
+	for _, e := range []*cl.Event{pm, m1, lone, u.Event()} {
+		e.Release()
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
 // TestCloseReleasesEverything closes a context with work in flight, a user
 // event nobody completed and a command waiting on it: Close completes the
 // event, waits for the work, and refuses new work; the goroutine leak

@@ -32,9 +32,12 @@
 // Each Queue has one waiter goroutine, locked to its OS thread, that
 // blocks in clWaitForEvents on the queue's markers in enqueue order; an
 // in-order queue completes them in that order, so no marker waits behind
-// another. When a marker completes, the waiter reads the execution status
-// of every command enqueued since the previous marker and frees their
-// events, then closes the marker's Done channel (from a Go goroutine: no
+// another (a Wait's marker is not one of them: it is examined with the
+// commands, so a wait wakes no waiter; nor is a passive marker, which
+// the waiter of a queue that waited on it settles, or Close). When a marker completes, the
+// waiter reads the execution status of every command enqueued since the
+// previous marker and frees their events, records the marker's number as
+// the queue's Settled point, then closes the marker's Done channel (from a Go goroutine: no
 // OpenCL callback runs Go code). Failures are tracked on the host: an
 // Event's Err lists the failed commands it covers (*CommandError with the
 // queue and the command's sequence number) and the errors of the events

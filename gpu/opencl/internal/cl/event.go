@@ -58,10 +58,13 @@ type Event struct {
 	refs     atomic.Int32 // the user's, the waiter's and each later marker's hold
 	released atomic.Bool
 
-	// Set at enqueue, read by the waiter.
-	covers   []pendingCmd
-	waits    []*Event
-	internal bool
+	// Set at enqueue, read by the waiter (or, for a passive marker, by
+	// settlePassive).
+	covers     []pendingCmd
+	waits      []*Event
+	internal   bool
+	passive    bool
+	settleOnce sync.Once
 }
 
 // Done returns a channel closed when the event has completed (succeeded or

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -23,10 +24,11 @@ const checkpointEvery = 256
 // pendingCmd is an enqueued command whose event the waiter has not yet
 // examined.
 type pendingCmd struct {
-	ev  uintptr
-	seq uint64
-	op  string
-	pin *runtime.Pinner // the Go memory of an asynchronous copy, unpinned once examined
+	ev    uintptr
+	seq   uint64
+	op    string
+	pin   *runtime.Pinner // the Go memory of an asynchronous copy, unpinned once examined
+	waits []*Event        // the events a Wait marker waits on, whose failures it reports
 }
 
 // Queue is one in-order OpenCL command queue (a stream): commands run in
@@ -63,6 +65,10 @@ type Queue struct {
 	wdone   chan struct{}
 	wstatus int32             // the waiter's clGetEventInfo result, heap for C
 	free    chan []pendingCmd // covers slices the waiter is done with, for reuse
+	settled atomic.Uint64     // the Seq of the latest marker seen complete (Settled)
+	// passives are the passive markers (PassiveMarker) not yet seen
+	// settled, in enqueue order; guarded by wmu.
+	passives []*Event
 }
 
 type kernelKey struct {
@@ -116,6 +122,13 @@ func (q *Queue) Close() error {
 	q.wmu.Unlock()
 	q.signal()
 	<-q.wdone
+	q.wmu.Lock()
+	passives := q.passives
+	q.passives = nil
+	q.wmu.Unlock()
+	for _, e := range passives {
+		e.settlePassive()
+	}
 	for _, c := range q.pending { // left when the last marker failed to enqueue
 		if c.pin != nil {
 			c.pin.Unpin()
@@ -172,6 +185,16 @@ func (q *Queue) LastCommand() uint64 {
 	defer q.mu.Unlock()
 	return q.last
 }
+
+// Settled returns the sequence number of the latest marker (a Marker, a
+// Checkpoint, one the queue enqueues itself every checkpointEvery
+// commands, or a PassiveMarker once settled; not a Wait's) seen complete
+// successfully, or 0 before the first: every command whose number is
+// lower has then finished on the device, so memory it used may be
+// reused. It never decreases. A marker that fails leaves it unchanged
+// (its predecessors are not known to have finished); the next one that
+// succeeds advances it. It does not block (one atomic load).
+func (q *Queue) Settled() uint64 { return q.settled.Load() }
 
 // Launch enqueues the kernel k (made by q.Kernel) over an NDRange of
 // global work-items per dimension (1 to 3 dimensions) in work-groups of
@@ -430,17 +453,28 @@ func (q *Queue) Marker(wait ...*Event) (*Event, error) {
 // Wait makes every command enqueued on q after it wait for the events
 // (an in-order marker with a wait list): it returns at once, blocking no
 // host thread. A waited event's error is reported by the next Marker of
-// q. Errors as Marker's.
+// q. The wait marker is examined with the commands the next marker
+// covers, as a command is: it does not wake the queue's waiter. Errors as
+// Marker's.
 func (q *Queue) Wait(events ...*Event) error {
 	if err := q.lockOpen("wait"); err != nil {
 		return err
 	}
 	defer q.mu.Unlock()
-	e, err := q.markerLocked(events, true)
-	if err == nil {
-		e.Release()
+	if err := q.enqueueMarker(events, &q.scratch.ev); err != nil {
+		return err
 	}
-	return err
+	for _, w := range events {
+		w.refs.Add(1)
+	}
+	q.seq++
+	q.pending = append(q.pending, pendingCmd{ev: q.scratch.ev, seq: q.seq, op: "marker", waits: append([]*Event(nil), events...)})
+	if len(q.pending) >= checkpointEvery {
+		if e, err := q.markerLocked(nil, true); err == nil {
+			e.Release()
+		}
+	}
+	return nil
 }
 
 // Checkpoint enqueues a marker like Marker's, except that the failures
@@ -468,33 +502,27 @@ func (q *Queue) Finish(ctx context.Context) error {
 	return e.Wait(ctx)
 }
 
-// markerLocked enqueues a marker; q.mu is held. An internal marker hands
-// the failures it finds to the next user marker instead of reporting them.
+// markerLocked enqueues a marker for the waiter to settle; q.mu is held.
+// An internal marker hands the failures it finds to the next user marker
+// instead of reporting them.
 func (q *Queue) markerLocked(wait []*Event, internal bool) (*Event, error) {
-	handles := q.scratch.wait[:0]
-	if len(wait) > len(q.scratch.wait) {
-		handles = make([]uintptr, 0, len(wait))
+	e, err := q.newMarker(wait, internal, false)
+	if err != nil {
+		return nil, err
 	}
-	for i, w := range wait {
-		switch {
-		case w == nil:
-			return nil, fmt.Errorf("opencl: queue %d: marker: wait event %d is nil", q.index, i)
-		case w.released.Load():
-			return nil, fmt.Errorf("opencl: queue %d: marker: wait event %d: %w", q.index, i, ErrClosed)
-		case w.ctx != q.ctx:
-			return nil, fmt.Errorf("opencl: queue %d: marker: wait event %d is of another context (bridge it with a UserEvent)", q.index, i)
-		}
-		handles = append(handles, w.h)
-	}
-	wp := uintptr(0)
-	if len(handles) > 0 {
-		wp = uintptr(unsafe.Pointer(&handles[0]))
-	}
-	e := &Event{q: q, ctx: q.ctx, done: make(chan struct{}), internal: internal}
-	r, _, _ := purego.SyscallN(cl.enqueueMarkerWithWaitList, q.h, uintptr(len(handles)), wp, uintptr(unsafe.Pointer(&e.h)))
-	runtime.KeepAlive(handles)
-	if err := check("clEnqueueMarkerWithWaitList", r); err != nil {
-		return nil, fmt.Errorf("opencl: queue %d: marker: %w", q.index, err)
+	q.wmu.Lock()
+	q.wq = append(q.wq, e)
+	q.wmu.Unlock()
+	q.signal()
+	return e, nil
+}
+
+// newMarker enqueues a marker covering the commands pending since the
+// previous one and returns its Event; q.mu is held.
+func (q *Queue) newMarker(wait []*Event, internal, passive bool) (*Event, error) {
+	e := &Event{q: q, ctx: q.ctx, done: make(chan struct{}), internal: internal, passive: passive}
+	if err := q.enqueueMarker(wait, &e.h); err != nil {
+		return nil, err
 	}
 	for _, w := range wait {
 		w.refs.Add(1)
@@ -512,11 +540,54 @@ func (q *Queue) markerLocked(wait []*Event, internal bool) (*Event, error) {
 		q.pending = nil
 	}
 	purego.SyscallN(cl.flush, q.h)
-	q.wmu.Lock()
-	q.wq = append(q.wq, e)
-	q.wmu.Unlock()
-	q.signal()
 	return e, nil
+}
+
+// enqueueMarker checks the events of wait and enqueues a marker waiting
+// on them, its event handle stored at h; q.mu is held.
+func (q *Queue) enqueueMarker(wait []*Event, h *uintptr) error {
+	handles := q.scratch.wait[:0]
+	if len(wait) > len(q.scratch.wait) {
+		handles = make([]uintptr, 0, len(wait))
+	}
+	for i, w := range wait {
+		switch {
+		case w == nil:
+			return fmt.Errorf("opencl: queue %d: marker: wait event %d is nil", q.index, i)
+		case w.released.Load():
+			return fmt.Errorf("opencl: queue %d: marker: wait event %d: %w", q.index, i, ErrClosed)
+		case w.ctx != q.ctx:
+			return fmt.Errorf("opencl: queue %d: marker: wait event %d is of another context (bridge it with a UserEvent)", q.index, i)
+		}
+		handles = append(handles, w.h)
+	}
+	wp := uintptr(0)
+	if len(handles) > 0 {
+		wp = uintptr(unsafe.Pointer(&handles[0]))
+	}
+	r, _, _ := purego.SyscallN(cl.enqueueMarkerWithWaitList, q.h, uintptr(len(handles)), wp, uintptr(unsafe.Pointer(h)))
+	runtime.KeepAlive(handles)
+	if err := check("clEnqueueMarkerWithWaitList", r); err != nil {
+		return fmt.Errorf("opencl: queue %d: marker: %w", q.index, err)
+	}
+	return nil
+}
+
+// waited appends to errs the failures of the events waits that marker
+// seq of q waited on, once each has completed, and drops the marker's
+// hold on them.
+func (q *Queue) waited(seq uint64, waits []*Event, errs []error) []error {
+	for _, w := range waits {
+		if w.passive {
+			w.settlePassive()
+		}
+		<-w.done
+		if w.err != nil {
+			errs = append(errs, fmt.Errorf("opencl: queue %d marker %d waited on a failed event: %w", q.index, seq, w.err))
+		}
+		w.unref()
+	}
+	return errs
 }
 
 func (q *Queue) signal() {
@@ -554,39 +625,7 @@ func (q *Queue) waiter() {
 // events it waited on, and completes e (a user marker) or returns the
 // failures to carry to the next one (an internal marker).
 func (q *Queue) settle(e *Event, carry []error) []error {
-	errs := carry
-	dev := q.ctx.dev.info.Name
-	if st := Status(int32(syscall(cl.waitForEvents, 1, uintptr(unsafe.Pointer(&e.h))))); st != Success {
-		errs = append(errs, &CommandError{Device: dev, Queue: q.index, Seq: e.seq, Op: "marker", Status: st})
-	}
-	for _, c := range e.covers {
-		q.wstatus = 0
-		if err := check("clGetEventInfo", syscall(cl.getEventInfo, c.ev, clEventCommandExecutionStatus, 4, uintptr(unsafe.Pointer(&q.wstatus)), 0)); err != nil {
-			errs = append(errs, fmt.Errorf("opencl: queue %d command %d (%s): status: %w", q.index, c.seq, c.op, err))
-		} else if q.wstatus < 0 {
-			errs = append(errs, &CommandError{Device: dev, Queue: q.index, Seq: c.seq, Op: c.op, Status: Status(q.wstatus)})
-		}
-		syscall(cl.releaseEvent, c.ev)
-		if c.pin != nil {
-			c.pin.Unpin()
-		}
-	}
-	clear(e.covers)
-	if cap(e.covers) > 0 {
-		select {
-		case q.free <- e.covers[:0]:
-		default:
-		}
-	}
-	e.covers = nil
-	for _, w := range e.waits {
-		<-w.done
-		if w.err != nil {
-			errs = append(errs, fmt.Errorf("opencl: queue %d marker %d waited on a failed event: %w", q.index, e.seq, w.err))
-		}
-		w.unref()
-	}
-	e.waits = nil
+	errs := q.examine(e, &q.wstatus, carry)
 	if e.internal {
 		close(e.done)
 		e.unref()
@@ -596,4 +635,94 @@ func (q *Queue) settle(e *Event, carry []error) []error {
 	close(e.done)
 	e.unref()
 	return nil
+}
+
+// examine waits for the marker e, advances Settled to it when it
+// succeeded, and appends to errs the failures of the commands it covers
+// and of the events it waited on (examined with status, C-visible
+// scratch for the calls), freeing the commands' events and unpinning
+// their Go memory.
+func (q *Queue) examine(e *Event, status *int32, errs []error) []error {
+	dev := q.ctx.dev.info.Name
+	if st := Status(int32(syscall(cl.waitForEvents, 1, uintptr(unsafe.Pointer(&e.h))))); st != Success {
+		errs = append(errs, &CommandError{Device: dev, Queue: q.index, Seq: e.seq, Op: "marker", Status: st})
+	} else {
+		for old := q.settled.Load(); old < e.seq && !q.settled.CompareAndSwap(old, e.seq); old = q.settled.Load() {
+		}
+	}
+	for _, c := range e.covers {
+		*status = 0
+		if err := check("clGetEventInfo", syscall(cl.getEventInfo, c.ev, clEventCommandExecutionStatus, 4, uintptr(unsafe.Pointer(status)), 0)); err != nil {
+			errs = append(errs, fmt.Errorf("opencl: queue %d command %d (%s): status: %w", q.index, c.seq, c.op, err))
+		} else if st := Status(*status); st < 0 {
+			if c.waits != nil {
+				// A Wait marker fails only for its wait list, as
+				// clWaitForEvents reports a marker it waited on.
+				st = ExecStatusErrorForEventsInWaitList
+			}
+			errs = append(errs, &CommandError{Device: dev, Queue: q.index, Seq: c.seq, Op: c.op, Status: st})
+		}
+		syscall(cl.releaseEvent, c.ev)
+		if c.pin != nil {
+			c.pin.Unpin()
+		}
+		errs = q.waited(c.seq, c.waits, errs)
+	}
+	clear(e.covers)
+	if cap(e.covers) > 0 {
+		select {
+		case q.free <- e.covers[:0]:
+		default:
+		}
+	}
+	e.covers = nil
+	errs = q.waited(e.seq, e.waits, errs)
+	e.waits = nil
+	return errs
+}
+
+// PassiveMarker is Marker for a marker that only other markers wait on:
+// the queue's waiter does not watch it (no host thread wakes for it).
+// It is settled (Done closed, Err set, the commands it covers examined,
+// Settled advanced) by the waiter of the first queue that settles a
+// marker waiting on it (Wait, or Marker's wait list: the waiting marker
+// has completed, so settling it blocks no more), or by Close. Release
+// the returned event when done with it. Errors as Marker's.
+func (q *Queue) PassiveMarker(wait ...*Event) (*Event, error) {
+	if err := q.lockOpen("marker"); err != nil {
+		return nil, err
+	}
+	defer q.mu.Unlock()
+	e, err := q.newMarker(wait, false, true)
+	if err != nil {
+		return nil, err
+	}
+	q.wmu.Lock()
+	n := 0
+	for n < len(q.passives) && isDone(q.passives[n]) {
+		n++
+	}
+	q.passives = append(q.passives[:copy(q.passives, q.passives[n:])], e)
+	q.wmu.Unlock()
+	return e, nil
+}
+
+// isDone reports whether e's Done channel is closed.
+func isDone(e *Event) bool {
+	select {
+	case <-e.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// settlePassive settles the passive marker e once; later and concurrent
+// calls wait for the first.
+func (e *Event) settlePassive() {
+	e.settleOnce.Do(func() {
+		e.err = errors.Join(e.q.examine(e, new(int32), nil)...)
+		close(e.done)
+		e.unref()
+	})
 }
