@@ -210,21 +210,25 @@ type clDevice struct {
 	// generations. Slab memory zeroed in generation fillGen waits as a
 	// bit of its slab's pend, the slab in dirty; other memory is filled
 	// at once. The first stream command on memory of that generation
-	// seals it (ready): it launches one zero kernel per dirty slab over
-	// its pending regions, then one marker, fillMark, after every fill
-	// enqueued before it, so each stream waits once per generation, not
-	// once per memory. The marker is passive (cl.Queue.PassiveMarker):
-	// the waiter of the first stream that settles its wait examines the
-	// fills, so no fill-queue thread wakes per generation. Generations
+	// seals it (ready): it launches one zero kernel per maximal run of
+	// pending regions of each dirty slab, then one marker, fillMark,
+	// after every fill enqueued before it, so each stream waits once per
+	// generation, not once per memory. The marker is passive
+	// (cl.Queue.PassiveMarker): the waiter of the first stream that
+	// settles its wait examines the fills, so no fill-queue thread wakes
+	// per generation. Generations
 	// are numbered from 1; fillDone is the highest whose marker has been
 	// seen to complete successfully.
 	fillq    *cl.Queue
-	fmu      sync.Mutex    // guards the fields below, the slabs' pend and dirty, and the enqueues on fillq
+	fmu      sync.Mutex    // guards the fields below, the slabs' pend, dirty and runs, and the enqueues on fillq
 	fillGen  uint64        // the generation fills enqueued now belong to
 	fillMark *cl.Event     // the marker of generation fillGen-1, or nil
 	dirty    []*slab       // the slabs with regions pending a fill, in order
 	zeroKs   []*zeroKernel // fillq's zero kernels, made on first use
 	fillDone atomic.Uint64
+	// zeroMade and zeroReleased count the slabs' run sub-buffers made and
+	// evicted; zeroSets counts the arguments set on zero kernels.
+	zeroMade, zeroReleased, zeroSets uint64
 
 	lost atomic.Pointer[error] // the first failure that lost the device
 
@@ -308,8 +312,10 @@ func (d *clDevice) enqueueErr(prefix string, err error) error {
 // device's queues before its Release has been seen to finish (the
 // queues' markers; Alloc never waits for them: it makes another slab,
 // and enqueues a marker on each queue the oldest released region waits
-// for), and slabs are kept until Close (the budget counts the bytes
-// asked for, not the slabs). Larger memory is a buffer of its own.
+// for). A device keeps its slabs until Close, so it holds slabs for its
+// peak of small memory even after that memory is released; the budget
+// counts the bytes asked for, not the slabs nor a region's rounding up
+// to its size. Larger memory is a buffer of its own, freed by Release.
 // Errors: a negative size, the budget exceeded (naming the device, the
 // size and what is in use), a failed OpenCL call, gpu.ErrDeviceLost,
 // gpu.ErrClosed.
@@ -383,7 +389,8 @@ type quarantined struct {
 	after []uint64
 }
 
-// slab is one buffer of a size class's regions.
+// slab is one buffer of a size class's regions. No command binds the
+// buffer itself, only sub-buffers of it (see zeroKernels).
 type slab struct {
 	b    *cl.Buffer
 	c    *sizeClass
@@ -392,6 +399,7 @@ type slab struct {
 	pend uint64 // regions with a zero fill pending; under d.fmu
 	// dirty: the slab is in d.dirty; under d.fmu.
 	dirty bool
+	runs  []*zeroRun // the sub-buffers its zero kernels bind, at most zeroRuns; under d.fmu
 }
 
 // sizeClasses returns the size classes of a device whose base address
@@ -654,9 +662,9 @@ func (m *clMemory) Bytes() int64              { return m.b.Bytes() }
 // memory after Zero returns wait for that fill on the device (no host
 // thread blocks). The fills of many Zero calls are enqueued together when
 // a stream first uses one of them: slab memory (see Alloc) is zeroed by
-// one kernel launch per slab, over every region of it zeroed since the
-// last such launch, and one marker after them all is what each stream
-// waits for, once. Commands enqueued before it must have
+// one kernel launch per contiguous run of the regions of a slab zeroed
+// since the last such launch, and one marker after them all is what each
+// stream waits for, once. Commands enqueued before it must have
 // completed. A failed fill is reported by the stream events recorded
 // after the first such commands of each stream, and so is every later
 // fill generation's, as the device is then suspect. Errors: released
@@ -725,42 +733,61 @@ func (s *clStream) ready(m *clMemory) error {
 	return nil
 }
 
-// zeroKernels is how many zero kernels the fill queue has: slab n is
-// zeroed by kernel n%zeroKernels, which keeps the arguments of its last
-// launch, so that a slab zeroed again with the same regions, as a reused
-// plan's are, sets none. zeroItems is the most work-items of a launch per
-// region. A zero kernel writes its regions through the slab buffer while
-// commands of other queues may use sub-buffers over other regions of it:
-// OpenCL leaves concurrent writes to a buffer and its sub-buffers
-// undefined, but implementations (PoCL, the GPU drivers) make a
-// sub-buffer an offset into its parent's memory, so disjoint regions do
-// not interfere.
+// zeroKernels is how many zero kernels the fill queue has: each cached
+// run (zeroRun) is zeroed by the kernel it was given when made, round
+// robin, which keeps the arguments of its last launch, so that a run
+// zeroed again, as a reused plan's are, sets none. zeroItems is the most
+// work-items of a launch per region. zeroRuns bounds a slab's cached
+// runs: a 64-region mask has at most 32 runs, so the runs of one
+// generation never evict each other.
+//
+// The zero kernels conform to OpenCL's rules for sub-buffers (OpenCL
+// 1.2 §5.2.2, clCreateSubBuffer), which define concurrent commands on
+// sub-buffers of one buffer only when they do not overlap (or all
+// read), and never a command on the buffer beside commands on its
+// sub-buffers. No command binds a slab's buffer: memory is a sub-buffer
+// over its region (and its arguments at an offset sub-buffers inside
+// it), and a zero kernel binds a sub-buffer over one maximal run of its
+// slab's pending regions. A pending region is in no running command:
+// Zero requires the commands enqueued on the memory before it to have
+// completed, a freshly allocated region has been seen free of the
+// commands of its previous holder (Alloc), and every command enqueued
+// on it after Zero waits for the generation's marker, behind the zero
+// kernel. So a zero kernel's sub-buffer overlaps no sub-buffer in use
+// while it runs, whatever the other queues run over the slab's other
+// regions.
 const (
 	zeroKernels = 16
 	zeroItems   = 64
+	zeroRuns    = slabRegions / 2
 )
 
-// zeroSource defines zero0 … zero15, each zeroK(b, mask, words): the
-// work-items (i, r) of G×R zero words i, i+G, … below words of region r
-// of slab b (regions of words 8-byte words each) where bit r of mask is
-// set.
+// zeroSource defines zero0 … zero15, each zeroK(b, words): the G
+// work-items zero words i, i+G, … below words of b.
 var zeroSource = func() string {
 	var src strings.Builder
 	for k := range zeroKernels {
-		fmt.Fprintf(&src, "__kernel void zero%d(__global ulong *b, ulong mask, ulong words) {\n"+
-			"\tsize_t r = get_global_id(1);\n"+
-			"\tif (((mask >> r) & 1) == 0) return;\n"+
-			"\tfor (ulong j = get_global_id(0); j < words; j += get_global_size(0)) b[r*words + j] = 0;\n}\n", k)
+		fmt.Fprintf(&src, "__kernel void zero%d(__global ulong *b, ulong words) {\n"+
+			"\tfor (ulong j = get_global_id(0); j < words; j += get_global_size(0)) b[j] = 0;\n}\n", k)
 	}
 	return src.String()
 }()
 
-// zeroKernel is a zero kernel of the fill queue with the arguments last
-// set on it (nil slab: never set).
+// zeroKernel is a zero kernel of the fill queue with the run whose
+// arguments were last set on it (nil: none).
 type zeroKernel struct {
-	k    *cl.Kernel
-	s    *slab
-	mask uint64
+	k   *cl.Kernel
+	run *zeroRun
+}
+
+// zeroRun is a sub-buffer over the regions first to first+count-1 of a
+// slab, which the zero kernel zk zeroes when exactly they are a run of
+// its pending regions; used is the fill generation it was last zeroed in.
+type zeroRun struct {
+	b            *cl.Buffer
+	first, count int
+	zk           int
+	used         uint64
 }
 
 // seal launches the zero kernels over the pending regions of the dirty
@@ -769,13 +796,11 @@ type zeroKernel struct {
 // over stay pending.
 func (d *clDevice) seal() error {
 	for i, s := range d.dirty {
-		if s.pend != 0 {
-			if err := d.zero(s); err != nil {
-				d.dirty = d.dirty[:copy(d.dirty, d.dirty[i:])]
-				return err
-			}
+		if err := d.zero(s); err != nil {
+			d.dirty = d.dirty[:copy(d.dirty, d.dirty[i:])]
+			return err
 		}
-		s.pend, s.dirty = 0, false
+		s.dirty = false
 	}
 	clear(d.dirty)
 	d.dirty = d.dirty[:0]
@@ -798,11 +823,11 @@ func (d *clDevice) seal() error {
 	return nil
 }
 
-// zero launches s's zero kernel over its pending regions, setting only
-// the arguments that differ from the kernel's last launch. d.fmu is
-// held.
+// zero launches a zero kernel over each maximal run of s's pending
+// regions, through the run's cached sub-buffer, and takes the run's
+// regions out of s.pend once launched. d.fmu is held.
 func (d *clDevice) zero(s *slab) error {
-	if d.zeroKs == nil {
+	if d.zeroKs == nil && s.pend != 0 {
 		p, err := d.ctx.Program("zero", zeroSource, "")
 		if err != nil {
 			return err
@@ -817,26 +842,68 @@ func (d *clDevice) zero(s *slab) error {
 		}
 		d.zeroKs = ks
 	}
-	zk := d.zeroKs[s.n%zeroKernels]
-	words := uint64(s.c.bytes / 8)
-	if zk.s != s {
-		zk.s = nil
-		if err := zk.k.SetBuffer(0, s.b); err != nil {
+	for s.pend != 0 {
+		first := bits.TrailingZeros64(s.pend)
+		count := bits.TrailingZeros64(^(s.pend >> first))
+		run, err := d.zeroRun(s, first, count)
+		if err != nil {
 			return err
 		}
-		if err := zk.k.Set64(2, words, uint64(0)); err != nil {
+		zk := d.zeroKs[run.zk]
+		words := uint64(run.b.Bytes() / 8)
+		if zk.run != run {
+			zk.run = nil
+			if err := zk.k.SetBuffer(0, run.b); err != nil {
+				return err
+			}
+			if err := zk.k.Set64(1, words, uint64(0)); err != nil {
+				return err
+			}
+			d.zeroSets += 2
+			zk.run = run
+		}
+		items := count * int(min(uint64(s.c.bytes/8), zeroItems))
+		if err := d.fillq.LaunchLabel(zk.k, []int{items}, nil, "fill"); err != nil {
 			return err
 		}
-		zk.s, zk.mask = s, 0
+		s.pend &^= (uint64(1)<<count - 1) << first
 	}
-	if zk.mask != s.pend {
-		zk.mask = 0
-		if err := zk.k.Set64(1, s.pend, uint64(0)); err != nil {
-			return err
+	return nil
+}
+
+// zeroRun returns s's cached run over the count regions from first,
+// making it (and evicting, releasing, the run least recently zeroed when
+// s has zeroRuns) when there is none. d.fmu is held.
+func (d *clDevice) zeroRun(s *slab, first, count int) (*zeroRun, error) {
+	oldest := 0
+	for i, r := range s.runs {
+		if r.first == first && r.count == count {
+			r.used = d.fillGen
+			return r, nil
 		}
-		zk.mask = s.pend
+		if r.used < s.runs[oldest].used {
+			oldest = i
+		}
 	}
-	return d.fillq.LaunchLabel(zk.k, []int{int(min(words, zeroItems)), bits.Len64(s.pend)}, nil, "fill")
+	b, err := s.b.Sub(int64(first)*s.c.bytes, int64(count)*s.c.bytes)
+	if err != nil {
+		return nil, err
+	}
+	run := &zeroRun{b: b, first: first, count: count, zk: int(d.zeroMade % zeroKernels), used: d.fillGen}
+	d.zeroMade++
+	if len(s.runs) < zeroRuns {
+		s.runs = append(s.runs, run)
+		return run, nil
+	}
+	// OpenCL keeps the evicted sub-buffer until the zero kernels enqueued
+	// over it finish.
+	old := s.runs[oldest]
+	s.runs[oldest] = run
+	d.zeroReleased++
+	if err := old.b.Release(); err != nil {
+		return nil, err
+	}
+	return run, nil
 }
 
 // succeeded reports whether e has completed without failures.

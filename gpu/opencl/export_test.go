@@ -1,8 +1,10 @@
 package opencl
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/streamdag/streamdag/gpu"
 )
@@ -74,4 +76,33 @@ func SettleForTest(ctx context.Context, d gpu.Device) error {
 		errs = append(errs, q.Finish(ctx))
 	}
 	return errors.Join(errs...)
+}
+
+// ZeroRunsMaxForTest is the most run sub-buffers a slab caches for its
+// zero kernels.
+const ZeroRunsMaxForTest = zeroRuns
+
+// ZeroRunsForTest returns the runs the slab of slab memory m caches
+// sub-buffers of for its zero kernels, as [first region, count] in
+// region order.
+func ZeroRunsForTest(m gpu.Memory) [][2]int {
+	cm := m.(*clMemory)
+	cm.d.fmu.Lock()
+	defer cm.d.fmu.Unlock()
+	var runs [][2]int
+	for _, r := range cm.s.runs {
+		runs = append(runs, [2]int{r.first, r.count})
+	}
+	slices.SortFunc(runs, func(a, b [2]int) int { return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1])) })
+	return runs
+}
+
+// ZeroCountsForTest returns how many run sub-buffers d's slabs have made
+// and released (evicted) for their zero kernels, and how many arguments
+// have been set on its zero kernels.
+func ZeroCountsForTest(d gpu.Device) (made, released, sets uint64) {
+	cd := d.(*clDevice)
+	cd.fmu.Lock()
+	defer cd.fmu.Unlock()
+	return cd.zeroMade, cd.zeroReleased, cd.zeroSets
 }

@@ -206,6 +206,131 @@ func TestDeviceSlabOffsets(t *testing.T) {
 	assert.Equal(t, words(int(n), 7), got, "the slab's first region is untouched")
 }
 
+// slabMemories allocates n memories of the smallest size class on d, a
+// fresh device, and checks that they are regions 0 to n-1 of one slab.
+func slabMemories(t *testing.T, d gpu.CodeDevice, n int) ([]gpu.Memory, int) {
+	t.Helper()
+	bytes := max(opencl.BaseAlignForTest(d), 64)
+	ms := make([]gpu.Memory, n)
+	for i := range ms {
+		ms[i] = alloc(t, d, bytes)
+		sl, r, ok := opencl.RegionForTest(ms[i])
+		require.True(t, ok)
+		require.Equal(t, [2]int{0, i}, [2]int{sl, r}, "memory %d of a fresh device", i)
+	}
+	return ms, int(bytes)
+}
+
+// TestDeviceZeroRuns: a slab whose regions 0-2 and 5-6 are zeroed while
+// a kernel enqueued on another stream, held behind a user event, reads
+// region 3 and writes region 4 is zeroed through one sub-buffer per run
+// of pending regions, [0, 3) and [5, 7), so no zero command overlaps the
+// held kernel's memory: the zeroed memory reads as zeroes while the
+// kernel still waits, and once it has run, regions 3 and 4 hold its
+// bytes. A second identical generation reuses the two sub-buffers and
+// sets no zero kernel argument.
+func TestDeviceZeroRuns(t *testing.T) {
+	d := newDevice(t, 2)
+	p, err := d.Program("args", argKernels, "")
+	require.NoError(t, err)
+	s0, s1 := codeStream(d, 0), codeStream(d, 1)
+	ms, n := slabMemories(t, d, 7)
+	fill := func() {
+		for i, m := range ms {
+			require.NoError(t, errOf(s0.CopyIn(m, 0, words(n, uint32(1000+i)))))
+		}
+		require.NoError(t, recordWait(t, s0))
+	}
+	zeroed := []int{0, 1, 2, 5, 6}
+	zeroAndRead := func(gen string) {
+		for _, i := range zeroed {
+			require.NoError(t, ms[i].Zero())
+		}
+		got := make([][]byte, len(ms))
+		for _, i := range zeroed {
+			got[i] = make([]byte, n)
+			require.NoError(t, errOf(s0.CopyOut(got[i], ms[i], 0)))
+		}
+		require.NoError(t, recordWait(t, s0))
+		for _, i := range zeroed {
+			assert.Equal(t, make([]byte, n), got[i], "%s: memory %d reads as zeroes", gen, i)
+		}
+	}
+	fill()
+	release, err := opencl.HoldForTest(s1)
+	require.NoError(t, err)
+	require.NoError(t, errOf(s1.LaunchKernel(&gpu.KernelLaunch{Program: p, Entry: "plus1", Global: []int{n / 4},
+		Args: []gpu.KernelArg{mem(ms[3]), mem(ms[4])}, Label: "plus1 3 to 4"})))
+	made0, released0, _ := opencl.ZeroCountsForTest(d)
+	zeroAndRead("first generation, beside the held kernel")
+	made1, released1, sets1 := opencl.ZeroCountsForTest(d)
+	assert.Equal(t, made0+2, made1, "one sub-buffer per run")
+	assert.Equal(t, released0, released1)
+	assert.Equal(t, [][2]int{{0, 3}, {0, 7}, {5, 2}}, opencl.ZeroRunsForTest(ms[0]),
+		"the runs of pending regions, beside the allocation's [0, 7)")
+
+	require.NoError(t, release(0))
+	require.NoError(t, recordWait(t, s1))
+	got := make([]byte, n)
+	require.NoError(t, errOf(s1.CopyOut(got, ms[3], 0)))
+	require.NoError(t, recordWait(t, s1))
+	assert.Equal(t, words(n, 1003), got, "the held kernel's input kept its bytes")
+	require.NoError(t, errOf(s1.CopyOut(got, ms[4], 0)))
+	require.NoError(t, recordWait(t, s1))
+	assert.Equal(t, words(n, 1004), got, "the held kernel wrote its output")
+
+	fill()
+	zeroAndRead("second generation")
+	made2, released2, sets2 := opencl.ZeroCountsForTest(d)
+	assert.Equal(t, made1, made2, "the same runs reuse their sub-buffers")
+	assert.Equal(t, released1, released2)
+	assert.Equal(t, sets1, sets2, "the zero kernels keep the runs' arguments")
+}
+
+// TestDeviceZeroRunCacheBounded: zeroing each region of a 64-region slab
+// alone, in a generation of its own, makes 64 runs; the slab keeps at
+// most ZeroRunsMaxForTest of them, the most recently zeroed, every
+// evicted one released, and every region reads as zeroes. A run zeroed
+// again after its eviction gets a new sub-buffer.
+func TestDeviceZeroRunCacheBounded(t *testing.T) {
+	d := newDevice(t, 1)
+	s := codeStream(d, 0)
+	ms, n := slabMemories(t, d, 64)
+	for _, m := range ms {
+		require.NoError(t, errOf(s.Fill(m, 0, int64(n), []byte{0xff})))
+	}
+	require.NoError(t, recordWait(t, s))
+	made0, _, _ := opencl.ZeroCountsForTest(d)
+	got := make([][]byte, len(ms))
+	for i, m := range ms {
+		require.NoError(t, m.Zero())
+		got[i] = make([]byte, n)
+		require.NoError(t, errOf(s.CopyOut(got[i], m, 0)), "the copy seals generation %d", i)
+	}
+	require.NoError(t, recordWait(t, s))
+	for i := range ms {
+		require.Equal(t, make([]byte, n), got[i], "memory %d", i)
+	}
+	made, released, _ := opencl.ZeroCountsForTest(d)
+	runs := opencl.ZeroRunsForTest(ms[0])
+	assert.Equal(t, made0+64, made, "a sub-buffer per new run")
+	var want [][2]int
+	for r := 64 - opencl.ZeroRunsMaxForTest; r < 64; r++ {
+		want = append(want, [2]int{r, 1})
+	}
+	assert.Equal(t, want, runs, "the most recently zeroed runs")
+	assert.Equal(t, uint64(len(runs)), made-released, "every evicted sub-buffer is released")
+
+	require.NoError(t, ms[0].Zero())
+	require.NoError(t, errOf(s.CopyOut(got[0], ms[0], 0)))
+	require.NoError(t, recordWait(t, s))
+	assert.Equal(t, make([]byte, n), got[0])
+	made2, released2, _ := opencl.ZeroCountsForTest(d)
+	assert.Equal(t, made+1, made2, "an evicted run is made again")
+	assert.Equal(t, released+1, released2, "evicting the least recently zeroed")
+	assert.Len(t, opencl.ZeroRunsForTest(ms[0]), opencl.ZeroRunsMaxForTest)
+}
+
 // cpuTime is the CPU time the process has used so far (user and
 // system, all threads: the OpenCL implementation's too).
 func cpuTime() time.Duration {
