@@ -47,9 +47,10 @@ var _ Source = (*parquetSource)(nil)
 var pqArrowProps = pqarrow.ArrowReadProperties{PreAllocBinaryData: true}
 
 // OpenParquet opens f as a Parquet file: it reads and parses the footer, and
-// each ReadPart then reads one row group through f (each column chunk is
-// one read, a large one split in parallel by f) and decodes it one column
-// after the other. A top-level column of one leaf that repeats nothing,
+// each ReadPart then reads one row group through f and decodes it one
+// column after the other (a column chunk that the page decoder reads, see
+// below, page by page; any other in one read, a large one split in
+// parallel by f). A top-level column of one leaf that repeats nothing,
 // of Parquet INT32, INT64, FLOAT or DOUBLE read as its own Arrow type (or
 // narrowed, see Narrow), or of strings read as a dictionary (see
 // Dictionary), is decoded by kvio's page decoder, page by page from
