@@ -586,9 +586,10 @@ func TestPageDecoderGarbage(t *testing.T) {
 	assert.Positive(t, refused, "seed %d: no damaged chunk was refused", seed)
 }
 
-// ReadPart allocates little more than the batch it returns and the
-// chunks it reads (compressed, and decompressed page by page): decoding
-// takes no memory per row besides the output and reused scratch.
+// ReadPart allocates little more than the batch it returns: decoding
+// takes no memory per row besides the output and reused scratch, and the
+// chunks it reads (compressed, and decompressed page by page) go through
+// pooled buffers, not a new allocation of each chunk's size.
 func TestParquetReadAllocations(t *testing.T) {
 	path := writePages(t, 5, 100000, 100000, parquet.WithCompression(compress.Codecs.Zstd))
 	s, err := Select(openPages(t, path), "i64", "s")
@@ -629,8 +630,15 @@ func TestParquetReadAllocations(t *testing.T) {
 		}
 	}
 	t.Logf("allocated %d bytes for a batch of %d bytes from chunks of %d bytes", alloc, out, chunks)
-	// pqarrow allocates 16 MB here, 13 times the batch.
-	assert.LessOrEqual(t, alloc, 2*out+chunks+512<<10, "bytes allocated by ReadPart")
+	// pqarrow allocates 16 MB here, 13 times the batch; reading each
+	// compressed chunk whole into a new allocation, 1.3 MB besides it.
+	bound := out + 1<<20
+	if raceEnabled {
+		// The race detector makes sync.Pool drop a share of what is put
+		// back, so the page buffers are often new.
+		bound = 2*out + chunks + 512<<10
+	}
+	assert.LessOrEqual(t, alloc, bound, "bytes allocated by ReadPart")
 }
 
 // narrowArray (the pqarrow path of a narrowed column) refuses a value
