@@ -3,6 +3,7 @@ package kvio
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"maps"
 	"math"
@@ -730,4 +731,66 @@ func FuzzPageDecoder(f *testing.F) {
 			d.array(types[k]).Release()
 		}
 	})
+}
+
+// ReadPart decodes the columns of a part in parallel, and its error is
+// that of the first column, in schema order, that fails, as reading the
+// columns one after the other finds it; it then holds nothing. Seeded
+// garbage over the chunks of an uncompressed file makes columns fail.
+func TestReadPartFirstColumnError(t *testing.T) {
+	clean, err := os.ReadFile(writePages(t, 3, 3000, 1000, parquet.WithCompression(compress.Codecs.Uncompressed)))
+	require.NoError(t, err)
+	s := openPages(t, writePages(t, 3, 3000, 1000, parquet.WithCompression(compress.Codecs.Uncompressed)))
+	cc, err := s.meta.RowGroup(0).ColumnChunk(0)
+	require.NoError(t, err)
+	lo := cc.DataPageOffset()
+	if cc.HasDictionaryPage() && cc.DictionaryPageOffset() < lo {
+		lo = cc.DictionaryPageOffset()
+	}
+	hi := int64(len(clean)) - 8 - int64(binary.LittleEndian.Uint32(clean[len(clean)-8:])) // the footer's start
+	const seed = 13
+	rng := rand.New(rand.NewPCG(seed, seed))
+	failed := map[int]bool{} // columns found failing first
+	for round := range 100 {
+		b := bytes.Clone(clean)
+		for range 1 + rng.IntN(16) {
+			b[lo+rng.Int64N(hi-lo)] = byte(rng.Uint32())
+		}
+		path := filepath.Join(t.TempDir(), "garbage.parquet")
+		require.NoError(t, os.WriteFile(path, b, 0o600))
+		g := openPages(t, path)
+		for rg := range g.NumParts() {
+			// The columns one after the other, as the first error to expect.
+			var want error
+			first := -1
+			rd := &readers{s: g, ctx: context.Background(), mem: memory.DefaultAllocator}
+			for j := range g.fields {
+				taken := false
+				next := func() int {
+					if taken {
+						return -1
+					}
+					taken = true
+					return rg
+				}
+				_, err := g.readRun(context.Background(), rd, memory.DefaultAllocator, j, rg, rg+1, next, func(_ int, a arrow.Array) { a.Release() })
+				if err != nil {
+					want, first = err, j
+					break
+				}
+			}
+			mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+			rec, err := g.ReadPart(context.Background(), rg, mem)
+			if want == nil {
+				require.NoError(t, err, "seed %d round %d part %d", seed, round, rg)
+				rec.Release()
+			} else {
+				require.Error(t, err, "seed %d round %d part %d: want %v", seed, round, rg, want)
+				assert.Contains(t, err.Error(), want.Error(), "seed %d round %d part %d", seed, round, rg)
+				failed[first] = true
+			}
+			mem.AssertSize(t, 0)
+		}
+	}
+	assert.GreaterOrEqual(t, len(failed), 2, "seed %d: columns found failing first: %v", seed, failed)
 }
