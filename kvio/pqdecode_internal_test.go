@@ -761,24 +761,8 @@ func TestReadPartFirstColumnError(t *testing.T) {
 		g := openPages(t, path)
 		for rg := range g.NumParts() {
 			// The columns one after the other, as the first error to expect.
-			var want error
-			first := -1
-			rd := &readers{s: g, ctx: context.Background(), mem: memory.DefaultAllocator}
-			for j := range g.fields {
-				taken := false
-				next := func() int {
-					if taken {
-						return -1
-					}
-					taken = true
-					return rg
-				}
-				_, err := g.readRun(context.Background(), rd, memory.DefaultAllocator, j, rg, rg+1, next, func(_ int, a arrow.Array) { a.Release() })
-				if err != nil {
-					want, first = err, j
-					break
-				}
-			}
+			cols, first, want := readInOrder(context.Background(), g, rg, memory.DefaultAllocator)
+			releaseAll(cols)
 			mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 			rec, err := g.ReadPart(context.Background(), rg, mem)
 			if want == nil {
@@ -793,4 +777,27 @@ func TestReadPartFirstColumnError(t *testing.T) {
 		}
 	}
 	assert.GreaterOrEqual(t, len(failed), 2, "seed %d: columns found failing first: %v", seed, failed)
+}
+
+// readInOrder reads the columns of row group rg of s one after the other
+// on the calling goroutine, with one set of readers, until one fails: it
+// returns the arrays read (nil from the failed column on) and the failed
+// column and its error (-1 and nil when none failed).
+func readInOrder(ctx context.Context, s *parquetSource, rg int, mem memory.Allocator) ([]arrow.Array, int, error) {
+	rd := &readers{s: s, ctx: ctx, mem: mem}
+	cols := make([]arrow.Array, len(s.fields))
+	for j := range s.fields {
+		taken := false
+		next := func() int {
+			if taken {
+				return -1
+			}
+			taken = true
+			return rg
+		}
+		if _, err := s.readRun(ctx, rd, mem, j, rg, rg+1, next, func(_ int, a arrow.Array) { cols[j] = a }); err != nil {
+			return cols, j, err
+		}
+	}
+	return cols, -1, nil
 }
