@@ -664,7 +664,8 @@ func TestNarrowArray(t *testing.T) {
 }
 
 func TestRecycler(t *testing.T) {
-	r := &recycler{}
+	r, ok := NewPoolAllocator().(*recycler)
+	require.True(t, ok, "NewPoolAllocator is a recycler")
 	b := r.Allocate(100)
 	require.Len(t, b, 100)
 	assert.Equal(t, 128, cap(b))
