@@ -53,6 +53,16 @@ func AlignedBytes(n int) []byte {
 	return b[skip : skip+n : skip+n]
 }
 
+// NewPoolAllocator returns an arrow-go memory.Allocator of Go memory whose
+// freed buffers serve later allocations: sizes are rounded up to a power
+// of two, and a buffer Free hands back serves the next Allocate of at
+// most its size (zeroed then, as Allocate's bytes always are). Its pools
+// are sync.Pools, so the garbage collector still reclaims what stays
+// unused. Free only what nothing reads any more, as arrow-go's reference
+// counts do: the bytes may back another buffer at once. Safe for
+// concurrent use.
+func NewPoolAllocator() memory.Allocator { return &recycler{} }
+
 // recycler is a memory.Allocator of Go memory whose freed buffers serve
 // later allocations: sizes are rounded up to a power of two, and Free
 // keeps a buffer in a pool of its size for the next Allocate of at most

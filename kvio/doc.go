@@ -46,7 +46,8 @@
 // bytes. [Source.ReadPart] decodes one part into an arrow.RecordBatch whose
 // memory comes from the caller's allocator, and may be called from several
 // goroutines at once; [ReadAll] reads every part, in parallel. For Parquet,
-// ReadAll shares out column chunks rather than whole row groups, reading
+// ReadPart decodes the columns of its row group in parallel, and ReadAll
+// shares out column chunks rather than whole row groups, reading
 // runs of row groups of one column with one reader and splitting the
 // longest run when a goroutine runs out of work, so every goroutine stays
 // busy to the end even when the file has few row groups. The bytes of a

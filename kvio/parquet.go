@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -47,9 +48,10 @@ var _ Source = (*parquetSource)(nil)
 var pqArrowProps = pqarrow.ArrowReadProperties{PreAllocBinaryData: true}
 
 // OpenParquet opens f as a Parquet file: it reads and parses the footer, and
-// each ReadPart then reads one row group through f (each column chunk is
-// one read, a large one split in parallel by f) and decodes it one column
-// after the other. A top-level column of one leaf that repeats nothing,
+// each ReadPart then reads one row group through f and decodes its
+// columns on up to GOMAXPROCS goroutines (a column chunk that the page
+// decoder reads, see below, page by page; any other in one read, a large
+// one split in parallel by f). A top-level column of one leaf that repeats nothing,
 // of Parquet INT32, INT64, FLOAT or DOUBLE read as its own Arrow type (or
 // narrowed, see Narrow), or of strings read as a dictionary (see
 // Dictionary), is decoded by kvio's page decoder, page by page from
@@ -208,21 +210,36 @@ func appendLeaves(leaves []int, field *pqarrow.SchemaField) []int {
 	return leaves
 }
 
-// ReadPart reads row group i, one column after the other; see Source.
+// ReadPart reads row group i, its columns shared out among up to
+// GOMAXPROCS goroutines (each with its own readers), so that the columns
+// of one part decode in parallel; see Source. Its error is that of the
+// first column, in schema order, that failed.
 func (s *parquetSource) ReadPart(ctx context.Context, i int, mem memory.Allocator) (arrow.RecordBatch, error) {
 	return s.readPart(ctx, i, mem, func(mem memory.Allocator) (arrow.RecordBatch, error) {
-		rd := &readers{s: s, ctx: ctx, mem: mem}
-		cols := make([]arrow.Array, len(s.fields))
-		for j := range s.fields {
-			taken := false
-			next := func() int {
-				if taken {
-					return -1
+		ncol := len(s.fields)
+		cols := make([]arrow.Array, ncol)
+		errs := make([]error, ncol)
+		var claimed atomic.Int64 // columns claimed by the goroutines
+		var wg sync.WaitGroup
+		for range min(runtime.GOMAXPROCS(0), ncol) {
+			wg.Go(func() {
+				rd := &readers{s: s, ctx: ctx, mem: mem}
+				for j := int(claimed.Add(1) - 1); j < ncol; j = int(claimed.Add(1) - 1) {
+					taken := false
+					next := func() int {
+						if taken {
+							return -1
+						}
+						taken = true
+						return i
+					}
+					_, errs[j] = s.readRun(ctx, rd, mem, j, i, i+1, next, func(_ int, a arrow.Array) { cols[j] = a })
 				}
-				taken = true
-				return i
-			}
-			if _, err := s.readRun(ctx, rd, mem, j, i, i+1, next, func(_ int, a arrow.Array) { cols[j] = a }); err != nil {
+			})
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
 				releaseAll(cols)
 				return nil, err
 			}

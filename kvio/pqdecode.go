@@ -141,9 +141,15 @@ var pageMem = &recycler{}
 
 // pageReader returns a Parquet reader over the shared footer whose reads
 // go through the File and stop when ctx is done, and whose page readers
-// take their buffers from pageMem.
+// take their buffers from pageMem. It reads a column chunk as a buffered
+// stream, page by page: a page header through a 16 KiB buffer, the rest
+// of the page straight into the page reader's buffer, rather than the
+// whole chunk into a new allocation of its size, so the reads of a part
+// touch no fresh memory once pageMem holds buffers of its pages' sizes.
 func (s *parquetSource) pageReader(ctx context.Context) (*file.Reader, error) {
-	return file.NewParquetReader(s.reader(ctx), file.WithMetadata(s.meta), file.WithReadProps(parquet.NewReaderProperties(pageMem)))
+	props := parquet.NewReaderProperties(pageMem)
+	props.BufferedStreamEnabled = true
+	return file.NewParquetReader(s.reader(ctx), file.WithMetadata(s.meta), file.WithReadProps(props))
 }
 
 // readPages decodes output column j of row group rg, of kind k, into an

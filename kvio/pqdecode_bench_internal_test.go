@@ -13,7 +13,9 @@ import (
 // BenchmarkParquetDecoders decodes the columns the flights job reads from
 // flights-3m.parquet (delay, int64; origin, strings as dictionary
 // indices), every row group, with the decoders kvio could use:
-// "pages", kvio's page decoder into Arrow arrays; "pqarrow", arrow-go's
+// "pages", kvio's page decoder into Arrow arrays (ReadPart, a row group's
+// columns in parallel); "pages-in-order", the same decoder with the
+// columns of a row group one after the other; "pqarrow", arrow-go's
 // pqarrow into the same arrays; "columnreader", the floor of arrow-go's
 // lower-level typed column readers (parquet/file ReadBatch into reused
 // []int64 and []parquet.ByteArray, which give values, not dictionary
@@ -43,6 +45,19 @@ func BenchmarkParquetDecoders(b *testing.B) {
 			b.ReportMetric(float64(rows)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
 		})
 	}
+	b.Run("decoder=pages-in-order", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			for i := range ps.NumParts() {
+				cols, _, err := readInOrder(b.Context(), ps, i, memory.DefaultAllocator)
+				if err != nil {
+					b.Fatal(err)
+				}
+				releaseAll(cols)
+			}
+		}
+		b.ReportMetric(float64(rows)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+	})
 	b.Run("decoder=columnreader", func(b *testing.B) {
 		b.ReportAllocs()
 		var (

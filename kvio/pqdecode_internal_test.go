@@ -3,6 +3,7 @@ package kvio
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"maps"
 	"math"
@@ -586,9 +587,10 @@ func TestPageDecoderGarbage(t *testing.T) {
 	assert.Positive(t, refused, "seed %d: no damaged chunk was refused", seed)
 }
 
-// ReadPart allocates little more than the batch it returns and the
-// chunks it reads (compressed, and decompressed page by page): decoding
-// takes no memory per row besides the output and reused scratch.
+// ReadPart allocates little more than the batch it returns: decoding
+// takes no memory per row besides the output and reused scratch, and the
+// chunks it reads (compressed, and decompressed page by page) go through
+// pooled buffers, not a new allocation of each chunk's size.
 func TestParquetReadAllocations(t *testing.T) {
 	path := writePages(t, 5, 100000, 100000, parquet.WithCompression(compress.Codecs.Zstd))
 	s, err := Select(openPages(t, path), "i64", "s")
@@ -629,8 +631,15 @@ func TestParquetReadAllocations(t *testing.T) {
 		}
 	}
 	t.Logf("allocated %d bytes for a batch of %d bytes from chunks of %d bytes", alloc, out, chunks)
-	// pqarrow allocates 16 MB here, 13 times the batch.
-	assert.LessOrEqual(t, alloc, 2*out+chunks+512<<10, "bytes allocated by ReadPart")
+	// pqarrow allocates 16 MB here, 13 times the batch; reading each
+	// compressed chunk whole into a new allocation, 1.3 MB besides it.
+	bound := out + 1<<20
+	if raceEnabled {
+		// The race detector makes sync.Pool drop a share of what is put
+		// back, so the page buffers are often new.
+		bound = 2*out + chunks + 512<<10
+	}
+	assert.LessOrEqual(t, alloc, bound, "bytes allocated by ReadPart")
 }
 
 // narrowArray (the pqarrow path of a narrowed column) refuses a value
@@ -655,7 +664,8 @@ func TestNarrowArray(t *testing.T) {
 }
 
 func TestRecycler(t *testing.T) {
-	r := &recycler{}
+	r, ok := NewPoolAllocator().(*recycler)
+	require.True(t, ok, "NewPoolAllocator is a recycler")
 	b := r.Allocate(100)
 	require.Len(t, b, 100)
 	assert.Equal(t, 128, cap(b))
@@ -722,4 +732,73 @@ func FuzzPageDecoder(f *testing.F) {
 			d.array(types[k]).Release()
 		}
 	})
+}
+
+// ReadPart decodes the columns of a part in parallel, and its error is
+// that of the first column, in schema order, that fails, as reading the
+// columns one after the other finds it; it then holds nothing. Seeded
+// garbage over the chunks of an uncompressed file makes columns fail.
+func TestReadPartFirstColumnError(t *testing.T) {
+	clean, err := os.ReadFile(writePages(t, 3, 3000, 1000, parquet.WithCompression(compress.Codecs.Uncompressed)))
+	require.NoError(t, err)
+	s := openPages(t, writePages(t, 3, 3000, 1000, parquet.WithCompression(compress.Codecs.Uncompressed)))
+	cc, err := s.meta.RowGroup(0).ColumnChunk(0)
+	require.NoError(t, err)
+	lo := cc.DataPageOffset()
+	if cc.HasDictionaryPage() && cc.DictionaryPageOffset() < lo {
+		lo = cc.DictionaryPageOffset()
+	}
+	hi := int64(len(clean)) - 8 - int64(binary.LittleEndian.Uint32(clean[len(clean)-8:])) // the footer's start
+	const seed = 13
+	rng := rand.New(rand.NewPCG(seed, seed))
+	failed := map[int]bool{} // columns found failing first
+	for round := range 100 {
+		b := bytes.Clone(clean)
+		for range 1 + rng.IntN(16) {
+			b[lo+rng.Int64N(hi-lo)] = byte(rng.Uint32())
+		}
+		path := filepath.Join(t.TempDir(), "garbage.parquet")
+		require.NoError(t, os.WriteFile(path, b, 0o600))
+		g := openPages(t, path)
+		for rg := range g.NumParts() {
+			// The columns one after the other, as the first error to expect.
+			cols, first, want := readInOrder(context.Background(), g, rg, memory.DefaultAllocator)
+			releaseAll(cols)
+			mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+			rec, err := g.ReadPart(context.Background(), rg, mem)
+			if want == nil {
+				require.NoError(t, err, "seed %d round %d part %d", seed, round, rg)
+				rec.Release()
+			} else {
+				require.Error(t, err, "seed %d round %d part %d: want %v", seed, round, rg, want)
+				assert.Contains(t, err.Error(), want.Error(), "seed %d round %d part %d", seed, round, rg)
+				failed[first] = true
+			}
+			mem.AssertSize(t, 0)
+		}
+	}
+	assert.GreaterOrEqual(t, len(failed), 2, "seed %d: columns found failing first: %v", seed, failed)
+}
+
+// readInOrder reads the columns of row group rg of s one after the other
+// on the calling goroutine, with one set of readers, until one fails: it
+// returns the arrays read (nil from the failed column on) and the failed
+// column and its error (-1 and nil when none failed).
+func readInOrder(ctx context.Context, s *parquetSource, rg int, mem memory.Allocator) ([]arrow.Array, int, error) {
+	rd := &readers{s: s, ctx: ctx, mem: mem}
+	cols := make([]arrow.Array, len(s.fields))
+	for j := range s.fields {
+		taken := false
+		next := func() int {
+			if taken {
+				return -1
+			}
+			taken = true
+			return rg
+		}
+		if _, err := s.readRun(ctx, rd, mem, j, rg, rg+1, next, func(_ int, a arrow.Array) { cols[j] = a }); err != nil {
+			return cols, j, err
+		}
+	}
+	return cols, -1, nil
 }

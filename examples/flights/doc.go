@@ -15,7 +15,8 @@
 // (Pipeline.Skipped; kvio.IntRanger), and an origin column the file
 // stores dictionary-encoded is read as a dictionary array
 // (Pipeline.Dictionary; kvio.Dictionary), which partial[p] groups by
-// index, decoding each distinct code once per batch. filter[p] selects the rows of its row range with
+// index, decoding each distinct code once per batch; source[s] keeps a
+// batch's indices as uint8 (or uint16) where they fit, a byte a row. filter[p] selects the rows of its row range with
 // delay > MinDelay, as a bitmap (a bit a row). partial[p] groups them by
 // key: count, delay sum and delay max. merge adds the partial groups up, sort orders them by count
 // descending then key ascending, topk keeps the first TopK (all when 0),
