@@ -25,7 +25,26 @@ type Context struct {
 	buffers map[*Buffer]struct{}
 	progs   map[string]*progEntry
 	users   map[*UserEvent]struct{}
+	// failed are the handles of events whose release waits for Close:
+	// those of the commands a failed marker covered (see deferRelease).
+	failed []uintptr
 }
+
+// deferRelease keeps event handle h until Close releases it. PoCL 3.1
+// propagates a failed status (pocl_update_event_failed) to the dependents
+// of the failed event in the thread that set it, holding each event it
+// passes through while it recurses into the next, so a marker deep in the
+// chain completes, and the queue's waiter would free the events it
+// covers, before that thread has let go of them: the process then aborts
+// ("PTHREAD ERROR in pocl_update_event_failed()"). Failures are rare, so
+// the handles of a failed marker's commands are kept until the context
+// closes, when no command is left running.
+func (c *Context) deferRelease(h uintptr) {
+	c.mu.Lock()
+	c.failed = append(c.failed, h)
+	c.mu.Unlock()
+}
+
 
 // Open creates a context on dev (a Device from Platforms or Devices). It
 // starts nothing; each Queue starts its own waiter goroutine. Errors: an
@@ -76,8 +95,12 @@ func (c *Context) Close() error {
 	c.mu.Lock()
 	progs := c.progs
 	bufs := mapKeys(c.buffers)
-	c.progs = nil
+	failed := c.failed
+	c.progs, c.failed = nil, nil
 	c.mu.Unlock()
+	for _, h := range failed {
+		errs = append(errs, check("clReleaseEvent", syscall(cl.releaseEvent, h)))
+	}
 	for _, e := range progs {
 		<-e.ready
 		if e.p != nil {

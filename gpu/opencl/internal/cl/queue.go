@@ -644,8 +644,10 @@ func (q *Queue) settle(e *Event, carry []error) []error {
 // their Go memory.
 func (q *Queue) examine(e *Event, status *int32, errs []error) []error {
 	dev := q.ctx.dev.info.Name
+	failed := false
 	if st := Status(int32(syscall(cl.waitForEvents, 1, uintptr(unsafe.Pointer(&e.h))))); st != Success {
 		errs = append(errs, &CommandError{Device: dev, Queue: q.index, Seq: e.seq, Op: "marker", Status: st})
+		failed = true
 	} else {
 		for old := q.settled.Load(); old < e.seq && !q.settled.CompareAndSwap(old, e.seq); old = q.settled.Load() {
 		}
@@ -655,6 +657,7 @@ func (q *Queue) examine(e *Event, status *int32, errs []error) []error {
 		if err := check("clGetEventInfo", syscall(cl.getEventInfo, c.ev, clEventCommandExecutionStatus, 4, uintptr(unsafe.Pointer(status)), 0)); err != nil {
 			errs = append(errs, fmt.Errorf("opencl: queue %d command %d (%s): status: %w", q.index, c.seq, c.op, err))
 		} else if st := Status(*status); st < 0 {
+			failed = true
 			if c.waits != nil {
 				// A Wait marker fails only for its wait list, as
 				// clWaitForEvents reports a marker it waited on.
@@ -662,7 +665,11 @@ func (q *Queue) examine(e *Event, status *int32, errs []error) []error {
 			}
 			errs = append(errs, &CommandError{Device: dev, Queue: q.index, Seq: c.seq, Op: c.op, Status: st})
 		}
-		syscall(cl.releaseEvent, c.ev)
+		if failed {
+			q.ctx.deferRelease(c.ev) // a failure may still be propagating through it
+		} else {
+			syscall(cl.releaseEvent, c.ev)
+		}
 		if c.pin != nil {
 			c.pin.Unpin()
 		}
