@@ -93,6 +93,21 @@
 // first use from a status byte per launch, plus its start and end with
 // timing); the waits inserted and the wall time, measured either way.
 //
+// A read of bytes a failure left unwritten ([Result.Value],
+// [Result.Buffer]) returns a *failgraph.UnwrittenError (one per failure,
+// joined, when the buffer holds several), and the standard library walks
+// it to the root: errors.Unwrap gives a *failgraph.SkipError per skipped
+// kernel, newest first, then the root kernel's error ("exec: kernel "K":
+// ERR", or "exec: kernel "K" panicked: V" wrapping a
+// *failgraph.PanicError with the value and stack), then what the kernel
+// returned. errors.Is and errors.As reach every level; [Result.Err] joins
+// the run's roots. A chain printer is a loop (see the Result.Value
+// chain example):
+//
+//	for e := err; e != nil; e = errors.Unwrap(e) {
+//		fmt.Println(e)
+//	}
+//
 // [Scheduler] is the multi-stream scheduler of logical streams (CubeCL's
 // SchedulerMultiStream) as a front-end of an Executor: each execution of
 // its queues is one graph of host tasks, pinned to the slots' streams and

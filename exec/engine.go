@@ -420,9 +420,11 @@ func (b *streamRun) loop() {
 }
 
 // stretch runs launches from pos until the list ends or a kernel panics.
-// A panic fails the running launch with a TornDownError carrying the
-// value and stack, and ends the stretch; runtime.Goexit fails it the same
-// way (nothing after the kernel runs then; Run goes on with the rest).
+// A panic fails the running launch with a *failgraph.PanicError carrying
+// the value and stack (wrapped: `exec: kernel "K" panicked: V`), and ends
+// the stretch; runtime.Goexit fails it the same way, with the value
+// "runtime.Goexit" (nothing after the kernel runs then; Run goes on with
+// the rest).
 func (b *streamRun) stretch() {
 	r := b.r
 	p := r.plan
@@ -444,10 +446,10 @@ func (b *streamRun) stretch() {
 			b.last = int64(time.Since(o.base))
 			o.times[2*int(o.slot[i])+1] = b.last
 		}
-		torn := &failgraph.TornDownError{Kernel: op.Name, Value: v, Stack: debug.Stack()}
-		id := r.store.Fail(op.Name, torn, op.Writes)
+		err := fmt.Errorf("exec: %w", &failgraph.PanicError{Kernel: op.Name, Value: v, Stack: debug.Stack()})
+		id := r.store.Fail(op.Name, err, op.Writes)
 		o.set(i, StatusFailed)
-		o.note(i, func(x *launchExtra) { x.failure, x.err = id, fmt.Errorf("exec: %w", torn) })
+		o.note(i, func(x *launchExtra) { x.failure, x.err = id, err })
 		b.fresh = true
 		b.publish(b.pos)
 	}()

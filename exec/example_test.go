@@ -8,6 +8,7 @@ import (
 
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
+	"github.com/streamdag/streamdag/failgraph"
 	"github.com/streamdag/streamdag/gpu/cpu"
 )
 
@@ -74,4 +75,39 @@ func ExampleResult_Value_failure() {
 	// Output:
 	// failgraph: b was not written: failure #1 (taints 2 buffers): transform ← load: exec: kernel "load": disk on fire
 	// 1 failed, 1 skipped
+}
+
+// A read error is walked with errors.Unwrap: one line per level, from the
+// buffer read through each skipped kernel to the root kernel's error.
+func ExampleResult_Value_chain() {
+	g := dag.New()
+	raw, clean, total := g.AddValue("raw"), g.AddValue("clean"), g.AddValue("total")
+	skipped := func(context.Context, dag.Launch) error { return nil } // never runs: its input is unwritten
+	g.AddKernel("load", func(context.Context, dag.Launch) error { return dag.ErrInjected }, dag.Writes(raw))
+	g.AddKernel("filter", skipped, dag.Reads(raw), dag.Writes(clean))
+	g.AddKernel("agg", skipped, dag.Reads(clean), dag.Writes(total))
+
+	dev, err := cpu.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer dev.Close()
+	res, err := exec.New(dev).Run(context.Background(), g)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer res.Close()
+	_, err = res.Value(total)
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		fmt.Println(e)
+	}
+	var ue *failgraph.UnwrittenError
+	fmt.Println(errors.As(err, &ue), ue.Chain, errors.Is(err, dag.ErrInjected))
+	// Output:
+	// failgraph: total was not written: failure #1 (taints 3 buffers): agg ← filter ← load: exec: kernel "load": injected failure
+	// kernel "agg" skipped: kernel "filter" skipped: exec: kernel "load": injected failure
+	// kernel "filter" skipped: exec: kernel "load": injected failure
+	// exec: kernel "load": injected failure
+	// injected failure
+	// true [agg filter load] true
 }

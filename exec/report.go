@@ -284,8 +284,13 @@ func (r *Result) Err() error { return r.Report.Err() }
 
 // Buffer returns buffer id when every byte of it was last written by work
 // that succeeded (or it is an input nobody overwrote). Otherwise it
-// returns a *failgraph.UnwrittenError per failure found, naming the root
-// error and the chain of kernels back to it. An unknown id is an error.
+// returns a *failgraph.UnwrittenError per failure found (joined with
+// errors.Join when the buffer's bytes hold several failures, else the
+// one error itself), naming the root error and the chain of kernels back
+// to it; errors.Unwrap walks that chain one link at a time, through a
+// *failgraph.SkipError per skipped kernel, to the root kernel's error
+// (see the package doc). After Close it returns an error matching
+// ErrResultClosed. An unknown id is an error.
 // Bytes the run left on a code device alone (written by device code there
 // and read by no launch elsewhere, so no run copies them back) are copied
 // home, with their taint, by the first Buffer or Value of the buffer; the
@@ -295,7 +300,7 @@ func (r *Result) Buffer(id dag.BufferID) (*buffers.Buffer, error) {
 		return nil, fmt.Errorf("exec: result has no buffer id %d", id)
 	}
 	if r.run.bufs == nil {
-		return nil, fmt.Errorf("exec: buffer %q: %w", r.graph.Buffer(id).Name, ErrResultClosed)
+		return nil, fmt.Errorf("%w: cannot read buffer %q", ErrResultClosed, r.graph.Buffer(id).Name)
 	}
 	if r.run.plan.fetch != nil {
 		r.run.fetch(id)
@@ -323,13 +328,17 @@ func (r *Result) Value(id dag.BufferID) (any, error) {
 func (r *Result) Failures() failgraph.View { return r.store.View() }
 
 // Close releases every buffer of the run; Buffer and Value then return
-// ErrResultClosed. It is idempotent, and must not run concurrently with
-// Buffer or Value.
-func (r *Result) Close() { r.run.release() }
+// ErrResultClosed. It returns nil, on the first call and on every later
+// one (it is idempotent), and must not run concurrently with Buffer or
+// Value.
+func (r *Result) Close() error {
+	r.run.release()
+	return nil
+}
 
-// ErrResultClosed is returned (wrapped, naming the buffer) by Buffer and
-// Value after Close.
-var ErrResultClosed = errors.New("result closed")
+// ErrResultClosed is returned (wrapped, naming the buffer: "exec: result
+// closed: cannot read buffer "x"") by Buffer and Value after Close.
+var ErrResultClosed = errors.New("exec: result closed")
 
 // MarshalJSON writes the report as
 //

@@ -156,3 +156,88 @@ func TestErrNamesSkippedLaunches(t *testing.T) {
 		})
 	}
 }
+
+// levels returns the message of each level errors.Unwrap reaches from err.
+func levels(err error) []string {
+	var out []string
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		out = append(out, e.Error())
+	}
+	return out
+}
+
+// A read of a buffer a failure left unwritten unwraps, one link per
+// level, through each skipped kernel to the root kernel's error, and
+// errors.As finds the UnwrittenError and each SkipError on the way.
+func TestResultReadUnwrapsToRoot(t *testing.T) {
+	e := newExecutor(t, 2)
+	g := dag.New()
+	raw, clean, total := g.AddValue("raw"), g.AddValue("clean"), g.AddValue("total")
+	g.AddKernel("load", func(context.Context, dag.Launch) error { return dag.ErrInjected }, dag.Writes(raw))
+	g.AddKernel("filter", nop, dag.Reads(raw), dag.Writes(clean))
+	g.AddKernel("agg", nop, dag.Reads(clean), dag.Writes(total))
+	res, err := e.Run(t.Context(), g)
+	require.NoError(t, err)
+	defer res.Close()
+
+	_, err = res.Value(total)
+	assert.Equal(t, []string{
+		`failgraph: total was not written: failure #1 (taints 3 buffers): agg ← filter ← load: exec: kernel "load": injected failure`,
+		`kernel "agg" skipped: kernel "filter" skipped: exec: kernel "load": injected failure`,
+		`kernel "filter" skipped: exec: kernel "load": injected failure`,
+		`exec: kernel "load": injected failure`,
+		`injected failure`,
+	}, levels(err))
+	var ue *failgraph.UnwrittenError
+	require.ErrorAs(t, err, &ue)
+	assert.Equal(t, "total", ue.Buffer)
+	assert.Equal(t, []string{"agg", "filter", "load"}, ue.Chain)
+	var se *failgraph.SkipError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, "agg", se.Kernel)
+	assert.ErrorIs(t, err, dag.ErrInjected)
+
+	_, err = res.Buffer(raw)
+	require.ErrorAs(t, err, &ue)
+	assert.Equal(t, []string{ue.Error(), `exec: kernel "load": injected failure`, "injected failure"}, levels(err),
+		"the root kernel's own write unwraps straight to its error")
+	assert.ErrorIs(t, res.Err(), dag.ErrInjected)
+}
+
+// A kernel's panic reads `kernel "sum" panicked: VALUE` (under exec's
+// prefix), with its value and stack in a *failgraph.PanicError that
+// errors.As finds from a read of its output and of its dependents'.
+func TestKernelPanicReadsAsPanicError(t *testing.T) {
+	e := newExecutor(t, 1)
+	g := dag.New()
+	total, doubled := g.AddValue("total"), g.AddValue("doubled")
+	g.AddKernel("sum", func(context.Context, dag.Launch) error { panic("boom") }, dag.Writes(total))
+	g.AddKernel("double", nop, dag.Reads(total), dag.Writes(doubled))
+	res, err := e.Run(t.Context(), g)
+	require.NoError(t, err)
+	defer res.Close()
+
+	l := res.Report.Launches()[0]
+	require.Equal(t, exec.StatusFailed, l.Status)
+	assert.EqualError(t, l.Err, `exec: kernel "sum" panicked: boom`)
+	for _, b := range []dag.BufferID{total, doubled} {
+		_, err := res.Value(b)
+		var pe *failgraph.PanicError
+		require.ErrorAs(t, err, &pe)
+		assert.Equal(t, "sum", pe.Kernel)
+		assert.Equal(t, "boom", pe.Value)
+		assert.EqualError(t, pe, `kernel "sum" panicked: boom`)
+		assert.Contains(t, string(pe.Stack), "exec_test.TestKernelPanicReadsAsPanicError", "the panicking goroutine's stack")
+		assert.ErrorIs(t, err, failgraph.ErrTornDown)
+	}
+	_, err = res.Value(doubled)
+	assert.Equal(t, []string{
+		`failgraph: doubled was not written: failure #1 (taints 2 buffers): double ← sum: exec: kernel "sum" panicked: boom`,
+		`kernel "double" skipped: exec: kernel "sum" panicked: boom`,
+		`exec: kernel "sum" panicked: boom`,
+		`kernel "sum" panicked: boom`,
+	}, levels(err))
+	var pe *failgraph.PanicError
+	require.ErrorAs(t, res.Err(), &pe)
+	assert.Equal(t, "boom", pe.Value)
+}

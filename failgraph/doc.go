@@ -19,6 +19,22 @@
 // is the same however the launches were spread over streams. A finished
 // run hands out a View: the read side only.
 //
+// A read error is walked with the standard library. A read of bytes one
+// failure left unwritten returns that *UnwrittenError itself (bytes of
+// several failures: one each, joined with errors.Join, the one place with
+// several causes). Its Unwrap gives a single path to the root: a
+// *SkipError per skipped kernel of its Chain, newest first, each
+// unwrapping to the next, and the last to the root error, the root
+// kernel's own (a *PanicError when the kernel panicked). errors.Is and
+// errors.As reach the root and every link, and a chain printer, one line
+// per level from the read to the root, is a loop:
+//
+//	for e := err; e != nil; e = errors.Unwrap(e) {
+//		fmt.Println(e)
+//	}
+//
+// (for a joined error, run it over each error of Unwrap() []error).
+//
 // A Store is safe for concurrent use. Its clean path (Written and SkipIfTainted
 // when nothing is tainted) takes no lock: one atomic load.
 package failgraph

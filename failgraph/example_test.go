@@ -3,6 +3,7 @@ package failgraph_test
 import (
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/streamdag/streamdag/buffers"
 	"github.com/streamdag/streamdag/failgraph"
@@ -55,6 +56,32 @@ func ExampleStore_Enter() {
 	fmt.Println(s.EnsureWritten(out...), s.Empty())
 	// Output:
 	// true
-	// failgraph: out was not written: failure #1 (taints 1 buffer): scale: failgraph: torn down: kernel "scale" panicked: bad shape
+	// failgraph: out was not written: failure #1 (taints 1 buffer): scale: kernel "scale" panicked: bad shape
 	// <nil> true
+}
+
+// A read error unwraps one link at a time, from the buffer read through
+// each skipped kernel to the root error.
+func ExampleUnwrittenError_Unwrap() {
+	s := failgraph.New(func(id buffers.ID) string { return []string{"raw", "clean", "total"}[id] })
+	raw := buffers.Binding{Buffer: 0, Length: 8}
+	clean := buffers.Binding{Buffer: 1, Length: 8}
+	total := buffers.Binding{Buffer: 2, Length: 8}
+	s.Fail("load", fmt.Errorf("load: %w", io.ErrUnexpectedEOF), []buffers.Binding{raw})
+	s.SkipIfTainted("filter", []buffers.Binding{raw}, []buffers.Binding{clean})
+	s.SkipIfTainted("sum", []buffers.Binding{clean}, []buffers.Binding{total})
+
+	err := s.EnsureWritten(total)
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		fmt.Println(e)
+	}
+	var skip *failgraph.SkipError
+	fmt.Println(errors.As(err, &skip), skip.Kernel, errors.Is(err, io.ErrUnexpectedEOF))
+	// Output:
+	// failgraph: total was not written: failure #1 (taints 3 buffers): sum ← filter ← load: load: unexpected EOF
+	// kernel "sum" skipped: kernel "filter" skipped: load: unexpected EOF
+	// kernel "filter" skipped: load: unexpected EOF
+	// load: unexpected EOF
+	// unexpected EOF
+	// true sum true
 }

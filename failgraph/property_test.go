@@ -462,7 +462,11 @@ func (o *oracle) checkReports(t *testing.T, reads []buffers.Binding, err error, 
 		return
 	}
 	held := o.held()
-	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+	errs := []error{err} // a single error comes unjoined
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	for _, e := range errs {
 		var ue *failgraph.UnwrittenError
 		if !errors.As(e, &ue) {
 			continue

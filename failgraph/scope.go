@@ -8,27 +8,33 @@ import (
 )
 
 // ErrTornDown is the provisional error of a write scope: the work that was
-// to write these bytes did not finish (errors.Is matches a TornDownError).
+// to write these bytes did not finish (errors.Is matches a PanicError).
 var ErrTornDown = errors.New("failgraph: torn down")
 
-// TornDownError is the error a write scope leaves when the work inside it
-// panicked: the write set stays failing, with the panic's value and stack.
-type TornDownError struct {
+// PanicError is the root error a write scope leaves when the kernel inside
+// it panicked (or called runtime.Goexit, for which the executor gives the
+// Value "runtime.Goexit"): the write set stays failing, "torn down", with
+// the panic's value and stack. errors.Is(err, ErrTornDown) matches it, and
+// errors.As finds it from a read of the bytes it left unwritten.
+type PanicError struct {
 	Kernel string
 	Value  any    // the panic value
-	Stack  []byte // the goroutine's stack at the panic
+	Stack  []byte // the panicking goroutine's stack, as debug.Stack gives it
 }
 
-// Error names the kernel and the panic value.
-func (e *TornDownError) Error() string {
-	return fmt.Sprintf("failgraph: torn down: kernel %q panicked: %v", e.Kernel, e.Value)
+// Error returns `kernel "NAME" panicked: VALUE`; the stack is in Stack,
+// not in the message. It has no package prefix: the executor wraps it
+// ("exec: kernel ...").
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("kernel %q panicked: %v", e.Kernel, e.Value)
 }
 
 // Is matches ErrTornDown.
-func (e *TornDownError) Is(target error) bool { return target == ErrTornDown }
+func (e *PanicError) Is(target error) bool { return target == ErrTornDown }
 
-// Unwrap returns the panic value when it is an error.
-func (e *TornDownError) Unwrap() error {
+// Unwrap returns the panic value when it is an error, so errors.Is and
+// errors.As see through the panic; otherwise nil.
+func (e *PanicError) Unwrap() error {
 	err, _ := e.Value.(error)
 	return err
 }
@@ -70,7 +76,7 @@ func (sc Scope) Exit(err error) FailureID {
 }
 
 // ExitPanic settles the scope of work that panicked with value v: the
-// write set stays "torn down" with a *TornDownError carrying v and stack.
+// write set stays "torn down" with a *PanicError carrying v and stack.
 func (sc Scope) ExitPanic(v any, stack []byte) FailureID {
-	return sc.s.Fail(sc.kernel, &TornDownError{Kernel: sc.kernel, Value: v, Stack: stack}, sc.writes)
+	return sc.s.Fail(sc.kernel, &PanicError{Kernel: sc.kernel, Value: v, Stack: stack}, sc.writes)
 }

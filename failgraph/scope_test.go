@@ -57,21 +57,21 @@ func TestScope(t *testing.T) {
 			name: "panics with a value: torn down",
 			body: func() error { panic("bad shape") },
 			check: func(t *testing.T, root error) {
-				var td *failgraph.TornDownError
+				var td *failgraph.PanicError
 				require.ErrorAs(t, root, &td)
 				assert.Equal(t, "k", td.Kernel)
 				assert.Equal(t, "bad shape", td.Value)
 				assert.Contains(t, string(td.Stack), "failgraph_test.TestScope", "the stack of the panicking goroutine")
 				assert.ErrorIs(t, root, failgraph.ErrTornDown)
 				assert.Nil(t, td.Unwrap(), "a non-error panic value unwraps to nil")
-				assert.EqualError(t, root, `failgraph: torn down: kernel "k" panicked: bad shape`)
+				assert.EqualError(t, root, `kernel "k" panicked: bad shape`)
 			},
 		},
 		{
 			name: "panics with an error: torn down, unwraps to it",
 			body: func() error { panic(panicErr) },
 			check: func(t *testing.T, root error) {
-				var td *failgraph.TornDownError
+				var td *failgraph.PanicError
 				require.ErrorAs(t, root, &td)
 				assert.Same(t, panicErr, td.Value)
 				assert.ErrorIs(t, root, failgraph.ErrTornDown)

@@ -512,8 +512,39 @@ func (e *UnwrittenError) Error() string {
 	return b.String()
 }
 
-// Unwrap returns the root error.
-func (e *UnwrittenError) Unwrap() error { return e.Root }
+// Unwrap returns the next link of the chain from the read to the root:
+// the *SkipError of Chain's first skipped kernel (the one that should
+// have written the buffer), whose Unwrap gives the next skipped kernel's,
+// and so on; the last one unwraps to Root. With no skipped kernel in
+// Chain (the buffer was the root kernel's own write) it returns Root.
+// Each call builds the links afresh from Chain and Root.
+func (e *UnwrittenError) Unwrap() error {
+	skipped := e.Chain
+	if e.Kernel != "" && len(skipped) > 0 { // the root kernel ends Chain
+		skipped = skipped[:len(skipped)-1]
+	}
+	err := e.Root
+	for i := len(skipped) - 1; i >= 0; i-- {
+		err = &SkipError{Kernel: skipped[i], Err: err}
+	}
+	return err
+}
+
+// SkipError is a link of an UnwrittenError's chain: Kernel was skipped
+// because bytes it read were left unwritten, and Err says why: the
+// *SkipError of the kernel that left them unwritten, or the root error
+// when that kernel raised it.
+type SkipError struct {
+	Kernel string // the skipped kernel
+	Err    error  // the next link towards the root
+}
+
+// Error returns `kernel "NAME" skipped: ` and Err's message. It has no
+// package prefix: it is read inside an UnwrittenError's chain.
+func (e *SkipError) Error() string { return fmt.Sprintf("kernel %q skipped: %v", e.Kernel, e.Err) }
+
+// Unwrap returns Err.
+func (e *SkipError) Unwrap() error { return e.Err }
 
 // ErrNeverAllocated is matched (errors.Is) by reads of a buffer whose
 // reservation failed with no failure recorded.
@@ -521,9 +552,10 @@ var ErrNeverAllocated = errors.New("failgraph: memory was never allocated: the r
 
 // EnsureWritten is the read check: it returns nil when every byte of reads
 // was last written by work that succeeded, else one *UnwrittenError per
-// failure found (joined with errors.Join, de-duplicated by failure id, in
-// discovery order), and an ErrNeverAllocated error per buffer never
-// allocated. Without any taint it costs one atomic load.
+// failure found (de-duplicated by failure id, in discovery order), and an
+// ErrNeverAllocated error per buffer never allocated. A single error is
+// returned as it is, so errors.Unwrap walks its chain to the root; several
+// are joined with errors.Join. Without any taint it costs one atomic load.
 func (s *Store) EnsureWritten(reads ...buffers.Binding) error {
 	if s.tainted.Load() == 0 { // the clean path, small enough to inline
 		return nil
@@ -567,6 +599,9 @@ func (s *Store) ensureWritten(reads []buffers.Binding) error {
 				report(sp.f, r.Buffer, max(sp.off, r.Offset))
 			}
 		}
+	}
+	if len(errs) == 1 {
+		return errs[0]
 	}
 	return errors.Join(errs...)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -55,17 +56,66 @@ func failures(t testing.TB, err error) []failgraph.FailureID {
 	return out
 }
 
-// unwritten returns the single *UnwrittenError err must be.
+// unwritten returns the single *UnwrittenError err must be: a single
+// report comes as it is, not joined.
 func unwritten(t testing.TB, err error) *failgraph.UnwrittenError {
 	t.Helper()
 	require.Error(t, err)
-	_, joined := err.(interface{ Unwrap() []error })
-	if joined {
-		require.Len(t, err.(interface{ Unwrap() []error }).Unwrap(), 1, "want one report: %v", err)
+	ue, ok := err.(*failgraph.UnwrittenError)
+	require.True(t, ok, "want one *UnwrittenError, got %T: %v", err, err)
+	return ue
+}
+
+// chain returns the message of each level errors.Unwrap reaches from err.
+func chain(err error) []string {
+	var levels []string
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		levels = append(levels, e.Error())
 	}
+	return levels
+}
+
+// A single read error is the *UnwrittenError itself, and errors.Unwrap
+// walks it one link per skipped kernel, newest first, to the root error.
+func TestUnwrittenErrorUnwrapsToRoot(t *testing.T) {
+	s := failgraph.New(names)
+	errA := fmt.Errorf("a failed: %w", io.ErrUnexpectedEOF)
+	s.Fail("a", errA, bs(bind(0, 0, 8)))
+	_, skip := s.SkipIfTainted("b", bs(bind(0, 0, 8)), bs(bind(1, 0, 8)))
+	require.True(t, skip)
+	_, skip = s.SkipIfTainted("c", bs(bind(1, 0, 8)), bs(bind(2, 0, 8)))
+	require.True(t, skip)
+
+	err := s.EnsureWritten(bind(2, 0, 8))
+	assert.Equal(t, []string{
+		"failgraph: buf2 was not written: failure #1 (taints 3 buffers): c ← b ← a: a failed: unexpected EOF",
+		`kernel "c" skipped: kernel "b" skipped: a failed: unexpected EOF`,
+		`kernel "b" skipped: a failed: unexpected EOF`,
+		"a failed: unexpected EOF",
+		"unexpected EOF",
+	}, chain(err))
 	var ue *failgraph.UnwrittenError
 	require.ErrorAs(t, err, &ue)
-	return ue
+	assert.Equal(t, []string{"c", "b", "a"}, ue.Chain)
+	var se *failgraph.SkipError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, "c", se.Kernel, "the first link is the kernel that should have written the buffer")
+	assert.ErrorIs(t, err, errA)
+	assert.ErrorIs(t, err, io.ErrUnexpectedEOF)
+
+	// The root kernel's own write unwraps straight to the root.
+	assert.Same(t, errA, errors.Unwrap(s.EnsureWritten(bind(0, 0, 8))))
+
+	// No kernel raised a never-allocated root: every kernel of the chain
+	// is a skipped one.
+	s = failgraph.New(names)
+	s.FailUnallocated("", 3, nil)
+	_, skip = s.SkipIfTainted("k", bs(bind(3, 0, 8)), bs(bind(5, 0, 8)))
+	require.True(t, skip)
+	levels := chain(s.EnsureWritten(bind(5, 0, 8)))
+	require.Len(t, levels, 4, "%q", levels)
+	assert.Equal(t, `kernel "k" skipped: buf3: `+failgraph.ErrNeverAllocated.Error(), levels[1])
+	assert.Equal(t, failgraph.ErrNeverAllocated.Error(), levels[3])
 }
 
 // checkSpans asserts the store's span invariants on buffers 0..n-1: spans

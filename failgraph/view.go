@@ -26,8 +26,8 @@ func (s *Store) View() View { return View{s: s} }
 
 // EnsureWritten is Store.EnsureWritten: nil when every byte of reads was
 // last written by work that succeeded, else one *UnwrittenError per
-// failure found (joined), and an ErrNeverAllocated error per buffer never
-// allocated.
+// failure found and an ErrNeverAllocated error per buffer never
+// allocated (joined when there are several).
 func (v View) EnsureWritten(reads ...buffers.Binding) error {
 	if v.s == nil {
 		return nil
