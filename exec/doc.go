@@ -99,7 +99,7 @@
 // it to the root: errors.Unwrap gives a *failgraph.SkipError per skipped
 // kernel, newest first, then the root kernel's error ("exec: kernel "K":
 // ERR", or "exec: kernel "K" panicked: V" wrapping a
-// *failgraph.PanicError with the value and stack), then what the kernel
+// *failgraph.KernelPanicError with the value and stack), then what the kernel
 // returned. errors.Is and errors.As reach every level; [Result.Err] joins
 // the run's roots. A chain printer is a loop (see the Result.Value
 // chain example):

@@ -420,7 +420,7 @@ func (b *streamRun) loop() {
 }
 
 // stretch runs launches from pos until the list ends or a kernel panics.
-// A panic fails the running launch with a *failgraph.PanicError carrying
+// A panic fails the running launch with a *failgraph.KernelPanicError carrying
 // the value and stack (wrapped: `exec: kernel "K" panicked: V`), and ends
 // the stretch; runtime.Goexit fails it the same way, with the value
 // "runtime.Goexit" (nothing after the kernel runs then; Run goes on with
@@ -446,7 +446,7 @@ func (b *streamRun) stretch() {
 			b.last = int64(time.Since(o.base))
 			o.times[2*int(o.slot[i])+1] = b.last
 		}
-		err := fmt.Errorf("exec: %w", &failgraph.PanicError{Kernel: op.Name, Value: v, Stack: debug.Stack()})
+		err := fmt.Errorf("exec: %w", &failgraph.KernelPanicError{Kernel: op.Name, Value: v, Stack: debug.Stack()})
 		id := r.store.Fail(op.Name, err, op.Writes)
 		o.set(i, StatusFailed)
 		o.note(i, func(x *launchExtra) { x.failure, x.err = id, err })

@@ -70,7 +70,7 @@ func testGoexitInKernel(t *testing.T, timing exec.Option) {
 	defer res.Close()
 	st := statuses(res.Report)
 	assert.Equal(t, map[string]exec.Status{"exits": exec.StatusFailed, "after": exec.StatusSkipped, "other": exec.StatusOK}, st)
-	var torn *failgraph.PanicError
+	var torn *failgraph.KernelPanicError
 	require.ErrorAs(t, res.Err(), &torn)
 	assert.Equal(t, "runtime.Goexit", torn.Value)
 	v, err := res.Value(c)
@@ -104,7 +104,7 @@ func testPanicMidStream(t *testing.T, timing exec.Option) {
 	for i, out := range outs {
 		v, err := res.Value(out)
 		if i == 2 || i == 4 {
-			var torn *failgraph.PanicError
+			var torn *failgraph.KernelPanicError
 			require.ErrorAs(t, err, &torn, "o%d", i)
 			assert.Equal(t, fmt.Sprintf("boom %d", i), torn.Value)
 			continue

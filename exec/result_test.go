@@ -205,7 +205,7 @@ func TestResultReadUnwrapsToRoot(t *testing.T) {
 }
 
 // A kernel's panic reads `kernel "sum" panicked: VALUE` (under exec's
-// prefix), with its value and stack in a *failgraph.PanicError that
+// prefix), with its value and stack in a *failgraph.KernelPanicError that
 // errors.As finds from a read of its output and of its dependents'.
 func TestKernelPanicReadsAsPanicError(t *testing.T) {
 	e := newExecutor(t, 1)
@@ -222,7 +222,7 @@ func TestKernelPanicReadsAsPanicError(t *testing.T) {
 	assert.EqualError(t, l.Err, `exec: kernel "sum" panicked: boom`)
 	for _, b := range []dag.BufferID{total, doubled} {
 		_, err := res.Value(b)
-		var pe *failgraph.PanicError
+		var pe *failgraph.KernelPanicError
 		require.ErrorAs(t, err, &pe)
 		assert.Equal(t, "sum", pe.Kernel)
 		assert.Equal(t, "boom", pe.Value)
@@ -237,7 +237,7 @@ func TestKernelPanicReadsAsPanicError(t *testing.T) {
 		`exec: kernel "sum" panicked: boom`,
 		`kernel "sum" panicked: boom`,
 	}, levels(err))
-	var pe *failgraph.PanicError
+	var pe *failgraph.KernelPanicError
 	require.ErrorAs(t, res.Err(), &pe)
 	assert.Equal(t, "boom", pe.Value)
 }

@@ -25,7 +25,7 @@
 // several causes). Its Unwrap gives a single path to the root: a
 // *SkipError per skipped kernel of its Chain, newest first, each
 // unwrapping to the next, and the last to the root error, the root
-// kernel's own (a *PanicError when the kernel panicked). errors.Is and
+// kernel's own (a *KernelPanicError when the kernel panicked). errors.Is and
 // errors.As reach the root and every link, and a chain printer, one line
 // per level from the read to the root, is a loop:
 //

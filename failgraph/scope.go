@@ -8,15 +8,15 @@ import (
 )
 
 // ErrTornDown is the provisional error of a write scope: the work that was
-// to write these bytes did not finish (errors.Is matches a PanicError).
+// to write these bytes did not finish (errors.Is matches a KernelPanicError).
 var ErrTornDown = errors.New("failgraph: torn down")
 
-// PanicError is the root error a write scope leaves when the kernel inside
+// KernelPanicError is the root error a write scope leaves when the kernel inside
 // it panicked (or called runtime.Goexit, for which the executor gives the
 // Value "runtime.Goexit"): the write set stays failing, "torn down", with
 // the panic's value and stack. errors.Is(err, ErrTornDown) matches it, and
 // errors.As finds it from a read of the bytes it left unwritten.
-type PanicError struct {
+type KernelPanicError struct {
 	Kernel string
 	Value  any    // the panic value
 	Stack  []byte // the panicking goroutine's stack, as debug.Stack gives it
@@ -25,16 +25,16 @@ type PanicError struct {
 // Error returns `kernel "NAME" panicked: VALUE`; the stack is in Stack,
 // not in the message. It has no package prefix: the executor wraps it
 // ("exec: kernel ...").
-func (e *PanicError) Error() string {
+func (e *KernelPanicError) Error() string {
 	return fmt.Sprintf("kernel %q panicked: %v", e.Kernel, e.Value)
 }
 
 // Is matches ErrTornDown.
-func (e *PanicError) Is(target error) bool { return target == ErrTornDown }
+func (e *KernelPanicError) Is(target error) bool { return target == ErrTornDown }
 
 // Unwrap returns the panic value when it is an error, so errors.Is and
 // errors.As see through the panic; otherwise nil.
-func (e *PanicError) Unwrap() error {
+func (e *KernelPanicError) Unwrap() error {
 	err, _ := e.Value.(error)
 	return err
 }
@@ -76,7 +76,7 @@ func (sc Scope) Exit(err error) FailureID {
 }
 
 // ExitPanic settles the scope of work that panicked with value v: the
-// write set stays "torn down" with a *PanicError carrying v and stack.
+// write set stays "torn down" with a *KernelPanicError carrying v and stack.
 func (sc Scope) ExitPanic(v any, stack []byte) FailureID {
-	return sc.s.Fail(sc.kernel, &PanicError{Kernel: sc.kernel, Value: v, Stack: stack}, sc.writes)
+	return sc.s.Fail(sc.kernel, &KernelPanicError{Kernel: sc.kernel, Value: v, Stack: stack}, sc.writes)
 }

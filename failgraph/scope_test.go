@@ -57,7 +57,7 @@ func TestScope(t *testing.T) {
 			name: "panics with a value: torn down",
 			body: func() error { panic("bad shape") },
 			check: func(t *testing.T, root error) {
-				var td *failgraph.PanicError
+				var td *failgraph.KernelPanicError
 				require.ErrorAs(t, root, &td)
 				assert.Equal(t, "k", td.Kernel)
 				assert.Equal(t, "bad shape", td.Value)
@@ -71,7 +71,7 @@ func TestScope(t *testing.T) {
 			name: "panics with an error: torn down, unwraps to it",
 			body: func() error { panic(panicErr) },
 			check: func(t *testing.T, root error) {
-				var td *failgraph.PanicError
+				var td *failgraph.KernelPanicError
 				require.ErrorAs(t, root, &td)
 				assert.Same(t, panicErr, td.Value)
 				assert.ErrorIs(t, root, failgraph.ErrTornDown)
