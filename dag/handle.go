@@ -8,12 +8,13 @@ import (
 // Value is a typed handle on a value buffer that holds a T, as AddValue
 // returns it: kernels that declared an access to the buffer reach its
 // value through Get and Put, and the compiler checks the type. It is a
-// plain value (the buffer's id), valid for the graph that made it; the
-// zero Value is the handle of buffer 0.
+// plain immutable value (the buffer's id), valid for the graph that made
+// it, to copy and share between goroutines freely; the zero Value is the
+// handle of buffer 0.
 type Value[T any] struct{ id BufferID }
 
-// ID returns the handle's buffer id, for Reads, Writes, ReadsOptional,
-// BufferArg and Graph.Buffer.
+// ID returns the handle's buffer id: for Reads, Writes, ReadsOptional,
+// Graph.Buffer, and what takes a buffer id (an input, a result).
 func (h Value[T]) ID() BufferID { return h.id }
 
 // AddValue declares a buffer of g that holds one Go value of type T
