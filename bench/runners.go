@@ -93,23 +93,18 @@ func (NopLaunch) Device() topology.DeviceID { return topology.CPU }
 // Stream returns 0.
 func (NopLaunch) Stream() int { return 0 }
 
-// In returns nil.
-func (NopLaunch) In(int) *buffers.Buffer { return nil }
-
-// Out returns nil.
-func (NopLaunch) Out(int) *buffers.Buffer { return nil }
-
-// NumIn returns 0.
-func (NopLaunch) NumIn() int { return 0 }
-
-// NumOut returns 0.
-func (NopLaunch) NumOut() int { return 0 }
-
 // Allocator returns memory.DefaultAllocator.
 func (NopLaunch) Allocator() memory.Allocator { return memory.DefaultAllocator }
 
-// Missing returns nil.
-func (NopLaunch) Missing(int) error { return nil }
+// Buffer returns an *dag.AccessError: the launch declared no buffer.
+func (NopLaunch) Buffer(id dag.BufferID, acc dag.Access) (*buffers.Buffer, error) {
+	return nil, &dag.AccessError{Buffer: id, Access: acc}
+}
+
+// Missing returns an *dag.AccessError: the launch declared no read.
+func (NopLaunch) Missing(id dag.BufferID) error {
+	return &dag.AccessError{Buffer: id, Access: dag.AccessRead}
+}
 
 // Runner executes every kernel of a graph once, respecting its
 // dependencies (a kernel runs after the writers of every buffer it reads).
@@ -406,7 +401,7 @@ func WaitCost(n int, minTime time.Duration) (waits int, nsPerWait float64, same,
 		g := dag.New()
 		prev := dag.BufferID(-1)
 		for i := range n {
-			out := g.AddValue(name("b", i))
+			out := dag.AddValue[any](g, name("b", i)).ID()
 			opts := []dag.KernelOption{dag.Writes(out), dag.OnStream(0)}
 			if alt {
 				opts[1] = dag.OnStream(i % 2)

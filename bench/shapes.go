@@ -61,7 +61,7 @@ func Chain(n int, fn dag.KernelFunc) *dag.Graph {
 	g.Grow(n, n)
 	prev := dag.BufferID(-1)
 	for i := range n {
-		out := g.AddValue(name("b", i))
+		out := dag.AddValue[any](g, name("b", i)).ID()
 		if prev >= 0 {
 			g.AddKernel(name("k", i), fn, dag.Writes(out), dag.Reads(prev))
 		} else {
@@ -77,11 +77,11 @@ func Chain(n int, fn dag.KernelFunc) *dag.Graph {
 func FanOutIn(n int, fn dag.KernelFunc) *dag.Graph {
 	g := dag.New()
 	g.Grow(n+2, n+1)
-	src := g.AddValue("src")
+	src := dag.AddValue[any](g, "src").ID()
 	g.AddKernel("source", fn, dag.Writes(src))
 	outs := make([]dag.BufferID, n)
 	for i := range n {
-		outs[i] = g.AddValue(name("w", i))
+		outs[i] = dag.AddValue[any](g, name("w", i)).ID()
 		g.AddKernel(name("worker", i), fn, dag.Reads(src), dag.Writes(outs[i]))
 	}
 	g.AddKernel("sink", fn, dag.Reads(outs...))
@@ -98,7 +98,7 @@ func Tree(depth int, fn dag.KernelFunc) *dag.Graph {
 	bufs := make([]dag.BufferID, n)
 	// Node i has children 2i+1 and 2i+2; build leaves first.
 	for i := n - 1; i >= 0; i-- {
-		bufs[i] = g.AddValue(name("t", i))
+		bufs[i] = dag.AddValue[any](g, name("t", i)).ID()
 		if l := 2*i + 1; l < n {
 			g.AddKernel(name("node", i), fn, dag.Writes(bufs[i]), dag.Reads(bufs[l], bufs[l+1]))
 		} else {
@@ -115,7 +115,7 @@ func Wavefront(n int, fn dag.KernelFunc) *dag.Graph {
 	bufs := make([]dag.BufferID, n*n)
 	for i := range n {
 		for j := range n {
-			bufs[i*n+j] = g.AddValue(name2("c", i, j))
+			bufs[i*n+j] = dag.AddValue[any](g, name2("c", i, j)).ID()
 			// The reads in a fixed array: no allocation.
 			var reads [2]dag.BufferID
 			nr := 0
@@ -147,7 +147,7 @@ func Random(n int, seed uint64, fn dag.KernelFunc) *dag.Graph {
 	rng := rand.New(rand.NewPCG(seed, seed))
 	var reads [2]dag.BufferID
 	for i := range n {
-		out := g.AddValue(name("r", i))
+		out := dag.AddValue[any](g, name("r", i)).ID()
 		nr := 0
 		if i > 0 {
 			want := rng.IntN(3)

@@ -11,7 +11,7 @@ import (
 func chain(g *dag.Graph, bufNames, kernelNames []string) *dag.Graph {
 	prev := dag.BufferID(-1)
 	for i := range bufNames {
-		out := g.AddValue(bufNames[i])
+		out := dag.AddValue[any](g, bufNames[i]).ID()
 		if prev >= 0 {
 			g.AddKernel(kernelNames[i], nop, dag.Reads(prev), dag.Writes(out))
 		} else {
@@ -81,7 +81,7 @@ func BenchmarkValidate(b *testing.B) {
 	forward := chain(dag.New(), bufNames, kernelNames)
 	backward := dag.New()
 	for i := range n {
-		backward.AddValue(bufNames[i])
+		dag.AddValue[any](backward, bufNames[i]).ID()
 	}
 	for i := n - 1; i >= 0; i-- {
 		if i > 0 {

@@ -2,10 +2,18 @@
 // a gonum directed graph, their declared reads and writes, validation with
 // errors that name things, and DOT export.
 //
-// A [Graph] is built with [Graph.AddBuffer], [Graph.AddValue] and
+// A [Graph] is built with [Graph.AddBuffer], [AddValue] and
 // [Graph.AddKernel]. Nodes are kernels and buffers; an edge buffer→kernel
 // is a read, an edge kernel→buffer a write. The graph is exposed
 // ([Graph.Directed]) so gonum's algorithms apply to it.
+//
+// A running kernel reaches its buffers by the handles that declared
+// them, not by position: [AddValue] returns a typed [Value] handle, and
+// the kernel calls [Get] and [Put] on it (the compiler checks the value's
+// type); a raw buffer's id ([Graph.AddBuffer]) gives its bytes through
+// [Bytes]. Asking for a buffer the kernel did not declare with that
+// access, or a value of another type, is an error ([AccessError]), never
+// a panic.
 //
 // A kernel's code is its host variant (a [KernelFunc], run by the CPU
 // device and by simulated GPUs) and/or device variants, one per kind of

@@ -16,8 +16,8 @@ import (
 func Example() {
 	g := dag.New()
 	file := g.AddBuffer("flights.parquet", 1<<20, dag.Input())
-	raw := g.AddValue("raw")
-	clean := g.AddValue("cleaned")
+	raw := dag.AddValue[any](g, "raw").ID()
+	clean := dag.AddValue[any](g, "cleaned").ID()
 	total := g.AddBuffer("total", 8)
 
 	run := func(context.Context, dag.Launch) error { return nil }
@@ -67,10 +67,10 @@ func ExampleGraph_Grow() {
 	g := dag.New()
 	g.Grow(stages, stages)
 	run := func(context.Context, dag.Launch) error { return nil }
-	prev := g.AddValue("batch0")
+	prev := dag.AddValue[any](g, "batch0").ID()
 	g.AddKernel("stage0", run, dag.Writes(prev))
 	for i := 1; i < stages; i++ {
-		out := g.AddValue(fmt.Sprintf("batch%d", i))
+		out := dag.AddValue[any](g, fmt.Sprintf("batch%d", i)).ID()
 		g.AddKernel(fmt.Sprintf("stage%d", i), run, dag.Reads(prev), dag.Writes(out))
 		prev = out
 	}
@@ -94,7 +94,14 @@ func Example_variants() {
 	x := g.AddBuffer("x", 4096, dag.Input())
 	y := g.AddBuffer("y", 4096)
 	scale := func(_ context.Context, l dag.Launch) error {
-		in, out := l.In(0).Bytes(), l.Out(0).Bytes()
+		in, err := dag.Bytes(l, x)
+		if err != nil {
+			return err
+		}
+		out, err := dag.Bytes(l, y)
+		if err != nil {
+			return err
+		}
 		for i := 0; i < len(in); i += 4 {
 			v := math.Float32frombits(binary.LittleEndian.Uint32(in[i:]))
 			binary.LittleEndian.PutUint32(out[i:], math.Float32bits(2*v))

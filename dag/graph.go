@@ -34,31 +34,37 @@ type BufferID = buffers.ID
 type KernelFunc func(ctx context.Context, l Launch) error
 
 // Launch is what a running kernel sees of its launch. It is valid only
-// during the KernelFunc call and only on that goroutine.
+// during the KernelFunc call and only on that goroutine. A kernel reaches
+// the buffers it declared by id, through the handles that declared them:
+// Get and Put for a value buffer (AddValue), Bytes for a raw one
+// (AddBuffer); asking for a buffer the kernel did not declare with that
+// access is an *AccessError, not a panic.
 type Launch interface {
 	// Kernel returns the kernel's name.
 	Kernel() string
 	// Device and Stream say where the launch runs.
 	Device() topology.DeviceID
 	Stream() int
-	// In returns the buffer of the kernel's i-th declared read, in
-	// declaration order. It panics when i is out of range (programmer
-	// error).
-	In(i int) *buffers.Buffer
-	// NumIn and NumOut are the numbers of declared reads and writes.
-	NumIn() int
-	NumOut() int
-	// Out returns the buffer of the kernel's i-th declared write, in
-	// declaration order. It panics when i is out of range.
-	Out(i int) *buffers.Buffer
 	// Allocator is the memory allocator of the launch's device, for Arrow
 	// data the kernel builds.
 	Allocator() memory.Allocator
-	// Missing returns nil when read i holds bytes written by work that
-	// succeeded, else the error graph's read error naming the failure and
-	// its chain. Only an optional read (ReadsOptional) can be missing when
-	// the kernel runs: a tainted required read skips the launch.
-	Missing(i int) error
+	// Buffer returns the run's instance of graph buffer id (on the
+	// launch's device: a replica where the buffer lives elsewhere), which
+	// the kernel declared with access acc (a read, a write, or either). It
+	// returns an *AccessError when it declared no such access, and the
+	// read's error (see Missing) when the buffer has no memory in this run
+	// (its reservation failed). Get, Put and Bytes are the typed ways in;
+	// Buffer is for what they do not cover (Take, the buffer's name).
+	// O(declared bindings); no allocation on success.
+	Buffer(id BufferID, acc Access) (*buffers.Buffer, error)
+	// Missing returns nil when the kernel's read of buffer id holds bytes
+	// written by work that succeeded, else the error graph's read error
+	// (*failgraph.UnwrittenError, several joined) naming the failure and
+	// its chain; an *AccessError when id is not among its reads. Only an
+	// optional read (ReadsOptional) can be missing when the kernel runs: a
+	// tainted required read skips the launch. O(declared bindings); no
+	// allocation when nothing failed.
+	Missing(id BufferID) error
 }
 
 // Kernel is a declared unit of work, as Graph.Kernel and Graph.Kernels
@@ -427,12 +433,6 @@ func (g *Graph) AddBuffer(name string, sizeBytes int64, opts ...BufferOption) Bu
 		sizeBytes = 0
 	}
 	return g.addBuffer(bufferRec{name: g.putName(&g.bnames, name), size: sizeBytes}, opts)
-}
-
-// AddValue declares a buffer that holds one Go value (typically an Arrow
-// record batch) and returns its id. Mistakes and cost as AddBuffer.
-func (g *Graph) AddValue(name string, opts ...BufferOption) BufferID {
-	return g.addBuffer(bufferRec{name: g.putName(&g.bnames, name), flags: bufValue}, opts)
 }
 
 func (g *Graph) addBuffer(r bufferRec, opts []BufferOption) BufferID {

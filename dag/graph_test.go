@@ -33,7 +33,7 @@ func diamond() *dag.Graph {
 	s := g.AddBuffer("s", 64)
 	l := g.AddBuffer("l", 32)
 	r := g.AddBuffer("r", 32)
-	out := g.AddValue("out")
+	out := dag.AddValue[any](g, "out").ID()
 	g.AddKernel("src", nop, dag.Reads(in), dag.Writes(s))
 	g.AddKernel("right", nop, dag.ReadsRange(s, 32, 32), dag.Writes(r))
 	g.AddKernel("left", nop, dag.ReadsRange(s, 0, 32), dag.Writes(l))
@@ -148,7 +148,7 @@ func TestPredecessors(t *testing.T) {
 func TestBuilder(t *testing.T) {
 	g := dag.New()
 	in := g.AddBuffer("in", 16, dag.Input())
-	v := g.AddValue("batch")
+	v := dag.AddValue[any](g, "batch").ID()
 	out := g.AddBuffer("out", 8)
 	k := g.AddKernel("k", nop, dag.Reads(in), dag.ReadsRange(in, 4, 8), dag.Writes(v, out))
 	p := g.AddKernel("p", nop, dag.Reads(v), dag.WritesRange(out, 2, 4), dag.OnStream(3))

@@ -50,17 +50,18 @@ const (
 	optVariant
 )
 
-// Reads declares whole-buffer reads of ids, in order. An id that is not a
-// buffer of the graph is recorded and reported by Validate.
+// Reads declares whole-buffer reads of ids (AddBuffer's ids, or a Value
+// handle's ID), in order. An id that is not a buffer of the graph is
+// recorded and reported by Validate.
 func Reads(ids ...BufferID) KernelOption { return KernelOption{kind: optReads, ids: ids} }
 
-// Writes declares whole-buffer writes of ids, in order. An id that is not
-// a buffer of the graph is recorded and reported by Validate.
+// Writes declares whole-buffer writes of ids (as Reads), in order. An id
+// that is not a buffer of the graph is recorded and reported by Validate.
 func Writes(ids ...BufferID) KernelOption { return KernelOption{kind: optWrites, ids: ids} }
 
 // ReadsOptional declares whole-buffer reads of ids, in order, that the
 // kernel can do without: when one was left unwritten by failed or skipped
-// work the launch still runs, Launch.Missing(i) says what is missing and
+// work the launch still runs, Launch.Missing(id) says what is missing and
 // why, and the kernel's output is its own responsibility (a merge that
 // reports the partitions it lost, say). Ordering is as for Reads.
 func ReadsOptional(ids ...BufferID) KernelOption {

@@ -27,7 +27,7 @@ func TestKernelOptionsApplyInOrder(t *testing.T) {
 	g := dag.New()
 	a := g.AddBuffer("a", 8, dag.Input())
 	b := g.AddBuffer("b", 8, dag.Input())
-	c := g.AddValue("c", dag.Input())
+	c := dag.AddValue[any](g, "c", dag.Input()).ID()
 	out := g.AddBuffer("out", 8)
 	k := g.Kernel(g.AddKernel("k", nop,
 		dag.Reads(b), dag.WritesRange(out, 0, 4), dag.ReadsRange(a, 2, 2), dag.OnStream(1),
@@ -152,9 +152,9 @@ func TestReadsOptional(t *testing.T) {
 
 func TestPlacementOptions(t *testing.T) {
 	g := dag.New()
-	v := g.AddValue("batch", dag.SizeHint(4096))
+	v := dag.AddValue[any](g, "batch", dag.SizeHint(4096)).ID()
 	raw := g.AddBuffer("raw", 64, dag.SizeHint(7))
-	neg := g.AddValue("neg", dag.SizeHint(-5))
+	neg := dag.AddValue[any](g, "neg", dag.SizeHint(-5)).ID()
 	pinned := g.Kernel(g.AddKernel("pinned", nop, dag.Writes(v), dag.OnDevice(topology.GPU(2)), dag.Estimate(3*time.Millisecond)))
 	preferring := g.Kernel(g.AddKernel("preferring", nop, dag.Reads(v), dag.Writes(raw, neg), dag.PreferDevice(topology.CPU)))
 	plain := g.Kernel(g.AddKernel("plain", nop, dag.Reads(raw)))
@@ -182,7 +182,7 @@ func TestGrowBuildsTheSameGraph(t *testing.T) {
 	build := func(g *dag.Graph) *dag.Graph {
 		prev := dag.BufferID(-1)
 		for i := range 3000 {
-			out := g.AddValue(name("b", i))
+			out := dag.AddValue[any](g, name("b", i)).ID()
 			if prev >= 0 {
 				g.AddKernel(name("k", i), nop, dag.Reads(prev), dag.Writes(out))
 			} else {
@@ -238,10 +238,10 @@ func TestBuildAllocatesNothingPerKernel(t *testing.T) {
 				if grow {
 					g.Grow(n, n)
 				}
-				g.AddKernel(kernelNames[0], nop, dag.Writes(g.AddValue(bufNames[0])))
+				g.AddKernel(kernelNames[0], nop, dag.Writes(dag.AddValue[any](g, bufNames[0]).ID()))
 				i = 1
 			}
-			out := g.AddValue(bufNames[i])
+			out := dag.AddValue[any](g, bufNames[i]).ID()
 			g.AddKernel(kernelNames[i], nop, dag.Reads(out-1), dag.Writes(out))
 			i++
 		})

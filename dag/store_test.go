@@ -21,7 +21,7 @@ func TestNamesAreCopied(t *testing.T) {
 	buf := []byte("first")
 	// A string over a buffer the caller reuses: the graph must keep its
 	// own copy.
-	b := g.AddValue(unsafe.String(&buf[0], len(buf)))
+	b := dag.AddValue[any](g, unsafe.String(&buf[0], len(buf))).ID()
 	k := g.AddKernel(unsafe.String(&buf[0], len(buf))+"-k", nop, dag.Writes(b))
 	copy(buf, "XXXXX")
 	assert.Equal(t, "first", g.Buffer(b).Name)
@@ -41,7 +41,7 @@ func TestNamesSurviveArenaGrowth(t *testing.T) {
 		if i%7 == 0 {
 			n = "" // an empty name is a mistake, and reads as empty
 		}
-		b := g.AddValue("b" + strconv.Itoa(i))
+		b := dag.AddValue[any](g, "b"+strconv.Itoa(i)).ID()
 		g.AddKernel(n, nop, dag.Writes(b))
 		names = append(names, n)
 		if i < 10 {
@@ -62,7 +62,7 @@ func TestNamesSurviveArenaGrowth(t *testing.T) {
 
 func TestUnknownReadKeepsWrites(t *testing.T) {
 	g := dag.New()
-	a := g.AddValue("a")
+	a := dag.AddValue[any](g, "a").ID()
 	out := g.AddBuffer("out", 16)
 	// Whole-buffer options only, and with ranges.
 	fast := g.AddKernel("fast", nop, dag.Reads(a, 99), dag.Writes(out))
@@ -80,8 +80,8 @@ func TestUnknownReadKeepsWrites(t *testing.T) {
 func TestViewsAndAccessors(t *testing.T) {
 	g := dag.New()
 	in := g.AddBuffer("in", 32, dag.Input(), dag.SizeHint(5))
-	v := g.AddValue("v", dag.SizeHint(4096), dag.SizeHint(100)) // the later hint wins
-	w := g.AddValue("w")
+	v := dag.AddValue[any](g, "v", dag.SizeHint(4096), dag.SizeHint(100)).ID() // the later hint wins
+	w := dag.AddValue[any](g, "w").ID()
 	k := g.AddKernel("k", nop, dag.Reads(in), dag.Writes(v), dag.OnStream(2))
 	j := g.AddKernel("j", nop, dag.ReadsOptional(v), dag.Writes(w))
 	assert.Equal(t, dag.BufferDecl{ID: in, Name: "in", SizeBytes: 32, Input: true, SizeHint: 5}, g.Buffer(in))
@@ -117,7 +117,7 @@ func TestViewsAndAccessors(t *testing.T) {
 
 func TestSetFuncAndKernelByName(t *testing.T) {
 	g := dag.New()
-	b := g.AddValue("b")
+	b := dag.AddValue[any](g, "b").ID()
 	k := g.AddKernel("k", nop, dag.Writes(b))
 	id, ok := g.KernelByName("k")
 	require.True(t, ok)
@@ -180,7 +180,7 @@ func TestBuildWithFormattedNamesAllocatesNothing(t *testing.T) {
 		// Names formatted on the stack, as a user would: the graph copies
 		// them, so they need not escape.
 		var buf [32]byte
-		out := g.AddValue(string(strconv.AppendInt(append(buf[:0], 'b'), int64(i), 10)))
+		out := dag.AddValue[any](g, string(strconv.AppendInt(append(buf[:0], 'b'), int64(i), 10))).ID()
 		g.AddKernel(string(strconv.AppendInt(append(buf[:0], 'k'), int64(i), 10)), nop, dag.Writes(out))
 		i++
 	})

@@ -65,7 +65,7 @@ func TestValidateProblems(t *testing.T) {
 			name: "buffer named like a kernel",
 			build: func(g *dag.Graph) {
 				g.AddKernel("k", nop)
-				g.AddValue("k", dag.Input())
+				dag.AddValue[any](g, "k", dag.Input()).ID()
 			},
 			want: typed(&dag.DuplicateError{Name: "k", Kinds: [2]string{"kernel", "buffer"}}),
 		},
@@ -127,7 +127,7 @@ func TestValidateProblems(t *testing.T) {
 		{
 			name: "read range of two bytes of a value buffer",
 			build: func(g *dag.Graph) {
-				v := g.AddValue("batch", dag.Input())
+				v := dag.AddValue[any](g, "batch", dag.Input()).ID()
 				g.AddKernel("k", nop, dag.ReadsRange(v, 0, 2))
 			},
 			want: message(`dag: kernel "k" reads [0:2) of buffer "batch", which has 1 bytes`),
@@ -189,7 +189,7 @@ func TestValidateProblems(t *testing.T) {
 		{
 			name: "read of a value buffer nobody writes",
 			build: func(g *dag.Graph) {
-				v := g.AddValue("batch")
+				v := dag.AddValue[any](g, "batch").ID()
 				g.AddKernel("k", nop, dag.Reads(v))
 			},
 			want: typed(&dag.NoWriterError{Kernel: "k", Buffer: "batch", Offset: 0, End: 1}),
@@ -225,7 +225,7 @@ func TestValidateProblems(t *testing.T) {
 		{
 			name: "unordered writers of a whole value buffer",
 			build: func(g *dag.Graph) {
-				v := g.AddValue("batch")
+				v := dag.AddValue[any](g, "batch").ID()
 				g.AddKernel("w1", nop, dag.Writes(v))
 				g.AddKernel("w2", nop, dag.Writes(v))
 			},
@@ -261,7 +261,7 @@ func TestValidateValid(t *testing.T) {
 			name: "input buffers need no writer",
 			build: func(g *dag.Graph) {
 				raw := g.AddBuffer("raw", 8, dag.Input())
-				v := g.AddValue("batch", dag.Input())
+				v := dag.AddValue[any](g, "batch", dag.Input()).ID()
 				g.AddKernel("k", nop, dag.Reads(raw, v))
 			},
 			order: []string{"k"},
@@ -474,7 +474,7 @@ func TestValidateManyWritersOfOneBuffer(t *testing.T) {
 	x := g.AddBuffer("x", 100)
 	tok := make([]dag.BufferID, 10)
 	for i := range tok {
-		tok[i] = g.AddValue(name("t", i))
+		tok[i] = dag.AddValue[any](g, name("t", i)).ID()
 	}
 	for i := 9; i >= 0; i-- {
 		opts := []dag.KernelOption{dag.WritesRange(x, int64(10*i), 10), dag.Writes(tok[i])}
@@ -523,12 +523,12 @@ func TestValidateCoverageOfManyWrites(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			g := dag.New()
 			x := g.AddBuffer("x", 16)
-			done := g.AddValue("done")
+			done := dag.AddValue[any](g, "done").ID()
 			var opts []dag.KernelOption
 			for i, w := range tt.writes {
 				// Each writer is a kernel of its own, ordered one after
 				// another through token buffers so no write conflicts.
-				tok := g.AddValue(name("tok", i))
+				tok := dag.AddValue[any](g, name("tok", i)).ID()
 				o := []dag.KernelOption{dag.WritesRange(x, w[0], w[1]), dag.Writes(tok)}
 				o = append(o, opts...)
 				g.AddKernel(name("w", i), nop, o...)
@@ -550,10 +550,10 @@ func TestValidateCoverageOfManyWrites(t *testing.T) {
 func TestValidateDuplicatesAmongManyNames(t *testing.T) {
 	g := dag.New()
 	for i := range 5000 {
-		g.AddValue(name("v", i), dag.Input())
+		dag.AddValue[any](g, name("v", i), dag.Input()).ID()
 	}
 	g.AddKernel("v4321", nop)
-	g.AddValue("v17", dag.Input())
+	dag.AddValue[any](g, "v17", dag.Input()).ID()
 	g.AddKernel("k", nop)
 	g.AddKernel("k", nop)
 	errs := problems(t, g.Validate())
@@ -570,7 +570,7 @@ func TestValidateOrderOfALargeGraphAddedBackwards(t *testing.T) {
 	g := dag.New()
 	bufs := make([]dag.BufferID, n)
 	for i := range bufs {
-		bufs[i] = g.AddValue(name("b", i))
+		bufs[i] = dag.AddValue[any](g, name("b", i)).ID()
 	}
 	for i := n - 1; i >= 0; i-- {
 		opts := []dag.KernelOption{dag.Writes(bufs[i])}

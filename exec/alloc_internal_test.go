@@ -33,7 +33,7 @@ func TestStoreInputErrorReleasesTheRun(t *testing.T) {
 	raw := g.AddBuffer("raw", 512)
 	var ins []dag.BufferID
 	for i := range 4 {
-		ins = append(ins, g.AddValue(fmt.Sprint("in", i), dag.Input()))
+		ins = append(ins, dag.AddValue[any](g, fmt.Sprint("in", i), dag.Input()).ID())
 	}
 	nop := func(context.Context, dag.Launch) error { return nil }
 	g.AddKernel("k", nop, dag.Reads(ins...), dag.Writes(raw))

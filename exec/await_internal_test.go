@@ -28,13 +28,13 @@ func TestUnsatisfiableWaitHonoursCtx(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			g := dag.New()
-			x, y, z := g.AddValue("x"), g.AddValue("y"), g.AddValue("z")
-			g.AddKernel("produce", func(_ context.Context, l dag.Launch) error { return l.Out(0).Store(1) }, dag.Writes(x), dag.OnStream(0))
-			g.AddKernel("consume", func(_ context.Context, l dag.Launch) error { return l.Out(0).Store(2) },
-				dag.Reads(x), dag.Writes(y), dag.OnStream(1))
-			g.AddKernel("after", func(_ context.Context, l dag.Launch) error { return l.Out(0).Store(3) },
-				dag.Reads(y), dag.Writes(z), dag.OnStream(1))
-			g.AddKernel("cancel", func(context.Context, dag.Launch) error { cancel(); return nil }, dag.Reads(x), dag.OnStream(0))
+			x, y, z := dag.AddValue[int](g, "x"), dag.AddValue[int](g, "y"), dag.AddValue[int](g, "z")
+			g.AddKernel("produce", func(_ context.Context, l dag.Launch) error { return dag.Put(l, x, 1) }, dag.Writes(x.ID()), dag.OnStream(0))
+			g.AddKernel("consume", func(_ context.Context, l dag.Launch) error { return dag.Put(l, y, 2) },
+				dag.Reads(x.ID()), dag.Writes(y.ID()), dag.OnStream(1))
+			g.AddKernel("after", func(_ context.Context, l dag.Launch) error { return dag.Put(l, z, 3) },
+				dag.Reads(y.ID()), dag.Writes(z.ID()), dag.OnStream(1))
+			g.AddKernel("cancel", func(context.Context, dag.Launch) error { cancel(); return nil }, dag.Reads(x.ID()), dag.OnStream(0))
 			p, err := e.Plan(g)
 			require.NoError(t, err)
 			var edited bool
@@ -70,7 +70,7 @@ func TestUnsatisfiableWaitHonoursCtx(t *testing.T) {
 			assert.Equal(t, map[string]Status{"produce": StatusOK, "cancel": StatusOK,
 				"consume": StatusCancelled, "after": StatusCancelled}, got)
 			assert.ErrorIs(t, res.Err(), context.Canceled)
-			_, err = res.Value(z)
+			_, err = res.Value(z.ID())
 			assert.ErrorIs(t, err, context.Canceled)
 		})
 	}
@@ -103,9 +103,9 @@ func TestProgressIsTheDevices(t *testing.T) {
 	defer dev.Close()
 	e := New(dev)
 	g := dag.New()
-	a, b, seen := g.AddValue("a"), g.AddValue("b"), g.AddValue("seen")
-	g.AddKernel("writeA", func(_ context.Context, l dag.Launch) error { return l.Out(0).Store(1) }, dag.Writes(a), dag.OnStream(1))
-	g.AddKernel("writeB", func(_ context.Context, l dag.Launch) error { return l.Out(0).Store(2) }, dag.Writes(b), dag.OnStream(1))
+	a, b, seen := dag.AddValue[int](g, "a"), dag.AddValue[int](g, "b"), dag.AddValue[[2]Status](g, "seen")
+	g.AddKernel("writeA", func(_ context.Context, l dag.Launch) error { return dag.Put(l, a, 1) }, dag.Writes(a.ID()), dag.OnStream(1))
+	g.AddKernel("writeB", func(_ context.Context, l dag.Launch) error { return dag.Put(l, b, 2) }, dag.Writes(b.ID()), dag.OnStream(1))
 	g.AddKernel("watch", func(ctx context.Context, l dag.Launch) error {
 		r := ctx.Value(runKey{}).(*run)
 		if r.src[1].c == nil || r.runs[1].count != r.src[1].c {
@@ -132,15 +132,15 @@ func TestProgressIsTheDevices(t *testing.T) {
 				st[1] = r.out.get(i)
 			}
 		}
-		return l.Out(0).Store(st)
-	}, dag.Writes(seen), dag.OnStream(0))
+		return dag.Put(l, seen, st)
+	}, dag.Writes(seen.ID()), dag.OnStream(0))
 	p, err := e.Plan(g)
 	require.NoError(t, err)
 	res, err := e.Execute(t.Context(), p)
 	require.NoError(t, err)
 	defer res.Close()
 	require.NoError(t, res.Err())
-	got, err := res.Value(seen)
+	got, err := res.Value(seen.ID())
 	require.NoError(t, err)
 	assert.Equal(t, [2]Status{StatusOK, StatusOK}, got)
 }

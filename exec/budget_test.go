@@ -153,9 +153,9 @@ func TestBadInputReleasesEverythingOnce(t *testing.T) {
 	raw := g.AddBuffer("raw", 512)
 	var ins []dag.BufferID
 	for i := range 8 {
-		in := g.AddValue(fmt.Sprint("in", i), dag.Input())
+		in := dag.AddValue[any](g, fmt.Sprint("in", i), dag.Input()).ID()
 		ins = append(ins, in)
-		g.AddKernel(fmt.Sprint("k", i), nop, dag.Reads(in), dag.Writes(g.AddValue(fmt.Sprint("out", i))))
+		g.AddKernel(fmt.Sprint("k", i), nop, dag.Reads(in), dag.Writes(dag.AddValue[any](g, fmt.Sprint("out", i)).ID()))
 	}
 	g.AddKernel("w", nop, dag.Writes(raw))
 	p, err := e.Plan(g)
@@ -193,7 +193,7 @@ func TestInputOfBufferOnlyDeviceCodeWrites(t *testing.T) {
 	g := dag.New()
 	a := g.AddBuffer("a", 8*w)
 	x := g.AddBuffer("x", 8*w, dag.Input())
-	g.AddKernel("src", putU64(0, 5, nil), dag.Writes(a))
+	g.AddKernel("src", putU64(a, 0, 5, nil), dag.Writes(a))
 	g.AddKernel("scale", nil, dag.Reads(a), dag.Writes(x),
 		dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(a), dag.BufferArg(x), dag.ScalarArg(uint64(3)), dag.ScalarArg(uint64(1))))
 	v := &soleInput{v: 1}
@@ -219,12 +219,12 @@ func TestRunThatCannotStartReleasesInputs(t *testing.T) {
 	defer dev.Close()
 	e := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)))
 	g := dag.New()
-	in := g.AddValue("in", dag.Input())
-	g.AddKernel("k", nop, dag.Reads(in), dag.Writes(g.AddValue("out")))
+	in := dag.AddValue[any](g, "in", dag.Input()).ID()
+	g.AddKernel("k", nop, dag.Reads(in), dag.Writes(dag.AddValue[any](g, "out").ID()))
 	p, err := twoSimGPUs(t, 1).Plan(g)
 	require.NoError(t, err)
 	bad := dag.New()
-	x := bad.AddValue("x", dag.Input())
+	x := dag.AddValue[any](bad, "x", dag.Input()).ID()
 	bad.AddKernel("k", nop, dag.Reads(x), dag.Reads(bad.AddBuffer("y", 8))) // y is never written
 	for _, tc := range []struct {
 		name string

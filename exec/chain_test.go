@@ -92,20 +92,22 @@ func TestEmptyRangeOfUnallocatedBufferIsNotNil(t *testing.T) {
 	var in, out *buffers.Buffer
 	g.AddKernel("fill", nop, dag.Writes(big))
 	g.AddKernel("empty read", func(_ context.Context, l dag.Launch) error {
-		in = l.In(0)
-		return nil
+		var err error
+		in, err = l.Buffer(big, dag.AccessRead)
+		return err
 	}, dag.ReadsRange(big, 0, 0), dag.Writes(small))
 	g.AddKernel("empty write", func(_ context.Context, l dag.Launch) error {
-		out = l.Out(0)
-		return nil
+		var err error
+		out, err = l.Buffer(big, dag.AccessWrite)
+		return err
 	}, dag.WritesRange(big, 16, 0))
 	res, err := e.Run(t.Context(), g)
 	require.NoError(t, err)
 	defer res.Close()
 	assert.Equal(t, map[string]exec.Status{"fill": exec.StatusSkipped, "empty read": exec.StatusOK, "empty write": exec.StatusOK},
 		statuses(res.Report))
-	require.NotNil(t, in, "Launch.In of an empty range of an unallocated buffer")
-	require.NotNil(t, out, "Launch.Out of an empty range of an unallocated buffer")
+	require.NotNil(t, in, "Launch.Buffer of an empty read of an unallocated buffer")
+	require.NotNil(t, out, "Launch.Buffer of an empty write of an unallocated buffer")
 	assert.Equal(t, "big", in.Name())
 	assert.Empty(t, in.Bytes())
 	_, err = res.Buffer(big)

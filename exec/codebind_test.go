@@ -31,10 +31,10 @@ func uints(argBytes []int64) dag.Shape {
 	return dag.Shape{Global: []int{int(argBytes[len(argBytes)-1] / 4)}}
 }
 
-// fillUints is a Go kernel writing v to every uint of its output.
-func fillUints(v uint32) dag.KernelFunc {
+// fillUints is a Go kernel writing v to every uint of raw buffer out.
+func fillUints(v uint32, out dag.BufferID) dag.KernelFunc {
 	return func(_ context.Context, l dag.Launch) error {
-		b := l.Out(0).Bytes()
+		b := bytesOf(l, out)
 		for i := 0; i+4 <= len(b); i += 4 {
 			binary.LittleEndian.PutUint32(b[i:], v)
 		}
@@ -110,7 +110,7 @@ func TestOpenCLSubBufferArgumentAcrossOneShotRuns(t *testing.T) {
 		g := dag.New()
 		x, z := g.AddBuffer("x", 256), g.AddBuffer("z", 128)
 		v := uint32(run + 1)
-		g.AddKernel("fill", fillUints(v), dag.Writes(x))
+		g.AddKernel("fill", fillUints(v, x), dag.Writes(x))
 		g.AddKernel("plus1", nil, dag.ReadsRange(x, 128, 128), dag.Writes(z),
 			dag.OpenCL(plus1CL, "plus1", uints, dag.BufferArg(x), dag.BufferArg(z)))
 		e, err := exec.NewMulti([]gpu.Device{host, cl}, nil)
@@ -144,7 +144,7 @@ func TestCodeDeviceUnwrittenBytesReadZero(t *testing.T) {
 		g := dag.New()
 		n, out := g.AddBuffer("n", 4), g.AddBuffer("out", 4*words)
 		g.AddKernel("count", func(_ context.Context, l dag.Launch) error {
-			binary.LittleEndian.PutUint32(l.Out(0).Bytes(), *count)
+			binary.LittleEndian.PutUint32(bytesOf(l, n), *count)
 			return nil
 		}, dag.Writes(n))
 		g.AddKernel("half", nil, dag.Reads(n), dag.Writes(out),
@@ -237,22 +237,28 @@ func TestCodeDeviceUnalignedArgumentOffset(t *testing.T) {
 			align := dev.(gpu.CodeDevice).ArgAlignBytes()
 			require.Greater(t, align, int64(4))
 			e := cpuAnd(t, 1, dev)
-			graph := func(fn dag.KernelFunc, opts ...dag.KernelOption) (*dag.Graph, dag.BufferID) {
+			twin := func(x, z dag.BufferID) dag.KernelFunc {
+				return func(_ context.Context, l dag.Launch) error {
+					in, out := bytesOf(l, x), bytesOf(l, z)
+					for i := 0; i < len(out); i += 4 {
+						binary.LittleEndian.PutUint32(out[i:], binary.LittleEndian.Uint32(in[i:])+1)
+					}
+					return nil
+				}
+			}
+			graph := func(withTwin bool, opts ...dag.KernelOption) (*dag.Graph, dag.BufferID) {
 				g := dag.New()
 				x, z := g.AddBuffer("x", 256), g.AddBuffer("z", 128)
-				g.AddKernel("fill", fillUints(41), dag.Writes(x))
+				var fn dag.KernelFunc
+				if withTwin {
+					fn = twin(x, z)
+				}
+				g.AddKernel("fill", fillUints(41, x), dag.Writes(x))
 				g.AddKernel("plus1", fn, append([]dag.KernelOption{dag.ReadsRange(x, 4, 128), dag.Writes(z),
 					dag.OpenCL(plus1CL, "plus1", uints, dag.BufferArg(x), dag.BufferArg(z))}, opts...)...)
 				return g, z
 			}
-			twin := func(_ context.Context, l dag.Launch) error {
-				in, out := l.In(0).Bytes(), l.Out(0).Bytes()
-				for i := 0; i < len(out); i += 4 {
-					binary.LittleEndian.PutUint32(out[i:], binary.LittleEndian.Uint32(in[i:])+1)
-				}
-				return nil
-			}
-			g, z := graph(twin, dag.PreferDevice(dev.ID()))
+			g, z := graph(true, dag.PreferDevice(dev.ID()))
 			res, err := e.Run(t.Context(), g)
 			require.NoError(t, err)
 			defer res.Close()
@@ -267,11 +273,11 @@ func TestCodeDeviceUnalignedArgumentOffset(t *testing.T) {
 			}
 
 			want := fmt.Sprintf(`exec: kernel "plus1" binds buffer "x" at offset 4, which is not a multiple of the %d-byte argument alignment on %s`, align, dev.ID())
-			g, _ = graph(nil)
+			g, _ = graph(false)
 			_, err = e.Plan(g)
 			require.Error(t, err)
 			assert.Equal(t, want+", and the kernel has code for no other device", err.Error())
-			g, _ = graph(twin, dag.OnDevice(dev.ID()))
+			g, _ = graph(true, dag.OnDevice(dev.ID()))
 			_, err = e.Plan(g)
 			require.Error(t, err)
 			assert.Equal(t, want+", which the kernel is pinned to", err.Error())
@@ -285,7 +291,7 @@ func TestOpenCLLaunchTooLargeFails(t *testing.T) {
 	e := cpuAnd(t, 1, openCLDevice(t, 1))
 	g := dag.New()
 	x, z := g.AddBuffer("x", 16), g.AddBuffer("z", 16)
-	g.AddKernel("fill", fillUints(1), dag.Writes(x))
+	g.AddKernel("fill", fillUints(1, x), dag.Writes(x))
 	g.AddKernel("huge", nil, dag.Reads(x), dag.Writes(z), dag.OpenCL(plus1CL, "plus1", func([]int64) dag.Shape {
 		return dag.Shape{Global: []int{1 << 62, 1 << 62}}
 	}, dag.BufferArg(x), dag.BufferArg(z)))

@@ -46,7 +46,7 @@ const spinSteps = 5_000_000
 func spinChains(chains, n int, stop func()) (*dag.Graph, [][]dag.BufferID) {
 	g := dag.New()
 	src := g.AddBuffer("src", 16)
-	g.AddKernel("source", put(0), dag.Writes(src))
+	g.AddKernel("source", put(src, 0), dag.Writes(src))
 	bufs := make([][]dag.BufferID, chains)
 	for c := range chains {
 		prev := src
@@ -66,7 +66,7 @@ func spinChains(chains, n int, stop func()) (*dag.Graph, [][]dag.BufferID) {
 					dag.Reads(next), dag.Writes(done))
 				for j := range n + 1 {
 					after := g.AddBuffer(fmt.Sprint("t", j), 8)
-					g.AddKernel(fmt.Sprint("tail", j), put(uint64(j)), dag.Reads(done), dag.Writes(after))
+					g.AddKernel(fmt.Sprint("tail", j), put(after, uint64(j)), dag.Reads(done), dag.Writes(after))
 					done = after
 				}
 			}
@@ -134,7 +134,7 @@ func TestCodeDeviceClosedMidRun(t *testing.T) {
 	closeErr := make(chan error, 1)
 	g, bufs := spinChains(1, n, func() { closeErr <- dev.Close() })
 	sink := g.AddBuffer("sunk", 8)
-	g.AddKernel("sink", put(1), dag.Reads(bufs[0][n-1]), dag.Writes(sink))
+	g.AddKernel("sink", put(sink, 1), dag.Reads(bufs[0][n-1]), dag.Writes(sink))
 	res, err := e.Run(t.Context(), g)
 	require.NotNil(t, res, "%v", err)
 	defer res.Close()
@@ -223,12 +223,12 @@ func stuckScenario(t *testing.T) {
 	one := func([]int64) dag.Shape { return dag.Shape{Global: []int{1}} }
 	g := dag.New()
 	flag, out, next, sum := g.AddBuffer("flag", 8), g.AddBuffer("out", 8), g.AddBuffer("next", 8), g.AddBuffer("sum", 8)
-	g.AddKernel("source", put(0), dag.Writes(flag))
+	g.AddKernel("source", put(flag, 0), dag.Writes(flag))
 	g.AddKernel("stuck", nil, dag.Reads(flag), dag.Writes(out),
 		dag.OpenCL(stuckCL, "stuck", one, dag.BufferArg(flag), dag.BufferArg(out)))
 	g.AddKernel("after", nil, dag.Reads(out), dag.Writes(next),
 		dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(out), dag.BufferArg(next), dag.ScalarArg(uint64(1)), dag.ScalarArg(uint64(1))))
-	g.AddKernel("sink", put(1), dag.Reads(next), dag.Writes(sum))
+	g.AddKernel("sink", put(sum, 1), dag.Reads(next), dag.Writes(sum))
 	for _, src := range []string{stuckCL, scaleCL} { // built before the run's deadline starts
 		_, err := dev.Program("prebuilt", src, "")
 		require.NoError(t, err)

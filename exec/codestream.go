@@ -213,7 +213,8 @@ func (p *Plan) codeOps() []codeOp {
 			for _, a := range op.variant.Args {
 				switch bd, ok := a.Buffer(); {
 				case ok:
-					op.args = append(op.args, codeArg{inst: p.instanceOf(l, bd.Buffer), off: bd.Offset})
+					x, _ := p.instanceOf(l, bd.Buffer, dag.AccessAny) // dag binds only declared buffers
+					op.args = append(op.args, codeArg{inst: x.Buffer, off: bd.Offset})
 					op.argBytes = append(op.argBytes, bd.Length)
 				case a.Status():
 					op.args = append(op.args, codeArg{inst: -1, status: true})
@@ -238,17 +239,22 @@ func (p *Plan) codeOps() []codeOp {
 	return p.cops
 }
 
-// instanceOf returns the plan buffer launch l uses for graph buffer b:
-// the instance its reads and writes are redirected to.
-func (p *Plan) instanceOf(l *PlannedLaunch, b dag.BufferID) buffers.ID {
-	for _, bs := range [2][]buffers.Binding{l.Reads, l.Writes} {
+// instanceOf returns launch l's first binding of graph buffer b with
+// access acc (its reads, then its writes), redirected to the instance
+// (plan buffer) the launch uses, or false when it declared none.
+// O(bindings of l).
+func (p *Plan) instanceOf(l *PlannedLaunch, b dag.BufferID, acc dag.Access) (buffers.Binding, bool) {
+	for i, bs := range [2][]buffers.Binding{l.Reads, l.Writes} {
+		if acc&(dag.AccessRead<<i) == 0 {
+			continue
+		}
 		for _, x := range bs {
 			if p.bufs[x.Buffer].Of == b {
-				return x.Buffer
+				return x, true
 			}
 		}
 	}
-	return -1 // dag binds only declared buffers: not reached
+	return buffers.Binding{}, false
 }
 
 // allocMem makes plan buffer i's device memory on its code device,

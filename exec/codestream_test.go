@@ -153,7 +153,7 @@ func scaleGraph(seed uint64, n, w int, twin bool, opts ...func(i int) []dag.Kern
 			want += vals[j]*3 + uint64(i)
 		}
 		g.AddKernel(fmt.Sprint("src", i), func(_ context.Context, l dag.Launch) error {
-			b := l.Out(0).Bytes()
+			b := bytesOf(l, a)
 			for j, v := range vals {
 				binary.LittleEndian.PutUint64(b[8*j:], v)
 			}
@@ -163,7 +163,7 @@ func scaleGraph(seed uint64, n, w int, twin bool, opts ...func(i int) []dag.Kern
 		if twin {
 			add := uint64(i)
 			fn = func(_ context.Context, l dag.Launch) error {
-				in, out := l.In(0).Bytes(), l.Out(0).Bytes()
+				in, out := bytesOf(l, a), bytesOf(l, s)
 				for j := range w {
 					binary.LittleEndian.PutUint64(out[8*j:], u64(in, 8*j)*3+add)
 				}
@@ -181,13 +181,13 @@ func scaleGraph(seed uint64, n, w int, twin bool, opts ...func(i int) []dag.Kern
 	total := g.AddBuffer("total", 8)
 	g.AddKernel("sum", func(_ context.Context, l dag.Launch) error {
 		var v uint64
-		for i := range l.NumIn() {
-			b := l.In(i).Bytes()
+		for _, s := range outs {
+			b := bytesOf(l, s)
 			for j := 0; j < len(b); j += 8 {
 				v += u64(b, j)
 			}
 		}
-		binary.LittleEndian.PutUint64(l.Out(0).Bytes(), v)
+		binary.LittleEndian.PutUint64(bytesOf(l, total), v)
 		return nil
 	}, dag.Reads(outs...), dag.Writes(total))
 	return g, total, want
@@ -309,7 +309,7 @@ func TestValueBufferOnCodeDeviceIsAPlanError(t *testing.T) {
 	dev := codeDevs()[0].make(t, 1)
 	e := cpuAnd(t, 1, dev)
 	g := dag.New()
-	v := g.AddValue("table")
+	v := dag.AddValue[any](g, "table").ID()
 	x := g.AddBuffer("x", 8)
 	g.AddKernel("fill", func(context.Context, dag.Launch) error { return nil }, dag.Writes(v))
 	g.AddKernel("k", nil, dag.Reads(v), dag.Writes(x), dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(x), dag.BufferArg(x),
@@ -319,10 +319,10 @@ func TestValueBufferOnCodeDeviceIsAPlanError(t *testing.T) {
 
 	// With a host twin, it runs on the CPU instead.
 	g2 := dag.New()
-	v2 := g2.AddValue("table")
+	v2 := dag.AddValue[any](g2, "table").ID()
 	x2 := g2.AddBuffer("x", 8)
 	g2.AddKernel("fill", func(context.Context, dag.Launch) error { return nil }, dag.Writes(v2))
-	g2.AddKernel("k", put(9), dag.Reads(v2), dag.Writes(x2), dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(x2), dag.BufferArg(x2),
+	g2.AddKernel("k", put(x2, 9), dag.Reads(v2), dag.Writes(x2), dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(x2), dag.BufferArg(x2),
 		dag.ScalarArg(uint64(1)), dag.ScalarArg(uint64(0))))
 	p, err := e.Plan(g2)
 	require.NoError(t, err)
@@ -414,12 +414,12 @@ func TestCodeDeviceFailedProducerSkipsConsumer(t *testing.T) {
 				e := cpuAnd(t, 2, dev)
 				g := dag.New()
 				in, mid, out := g.AddBuffer("in", 8), g.AddBuffer("mid", 8), g.AddBuffer("out", 8)
-				g.AddKernel("source", put(3), dag.Writes(in)) // odd: check fails softly
+				g.AddKernel("source", put(in, 3), dag.Writes(in)) // odd: check fails softly
 				c.build(g, in, mid, out)
 				g.AddKernel("consume", nil, dag.Reads(mid), dag.Writes(out), dag.OnStream(1), dag.OnDevice(dev.ID()),
 					dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(mid), dag.BufferArg(out), dag.ScalarArg(uint64(2)), dag.ScalarArg(uint64(0))))
 				other, otherOut := g.AddBuffer("other", 8), g.AddBuffer("other-out", 8)
-				g.AddKernel("unrelated-source", put(20), dag.Writes(other))
+				g.AddKernel("unrelated-source", put(other, 20), dag.Writes(other))
 				g.AddKernel("unrelated", nil, dag.Reads(other), dag.Writes(otherOut), dag.OnStream(1),
 					dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(other), dag.BufferArg(otherOut), dag.ScalarArg(uint64(2)), dag.ScalarArg(uint64(1))))
 				res, err := e.Run(t.Context(), g)
@@ -467,7 +467,7 @@ func TestCodeDeviceFailureBySeq(t *testing.T) {
 	e := cpuAnd(t, 1, d)
 	g := dag.New()
 	in, a, b, c := g.AddBuffer("in", 8), g.AddBuffer("a", 8), g.AddBuffer("b", 8), g.AddBuffer("c", 8)
-	g.AddKernel("source", put(5), dag.Writes(in))
+	g.AddKernel("source", put(in, 5), dag.Writes(in))
 	scale := func(name string, from, to dag.BufferID, add uint64) {
 		g.AddKernel(name, nil, dag.Reads(from), dag.Writes(to), dag.OnDevice(d.ID()),
 			dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(from), dag.BufferArg(to), dag.ScalarArg(uint64(1)), dag.ScalarArg(add)))
@@ -509,7 +509,7 @@ func TestCodeDeviceSoftFailure(t *testing.T) {
 			} {
 				g := dag.New()
 				in, out := g.AddBuffer("in", 8), g.AddBuffer("out", 8)
-				g.AddKernel("source", put(c.in), dag.Writes(in))
+				g.AddKernel("source", put(in, c.in), dag.Writes(in))
 				g.AddKernel("check", nil, dag.Reads(in), dag.Writes(out),
 					dag.OpenCL(checkCL, "check", ulongs, dag.BufferArg(in), dag.BufferArg(out), dag.StatusArg()))
 				res, err := e.Run(t.Context(), g)
@@ -538,7 +538,7 @@ func TestCodeDeviceBuildError(t *testing.T) {
 			e := cpuAnd(t, 1, cd.make(t, 1))
 			g := dag.New()
 			in, out := g.AddBuffer("in", 8), g.AddBuffer("out", 8)
-			g.AddKernel("source", put(1), dag.Writes(in))
+			g.AddKernel("source", put(in, 1), dag.Writes(in))
 			g.AddKernel("broken", nil, dag.Reads(in), dag.Writes(out),
 				dag.OpenCL("#error this kernel does not build\n__kernel void scale(__global ulong *a) {}", "scale", ulongs, dag.BufferArg(in)))
 			res, err := e.Run(t.Context(), g)
@@ -611,7 +611,7 @@ func TestCodeDeviceNoLeaks(t *testing.T) {
 				ctx, cancel := context.WithCancel(t.Context())
 				fg := dag.New()
 				x, y, z := fg.AddBuffer("x", 8), fg.AddBuffer("y", 8), fg.AddBuffer("z", 8)
-				fg.AddKernel("source", put(seed), dag.Writes(x))
+				fg.AddKernel("source", put(x, seed), dag.Writes(x))
 				fg.AddKernel("fails", nil, dag.Reads(x), dag.Writes(y),
 					dag.OpenCL(checkCL, "check", ulongs, dag.BufferArg(x), dag.BufferArg(y), dag.StatusArg()))
 				fg.AddKernel("stop", func(context.Context, dag.Launch) error { cancel(); return nil }, dag.Reads(y), dag.Writes(z))
@@ -647,8 +647,8 @@ func TestCodeDeviceToCodeDeviceThroughHost(t *testing.T) {
 	g := dag.New()
 	in, mid, out := g.AddBuffer("in", 16), g.AddBuffer("mid", 16), g.AddBuffer("out", 16)
 	g.AddKernel("source", func(_ context.Context, l dag.Launch) error {
-		binary.LittleEndian.PutUint64(l.Out(0).Bytes(), 5)
-		binary.LittleEndian.PutUint64(l.Out(0).Bytes()[8:], 6)
+		binary.LittleEndian.PutUint64(bytesOf(l, in), 5)
+		binary.LittleEndian.PutUint64(bytesOf(l, in)[8:], 6)
 		return nil
 	}, dag.Writes(in))
 	g.AddKernel("on-a", nil, dag.Reads(in), dag.Writes(mid), dag.OnDevice(a.ID()),
@@ -690,8 +690,8 @@ func TestCodeDeviceMemoryBudget(t *testing.T) {
 	g := dag.New()
 	big, bigOut := g.AddBuffer("big", 128), g.AddBuffer("big-out", 8)
 	small, smallOut := g.AddBuffer("small", 8), g.AddBuffer("small-out", 8)
-	g.AddKernel("src-big", put(1), dag.Writes(big))
-	g.AddKernel("src-small", put(4), dag.Writes(small))
+	g.AddKernel("src-big", put(big, 1), dag.Writes(big))
+	g.AddKernel("src-small", put(small, 4), dag.Writes(small))
 	g.AddKernel("use-big", nil, dag.Reads(big), dag.Writes(bigOut),
 		dag.OpenCL(scaleCL, "scale", func([]int64) dag.Shape { return dag.Shape{Global: []int{1}} },
 			dag.BufferArg(big), dag.BufferArg(bigOut), dag.ScalarArg(uint64(1)), dag.ScalarArg(uint64(0))))
@@ -721,7 +721,7 @@ func TestCodeDeviceConcurrentRunsAndLongChains(t *testing.T) {
 			chain := func(start uint64) (*dag.Graph, dag.BufferID) {
 				g := dag.New()
 				prev := g.AddBuffer("x", 8)
-				g.AddKernel("start", put(start), dag.Writes(prev))
+				g.AddKernel("start", put(prev, start), dag.Writes(prev))
 				for i := range links {
 					next := g.AddBuffer(fmt.Sprint("c", i), 8)
 					g.AddKernel(fmt.Sprint("link", i), nil, dag.Reads(prev), dag.Writes(next),
@@ -807,7 +807,7 @@ func TestCodeDeviceBadShape(t *testing.T) {
 			e := cpuAnd(t, 1, cd.make(t, 1))
 			g := dag.New()
 			in, out := g.AddBuffer("in", 8), g.AddBuffer("out", 8)
-			g.AddKernel("source", put(1), dag.Writes(in))
+			g.AddKernel("source", put(in, 1), dag.Writes(in))
 			g.AddKernel("bad", nil, dag.Reads(in), dag.Writes(out),
 				dag.OpenCL(scaleCL, "scale", func([]int64) dag.Shape { return dag.Shape{Global: []int{1, 1, 1, 1}} },
 					dag.BufferArg(in), dag.BufferArg(out), dag.ScalarArg(uint64(1)), dag.ScalarArg(uint64(0))))
@@ -888,7 +888,7 @@ func TestCodeDeviceFetchOnRead(t *testing.T) {
 				out, total := g.AddBuffer("out", 8*w), g.AddBuffer("total", 8)
 				g.AddKernel("src", func(_ context.Context, l dag.Launch) error {
 					for j, v := range vals {
-						binary.LittleEndian.PutUint64(l.Out(0).Bytes()[8*j:], v)
+						binary.LittleEndian.PutUint64(bytesOf(l, a)[8*j:], v)
 					}
 					return nil
 				}, dag.Writes(a))
@@ -904,9 +904,9 @@ func TestCodeDeviceFetchOnRead(t *testing.T) {
 				g.AddKernel("sum", func(_ context.Context, l dag.Launch) error {
 					var v uint64
 					for j := range w {
-						v += u64(l.In(0).Bytes(), 8*j)
+						v += u64(bytesOf(l, out), 8*j)
 					}
-					binary.LittleEndian.PutUint64(l.Out(0).Bytes(), v)
+					binary.LittleEndian.PutUint64(bytesOf(l, total), v)
 					return nil
 				}, dag.Reads(out), dag.Writes(total))
 				bud := buffers.NewBudget(1 << 20)
@@ -965,18 +965,18 @@ func pingPong(seed uint64, n, w, at int, stop func()) (*dag.Graph, []dag.BufferI
 	}
 	g.AddKernel("src", func(_ context.Context, l dag.Launch) error {
 		for j, v := range want[0] {
-			binary.LittleEndian.PutUint64(l.Out(0).Bytes()[8*j:], v)
+			binary.LittleEndian.PutUint64(bytesOf(l, xs[0])[8*j:], v)
 		}
 		return nil
 	}, dag.Writes(xs[0]))
 	for i := 1; i <= n; i++ {
 		x := g.AddBuffer(fmt.Sprint("x", i), int64(8*w))
 		if stop != nil && i == at {
-			add := uint64(i)
+			add, prev := uint64(i), xs[i-1]
 			g.AddKernel(fmt.Sprint("host", i), func(_ context.Context, l dag.Launch) error {
 				stop()
 				for j := range w {
-					binary.LittleEndian.PutUint64(l.Out(0).Bytes()[8*j:], u64(l.In(0).Bytes(), 8*j)*3+add)
+					binary.LittleEndian.PutUint64(bytesOf(l, x)[8*j:], u64(bytesOf(l, prev), 8*j)*3+add)
 				}
 				return nil
 			}, dag.Reads(xs[i-1]), dag.Writes(x))
@@ -1134,14 +1134,14 @@ func TestCodeDeviceFetchTheRest(t *testing.T) {
 			a, mid, first := g.AddBuffer("a", 8*w), g.AddBuffer("mid", 8*w), g.AddBuffer("first", 8)
 			g.AddKernel("src", func(_ context.Context, l dag.Launch) error {
 				for j := range w {
-					binary.LittleEndian.PutUint64(l.Out(0).Bytes()[8*j:], uint64(10+j))
+					binary.LittleEndian.PutUint64(bytesOf(l, a)[8*j:], uint64(10+j))
 				}
 				return nil
 			}, dag.Writes(a))
 			g.AddKernel("scale", nil, dag.Reads(a), dag.Writes(mid),
 				dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(a), dag.BufferArg(mid), dag.ScalarArg(uint64(2)), dag.ScalarArg(uint64(1))))
 			g.AddKernel("head", func(_ context.Context, l dag.Launch) error {
-				copy(l.Out(0).Bytes(), l.In(0).Bytes())
+				copy(bytesOf(l, first), bytesOf(l, mid))
 				return nil
 			}, dag.ReadsRange(mid, 0, 8), dag.Writes(first))
 			e := cpuAnd(t, 1, cd.make(t, 1))

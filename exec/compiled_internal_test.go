@@ -22,12 +22,12 @@ func fanGraph(n int) *dag.Graph {
 	g := dag.New()
 	var ends []dag.BufferID
 	for i := range n {
-		a, b := g.AddValue(fmt.Sprint("a", i)), g.AddValue(fmt.Sprint("b", i))
+		a, b := dag.AddValue[any](g, fmt.Sprint("a", i)).ID(), dag.AddValue[any](g, fmt.Sprint("b", i)).ID()
 		g.AddKernel(fmt.Sprint("head", i), nop, dag.Writes(a))
 		g.AddKernel(fmt.Sprint("tail", i), nop, dag.Reads(a), dag.Writes(b))
 		ends = append(ends, b)
 	}
-	g.AddKernel("sink", nop, dag.Reads(ends...), dag.Writes(g.AddValue("out")))
+	g.AddKernel("sink", nop, dag.Reads(ends...), dag.Writes(dag.AddValue[any](g, "out").ID()))
 	return g
 }
 

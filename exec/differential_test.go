@@ -357,7 +357,7 @@ func (p *program) graph(devs []topology.DeviceID) *dag.Graph {
 			opts = append(opts, dag.Input())
 		}
 		if b.Value {
-			g.AddValue(b.Name, opts...)
+			dag.AddValue[any](g, b.Name, opts...).ID()
 		} else {
 			g.AddBuffer(b.Name, b.SizeBytes, opts...)
 		}
@@ -408,11 +408,14 @@ func (p *program) kernelFunc(i int) dag.KernelFunc {
 		}
 		h := mix(0xcbf29ce484222325, uint64(i))
 		for j, r := range k.reads {
-			if r.optional && l.Missing(j) != nil {
+			if r.optional && l.Missing(r.buf) != nil {
 				h = mix(h, 0xdead)
 				continue
 			}
-			in := l.In(j)
+			in, err := l.Buffer(r.buf, dag.AccessRead)
+			if err != nil {
+				return err
+			}
 			switch {
 			case r.value:
 				switch v := in.Value().(type) {
@@ -438,7 +441,10 @@ func (p *program) kernelFunc(i int) dag.KernelFunc {
 			return fmt.Errorf("boom %s", k.name)
 		}
 		for j, w := range k.writes {
-			out := l.Out(j)
+			out, err := l.Buffer(w.buf, dag.AccessWrite)
+			if err != nil {
+				return err
+			}
 			if w.value {
 				if err := out.Store(num(mix(h, uint64(j)))); err != nil {
 					return err

@@ -963,11 +963,52 @@ func (b *streamRun) op() *PlannedLaunch        { return &b.r.plan.launches[b.lis
 func (b *streamRun) Kernel() string            { return b.op().Name }
 func (b *streamRun) Device() topology.DeviceID { return b.r.devs[b.op().Device] }
 func (b *streamRun) Stream() int               { return b.op().Stream }
-func (b *streamRun) In(i int) *buffers.Buffer  { return b.r.buffer(b.op().Reads[i].Buffer) }
-func (b *streamRun) Out(i int) *buffers.Buffer { return b.r.buffer(b.op().Writes[i].Buffer) }
-func (b *streamRun) NumIn() int                { return len(b.op().Reads) }
-func (b *streamRun) NumOut() int               { return len(b.op().Writes) }
-func (b *streamRun) Missing(i int) error {
-	return b.r.store.EnsureWritten(b.op().Reads[i])
+
+// Buffer resolves graph buffer id to the run's instance the launch
+// declared with access acc (see dag.Launch.Buffer).
+func (b *streamRun) Buffer(id dag.BufferID, acc dag.Access) (*buffers.Buffer, error) {
+	op := b.op()
+	x, ok := b.r.plan.instanceOf(op, id, acc)
+	if !ok {
+		return nil, b.accessError(op, id, acc)
+	}
+	if buf := b.r.buffer(x.Buffer); buf != nil {
+		return buf, nil
+	}
+	if err := b.r.store.EnsureWritten(x); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("exec: kernel %q: buffer %q has no memory in this run", op.Name, b.r.plan.bufs[x.Buffer].Name)
 }
+
+// Missing is the read error of every read of graph buffer id the launch
+// declared (see dag.Launch.Missing).
+func (b *streamRun) Missing(id dag.BufferID) error {
+	op := b.op()
+	found := false
+	for _, x := range op.Reads {
+		if b.r.plan.bufs[x.Buffer].Of != id {
+			continue
+		}
+		found = true
+		if err := b.r.store.EnsureWritten(x); err != nil {
+			return err
+		}
+	}
+	if !found {
+		return b.accessError(op, id, dag.AccessRead)
+	}
+	return nil
+}
+
+// accessError is the error of launch op asking for buffer id with an
+// access it did not declare.
+func (b *streamRun) accessError(op *PlannedLaunch, id dag.BufferID, acc dag.Access) error {
+	e := &dag.AccessError{Kernel: op.Name, Buffer: id, Access: acc}
+	if g := b.r.plan.graph; id >= 0 && int(id) < g.NumBuffers() {
+		e.Name = g.Buffer(id).Name
+	}
+	return e
+}
+
 func (b *streamRun) Allocator() memory.Allocator { return b.r.alloc }

@@ -34,18 +34,18 @@ func statuses(rep *exec.Report) map[string]exec.Status {
 
 // chainGraph returns n kernels on one chain of value buffers; kernel i
 // runs body(i) and then stores i.
-func chainGraph(n int, body func(i int)) (*dag.Graph, []dag.BufferID) {
+func chainGraph(n int, body func(i int)) (*dag.Graph, []dag.Value[int]) {
 	g := dag.New()
-	var bufs []dag.BufferID
+	var bufs []dag.Value[int]
 	for i := range n {
-		out := g.AddValue(fmt.Sprintf("v%d", i))
-		opts := []dag.KernelOption{dag.Writes(out)}
+		out := dag.AddValue[int](g, fmt.Sprintf("v%d", i))
+		opts := []dag.KernelOption{dag.Writes(out.ID())}
 		if i > 0 {
-			opts = append(opts, dag.Reads(bufs[i-1]))
+			opts = append(opts, dag.Reads(bufs[i-1].ID()))
 		}
 		g.AddKernel(fmt.Sprintf("k%d", i), func(_ context.Context, l dag.Launch) error {
 			body(i)
-			return l.Out(0).Store(i)
+			return dag.Put(l, out, i)
 		}, opts...)
 		bufs = append(bufs, out)
 	}
@@ -61,10 +61,10 @@ func TestGoexitInKernel(t *testing.T) { bothTimings(t, testGoexitInKernel) }
 func testGoexitInKernel(t *testing.T, timing exec.Option) {
 	e := newExecutor(t, 1, timing)
 	g := dag.New()
-	a, b, c := g.AddValue("a"), g.AddValue("b"), g.AddValue("c")
-	g.AddKernel("exits", func(context.Context, dag.Launch) error { runtime.Goexit(); return nil }, dag.Writes(a))
-	g.AddKernel("after", func(_ context.Context, l dag.Launch) error { return l.Out(0).Store(1) }, dag.Reads(a), dag.Writes(b))
-	g.AddKernel("other", func(_ context.Context, l dag.Launch) error { return l.Out(0).Store(2) }, dag.Writes(c))
+	a, b, c := dag.AddValue[int](g, "a"), dag.AddValue[int](g, "b"), dag.AddValue[int](g, "c")
+	g.AddKernel("exits", func(context.Context, dag.Launch) error { runtime.Goexit(); return nil }, dag.Writes(a.ID()))
+	g.AddKernel("after", func(_ context.Context, l dag.Launch) error { return dag.Put(l, b, 1) }, dag.Reads(a.ID()), dag.Writes(b.ID()))
+	g.AddKernel("other", func(_ context.Context, l dag.Launch) error { return dag.Put(l, c, 2) }, dag.Writes(c.ID()))
 	res, err := e.Run(context.Background(), g)
 	require.NoError(t, err)
 	defer res.Close()
@@ -73,7 +73,7 @@ func testGoexitInKernel(t *testing.T, timing exec.Option) {
 	var torn *failgraph.KernelPanicError
 	require.ErrorAs(t, res.Err(), &torn)
 	assert.Equal(t, "runtime.Goexit", torn.Value)
-	v, err := res.Value(c)
+	v, err := res.Value(c.ID())
 	require.NoError(t, err)
 	assert.Equal(t, 2, v)
 }
@@ -85,16 +85,16 @@ func TestPanicMidStream(t *testing.T) { bothTimings(t, testPanicMidStream) }
 func testPanicMidStream(t *testing.T, timing exec.Option) {
 	e := newExecutor(t, 1, timing)
 	g := dag.New()
-	var outs []dag.BufferID
+	var outs []dag.Value[int]
 	for i := range 6 {
-		out := g.AddValue(fmt.Sprintf("o%d", i))
+		out := dag.AddValue[int](g, fmt.Sprintf("o%d", i))
 		outs = append(outs, out)
 		g.AddKernel(fmt.Sprintf("k%d", i), func(_ context.Context, l dag.Launch) error {
 			if i == 2 || i == 4 {
 				panic(fmt.Sprintf("boom %d", i))
 			}
-			return l.Out(0).Store(i)
-		}, dag.Writes(out))
+			return dag.Put(l, out, i)
+		}, dag.Writes(out.ID()))
 	}
 	res, err := e.Run(context.Background(), g)
 	require.NoError(t, err)
@@ -102,7 +102,7 @@ func testPanicMidStream(t *testing.T, timing exec.Option) {
 	assert.Equal(t, 4, res.Report.Count(exec.StatusOK))
 	assert.Equal(t, 2, res.Report.Count(exec.StatusFailed))
 	for i, out := range outs {
-		v, err := res.Value(out)
+		v, err := res.Value(out.ID())
 		if i == 2 || i == 4 {
 			var torn *failgraph.KernelPanicError
 			require.ErrorAs(t, err, &torn, "o%d", i)
@@ -130,9 +130,9 @@ func TestCancelMidChain(t *testing.T) {
 	defer res.Close()
 	assert.Equal(t, 20, res.Report.Count(exec.StatusOK))
 	assert.Equal(t, 30, res.Report.Count(exec.StatusCancelled))
-	_, err = res.Value(bufs[49])
+	_, err = res.Value(bufs[49].ID())
 	assert.ErrorIs(t, err, context.Canceled)
-	v, err := res.Value(bufs[19])
+	v, err := res.Value(bufs[19].ID())
 	require.NoError(t, err)
 	assert.Equal(t, 19, v)
 }
@@ -217,12 +217,12 @@ func TestResultClosedAndSlotsReused(t *testing.T) {
 	var mu sync.Mutex
 	round := 0
 	g, bufs := chainGraph(10, func(int) {})
-	tagged := g.AddValue("tagged")
+	tagged := dag.AddValue[int](g, "tagged")
 	g.AddKernel("tag", func(_ context.Context, l dag.Launch) error {
 		mu.Lock()
 		defer mu.Unlock()
-		return l.Out(0).Store(round)
-	}, dag.Writes(tagged))
+		return dag.Put(l, tagged, round)
+	}, dag.Writes(tagged.ID()))
 	p, err := e.Plan(g)
 	require.NoError(t, err)
 	for r := range 3 {
@@ -231,15 +231,15 @@ func TestResultClosedAndSlotsReused(t *testing.T) {
 		mu.Unlock()
 		res, err := e.Execute(context.Background(), p)
 		require.NoError(t, err)
-		v, err := res.Value(tagged)
+		v, err := res.Value(tagged.ID())
 		require.NoError(t, err)
 		assert.Equal(t, r, v)
-		v, err = res.Value(bufs[9])
+		v, err = res.Value(bufs[9].ID())
 		require.NoError(t, err)
 		assert.Equal(t, 9, v)
 		require.NoError(t, res.Close())
 		require.NoError(t, res.Close(), "idempotent")
-		_, err = res.Value(bufs[9])
+		_, err = res.Value(bufs[9].ID())
 		assert.ErrorIs(t, err, exec.ErrResultClosed)
 		assert.EqualError(t, err, `exec: result closed: cannot read buffer "v9"`)
 	}
@@ -250,22 +250,23 @@ func TestResultClosedAndSlotsReused(t *testing.T) {
 func TestConcurrentRunsShareStreams(t *testing.T) {
 	e := newExecutor(t, 3)
 	g := dag.New()
-	var last dag.BufferID
-	prev := []dag.BufferID{}
+	var last dag.Value[int]
+	prev := []dag.Value[int]{}
 	for lvl := range 30 {
-		var cur []dag.BufferID
+		var cur []dag.Value[int]
 		for j := range 3 {
-			out := g.AddValue(fmt.Sprintf("v%d_%d", lvl, j))
-			opts := []dag.KernelOption{dag.Writes(out)}
+			out := dag.AddValue[int](g, fmt.Sprintf("v%d_%d", lvl, j))
+			opts := []dag.KernelOption{dag.Writes(out.ID())}
 			for _, p := range prev {
-				opts = append(opts, dag.Reads(p))
+				opts = append(opts, dag.Reads(p.ID()))
 			}
+			ins := prev
 			g.AddKernel(fmt.Sprintf("k%d_%d", lvl, j), func(_ context.Context, l dag.Launch) error {
 				sum := 1
-				for i := range l.NumIn() {
-					sum += l.In(i).Value().(int)
+				for _, in := range ins {
+					sum += valueOf(l, in)
 				}
-				return l.Out(0).Store(sum % 1_000_003)
+				return dag.Put(l, out, sum%1_000_003)
 			}, opts...)
 			cur = append(cur, out)
 			last = out
@@ -287,7 +288,7 @@ func TestConcurrentRunsShareStreams(t *testing.T) {
 				return
 			}
 			defer res.Close()
-			v, err := res.Value(last)
+			v, err := res.Value(last.ID())
 			if err != nil {
 				errs <- err
 				return
@@ -316,23 +317,23 @@ func TestConcurrentRunsShareStreams(t *testing.T) {
 func TestLaunchOrderKeepsHazards(t *testing.T) {
 	e := newExecutor(t, 1)
 	g := dag.New()
-	x, y, z := g.AddValue("x"), g.AddValue("y"), g.AddValue("z")
+	x, y, z := dag.AddValue[string](g, "x"), dag.AddValue[string](g, "y"), dag.AddValue[string](g, "z")
 	g.AddKernel("w1", func(_ context.Context, l dag.Launch) error {
-		if err := l.Out(0).Store("first"); err != nil {
+		if err := dag.Put(l, x, "first"); err != nil {
 			return err
 		}
-		return l.Out(1).Store("y")
-	}, dag.Writes(x, y))
-	g.AddKernel("r", func(_ context.Context, l dag.Launch) error { return l.Out(0).Store(l.In(0).Value()) },
-		dag.Reads(x), dag.Writes(z))
-	g.AddKernel("w2", func(_ context.Context, l dag.Launch) error { return l.Out(0).Store("second") },
-		dag.Reads(y), dag.Writes(x))
-	tail := z
+		return dag.Put(l, y, "y")
+	}, dag.Writes(x.ID(), y.ID()))
+	g.AddKernel("r", func(_ context.Context, l dag.Launch) error { return dag.Put(l, z, valueOf(l, x)) },
+		dag.Reads(x.ID()), dag.Writes(z.ID()))
+	g.AddKernel("w2", func(_ context.Context, l dag.Launch) error { return dag.Put(l, x, "second") },
+		dag.Reads(y.ID()), dag.Writes(x.ID()))
+	tail := z.ID()
 	for i := range 5 { // a long path after r gives it the higher rank
-		out := g.AddValue(fmt.Sprintf("tv%d", i))
-		g.AddKernel(fmt.Sprintf("t%d", i), func(_ context.Context, l dag.Launch) error { return l.Out(0).Store(i) },
-			dag.Reads(tail), dag.Writes(out))
-		tail = out
+		out := dag.AddValue[int](g, fmt.Sprintf("tv%d", i))
+		g.AddKernel(fmt.Sprintf("t%d", i), func(_ context.Context, l dag.Launch) error { return dag.Put(l, out, i) },
+			dag.Reads(tail), dag.Writes(out.ID()))
+		tail = out.ID()
 	}
 	require.NoError(t, g.Validate())
 	pos := map[dag.KernelID]int{}
@@ -343,7 +344,7 @@ func TestLaunchOrderKeepsHazards(t *testing.T) {
 	res, err := e.Run(context.Background(), g)
 	require.NoError(t, err)
 	defer res.Close()
-	v, err := res.Value(z)
+	v, err := res.Value(z.ID())
 	require.NoError(t, err)
 	assert.Equal(t, "second", v)
 }
@@ -375,21 +376,23 @@ func TestReductionTreeWaitsWhereBlocksMeet(t *testing.T) {
 	e := newExecutor(t, 2)
 	g := dag.New()
 	leaves := 1 << depth
-	level := make([]dag.BufferID, leaves)
+	level := make([]dag.Value[int], leaves)
 	for i := range level {
-		level[i] = g.AddValue(fmt.Sprintf("leaf%d", i))
+		leaf := dag.AddValue[int](g, fmt.Sprintf("leaf%d", i))
+		level[i] = leaf
 		g.AddKernel(fmt.Sprintf("load%d", i), func(_ context.Context, l dag.Launch) error {
-			return l.Out(0).Store(1)
-		}, dag.Writes(level[i]))
+			return dag.Put(l, leaf, 1)
+		}, dag.Writes(leaf.ID()))
 	}
 	internal := 0
 	for len(level) > 1 {
-		next := make([]dag.BufferID, len(level)/2)
+		next := make([]dag.Value[int], len(level)/2)
 		for i := range next {
-			next[i] = g.AddValue(fmt.Sprintf("sum%d", internal))
+			sum, a, b := dag.AddValue[int](g, fmt.Sprintf("sum%d", internal)), level[2*i], level[2*i+1]
+			next[i] = sum
 			g.AddKernel(fmt.Sprintf("add%d", internal), func(_ context.Context, l dag.Launch) error {
-				return l.Out(0).Store(l.In(0).Value().(int) + l.In(1).Value().(int))
-			}, dag.Reads(level[2*i], level[2*i+1]), dag.Writes(next[i]))
+				return dag.Put(l, sum, valueOf(l, a)+valueOf(l, b))
+			}, dag.Reads(a.ID(), b.ID()), dag.Writes(sum.ID()))
 			internal++
 		}
 		level = next
@@ -401,7 +404,7 @@ func TestReductionTreeWaitsWhereBlocksMeet(t *testing.T) {
 	res, err := e.Execute(t.Context(), p)
 	require.NoError(t, err)
 	defer res.Close()
-	v, err := res.Value(level[0])
+	v, err := res.Value(level[0].ID())
 	require.NoError(t, err)
 	assert.Equal(t, leaves, v)
 }

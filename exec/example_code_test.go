@@ -29,14 +29,14 @@ func ExampleNewMulti_openCL() {
 	in, out := g.AddBuffer("in", 4*n), g.AddBuffer("out", 4*n)
 	g.AddKernel("fill", func(_ context.Context, l dag.Launch) error {
 		for i := range n {
-			binary.LittleEndian.PutUint32(l.Out(0).Bytes()[4*i:], uint32(i))
+			binary.LittleEndian.PutUint32(bytesOf(l, in)[4*i:], uint32(i))
 		}
 		return nil
 	}, dag.Writes(in))
 	g.AddKernel("square", func(_ context.Context, l dag.Launch) error {
 		for i := range n {
-			v := binary.LittleEndian.Uint32(l.In(0).Bytes()[4*i:])
-			binary.LittleEndian.PutUint32(l.Out(0).Bytes()[4*i:], v*v)
+			v := binary.LittleEndian.Uint32(bytesOf(l, in)[4*i:])
+			binary.LittleEndian.PutUint32(bytesOf(l, out)[4*i:], v*v)
 		}
 		return nil
 	}, dag.Reads(in), dag.Writes(out), dag.PreferDevice(topology.OpenCL(0)),

@@ -16,31 +16,39 @@ import (
 // kernels, and the result read back.
 func ExampleExecutor_Run() {
 	g := dag.New()
-	in := g.AddValue("numbers", dag.Input())
-	sum := g.AddValue("total")
-	double := g.AddValue("doubled")
+	in := dag.AddValue[[]int](g, "numbers", dag.Input())
+	sum := dag.AddValue[int](g, "total")
+	double := dag.AddValue[int](g, "doubled")
 	g.AddKernel("sum", func(_ context.Context, l dag.Launch) error {
+		numbers, err := dag.Get(l, in)
+		if err != nil {
+			return err
+		}
 		total := 0
-		for _, v := range l.In(0).Value().([]int) {
+		for _, v := range numbers {
 			total += v
 		}
-		return l.Out(0).Store(total)
-	}, dag.Reads(in), dag.Writes(sum))
+		return dag.Put(l, sum, total)
+	}, dag.Reads(in.ID()), dag.Writes(sum.ID()))
 	g.AddKernel("double", func(_ context.Context, l dag.Launch) error {
-		return l.Out(0).Store(2 * l.In(0).Value().(int))
-	}, dag.Reads(sum), dag.Writes(double))
+		v, err := dag.Get(l, sum)
+		if err != nil {
+			return err
+		}
+		return dag.Put(l, double, 2*v)
+	}, dag.Reads(sum.ID()), dag.Writes(double.ID()))
 
 	dev, err := cpu.New(cpu.WithStreams(2))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer dev.Close()
-	res, err := exec.New(dev).Run(context.Background(), g, exec.WithInput(in, []int{1, 2, 3}))
+	res, err := exec.New(dev).Run(context.Background(), g, exec.WithInput(in.ID(), []int{1, 2, 3}))
 	if err != nil {
 		log.Fatal(err) // the graph is invalid: a cycle, a read nobody writes, …
 	}
 	defer res.Close()
-	v, err := res.Value(double)
+	v, err := res.Value(double.ID())
 	fmt.Println(v, err, res.Report.Count(exec.StatusOK), "launches ok")
 	// Output:
 	// 12 <nil> 2 launches ok
@@ -50,14 +58,18 @@ func ExampleExecutor_Run() {
 // and reading the result names the chain back to the root failure.
 func ExampleResult_Value_failure() {
 	g := dag.New()
-	a := g.AddValue("a")
-	b := g.AddValue("b")
+	a := dag.AddValue[string](g, "a")
+	b := dag.AddValue[string](g, "b")
 	g.AddKernel("load", func(context.Context, dag.Launch) error {
 		return errors.New("disk on fire")
-	}, dag.Writes(a))
+	}, dag.Writes(a.ID()))
 	g.AddKernel("transform", func(_ context.Context, l dag.Launch) error {
-		return l.Out(0).Store(l.In(0).Value())
-	}, dag.Reads(a), dag.Writes(b))
+		v, err := dag.Get(l, a)
+		if err != nil {
+			return err
+		}
+		return dag.Put(l, b, v)
+	}, dag.Reads(a.ID()), dag.Writes(b.ID()))
 
 	dev, err := cpu.New()
 	if err != nil {
@@ -69,7 +81,7 @@ func ExampleResult_Value_failure() {
 		log.Fatal(err)
 	}
 	defer res.Close()
-	_, err = res.Value(b)
+	_, err = res.Value(b.ID())
 	fmt.Println(err)
 	fmt.Println(res.Report.Count(exec.StatusFailed), "failed,", res.Report.Count(exec.StatusSkipped), "skipped")
 	// Output:
@@ -81,7 +93,9 @@ func ExampleResult_Value_failure() {
 // buffer read through each skipped kernel to the root kernel's error.
 func ExampleResult_Value_chain() {
 	g := dag.New()
-	raw, clean, total := g.AddValue("raw"), g.AddValue("clean"), g.AddValue("total")
+	raw := dag.AddValue[[]int](g, "raw").ID()
+	clean := dag.AddValue[[]int](g, "clean").ID()
+	total := dag.AddValue[int](g, "total").ID()
 	skipped := func(context.Context, dag.Launch) error { return nil } // never runs: its input is unwritten
 	g.AddKernel("load", func(context.Context, dag.Launch) error { return dag.ErrInjected }, dag.Writes(raw))
 	g.AddKernel("filter", skipped, dag.Reads(raw), dag.Writes(clean))

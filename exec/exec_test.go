@@ -48,12 +48,12 @@ func TestCrossStreamReadSeesWrite(t *testing.T) {
 		x := g.AddBuffer("x", 8)
 		y := g.AddBuffer("y", 8)
 		g.AddKernel("produce", func(_ context.Context, l dag.Launch) error {
-			binary.LittleEndian.PutUint64(l.Out(0).Bytes(), uint64(i)+1)
+			binary.LittleEndian.PutUint64(bytesOf(l, x), uint64(i)+1)
 			return nil
 		}, dag.Writes(x), dag.OnStream(0))
 		g.AddKernel("consume", func(_ context.Context, l dag.Launch) error {
-			v := binary.LittleEndian.Uint64(l.In(0).Bytes())
-			binary.LittleEndian.PutUint64(l.Out(0).Bytes(), v*2)
+			v := binary.LittleEndian.Uint64(bytesOf(l, x))
+			binary.LittleEndian.PutUint64(bytesOf(l, y), v*2)
 			return nil
 		}, dag.Reads(x), dag.Writes(y), dag.OnStream(1))
 		res, err := e.Run(t.Context(), g)
@@ -135,13 +135,15 @@ func TestPlanIsOpaque(t *testing.T) {
 	g := dag.New()
 	src := g.AddBuffer("src", 8)
 	l, r := g.AddBuffer("l", 8), g.AddBuffer("r", 8)
-	double := func(_ context.Context, l dag.Launch) error {
-		binary.LittleEndian.PutUint64(l.Out(0).Bytes(), 2*binary.LittleEndian.Uint64(l.In(0).Bytes()))
-		return nil
+	double := func(out dag.BufferID) dag.KernelFunc {
+		return func(_ context.Context, l dag.Launch) error {
+			binary.LittleEndian.PutUint64(bytesOf(l, out), 2*binary.LittleEndian.Uint64(bytesOf(l, src)))
+			return nil
+		}
 	}
-	g.AddKernel("source", putU64(0, 7, nil), dag.Writes(src))
-	g.AddKernel("left", double, dag.Reads(src), dag.Writes(l))
-	g.AddKernel("right", double, dag.Reads(src), dag.Writes(r))
+	g.AddKernel("source", putU64(src, 0, 7, nil), dag.Writes(src))
+	g.AddKernel("left", double(l), dag.Reads(src), dag.Writes(l))
+	g.AddKernel("right", double(r), dag.Reads(src), dag.Writes(r))
 	p, err := e.Plan(g)
 	require.NoError(t, err)
 	before := p.String()
@@ -290,14 +292,14 @@ func TestInvalidGraphIsAnError(t *testing.T) {
 func TestInputsAndBudget(t *testing.T) {
 	e := newExecutor(t, 2)
 	g := dag.New()
-	in := g.AddValue("in", dag.Input())
-	out := g.AddValue("out")
+	in := dag.AddValue[int](g, "in", dag.Input())
+	out := dag.AddValue[int](g, "out")
 	g.AddKernel("double", func(_ context.Context, l dag.Launch) error {
-		return l.Out(0).Store(l.In(0).Value().(int) * 2)
-	}, dag.Reads(in), dag.Writes(out))
-	res, err := e.Run(t.Context(), g, exec.WithInput(in, 21))
+		return dag.Put(l, out, valueOf(l, in)*2)
+	}, dag.Reads(in.ID()), dag.Writes(out.ID()))
+	res, err := e.Run(t.Context(), g, exec.WithInput(in.ID(), 21))
 	require.NoError(t, err)
-	v, err := res.Value(out)
+	v, err := res.Value(out.ID())
 	require.NoError(t, err)
 	assert.Equal(t, 42, v)
 	res.Close()

@@ -30,11 +30,11 @@ func sumGraph(pin *topology.DeviceID) (*dag.Graph, dag.BufferID) {
 			opts = append(opts, dag.OnDevice(*pin))
 		}
 		g.AddKernel(fmt.Sprintf("source[%d]", i), func(_ context.Context, l dag.Launch) error {
-			binary.LittleEndian.PutUint64(l.Out(0).Bytes(), uint64(i+1))
+			binary.LittleEndian.PutUint64(bytesOf(l, src), uint64(i+1))
 			return nil
 		}, opts...)
 		g.AddKernel(fmt.Sprintf("map[%d]", i), func(_ context.Context, l dag.Launch) error {
-			binary.LittleEndian.PutUint64(l.Out(0).Bytes(), 2*binary.LittleEndian.Uint64(l.In(0).Bytes()))
+			binary.LittleEndian.PutUint64(bytesOf(l, mid), 2*binary.LittleEndian.Uint64(bytesOf(l, src)))
 			return nil
 		}, dag.Reads(src), dag.Writes(mid))
 		mids = append(mids, mid)
@@ -42,10 +42,10 @@ func sumGraph(pin *topology.DeviceID) (*dag.Graph, dag.BufferID) {
 	out := g.AddBuffer("out", 8)
 	g.AddKernel("reduce", func(_ context.Context, l dag.Launch) error {
 		var sum uint64
-		for i := range l.NumIn() {
-			sum += binary.LittleEndian.Uint64(l.In(i).Bytes())
+		for _, mid := range mids {
+			sum += binary.LittleEndian.Uint64(bytesOf(l, mid))
 		}
-		binary.LittleEndian.PutUint64(l.Out(0).Bytes(), sum)
+		binary.LittleEndian.PutUint64(bytesOf(l, out), sum)
 		return nil
 	}, dag.Reads(mids...), dag.Writes(out))
 	return g, out

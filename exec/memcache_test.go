@@ -25,13 +25,14 @@ import (
 // device memory until Close.
 func keptGraph(w int) (g *dag.Graph, in, out dag.BufferID) {
 	g = dag.New()
-	in = g.AddValue("base", dag.Input())
+	base := dag.AddValue[uint64](g, "base", dag.Input())
+	in = base.ID()
 	a, mid := g.AddBuffer("a", int64(8*w)), g.AddBuffer("mid", int64(8*w))
 	out = g.AddBuffer("out", int64(8*w))
 	g.AddKernel("src", func(_ context.Context, l dag.Launch) error {
-		base := l.In(0).Value().(uint64)
+		base := valueOf(l, base)
 		for j := range w {
-			binary.LittleEndian.PutUint64(l.Out(0).Bytes()[8*j:], base+uint64(j))
+			binary.LittleEndian.PutUint64(bytesOf(l, a)[8*j:], base+uint64(j))
 		}
 		return nil
 	}, dag.Reads(in), dag.Writes(a))
@@ -204,12 +205,12 @@ func TestPlanKeepsStatusWords(t *testing.T) {
 	d := newFakeCode(topology.OpenCL(7), 1, fakeKernels)
 	e := cpuAnd(t, 1, d)
 	g := dag.New()
-	in := g.AddValue("v", dag.Input())
+	in := dag.AddValue[uint64](g, "v", dag.Input())
 	a, mid := g.AddBuffer("a", 8), g.AddBuffer("mid", 8)
 	g.AddKernel("src", func(_ context.Context, l dag.Launch) error {
-		binary.LittleEndian.PutUint64(l.Out(0).Bytes(), l.In(0).Value().(uint64))
+		binary.LittleEndian.PutUint64(bytesOf(l, a), valueOf(l, in))
 		return nil
-	}, dag.Reads(in), dag.Writes(a))
+	}, dag.Reads(in.ID()), dag.Writes(a))
 	g.AddKernel("check", nil, dag.Reads(a), dag.Writes(mid),
 		dag.OpenCL(checkCL, "check", func([]int64) dag.Shape { return dag.Shape{Global: []int{1}} },
 			dag.BufferArg(a), dag.BufferArg(mid), dag.StatusArg()))
@@ -220,7 +221,7 @@ func TestPlanKeepsStatusWords(t *testing.T) {
 		v    uint64
 		fail bool
 	}{{2, false}, {3, true}, {4, false}, {5, true}, {6, false}} {
-		res, err := e.Execute(t.Context(), p, exec.WithInput(in, tc.v), exec.WithKeepDeviceMemory())
+		res, err := e.Execute(t.Context(), p, exec.WithInput(in.ID(), tc.v), exec.WithKeepDeviceMemory())
 		require.NoError(t, err)
 		if tc.fail {
 			var se *exec.StatusError

@@ -76,7 +76,7 @@ func TestCopyAcrossSimulatedGPUs(t *testing.T) {
 				if l.Device() != c.from {
 					return fmt.Errorf("produce ran on %s", l.Device())
 				}
-				b := l.Out(0).Bytes()
+				b := bytesOf(l, x)
 				for i := range b {
 					b[i] = byte(i)
 				}
@@ -87,10 +87,10 @@ func TestCopyAcrossSimulatedGPUs(t *testing.T) {
 					return fmt.Errorf("consume ran on %s", l.Device())
 				}
 				var sum uint64
-				for _, v := range l.In(0).Bytes() {
+				for _, v := range bytesOf(l, x) {
 					sum += uint64(v)
 				}
-				binary.LittleEndian.PutUint64(l.Out(0).Bytes(), sum)
+				binary.LittleEndian.PutUint64(bytesOf(l, y), sum)
 				return nil
 			}, dag.Reads(x), dag.Writes(y), dag.OnDevice(c.to))
 			p, err := e.Plan(g)

@@ -20,13 +20,13 @@ import (
 // both; it returns the graph and the sum's buffer (a+b = 5).
 func fanInGraph() (*dag.Graph, dag.BufferID) {
 	g := dag.New()
-	a, b, sum := g.AddValue("a"), g.AddValue("b"), g.AddValue("sum")
-	g.AddKernel("make a", func(_ context.Context, l dag.Launch) error { return l.Out(0).Store(2) }, dag.Writes(a), dag.OnStream(0))
-	g.AddKernel("make b", func(_ context.Context, l dag.Launch) error { return l.Out(0).Store(3) }, dag.Writes(b), dag.OnStream(1))
+	a, b, sum := dag.AddValue[int](g, "a"), dag.AddValue[int](g, "b"), dag.AddValue[int](g, "sum")
+	g.AddKernel("make a", func(_ context.Context, l dag.Launch) error { return dag.Put(l, a, 2) }, dag.Writes(a.ID()), dag.OnStream(0))
+	g.AddKernel("make b", func(_ context.Context, l dag.Launch) error { return dag.Put(l, b, 3) }, dag.Writes(b.ID()), dag.OnStream(1))
 	g.AddKernel("add", func(_ context.Context, l dag.Launch) error {
-		return l.Out(0).Store(l.In(0).Value().(int) + l.In(1).Value().(int))
-	}, dag.Reads(a, b), dag.Writes(sum), dag.OnStream(0))
-	return g, sum
+		return dag.Put(l, sum, valueOf(l, a)+valueOf(l, b))
+	}, dag.Reads(a.ID(), b.ID()), dag.Writes(sum.ID()), dag.OnStream(0))
+	return g, sum.ID()
 }
 
 // A kernel that runs another graph on the same device under its ctx, or a
@@ -56,7 +56,7 @@ func TestKernelRunsGraphOnSameDevice(t *testing.T) {
 				e := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)))
 				inner, sum := fanInGraph()
 				outer := dag.New()
-				out := outer.AddValue("out")
+				out := dag.AddValue[any](outer, "out")
 				outer.AddKernel("outer", func(kctx context.Context, l dag.Launch) error {
 					ctx, cancel := c.ctx(kctx)
 					defer cancel()
@@ -83,13 +83,13 @@ func TestKernelRunsGraphOnSameDevice(t *testing.T) {
 					if err != nil {
 						return err
 					}
-					return l.Out(0).Store(v)
-				}, dag.Writes(out))
+					return dag.Put(l, out, v)
+				}, dag.Writes(out.ID()))
 				var res *exec.Result
 				noHang(t, "the outer run", func() { res, err = e.Run(t.Context(), outer) })
 				require.NoError(t, err)
 				require.NoError(t, res.Err())
-				v, err := res.Value(out)
+				v, err := res.Value(out.ID())
 				require.NoError(t, err)
 				assert.Equal(t, 5, v)
 				res.Close()

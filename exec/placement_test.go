@@ -19,15 +19,18 @@ import (
 
 var strategies = []exec.Placement{exec.PlaceHEFT, exec.PlaceRoundRobin, exec.PlaceLeastLoaded}
 
-// span is a byte range [off, off+n) of a buffer.
-type span struct{ off, n int64 }
+// span is a byte range [off, off+n) of raw buffer buf.
+type span struct {
+	buf    dag.BufferID
+	off, n int64
+}
 
-// fill returns a kernel that writes, into span i of its i-th output, the
-// bytes tag+16i, tag+16i+1, …
+// fill returns a kernel that writes, into span i, the bytes tag+16i,
+// tag+16i+1, …
 func fill(tag byte, spans ...span) dag.KernelFunc {
 	return func(_ context.Context, l dag.Launch) error {
 		for i, sp := range spans {
-			b := l.Out(i).Bytes()[sp.off : sp.off+sp.n]
+			b := bytesOf(l, sp.buf)[sp.off : sp.off+sp.n]
 			for j := range b {
 				b[j] = tag + byte(16*i+j)
 			}
@@ -36,14 +39,16 @@ func fill(tag byte, spans ...span) dag.KernelFunc {
 	}
 }
 
-// concat is a kernel that writes its inputs' bytes, one after the other,
-// into its only output.
-func concat(_ context.Context, l dag.Launch) error {
-	out := l.Out(0).Bytes()
-	for i := range l.NumIn() {
-		out = out[copy(out, l.In(i).Bytes()):]
+// concat returns a kernel that writes the bytes of ins, one after the
+// other, into out.
+func concat(out dag.BufferID, ins ...dag.BufferID) dag.KernelFunc {
+	return func(_ context.Context, l dag.Launch) error {
+		b := bytesOf(l, out)
+		for _, in := range ins {
+			b = b[copy(b, bytesOf(l, in)):]
+		}
+		return nil
 	}
-	return nil
 }
 
 // runBytes runs g on e and returns the bytes of each buffer of want, in
@@ -74,10 +79,10 @@ func TestPlacementSharedPartialWriters(t *testing.T) {
 		a, b := g.AddBuffer("a", 16), g.AddBuffer("b", 16)
 		out := g.AddBuffer("out", 32)
 		heavy := dag.Estimate(time.Millisecond) // worth spreading k1 and k2
-		g.AddKernel("k1", fill(0x10, span{0, 8}), dag.WritesRange(a, 0, 8), heavy)
-		g.AddKernel("k2", fill(0x40, span{0, 8}), dag.WritesRange(b, 0, 8), heavy)
-		g.AddKernel("k3", fill(0x80, span{8, 8}, span{8, 8}), dag.WritesRange(a, 8, 8), dag.WritesRange(b, 8, 8))
-		g.AddKernel("k4", concat, dag.Reads(a, b), dag.Writes(out))
+		g.AddKernel("k1", fill(0x10, span{a, 0, 8}), dag.WritesRange(a, 0, 8), heavy)
+		g.AddKernel("k2", fill(0x40, span{b, 0, 8}), dag.WritesRange(b, 0, 8), heavy)
+		g.AddKernel("k3", fill(0x80, span{a, 8, 8}, span{b, 8, 8}), dag.WritesRange(a, 8, 8), dag.WritesRange(b, 8, 8))
+		g.AddKernel("k4", concat(out, a, b), dag.Reads(a, b), dag.Writes(out))
 		return g, []dag.BufferID{a, b, out}
 	}
 	g, bufs := build()
@@ -170,7 +175,7 @@ func randomWriterGraph(rng *rand.Rand) func() (*dag.Graph, []dag.BufferID) {
 			var spans []span
 			for _, r := range ws {
 				opts = append(opts, dag.WritesRange(ids[r.buf], r.off, r.len))
-				spans = append(spans, span{r.off, r.len})
+				spans = append(spans, span{ids[r.buf], r.off, r.len})
 			}
 			g.AddKernel(fmt.Sprint("w", w), fill(byte(32*w), spans...), opts...)
 		}
@@ -183,7 +188,7 @@ func randomWriterGraph(rng *rand.Rand) func() (*dag.Graph, []dag.BufferID) {
 				n += sizes[b]
 			}
 			out := g.AddBuffer(fmt.Sprint("out", i), n)
-			g.AddKernel(fmt.Sprint("r", i), concat, dag.Reads(in...), dag.Writes(out))
+			g.AddKernel(fmt.Sprint("r", i), concat(out, in...), dag.Reads(in...), dag.Writes(out))
 			all = append(all, out)
 		}
 		return g, all
@@ -205,10 +210,10 @@ func TestPlacementSplitPins(t *testing.T) {
 			}
 			return []dag.KernelOption{dag.OnDevice(topology.GPU(d))}
 		}
-		g.AddKernel("k1", fill(0x10, span{0, 8}), append(on(1), dag.WritesRange(a, 0, 8))...)
-		g.AddKernel("k2", fill(0x40, span{0, 8}), append(on(2), dag.WritesRange(b, 0, 8))...)
-		g.AddKernel("k3", fill(0x80, span{8, 8}, span{8, 8}), append(on(3), dag.WritesRange(a, 8, 8), dag.WritesRange(b, 8, 8))...)
-		g.AddKernel("k4", concat, append(on(4), dag.Reads(a, b), dag.Writes(out))...)
+		g.AddKernel("k1", fill(0x10, span{a, 0, 8}), append(on(1), dag.WritesRange(a, 0, 8))...)
+		g.AddKernel("k2", fill(0x40, span{b, 0, 8}), append(on(2), dag.WritesRange(b, 0, 8))...)
+		g.AddKernel("k3", fill(0x80, span{a, 8, 8}, span{b, 8, 8}), append(on(3), dag.WritesRange(a, 8, 8), dag.WritesRange(b, 8, 8))...)
+		g.AddKernel("k4", concat(out, a, b), append(on(4), dag.Reads(a, b), dag.Writes(out))...)
 		return g, []dag.BufferID{a, b, out}
 	}
 	g, bufs := build(false)
@@ -230,10 +235,10 @@ func TestDeviceLossSharedPartialWriters(t *testing.T) {
 		g := dag.New()
 		a, b := g.AddBuffer("a", 16), g.AddBuffer("b", 16)
 		out := g.AddBuffer("out", 32)
-		g.AddKernel("k1", fill(0x10, span{0, 8}), dag.WritesRange(a, 0, 8))
-		g.AddKernel("k2", fill(0x40, span{0, 8}), dag.WritesRange(b, 0, 8))
-		g.AddKernel("k3", fill(0x80, span{8, 8}, span{8, 8}), dag.WritesRange(a, 8, 8), dag.WritesRange(b, 8, 8))
-		g.AddKernel("k4", concat, dag.Reads(a, b), dag.Writes(out))
+		g.AddKernel("k1", fill(0x10, span{a, 0, 8}), dag.WritesRange(a, 0, 8))
+		g.AddKernel("k2", fill(0x40, span{b, 0, 8}), dag.WritesRange(b, 0, 8))
+		g.AddKernel("k3", fill(0x80, span{a, 8, 8}, span{b, 8, 8}), dag.WritesRange(a, 8, 8), dag.WritesRange(b, 8, 8))
+		g.AddKernel("k4", concat(out, a, b), dag.Reads(a, b), dag.Writes(out))
 		return g, []dag.BufferID{a, b, out}
 	}
 	g, bufs := build()

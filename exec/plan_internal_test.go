@@ -30,7 +30,7 @@ func randomHazardGraph(rng *rand.Rand, withEstimates bool) *dag.Graph {
 		written := make([]bool, nb)
 		for i := range nb {
 			if rng.IntN(4) == 0 {
-				bufs[i] = g.AddValue(fmt.Sprint("v", i))
+				bufs[i] = dag.AddValue[any](g, fmt.Sprint("v", i)).ID()
 				continue
 			}
 			sizes[i] = int64(4 + rng.IntN(30))
@@ -91,7 +91,7 @@ func randomHazardGraph(rng *rand.Rand, withEstimates bool) *dag.Graph {
 					opts = append(opts, dag.Reads(tokens[j]))
 				}
 			}
-			tokens = append(tokens, g.AddValue(fmt.Sprint("tok", k)))
+			tokens = append(tokens, dag.AddValue[any](g, fmt.Sprint("tok", k)).ID())
 			opts = append(opts, dag.Writes(tokens[k]))
 			if rng.IntN(6) == 0 {
 				opts = append(opts, dag.OnStream(rng.IntN(4)))

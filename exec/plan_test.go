@@ -26,21 +26,21 @@ import (
 func planShapes(n int) map[string]*dag.Graph {
 	out := map[string]*dag.Graph{}
 	g := dag.New()
-	prev := g.AddValue("b0")
+	prev := dag.AddValue[any](g, "b0").ID()
 	g.AddKernel("k0", nop, dag.Writes(prev))
 	for i := 1; i < n; i++ {
-		b := g.AddValue(fmt.Sprint("b", i))
+		b := dag.AddValue[any](g, fmt.Sprint("b", i)).ID()
 		g.AddKernel(fmt.Sprint("k", i), nop, dag.Reads(prev), dag.Writes(b))
 		prev = b
 	}
 	out["chain"] = g
 
 	g = dag.New()
-	src := g.AddValue("src")
+	src := dag.AddValue[any](g, "src").ID()
 	g.AddKernel("source", nop, dag.Writes(src))
 	outs := make([]dag.BufferID, n)
 	for i := range outs {
-		outs[i] = g.AddValue(fmt.Sprint("w", i))
+		outs[i] = dag.AddValue[any](g, fmt.Sprint("w", i)).ID()
 		g.AddKernel(fmt.Sprint("worker", i), nop, dag.Reads(src), dag.Writes(outs[i]))
 	}
 	g.AddKernel("sink", nop, dag.Reads(outs...))
@@ -54,7 +54,7 @@ func planShapes(n int) map[string]*dag.Graph {
 	m--
 	bufs := make([]dag.BufferID, m)
 	for i := m - 1; i >= 0; i-- {
-		bufs[i] = g.AddValue(fmt.Sprint("t", i))
+		bufs[i] = dag.AddValue[any](g, fmt.Sprint("t", i)).ID()
 		if l := 2*i + 1; l < m {
 			g.AddKernel(fmt.Sprint("node", i), nop, dag.Reads(bufs[l], bufs[l+1]), dag.Writes(bufs[i]))
 		} else {
@@ -72,7 +72,7 @@ func planShapes(n int) map[string]*dag.Graph {
 	for i := range w {
 		for j := range w {
 			c := i*w + j
-			cells[c] = g.AddValue(fmt.Sprint("c", i, "_", j))
+			cells[c] = dag.AddValue[any](g, fmt.Sprint("c", i, "_", j)).ID()
 			opts := []dag.KernelOption{dag.Writes(cells[c])}
 			if i > 0 {
 				opts = append(opts, dag.Reads(cells[c-w]))
@@ -130,13 +130,13 @@ func TestPlanOnOneDeviceNamesTheFirstKernelItCannotRun(t *testing.T) {
 	for _, estimate := range []bool{false, true} {
 		g := dag.New()
 		x, y := g.AddBuffer("x", 8), g.AddBuffer("y", 8)
-		chain := g.AddValue("c0")
-		g.AddKernel("produce", put(21), dag.Writes(x))
+		chain := dag.AddValue[any](g, "c0").ID()
+		g.AddKernel("produce", put(x, 21), dag.Writes(x))
 		g.AddKernel("sink", nil, dag.Reads(x), dag.Writes(y),
 			dag.OpenCL(doubleCL, "double_it", oneItem, dag.BufferArg(x), dag.BufferArg(y)))
 		g.AddKernel("head", nil, dag.Writes(chain), dag.OpenCL(doubleCL, "double_it", oneItem))
 		for i := range 4 {
-			next := g.AddValue(fmt.Sprint("c", i+1))
+			next := dag.AddValue[any](g, fmt.Sprint("c", i+1)).ID()
 			opts := []dag.KernelOption{dag.Reads(chain), dag.Writes(next)}
 			if estimate {
 				opts = append(opts, dag.Estimate(time.Duration(i+1)*time.Millisecond))

@@ -31,33 +31,33 @@ func TestRandomDAGWithFailures(t *testing.T) {
 		t.Run(fmt.Sprintf("seed=%d/timing=%v", seed, tc.timing), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, seed))
 			g := dag.New()
-			out := make([]dag.BufferID, n)
+			out := make([]dag.Value[bool], n)
 			preds := make([][]int, n)
 			fails := make([]bool, n)
 			boom := errors.New("boom")
 			for i := range n {
-				out[i] = g.AddValue(fmt.Sprintf("b%d", i))
-				opts := []dag.KernelOption{dag.Writes(out[i])}
+				out[i] = dag.AddValue[bool](g, fmt.Sprintf("b%d", i))
+				opts := []dag.KernelOption{dag.Writes(out[i].ID())}
 				if i > 0 {
 					for range rng.IntN(4) { // 0–3 inputs from earlier kernels, mostly recent ones
 						p := i - 1 - rng.IntN(min(i, 64))
 						preds[i] = append(preds[i], p)
-						opts = append(opts, dag.Reads(out[p]))
+						opts = append(opts, dag.Reads(out[p].ID()))
 					}
 				}
 				fails[i] = rng.IntN(100) == 0
 				fail := fails[i]
-				ins := len(preds[i])
+				ins, self := preds[i], out[i]
 				g.AddKernel(fmt.Sprintf("k%d", i), func(_ context.Context, l dag.Launch) error {
-					for j := range ins {
-						if l.In(j).Value() != true {
-							return fmt.Errorf("input %d not written", j)
+					for j, p := range ins {
+						if v, err := dag.Get(l, out[p]); err != nil || !v {
+							return fmt.Errorf("input %d not written: %v", j, err)
 						}
 					}
 					if fail {
 						return boom
 					}
-					return l.Out(0).Store(true)
+					return dag.Put(l, self, true)
 				}, opts...)
 			}
 			dev, err := cpu.New(cpu.WithStreams(4))

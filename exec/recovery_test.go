@@ -35,25 +35,25 @@ func TestDeviceLossRunsConsumersOnce(t *testing.T) {
 			for i := range 4 {
 				b := g.AddBuffer(fmt.Sprint("part", i), 8)
 				parts = append(parts, b)
-				g.AddKernel(fmt.Sprint("source", i), putU64(0, uint64(i+1), nil), dag.Writes(b), dag.PreferDevice(topology.GPU(i%2)))
+				g.AddKernel(fmt.Sprint("source", i), putU64(b, 0, uint64(i+1), nil), dag.Writes(b), dag.PreferDevice(topology.GPU(i%2)))
 			}
 			merged, out := g.AddBuffer("merged", 8), g.AddBuffer("out", 8)
 			g.AddKernel("merge", func(_ context.Context, l dag.Launch) error {
 				var sum uint64
-				for i := range l.NumIn() {
-					if l.Missing(i) == nil {
-						sum += binary.LittleEndian.Uint64(l.In(i).Bytes())
+				for _, p := range parts {
+					if l.Missing(p) == nil {
+						sum += binary.LittleEndian.Uint64(bytesOf(l, p))
 					}
 				}
-				binary.LittleEndian.PutUint64(l.Out(0).Bytes(), sum)
+				binary.LittleEndian.PutUint64(bytesOf(l, merged), sum)
 				return nil
 			}, dag.ReadsOptional(parts...), dag.Writes(merged), dag.PreferDevice(topology.GPU(0)))
 			var writes atomic.Int32
 			var written atomic.Uint64
 			g.AddKernel("write", func(_ context.Context, l dag.Launch) error {
 				writes.Add(1)
-				written.Store(binary.LittleEndian.Uint64(l.In(0).Bytes()))
-				copy(l.Out(0).Bytes(), l.In(0).Bytes())
+				written.Store(binary.LittleEndian.Uint64(bytesOf(l, merged)))
+				copy(bytesOf(l, out), bytesOf(l, merged))
 				return nil
 			}, dag.Reads(merged), dag.Writes(out), dag.PreferDevice(topology.GPU(0)))
 			res, err := e.Run(t.Context(), g)
@@ -79,19 +79,21 @@ func TestDeviceLossIsTransparent(t *testing.T) {
 		t.Run(fmt.Sprint("after=", at), func(t *testing.T) {
 			e := twoSimGPUs(t, 1, sim.WithLoss(topology.GPU(0), at))
 			g := dag.New()
-			in := g.AddValue("in", dag.Input())
-			a, b, c := g.AddValue("a"), g.AddValue("b"), g.AddValue("c")
-			double := func(_ context.Context, l dag.Launch) error {
-				v, ok := l.In(0).Value().(int)
-				if !ok {
-					return fmt.Errorf("%s: input holds %T", l.Kernel(), l.In(0).Value())
+			in := dag.AddValue[int](g, "in", dag.Input())
+			a, b, c := dag.AddValue[int](g, "a"), dag.AddValue[int](g, "b"), dag.AddValue[int](g, "c")
+			double := func(in, out dag.Value[int]) dag.KernelFunc {
+				return func(_ context.Context, l dag.Launch) error {
+					v, err := dag.Get(l, in)
+					if err != nil {
+						return err
+					}
+					return dag.Put(l, out, 2*v)
 				}
-				return l.Out(0).Store(2 * v)
 			}
-			g.AddKernel("ka", double, dag.Reads(in), dag.Writes(a), dag.PreferDevice(topology.GPU(0)))
-			g.AddKernel("kb", double, dag.Reads(in), dag.Writes(b), dag.PreferDevice(topology.GPU(1)))
-			g.AddKernel("kc", double, dag.Reads(a), dag.Writes(c), dag.PreferDevice(topology.GPU(1)))
-			res, err := e.Run(t.Context(), g, exec.WithInput(in, 21))
+			g.AddKernel("ka", double(in, a), dag.Reads(in.ID()), dag.Writes(a.ID()), dag.PreferDevice(topology.GPU(0)))
+			g.AddKernel("kb", double(in, b), dag.Reads(in.ID()), dag.Writes(b.ID()), dag.PreferDevice(topology.GPU(1)))
+			g.AddKernel("kc", double(a, c), dag.Reads(a.ID()), dag.Writes(c.ID()), dag.PreferDevice(topology.GPU(1)))
+			res, err := e.Run(t.Context(), g, exec.WithInput(in.ID(), 21))
 			require.NoError(t, err)
 			defer res.Close()
 			require.NoError(t, res.Err())
@@ -102,7 +104,7 @@ func TestDeviceLossIsTransparent(t *testing.T) {
 			for _, want := range []struct {
 				id dag.BufferID
 				v  int
-			}{{in, 21}, {a, 42}, {b, 42}, {c, 84}} {
+			}{{in.ID(), 21}, {a.ID(), 42}, {b.ID(), 42}, {c.ID(), 84}} {
 				v, err := res.Value(want.id)
 				require.NoError(t, err, "buffer %d", want.id)
 				assert.Equal(t, want.v, v, "buffer %d", want.id)
@@ -118,7 +120,8 @@ func TestDeviceLossIsTransparent(t *testing.T) {
 func TestDeviceLossFailedRecoveryIsAnError(t *testing.T) {
 	e := twoSimGPUs(t, 1, sim.WithLoss(topology.GPU(1), 0))
 	first := dag.New()
-	first.AddKernel("meet the loss", putU64(0, 1, nil), dag.Writes(first.AddBuffer("z", 8)), dag.PreferDevice(topology.GPU(1)))
+	z := first.AddBuffer("z", 8)
+	first.AddKernel("meet the loss", putU64(z, 0, 1, nil), dag.Writes(z), dag.PreferDevice(topology.GPU(1)))
 	res, err := e.Run(t.Context(), first)
 	require.NoError(t, err)
 	require.NotNil(t, res.Report.Lost)
@@ -127,7 +130,7 @@ func TestDeviceLossFailedRecoveryIsAnError(t *testing.T) {
 	defer cancel()
 	g := dag.New()
 	x, y := g.AddBuffer("x", 64), g.AddBuffer("y", 8)
-	g.AddKernel("produce", putU64(0, 7, nil), dag.Writes(x), dag.PreferDevice(topology.GPU(1)))
+	g.AddKernel("produce", putU64(x, 0, 7, nil), dag.Writes(x), dag.PreferDevice(topology.GPU(1)))
 	g.AddKernel("cancel", func(context.Context, dag.Launch) error { cancel(); return nil }, dag.Writes(y), dag.PreferDevice(topology.GPU(0)))
 	res, err = e.Run(ctx, g)
 	assert.Nil(t, res)
@@ -167,31 +170,33 @@ func TestDeviceLossReleasesSoleInputOnce(t *testing.T) {
 			t.Run(fmt.Sprintf("lose=%s/after=%g", lose, at), func(t *testing.T) {
 				e := twoSimGPUs(t, 1, sim.WithLoss(lose, at))
 				g := dag.New()
-				in := g.AddValue("in", dag.Input())
-				a, b := g.AddValue("a"), g.AddValue("b")
-				double := func(_ context.Context, l dag.Launch) error {
-					s, ok := l.In(0).Value().(*soleInput)
-					if !ok {
-						return fmt.Errorf("%s: input holds %T", l.Kernel(), l.In(0).Value())
+				in := dag.AddValue[*soleInput](g, "in", dag.Input())
+				a, b := dag.AddValue[int](g, "a"), dag.AddValue[int](g, "b")
+				double := func(out dag.Value[int]) dag.KernelFunc {
+					return func(_ context.Context, l dag.Launch) error {
+						s, err := dag.Get(l, in)
+						if err != nil {
+							return err
+						}
+						return dag.Put(l, out, 2*s.get())
 					}
-					return l.Out(0).Store(2 * s.get())
 				}
-				g.AddKernel("ka", double, dag.Reads(in), dag.Writes(a), dag.PreferDevice(topology.GPU(0)))
-				g.AddKernel("kb", double, dag.Reads(in), dag.Writes(b), dag.PreferDevice(topology.GPU(1)))
+				g.AddKernel("ka", double(a), dag.Reads(in.ID()), dag.Writes(a.ID()), dag.PreferDevice(topology.GPU(0)))
+				g.AddKernel("kb", double(b), dag.Reads(in.ID()), dag.Writes(b.ID()), dag.PreferDevice(topology.GPU(1)))
 				p, err := e.Plan(g)
 				require.NoError(t, err)
-				home := p.Devices()[p.Buffers()[in].Device]
+				home := p.Devices()[p.Buffers()[in.ID()].Device]
 				v := &soleInput{v: 21}
-				res, err := e.Execute(t.Context(), p, exec.WithInput(in, v))
+				res, err := e.Execute(t.Context(), p, exec.WithInput(in.ID(), v))
 				require.NoError(t, err)
 				require.NoError(t, res.Err())
 				require.NotNil(t, res.Report.Lost)
-				for _, id := range []dag.BufferID{a, b} {
+				for _, id := range []dag.BufferID{a.ID(), b.ID()} {
 					got, err := res.Value(id)
 					require.NoError(t, err)
 					assert.Equal(t, 42, got, "buffer %d", id)
 				}
-				got, err := res.Value(in)
+				got, err := res.Value(in.ID())
 				require.NoError(t, err)
 				require.IsType(t, v, got)
 				assert.Equal(t, 21, got.(*soleInput).get(), "the input reads as given")
@@ -267,7 +272,7 @@ func TestCodeDeviceLossMovesToLeastLoadedCodeDevice(t *testing.T) {
 	a := g.AddBuffer("a", 8*w)
 	g.AddKernel("src", func(_ context.Context, l dag.Launch) error {
 		for j := range w {
-			binary.LittleEndian.PutUint64(l.Out(0).Bytes()[8*j:], uint64(j))
+			binary.LittleEndian.PutUint64(bytesOf(l, a)[8*j:], uint64(j))
 		}
 		return nil
 	}, dag.Writes(a))

@@ -30,14 +30,14 @@ func twoSimGPUs(t *testing.T, streams int, opts ...sim.Option) *exec.Executor {
 	return e
 }
 
-// putU64 is a kernel writing v into bytes [off, off+8) of its first
-// write.
-func putU64(off int, v uint64, err error) dag.KernelFunc {
+// putU64 is a kernel writing v into bytes [off, off+8) of raw buffer
+// out, or failing with err when it is not nil.
+func putU64(out dag.BufferID, off int, v uint64, err error) dag.KernelFunc {
 	return func(_ context.Context, l dag.Launch) error {
 		if err != nil {
 			return err
 		}
-		binary.LittleEndian.PutUint64(l.Out(0).Bytes()[off:], v)
+		binary.LittleEndian.PutUint64(bytesOf(l, out)[off:], v)
 		return nil
 	}
 }
@@ -64,26 +64,28 @@ func TestReplicaFollowsEveryWriter(t *testing.T) {
 				x := g.AddBuffer("x", 16)
 				yb, yd := g.AddBuffer("yb", 8), g.AddBuffer("yd", 8)
 				z := g.AddBuffer("z", 8)
-				copyIn := func(_ context.Context, l dag.Launch) error {
-					copy(l.Out(0).Bytes(), l.In(0).Bytes())
-					return nil
+				copyIn := func(in, out dag.BufferID) dag.KernelFunc {
+					return func(_ context.Context, l dag.Launch) error {
+						copy(bytesOf(l, out), bytesOf(l, in))
+						return nil
+					}
 				}
-				g.AddKernel("A", putU64(0, 1, nil), dag.WritesRange(x, 0, 8), dag.OnDevice(topology.GPU(0)))
+				g.AddKernel("A", putU64(x, 0, 1, nil), dag.WritesRange(x, 0, 8), dag.OnDevice(topology.GPU(0)))
 				bLen := int64(8)
 				if tc.empty {
 					bLen = 0
 				}
 				g.AddKernel("B", func(_ context.Context, l dag.Launch) error {
-					copy(l.Out(0).Bytes(), l.In(0).Bytes()[0:bLen])
+					copy(bytesOf(l, yb), bytesOf(l, x)[0:bLen])
 					return nil
 				}, dag.ReadsRange(x, 0, bLen), dag.Writes(yb), dag.OnDevice(topology.GPU(1)))
 				// Work after B ranks it before C in the launch order.
 				zb := g.AddBuffer("zb", 8)
-				g.AddKernel("after B", copyIn, dag.Reads(yb), dag.Writes(zb), dag.OnDevice(topology.GPU(1)))
-				g.AddKernel("after that", copyIn, dag.Reads(zb), dag.Writes(z), dag.OnDevice(topology.GPU(1)))
-				g.AddKernel("C", putU64(8, 2, tc.cErr), dag.WritesRange(x, 8, 8), dag.OnDevice(topology.GPU(0)))
+				g.AddKernel("after B", copyIn(yb, zb), dag.Reads(yb), dag.Writes(zb), dag.OnDevice(topology.GPU(1)))
+				g.AddKernel("after that", copyIn(zb, z), dag.Reads(zb), dag.Writes(z), dag.OnDevice(topology.GPU(1)))
+				g.AddKernel("C", putU64(x, 8, 2, tc.cErr), dag.WritesRange(x, 8, 8), dag.OnDevice(topology.GPU(0)))
 				g.AddKernel("D", func(_ context.Context, l dag.Launch) error {
-					copy(l.Out(0).Bytes(), l.In(0).Bytes()[8:16])
+					copy(bytesOf(l, yd), bytesOf(l, x)[8:16])
 					return nil
 				}, dag.ReadsRange(x, 8, 8), dag.Writes(yd), dag.OnDevice(topology.GPU(1)))
 				res, err := e.Run(t.Context(), g)
@@ -129,18 +131,18 @@ func TestCopiesMoveOnlyNeededBytes(t *testing.T) {
 	e := twoSimGPUs(t, 2)
 	g := dag.New()
 	x := g.AddBuffer("x", 16)
-	g.AddKernel("A", putU64(0, 1, nil), dag.WritesRange(x, 0, 8), dag.OnDevice(topology.GPU(0)))
-	g.AddKernel("C", putU64(8, 2, nil), dag.WritesRange(x, 8, 8), dag.OnDevice(topology.GPU(0)))
+	g.AddKernel("A", putU64(x, 0, 1, nil), dag.WritesRange(x, 0, 8), dag.OnDevice(topology.GPU(0)))
+	g.AddKernel("C", putU64(x, 8, 2, nil), dag.WritesRange(x, 8, 8), dag.OnDevice(topology.GPU(0)))
 	// sum adds the words of x[off, off+n): a kernel touches only the
 	// bytes it declared (the rest of the replica may be written by a copy
 	// on another stream meanwhile).
-	sum := func(off, n int64) dag.KernelFunc {
+	sum := func(off, n int64, out dag.BufferID) dag.KernelFunc {
 		return func(_ context.Context, l dag.Launch) error {
 			var s uint64
 			for i := off; i+8 <= off+n; i += 8 {
-				s += binary.LittleEndian.Uint64(l.In(0).Bytes()[i:])
+				s += binary.LittleEndian.Uint64(bytesOf(l, x)[i:])
 			}
-			binary.LittleEndian.PutUint64(l.Out(0).Bytes(), s)
+			binary.LittleEndian.PutUint64(bytesOf(l, out), s)
 			return nil
 		}
 	}
@@ -151,7 +153,7 @@ func TestCopiesMoveOnlyNeededBytes(t *testing.T) {
 	}{{"B", 0, 8}, {"D", 8, 8}, {"E", 0, 16}, {"F", 4, 0}} {
 		out := g.AddBuffer("out"+r.name, 8)
 		outs[r.name] = out
-		g.AddKernel(r.name, sum(r.off, r.n), dag.ReadsRange(x, r.off, r.n), dag.Writes(out), dag.OnDevice(topology.GPU(1)))
+		g.AddKernel(r.name, sum(r.off, r.n, out), dag.ReadsRange(x, r.off, r.n), dag.Writes(out), dag.OnDevice(topology.GPU(1)))
 	}
 	res, err := e.Run(t.Context(), g)
 	require.NoError(t, err)

@@ -172,7 +172,7 @@ func levels(err error) []string {
 func TestResultReadUnwrapsToRoot(t *testing.T) {
 	e := newExecutor(t, 2)
 	g := dag.New()
-	raw, clean, total := g.AddValue("raw"), g.AddValue("clean"), g.AddValue("total")
+	raw, clean, total := dag.AddValue[int](g, "raw").ID(), dag.AddValue[int](g, "clean").ID(), dag.AddValue[int](g, "total").ID()
 	g.AddKernel("load", func(context.Context, dag.Launch) error { return dag.ErrInjected }, dag.Writes(raw))
 	g.AddKernel("filter", nop, dag.Reads(raw), dag.Writes(clean))
 	g.AddKernel("agg", nop, dag.Reads(clean), dag.Writes(total))
@@ -210,7 +210,7 @@ func TestResultReadUnwrapsToRoot(t *testing.T) {
 func TestKernelPanicReadsAsPanicError(t *testing.T) {
 	e := newExecutor(t, 1)
 	g := dag.New()
-	total, doubled := g.AddValue("total"), g.AddValue("doubled")
+	total, doubled := dag.AddValue[int](g, "total").ID(), dag.AddValue[int](g, "doubled").ID()
 	g.AddKernel("sum", func(context.Context, dag.Launch) error { panic("boom") }, dag.Writes(total))
 	g.AddKernel("double", nop, dag.Reads(total), dag.Writes(doubled))
 	res, err := e.Run(t.Context(), g)

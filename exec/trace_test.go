@@ -31,9 +31,9 @@ func traceGraph() *dag.Graph {
 	}
 	sum := g.AddBuffer("sum", 8)
 	g.AddKernel("sink", nop, dag.Reads(outs...), dag.Writes(sum))
-	bad := g.AddValue("bad")
+	bad := dag.AddValue[any](g, "bad").ID()
 	g.AddKernel("fails", func(context.Context, dag.Launch) error { return errors.New("boom\nsecond line") }, dag.Writes(bad))
-	g.AddKernel("after", nop, dag.Reads(bad), dag.Writes(g.AddValue("after_out")))
+	g.AddKernel("after", nop, dag.Reads(bad), dag.Writes(dag.AddValue[any](g, "after_out").ID()))
 	return g
 }
 
@@ -202,10 +202,10 @@ func TestWriteTraceCancelled(t *testing.T) {
 	e := newExecutor(t, 1, exec.WithLaunchTiming(true))
 	ctx, cancel := context.WithCancel(t.Context())
 	g := dag.New()
-	a, b := g.AddValue("a"), g.AddValue("b")
+	a, b := dag.AddValue[any](g, "a").ID(), dag.AddValue[any](g, "b").ID()
 	g.AddKernel("cancels", func(context.Context, dag.Launch) error { cancel(); return nil }, dag.Writes(a))
 	g.AddKernel("next", nop, dag.Reads(a), dag.Writes(b))
-	g.AddKernel("last", nop, dag.Reads(b), dag.Writes(g.AddValue("c")))
+	g.AddKernel("last", nop, dag.Reads(b), dag.Writes(dag.AddValue[any](g, "c").ID()))
 	res, err := e.Run(ctx, g)
 	require.NoError(t, err)
 	defer res.Close()
@@ -236,7 +236,7 @@ func TestWriteTracePlanMismatch(t *testing.T) {
 
 func bench1() *dag.Graph {
 	g := dag.New()
-	g.AddKernel("only", nop, dag.Writes(g.AddValue("v")))
+	g.AddKernel("only", nop, dag.Writes(dag.AddValue[any](g, "v").ID()))
 	return g
 }
 

@@ -25,16 +25,19 @@ const doubleCL = `__kernel void double_it(__global const ulong *in, __global ulo
 // oneItem is the launch shape of doubleCL: one work item.
 func oneItem([]int64) dag.Shape { return dag.Shape{Global: []int{1}} }
 
-// double writes twice the uint64 it reads: doubleCL's host variant.
-func double(_ context.Context, l dag.Launch) error {
-	binary.LittleEndian.PutUint64(l.Out(0).Bytes(), 2*binary.LittleEndian.Uint64(l.In(0).Bytes()))
-	return nil
+// double returns a kernel writing into out twice the uint64 it reads
+// from in: doubleCL's host variant.
+func double(in, out dag.BufferID) dag.KernelFunc {
+	return func(_ context.Context, l dag.Launch) error {
+		binary.LittleEndian.PutUint64(bytesOf(l, out), 2*binary.LittleEndian.Uint64(bytesOf(l, in)))
+		return nil
+	}
 }
 
-// put returns a kernel function that writes v as its first output's uint64.
-func put(v uint64) dag.KernelFunc {
+// put returns a kernel function that writes v as out's first uint64.
+func put(out dag.BufferID, v uint64) dag.KernelFunc {
 	return func(_ context.Context, l dag.Launch) error {
-		binary.LittleEndian.PutUint64(l.Out(0).Bytes(), v)
+		binary.LittleEndian.PutUint64(bytesOf(l, out), v)
 		return nil
 	}
 }
@@ -53,8 +56,8 @@ func TestBothVariantsRunHostOnCPU(t *testing.T) {
 	e := newExecutor(t, 2)
 	g := dag.New()
 	x, y := g.AddBuffer("x", 8), g.AddBuffer("y", 8)
-	g.AddKernel("produce", put(21), dag.Writes(x))
-	g.AddKernel("double", double, dag.Reads(x), dag.Writes(y),
+	g.AddKernel("produce", put(x, 21), dag.Writes(x))
+	g.AddKernel("double", double(x, y), dag.Reads(x), dag.Writes(y),
 		dag.OpenCL(doubleCL, "double_it", oneItem, dag.BufferArg(x), dag.BufferArg(y)))
 	res, err := e.Run(t.Context(), g)
 	require.NoError(t, err)
@@ -71,7 +74,7 @@ func TestOpenCLOnlyKernelOnCPUIsAPlanError(t *testing.T) {
 	e := newExecutor(t, 2)
 	g := dag.New()
 	x, y := g.AddBuffer("x", 8), g.AddBuffer("y", 8)
-	g.AddKernel("produce", put(21), dag.Writes(x))
+	g.AddKernel("produce", put(x, 21), dag.Writes(x))
 	g.AddKernel("double", nil, dag.Reads(x), dag.Writes(y),
 		dag.OpenCL(doubleCL, "double_it", oneItem, dag.BufferArg(x), dag.BufferArg(y)))
 	require.NoError(t, g.Validate(), "the graph itself is valid: dag does not know the devices")
@@ -96,15 +99,15 @@ func mixedGraph(seed uint64, n int) (*dag.Graph, dag.BufferID, uint64) {
 	for i := range n / 2 {
 		a, b := g.AddBuffer(fmt.Sprint("a", i), 8), g.AddBuffer(fmt.Sprint("b", i), 8)
 		va, vb := rng.Uint64N(1<<20), rng.Uint64N(1<<20)
-		g.AddKernel(fmt.Sprint("src-a", i), put(va), dag.Writes(a), dag.Estimate(time.Millisecond))
-		g.AddKernel(fmt.Sprint("src-b", i), put(vb), dag.Writes(b), dag.Estimate(time.Millisecond))
+		g.AddKernel(fmt.Sprint("src-a", i), put(a, va), dag.Writes(a), dag.Estimate(time.Millisecond))
+		g.AddKernel(fmt.Sprint("src-b", i), put(b, vb), dag.Writes(b), dag.Estimate(time.Millisecond))
 		s, d := g.AddBuffer(fmt.Sprint("s", i), 8), g.AddBuffer(fmt.Sprint("d", i), 8)
 		g.AddKernel(fmt.Sprint("sum", i), func(_ context.Context, l dag.Launch) error {
-			v := binary.LittleEndian.Uint64(l.In(0).Bytes()) + binary.LittleEndian.Uint64(l.In(1).Bytes())
-			binary.LittleEndian.PutUint64(l.Out(0).Bytes(), v)
+			v := binary.LittleEndian.Uint64(bytesOf(l, a)) + binary.LittleEndian.Uint64(bytesOf(l, b))
+			binary.LittleEndian.PutUint64(bytesOf(l, s), v)
 			return nil
 		}, dag.Reads(a, b), dag.Writes(s), dag.Estimate(time.Millisecond))
-		g.AddKernel(fmt.Sprint("double", i), double, dag.Reads(s), dag.Writes(d), dag.Estimate(time.Millisecond),
+		g.AddKernel(fmt.Sprint("double", i), double(s, d), dag.Reads(s), dag.Writes(d), dag.Estimate(time.Millisecond),
 			dag.OpenCL(doubleCL, "double_it", oneItem, dag.BufferArg(s), dag.BufferArg(d)))
 		sums = append(sums, d)
 		want += 2 * (va + vb)
@@ -112,10 +115,10 @@ func mixedGraph(seed uint64, n int) (*dag.Graph, dag.BufferID, uint64) {
 	total := g.AddBuffer("total", 8)
 	g.AddKernel("add-up", func(_ context.Context, l dag.Launch) error {
 		var v uint64
-		for i := range l.NumIn() {
-			v += binary.LittleEndian.Uint64(l.In(i).Bytes())
+		for _, d := range sums {
+			v += binary.LittleEndian.Uint64(bytesOf(l, d))
 		}
-		binary.LittleEndian.PutUint64(l.Out(0).Bytes(), v)
+		binary.LittleEndian.PutUint64(bytesOf(l, total), v)
 		return nil
 	}, dag.Reads(sums...), dag.Writes(total))
 	return g, total, want
@@ -186,8 +189,8 @@ func TestPlacementSkipsDevicesWithoutCode(t *testing.T) {
 		opts func(x dag.BufferID) (dag.KernelFunc, []dag.KernelOption)
 		want string
 	}{
-		{"pinned to a device without code", func(dag.BufferID) (dag.KernelFunc, []dag.KernelOption) {
-			return put(1), []dag.KernelOption{dag.OnDevice(topology.GPU(0))}
+		{"pinned to a device without code", func(x dag.BufferID) (dag.KernelFunc, []dag.KernelOption) {
+			return put(x, 1), []dag.KernelOption{dag.OnDevice(topology.GPU(0))}
 		}, `exec: kernel "k" is pinned to gpu0, which runs fakecl code, and the kernel has go code`},
 		{"code of a kind no device runs", func(x dag.BufferID) (dag.KernelFunc, []dag.KernelOption) {
 			return nil, []dag.KernelOption{dag.DeviceCode("cuda", "extern \"C\" __global__ void k(unsigned long *x) {}", "k", oneItem, dag.BufferArg(x))}

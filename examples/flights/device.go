@@ -148,7 +148,7 @@ func (p *Pipeline) delayWidth() int {
 // addDeviceKernels adds partition i's kernels of the device graph and
 // returns its groups buffer, which holds what the CPU graph's partial
 // writes.
-func (p *Pipeline) addDeviceKernels(i int, part Partition, batches dag.BufferID) dag.BufferID {
+func (p *Pipeline) addDeviceKernels(i int, part Partition, batches dag.Value[batchList]) dag.Value[*groups] {
 	g := p.Graph
 	rows := part.RowHi - part.RowLo
 	width := p.delayWidth()
@@ -157,21 +157,21 @@ func (p *Pipeline) addDeviceKernels(i int, part Partition, batches dag.BufferID)
 	keep := g.AddBuffer(fmt.Sprintf("keep[%d]", i), max(rows, minDeviceBytes))
 	ng := partialGroups(rows)
 	table := g.AddBuffer(fmt.Sprintf("table[%d]", i), tableBytes(ng))
-	codes := g.AddValue(fmt.Sprintf("codes[%d]", i), dag.SizeHint(DeviceGroups*8))
+	codes := dag.AddValue[*groupCodes](g, fmt.Sprintf("codes[%d]", i), dag.SizeHint(DeviceGroups*8))
 	where := dag.PreferDevice(topology.OpenCL(0))
 	if p.opts.Device != nil {
 		where = dag.OnDevice(*p.opts.Device)
 	}
-	grp := g.AddValue(fmt.Sprintf("groups[%d]", i), dag.SizeHint(groupsBytes))
-	g.AddKernel(fmt.Sprintf("columns[%d]", i), p.columns(part), dag.Reads(batches), dag.Writes(delay, key, codes),
+	grp := dag.AddValue[*groups](g, fmt.Sprintf("groups[%d]", i), dag.SizeHint(groupsBytes))
+	g.AddKernel(fmt.Sprintf("columns[%d]", i), p.columns(part, batches, delay, key, codes), dag.Reads(batches.ID()), dag.Writes(delay, key, codes.ID()),
 		dag.Estimate(time.Duration(rows)*filterNsPerRow))
-	g.AddKernel(fmt.Sprintf("filter[%d]", i), hostFilter(width, rows, p.opts.MinDelay), dag.Reads(delay, key), dag.Writes(keep),
+	g.AddKernel(fmt.Sprintf("filter[%d]", i), hostFilter(width, rows, p.opts.MinDelay, delay, key, keep), dag.Reads(delay, key), dag.Writes(keep),
 		dag.Estimate(time.Duration(rows)*filterNsPerRow), where,
 		filterOption(width, rows, p.opts.MinDelay, delay, key, keep))
-	g.AddKernel(fmt.Sprintf("partial[%d]", i), hostPartial(width, rows), dag.Reads(delay, key, keep), dag.Writes(table),
+	g.AddKernel(fmt.Sprintf("partial[%d]", i), hostPartial(width, rows, delay, key, keep, table), dag.Reads(delay, key, keep), dag.Writes(table),
 		dag.Estimate(time.Duration(rows)*partialNsPerRow), where,
 		partialOption(width, rows, delay, key, keep, table))
-	g.AddKernel(fmt.Sprintf("decode[%d]", i), p.decode, dag.Reads(table, codes), dag.Writes(grp),
+	g.AddKernel(fmt.Sprintf("decode[%d]", i), p.decode(table, codes, grp), dag.Reads(table, codes.ID()), dag.Writes(grp.ID()),
 		dag.Estimate(time.Duration(ng)*DeviceGroups*time.Nanosecond))
 	return grp
 }
@@ -236,17 +236,25 @@ func (c *coder) hour(h int64) (int32, error) {
 	return k, nil
 }
 
-// columns returns partition part's columns kernel: it writes the
-// partition's delay values (as Arrow holds them) and group codes into the
-// raw buffers the device kernels read, and the codes' keys.
-func (p *Pipeline) columns(part Partition) dag.KernelFunc {
+// columns returns partition part's columns kernel: from the batches in
+// it writes the partition's delay values (as Arrow holds them) and group
+// codes into the raw buffers delay and key, which the device kernels
+// read, and the codes' keys into codes.
+func (p *Pipeline) columns(part Partition, in dag.Value[batchList], delay, key dag.BufferID, codes dag.Value[*groupCodes]) dag.KernelFunc {
 	width := p.delayWidth()
 	return func(_ context.Context, l dag.Launch) error {
-		batches, ok := l.In(0).Value().(batchList)
-		if !ok {
-			return fmt.Errorf("flights: %s holds %T", l.In(0).Name(), l.In(0).Value())
+		batches, err := dag.Get(l, in)
+		if err != nil {
+			return err
 		}
-		delayOut, keyOut := l.Out(0).Bytes(), l.Out(1).Bytes()
+		delayOut, err := dag.Bytes(l, delay)
+		if err != nil {
+			return err
+		}
+		keyOut, err := dag.Bytes(l, key)
+		if err != nil {
+			return err
+		}
 		keys := int32s(keyOut)
 		c := &coder{codes: &groupCodes{}, byName: map[string]int32{}, byHour: map[int64]int32{}, kernel: l.Kernel(), part: part}
 		var off, pos int64 // rows of the parts before, rows written
@@ -297,7 +305,7 @@ func (p *Pipeline) columns(part Partition) dag.KernelFunc {
 				}
 			}
 		}
-		return l.Out(2).Store(c.codes)
+		return dag.Put(l, codes, c.codes)
 	}
 }
 
@@ -391,48 +399,78 @@ func codeDictionary(c *coder, dict *array.Dictionary, lo, hi int, dst []int32) e
 
 // decode adds a partition's work-group tables up and names each code's
 // key: the groups the CPU graph's partial kernel writes.
-func (p *Pipeline) decode(_ context.Context, l dag.Launch) error {
-	table := int64s(l.In(0).Bytes())
-	codes, ok := l.In(1).Value().(*groupCodes)
-	if !ok {
-		return fmt.Errorf("flights: %s holds %T", l.In(1).Name(), l.In(1).Value())
+// It reads the raw buffer tables and codes, and writes out.
+func (p *Pipeline) decode(tables dag.BufferID, in dag.Value[*groupCodes], out dag.Value[*groups]) dag.KernelFunc {
+	return func(_ context.Context, l dag.Launch) error {
+		b, err := dag.Bytes(l, tables)
+		if err != nil {
+			return err
+		}
+		table := int64s(b)
+		codes, err := dag.Get(l, in)
+		if err != nil {
+			return err
+		}
+		g := newGroups()
+		ncodes := len(codes.origins) + len(codes.hours)
+		for c := range ncodes {
+			var a agg
+			for t := 0; t+3*DeviceGroups <= len(table); t += 3 * DeviceGroups {
+				a.merge(agg{count: table[t+c], sum: table[t+DeviceGroups+c], max: table[t+2*DeviceGroups+c]})
+			}
+			if a.count == 0 {
+				continue
+			}
+			if p.Key == KeyHour {
+				g.byHour[codes.hours[c]] = &a
+			} else {
+				g.byCode[codes.origins[c]] = &a
+			}
+		}
+		return dag.Put(l, out, g)
 	}
-	g := newGroups()
-	ncodes := len(codes.origins) + len(codes.hours)
-	for c := range ncodes {
-		var a agg
-		for t := 0; t+3*DeviceGroups <= len(table); t += 3 * DeviceGroups {
-			a.merge(agg{count: table[t+c], sum: table[t+DeviceGroups+c], max: table[t+2*DeviceGroups+c]})
-		}
-		if a.count == 0 {
-			continue
-		}
-		if p.Key == KeyHour {
-			g.byHour[codes.hours[c]] = &a
-		} else {
-			g.byCode[codes.origins[c]] = &a
-		}
-	}
-	return l.Out(0).Store(g)
 }
 
 // hostFilter is filter's Go variant in the device graph: what
-// flights_filter computes, over the same bytes.
-func hostFilter(width int, rows, minDelay int64) dag.KernelFunc {
+// flights_filter computes, over the same bytes (it reads delay and key,
+// and writes keep).
+func hostFilter(width int, rows, minDelay int64, delay, key, keep dag.BufferID) dag.KernelFunc {
 	return func(_ context.Context, l dag.Launch) error {
-		filterRows(width, l.In(0).Bytes(), int32s(l.In(1).Bytes())[:rows], l.Out(0).Bytes()[:rows], minDelay)
+		b, err := rawBuffers(l, delay, key, keep)
+		if err != nil {
+			return err
+		}
+		filterRows(width, b[0], int32s(b[1])[:rows], b[2][:rows], minDelay)
 		return nil
 	}
 }
 
 // hostPartial is partial's Go variant in the device graph: what
-// flights_partial computes, over the same bytes.
-func hostPartial(width int, rows int64) dag.KernelFunc {
+// flights_partial computes, over the same bytes (it reads delay, key and
+// keep, and writes table).
+func hostPartial(width int, rows int64, delay, key, keep, table dag.BufferID) dag.KernelFunc {
 	return func(_ context.Context, l dag.Launch) error {
+		b, err := rawBuffers(l, delay, key, keep, table)
+		if err != nil {
+			return err
+		}
 		n := int(rows)
-		partialRows(width, l.In(0).Bytes(), int32s(l.In(1).Bytes())[:n], l.In(2).Bytes()[:n], int64s(l.Out(0).Bytes()))
+		partialRows(width, b[0], int32s(b[1])[:n], b[2][:n], int64s(b[3]))
 		return nil
 	}
+}
+
+// rawBuffers returns the bytes of the raw buffers ids (at most 4) of the
+// launch l, in order, or the first error of dag.Bytes.
+func rawBuffers(l dag.Launch, ids ...dag.BufferID) ([4][]byte, error) {
+	var b [4][]byte
+	for i, id := range ids {
+		var err error
+		if b[i], err = dag.Bytes(l, id); err != nil {
+			return b, err
+		}
+	}
+	return b, nil
 }
 
 // filterRows sets keep[i] as flights_filter does for the rows of key.

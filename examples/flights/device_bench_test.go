@@ -25,39 +25,52 @@ import (
 )
 
 // benchLaunch is the dag.Launch a kernel function sees, over buffers of
-// its own, for calling kernels outside an executor.
+// its own, for calling kernels outside an executor: every buffer made by
+// its benchBuffers, for any access.
 type benchLaunch struct {
-	in, out []*buffers.Buffer
+	bufs map[dag.BufferID]*buffers.Buffer
 }
 
 func (l *benchLaunch) Kernel() string              { return "bench" }
 func (l *benchLaunch) Device() topology.DeviceID   { return topology.CPU }
 func (l *benchLaunch) Stream() int                 { return 0 }
-func (l *benchLaunch) In(i int) *buffers.Buffer    { return l.in[i] }
-func (l *benchLaunch) NumIn() int                  { return len(l.in) }
-func (l *benchLaunch) Out(i int) *buffers.Buffer   { return l.out[i] }
-func (l *benchLaunch) NumOut() int                 { return len(l.out) }
 func (l *benchLaunch) Allocator() memory.Allocator { return memory.DefaultAllocator }
-func (l *benchLaunch) Missing(int) error           { return nil }
+func (l *benchLaunch) Missing(dag.BufferID) error  { return nil }
+func (l *benchLaunch) Buffer(id dag.BufferID, acc dag.Access) (*buffers.Buffer, error) {
+	if b := l.bufs[id]; b != nil {
+		return b, nil
+	}
+	return nil, &dag.AccessError{Kernel: "bench", Buffer: id, Access: acc}
+}
 
 var _ dag.Launch = (*benchLaunch)(nil)
 
-// benchBuffers makes host buffers outside an executor.
+// benchBuffers makes host buffers outside an executor, declared in a
+// graph of their own for their ids and handles, and held by its launch.
 type benchBuffers struct {
+	g    *dag.Graph
 	pool *buffers.DeviceAllocator
-	next buffers.ID
+	l    benchLaunch
 }
 
-func (bb *benchBuffers) value(name string) *buffers.Buffer {
-	bb.next++
-	return bb.pool.AllocateValues([]buffers.ValueSpec{{ID: bb.next, Name: name}})[0]
+func newBenchBuffers() *benchBuffers {
+	return &benchBuffers{g: dag.New(), pool: buffers.NewDeviceAllocator(topology.CPU, memory.DefaultAllocator, buffers.NewBudget(1<<40)),
+		l: benchLaunch{bufs: map[dag.BufferID]*buffers.Buffer{}}}
 }
 
-func (bb *benchBuffers) raw(tb testing.TB, name string, size int64) *buffers.Buffer {
-	bb.next++
-	b, err := bb.pool.Allocate(context.Background(), bb.next, name, size)
+func benchValue[T any](bb *benchBuffers, name string) (dag.Value[T], *buffers.Buffer) {
+	h := dag.AddValue[T](bb.g, name)
+	b := bb.pool.AllocateValues([]buffers.ValueSpec{{ID: h.ID(), Name: name}})[0]
+	bb.l.bufs[h.ID()] = b
+	return h, b
+}
+
+func (bb *benchBuffers) raw(tb testing.TB, name string, size int64) (dag.BufferID, *buffers.Buffer) {
+	id := bb.g.AddBuffer(name, size)
+	b, err := bb.pool.Allocate(context.Background(), id, name, size)
 	require.NoError(tb, err)
-	return b
+	bb.l.bufs[id] = b
+	return id, b
 }
 
 // BenchmarkDeviceKernels compares, on flights-3m.parquet with one
@@ -98,27 +111,43 @@ func BenchmarkDeviceKernels(b *testing.B) {
 	require.NoError(b, err)
 	require.Equal(b, pc.Partitions, pd.Partitions)
 
-	bb := &benchBuffers{pool: buffers.NewDeviceAllocator(topology.CPU, memory.DefaultAllocator, buffers.NewBudget(1<<40))}
-	batches := map[int]*buffers.Buffer{}
-	type partBufs struct{ batches, sel, grp, delay, key, keep, table, codes *buffers.Buffer }
+	bb := newBenchBuffers()
+	l := &bb.l
+	batches := map[int]dag.Value[batchList]{}
+	// The raw buffers of a partition, by handle and by buffer.
+	type partBufs struct {
+		batches                 dag.Value[batchList]
+		sel                     dag.Value[selection]
+		grp                     dag.Value[*groups]
+		codes                   dag.Value[*groupCodes]
+		delayID, keyID, keepID  dag.BufferID
+		tableID                 dag.BufferID
+		delay, key, keep, table *buffers.Buffer
+	}
 	parts := make([]partBufs, len(pd.Partitions))
 	var rows int64
 	width := pd.delayWidth() // the delay column's byte width, as Arrow holds it
 	for i, part := range pd.Partitions {
-		if batches[part.Source] == nil {
-			batches[part.Source] = bb.value("batches")
-			require.NoError(b, pc.source(part.PartLo, part.PartHi)(ctx, &benchLaunch{out: []*buffers.Buffer{batches[part.Source]}}))
+		if _, ok := batches[part.Source]; !ok {
+			h, _ := benchValue[batchList](bb, "batches")
+			batches[part.Source] = h
+			require.NoError(b, pc.source(part.PartLo, part.PartHi, h)(ctx, l))
 		}
 		n := part.RowHi - part.RowLo
 		rows += n
-		pb := partBufs{batches: batches[part.Source], sel: bb.value("sel"), grp: bb.value("grp"),
-			delay: bb.raw(b, "delay", max(n*int64(width), minDeviceBytes)), key: bb.raw(b, "key", max(n*4, minDeviceBytes)),
-			keep: bb.raw(b, "keep", max(n, minDeviceBytes)), table: bb.raw(b, "table", tableBytes(partialGroups(n))), codes: bb.value("codes")}
-		require.NoError(b, pd.columns(part)(ctx, &benchLaunch{in: []*buffers.Buffer{pb.batches}, out: []*buffers.Buffer{pb.delay, pb.key, pb.codes}}))
+		pb := partBufs{batches: batches[part.Source]}
+		pb.sel, _ = benchValue[selection](bb, "sel")
+		pb.grp, _ = benchValue[*groups](bb, "grp")
+		pb.codes, _ = benchValue[*groupCodes](bb, "codes")
+		pb.delayID, pb.delay = bb.raw(b, "delay", max(n*int64(width), minDeviceBytes))
+		pb.keyID, pb.key = bb.raw(b, "key", max(n*4, minDeviceBytes))
+		pb.keepID, pb.keep = bb.raw(b, "keep", max(n, minDeviceBytes))
+		pb.tableID, pb.table = bb.raw(b, "table", tableBytes(partialGroups(n)))
+		require.NoError(b, pd.columns(part, pb.batches, pb.delayID, pb.keyID, pb.codes)(ctx, l))
 		parts[i] = pb
 	}
 	defer func() {
-		for _, x := range batches {
+		for _, x := range l.bufs {
 			x.Release()
 		}
 	}()
@@ -126,10 +155,10 @@ func BenchmarkDeviceKernels(b *testing.B) {
 	goArrow := func(b *testing.B) {
 		for i, part := range pc.Partitions {
 			pb := parts[i]
-			if err := pc.filter(part)(ctx, &benchLaunch{in: []*buffers.Buffer{pb.batches}, out: []*buffers.Buffer{pb.sel}}); err != nil {
+			if err := pc.filter(part, pb.batches, pb.sel)(ctx, l); err != nil {
 				b.Fatal(err)
 			}
-			if err := pc.partial()(ctx, &benchLaunch{in: []*buffers.Buffer{pb.batches, pb.sel}, out: []*buffers.Buffer{pb.grp}}); err != nil {
+			if err := pc.partial(pb.batches, pb.sel, pb.grp)(ctx, l); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -138,8 +167,8 @@ func BenchmarkDeviceKernels(b *testing.B) {
 		for i, part := range pd.Partitions {
 			pb := parts[i]
 			n := part.RowHi - part.RowLo
-			_ = hostFilter(width, n, 0)(ctx, &benchLaunch{in: []*buffers.Buffer{pb.delay, pb.key}, out: []*buffers.Buffer{pb.keep}})
-			_ = hostPartial(width, n)(ctx, &benchLaunch{in: []*buffers.Buffer{pb.delay, pb.key, pb.keep}, out: []*buffers.Buffer{pb.table}})
+			_ = hostFilter(width, n, 0, pb.delayID, pb.keyID, pb.keepID)(ctx, l)
+			_ = hostPartial(width, n, pb.delayID, pb.keyID, pb.keepID, pb.tableID)(ctx, l)
 		}
 	}
 

@@ -118,9 +118,9 @@ func TestDeviceKernelsMatchHost(t *testing.T) {
 				key := g.AddBuffer("key", max(n*4, minDeviceBytes), dag.Input())
 				keep := g.AddBuffer("keep", max(n, minDeviceBytes))
 				table := g.AddBuffer("table", tableBytes(partialGroups(n)))
-				filter := g.AddKernel("filter", hostFilter(width, n, tc.minDelay), dag.Reads(delay, key), dag.Writes(keep),
+				filter := g.AddKernel("filter", hostFilter(width, n, tc.minDelay, delay, key, keep), dag.Reads(delay, key), dag.Writes(keep),
 					filterOption(width, n, tc.minDelay, delay, key, keep))
-				partial := g.AddKernel("partial", hostPartial(width, n), dag.Reads(delay, key, keep), dag.Writes(table),
+				partial := g.AddKernel("partial", hostPartial(width, n, delay, key, keep, table), dag.Reads(delay, key, keep), dag.Writes(table),
 					partialOption(width, n, delay, key, keep, table))
 				require.NoError(t, g.Validate())
 

@@ -206,7 +206,7 @@ func TestFilterSelection(t *testing.T) {
 					off += n
 				}
 			}
-			v, err := res.Value(p.Output)
+			v, err := res.Value(p.Output.ID())
 			require.NoError(t, err)
 			got := v.(*Table).Rows
 			require.Len(t, got, len(want), "seed %d", seed)

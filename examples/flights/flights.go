@@ -102,7 +102,7 @@ type Pipeline struct {
 	Graph      *dag.Graph
 	Key        KeyKind
 	Partitions []Partition
-	Output     dag.BufferID // holds *Table after write
+	Output     dag.Value[*Table] // the result, once write has run
 	// Columns are the columns the source kernels read, in this order:
 	// "delay", then "origin" or "time" (the key). No other column of the
 	// source is read or decoded (see kvio.Select).
@@ -210,7 +210,7 @@ func Build(src kvio.Source, opts Options) (*Pipeline, error) {
 	if len(ranges) > 0 && len(ranges) < want {
 		splits = (want + len(ranges) - 1) / len(ranges)
 	}
-	var partials []dag.BufferID
+	var partials []dag.Value[*groups]
 	// Lanes (CPU graph): source s is on lane s%want, and reads, as an
 	// optional input it ignores, the groups of the previous source of its
 	// lane. The planner keeps each lane's chain on one stream, so a
@@ -221,9 +221,9 @@ func Build(src kvio.Source, opts Options) (*Pipeline, error) {
 	lanes := make([][]dag.BufferID, want)
 	for s, r := range ranges {
 		lo, hi, rows := r.lo, r.hi, r.rows
-		batches := g.AddValue(fmt.Sprintf("batches[%d]", s), dag.SizeHint(rows*bytesPerRow))
+		batches := dag.AddValue[batchList](g, fmt.Sprintf("batches[%d]", s), dag.SizeHint(rows*bytesPerRow))
 		lane := &lanes[s%want]
-		g.AddKernel(fmt.Sprintf("source[%d]", s), p.source(lo, hi), dag.Writes(batches),
+		g.AddKernel(fmt.Sprintf("source[%d]", s), p.source(lo, hi, batches), dag.Writes(batches.ID()),
 			dag.ReadsOptional(*lane...), dag.Estimate(time.Duration(rows)*sourceNsPerRow))
 		*lane = nil
 		for j := range splits {
@@ -235,34 +235,38 @@ func Build(src kvio.Source, opts Options) (*Pipeline, error) {
 				continue
 			}
 			prows := part.RowHi - part.RowLo
-			sel := g.AddValue(fmt.Sprintf("selected[%d]", i), dag.SizeHint(prows/8+8))
-			grp := g.AddValue(fmt.Sprintf("groups[%d]", i), dag.SizeHint(groupsBytes))
-			g.AddKernel(fmt.Sprintf("filter[%d]", i), p.filter(part), dag.Reads(batches), dag.Writes(sel),
+			sel := dag.AddValue[selection](g, fmt.Sprintf("selected[%d]", i), dag.SizeHint(prows/8+8))
+			grp := dag.AddValue[*groups](g, fmt.Sprintf("groups[%d]", i), dag.SizeHint(groupsBytes))
+			g.AddKernel(fmt.Sprintf("filter[%d]", i), p.filter(part, batches, sel), dag.Reads(batches.ID()), dag.Writes(sel.ID()),
 				dag.Estimate(time.Duration(prows)*filterNsPerRow))
-			g.AddKernel(fmt.Sprintf("partial[%d]", i), p.partial(), dag.Reads(batches, sel), dag.Writes(grp),
+			g.AddKernel(fmt.Sprintf("partial[%d]", i), p.partial(batches, sel, grp), dag.Reads(batches.ID(), sel.ID()), dag.Writes(grp.ID()),
 				dag.Estimate(time.Duration(prows)*partialNsPerRow))
 			partials = append(partials, grp)
-			*lane = append(*lane, grp)
+			*lane = append(*lane, grp.ID())
 		}
 	}
-	merged := g.AddValue("merged")
-	sorted := g.AddValue("sorted")
-	top := g.AddValue("top")
-	g.AddKernel("merge", p.merge, dag.ReadsOptional(partials...), dag.Writes(merged))
-	g.AddKernel("sort", p.sort, dag.Reads(merged), dag.Writes(sorted))
-	g.AddKernel("topk", p.topk, dag.Reads(sorted), dag.Writes(top))
+	merged := dag.AddValue[*groups](g, "merged")
+	sorted := dag.AddValue[*Table](g, "sorted")
+	top := dag.AddValue[*Table](g, "top")
+	partialIDs := make([]dag.BufferID, len(partials))
+	for i, h := range partials {
+		partialIDs[i] = h.ID()
+	}
+	g.AddKernel("merge", p.merge(partials, merged), dag.ReadsOptional(partialIDs...), dag.Writes(merged.ID()))
+	g.AddKernel("sort", p.sort(merged, sorted), dag.Reads(merged.ID()), dag.Writes(sorted.ID()))
+	g.AddKernel("topk", p.topk(sorted, top), dag.Reads(sorted.ID()), dag.Writes(top.ID()))
 	final := top
 	if opts.Airports != nil {
-		airports := g.AddValue("airport_names")
-		joined := g.AddValue("joined")
-		g.AddKernel("airports", p.airports, dag.Writes(airports))
+		airports := dag.AddValue[airportMap](g, "airport_names")
+		joined := dag.AddValue[*Table](g, "joined")
+		g.AddKernel("airports", p.airports(airports), dag.Writes(airports.ID()))
 		// airports.csv is optional to the result: when it cannot be read,
 		// join passes the rows on without names (Table.NamesErr says why).
-		g.AddKernel("join", join, dag.Reads(top), dag.ReadsOptional(airports), dag.Writes(joined))
+		g.AddKernel("join", join(top, airports, joined), dag.Reads(top.ID()), dag.ReadsOptional(airports.ID()), dag.Writes(joined.ID()))
 		final = joined
 	}
-	p.Output = g.AddValue("result")
-	g.AddKernel("write", p.write, dag.Reads(final), dag.Writes(p.Output))
+	p.Output = dag.AddValue[*Table](g, "result")
+	g.AddKernel("write", p.write(final, p.Output), dag.Reads(final.ID()), dag.Writes(p.Output.ID()))
 	return p, g.Validate()
 }
 
@@ -301,7 +305,7 @@ func (l Loss) String() string {
 // which), or the error graph's read error when no result could be
 // computed at all.
 func (p *Pipeline) Result(res *exec.Result) (*Table, error) {
-	v, err := res.Value(p.Output)
+	v, err := res.Value(p.Output.ID())
 	if err != nil {
 		return nil, err
 	}
@@ -361,7 +365,7 @@ func (b batchList) Release() {
 	}
 }
 
-func (p *Pipeline) source(lo, hi int) dag.KernelFunc {
+func (p *Pipeline) source(lo, hi int, batches dag.Value[batchList]) dag.KernelFunc {
 	return func(ctx context.Context, l dag.Launch) error {
 		out := make(batchList, 0, hi-lo)
 		mem := l.Allocator()
@@ -383,7 +387,7 @@ func (p *Pipeline) source(lo, hi int) dag.KernelFunc {
 			}
 			out = append(out, rec)
 		}
-		return l.Out(0).Store(out)
+		return dag.Put(l, batches, out)
 	}
 }
 
@@ -430,12 +434,12 @@ func (s rowSet) rows(yield func(int) bool) {
 	}
 }
 
-func (p *Pipeline) filter(part Partition) dag.KernelFunc {
+func (p *Pipeline) filter(part Partition, in dag.Value[batchList], out dag.Value[selection]) dag.KernelFunc {
 	minDelay := p.opts.MinDelay
 	return func(_ context.Context, l dag.Launch) error {
-		batches, ok := l.In(0).Value().(batchList)
-		if !ok {
-			return fmt.Errorf("flights: %s holds %T", l.In(0).Name(), l.In(0).Value())
+		batches, err := dag.Get(l, in)
+		if err != nil {
+			return err
 		}
 		sel := make(selection, len(batches))
 		var off int64
@@ -466,7 +470,7 @@ func (p *Pipeline) filter(part Partition) dag.KernelFunc {
 				return fmt.Errorf("flights: column %q is %s, not a signed integer", "delay", col.DataType())
 			}
 		}
-		return l.Out(0).Store(sel)
+		return dag.Put(l, out, sel)
 	}
 }
 
@@ -548,12 +552,18 @@ type groups struct {
 
 func newGroups() *groups { return &groups{byCode: map[string]*agg{}, byHour: map[int64]*agg{}} }
 
-func (p *Pipeline) partial() dag.KernelFunc {
+func (p *Pipeline) partial(in dag.Value[batchList], selected dag.Value[selection], out dag.Value[*groups]) dag.KernelFunc {
 	return func(_ context.Context, l dag.Launch) error {
-		batches, _ := l.In(0).Value().(batchList)
-		sel, ok := l.In(1).Value().(selection)
-		if !ok || len(sel) != len(batches) {
-			return fmt.Errorf("flights: %s and %s do not match", l.In(0).Name(), l.In(1).Name())
+		batches, err := dag.Get(l, in)
+		if err != nil {
+			return err
+		}
+		sel, err := dag.Get(l, selected)
+		if err != nil {
+			return err
+		}
+		if len(sel) != len(batches) {
+			return fmt.Errorf("flights: %s: %d selections for %d batches", l.Kernel(), len(sel), len(batches))
 		}
 		g := newGroups()
 		var scratch []agg // groupByIndex's, one per dictionary index
@@ -617,7 +627,7 @@ func (p *Pipeline) partial() dag.KernelFunc {
 				a.add(d)
 			}
 		}
-		return l.Out(0).Store(g)
+		return dag.Put(l, out, g)
 	}
 }
 
@@ -737,52 +747,64 @@ func aggregate[C index, T signed](aggs []agg, codes []C, delays []T, dict *array
 	return nil
 }
 
-func (p *Pipeline) merge(_ context.Context, l dag.Launch) error {
-	out := newGroups()
-	for i := range l.NumIn() {
-		if err := l.Missing(i); err != nil {
-			part := p.Partitions[i]
-			out.lost = append(out.lost, Loss{Partition: i, Part: part, Rows: part.RowHi - part.RowLo, Err: err})
-			continue
-		}
-		g, ok := l.In(i).Value().(*groups)
-		if !ok {
-			return fmt.Errorf("flights: %s holds %T", l.In(i).Name(), l.In(i).Value())
-		}
-		for k, a := range g.byCode {
-			if o := out.byCode[k]; o != nil {
-				o.merge(*a)
-			} else {
-				c := *a
-				out.byCode[k] = &c
+// merge returns the kernel that merges partials (one per partition, in
+// partition order; optional reads) into merged, recording each missing
+// one as a Loss.
+func (p *Pipeline) merge(partials []dag.Value[*groups], merged dag.Value[*groups]) dag.KernelFunc {
+	return func(_ context.Context, l dag.Launch) error {
+		out := newGroups()
+		for i, h := range partials {
+			if err := l.Missing(h.ID()); err != nil {
+				part := p.Partitions[i]
+				out.lost = append(out.lost, Loss{Partition: i, Part: part, Rows: part.RowHi - part.RowLo, Err: err})
+				continue
 			}
-		}
-		for k, a := range g.byHour {
-			if o := out.byHour[k]; o != nil {
-				o.merge(*a)
-			} else {
-				c := *a
-				out.byHour[k] = &c
+			g, err := dag.Get(l, h)
+			if err != nil {
+				return err
 			}
+			out.add(g)
 		}
+		return dag.Put(l, merged, out)
 	}
-	return l.Out(0).Store(out)
 }
 
-func (p *Pipeline) sort(_ context.Context, l dag.Launch) error {
-	g, ok := l.In(0).Value().(*groups)
-	if !ok {
-		return fmt.Errorf("flights: %s holds %T", l.In(0).Name(), l.In(0).Value())
-	}
-	rows := make([]Row, 0, len(g.byCode)+len(g.byHour))
+// add merges the aggregates of g into out.
+func (out *groups) add(g *groups) {
 	for k, a := range g.byCode {
-		rows = append(rows, newRow(k, 0, *a))
+		if o := out.byCode[k]; o != nil {
+			o.merge(*a)
+		} else {
+			c := *a
+			out.byCode[k] = &c
+		}
 	}
-	for h, a := range g.byHour {
-		rows = append(rows, newRow(strconv.FormatInt(h, 10), h, *a))
+	for k, a := range g.byHour {
+		if o := out.byHour[k]; o != nil {
+			o.merge(*a)
+		} else {
+			c := *a
+			out.byHour[k] = &c
+		}
 	}
-	SortRows(rows, p.Key)
-	return l.Out(0).Store(&Table{Rows: rows, Lost: g.lost})
+}
+
+func (p *Pipeline) sort(in dag.Value[*groups], out dag.Value[*Table]) dag.KernelFunc {
+	return func(_ context.Context, l dag.Launch) error {
+		g, err := dag.Get(l, in)
+		if err != nil {
+			return err
+		}
+		rows := make([]Row, 0, len(g.byCode)+len(g.byHour))
+		for k, a := range g.byCode {
+			rows = append(rows, newRow(k, 0, *a))
+		}
+		for h, a := range g.byHour {
+			rows = append(rows, newRow(strconv.FormatInt(h, 10), h, *a))
+		}
+		SortRows(rows, p.Key)
+		return dag.Put(l, out, &Table{Rows: rows, Lost: g.lost})
+	}
 }
 
 func newRow(key string, hour int64, a agg) Row {
@@ -804,16 +826,18 @@ func SortRows(rows []Row, key KeyKind) {
 	})
 }
 
-func (p *Pipeline) topk(_ context.Context, l dag.Launch) error {
-	t, ok := l.In(0).Value().(*Table)
-	if !ok {
-		return fmt.Errorf("flights: %s holds %T", l.In(0).Name(), l.In(0).Value())
+func (p *Pipeline) topk(in, out dag.Value[*Table]) dag.KernelFunc {
+	return func(_ context.Context, l dag.Launch) error {
+		t, err := dag.Get(l, in)
+		if err != nil {
+			return err
+		}
+		rows := t.Rows
+		if k := p.opts.TopK; k > 0 && k < len(rows) {
+			rows = rows[:k]
+		}
+		return dag.Put(l, out, &Table{Rows: slices.Clone(rows), Lost: t.Lost})
 	}
-	rows := t.Rows
-	if k := p.opts.TopK; k > 0 && k < len(rows) {
-		rows = rows[:k]
-	}
-	return l.Out(0).Store(&Table{Rows: slices.Clone(rows), Lost: t.Lost})
 }
 
 type airport struct{ name, city string }
@@ -821,73 +845,82 @@ type airport struct{ name, city string }
 // airportMap is the value of the airport_names buffer: iata → airport.
 type airportMap map[string]airport
 
-func (p *Pipeline) airports(_ context.Context, l dag.Launch) error {
-	rc, err := p.opts.Airports()
-	if err != nil {
-		return fmt.Errorf("flights: airports: %w", err)
-	}
-	defer rc.Close()
-	r := csv.NewReader(rc)
-	head, err := r.Read()
-	if err != nil {
-		return fmt.Errorf("flights: airports: header: %w", err)
-	}
-	col := map[string]int{}
-	for i, h := range head {
-		col[h] = i
-	}
-	iata, okI := col["iata"]
-	name, okN := col["name"]
-	city, okC := col["city"]
-	if !okI || !okN || !okC {
-		return fmt.Errorf("flights: airports: header %.60q lacks iata, name or city columns: not an airports.csv", strings.Join(head, ","))
-	}
-	m := airportMap{}
-	for {
-		rec, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
+func (p *Pipeline) airports(out dag.Value[airportMap]) dag.KernelFunc {
+	return func(_ context.Context, l dag.Launch) error {
+		rc, err := p.opts.Airports()
 		if err != nil {
 			return fmt.Errorf("flights: airports: %w", err)
 		}
-		m[rec[iata]] = airport{rec[name], rec[city]}
+		defer rc.Close()
+		r := csv.NewReader(rc)
+		head, err := r.Read()
+		if err != nil {
+			return fmt.Errorf("flights: airports: header: %w", err)
+		}
+		col := map[string]int{}
+		for i, h := range head {
+			col[h] = i
+		}
+		iata, okI := col["iata"]
+		name, okN := col["name"]
+		city, okC := col["city"]
+		if !okI || !okN || !okC {
+			return fmt.Errorf("flights: airports: header %.60q lacks iata, name or city columns: not an airports.csv", strings.Join(head, ","))
+		}
+		m := airportMap{}
+		for {
+			rec, err := r.Read()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("flights: airports: %w", err)
+			}
+			m[rec[iata]] = airport{rec[name], rec[city]}
+		}
+		return dag.Put(l, out, m)
 	}
-	return l.Out(0).Store(m)
 }
 
-func join(_ context.Context, l dag.Launch) error {
-	t, ok := l.In(0).Value().(*Table)
-	if !ok {
-		return fmt.Errorf("flights: join input %s holds %T", l.In(0).Name(), l.In(0).Value())
-	}
-	if err := l.Missing(1); err != nil {
-		return l.Out(0).Store(&Table{Rows: slices.Clone(t.Rows), Lost: t.Lost, NamesErr: err})
-	}
-	m, ok := l.In(1).Value().(airportMap)
-	if !ok {
-		return fmt.Errorf("flights: join input %s holds %T", l.In(1).Name(), l.In(1).Value())
-	}
-	out := slices.Clone(t.Rows)
-	for i := range out {
-		if a, ok := m[out[i].Key]; ok {
-			out[i].Name, out[i].City = a.name, a.city
+// join returns the kernel that names the airports of top's rows from
+// names (an optional read: without it the rows go on unnamed, NamesErr
+// saying why) into joined.
+func join(top dag.Value[*Table], names dag.Value[airportMap], joined dag.Value[*Table]) dag.KernelFunc {
+	return func(_ context.Context, l dag.Launch) error {
+		t, err := dag.Get(l, top)
+		if err != nil {
+			return err
 		}
+		if err := l.Missing(names.ID()); err != nil {
+			return dag.Put(l, joined, &Table{Rows: slices.Clone(t.Rows), Lost: t.Lost, NamesErr: err})
+		}
+		m, err := dag.Get(l, names)
+		if err != nil {
+			return err
+		}
+		out := slices.Clone(t.Rows)
+		for i := range out {
+			if a, ok := m[out[i].Key]; ok {
+				out[i].Name, out[i].City = a.name, a.city
+			}
+		}
+		return dag.Put(l, joined, &Table{Rows: out, Lost: t.Lost})
 	}
-	return l.Out(0).Store(&Table{Rows: out, Lost: t.Lost})
 }
 
-func (p *Pipeline) write(_ context.Context, l dag.Launch) error {
-	t, ok := l.In(0).Value().(*Table)
-	if !ok {
-		return fmt.Errorf("flights: %s holds %T", l.In(0).Name(), l.In(0).Value())
-	}
-	if p.opts.Sink != nil {
-		if err := p.opts.Sink(t); err != nil {
-			return fmt.Errorf("flights: write: %w", err)
+func (p *Pipeline) write(in, out dag.Value[*Table]) dag.KernelFunc {
+	return func(_ context.Context, l dag.Launch) error {
+		t, err := dag.Get(l, in)
+		if err != nil {
+			return err
 		}
+		if p.opts.Sink != nil {
+			if err := p.opts.Sink(t); err != nil {
+				return fmt.Errorf("flights: write: %w", err)
+			}
+		}
+		return dag.Put(l, out, t)
 	}
-	return l.Out(0).Store(t)
 }
 
 // int64Column returns an accessor for a signed integer column: the value

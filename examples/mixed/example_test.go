@@ -27,11 +27,14 @@ __kernel void square(__global const int *x, __global long *y) {
 func Example() {
 	const n = 1000
 	g := dag.New()
-	x := g.AddBuffer("x", 4*n) // n int32
-	y := g.AddBuffer("y", 8*n) // n int64
-	total := g.AddValue("total")
+	x := g.AddBuffer("x", 4*n)               // n int32
+	y := g.AddBuffer("y", 8*n)               // n int64
+	total := dag.AddValue[int64](g, "total") // Get and Put of it check the type
 	g.AddKernel("fill", func(_ context.Context, l dag.Launch) error {
-		b := l.Out(0).Bytes()
+		b, err := dag.Bytes(l, x)
+		if err != nil {
+			return err
+		}
 		for i := range n {
 			binary.LittleEndian.PutUint32(b[4*i:], uint32(i))
 		}
@@ -41,13 +44,16 @@ func Example() {
 	g.AddKernel("square", nil, dag.Reads(x), dag.Writes(y),
 		dag.OpenCL(squareCL, "square", perInt, dag.BufferArg(x), dag.BufferArg(y)))
 	g.AddKernel("sum", func(_ context.Context, l dag.Launch) error {
-		b := l.In(0).Bytes()
+		b, err := dag.Bytes(l, y)
+		if err != nil {
+			return err
+		}
 		var s int64
 		for i := range n {
 			s += int64(binary.LittleEndian.Uint64(b[8*i:]))
 		}
-		return l.Out(0).Store(s)
-	}, dag.Reads(y), dag.Writes(total))
+		return dag.Put(l, total, s)
+	}, dag.Reads(y), dag.Writes(total.ID()))
 
 	// The devices: the CPU and the first OpenCL device, one stream each.
 	ds, err := opencl.Devices()
@@ -83,7 +89,7 @@ func Example() {
 		fmt.Println(err) // a failed launch: a build error with its log, …
 		return
 	}
-	v, err := res.Value(total)
+	v, err := res.Value(total.ID())
 	if err != nil {
 		fmt.Println(err)
 		return

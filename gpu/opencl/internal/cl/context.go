@@ -45,7 +45,6 @@ func (c *Context) deferRelease(h uintptr) {
 	c.mu.Unlock()
 }
 
-
 // Open creates a context on dev (a Device from Platforms or Devices). It
 // starts nothing; each Queue starts its own waiter goroutine. Errors: an
 // *Error from clCreateContext, or ErrUnavailable.

@@ -1,0 +1,131 @@
+package dag
+
+import (
+	"fmt"
+	"reflect"
+)
+
+// Value is a typed handle on a value buffer that holds a T, as AddValue
+// returns it: kernels that declared an access to the buffer reach its
+// value through Get and Put, and the compiler checks the type. It is a
+// plain immutable value (the buffer's id), valid for the graph that made
+// it, to copy and share between goroutines freely; the zero Value is the
+// handle of buffer 0.
+type Value[T any] struct{ id BufferID }
+
+// ID returns the handle's buffer id: for Reads, Writes, ReadsOptional,
+// Graph.Buffer, and what takes a buffer id (an input, a result).
+func (h Value[T]) ID() BufferID { return h.id }
+
+// AddValue declares a buffer of g that holds one Go value of type T
+// (typically an Arrow record batch) and returns its handle. Mistakes (a
+// duplicate or empty name) are recorded and reported by Validate; the
+// handle is still valid for building. The name is copied into the graph.
+// O(1) amortised; apart from recording a mistake it allocates nothing of
+// its own (see Graph).
+func AddValue[T any](g *Graph, name string, opts ...BufferOption) Value[T] {
+	return Value[T]{g.addBuffer(bufferRec{name: g.putName(&g.bnames, name), flags: bufValue}, opts)}
+}
+
+// Access is the access a kernel asks of a buffer through Launch.Buffer:
+// AccessRead (one of its declared reads), AccessWrite (one of its
+// declared writes) or AccessAny (either).
+type Access uint8
+
+// The accesses of Launch.Buffer.
+const (
+	AccessRead Access = 1 << iota
+	AccessWrite
+	AccessAny = AccessRead | AccessWrite
+)
+
+// AccessError is the error of a launch asked for a buffer its kernel did
+// not declare with that access (Launch.Buffer, Launch.Missing, Get, Put,
+// Bytes).
+type AccessError struct {
+	Kernel string   // the kernel's name
+	Buffer BufferID // the buffer asked for
+	Name   string   // the buffer's name; "" when Buffer is not a buffer of the graph
+	Access Access   // the access asked for
+}
+
+// Error says "dag: kernel K: buffer B is not among its reads" (writes,
+// reads or writes), or that the id is not a buffer of the graph.
+func (e *AccessError) Error() string {
+	if e.Name == "" {
+		return fmt.Sprintf("dag: kernel %q: buffer id %d is not a buffer of the graph", e.Kernel, e.Buffer)
+	}
+	among := "its reads or writes"
+	switch e.Access {
+	case AccessRead:
+		among = "its reads"
+	case AccessWrite:
+		among = "its writes"
+	}
+	return fmt.Sprintf("dag: kernel %q: buffer %q is not among %s", e.Kernel, e.Name, among)
+}
+
+// Get returns the value of h's buffer, which the launch's kernel declared
+// among its reads. It returns an *AccessError when the kernel did not
+// declare that read; the read's error (Launch.Missing: a
+// *failgraph.UnwrittenError naming the failure) when the buffer holds
+// nothing because its writer failed or was skipped (only an optional
+// read runs so); and an error naming the buffer and both types when it
+// holds something other than a T, or nothing at all. The buffer keeps
+// its reference to the value: a kernel that keeps it past its launch
+// Retains it. O(declared bindings); no allocation on success. Call it
+// only from the kernel's own goroutine, during its launch.
+func Get[T any](l Launch, h Value[T]) (T, error) {
+	var zero T
+	b, err := l.Buffer(h.id, AccessRead)
+	if err != nil {
+		return zero, err
+	}
+	v := b.Value()
+	if t, ok := v.(T); ok {
+		return t, nil
+	}
+	held := "nothing"
+	if v != nil {
+		held = fmt.Sprintf("%T", v)
+	} else if err := l.Missing(h.id); err != nil {
+		return zero, err
+	}
+	return zero, fmt.Errorf("dag: kernel %q: buffer %q holds %s, not %v", l.Kernel(), b.Name(), held, reflect.TypeFor[T]())
+}
+
+// Put stores v as the value of h's buffer, which the launch's kernel
+// declared among its writes, releasing the value it held before (see
+// buffers.Buffer.Store). Put takes over the caller's reference to v, also
+// when it fails: then a v with a Release method is released. It returns
+// an *AccessError when the kernel did not declare that write, and the
+// buffer's error when it is already released. O(declared bindings); it
+// allocates only what converting v to an interface costs (nothing for a
+// pointer, an interface or a small integer). Call it only from the
+// kernel's own goroutine, during its launch.
+func Put[T any](l Launch, h Value[T], v T) error {
+	b, err := l.Buffer(h.id, AccessWrite)
+	if err != nil {
+		if r, ok := any(v).(interface{ Release() }); ok && r != nil {
+			r.Release()
+		}
+		return err
+	}
+	return b.Store(v)
+}
+
+// Bytes returns the host bytes of raw buffer id (AddBuffer; length
+// SizeBytes), which the launch's kernel declared among its reads or its
+// writes: a read's bytes to read, a write's to fill (the bytes of a range
+// binding are the whole buffer's; the kernel keeps to its range). The
+// slice is valid during the launch. It returns an *AccessError when the
+// kernel declared neither, and nil bytes for a value buffer. Bytes of an
+// optional read whose writer failed hold what the buffer held before; ask
+// Launch.Missing first. O(declared bindings); no allocation.
+func Bytes(l Launch, id BufferID) ([]byte, error) {
+	b, err := l.Buffer(id, AccessAny)
+	if err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
