@@ -49,8 +49,8 @@ func (a *Acquired) Release() {
 // The run goes to the CPU device, with Why saying so and why, and no
 // lease held, when: the backend has no device (Claim's ErrNoGPU, at
 // once; with the reasons once every device is lost); the leased device
-// is an NVML GPU no registered driver runs (no CUDA device yet, no
-// OpenCL driver listing it); or its driver fails to open it (the error
+// is an NVML GPU no registered driver runs (streamdag has no CUDA
+// driver, and no OpenCL driver lists it); or its driver fails to open it (the error
 // is in Why). The CPU device is opened with Open(ctx, "cpu", cfg), so the
 // driver of package gpu/cpu must be registered (import it) for those
 // cases. The same cfg reaches whichever driver opens the device, so

@@ -14,8 +14,9 @@ import (
 	"github.com/streamdag/streamdag/topology"
 )
 
-// The reasons of the seed GpuBackendCore, as sentinels: callers branch
-// with errors.Is, never on the text.
+// The reasons a backend refuses or ends work, as sentinels: callers
+// branch with errors.Is, never on the text. Each message starts with the
+// reason's stable snake_case name.
 var (
 	// ErrBackendAlreadyLive: New while another backend of this process is
 	// live, still draining its GPU resources, or failed closed.
@@ -159,8 +160,8 @@ type Identity struct {
 	Devices []string `json:"devices"` // GPU IDs in slot order
 }
 
-// CloseSnapshot is a point-in-time view of close progress (the seed's
-// close_snapshot).
+// CloseSnapshot is a point-in-time view of close progress, readable at
+// any time (Backend.CloseSnapshot).
 type CloseSnapshot struct {
 	Closing bool `json:"closing"`
 	// GPUResourceQuiescent: no GPU permit is held, the resources are
@@ -293,9 +294,8 @@ type route struct {
 	found gpu.Found
 }
 
-// Backend is the process-owned device backend (seed: GpuBackendCore):
-// the lease pool over the GPUs of BackendConfig.Devices and the devices the
-// drivers list. At most one is live per process (an owner lease, claimed
+// Backend is the process-owned device backend: the lease pool over the
+// GPUs of BackendConfig.Devices and the devices the drivers list. At most one is live per process (an owner lease, claimed
 // by New and freed only at GPU-resource quiescence). A *Backend is the
 // public handle: Go has no drop, so there is no "last handle" close —
 // call Close or CloseAndWait; a Backend that is never closed keeps the
@@ -629,7 +629,7 @@ func (b *Backend) notifyLocked() {
 // ErrBackendClosing) means "close was already signalled", not a failure.
 // Close never fails otherwise: what the cleanup does is reported by
 // CloseAndWait and CloseSnapshot. The winner starts the close coordinator
-// goroutine, which runs the cleanup in bounded slices in the seed's phase
+// goroutine, which runs the cleanup in bounded slices in this phase
 // order: (1) service: drain each GPU's service pools (Hooks.Drain); (2)
 // journal: the construction journal lets go of the installed resources;
 // (3) gpu_permits: wait until no GPU permit (claim from Backend.Claim) is
@@ -884,8 +884,7 @@ type MetricsSnapshot struct {
 
 // SetProcessConfig records the configuration a component of the process
 // runs with (e.g. "kvio": the compat mode, threads, task size and
-// thresholds in force), so that metrics snapshots report it, as
-// GpuBackendCore reports KvikIO's process configuration. Safe for
+// thresholds in force), so that metrics snapshots report it. Safe for
 // concurrent use; a later call for the same component replaces it.
 func (b *Backend) SetProcessConfig(component, config string) {
 	b.mu.Lock()

@@ -131,8 +131,7 @@ func (b *Backend) Reports() []AttemptReport {
 	return append([]AttemptReport{}, b.reports...)
 }
 
-// Session is the capability that session and optimizer state hold (the
-// seed's GpuBackendSession). It is not a handle to the GPU resources: it
+// Session is the capability that session and optimizer state hold. It is not a handle to the GPU resources: it
 // refers to them weakly (a weak.Pointer), so sessions never keep the
 // resource generation alive after close released it, while it holds the
 // observation side (identity, attempts, reports, metrics) strongly, so

@@ -32,7 +32,7 @@ var (
 )
 
 // DefaultMaxKernelsPerDevice is MaxKernelsPerDevice when the config leaves
-// it 0 (the MultiGpuCoordinator design's default).
+// it 0.
 const DefaultMaxKernelsPerDevice = 64
 
 // CoordinatorConfig configures a Coordinator. The zero value is usable:
@@ -129,32 +129,29 @@ type MigrationRequest struct {
 // devices for new kernels, and plans migrations: the placement engine's
 // front-end for kernels that come and go one at a time (Select and
 // SelectForK2K choose among the registered devices, Unregister plans with
-// Spread). It knows a kernel by its name (as dag.Kernel.Name). It follows
-// the MultiGpuCoordinator design, with that design's accidental behaviours
-// fixed:
+// Spread). It knows a kernel by its name (as dag.Kernel.Name). Its
+// strategies are those of RingKernel's MultiGpuCoordinator
+// (ringkernel-core), with these guarantees:
 //
-//   - Re-assigning a kernel moves it: the old device's count drops (that
-//     design left it counted). Counts are the sizes of per-device kernel
-//     sets, so no count can underflow.
+//   - Re-assigning a kernel moves it: the old device's count drops.
+//     Counts are the sizes of per-device kernel sets, so no count can
+//     underflow.
 //   - Select never returns a device that was filtered out or is full:
 //     with no available candidate every strategy returns
-//     ErrNoSuitableDevice (that design fell back to device 0).
+//     ErrNoSuitableDevice.
 //   - Ties in memory-based and compute-capability selection go to the
-//     lowest ID (that design took the last); the custom selector's
-//     choice is checked (ErrInvalidSelection), not trusted.
+//     lowest ID; the custom selector's choice is checked
+//     (ErrInvalidSelection), not trusted.
 //   - Unregister updates the planned loads as it plans, so the kernels of
-//     a removed device spread out (that design sent them all to one
-//     target); it never targets an unregistered device, and the device
-//     is removed from the registry (that design kept it, selectable, as
-//     "(unregistered)").
+//     a removed device spread out over the survivors; it never targets
+//     an unregistered device, and the device is removed from the
+//     registry.
 //   - CanP2P comes from the topology, not from two per-device flags.
 //   - CompleteMigration checks that the kernel is still on the source and
-//     changes nothing otherwise (that design always decremented the
-//     source).
+//     changes nothing otherwise (ErrStaleMigration).
 //   - A topology set by the caller is never overwritten by a discovery.
-//   - One mutex guards all state; no method takes a lock twice (that
-//     design's recursive read lock could deadlock behind a writer).
-//     Callbacks run without the lock.
+//   - One mutex guards all state; no method takes a lock twice, so no
+//     call can deadlock behind a writer. Callbacks run without the lock.
 //
 // All methods are safe for concurrent use.
 type Coordinator struct {

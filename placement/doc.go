@@ -12,8 +12,8 @@
 //     exhaustive optimum of the same model, for measuring heuristics. The
 //     executor's planner calls Place.
 //   - [Coordinator] tracks devices and kernels that come and go one at a
-//     time (the MultiGpuCoordinator design): register and unregister
-//     devices, select a device by strategy (first-available,
+//     time, with the strategies of RingKernel's MultiGpuCoordinator:
+//     register and unregister devices, select a device by strategy (first-available,
 //     least-loaded, round-robin, memory-based, compute-capability,
 //     topology-aware, custom), assign and remove kernels, status and
 //     stats, P2P from the topology, migration requests.
