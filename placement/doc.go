@@ -1,8 +1,10 @@
-// Package placement is streamdag's one placement engine (layer 3, below
-// exec): it chooses devices for kernels over a small model of candidate
-// devices (their facts and loads, their lanes, which kernels' code each
-// runs), per-kernel compute estimates, pins and preferences, and transfer
-// costs from a topology.
+// Package placement chooses the device each kernel runs on (layer 3, below
+// exec).
+//
+// It is streamdag's one placement engine: it chooses devices for kernels
+// over a small model of candidate devices (their facts and loads, their
+// lanes, which kernels' code each runs), per-kernel compute estimates, pins
+// and preferences, and transfer costs from a topology.
 //
 // It has two front-ends over the same strategies ([Strategy]):
 //

@@ -1,12 +1,13 @@
-// Package nvmlmock completes go-nvml's shipped mock servers (mock/dgxa100,
-// mock/dgxh100) with the calls they leave nil — PCI bus id, NUMA node, CPU
-// affinity, NVLink state and remote PCI info, P2P status and the PCIe
-// common ancestor — from a real topology as `nvidia-smi topo -m` prints it.
-// It lets tests run nvml.Discover, a lease backend over its GPUs and the
-// devices command's output against an 8-GPU server on a host without a
-// GPU. Nothing here talks to a GPU; it is test scaffolding, imported only
-// by _test files (a test of the layering checks it), so no shipped binary
-// links the mocks.
+// Package nvmlmock gives tests NVML mocks of real multi-GPU servers.
+//
+// It completes go-nvml's shipped mock servers (mock/dgxa100, mock/dgxh100)
+// with the calls they leave nil — PCI bus id, NUMA node, CPU affinity,
+// NVLink state and remote PCI info, P2P status and the PCIe common ancestor
+// — from a real topology as `nvidia-smi topo -m` prints it. It lets tests
+// run nvml.Discover, a lease backend over its GPUs and the devices command's
+// output against an 8-GPU server on a host without a GPU. Nothing here talks
+// to a GPU; it is test scaffolding, imported only by _test files (a test of
+// the layering checks it), so no shipped binary links the mocks.
 //
 // Layer 1 (under gpu/nvml: the only place that may import go-nvml).
 package nvmlmock
