@@ -146,9 +146,9 @@ var ErrOverBudget = errors.New("buffers: request exceeds the device budget")
 
 // Binding is a buffer plus a byte range [Offset, Offset+Length).
 type Binding struct {
-	Buffer ID
-	Offset int64
-	Length int64
+	Buffer ID    // the buffer
+	Offset int64 // first byte, from the buffer's start
+	Length int64 // bytes; 0 is an empty range
 }
 
 // End returns Offset+Length.
@@ -247,8 +247,8 @@ func (p *DeviceAllocator) Budget() *Budget { return p.budget }
 
 // ValueSpec names one value-only buffer for AllocateValues.
 type ValueSpec struct {
-	ID   ID
-	Name string
+	ID   ID     // the buffer's ID
+	Name string // the buffer's name, for errors and reports
 }
 
 // AllocateValues returns value-only buffers (SizeBytes 0, holding one Go

@@ -442,4 +442,7 @@ func TestSentinelsNamePackage(t *testing.T) {
 	assert.EqualError(t, pe, `topology: json: line 1, col 2: bad value: CPU list "3-1"`)
 	_, err := topology.ParseMatrix(strings.NewReader(""))
 	assert.EqualError(t, err, "topology: nvidia-smi topo -m: no matrix: empty input")
+	_, err = topology.ParseP2PCap("q")
+	assert.EqualError(t, err, `topology: unknown label "q"`)
+	assert.ErrorIs(t, err, topology.ErrUnknownLabel)
 }

@@ -263,7 +263,7 @@ func (k RouteKind) String() string {
 
 // Route is the cheapest way to move a number of bytes between two devices.
 type Route struct {
-	Kind  RouteKind
+	Kind  RouteKind     // same device, direct, via a GPU or through the host
 	Path  []DeviceID    // source first, destination last
 	Hops  []Link        // len(Path)-1 hops
 	Bytes int64         // the size the route was chosen for
