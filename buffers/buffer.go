@@ -20,7 +20,8 @@ type ID int64
 // Buffer is a named region of memory on one device. SizeBytes bytes are
 // allocated from the owning DeviceAllocator when it is created (zero for a
 // buffer that only holds a Go value); the buffer may additionally hold one
-// Go value (see Store).
+// Go value (see Store). A Buffer is not safe for concurrent mutation: the
+// executor orders its writers and readers by streams and events.
 type Buffer struct {
 	id     ID
 	name   string
@@ -146,9 +147,9 @@ var ErrOverBudget = errors.New("buffers: request exceeds the device budget")
 
 // Binding is a buffer plus a byte range [Offset, Offset+Length).
 type Binding struct {
-	Buffer ID
-	Offset int64
-	Length int64
+	Buffer ID    // the buffer
+	Offset int64 // first byte, from the buffer's start
+	Length int64 // bytes; 0 is an empty range
 }
 
 // End returns Offset+Length.
@@ -168,13 +169,15 @@ func (b Binding) String() string {
 
 // Budget limits the bytes allocated on one device. It is a weighted
 // semaphore in bytes (golang.org/x/sync/semaphore), so waiters are served
-// FIFO and a large request is not starved by small ones.
+// FIFO and a large request is not starved by small ones. Safe for
+// concurrent use. The zero value is not usable: use NewBudget.
 type Budget struct {
 	total int64
 	sem   *semaphore.Weighted
 }
 
-// NewBudget returns a budget of totalBytes (> 0).
+// NewBudget returns a budget of totalBytes (> 0; a budget of 0 or less
+// refuses every positive request with ErrOverBudget).
 func NewBudget(totalBytes int64) *Budget {
 	return &Budget{total: totalBytes, sem: semaphore.NewWeighted(totalBytes)}
 }
@@ -203,7 +206,9 @@ func (b *Budget) TryAcquire(n int64) bool {
 	return n <= b.total && b.sem.TryAcquire(n)
 }
 
-// Release returns n bytes taken by Acquire.
+// Release returns n bytes taken by Acquire or TryAcquire; n <= 0 does
+// nothing. Returning more bytes than are held panics (a programmer error,
+// as for semaphore.Weighted).
 func (b *Budget) Release(n int64) {
 	if n > 0 {
 		b.sem.Release(n)
@@ -247,8 +252,8 @@ func (p *DeviceAllocator) Budget() *Budget { return p.budget }
 
 // ValueSpec names one value-only buffer for AllocateValues.
 type ValueSpec struct {
-	ID   ID
-	Name string
+	ID   ID     // the buffer's ID
+	Name string // the buffer's name, for errors and reports
 }
 
 // AllocateValues returns value-only buffers (SizeBytes 0, holding one Go

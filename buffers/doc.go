@@ -1,7 +1,10 @@
-// Package buffers holds streamdag's memory objects (layer 1): [Buffer], a
-// named region of memory on one device, [Binding], a byte range of a buffer,
-// and [DeviceAllocator], which allocates host buffers through an arrow-go
-// memory.Allocator under a byte [Budget].
+// Package buffers allocates the memory a pipeline runs on and bounds it by
+// per-device byte budgets (layer 1).
+//
+// Its objects are [Buffer], a named region of memory on one device,
+// [Binding], a byte range of a buffer, and [DeviceAllocator], which
+// allocates host buffers through an arrow-go memory.Allocator under a byte
+// [Budget].
 //
 // A host buffer can also hold one Go value (typically an arrow.RecordBatch
 // or arrow.Array): [Buffer.Store] keeps it and releases the previous one;

@@ -1,6 +1,8 @@
-// Package dag is the pipeline description (layer 2): kernels and buffers as
-// a gonum directed graph, their declared reads and writes, validation with
-// errors that name things, and DOT export.
+// Package dag describes a pipeline: the kernels to run and the buffers they
+// read and write, as a graph that is validated before it runs (layer 2).
+//
+// It holds kernels and buffers as a gonum directed graph, their declared
+// reads and writes, validation with errors that name things, and DOT export.
 //
 // A [Graph] is built with [Graph.AddBuffer], [AddValue] and
 // [Graph.AddKernel]. Nodes are kernels and buffers; an edge buffer→kernel

@@ -10,7 +10,7 @@ import (
 )
 
 // ErrInjected is the root error of a failure injected with InjectFailure.
-var ErrInjected = errors.New("injected failure")
+var ErrInjected = errors.New("dag: injected failure")
 
 // KernelByName returns the id of the first kernel named name, or false.
 // O(kernels).

@@ -136,6 +136,7 @@ func TestSetFuncAndKernelByName(t *testing.T) {
 
 	require.NoError(t, g.InjectFailure("k", false))
 	assert.ErrorIs(t, g.Kernel(k).Fn(t.Context(), nil), dag.ErrInjected)
+	assert.EqualError(t, g.Kernel(k).Fn(t.Context(), nil), "dag: injected failure", "the root error names its package")
 	assert.ErrorContains(t, g.InjectFailure("x", false), `dag: no kernel "x" to fail (kernels: k)`)
 }
 

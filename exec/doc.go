@@ -1,4 +1,5 @@
-// Package exec plans and runs a dag.Graph on a device (layer 3).
+// Package exec runs a pipeline: it plans a dag.Graph onto devices and
+// streams, runs the launches, and reports what each did (layer 3).
 //
 // Planning ([Executor.Plan]) orders the kernels as a list schedule:
 // among the kernels whose hazards are satisfied, the one with the longest

@@ -118,10 +118,10 @@ func ExampleResult_Value_chain() {
 	var ue *failgraph.UnwrittenError
 	fmt.Println(errors.As(err, &ue), ue.Chain, errors.Is(err, dag.ErrInjected))
 	// Output:
-	// failgraph: total was not written: failure #1 (taints 3 buffers): agg ← filter ← load: exec: kernel "load": injected failure
-	// kernel "agg" skipped: kernel "filter" skipped: exec: kernel "load": injected failure
-	// kernel "filter" skipped: exec: kernel "load": injected failure
-	// exec: kernel "load": injected failure
-	// injected failure
+	// failgraph: total was not written: failure #1 (taints 3 buffers): agg ← filter ← load: exec: kernel "load": dag: injected failure
+	// kernel "agg" skipped: kernel "filter" skipped: exec: kernel "load": dag: injected failure
+	// kernel "filter" skipped: exec: kernel "load": dag: injected failure
+	// exec: kernel "load": dag: injected failure
+	// dag: injected failure
 	// true [agg filter load] true
 }

@@ -182,11 +182,11 @@ func TestResultReadUnwrapsToRoot(t *testing.T) {
 
 	_, err = res.Value(total)
 	assert.Equal(t, []string{
-		`failgraph: total was not written: failure #1 (taints 3 buffers): agg ← filter ← load: exec: kernel "load": injected failure`,
-		`kernel "agg" skipped: kernel "filter" skipped: exec: kernel "load": injected failure`,
-		`kernel "filter" skipped: exec: kernel "load": injected failure`,
-		`exec: kernel "load": injected failure`,
-		`injected failure`,
+		`failgraph: total was not written: failure #1 (taints 3 buffers): agg ← filter ← load: exec: kernel "load": dag: injected failure`,
+		`kernel "agg" skipped: kernel "filter" skipped: exec: kernel "load": dag: injected failure`,
+		`kernel "filter" skipped: exec: kernel "load": dag: injected failure`,
+		`exec: kernel "load": dag: injected failure`,
+		`dag: injected failure`,
 	}, levels(err))
 	var ue *failgraph.UnwrittenError
 	require.ErrorAs(t, err, &ue)
@@ -199,7 +199,7 @@ func TestResultReadUnwrapsToRoot(t *testing.T) {
 
 	_, err = res.Buffer(raw)
 	require.ErrorAs(t, err, &ue)
-	assert.Equal(t, []string{ue.Error(), `exec: kernel "load": injected failure`, "injected failure"}, levels(err),
+	assert.Equal(t, []string{ue.Error(), `exec: kernel "load": dag: injected failure`, "dag: injected failure"}, levels(err),
 		"the root kernel's own write unwraps straight to its error")
 	assert.ErrorIs(t, res.Err(), dag.ErrInjected)
 }

@@ -55,9 +55,9 @@ var ErrSchedulerClosed = errors.New("exec: scheduler closed")
 
 // Scheduler queues host tasks per logical stream and runs them through an
 // Executor, so that a task runs after the work already registered on its
-// own slot and on the streams its arguments live on. It is the seed
-// multi-stream scheduler (CubeCL's SchedulerMultiStream) as a front-end of
-// the executor: executing queues (ExecuteStreams, a queue reaching
+// own slot and on the streams its arguments live on. It is a multi-stream
+// scheduler in the manner of CubeCL's SchedulerMultiStream, as a
+// front-end of the executor: executing queues (ExecuteStreams, a queue reaching
 // MaxTasks, Record, FlushAll, …) builds one dag.Graph of the queued tasks,
 // each a kernel pinned to its slot's stream (dag.OnStream; on the device
 // placement chose, which for host tasks is a device that runs Go

@@ -1,6 +1,5 @@
-// Package failgraph is streamdag's error graph (layer 2): it records which
-// byte ranges of which buffers were left unwritten by failed or skipped
-// launches, and why.
+// Package failgraph records which bytes failed or skipped launches left
+// unwritten, and why, so that no read takes them as good (layer 2).
 //
 // A failure is a node holding the root error, the kernel that raised it,
 // and the launches skipped because of it. A taint marks a byte range

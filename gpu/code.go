@@ -48,9 +48,9 @@ type Program interface {
 // another size) and an argument count other than the entry point's are
 // errors of LaunchKernel naming the kernel and the argument.
 type KernelArg struct {
-	Mem    Memory
-	Offset int64
-	Scalar any
+	Mem    Memory // device memory, or nil for a scalar
+	Offset int64  // bytes into Mem
+	Scalar any    // the scalar when Mem is nil
 }
 
 // KernelLaunch is one launch of device code: entry point Entry of
@@ -61,12 +61,12 @@ type KernelArg struct {
 // is told apart from others by its sequence number (see CodeStream), not
 // by its label.
 type KernelLaunch struct {
-	Program Program
-	Entry   string
-	Global  []int
-	Local   []int
-	Args    []KernelArg
-	Label   string
+	Program Program     // built on the stream's device
+	Entry   string      // the entry point's name in Program
+	Global  []int       // work items per dimension, 1 to 3 dimensions
+	Local   []int       // work-group size per dimension; nil: the device chooses
+	Args    []KernelArg // in the entry point's parameter order
+	Label   string      // for people, in errors
 }
 
 // CodeDevice is a device that runs device code on memory of its own (an
@@ -153,11 +153,11 @@ type CodeStream interface {
 // stream (from 1: the number its CodeStream enqueue method returned), its
 // label ("launch filter", "copy in") and the device's error.
 type CommandError struct {
-	Device topology.DeviceID
-	Stream int
-	Seq    uint64
-	Label  string
-	Err    error
+	Device topology.DeviceID // the device that reported it
+	Stream int               // the stream's index on Device
+	Seq    uint64            // the command's sequence number on the stream, from 1
+	Label  string            // the command's label ("launch filter", "copy in")
+	Err    error             // the device's error
 }
 
 // Error returns "gpu: opencl0 stream 1 command 7 (launch filter) failed: …".

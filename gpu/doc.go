@@ -1,12 +1,15 @@
-// Package gpu is streamdag's device boundary (layer 1): the interfaces an
-// executor drives on every kind of device ([Device], [Stream], [Event],
-// [Task]), the driver registry by kind ([Register], [Open], [Lookup],
-// [Drivers]). It is the driver contract, as database/sql/driver is for
-// database/sql: the process-owned backend and its lease pool are package
-// lease, and the placement engine with the multi-GPU coordinator is
-// package placement; both reach devices only through this contract.
-// Nothing here needs cgo or loads a vendor library: the driver packages
-// do.
+// Package gpu is the contract between the executor and the device drivers:
+// what every kind of device offers, and the registry that opens devices by
+// kind (layer 1).
+//
+// It holds the interfaces an executor drives on every kind of device
+// ([Device], [Stream], [Event], [Task]) and the driver registry by kind
+// ([Register], [Open], [Lookup], [Drivers]). It is the driver contract, as
+// database/sql/driver is for database/sql: the process-owned backend and its
+// lease pool are package lease, and the placement engine with the multi-GPU
+// coordinator is package placement; both reach devices only through this
+// contract. Nothing here needs cgo or loads a vendor library: the driver
+// packages do.
 //
 // # Streams, events and device code
 //

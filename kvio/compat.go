@@ -21,8 +21,8 @@ var ErrNoCuFile = errors.New("kvio: cuFile I/O unavailable")
 type Resolution struct {
 	// Mode is the compat mode asked for.
 	Mode CompatMode
-	// CuFile is true when I/O goes through cuFile. It is always false
-	// today: kvio has no cuFile path yet.
+	// CuFile is true when I/O goes through cuFile. It is always false:
+	// kvio has no cuFile path.
 	CuFile bool
 	// Library is the libcufile that was loaded ("libcufile.so.0"), or "".
 	Library string
@@ -86,7 +86,7 @@ func hostChecks() string {
 // KvikIO: on is POSIX without loading libcufile; auto loads libcufile and
 // falls back to POSIX when it is missing, under WSL, or when /run/udev is
 // not readable; off requires cuFile and is an error wrapping ErrNoCuFile
-// when it is unavailable. kvio has no cuFile path yet, so auto always
+// when it is unavailable. kvio has no cuFile path, so auto always
 // resolves to POSIX and off is always an error; Reason and the error say
 // which check failed. The libcufile lookup happens once per process; the
 // host checks on every call. Safe for concurrent use.

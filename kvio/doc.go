@@ -95,10 +95,11 @@
 //
 // # Layer and concurrency
 //
-// kvio is layer 3 of streamdag (see design.md): it may import buffers, gpu and
-// dag, and imports buffers. Every exported method of File, Future and the
-// Sources is safe for concurrent use. Every goroutine kvio starts belongs to
-// a Future and ends before the Future is done; File.Close waits for the
-// Futures in flight, Source.Close for the ReadPart calls. Batches returned by ReadPart and ReadAll belong to the caller,
-// who releases them; they stay valid after the Source and the File close.
+// kvio is layer 3 of streamdag, beside exec and placement: it may import
+// buffers, gpu and dag, and imports buffers. Every exported method of File,
+// Future and the Sources is safe for concurrent use. Every goroutine kvio
+// starts belongs to a Future and ends before the Future is done; File.Close
+// waits for the Futures in flight, Source.Close for the ReadPart calls.
+// Batches returned by ReadPart and ReadAll belong to the caller, who
+// releases them; they stay valid after the Source and the File close.
 package kvio

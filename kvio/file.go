@@ -277,7 +277,8 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 
 // ReadAtContext reads len(p) bytes into p starting at byte offset off, and
 // returns when done: it is ReadAsync(ctx, p, off).Wait(ctx), without the
-// Future when the read runs inline.
+// Future when the read runs inline, with the same count and errors (a
+// *ShortReadError past the end, ErrClosed after Close, ctx's cause).
 func (f *File) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
 	if int64(len(p)) <= f.opts.GDSThresholdBytes {
 		if err := f.begin(ctx, opRead, off); err != nil {

@@ -51,7 +51,7 @@ type CompatMode int
 
 const (
 	// CompatAuto uses cuFile when the host supports it and POSIX otherwise;
-	// see Resolve for the checks. kvio has no cuFile path yet, so it
+	// see Resolve for the checks. kvio has no cuFile path, so it
 	// always resolves to POSIX and says why.
 	CompatAuto CompatMode = iota
 	// CompatOn is compatibility mode: POSIX I/O only, libcufile is never
@@ -138,7 +138,7 @@ type Options struct {
 	GDSThresholdBytes int64
 	// BounceBufferBytes is the size in bytes of the host bounce buffer that
 	// KvikIO stages device transfers through (KVIKIO_BOUNCE_BUFFER_SIZE).
-	// Default 16 MiB. kvio reads and writes host memory only for now, so it
+	// Default 16 MiB. kvio reads and writes host memory only, so it
 	// is validated and reported but does not change what kvio does.
 	BounceBufferBytes int64
 	// DirectIORead makes reads of a file from Open or OpenFile go through

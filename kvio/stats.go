@@ -14,8 +14,8 @@ import (
 // Min <= v <= Max, or, when AllNull, every value is null (Min and Max are
 // then 0).
 type IntRange struct {
-	Min, Max int64
-	AllNull  bool
+	Min, Max int64 // bounds of the non-null values, inclusive
+	AllNull  bool  // every value of the column in the part is null
 }
 
 // IntRanger is implemented by Sources that know, without reading a part,

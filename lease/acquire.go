@@ -28,15 +28,19 @@ type Acquired struct {
 
 // Release closes the device (waiting for the work queued on it) and then
 // releases the lease, so the next claimer gets a device no run still
-// uses. It is idempotent and safe for concurrent use. It must not be
-// called from a task of the device.
-func (a *Acquired) Release() {
+// uses. It returns the device's Close error (work that failed on the
+// device, say); the lease is released either way. It is idempotent:
+// later calls do nothing and return nil. Safe for concurrent use; it must
+// not be called from a task of the device.
+func (a *Acquired) Release() error {
+	var err error
 	a.once.Do(func() {
 		if a.close != nil {
-			_ = a.close()
+			err = a.close()
 		}
 		a.Claim.Release()
 	})
+	return err
 }
 
 // Acquire gives a run its device through the backend, the same way on
@@ -49,9 +53,9 @@ func (a *Acquired) Release() {
 // The run goes to the CPU device, with Why saying so and why, and no
 // lease held, when: the backend has no device (Claim's ErrNoGPU, at
 // once; with the reasons once every device is lost); the leased device
-// is an NVML GPU no registered driver runs (no CUDA device yet, no
-// OpenCL driver listing it); or its driver fails to open it (the error
-// is in Why). The CPU device is opened with Open(ctx, "cpu", cfg), so the
+// is an NVML GPU no registered driver runs (streamdag has no CUDA
+// driver, and no OpenCL driver lists it); or its driver fails to open it
+// (the error is in Why). The CPU device is opened with Open(ctx, "cpu", cfg), so the
 // driver of package gpu/cpu must be registered (import it) for those
 // cases. The same cfg reaches whichever driver opens the device, so
 // cfg.Driver must be nil: a driver's own settings go to gpu.Open.

@@ -14,8 +14,9 @@ import (
 	"github.com/streamdag/streamdag/topology"
 )
 
-// The reasons of the seed GpuBackendCore, as sentinels: callers branch
-// with errors.Is, never on the text.
+// The reasons a backend refuses or ends work, as sentinels: callers
+// branch with errors.Is, never on the text. Each message starts with the
+// reason's stable snake_case name.
 var (
 	// ErrBackendAlreadyLive: New while another backend of this process is
 	// live, still draining its GPU resources, or failed closed.
@@ -135,11 +136,11 @@ type DeviceProfile struct {
 // record against its DeviceProfile (same device ID, same UUID when the
 // profile has one, same stream count) before the backend is published.
 type StartupRecord struct {
-	Device      string `json:"device"` // "gpu3"
-	UUID        string `json:"uuid"`
-	Name        string `json:"name"`
-	MemoryBytes int64  `json:"memory_bytes"`
-	Streams     int    `json:"streams"`
+	Device      string `json:"device"`       // "gpu3"
+	UUID        string `json:"uuid"`         // the device's UUID, as in DeviceFacts
+	Name        string `json:"name"`         // the device's model name
+	MemoryBytes int64  `json:"memory_bytes"` // total device memory in bytes, as in DeviceFacts
+	Streams     int    `json:"streams"`      // streams installed, as the profile asked
 	// Vendor is the device's vendor as its driver names it; "" when
 	// unknown.
 	Vendor string `json:"vendor,omitempty"`
@@ -159,19 +160,25 @@ type Identity struct {
 	Devices []string `json:"devices"` // GPU IDs in slot order
 }
 
-// CloseSnapshot is a point-in-time view of close progress (the seed's
-// close_snapshot).
+// CloseSnapshot is a point-in-time view of close progress, readable at
+// any time (Backend.CloseSnapshot).
 type CloseSnapshot struct {
+	// Closing: Close has been signalled.
 	Closing bool `json:"closing"`
 	// GPUResourceQuiescent: no GPU permit is held, the resources are
 	// released and the owner lease is free.
 	GPUResourceQuiescent bool `json:"gpu_resource_quiescent"`
 	// ObservationQuiescent: every begun attempt has finished and its
 	// report was delivered.
-	ObservationQuiescent     bool  `json:"observation_quiescent"`
-	ActiveGPUPermits         int64 `json:"active_gpu_permits"`
+	ObservationQuiescent bool `json:"observation_quiescent"`
+	// ActiveGPUPermits counts the claims (Backend.Claim, Backend.Acquire)
+	// held now; the gpu_permits phase waits for 0.
+	ActiveGPUPermits int64 `json:"active_gpu_permits"`
+	// ActiveObservationPermits counts the attempts begun and not yet
+	// finished; the observation phase waits for 0.
 	ActiveObservationPermits int64 `json:"active_observation_permits"`
-	CleanupFailed            bool  `json:"cleanup_failed"`
+	// CleanupFailed: a cleanup phase failed closed (ErrCleanupFailedClosed).
+	CleanupFailed bool `json:"cleanup_failed"`
 	// CleanupDeadlineElapsedCount counts phases that a waiter's deadline
 	// caught before they completed (each phase at most once).
 	CleanupDeadlineElapsedCount int `json:"cleanup_deadline_elapsed_count"`
@@ -187,8 +194,8 @@ type CloseSnapshot struct {
 // is ErrBackendCloseTimeout or ErrCleanupFailedClosed; errors.Is matches
 // it and Err (ctx's error on a timeout, the hook's error on a failure).
 type CloseError struct {
-	Reason   error
-	Err      error
+	Reason   error         // ErrBackendCloseTimeout or ErrCleanupFailedClosed
+	Err      error         // the cause: ctx's error, or the failing hook's
 	Snapshot CloseSnapshot // the facts when the call returned
 }
 
@@ -220,8 +227,8 @@ type RollbackCleanup struct {
 // Err says why (a hook error, a startup record that does not match its
 // profile), Rollback what became of the installed resources.
 type ConstructionError struct {
-	Err      error
-	Rollback RollbackCleanup
+	Err      error           // why New failed
+	Rollback RollbackCleanup // what became of the resources installed so far
 }
 
 // Error names the cause and what became of the rollback.
@@ -293,9 +300,8 @@ type route struct {
 	found gpu.Found
 }
 
-// Backend is the process-owned device backend (seed: GpuBackendCore):
-// the lease pool over the GPUs of BackendConfig.Devices and the devices the
-// drivers list. At most one is live per process (an owner lease, claimed
+// Backend is the process-owned device backend: the lease pool over the
+// GPUs of BackendConfig.Devices and the devices the drivers list. At most one is live per process (an owner lease, claimed
 // by New and freed only at GPU-resource quiescence). A *Backend is the
 // public handle: Go has no drop, so there is no "last handle" close —
 // call Close or CloseAndWait; a Backend that is never closed keeps the
@@ -629,7 +635,7 @@ func (b *Backend) notifyLocked() {
 // ErrBackendClosing) means "close was already signalled", not a failure.
 // Close never fails otherwise: what the cleanup does is reported by
 // CloseAndWait and CloseSnapshot. The winner starts the close coordinator
-// goroutine, which runs the cleanup in bounded slices in the seed's phase
+// goroutine, which runs the cleanup in bounded slices in this phase
 // order: (1) service: drain each GPU's service pools (Hooks.Drain); (2)
 // journal: the construction journal lets go of the installed resources;
 // (3) gpu_permits: wait until no GPU permit (claim from Backend.Claim) is
@@ -849,7 +855,8 @@ func (b *Backend) CloseAndWait(ctx context.Context) (CloseSnapshot, error) {
 }
 
 // CloseAndWaitUntil is CloseAndWait under ctx against an absolute
-// deadline.
+// deadline, with CloseAndWait's errors (a *CloseError with
+// ErrBackendCloseTimeout when the deadline comes first).
 func (b *Backend) CloseAndWaitUntil(ctx context.Context, deadline time.Time) (CloseSnapshot, error) {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
@@ -862,20 +869,20 @@ func (b *Backend) CloseAndWaitUntil(ctx context.Context, deadline time.Time) (Cl
 // same Generation show the same state). Leases and PendingClaimers come
 // from the pool's atomics and are best-effort. It marshals to JSON.
 type MetricsSnapshot struct {
-	Generation        uint64          `json:"generation"`
-	Backend           Identity        `json:"backend"`
-	StartupRecords    []StartupRecord `json:"startup_records"`
-	Admissions        uint64          `json:"admissions"`         // leases granted by Claim
-	AdmissionsRefused uint64          `json:"admissions_refused"` // Claim refused with ErrBackendClosing
-	ServiceRefused    uint64          `json:"service_reads_refused"`
-	AttemptsBegun     uint64          `json:"attempts_begun"`
-	AttemptsFinished  uint64          `json:"attempts_finished"`
-	AttemptsFailed    uint64          `json:"attempts_failed"`
-	AttemptsUnplanned uint64          `json:"attempts_unplanned"`
-	AttemptsRefused   uint64          `json:"attempts_refused"` // BeginAttempt refused: not counted as begun
-	Leases            []SlotState     `json:"leases"`
-	PendingClaimers   int             `json:"pending_claimers"`
-	Close             CloseSnapshot   `json:"close"`
+	Generation        uint64          `json:"generation"`            // increases with every change
+	Backend           Identity        `json:"backend"`               // which backend
+	StartupRecords    []StartupRecord `json:"startup_records"`       // one per GPU, in slot order
+	Admissions        uint64          `json:"admissions"`            // leases granted by Claim
+	AdmissionsRefused uint64          `json:"admissions_refused"`    // Claim refused with ErrBackendClosing
+	ServiceRefused    uint64          `json:"service_reads_refused"` // Devices refused with ErrBackendClosing
+	AttemptsBegun     uint64          `json:"attempts_begun"`        // BeginAttempt calls that succeeded
+	AttemptsFinished  uint64          `json:"attempts_finished"`     // Finish calls, whatever their error, after the report's delivery
+	AttemptsFailed    uint64          `json:"attempts_failed"`       // finished with an error other than ErrBackendClosing
+	AttemptsUnplanned uint64          `json:"attempts_unplanned"`    // finished with an error wrapping ErrBackendClosing
+	AttemptsRefused   uint64          `json:"attempts_refused"`      // BeginAttempt refused: not counted as begun
+	Leases            []SlotState     `json:"leases"`                // one per slot, in slot order
+	PendingClaimers   int             `json:"pending_claimers"`      // as Pool.PendingClaimers
+	Close             CloseSnapshot   `json:"close"`                 // as Backend.CloseSnapshot
 	// ProcessConfig is the process configuration recorded with
 	// SetProcessConfig (the I/O layer's settings in force, say), by
 	// component.
@@ -884,8 +891,7 @@ type MetricsSnapshot struct {
 
 // SetProcessConfig records the configuration a component of the process
 // runs with (e.g. "kvio": the compat mode, threads, task size and
-// thresholds in force), so that metrics snapshots report it, as
-// GpuBackendCore reports KvikIO's process configuration. Safe for
+// thresholds in force), so that metrics snapshots report it. Safe for
 // concurrent use; a later call for the same component replaces it.
 func (b *Backend) SetProcessConfig(component, config string) {
 	b.mu.Lock()

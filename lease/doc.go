@@ -1,8 +1,8 @@
-// Package lease is streamdag's process-owned device backend and its lease
-// pool (layer 2, above the driver contract of package gpu): a [Backend]
-// (seed: GpuBackendCore) owns the GPUs of this process and leases them,
-// one run at a time, from a FIFO [Pool] (seed: GpuPool). It imports gpu
-// and topology only, no driver package and not gpu/nvml, so it builds
+// Package lease hands out exclusive use of this process's GPUs: a
+// process-owned device backend and its FIFO lease pool (layer 2, above the
+// driver contract of package gpu). A [Backend] owns the GPUs of this
+// process and leases them, one run at a time, from a FIFO [Pool]. It
+// imports gpu and topology only, no driver package and not gpu/nvml, so it builds
 // without cgo: the devices it leases come from what the caller passes
 // ([BackendConfig].Devices, e.g. gpu/nvml's Discover) and from the drivers the
 // program registered, reached through gpu's registry.
@@ -37,8 +37,8 @@
 // Devices (the same UUID or PCI bus ID, as NVIDIA's OpenCL driver lists
 // them) is that GPU's way to run, not a slot of its own.
 // [Backend.Acquire] opens the leased device with the driver that found
-// it; a GPU that no registered driver runs (streamdag has no CUDA device
-// yet, and no OpenCL driver lists it) is never used as if it ran: Acquire
+// it; a GPU that no registered driver runs (streamdag has no CUDA
+// driver, and no OpenCL driver lists it) is never used as if it ran: Acquire
 // gives its lease back and runs on the CPU device, saying why, as it does
 // on a host with no device to lease ([Backend.Claim] answers [ErrNoGPU]
 // at once). [Backend.Claim] alone takes a lease (a [Claim]) without
@@ -46,12 +46,11 @@
 //
 // # Lifecycle
 //
-// The [Backend] follows the seed GpuBackendCore: one live backend per
-// process (an owner lease); a lifecycle gate that [Backend.Close] wins
-// exactly once (it returns nil to that caller and [ErrBackendClosing] to
-// every later one) and that refuses new admissions, service reads and
+// At most one [Backend] is live per process (an owner lease). It has a
+// lifecycle gate that [Backend.Close] wins exactly once (it returns nil to
+// that caller and [ErrBackendClosing] to every later one) and that refuses new admissions, service reads and
 // attempt begins with [ErrBackendClosing]; a close coordinator goroutine
-// that runs the cleanup in bounded slices in the seed's phase order
+// that runs the cleanup in bounded slices in a fixed phase order
 // (service, journal, GPU permits then resource release and owner lease,
 // observation); timeouts with late-success accounting
 // ([ErrBackendCloseTimeout]); fail-closed cleanup
@@ -62,8 +61,8 @@
 // implicit last-handle close — call Close or CloseAndWait; a [Session]
 // holds the GPU resources weakly and the observation side strongly.
 //
-// The [Pool] follows the seed GpuPool on golang.org/x/sync/semaphore's
-// FIFO, no-steal semaphore: [Pool.Claim] waits in arrival order,
+// The [Pool] is built on golang.org/x/sync/semaphore's FIFO, no-steal
+// semaphore: [Pool.Claim] waits in arrival order,
 // [Pool.TryClaim] never takes a permit a parked claim is owed, and a
 // claim frees its slot before it returns its permit. A [HealthCheck]
 // (gpu/nvml's, by UUID) keeps a GPU found lost from being leased again.

@@ -23,13 +23,14 @@ import (
 type enumDriver struct{}
 
 var enum struct {
-	mu      sync.Mutex
-	found   []gpu.Found
-	err     error // Enumerate's
-	openErr error
-	opened  []topology.DeviceID
-	streams []int
-	calls   int // Enumerate calls since setEnum
+	mu       sync.Mutex
+	found    []gpu.Found
+	err      error // Enumerate's
+	openErr  error
+	closeErr error // every fakeDevice's Close
+	opened   []topology.DeviceID
+	streams  []int
+	calls    int // Enumerate calls since setEnum
 }
 
 // setEnum makes the test Enumerator list found (or fail with err) until
@@ -37,11 +38,11 @@ var enum struct {
 func setEnum(t *testing.T, err error, found ...gpu.Found) {
 	t.Helper()
 	enum.mu.Lock()
-	enum.found, enum.err, enum.openErr, enum.opened, enum.streams, enum.calls = found, err, nil, nil, nil, 0
+	enum.found, enum.err, enum.openErr, enum.closeErr, enum.opened, enum.streams, enum.calls = found, err, nil, nil, nil, nil, 0
 	enum.mu.Unlock()
 	t.Cleanup(func() {
 		enum.mu.Lock()
-		enum.found, enum.err, enum.openErr, enum.opened, enum.streams = nil, nil, nil, nil, nil
+		enum.found, enum.err, enum.openErr, enum.closeErr, enum.opened, enum.streams = nil, nil, nil, nil, nil, nil
 		enum.mu.Unlock()
 	})
 }
@@ -66,7 +67,8 @@ func (enumDriver) OpenDevice(_ context.Context, f gpu.Found, cfg gpu.Config) (gp
 	return &fakeDevice{info: f.Device}, nil
 }
 
-// fakeDevice is a device with no streams that counts its Closes.
+// fakeDevice is a device with no streams that counts its Closes and
+// fails them with enum.closeErr.
 type fakeDevice struct {
 	info   topology.DeviceFacts
 	closes atomic.Int32
@@ -77,7 +79,12 @@ func (d *fakeDevice) Kind() string               { return "test-enum" }
 func (d *fakeDevice) Info() topology.DeviceFacts { return d.info }
 func (d *fakeDevice) NumStreams() int            { return 1 }
 func (d *fakeDevice) Stream(int) gpu.Stream      { panic("fakeDevice has no streams") }
-func (d *fakeDevice) Close() error               { d.closes.Add(1); return nil }
+func (d *fakeDevice) Close() error {
+	d.closes.Add(1)
+	enum.mu.Lock()
+	defer enum.mu.Unlock()
+	return enum.closeErr
+}
 
 // plainDriver is a driver that lists no devices (no Enumerator).
 type plainDriver struct{}
@@ -152,8 +159,8 @@ func TestBackendLeasesFoundDevices(t *testing.T) {
 	assert.Equal(t, "gpu0 (NVIDIA test GPU, NVIDIA Corporation) leased, run through test-enum as opencl0", a.Why)
 	assert.Equal(t, int64(1), b.CloseSnapshot().ActiveGPUPermits)
 	dev := a.Device.(*fakeDevice)
-	a.Release()
-	a.Release()
+	assert.NoError(t, a.Release())
+	assert.NoError(t, a.Release())
 	assert.Equal(t, int32(1), dev.closes.Load(), "Release closes the device once")
 	assert.Zero(t, b.CloseSnapshot().ActiveGPUPermits, "and frees the lease")
 
@@ -329,6 +336,26 @@ func TestBackendAcquireCloseWaitsForRelease(t *testing.T) {
 		s = closed(t, b)
 		assert.Equal(t, 1, s.CleanupLateSuccessCount, "the phase the deadline caught completed later")
 	})
+}
+
+// A device whose Close fails: Release returns that error, still frees the
+// lease, and a second Release does nothing.
+func TestBackendAcquireReleaseReturnsCloseError(t *testing.T) {
+	setEnum(t, nil, foundGPU(0, "only", "", ""))
+	boom := errors.New("test-enum: close opencl0: a kernel failed")
+	enum.mu.Lock()
+	enum.closeErr = boom
+	enum.mu.Unlock()
+	b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum"}})
+	require.NoError(t, err)
+	a, err := b.Acquire(t.Context(), gpu.Config{})
+	require.NoError(t, err)
+	require.NotNil(t, a.Claim)
+	assert.ErrorIs(t, a.Release(), boom)
+	assert.Zero(t, b.CloseSnapshot().ActiveGPUPermits, "the lease is freed although the close failed")
+	assert.NoError(t, a.Release(), "a second Release does nothing")
+	assert.Equal(t, int32(1), a.Device.(*fakeDevice).closes.Load())
+	closed(t, b)
 }
 
 // A driver that fails to open the leased device: the lease goes back and

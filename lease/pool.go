@@ -46,11 +46,11 @@ func WithHealthCheck(check HealthCheck) PoolOption {
 
 // Pool hands out exclusive leases on devices (GPUs and OpenCL devices;
 // "GPU" below means either): one slot per device, at most one lease per
-// slot. It follows the seed GpuPool: a FIFO counting semaphore with one
-// permit per slot (golang.org/x/sync/semaphore.Weighted, whose waiters
-// are served in arrival order and whose TryAcquire fails while any waiter
-// is queued), plus one atomic "free" flag per slot. Holding a permit guarantees that at
-// least one slot is free, because a lease frees its slot before it returns
+// slot. It is a FIFO counting semaphore with one permit per slot
+// (golang.org/x/sync/semaphore.Weighted, whose waiters are served in
+// arrival order and whose TryAcquire fails while any waiter is queued),
+// plus one atomic "free" flag per slot. Holding a permit guarantees that
+// at least one slot is free, because a lease frees its slot before it returns
 // its permit.
 //
 // With a health check (WithHealthCheck) a slot whose GPU is found gone
@@ -138,7 +138,7 @@ func (p *Pool) Lost() []gpu.LostError {
 // permit right now. A claim that is cancelled while parked stops counting
 // when its Claim returns. TryClaim never counts. The value is momentary: a
 // dispatcher that wants to leave spare GPUs to blocked claimers reads it
-// before each TryClaim ("claimers first", as in the seed).
+// before each TryClaim ("claimers first").
 func (p *Pool) PendingClaimers() int { return int(p.pending.Load()) }
 
 // Claim returns a lease on a free GPU, waiting in FIFO order (first parked,
@@ -247,8 +247,8 @@ func (p *Pool) take() (*Claim, error) {
 	if p.usable.Load() == 0 {
 		return nil, p.allLost()
 	}
-	// Unreachable while leases free their slot before their permit; the
-	// seed panics here, this returns the permit and an error instead.
+	// Unreachable while leases free their slot before their permit; if it
+	// is reached, the permit is returned and the claim fails with an error.
 	return nil, errPoolInvariant
 }
 

@@ -28,10 +28,10 @@ type AttemptRequest struct {
 // AttemptReport is the observation an attempt leaves behind. It marshals
 // to JSON.
 type AttemptReport struct {
-	ID     uint64        `json:"id"` // 1, 2, … in begin order, per backend
-	Name   string        `json:"name"`
-	Status AttemptStatus `json:"status"`
-	Error  string        `json:"error,omitempty"`
+	ID     uint64        `json:"id"`              // 1, 2, … in begin order, per backend
+	Name   string        `json:"name"`            // AttemptRequest.Name
+	Status AttemptStatus `json:"status"`          // how it ended
+	Error  string        `json:"error,omitempty"` // the text of Finish's error; "" when ok
 }
 
 // Attempt is a begun attempt: it holds one observation permit, so close's
@@ -131,8 +131,7 @@ func (b *Backend) Reports() []AttemptReport {
 	return append([]AttemptReport{}, b.reports...)
 }
 
-// Session is the capability that session and optimizer state hold (the
-// seed's GpuBackendSession). It is not a handle to the GPU resources: it
+// Session is the capability that session and optimizer state hold. It is not a handle to the GPU resources: it
 // refers to them weakly (a weak.Pointer), so sessions never keep the
 // resource generation alive after close released it, while it holds the
 // observation side (identity, attempts, reports, metrics) strongly, so

@@ -32,12 +32,13 @@ var (
 )
 
 // DefaultMaxKernelsPerDevice is MaxKernelsPerDevice when the config leaves
-// it 0 (the MultiGpuCoordinator design's default).
+// it 0.
 const DefaultMaxKernelsPerDevice = 64
 
 // CoordinatorConfig configures a Coordinator. The zero value is usable:
 // least-loaded, 64 kernels per device, P2P on, no preference, no topology.
 type CoordinatorConfig struct {
+	// Strategy is how Select chooses; the zero value is LeastLoaded.
 	Strategy Strategy
 	// MaxKernelsPerDevice bounds the kernels on one device for selection
 	// and migration planning; 0 means DefaultMaxKernelsPerDevice.
@@ -59,11 +60,11 @@ type CoordinatorConfig struct {
 
 // DeviceInfo describes a device registered with a Coordinator.
 type DeviceInfo struct {
-	ID                topology.DeviceID
-	Name              string
-	TotalMemoryBytes  int64
-	FreeMemoryBytes   int64
-	ComputeCapability topology.ComputeCapability
+	ID                topology.DeviceID          // unique among the registered devices
+	Name              string                     // for people, e.g. "NVIDIA H100 80GB HBM3"
+	TotalMemoryBytes  int64                      // device memory in bytes
+	FreeMemoryBytes   int64                      // free device memory in bytes, as registered or set by UpdateFreeMemory
+	ComputeCapability topology.ComputeCapability // CUDA compute capability; zero when none
 }
 
 // MemoryUtilization is 1 − free/total, or 0 when total is 0.
@@ -76,10 +77,10 @@ func (d DeviceInfo) MemoryUtilization() float64 {
 
 // DeviceStatus is a snapshot of one registered device.
 type DeviceStatus struct {
-	Info      DeviceInfo
-	Kernels   []string // sorted
-	Available bool     // len(Kernels) < MaxKernelsPerDevice
-	Load      float64  // len(Kernels) / MaxKernelsPerDevice
+	Info      DeviceInfo // as registered
+	Kernels   []string   // sorted
+	Available bool       // len(Kernels) < MaxKernelsPerDevice
+	Load      float64    // len(Kernels) / MaxKernelsPerDevice
 }
 
 // SelectRequest carries what a selection may consider.
@@ -87,7 +88,7 @@ type SelectRequest struct {
 	// Inputs are the devices holding the kernel's inputs and InputBytes
 	// the bytes read from each (TopologyAware).
 	Inputs     []topology.DeviceID
-	InputBytes int64
+	InputBytes int64 // bytes read from each of Inputs
 }
 
 // CoordinatorStats is a snapshot of a Coordinator's counters.
@@ -102,23 +103,23 @@ type CoordinatorStats struct {
 
 // MigrationPlan moves one kernel off a device being unregistered.
 type MigrationPlan struct {
-	Kernel         string
-	Source, Target topology.DeviceID
+	Kernel         string            // the kernel's name
+	Source, Target topology.DeviceID // from the unregistered device to a registered one
 }
 
 // UnregisterResult is what Unregister did: Migrations were applied (the
 // kernels are now assigned to their targets; the caller moves their state)
 // and Orphaned kernels were removed because no device could take them.
 type UnregisterResult struct {
-	Device     topology.DeviceID
-	Migrations []MigrationPlan
-	Orphaned   []string
+	Device     topology.DeviceID // the unregistered device
+	Migrations []MigrationPlan   // applied, one per kernel moved
+	Orphaned   []string          // names of the kernels no device could take, removed
 }
 
 // MigrationRequest is a planned move of one kernel (RequestMigration).
 type MigrationRequest struct {
-	Kernel         string
-	Source, Target topology.DeviceID
+	Kernel         string            // the kernel's name
+	Source, Target topology.DeviceID // where it is and where it goes
 	// Route and EstimatedCost are the topology's best route and time for
 	// the kernel's state bytes; zero without a topology.
 	Route         topology.Route
@@ -129,32 +130,29 @@ type MigrationRequest struct {
 // devices for new kernels, and plans migrations: the placement engine's
 // front-end for kernels that come and go one at a time (Select and
 // SelectForK2K choose among the registered devices, Unregister plans with
-// Spread). It knows a kernel by its name (as dag.Kernel.Name). It follows
-// the MultiGpuCoordinator design, with that design's accidental behaviours
-// fixed:
+// Spread). It knows a kernel by its name (as dag.Kernel.Name). Its
+// strategies are those of RingKernel's MultiGpuCoordinator
+// (ringkernel-core), with these guarantees:
 //
-//   - Re-assigning a kernel moves it: the old device's count drops (that
-//     design left it counted). Counts are the sizes of per-device kernel
-//     sets, so no count can underflow.
+//   - Re-assigning a kernel moves it: the old device's count drops.
+//     Counts are the sizes of per-device kernel sets, so no count can
+//     underflow.
 //   - Select never returns a device that was filtered out or is full:
 //     with no available candidate every strategy returns
-//     ErrNoSuitableDevice (that design fell back to device 0).
+//     ErrNoSuitableDevice.
 //   - Ties in memory-based and compute-capability selection go to the
-//     lowest ID (that design took the last); the custom selector's
-//     choice is checked (ErrInvalidSelection), not trusted.
+//     lowest ID; the custom selector's choice is checked
+//     (ErrInvalidSelection), not trusted.
 //   - Unregister updates the planned loads as it plans, so the kernels of
-//     a removed device spread out (that design sent them all to one
-//     target); it never targets an unregistered device, and the device
-//     is removed from the registry (that design kept it, selectable, as
-//     "(unregistered)").
+//     a removed device spread out over the survivors; it never targets
+//     an unregistered device, and the device is removed from the
+//     registry.
 //   - CanP2P comes from the topology, not from two per-device flags.
 //   - CompleteMigration checks that the kernel is still on the source and
-//     changes nothing otherwise (that design always decremented the
-//     source).
+//     changes nothing otherwise (ErrStaleMigration).
 //   - A topology set by the caller is never overwritten by a discovery.
-//   - One mutex guards all state; no method takes a lock twice (that
-//     design's recursive read lock could deadlock behind a writer).
-//     Callbacks run without the lock.
+//   - One mutex guards all state; no method takes a lock twice, so no
+//     call can deadlock behind a writer. Callbacks run without the lock.
 //
 // All methods are safe for concurrent use.
 type Coordinator struct {

@@ -1,8 +1,10 @@
-// Package placement is streamdag's one placement engine (layer 3, below
-// exec): it chooses devices for kernels over a small model of candidate
-// devices (their facts and loads, their lanes, which kernels' code each
-// runs), per-kernel compute estimates, pins and preferences, and transfer
-// costs from a topology.
+// Package placement chooses the device each kernel runs on (layer 3, below
+// exec).
+//
+// It is streamdag's one placement engine: it chooses devices for kernels
+// over a small model of candidate devices (their facts and loads, their
+// lanes, which kernels' code each runs), per-kernel compute estimates, pins
+// and preferences, and transfer costs from a topology.
 //
 // It has two front-ends over the same strategies ([Strategy]):
 //
@@ -12,8 +14,8 @@
 //     exhaustive optimum of the same model, for measuring heuristics. The
 //     executor's planner calls Place.
 //   - [Coordinator] tracks devices and kernels that come and go one at a
-//     time (the MultiGpuCoordinator design): register and unregister
-//     devices, select a device by strategy (first-available,
+//     time, with the strategies of RingKernel's MultiGpuCoordinator:
+//     register and unregister devices, select a device by strategy (first-available,
 //     least-loaded, round-robin, memory-based, compute-capability,
 //     topology-aware, custom), assign and remove kernels, status and
 //     stats, P2P from the topology, migration requests.

@@ -38,8 +38,8 @@ type Problem struct {
 // Assignment is a placement (the device of each kernel) and what the cost
 // model says of it.
 type Assignment struct {
-	Strategy Strategy
-	Device   []int // device index per kernel id
+	Strategy Strategy // the strategy that made it
+	Device   []int    // device index (into Problem.Devices) per kernel id
 	// Makespan is the modeled finish time of the last kernel: compute
 	// estimates on Lanes lanes per device, plus transfers between
 	// devices at the topology's cost (TransferCost), each buffer copied
@@ -48,7 +48,7 @@ type Assignment struct {
 	// Transfer is the modeled time of all copies, summed; BytesMoved their
 	// bytes (raw sizes and value size hints).
 	Transfer   time.Duration
-	BytesMoved int64
+	BytesMoved int64 // bytes
 }
 
 // Place chooses a device for every kernel of p.Graph among p.Devices with

@@ -69,8 +69,8 @@ func choose(s Strategy, cands []DeviceStatus, req SelectRequest, topo *topology.
 
 // Target is a device Spread may move kernels to, with its load.
 type Target struct {
-	ID      topology.DeviceID
-	Kernels int // kernels on it now
+	ID      topology.DeviceID // the device
+	Kernels int               // kernels on it now
 }
 
 // Spread plans where the kernels (by name) of device from go when it is removed or

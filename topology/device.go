@@ -42,8 +42,8 @@ func (k Kind) String() string {
 // is hidden or lost). The zero value is the CPU device. DeviceID is
 // comparable and usable as a map key.
 type DeviceID struct {
-	Kind  Kind
-	Index int // GPU inventory index; always 0 for the CPU device
+	Kind  Kind // KindCPU, a GPU or an OpenCL device
+	Index int  // GPU inventory index; always 0 for the CPU device
 }
 
 // CPU is the ID of the host CPU device.
@@ -97,7 +97,7 @@ func (c ComputeCapability) String() string {
 // DeviceFacts holds the facts known about one device. Fields that could not be
 // learned keep their zero value, except NUMANode, which is -1 when unknown.
 type DeviceFacts struct {
-	ID                DeviceID
+	ID                DeviceID          // the device this describes
 	Name              string            // marketing name, e.g. "NVIDIA A100-SXM4-40GB", or the CPU model
 	Vendor            string            // the vendor as the device's driver names it ("NVIDIA Corporation"); "" when unknown
 	UUID              string            // GPU UUID as NVML prints it; "" for the CPU

@@ -9,8 +9,8 @@ import (
 	"strings"
 )
 
-// jsonTopology is the JSON description (the *.json files beside the
-// nvidia-smi examples in shared/topologies).
+// jsonTopology is the JSON description (the format of the embedded
+// machines/*.json files).
 type jsonTopology struct {
 	Name        string     `json:"name"`
 	GPUs        *int       `json:"gpus"`

@@ -102,7 +102,7 @@ func errLabel(s string) error {
 
 type labelError struct{ s string }
 
-func (e *labelError) Error() string { return "unknown label " + strconv.Quote(e.s) }
+func (e *labelError) Error() string { return "topology: unknown label " + strconv.Quote(e.s) }
 func (e *labelError) Unwrap() error { return ErrUnknownLabel }
 
 // P2PStatus is the answer nvidia-smi (`topo -p2p`) or NVML
@@ -170,7 +170,8 @@ const (
 )
 
 // ParseP2PCap parses "r", "w", "n", "a" (nvidia-smi's flags) or "read",
-// "write", "nvlink", "atomics".
+// "write", "nvlink", "atomics", in any case. Anything else is an error
+// wrapping ErrUnknownLabel that quotes s.
 func ParseP2PCap(s string) (P2PCap, error) {
 	switch strings.ToLower(s) {
 	case "r", "read":
@@ -229,9 +230,9 @@ func (p P2P) String() string {
 // the connection from one GPU to another: the plain facts Topology is built
 // from. The zero value is "nothing known" (LinkNone, no P2P report).
 type Pair struct {
-	Kind    LinkKind
-	NVLinks int // bonded NVLinks when Kind is LinkNVLink, else 0
-	P2P     P2P // src's access to dst
+	Kind    LinkKind // the connection's kind; LinkNone when unknown
+	NVLinks int      // bonded NVLinks when Kind is LinkNVLink, else 0
+	P2P     P2P      // src's access to dst
 }
 
 // Label returns the nvidia-smi label: "NV2", "PIX", …, "X"; "none" for
@@ -246,10 +247,10 @@ func (p Pair) Label() string {
 // Link is one modelled hop from Src to Dst inside a Topology: a GPU pair
 // (either direction) or a GPU and the host CPU's memory.
 type Link struct {
-	Src, Dst DeviceID
-	Kind     LinkKind
-	NVLinks  int // bonded NVLinks when Kind is LinkNVLink
-	P2P      P2P // the reported facts for Src's access to Dst (GPU pairs only)
+	Src, Dst DeviceID // the hop's ends
+	Kind     LinkKind // the connection's kind (LinkNVLink, LinkPIX, …)
+	NVLinks  int      // bonded NVLinks when Kind is LinkNVLink
+	P2P      P2P      // the reported facts for Src's access to Dst (GPU pairs only)
 	// Direct reports whether data can move Src→Dst in one hop: always for
 	// a GPU–host link; for a GPU pair, P2P as reported, or estimated when
 	// nothing was reported (see Topology.CanP2P).

@@ -33,12 +33,12 @@ func Machines() []string {
 // description names (SpecFromName; DefaultSpec when it names none), and
 // the GPU memory the description gives ("V100-SXM2-16GB"), or 0.
 type Machine struct {
-	Name        string
-	Description string
-	Facts       Facts
-	Spec        GPUSpec
-	SpecFound   bool  // the description named a known model
-	MemoryBytes int64 // per GPU, from the description; 0 when it gives none
+	Name        string  // the JSON "name"
+	Description string  // the JSON "description", for people
+	Facts       Facts   // the devices and pairs the description gives
+	Spec        GPUSpec // the GPU model's spec (see SpecFound)
+	SpecFound   bool    // the description named a known model
+	MemoryBytes int64   // per GPU, from the description; 0 when it gives none
 }
 
 var memRE = regexp.MustCompile(`(\d+)\s*GB`)

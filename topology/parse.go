@@ -14,19 +14,19 @@ import (
 var (
 	// ErrUnknownLabel: a cell, row label or column label is not one the
 	// format allows.
-	ErrUnknownLabel = errors.New("unknown label")
+	ErrUnknownLabel = errors.New("topology: unknown label")
 	// ErrRaggedRow: a row has too few or too many cells, or rows are
 	// missing or extra.
-	ErrRaggedRow = errors.New("ragged row")
+	ErrRaggedRow = errors.New("topology: ragged row")
 	// ErrAsymmetric: the link kinds of (i, j) and (j, i) differ, or X is
 	// off the diagonal, or the diagonal is not X.
-	ErrAsymmetric = errors.New("asymmetric matrix")
+	ErrAsymmetric = errors.New("topology: asymmetric matrix")
 	// ErrNoMatrix: the text holds no header naming a GPU.
-	ErrNoMatrix = errors.New("no matrix")
+	ErrNoMatrix = errors.New("topology: no matrix")
 	// ErrBadValue: an affinity cell, JSON value or count is malformed.
-	ErrBadValue = errors.New("bad value")
+	ErrBadValue = errors.New("topology: bad value")
 	// ErrTooLarge: the input exceeds MaxInputBytes.
-	ErrTooLarge = errors.New("input too large")
+	ErrTooLarge = errors.New("topology: input too large")
 )
 
 // MaxInputBytes bounds the text or JSON a parser reads (1 MiB; a real
@@ -50,7 +50,8 @@ type ParseError struct {
 	Err error
 }
 
-// Error returns "topology: nvidia-smi topo -m: line 3, col 12: …".
+// Error returns "topology: nvidia-smi topo -m: line 3, col 12: …": the
+// place, then Err's text without its own "topology: " prefix.
 func (e *ParseError) Error() string {
 	var b strings.Builder
 	b.WriteString("topology: ")
@@ -65,7 +66,7 @@ func (e *ParseError) Error() string {
 		b.WriteString(": " + e.Field)
 	}
 	b.WriteString(": ")
-	b.WriteString(e.Err.Error())
+	b.WriteString(strings.TrimPrefix(e.Err.Error(), "topology: "))
 	return b.String()
 }
 

@@ -3,6 +3,7 @@ package topology_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -428,4 +429,20 @@ func TestParseLabels(t *testing.T) {
 	assert.Equal(t, "NV", topology.LinkNVLink.String())
 	assert.Equal(t, "none", topology.LinkNone.String())
 	assert.Equal(t, "linkkind(99)", topology.LinkKind(99).String())
+}
+
+// Every sentinel names its package; a ParseError names it once, before the
+// place, and then the cause without the prefix again.
+func TestSentinelsNamePackage(t *testing.T) {
+	for _, err := range []error{topology.ErrUnknownLabel, topology.ErrRaggedRow, topology.ErrAsymmetric,
+		topology.ErrNoMatrix, topology.ErrBadValue, topology.ErrTooLarge, topology.ErrUnknownDevice} {
+		assert.True(t, strings.HasPrefix(err.Error(), "topology: "), err.Error())
+	}
+	pe := &topology.ParseError{Format: "json", Line: 1, Col: 2, Err: fmt.Errorf("%w: CPU list %q", topology.ErrBadValue, "3-1")}
+	assert.EqualError(t, pe, `topology: json: line 1, col 2: bad value: CPU list "3-1"`)
+	_, err := topology.ParseMatrix(strings.NewReader(""))
+	assert.EqualError(t, err, "topology: nvidia-smi topo -m: no matrix: empty input")
+	_, err = topology.ParseP2PCap("q")
+	assert.EqualError(t, err, `topology: unknown label "q"`)
+	assert.ErrorIs(t, err, topology.ErrUnknownLabel)
 }

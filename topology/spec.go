@@ -26,7 +26,7 @@ import (
 //     with 128b/130b encoding, so an x16 link carries 15.75/31.5/63.0 GB/s
 //     per direction (PCIeBps).
 //   - PCIe P2P on GeForce boards: the driver reports GNS (GPU Not
-//     Supported) for RTX 4090/5090 pairs (topologies/rtx5090-2gpu-no-p2p).
+//     Supported) for RTX 4090/5090 pairs (machines/rtx5090-2gpu-no-p2p.json).
 type GPUSpec struct {
 	// Name is the short model name used by --gpu and in output, e.g. "H100".
 	Name string
@@ -201,9 +201,9 @@ const (
 // pcieFactor is the share of the PCIe rate a P2P copy gets across each
 // level: full under one switch (PIX) or a switch tree (PXB), 0.8 through
 // the host bridge (PHB), half across host bridges within a NUMA node
-// (NODE) and a quarter across the inter-socket link (SYS), the "halved or
-// worse" of design.md; P2P across QPI/UPI is notoriously slow, which is why
-// a staged copy through the host often beats it.
+// (NODE) and a quarter across the inter-socket link (SYS); P2P across
+// QPI/UPI is notoriously slow, which is why a staged copy through the host
+// often beats it.
 func pcieFactor(k LinkKind) float64 {
 	switch k {
 	case LinkPIX, LinkPXB:

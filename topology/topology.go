@@ -41,7 +41,7 @@ func WithGPUSpec(spec GPUSpec) Option {
 
 // ErrUnknownDevice is wrapped by the errors of Route and TransferCost for
 // a device the topology does not hold.
-var ErrUnknownDevice = errors.New("unknown device")
+var ErrUnknownDevice = errors.New("topology: unknown device")
 
 // New builds a Topology from facts. Each GPU's spec (NVLink rate, PCIe
 // generation) comes from WithGPUSpec when given, else from its compute
@@ -263,7 +263,7 @@ func (k RouteKind) String() string {
 
 // Route is the cheapest way to move a number of bytes between two devices.
 type Route struct {
-	Kind  RouteKind
+	Kind  RouteKind     // same device, direct, via a GPU or through the host
 	Path  []DeviceID    // source first, destination last
 	Hops  []Link        // len(Path)-1 hops
 	Bytes int64         // the size the route was chosen for
@@ -318,7 +318,7 @@ func (t *Topology) route(bytes int64, src, dst DeviceID, relay bool) (Route, err
 	}
 	for _, d := range []DeviceID{src, dst} {
 		if _, ok := t.pos[d]; !ok && d != CPU {
-			return Route{}, fmt.Errorf("topology: route %s→%s: %w %s", src, dst, ErrUnknownDevice, d)
+			return Route{}, fmt.Errorf("%w %s (route %s→%s)", ErrUnknownDevice, d, src, dst)
 		}
 	}
 	if src == dst {

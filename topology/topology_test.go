@@ -155,6 +155,7 @@ func TestRouteBasics(t *testing.T) {
 	assert.Equal(t, 2*time.Microsecond, r.Cost, "zero bytes cost the latency")
 	_, err = topo.Route(1, topology.GPU(0), topology.GPU(8))
 	assert.ErrorIs(t, err, topology.ErrUnknownDevice)
+	assert.EqualError(t, err, "topology: unknown device gpu8 (route gpu0→gpu8)")
 	_, err = topo.TransferCost(-1, topology.GPU(0), topology.GPU(1))
 	assert.Error(t, err)
 	d, err := topo.TransferCost(1<<62, topology.GPU(0), topology.CPU)

@@ -221,7 +221,7 @@ func TestRunFlightsDeviceOpenCLFail(t *testing.T) {
 	needOpenCL(t)
 	code, _, errs := cli(t, "run", "flights", "--device", "opencl", "--fail", "filter[1]", "--top", "3")
 	assert.Equal(t, 1, code, errs)
-	assert.Contains(t, errs, `filter[1]: failed (failure #1): exec: kernel "filter[1]": injected failure`)
+	assert.Contains(t, errs, `filter[1]: failed (failure #1): exec: kernel "filter[1]": dag: injected failure`)
 	assert.Contains(t, errs, "partial[1]: skipped (failure #1) ← copy keep[1] cpu→opencl0 ← filter[1]")
 	assert.Contains(t, errs, "PARTIAL RESULT: 1 of 4 partitions lost")
 }

@@ -182,7 +182,7 @@ func TestRunFlightsFailInjection(t *testing.T) {
 			root := r.Launches[byName["filter[1]"]]
 			assert.Equal(t, "failed", root.Status)
 			assert.NotZero(t, root.Failure)
-			assert.Contains(t, root.Error, "injected failure")
+			assert.Contains(t, root.Error, "dag: injected failure")
 			skipped := r.Launches[byName["partial[1]"]]
 			assert.Equal(t, "skipped", skipped.Status)
 			assert.Equal(t, root.Failure, skipped.Failure)

@@ -183,7 +183,7 @@ func TestRunFlightsPartialResultMarked(t *testing.T) {
 	assert.True(t, doc.Partial)
 	require.Len(t, doc.Lost, 1)
 	assert.Equal(t, lostPartition{Partition: 1, Rows: 100000, RowLo: 100000, RowHi: 200000, PartLo: 0, PartHi: 1, Failure: 1,
-		Error: `exec: kernel "filter[1]": injected failure`}, doc.Lost[0])
+		Error: `exec: kernel "filter[1]": dag: injected failure`}, doc.Lost[0])
 	assert.NotEmpty(t, doc.Rows)
 
 	code, _, errs = cli(t, "run", "flights", "--fail", "write", "--out", csvPath, "--quiet")

@@ -77,7 +77,7 @@ func TestRunFlightsJSONOutput(t *testing.T) {
 	assert.EqualValues(t, 2*200000/3, s.Lost[0].RowLo)
 	assert.EqualValues(t, 200000, s.Lost[0].RowHi)
 	assert.EqualValues(t, 1, s.Lost[0].Failure)
-	assert.Equal(t, `exec: kernel "filter[2]": injected failure`, s.Lost[0].Error)
+	assert.Equal(t, `exec: kernel "filter[2]": dag: injected failure`, s.Lost[0].Error)
 	assert.Equal(t, 1, s.Summary.Failed)
 	assert.Equal(t, 1, s.Summary.Skipped)
 	require.Len(t, s.Problems, 2)

@@ -1,7 +1,8 @@
-// Package cpu is the host CPU device (layer 1, one device kind under
-// package gpu): [New] returns a gpu.Device with real streams, and
-// importing the package registers its driver under [Kind] ("cpu") for
-// gpu.Open. It needs no cgo.
+// Package cpu runs launches on the host's CPU cores, as a device with
+// streams (layer 1, one device kind under package gpu).
+//
+// [New] returns a gpu.Device with real streams, and importing the package
+// registers its driver under [Kind] ("cpu") for gpu.Open. It needs no cgo.
 //
 // Each stream is one long-lived worker goroutine that drains an ordered
 // queue; an event is a (stream, sequence number) pair that fires when the

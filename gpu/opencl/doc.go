@@ -1,13 +1,16 @@
-// Package opencl is streamdag's OpenCL driver: a gpu.CodeDevice
-// (NewDevice; importing the package registers the driver kind "opencl"
-// for gpu.Open) over the OpenCL 1.2 calls a device backend needs, loaded
-// at run time from libOpenCL.so.1 (the Khronos ICD loader, which every
-// vendor's OpenCL driver registers with: PoCL on CPUs, NVIDIA, AMD and
-// Intel on GPUs) with purego, so the package builds with CGO_ENABLED=0
-// and a binary without OpenCL installed still runs (Devices returns an
-// error wrapping ErrUnavailable that says why there is none). The
-// binding itself is internal: a user reaches OpenCL through gpu's
-// contract, and lists what is installed with Platforms and Devices.
+// Package opencl runs launches on OpenCL devices: GPUs of any vendor, or
+// PoCL on the CPU cores.
+//
+// It is streamdag's OpenCL driver: a gpu.CodeDevice (NewDevice; importing
+// the package registers the driver kind "opencl" for gpu.Open) over the
+// OpenCL 1.2 calls a device backend needs, loaded at run time from
+// libOpenCL.so.1 (the Khronos ICD loader, which every vendor's OpenCL driver
+// registers with: PoCL on CPUs, NVIDIA, AMD and Intel on GPUs) with purego,
+// so the package builds with CGO_ENABLED=0 and a binary without OpenCL
+// installed still runs (Devices returns an error wrapping ErrUnavailable
+// that says why there is none). The binding itself is internal: a user
+// reaches OpenCL through gpu's contract, and lists what is installed with
+// Platforms and Devices.
 //
 // # Layer
 //

@@ -101,7 +101,7 @@ func TestBackendAcquireOpenCL(t *testing.T) {
 
 	a, err := b.Acquire(t.Context(), gpu.Config{Streams: 2})
 	require.NoError(t, err)
-	t.Cleanup(a.Release) // before the backend's close waits for it
+	t.Cleanup(func() { assert.NoError(t, a.Release()) }) // before the backend's close waits for it
 	require.NotNil(t, a.Claim)
 	assert.Equal(t, topology.OpenCL(0), a.Claim.Device().ID)
 	assert.Equal(t, topology.OpenCL(0), a.Device.ID())
@@ -111,11 +111,11 @@ func TestBackendAcquireOpenCL(t *testing.T) {
 	assert.True(t, b.MetricsSnapshot().Leases[0].Leased)
 	assert.Equal(t, []int32{3, 6, 9, 12, 15}, scale(t, a.Device, []int32{1, 2, 3, 4, 5}, 3))
 
-	a.Release()
+	require.NoError(t, a.Release())
 	assert.ErrorIs(t, a.Device.Stream(0).Launch(gpu.TaskFunc(func() {})), gpu.ErrClosed, "Release closes the device")
 	assert.False(t, b.MetricsSnapshot().Leases[0].Leased, "and frees the lease")
 	assert.Zero(t, b.CloseSnapshot().ActiveGPUPermits)
-	a.Release() // idempotent
+	assert.NoError(t, a.Release(), "idempotent")
 }
 
 func TestBackendCPUOpenCLNotLeasedByDefault(t *testing.T) {
@@ -142,7 +142,7 @@ func TestBackendAcquireOpenCLFIFO(t *testing.T) {
 	for range n {
 		a, err := b.Acquire(t.Context(), gpu.Config{Streams: 1})
 		require.NoError(t, err)
-		t.Cleanup(a.Release) // before the backend's close waits for it
+		t.Cleanup(func() { assert.NoError(t, a.Release()) }) // before the backend's close waits for it
 		require.NotNil(t, a.Claim)
 		held = append(held, a)
 	}
@@ -164,10 +164,10 @@ func TestBackendAcquireOpenCLFIFO(t *testing.T) {
 	default:
 	}
 	first := held[0]
-	first.Release()
+	require.NoError(t, first.Release())
 	r := <-got
 	require.NoError(t, r.err)
-	t.Cleanup(r.a.Release)
+	t.Cleanup(func() { assert.NoError(t, r.a.Release()) })
 	assert.Equal(t, first.Claim.Device().ID, r.a.Claim.Device().ID, "the freed device goes to the parked claimer")
 	assert.Equal(t, []int32{-2, -4}, scale(t, r.a.Device, []int32{1, 2}, -2))
 	assert.Equal(t, uint64(n+1), b.MetricsSnapshot().Admissions)

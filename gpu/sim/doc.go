@@ -1,8 +1,11 @@
-// Package sim is simulated GPUs of a real topology (layer 1, one device
-// kind under package gpu): [New] returns one gpu.Device per GPU of a
-// machine, and importing the package registers its driver under [Kind]
-// ("sim") for gpu.Open (with gpu.Config.GPUs, and a []Option such as [WithLoss]
-// as gpu.Config.Driver). It needs no cgo.
+// Package sim simulates the GPUs of a real machine as devices, to plan and
+// test multi-GPU runs on a host without them (layer 1, one device kind under
+// package gpu).
+//
+// [New] returns one gpu.Device per GPU of a machine, and importing the
+// package registers its driver under [Kind] ("sim") for gpu.Open (with
+// gpu.Config.GPUs, and a []Option such as [WithLoss] as gpu.Config.Driver).
+// It needs no cgo.
 //
 // A simulated GPU runs its kernels on the host, on streams of one shared
 // CPU device (package gpu/cpu), so an event recorded on one simulated GPU

@@ -1,8 +1,10 @@
-// Package faultdev is a test double: it wraps a gpu.CodeDevice (a real
-// OpenCL device, say) so that the device reports its loss part-way
-// through its work, as a driver reports a GPU that fell off the bus: for
-// tests of what an executor does with a loss the device itself reports.
-// It is imported by tests only.
+// Package faultdev is a test double: a device that reports its loss part-way
+// through its work.
+//
+// It wraps a gpu.CodeDevice (a real OpenCL device, say) so that the device
+// reports its loss as a driver reports a GPU that fell off the bus: for
+// tests of what an executor does with a loss the device itself reports. It
+// is imported by tests only.
 //
 // The wrapper counts the commands enqueued through it (LaunchKernel,
 // CopyIn, CopyOut, Copy and Fill, over all its streams, in call order).

@@ -1,5 +1,5 @@
 // Command report runs streamdag's executor benchmarks beside their
-// baselines and writes the results to a folder:
+// baselines and writes the results to a folder.
 //
 //	go run ./bench/cmd/report [-out DIR] [-min-time 300ms] [-skip-1m] [-duckdb-runs 5]
 //

@@ -1,12 +1,13 @@
-// Package nvmlmock completes go-nvml's shipped mock servers (mock/dgxa100,
-// mock/dgxh100) with the calls they leave nil — PCI bus id, NUMA node, CPU
-// affinity, NVLink state and remote PCI info, P2P status and the PCIe
-// common ancestor — from a real topology as `nvidia-smi topo -m` prints it.
-// It lets tests run nvml.Discover, a lease backend over its GPUs and the
-// devices command's output against an 8-GPU server on a host without a
-// GPU. Nothing here talks to a GPU; it is test scaffolding, imported only
-// by _test files (a test of the layering checks it), so no shipped binary
-// links the mocks.
+// Package nvmlmock gives tests NVML mocks of real multi-GPU servers.
+//
+// It completes go-nvml's shipped mock servers (mock/dgxa100, mock/dgxh100)
+// with the calls they leave nil — PCI bus id, NUMA node, CPU affinity,
+// NVLink state and remote PCI info, P2P status and the PCIe common ancestor
+// — from a real topology as `nvidia-smi topo -m` prints it. It lets tests
+// run nvml.Discover, a lease backend over its GPUs and the devices command's
+// output against an 8-GPU server on a host without a GPU. Nothing here talks
+// to a GPU; it is test scaffolding, imported only by _test files (a test of
+// the layering checks it), so no shipped binary links the mocks.
 //
 // Layer 1 (under gpu/nvml: the only place that may import go-nvml).
 package nvmlmock
@@ -64,10 +65,11 @@ func allPairs(n int, label string) [][]string {
 	return m
 }
 
-// DGXA100 is a DGX A100 (shared/topologies/dgx-a100.json, from NCCL issue
+// DGXA100 is a DGX A100 (topology/machines/dgx-a100.json, from NCCL issue
 // 1505): 8 A100-SXM4 at NV12 through 6 NVSwitches, two EPYC sockets in
-// NPS4 mode. The PCIe levels behind the NVLinks follow
-// shared/topologies/raw/dgx-a100-10nic-tabs.txt: the two GPUs of a NUMA
+// NPS4 mode. The PCIe levels behind the NVLinks follow that machine's
+// `nvidia-smi topo -m` (topology/testdata/fuzz/FuzzParseMatrix/
+// dgx-a100-10nic-tabs): the two GPUs of a NUMA
 // node share a PCIe switch (PXB); other pairs are NODE within a socket
 // (NUMA nodes 0-3, 4-7) and SYS across sockets.
 func DGXA100() TopoMatrix {
@@ -96,8 +98,8 @@ func DGXA100() TopoMatrix {
 
 // DGXH100 is a DGX H100: 8 H100-SXM5 at NV18 (18 NVLink 4 links each)
 // through NVSwitches, two sockets with GPUs 0-3 on NUMA node 0 and 4-7 on
-// node 1. No capture of this machine is stored in shared/topologies: the
-// link count is NVIDIA's published DGX H100 figure, and NUMA nodes,
+// node 1. The repository holds no capture of this machine: the link
+// count is NVIDIA's published DGX H100 figure, and NUMA nodes,
 // affinity and PCIe levels (NODE within a socket, SYS across) are
 // estimates.
 func DGXH100() TopoMatrix {

@@ -1,10 +1,10 @@
-// Package cl is the OpenCL 1.2 binding of streamdag's OpenCL driver: a
-// small typed API over the calls a device backend needs, loaded at run
-// time from libOpenCL.so.1 (the Khronos ICD loader) with purego, so it
-// builds with CGO_ENABLED=0 and a binary without OpenCL installed still
-// runs (Platforms returns an error wrapping ErrUnavailable that says why
-// there is none). It is internal to gpu/opencl, which puts it behind
-// gpu's contract.
+// Package cl is the OpenCL 1.2 binding of streamdag's OpenCL driver.
+//
+// It is a small typed API over the calls a device backend needs, loaded at
+// run time from libOpenCL.so.1 (the Khronos ICD loader) with purego, so it
+// builds with CGO_ENABLED=0 and a binary without OpenCL installed still runs
+// (Platforms returns an error wrapping ErrUnavailable that says why there is
+// none). It is internal to gpu/opencl, which puts it behind gpu's contract.
 //
 // # Layer
 //

@@ -1,5 +1,7 @@
 // Package cltest holds the fixtures the OpenCL binding's tests and the
-// OpenCL driver's tests share: the test kernels, the device lookup that
+// OpenCL driver's tests share.
+//
+// They are the test kernels, the device lookup that
 // skips a test on a machine without OpenCL (and fails it under CI), the
 // subprocess scenarios for faults that may kill the process, and the
 // TestMain that runs them. It is imported by tests only.
