@@ -261,7 +261,7 @@ func flightsGC(getenv func(string) string) {
 // printFlights prints a finished job's result table (or the run's JSON)
 // and summaries, and returns werr (the job's errors writing its files)
 // or, when the run had failures, errLaunchesFailed after the problems.
-func printFlights(stdout, stderr io.Writer, f flightsFlags, setup *runSetup, out *flights.JobOutput, werr error) error {
+func printFlights(stdout, stderr io.Writer, f flightsFlags, setup *runSetup, out *flights.Output, werr error) error {
 	table, rep, s := out.Table, out.Report, out.Summary
 	if table != nil && !f.jsonOut {
 		if err := flights.WriteTable(stdout, table.Rows, out.Pipeline.Key, out.Names); err != nil {

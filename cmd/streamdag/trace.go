@@ -154,7 +154,7 @@ type launchResult struct {
 }
 
 // writeRunJSON writes the --json document for a finished flights job.
-func writeRunJSON(w io.Writer, out *flights.JobOutput) error {
+func writeRunJSON(w io.Writer, out *flights.Output) error {
 	input, nrows, partitions, table, readErr, rep := out.Summary.Input, out.Summary.Rows, out.Summary.Partitions, out.Table, out.ReadErr, out.Report
 	s := runSummary{Pipeline: "flights", Input: input, Rows: []flights.Row{}, Lost: flights.LostPartitions(table), Problems: []launchResult{},
 		Summary: runFigures{InputRows: nrows, Partitions: partitions, Launches: rep.NumLaunches(), Devices: []string{},

@@ -116,26 +116,6 @@ type Job struct {
 	prepared bool
 }
 
-// JobOutput is what a Job's run gives.
-type JobOutput struct {
-	Pipeline *Pipeline
-	Plan     *exec.Plan
-	Report   *exec.Report // every launch's outcome
-	// Table is the result (rows of the partitions that ran, with
-	// Table.Lost naming the others), nil when there is none: ReadErr
-	// then names the root cause.
-	Table   *Table
-	ReadErr error
-	// Names: the rows have airport names and cities (Options.Airports
-	// was given and could be read).
-	Names bool
-	// Summary has the run's figures.
-	Summary Summary
-	// Reads describes the input file's reads in the run
-	// (kvio.File.Describe).
-	Reads string
-}
-
 // Summary is a run's input figures.
 type Summary struct {
 	Input       string // the source's name (kvio.Source.Name)
@@ -144,12 +124,6 @@ type Summary struct {
 	Partitions  int    // the pipeline's partitions
 	Skipped     int    // source parts not read: their delay statistics rule out every row (Pipeline.Skipped)
 	SourceParts int    // the source's parts (row groups or batch ranges)
-}
-
-// Complete reports whether out is a whole result: no launch failed, a
-// table with no lost partition and, when asked for, the airport names.
-func (out *JobOutput) Complete() bool {
-	return out.Report.Err() == nil && out.ReadErr == nil && len(out.Table.Lost) == 0 && out.Table.NamesErr == nil
 }
 
 // Prepare checks the Job's files and prepares them (see Files), so that
@@ -189,11 +163,12 @@ func (j *Job) Close() { j.outs.Discard() }
 // Run prepares the files (Prepare), opens the input, builds the pipeline
 // with the faults injected, plans it on e, writes Files.Plan, runs it,
 // and writes the other files. A launch failure is not an error of Run:
-// the output's Report says what failed and Table what is left. Errors
-// that stop the job before the run (Files.Metrics without a Backend,
-// Prepare's, the input's, Build's, a *FaultError, the plan's, the run's) come with a nil output; errors
-// writing the files after the run are joined and come with the output.
-func (j *Job) Run(ctx context.Context, e *exec.Executor) (*JobOutput, error) {
+// the output's Report says what failed and Table what is left (or
+// ReadErr why there is none). Errors that stop the job before the run
+// (Files.Metrics without a Backend, Prepare's, the input's, Build's, a
+// *FaultError, the plan's, the run's) come with a nil Output; errors
+// writing the files after the run are joined and come with the Output.
+func (j *Job) Run(ctx context.Context, e *exec.Executor) (*Output, error) {
 	if j.Files.Metrics.Path != "" && j.Backend == nil {
 		return nil, fmt.Errorf("%s %s: no Backend to take the metrics of", j.name("metrics", j.Files.Metrics), j.Files.Metrics.Path)
 	}
@@ -211,6 +186,13 @@ func (j *Job) Run(ctx context.Context, e *exec.Executor) (*JobOutput, error) {
 		return nil, err
 	}
 	defer src.Close()
+	return j.run(ctx, e, src, file)
+}
+
+// run is Run after the input is open: file, when not nil, is src's file,
+// described after the run. The files are those Prepare made (none
+// without it).
+func (j *Job) run(ctx context.Context, e *exec.Executor, src kvio.Source, file *kvio.File) (*Output, error) {
 	p, plan, err := j.plan(src, e)
 	if err != nil {
 		return nil, err
@@ -225,11 +207,13 @@ func (j *Job) Run(ctx context.Context, e *exec.Executor) (*JobOutput, error) {
 		return nil, err
 	}
 	defer res.Close()
-	out := &JobOutput{Pipeline: p, Plan: plan, Report: res.Report, Summary: summarize(src, p)}
+	out := &Output{Pipeline: p, Plan: plan, Report: res.Report, Summary: summarize(src, p)}
 	out.Table, out.ReadErr = p.Result(res)
 	out.Names = j.Options.Airports != nil && out.Table != nil && out.Table.NamesErr == nil
-	j.describe(file) // what the input file used in the run
-	out.Reads = file.Describe()
+	if file != nil {
+		j.describe(file) // what the input file used in the run
+		out.Reads = file.Describe()
+	}
 	return out, j.commit(out, res)
 }
 
@@ -298,7 +282,7 @@ func summarize(src kvio.Source, p *Pipeline) Summary {
 
 // commit writes the files after the run, each whether or not the others
 // could be.
-func (j *Job) commit(out *JobOutput, res *exec.Result) error {
+func (j *Job) commit(out *Output, res *exec.Result) error {
 	rep := out.Report
 	var result error
 	if out.Table != nil {
