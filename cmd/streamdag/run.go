@@ -133,9 +133,10 @@ func checkFlightsFlags(f flightsFlags) (faults []fault, err error) {
 }
 
 // flightsJob is the job the flags ask for, its files prepared, before
-// its devices are known. Flags are checked first (usage errors, exit
-// status 2), then the --lose-device spec (returned), then every output
-// path. The caller closes the job, on every path.
+// its devices are known; it sets the collector's target (flightsGC).
+// Flags are checked first (usage errors, exit status 2), then the
+// --lose-device spec (returned), then every output path. The caller
+// closes the job, on every path.
 func flightsJob(f flightsFlags) (*flights.Job, []fault, *lossSpec, error) {
 	faults, err := checkFlightsFlags(f)
 	if err != nil {

@@ -114,6 +114,7 @@ type Job struct {
 	outs     outfile.Set
 	files    [6]*outfile.File
 	prepared bool
+	prepErr  error // Prepare's error, returned again by each later call
 }
 
 // Summary is a run's input figures.
@@ -130,12 +131,18 @@ type Summary struct {
 // a path that cannot be written fails before the run; Run calls it when
 // it was not called. Errors: an OutputFile's, as "NAME PATH: detail"; two
 // naming one path (ErrSamePath); a Result path with neither .csv nor
-// .json. Call Close when done, on every path.
+// .json. A later call returns the first one's error. Call Close when
+// done, on every path.
 func (j *Job) Prepare() error {
-	if j.prepared {
-		return nil
+	if !j.prepared {
+		j.prepared = true
+		j.prepErr = j.prepare()
 	}
-	j.prepared = true
+	return j.prepErr
+}
+
+// prepare is Prepare's work, done once.
+func (j *Job) prepare() error {
 	if p := j.Files.Result.Path; p != "" && ResultFormat(p) == "" {
 		return fmt.Errorf("%s %s: want a .csv or .json file name", j.name("result", j.Files.Result), p)
 	}

@@ -74,9 +74,10 @@ func TestJobErrors(t *testing.T) {
 	p := filepath.Join(dir, "x.json")
 
 	same := flights.Job{Files: flights.Files{Trace: flights.OutputFile{Path: p, Name: "--trace"}, Report: flights.OutputFile{Path: p}}}
+	require.ErrorIs(t, same.Prepare(), flights.ErrSamePath)
 	out, err := same.Run(t.Context(), e)
 	same.Close()
-	assert.Nil(t, out)
+	assert.Nil(t, out, "Run after a failed Prepare runs nothing")
 	require.ErrorIs(t, err, flights.ErrSamePath)
 	assert.EqualError(t, err, "--trace and flights: report file both name "+p)
 
