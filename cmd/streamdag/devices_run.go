@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -239,4 +241,38 @@ func lossSummary(rep *exec.Report) string {
 	}
 	return fmt.Sprintf("lost %s: %s moved off it (%s); re-run because their output was lost with it: %s",
 		*rep.Lost, plural(len(rep.Migrations), "kernel"), strings.Join(moves, ", "), reruns)
+}
+
+// lossSpec is what --lose-device (flag, as given) asks for: simulated GPU
+// dev reports its loss after the fraction after (0–1) of its own launches
+// (sim.WithLoss).
+type lossSpec struct {
+	flag  string
+	dev   topology.DeviceID
+	after float64
+}
+
+// parseLoss parses --lose-device DEVICE@P% (or DEVICE@F with F a fraction
+// 0–1); every error is a usage error that says what to write.
+func parseLoss(s string) (lossSpec, error) {
+	dev, at, ok := strings.Cut(s, "@")
+	if !ok {
+		return lossSpec{}, usagef("--lose-device %s: want DEVICE@PERCENT, e.g. gpu3@50%%", s)
+	}
+	id, err := topology.ParseDeviceID(dev)
+	if err != nil {
+		return lossSpec{}, usagef("--lose-device %s: %w", s, err)
+	}
+	pct, isPct := strings.CutSuffix(at, "%")
+	f, err := strconv.ParseFloat(pct, 64)
+	if !isPct && err == nil && f > 1 && f <= 100 {
+		return lossSpec{}, usagef("--lose-device %s: the point %s has no %%: write %s@%s%% (a percentage of the launches) or a fraction 0–1", s, at, dev, at)
+	}
+	if isPct {
+		f /= 100
+	}
+	if err != nil || math.IsNaN(f) || f < 0 || f > 1 {
+		return lossSpec{}, usagef("--lose-device %s: the point must be 0–100%% of the device's launches", s)
+	}
+	return lossSpec{flag: s, dev: id, after: f}, nil
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/streamdag/streamdag/internal/outfile"
 )
 
 // errNoGraphviz reports that Graphviz's dot is not on PATH.
@@ -59,9 +61,9 @@ func renderGraph(stdin io.Reader, stdout io.Writer, in, out, format string) erro
 	if format != "svg" && format != "png" {
 		return usagef("--format %s: want svg or png", format)
 	}
-	var outs outputs
-	defer outs.discard()
-	outFile, err := outs.add("--out", out)
+	var outs outfile.Set
+	defer outs.Discard()
+	outFile, err := outs.Add("--out", out)
 	if err != nil {
 		return err
 	}
@@ -96,7 +98,7 @@ func renderGraph(stdin io.Reader, stdout io.Writer, in, out, format string) erro
 		_, err = stdout.Write(img)
 		return err
 	}
-	return outFile.commit(func(w io.Writer) error { _, err := w.Write(img); return err })
+	return outFile.Commit(func(w io.Writer) error { _, err := w.Write(img); return err })
 }
 
 func orStdin(path string) string {

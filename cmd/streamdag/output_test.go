@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamdag/streamdag/examples/flights"
 	"github.com/streamdag/streamdag/internal/testdata"
 )
 
@@ -176,13 +177,13 @@ func TestRunFlightsPartialResultMarked(t *testing.T) {
 	require.NoError(t, err)
 	var doc struct {
 		Partial bool
-		Lost    []lostPartition
+		Lost    []flights.LostPartition
 		Rows    []map[string]any
 	}
 	require.NoError(t, json.Unmarshal(b, &doc))
 	assert.True(t, doc.Partial)
 	require.Len(t, doc.Lost, 1)
-	assert.Equal(t, lostPartition{Partition: 1, Rows: 100000, RowLo: 100000, RowHi: 200000, PartLo: 0, PartHi: 1, Failure: 1,
+	assert.Equal(t, flights.LostPartition{Partition: 1, Rows: 100000, RowLo: 100000, RowHi: 200000, PartLo: 0, PartHi: 1, Failure: 1,
 		Error: `exec: kernel "filter[1]": dag: injected failure`}, doc.Lost[0])
 	assert.NotEmpty(t, doc.Rows)
 

@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -21,9 +18,6 @@ import (
 	"github.com/streamdag/streamdag/failgraph"
 	"github.com/streamdag/streamdag/gpu/cpu"
 	"github.com/streamdag/streamdag/gpu/opencl"
-	"github.com/streamdag/streamdag/kvio"
-	"github.com/streamdag/streamdag/lease"
-	"github.com/streamdag/streamdag/topology"
 )
 
 func newRunCmd() *cobra.Command {
@@ -100,83 +94,98 @@ With no --input it runs on the 200,000-row sample embedded in the binary
 	return cmd
 }
 
-// fault is a --fail flag: the kernel to fail, and whether by a panic.
+// fault is a --fail flag: as given, and the fault it injects.
 type fault struct {
-	spec, kernel string
-	panic        bool
+	spec  string
+	fault flights.Fault
 }
 
 // checkFlightsFlags checks the flags that need no device or file: stream
-// counts, --top, --out's format (returned: "csv", "json" or "" without
-// --out) and the --fail specs (returned). Every error is a usage error.
-func checkFlightsFlags(f flightsFlags) (format string, faults []fault, err error) {
+// counts, --top, --out's format and the --fail specs (returned). Every
+// error is a usage error.
+func checkFlightsFlags(f flightsFlags) (faults []fault, err error) {
 	if f.streams < 0 || f.streams > cpu.MaxStreams {
-		return "", nil, usagef("--streams %d: want 1 to %d, or 0 for GOMAXPROCS", f.streams, cpu.MaxStreams)
+		return nil, usagef("--streams %d: want 1 to %d, or 0 for GOMAXPROCS", f.streams, cpu.MaxStreams)
 	}
 	if f.device == deviceOpenCL && f.streams > opencl.MaxStreams {
-		return "", nil, usagef("--streams %d with --device opencl: an OpenCL device opens at most %d streams; want 1 to %d, or 0", f.streams, opencl.MaxStreams, opencl.MaxStreams)
+		return nil, usagef("--streams %d with --device opencl: an OpenCL device opens at most %d streams; want 1 to %d, or 0", f.streams, opencl.MaxStreams, opencl.MaxStreams)
 	}
 	if f.top < 0 {
-		return "", nil, usagef("--top %d: must be 0 (all) or more", f.top)
+		return nil, usagef("--top %d: must be 0 (all) or more", f.top)
 	}
 	switch {
 	case f.device != deviceAuto && f.device != deviceCPU && f.device != deviceOpenCL:
-		return "", nil, usagef("--device %s: want cpu, opencl or auto", f.device)
+		return nil, usagef("--device %s: want cpu, opencl or auto", f.device)
 	case f.topology != "" && f.device == deviceOpenCL:
-		return "", nil, usagef("--device opencl and --topology: simulated GPUs run host code only; choose one")
+		return nil, usagef("--device opencl and --topology: simulated GPUs run host code only; choose one")
 	}
-	if f.out != "" {
-		switch strings.ToLower(filepath.Ext(f.out)) {
-		case ".csv":
-			format = "csv"
-		case ".json":
-			format = "json"
-		default:
-			return "", nil, usagef("--out %s: want a .csv or .json file name", f.out)
-		}
+	if f.out != "" && flights.ResultFormat(f.out) == "" {
+		return nil, usagef("--out %s: want a .csv or .json file name", f.out)
 	}
 	for _, spec := range f.fail {
 		name, mode, _ := strings.Cut(spec, ":")
 		if name == "" || mode != "" && mode != "panic" {
-			return "", nil, usagef("--fail %s: want KERNEL or KERNEL:panic", spec)
+			return nil, usagef("--fail %s: want KERNEL or KERNEL:panic", spec)
 		}
-		faults = append(faults, fault{spec, name, mode == "panic"})
+		faults = append(faults, fault{spec, flights.Fault{Kernel: name, Panic: mode == "panic"}})
 	}
-	return format, faults, nil
+	return faults, nil
 }
 
-// runFlights runs the flights pipeline. Flags are checked first (usage
-// errors, exit status 2), then every output path (a temporary file is
-// created beside each), then the run; outputs are committed after it,
-// each on its own, so one that fails leaves the others written.
-func runFlights(cmd *cobra.Command, f flightsFlags) error {
-	ctx := cmd.Context()
-	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
-	format, faults, err := checkFlightsFlags(f)
+// flightsJob is the job the flags ask for, its files prepared, before
+// its devices are known; it sets the collector's target (flightsGC).
+// Flags are checked first (usage errors, exit status 2), then the
+// --lose-device spec (returned), then every output path. The caller
+// closes the job, on every path.
+func flightsJob(f flightsFlags) (*flights.Job, []fault, *lossSpec, error) {
+	faults, err := checkFlightsFlags(f)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	flightsGC(os.Getenv)
-	var runOpts []exec.RunOption
 	var loss *lossSpec
 	if f.loseDevice != "" {
 		if f.topology == "" {
-			return usagef("--lose-device needs --topology: only simulated GPUs can be lost")
+			return nil, nil, nil, usagef("--lose-device needs --topology: only simulated GPUs can be lost")
 		}
 		spec, err := parseLoss(f.loseDevice)
 		if err != nil {
-			return err
+			return nil, nil, nil, err
 		}
 		loss = &spec
 	}
+	job := &flights.Job{
+		Input:   f.input,
+		Options: flights.Options{MinDelay: f.minDelay, TopK: f.top},
+		Files: flights.Files{
+			Result: flights.OutputFile{Path: f.out, Name: "--out"}, Plan: flights.OutputFile{Path: f.dot, Name: "--dot"},
+			Trace: flights.OutputFile{Path: f.trace, Name: "--trace"}, Report: flights.OutputFile{Path: f.report, Name: "--report"},
+			Metrics: flights.OutputFile{Path: f.metrics, Name: "--metrics"}, Errors: flights.OutputFile{Path: f.errorsDot, Name: "--errors-dot"},
+		},
+	}
+	for _, x := range faults {
+		job.Fail = append(job.Fail, x.fault)
+	}
+	err = job.Prepare()
+	if errors.Is(err, flights.ErrSamePath) {
+		err = usageError{err}
+	}
+	return job, faults, loss, err
+}
 
-	var outs outputs
-	defer outs.discard()
-	files, err := outs.addAll(f)
+// runFlights runs the flights job (flights.Job) the flags ask for, on
+// the devices they ask for, and prints its result and summary. The
+// output files are prepared before the devices are set up.
+func runFlights(cmd *cobra.Command, f flightsFlags) error {
+	ctx := cmd.Context()
+	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	job, faults, loss, err := flightsJob(f)
+	if job != nil {
+		defer job.Close()
+	}
 	if err != nil {
 		return err
 	}
-	dotFile := files[1]
 
 	// The run's devices come from the backend: it leases what --device
 	// asks for, and the lease is held (the device open) until the run
@@ -192,57 +201,41 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		return err
 	}
 	defer setup.release()
-	devs, topo := setup.devs, setup.topo
-
-	file, err := openFlightsInput(f.input)
-	if err != nil {
-		return err
+	job.Backend = backend
+	if setup.openCL {
+		id := setup.devs[len(setup.devs)-1].ID()
+		job.Options.OpenCL, job.Options.Device = true, &id // filter and partial on the OpenCL device
 	}
-	defer file.Close()
-	backend.SetProcessConfig("kvio", file.Describe()) // updated after the run with what its reads used
-	src, err := kvio.OpenAuto(ctx, file)
-	if err != nil {
-		return err
+	if f.airports != "" {
+		path := f.airports
+		if _, err := os.Stat(path); err != nil {
+			return fmt.Errorf("--airports: %w", err)
+		}
+		job.Options.Airports = func() (io.ReadCloser, error) { return os.Open(path) }
 	}
-	defer src.Close()
-	p, err := buildFlights(src, f, setup, faults)
-	if err != nil {
-		return err
-	}
-	var bar *progress
 	if showProgress(stderr, f.quiet, os.Getenv) {
-		bar = countLaunches(p.Graph)
+		job.OnRun = func(p *flights.Pipeline) func() {
+			bar := countLaunches(p.Graph)
+			bar.start(stderr, "flights", progressDelay)
+			return bar.Stop
+		}
 	}
 	// Launch times cost a clock reading per launch: only the outputs that
 	// show them turn them on.
 	timed := exec.WithLaunchTiming(f.trace != "" || f.report != "")
-	e, err := exec.NewMulti(devs, topo, exec.WithBackend(backend), timed)
+	e, err := exec.NewMulti(setup.devs, setup.topo, exec.WithBackend(backend), timed)
 	if err != nil {
 		return err
 	}
-	plan, err := e.Plan(p.Graph)
-	if err != nil {
-		return err
-	}
-	// The plan is known now: write it before the run.
-	if err := dotFile.commit(func(w io.Writer) error {
-		b, err := plan.MarshalDOT()
-		if err == nil {
-			_, err = w.Write(b)
+	out, err := job.Run(ctx, e)
+	if out == nil {
+		var fe *flights.FaultError
+		if errors.As(err, &fe) {
+			return usagef("--fail %s: %w", faults[fe.Index].spec, fe.Err)
 		}
 		return err
-	}); err != nil {
-		return err
 	}
-	bar.start(stderr, "flights", progressDelay)
-	res, err := e.Execute(ctx, plan, runOpts...)
-	bar.Stop()
-	if err != nil {
-		return err
-	}
-	defer res.Close()
-	return finishFlights(flightsRun{stdout: stdout, stderr: stderr, f: f, format: format, p: p, res: res,
-		plan: plan, src: src, file: file, backend: backend, setup: setup, files: files})
+	return printFlights(stdout, stderr, f, setup, out, err)
 }
 
 // flightsGCPercent is the garbage collector's target percentage
@@ -266,132 +259,37 @@ func flightsGC(getenv func(string) string) {
 	}
 }
 
-// flightsRun is what a finished flights run reports from.
-type flightsRun struct {
-	stdout, stderr io.Writer
-	f              flightsFlags
-	format         string
-	p              *flights.Pipeline
-	res            *exec.Result
-	plan           *exec.Plan
-	src            kvio.Source
-	file           *kvio.File
-	backend        *lease.Backend
-	setup          *runSetup
-	files          [6]*outputFile
-}
-
-// finishFlights prints the result table (or the run's JSON), the
-// summaries, writes the output files, each whether or not the others could
-// be, and returns errLaunchesFailed (after the problems) when the run had
-// failures.
-func finishFlights(x flightsRun) error {
-	stdout, stderr, f, p, res, plan, src, file, backend, setup := x.stdout, x.stderr, x.f, x.p, x.res, x.plan, x.src, x.file, x.backend, x.setup
-	format := x.format
-	outFile, traceFile, reportFile, metricsFile, errorsFile := x.files[0], x.files[2], x.files[3], x.files[4], x.files[5]
-	rep := res.Report
-	table, readErr := p.Result(res)
-	withNames := f.airports != "" && table != nil && table.NamesErr == nil
+// printFlights prints a finished job's result table (or the run's JSON)
+// and summaries, and returns werr (the job's errors writing its files)
+// or, when the run had failures, errLaunchesFailed after the problems.
+func printFlights(stdout, stderr io.Writer, f flightsFlags, setup *runSetup, out *flights.Output, werr error) error {
+	table, rep, s := out.Table, out.Report, out.Summary
 	if table != nil && !f.jsonOut {
-		if err := flights.WriteTable(stdout, table.Rows, p.Key, withNames); err != nil {
+		if err := flights.WriteTable(stdout, table.Rows, out.Pipeline.Key, out.Names); err != nil {
 			return err
 		}
-	}
-	var nrows, skippedRows int64
-	for i := range src.NumParts() {
-		nrows += src.PartRows(i)
-	}
-	for _, i := range p.Skipped {
-		skippedRows += src.PartRows(i)
 	}
 	if f.jsonOut {
-		if err := writeRunJSON(stdout, src.Name(), nrows, len(p.Partitions), table, readErr, rep); err != nil {
+		if err := writeRunJSON(stdout, out); err != nil {
 			return err
 		}
 	}
-	backend.SetProcessConfig("kvio", file.Describe()) // what the input file used in the run
 	if !f.quiet {
-		fmt.Fprintln(stderr, runLine(src.Name(), nrows, skippedRows, len(p.Partitions), len(p.Skipped), src.NumParts(), rep))
-		printDevices(stderr, setup, plan, rep)
-		fmt.Fprintln(stderr, file.Describe())
+		fmt.Fprintln(stderr, runLine(s, rep))
+		printDevices(stderr, setup, out.Plan, rep)
+		fmt.Fprintln(stderr, out.Reads)
 	}
-
-	// The files: each written whether or not the others could be.
-	werr := errors.Join(
-		traceFile.commit(func(w io.Writer) error { return exec.WriteTrace(w, plan, rep) }),
-		reportFile.commit(func(w io.Writer) error { return writeIndentedJSON(w, rep) }),
-		metricsFile.commit(func(w io.Writer) error { return writeIndentedJSON(w, backend.MetricsSnapshot()) }),
-		errorsFile.commit(func(w io.Writer) error { return writeFailuresDOT(w, res) }),
-		commitResult(outFile, format, table, withNames, len(p.Partitions), nrows))
-
-	if rep.Err() == nil && readErr == nil && len(table.Lost) == 0 && table.NamesErr == nil {
+	if out.Complete() {
 		return werr
 	}
-	printProblems(stderr, rep, table, readErr, len(p.Partitions), nrows)
-	if outFile != nil && table == nil {
+	printProblems(stderr, rep, table, out.ReadErr, s.Partitions, s.Rows)
+	if f.out != "" && table == nil {
 		fmt.Fprintf(stderr, "--out %s: not written (no result); the file is left as it was\n", f.out)
 	}
 	if werr != nil {
 		return werr
 	}
 	return errLaunchesFailed
-}
-
-// openFlightsInput opens --input, or the embedded sample without one.
-func openFlightsInput(input string) (*kvio.File, error) {
-	if input == "" {
-		return flights.Sample()
-	}
-	return kvio.Open(input)
-}
-
-// buildFlights builds the pipeline over src: a partition per stream of
-// every device, filter and partial on the OpenCL device when the run has
-// one, airport names from --airports, and the --fail faults injected.
-func buildFlights(src kvio.Source, f flightsFlags, setup *runSetup, faults []fault) (*flights.Pipeline, error) {
-	devs := setup.devs
-	parts := 0
-	for _, d := range devs {
-		parts += d.NumStreams()
-	}
-	opts := flights.Options{MinDelay: f.minDelay, TopK: f.top, Partitions: parts, OpenCL: setup.openCL}
-	if setup.openCL {
-		id := devs[len(devs)-1].ID()
-		opts.Device = &id // filter and partial on the OpenCL device
-	}
-	if f.airports != "" {
-		path := f.airports
-		if _, err := os.Stat(path); err != nil {
-			return nil, fmt.Errorf("--airports: %w", err)
-		}
-		opts.Airports = func() (io.ReadCloser, error) { return os.Open(path) }
-	}
-	p, err := flights.Build(src, opts)
-	if err != nil {
-		return nil, err
-	}
-	for _, x := range faults {
-		if err := p.Graph.InjectFailure(x.kernel, x.panic); err != nil {
-			return nil, usagef("--fail %s: %w", x.spec, err)
-		}
-	}
-	return p, nil
-}
-
-// addAll adds the run's output files, in the order --out, --dot, --trace,
-// --report, --metrics, --errors-dot (nil for a flag not given).
-func (o *outputs) addAll(f flightsFlags) ([6]*outputFile, error) {
-	var files [6]*outputFile
-	for i, x := range []struct{ flag, path string }{
-		{"--out", f.out}, {"--dot", f.dot}, {"--trace", f.trace},
-		{"--report", f.report}, {"--metrics", f.metrics}, {"--errors-dot", f.errorsDot},
-	} {
-		var err error
-		if files[i], err = o.add(x.flag, x.path); err != nil {
-			return files, err
-		}
-	}
-	return files, nil
 }
 
 // printDevices prints the devices line, and the summary of the device
@@ -408,78 +306,25 @@ func printDevices(w io.Writer, setup *runSetup, plan *exec.Plan, rep *exec.Repor
 	}
 }
 
-// writeFailuresDOT writes the run's error graph as DOT.
-func writeFailuresDOT(w io.Writer, res *exec.Result) error {
-	b, err := res.Failures().MarshalDOT()
-	if err == nil {
-		_, err = w.Write(append(b, '\n'))
-	}
-	return err
-}
-
-// commitResult writes the result table to --out (nothing without --out,
-// or without a table).
-func commitResult(out *outputFile, format string, table *flights.Table, withNames bool, parts int, nrows int64) error {
-	if out == nil || table == nil {
-		return nil
-	}
-	return out.commit(func(w io.Writer) error { return writeResult(w, format, table, withNames, parts, nrows) })
-}
-
-// lossSpec is what --lose-device (flag, as given) asks for: simulated GPU
-// dev reports its loss after the fraction after (0–1) of its own launches
-// (sim.WithLoss).
-type lossSpec struct {
-	flag  string
-	dev   topology.DeviceID
-	after float64
-}
-
-// parseLoss parses --lose-device DEVICE@P% (or DEVICE@F with F a fraction
-// 0–1); every error is a usage error that says what to write.
-func parseLoss(s string) (lossSpec, error) {
-	dev, at, ok := strings.Cut(s, "@")
-	if !ok {
-		return lossSpec{}, usagef("--lose-device %s: want DEVICE@PERCENT, e.g. gpu3@50%%", s)
-	}
-	id, err := topology.ParseDeviceID(dev)
-	if err != nil {
-		return lossSpec{}, usagef("--lose-device %s: %w", s, err)
-	}
-	pct, isPct := strings.CutSuffix(at, "%")
-	f, err := strconv.ParseFloat(pct, 64)
-	if !isPct && err == nil && f > 1 && f <= 100 {
-		return lossSpec{}, usagef("--lose-device %s: the point %s has no %%: write %s@%s%% (a percentage of the launches) or a fraction 0–1", s, at, dev, at)
-	}
-	if isPct {
-		f /= 100
-	}
-	if err != nil || math.IsNaN(f) || f < 0 || f > 1 {
-		return lossSpec{}, usagef("--lose-device %s: the point must be 0–100%% of the device's launches", s)
-	}
-	return lossSpec{flag: s, dev: id, after: f}, nil
-}
-
 // runLine is the run summary's first line: input, partitions, source
-// parts not read (skipped of nsrc, holding skippedRows of the nrows rows,
-// ruled out by their statistics), launches (and those lost with a device
-// and redone), streams, devices used, waits, wall time and the rate of
-// the rows read.
-func runLine(input string, nrows, skippedRows int64, parts, skipped, nsrc int, rep *exec.Report) string {
+// parts not read (ruled out by their statistics), launches (and those
+// lost with a device and redone), streams, devices used, waits, wall time
+// and the rate of the rows read.
+func runLine(s flights.Summary, rep *exec.Report) string {
 	launches := plural(rep.NumLaunches(), "launch")
 	if n := rep.Count(exec.StatusLost); n > 0 {
 		launches += fmt.Sprintf(" (%d lost with %s and redone)", n, *rep.Lost)
 	}
 	rate := 0.0
 	if rep.Wall > 0 {
-		rate = float64(nrows-skippedRows) / rep.Wall.Seconds() / 1e6
+		rate = float64(s.Rows-s.SkippedRows) / rep.Wall.Seconds() / 1e6
 	}
-	partitions := plural(parts, "partition")
-	if skipped > 0 {
-		partitions += fmt.Sprintf(" (%d of %d source parts, %d rows, not read: their delay statistics rule out every row)", skipped, nsrc, skippedRows)
+	partitions := plural(s.Partitions, "partition")
+	if s.Skipped > 0 {
+		partitions += fmt.Sprintf(" (%d of %d source parts, %d rows, not read: their delay statistics rule out every row)", s.Skipped, s.SourceParts, s.SkippedRows)
 	}
 	return fmt.Sprintf("%s: %d rows in %s, %s on %s of %s, %s, %s (%.1f M rows/s)",
-		input, nrows, partitions, launches, streamsLabel(rep.Streams),
+		s.Input, s.Rows, partitions, launches, streamsLabel(rep.Streams),
 		devicesLabel(rep.DevicesUsed()), plural(rep.Waits, "event wait"), fmtDuration(rep.Wall), rate)
 }
 
@@ -492,7 +337,7 @@ func printProblems(w io.Writer, rep *exec.Report, table *flights.Table, readErr 
 	for _, l := range rep.Launches() {
 		switch l.Status {
 		case exec.StatusFailed, exec.StatusCancelled:
-			fmt.Fprintf(w, "  %s: %s (failure %s): %s\n", l.Kernel, l.Status, l.Failure, firstLine(l.Err))
+			fmt.Fprintf(w, "  %s: %s (failure %s): %s\n", l.Kernel, l.Status, l.Failure, flights.FirstLine(l.Err))
 			shown[l.Failure] = true
 		case exec.StatusSkipped:
 			fmt.Fprintf(w, "  %s: skipped (failure %s) ← %s\n", l.Kernel, l.Failure, strings.Join(l.Chain, " ← "))
@@ -505,7 +350,7 @@ func printProblems(w io.Writer, rep *exec.Report, table *flights.Table, readErr 
 		if errors.As(err, &u) && shown[u.Failure] {
 			return fmt.Sprintf("%s was not written (failure %s, above)", u.Buffer, u.Failure)
 		}
-		return firstLine(err)
+		return flights.FirstLine(err)
 	}
 	switch {
 	case readErr != nil:
@@ -535,71 +380,6 @@ func partsLabel(p flights.Partition) string {
 		return fmt.Sprintf("parts %d–%d", p.PartLo, p.PartHi-1)
 	}
 	return fmt.Sprintf("part %d", p.PartLo)
-}
-
-// partialNote is the line that marks a partial result (partitions lost,
-// or airport names missing), or "" for a complete one.
-func partialNote(table *flights.Table, parts int, nrows int64) string {
-	var notes []string
-	if len(table.Lost) > 0 {
-		var lost int64
-		for _, l := range table.Lost {
-			lost += l.Rows
-		}
-		notes = append(notes, fmt.Sprintf("%d of %d partitions lost (%d of %d input rows not counted)", len(table.Lost), parts, lost, nrows))
-	}
-	if table.NamesErr != nil {
-		notes = append(notes, "no airport names or cities (airports.csv could not be read)")
-	}
-	if len(notes) == 0 {
-		return ""
-	}
-	return "PARTIAL RESULT: " + strings.Join(notes, "; ")
-}
-
-// writeResult writes the --out file. A partial result is marked in the
-// file itself: a first line "# PARTIAL RESULT: …" in CSV (read it with a
-// reader that skips # comments, such as Go's csv.Reader with Comment
-// '#'), and in JSON, which is always {"partial", "lost", "names_error",
-// "rows"}, "partial": true with the lost partitions (numbers, see
-// lostPartition) or why the names are missing.
-func writeResult(w io.Writer, format string, table *flights.Table, withNames bool, parts int, nrows int64) error {
-	note := partialNote(table, parts, nrows)
-	if format == "csv" {
-		if note != "" {
-			if _, err := fmt.Fprintf(w, "# %s\n", note); err != nil {
-				return err
-			}
-		}
-		return flights.WriteCSV(w, table.Rows, withNames)
-	}
-	doc := struct {
-		Partial    bool            `json:"partial"`
-		Lost       []lostPartition `json:"lost"`
-		NamesError string          `json:"names_error,omitempty"`
-		Rows       []flights.Row   `json:"rows"`
-	}{Partial: note != "", Lost: lostPartitions(table), NamesError: firstLine(table.NamesErr), Rows: table.Rows}
-	if doc.Rows == nil {
-		doc.Rows = []flights.Row{}
-	}
-	return writeIndentedJSON(w, doc)
-}
-
-// writeIndentedJSON writes v as indented JSON and a newline.
-func writeIndentedJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
-// firstLine returns err's text up to its first newline (panic errors carry
-// a stack after it).
-func firstLine(err error) string {
-	if err == nil {
-		return ""
-	}
-	s, _, _ := strings.Cut(err.Error(), "\n")
-	return s
 }
 
 // streamsLabel says how many streams each device has: "3 streams" when

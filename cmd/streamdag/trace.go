@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
 	"io"
 	"os"
 	"sync/atomic"
@@ -14,7 +14,6 @@ import (
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/examples/flights"
 	"github.com/streamdag/streamdag/exec"
-	"github.com/streamdag/streamdag/failgraph"
 )
 
 // progressDelay is how long a run goes on before its progress bar shows:
@@ -116,49 +115,14 @@ func (p *progress) Stop() {
 // the result is partial and which partitions it lacks, and the run's
 // figures.
 type runSummary struct {
-	Pipeline string          `json:"pipeline"`
-	Input    string          `json:"input"`
-	Partial  bool            `json:"partial"` // some partitions' rows are missing from rows
-	Rows     []flights.Row   `json:"rows"`
-	Lost     []lostPartition `json:"lost"`
-	Error    string          `json:"error,omitempty"` // no result at all: why
-	Summary  runFigures      `json:"summary"`
-	Problems []launchResult  `json:"problems"` // launches that failed, were skipped or cancelled
-}
-
-// lostPartition is one partition whose rows are missing from a partial
-// result: its index, its rows ([row_lo, row_hi) of the source parts
-// [part_lo, part_hi)), and the failure behind it.
-type lostPartition struct {
-	Partition int    `json:"partition"`
-	Rows      int64  `json:"rows"`
-	RowLo     int64  `json:"row_lo"`
-	RowHi     int64  `json:"row_hi"`
-	PartLo    int    `json:"part_lo"`
-	PartHi    int    `json:"part_hi"`
-	Failure   uint64 `json:"failure"` // the error graph's failure id, 0 when unknown
-	Error     string `json:"error"`   // its root error, first line
-}
-
-// lostPartitions lists table's lost partitions ([] when none).
-func lostPartitions(table *flights.Table) []lostPartition {
-	out := []lostPartition{}
-	if table == nil {
-		return out
-	}
-	for _, l := range table.Lost {
-		lp := lostPartition{Partition: l.Partition, Rows: l.Rows, RowLo: l.Part.RowLo, RowHi: l.Part.RowHi,
-			PartLo: l.Part.PartLo, PartHi: l.Part.PartHi, Error: firstLine(l.Err)}
-		var u *failgraph.UnwrittenError
-		if errors.As(l.Err, &u) {
-			lp.Failure = uint64(u.Failure)
-			if u.Root != nil {
-				lp.Error = firstLine(u.Root)
-			}
-		}
-		out = append(out, lp)
-	}
-	return out
+	Pipeline string                  `json:"pipeline"`
+	Input    string                  `json:"input"`
+	Partial  bool                    `json:"partial"` // some partitions' rows are missing from rows
+	Rows     []flights.Row           `json:"rows"`
+	Lost     []flights.LostPartition `json:"lost"`
+	Error    string                  `json:"error,omitempty"` // no result at all: why
+	Summary  runFigures              `json:"summary"`
+	Problems []launchResult          `json:"problems"` // launches that failed, were skipped or cancelled
 }
 
 // runFigures are the run's counts: launches of every status (over both
@@ -189,10 +153,10 @@ type launchResult struct {
 	Chain   []string `json:"chain"`
 }
 
-// writeRunJSON writes the --json document for a flights run: table may be
-// nil when readErr says why there is no result.
-func writeRunJSON(w io.Writer, input string, nrows int64, partitions int, table *flights.Table, readErr error, rep *exec.Report) error {
-	s := runSummary{Pipeline: "flights", Input: input, Rows: []flights.Row{}, Lost: lostPartitions(table), Problems: []launchResult{},
+// writeRunJSON writes the --json document for a finished flights job.
+func writeRunJSON(w io.Writer, out *flights.Output) error {
+	input, nrows, partitions, table, readErr, rep := out.Summary.Input, out.Summary.Rows, out.Summary.Partitions, out.Table, out.ReadErr, out.Report
+	s := runSummary{Pipeline: "flights", Input: input, Rows: []flights.Row{}, Lost: flights.LostPartitions(table), Problems: []launchResult{},
 		Summary: runFigures{InputRows: nrows, Partitions: partitions, Launches: rep.NumLaunches(), Devices: []string{},
 			StreamsPerDevice: rep.Streams, EventWaits: rep.Waits, WallNs: rep.Wall.Nanoseconds(),
 			OK: rep.Count(exec.StatusOK), Failed: rep.Count(exec.StatusFailed), Skipped: rep.Count(exec.StatusSkipped),
@@ -211,17 +175,19 @@ func writeRunJSON(w io.Writer, input string, nrows int64, partitions int, table 
 		s.Partial = len(table.Lost) > 0
 	}
 	if readErr != nil {
-		s.Error = firstLine(readErr)
+		s.Error = flights.FirstLine(readErr)
 	}
 	for _, l := range rep.Launches() {
 		if l.Status == exec.StatusOK || l.Status == exec.StatusLost {
 			continue
 		}
-		lr := launchResult{Kernel: l.Kernel, Status: l.Status.String(), Failure: uint64(l.Failure), Error: firstLine(l.Err), Chain: l.Chain}
+		lr := launchResult{Kernel: l.Kernel, Status: l.Status.String(), Failure: uint64(l.Failure), Error: flights.FirstLine(l.Err), Chain: l.Chain}
 		if lr.Chain == nil {
 			lr.Chain = []string{}
 		}
 		s.Problems = append(s.Problems, lr)
 	}
-	return writeIndentedJSON(w, s)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(s)
 }

@@ -42,6 +42,13 @@
 // Kernel names are those above with the partition index in brackets
 // ("filter[3]"), which is what `streamdag run flights --fail` takes.
 //
+// Run runs the pipeline over a source the caller opened. Job is the whole
+// job `streamdag run flights` runs: the input opened through kvio (the
+// embedded Sample without one), faults injected, the plan, the run, and
+// the result, plan, trace, report, metrics and error graph files, each
+// written whole or not at all; the command only maps its flags to a Job
+// and its devices to an executor, and prints the Output.
+//
 // Key: the "origin" column (utf8 or large_utf8) when the file has one,
 // else the hour of day, floor of the "time" column (float32 or float64),
 // as an integer 0–23. delay may be any signed integer column. Rows whose

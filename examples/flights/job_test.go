@@ -1,0 +1,131 @@
+package flights_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/examples/flights"
+	"github.com/streamdag/streamdag/exec"
+	"github.com/streamdag/streamdag/gpu/cpu"
+	"github.com/streamdag/streamdag/internal/leaktest"
+)
+
+// ExampleJob runs the job `streamdag run flights --top 3 --streams 2
+// --out result.csv` runs, on the embedded sample, and prints its figures
+// and the table.
+func ExampleJob() {
+	dev, err := cpu.New(cpu.WithStreams(2))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer dev.Close()
+	dir, err := os.MkdirTemp("", "flights")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+
+	job := flights.Job{
+		Options: flights.Options{TopK: 3},
+		Files:   flights.Files{Result: flights.OutputFile{Path: filepath.Join(dir, "result.csv")}},
+	}
+	defer job.Close()
+	out, err := job.Run(context.Background(), exec.New(dev))
+	if err != nil {
+		log.Fatal(err)
+	}
+	s := out.Summary
+	fmt.Printf("%s: %d rows, %d partitions, complete: %v\n", s.Input, s.Rows, s.Partitions, out.Complete())
+	if err := flights.WriteTable(os.Stdout, out.Table.Rows, out.Pipeline.Key, out.Names); err != nil {
+		log.Fatal(err)
+	}
+	csv, err := os.ReadFile(filepath.Join(dir, "result.csv"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(string(csv))
+	// Output:
+	// flights-200k.arrow (embedded): 200000 rows, 2 partitions, complete: true
+	// hour  count  delay_sum  delay_mean  delay_max
+	//   17   6888     191942       27.87        638
+	//   19   6283     193423       30.79        391
+	//   13   6091     143993       23.64       1327
+	// key,count,delay_sum,delay_mean,delay_max
+	// 17,6888,191942,27.866144,638
+	// 19,6283,193423,30.785134,391
+	// 13,6091,143993,23.640289,1327
+}
+
+// TestJobErrors checks the errors that stop a job before its run: two
+// files naming one path, a fault naming no kernel, a metrics file with no
+// backend; and that the files prepared are removed, their paths left as
+// they were.
+func TestJobErrors(t *testing.T) {
+	e := cpuExecutor(t)
+	dir := t.TempDir()
+	p := filepath.Join(dir, "x.json")
+
+	same := flights.Job{Files: flights.Files{Trace: flights.OutputFile{Path: p, Name: "--trace"}, Report: flights.OutputFile{Path: p}}}
+	require.ErrorIs(t, same.Prepare(), flights.ErrSamePath)
+	out, err := same.Run(t.Context(), e)
+	same.Close()
+	assert.Nil(t, out, "Run after a failed Prepare runs nothing")
+	require.ErrorIs(t, err, flights.ErrSamePath)
+	assert.EqualError(t, err, "--trace and flights: report file both name "+p)
+
+	fault := flights.Job{Fail: []flights.Fault{{Kernel: "merge"}, {Kernel: "nosuch"}}, Files: flights.Files{Report: flights.OutputFile{Path: p}}}
+	out, err = fault.Run(t.Context(), e)
+	fault.Close()
+	assert.Nil(t, out)
+	var fe *flights.FaultError
+	require.ErrorAs(t, err, &fe)
+	assert.Equal(t, 1, fe.Index)
+	assert.Equal(t, "nosuch", fe.Fault.Kernel)
+
+	metrics := flights.Job{Files: flights.Files{Metrics: flights.OutputFile{Path: p}}}
+	out, err = metrics.Run(t.Context(), e)
+	assert.Nil(t, out)
+	assert.EqualError(t, err, "flights: metrics file "+p+": no Backend to take the metrics of")
+
+	left, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	assert.Empty(t, left, "no file written, no temporary file left")
+}
+
+// TestJobPartial checks a job whose filter[1] fails: the output is
+// partial, not an error, and the result file says so in its first line.
+func TestJobPartial(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "r.csv")
+	job := flights.Job{Options: flights.Options{TopK: 1}, Fail: []flights.Fault{{Kernel: "filter[1]"}},
+		Files: flights.Files{Result: flights.OutputFile{Path: p}}}
+	defer job.Close()
+	out, err := job.Run(t.Context(), cpuExecutor(t))
+	require.NoError(t, err)
+	assert.False(t, out.Complete())
+	require.Len(t, out.Table.Lost, 1)
+	assert.Equal(t, 1, out.Table.Lost[0].Partition)
+	b, err := os.ReadFile(p)
+	require.NoError(t, err)
+	lines := strings.SplitN(string(b), "\n", 3)
+	require.Len(t, lines, 3)
+	assert.Equal(t, "# PARTIAL RESULT: 1 of 2 partitions lost (100000 of 200000 input rows not counted)", lines[0])
+	assert.Equal(t, "key,count,delay_sum,delay_mean,delay_max", lines[1])
+}
+
+// cpuExecutor is an executor on a CPU device of 2 streams, with a
+// leak-checked allocator.
+func cpuExecutor(t *testing.T) *exec.Executor {
+	t.Helper()
+	dev, err := cpu.New(cpu.WithStreams(2))
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, dev.Close()) })
+	return exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)))
+}
