@@ -148,11 +148,14 @@ func (a Arg) String() string {
 // OpenCL declares the kernel's OpenCL C variant: DeviceCode of kind
 // OpenCLCode (see DeviceCode for the arguments, their mistakes and what
 // the option allocates). A kernel may have an OpenCL variant beside its
-// Go function (then it runs on whichever device the executor places it:
-// the Go function on the CPU, the OpenCL C on an OpenCL device) or
-// instead of it (AddKernel with a nil function: the kernel then runs only
-// on an OpenCL device). The source is compiled by the device that runs
-// it, not here.
+// Go function or instead of it (AddKernel with a nil function: the
+// kernel then runs only on an OpenCL device). Where it runs: on an
+// executor with an OpenCL device, a kernel with OpenCL C runs there
+// (the OpenCL C) unless it is pinned (OnDevice) or has a preference
+// (PreferDevice) elsewhere, or has an Estimate, in which case the cost
+// model chooses among every device its code runs on; with no OpenCL
+// device, its Go function runs. The source is compiled by the device
+// that runs it, not here.
 func OpenCL(source, entry string, shape ShapeFunc, args ...Arg) KernelOption {
 	return DeviceCode(OpenCLCode, source, entry, shape, args...)
 }

@@ -11,14 +11,13 @@ import (
 	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/gpu/cpu"
 	"github.com/streamdag/streamdag/gpu/opencl"
-	"github.com/streamdag/streamdag/topology"
 )
 
 // A kernel in OpenCL C beside Go kernels in one graph. "square" has both
-// a Go function and an OpenCL variant and prefers the first OpenCL
-// device: it runs there when the machine has one (the plan copies its
-// input in and its output out), and its Go function runs on the CPU
-// otherwise. The answer is the same either way.
+// a Go function and an OpenCL variant: it runs on the OpenCL device when
+// the machine has one (the plan copies its input in and its output out),
+// and its Go function runs on the CPU otherwise. The answer is the same
+// either way.
 func ExampleNewMulti_openCL() {
 	const squareCL = `__kernel void square(__global const uint *in, __global uint *out) {
 	size_t i = get_global_id(0);
@@ -39,7 +38,7 @@ func ExampleNewMulti_openCL() {
 			binary.LittleEndian.PutUint32(bytesOf(l, out)[4*i:], v*v)
 		}
 		return nil
-	}, dag.Reads(in), dag.Writes(out), dag.PreferDevice(topology.OpenCL(0)),
+	}, dag.Reads(in), dag.Writes(out),
 		dag.OpenCL(squareCL, "square", func(argBytes []int64) dag.Shape {
 			return dag.Shape{Global: []int{int(argBytes[0] / 4)}} // one work item per uint of in
 		}, dag.BufferArg(in), dag.BufferArg(out)))

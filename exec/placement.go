@@ -51,7 +51,10 @@ func (p Placement) String() string {
 // device that runs code it has, and a kernel that reads or writes a value
 // buffer not to a code device (mem[d]), nor one whose variant of that
 // device's kind binds a buffer at an offset that is not a multiple of the
-// device's argument alignment (align[d]). Errors: a kernel no device has code for, one that
+// device's argument alignment (align[d]). A kernel with code for a code
+// device and no estimate, pin or preference goes only to code devices
+// that run its code: with nothing to weigh, device code runs where its
+// author wrote it for. Errors: a kernel no device has code for, one that
 // can run only where it cannot bind its buffers, one pinned to a device
 // not in devs or without code for it; placement.Place's.
 func place(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, mem []bool, align []int64, lanes []int, topo *topology.Topology, strategy Placement) (placement.Assignment, error) {
@@ -98,6 +101,14 @@ func runsOn(g *dag.Graph, devs []topology.DeviceID, code []dag.CodeKind, mem []b
 				if len(runs[k.ID]) == 0 {
 					return nil, fmt.Errorf("exec: kernel %q binds buffers at offsets no device of its code can bind", k.Name)
 				}
+			}
+		}
+		if codeDevs && k.Estimate == 0 && k.Device == nil && k.Prefer == nil {
+			// Device code where its author expects it: with no estimate
+			// to weigh, a kernel with code for a code device runs on one.
+			cs := every(runs[k.ID])
+			if acc := slices.DeleteFunc(slices.Clone(cs), func(d int) bool { return !mem[d] }); len(acc) > 0 && len(acc) < len(cs) {
+				runs[k.ID] = acc
 			}
 		}
 		if k.Device != nil {
