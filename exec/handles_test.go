@@ -210,3 +210,42 @@ func TestHandleAccessDoesNotAllocate(t *testing.T) {
 	require.NoError(t, res.Err())
 	assert.Zero(t, allocs)
 }
+
+// exec.Get reads a result's value as its handle's type: the value, the
+// UnwrittenError of a failed producer's output, and a named error for a
+// buffer holding nothing or another type.
+func TestResultGet(t *testing.T) {
+	g := dag.New()
+	ok := dag.AddValue[string](g, "ok")
+	bad := dag.AddValue[int](g, "bad")
+	empty := dag.AddValue[int](g, "empty")
+	wrong := dag.AddValue[int](g, "wrong")
+	g.AddKernel("good", func(_ context.Context, l dag.Launch) error { return dag.Put(l, ok, "yes") }, dag.Writes(ok.ID()))
+	g.AddKernel("fails", func(context.Context, dag.Launch) error { return dag.ErrInjected }, dag.Writes(bad.ID()))
+	g.AddKernel("none", func(context.Context, dag.Launch) error { return nil }, dag.Writes(empty.ID()))
+	g.AddKernel("other", func(_ context.Context, l dag.Launch) error {
+		b, err := l.Buffer(wrong.ID(), dag.AccessWrite)
+		if err != nil {
+			return err
+		}
+		b.Store("not an int")
+		return nil
+	}, dag.Writes(wrong.ID()))
+	res, err := newExecutor(t, 2).Run(t.Context(), g)
+	require.NoError(t, err)
+	defer res.Close()
+	v, err := exec.Get(res, ok)
+	require.NoError(t, err)
+	assert.Equal(t, "yes", v)
+	_, err = exec.Get(res, bad)
+	var ue *failgraph.UnwrittenError
+	require.ErrorAs(t, err, &ue)
+	assert.ErrorIs(t, err, dag.ErrInjected)
+	_, err = exec.Get(res, empty)
+	assert.EqualError(t, err, `exec: buffer "empty" holds nothing, not int`)
+	_, err = exec.Get(res, wrong)
+	assert.EqualError(t, err, `exec: buffer "wrong" holds string, not int`)
+	require.NoError(t, res.Close())
+	_, err = exec.Get(res, ok)
+	assert.ErrorIs(t, err, exec.ErrResultClosed)
+}

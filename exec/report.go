@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -319,6 +320,28 @@ func (r *Result) Value(id dag.BufferID) (any, error) {
 		return nil, err
 	}
 	return b.Value(), nil
+}
+
+// Get returns the value of h's buffer in r as the handle's type T,
+// through the same read check as Result.Buffer: the read's
+// *failgraph.UnwrittenError when failed or skipped work left it
+// unwritten, ErrResultClosed after Close, and an error naming the buffer
+// when it holds nothing or a value of another type. Like Result.Value it
+// must not run concurrently with Close.
+func Get[T any](r *Result, h dag.Value[T]) (T, error) {
+	var zero T
+	v, err := r.Value(h.ID())
+	if err != nil {
+		return zero, err
+	}
+	if t, ok := v.(T); ok {
+		return t, nil
+	}
+	held := "nothing"
+	if v != nil {
+		held = fmt.Sprintf("%T", v)
+	}
+	return zero, fmt.Errorf("exec: buffer %q holds %s, not %v", r.graph.Buffer(h.ID()).Name, held, reflect.TypeFor[T]())
 }
 
 // Failures returns a read-only view of the run's error graph: its

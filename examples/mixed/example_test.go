@@ -89,7 +89,7 @@ func Example() {
 		fmt.Println(err) // a failed launch: a build error with its log, …
 		return
 	}
-	v, err := res.Value(total.ID())
+	v, err := exec.Get(res, total)
 	if err != nil {
 		fmt.Println(err)
 		return
