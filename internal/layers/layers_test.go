@@ -38,6 +38,7 @@ var allowed = map[string][]string{
 	"placement":  {"dag", "buffers", "topology"},
 	"exec":       {"dag", "failgraph", "lease", "buffers", "gpu", "placement", "topology"},
 	"kvio":       {"buffers", "gpu", "dag", "topology"},
+	"k2k":        {"dag", "buffers", "gpu", "placement", "topology"},
 }
 
 // nvmlUnit is the only unit that may import go-nvml.
