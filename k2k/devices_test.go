@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamdag/streamdag/gpu"
+	"github.com/streamdag/streamdag/internal/faultdev"
 	"github.com/streamdag/streamdag/k2k"
 	"github.com/streamdag/streamdag/topology"
 )
@@ -277,4 +278,32 @@ func TestCloseReleasesQueued(t *testing.T) {
 	assert.ErrorIs(t, r.Handle("kgpu1", nil), k2k.ErrClosed)
 	assert.NoError(t, r.Close(), "idempotent")
 	// The checked allocator (newRouter) asserts no host byte is left.
+}
+
+// TestDeviceLossFailsDelivery: a destination device lost during the copy
+// fails the delivery, which is recorded with the loss; a lost source
+// device fails Send; nothing stays allocated.
+func TestDeviceLossFailsDelivery(t *testing.T) {
+	cls := openCLDevices(t, 2)
+	lost := faultdev.New(cls[1].(gpu.CodeDevice), 0, 0)
+	devs := []gpu.Device{cls[0], lost, cpuDevice(t)}
+	_, r := routed(t, nil, devs)
+	ctx := context.Background()
+	var in inbox
+	require.NoError(t, r.Handle("kopencl1", in.handler))
+	_, err := r.Send(ctx, "kopencl0", "kopencl1", payload(1, 256))
+	require.NoError(t, err)
+	out, err := r.Drain(ctx, topology.OpenCL(0), topology.OpenCL(1))
+	require.NoError(t, err)
+	require.Len(t, out, 1)
+	assert.ErrorIs(t, out[0].Err, gpu.ErrDeviceLost)
+	assert.ErrorContains(t, out[0].Err, "k2k: message 1 kopencl0→kopencl1: k2k: copy 256 bytes host memory→opencl1")
+	assert.Empty(t, in.data)
+	require.Len(t, r.Failures(), 1)
+	assert.Equal(t, uint64(1), r.Stats().Failed)
+
+	_, err = r.Send(ctx, "kopencl1", "kcpu", payload(2, 16))
+	assert.ErrorIs(t, err, gpu.ErrDeviceLost, "the payload cannot be placed on a lost device")
+	assert.ErrorContains(t, err, "k2k: send kopencl1→kcpu: k2k: copy 16 bytes host memory→opencl1")
+	assert.Zero(t, r.PendingTotal())
 }

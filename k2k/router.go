@@ -168,8 +168,9 @@ func (d *Delivery) ReadBack(ctx context.Context) ([]byte, error) {
 // Handler receives the messages delivered to one kernel. A nil return
 // delivers the message; an error (or a panic, recovered) fails it. It
 // runs on the goroutine of the Drain that took the message, one message
-// at a time per pair; it may call Send, but not Drain its own pair (that
-// Drain would wait for itself).
+// at a time per pair. It may call Send and Handle, but not Drain,
+// DrainAll or Close (a Drain of its own pair would wait for itself, one
+// of another pair could wait in a cycle, Close waits for the Drain).
 type Handler func(ctx context.Context, d *Delivery) error
 
 // Option configures New. Options return an error for a bad value.
