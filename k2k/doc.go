@@ -29,16 +29,26 @@
 // between contexts) and across a code device and a GPU the route goes
 // through the host whatever the topology says.
 //
-// Compared with RingKernel's CrossGpuK2KRouter, which this follows: a
-// message is queued under its endpoint pair whatever its route (the seed
-// queues a multi-hop message under its first hop, so draining the
-// endpoint pair misses it); an intermediate GPU counts only when both of
-// its hops are usable P2P links (the seed counts any stored connection,
-// including one of type none) and only when it beats the host; a direct
-// P2P link is taken even when a two-hop path would be cheaper (kept from
-// the seed: one copy, no intermediate memory); and a delivery re-checks
-// the destination, so a message to a kernel removed or moved meanwhile
-// fails and is recorded instead of landing on a device the kernel left.
+// Compared with RingKernel's CrossGpuK2KRouter, which this follows:
+//
+//   - A message between two kernels of one device is queued and
+//     delivered as any other; the seed answers SameDevice and queues
+//     nothing, leaving the delivery to its caller.
+//   - A message is queued under its endpoint pair whatever its route;
+//     the seed queues a multi-hop message under its first hop, so
+//     draining the endpoint pair misses it.
+//   - An intermediate GPU counts only when both of its hops are usable
+//     P2P links and the two hops beat the host; the seed counts any
+//     stored connection (one of type none included) and prefers any
+//     multi-hop path to the host.
+//   - Kept from the seed: a direct P2P link is taken even when a two-hop
+//     path would be cheaper (one copy, no intermediate memory).
+//   - A delivery re-checks the destination when its Drain reaches it, so
+//     a message to a kernel removed or moved meanwhile, or whose device
+//     was unregistered, fails and is recorded instead of landing on a
+//     device the kernel left.
+//   - Latency is kept per route kind, from queueing to delivery; the seed
+//     keeps one total.
 //
 // Ownership: the caller owns the Coordinator and the devices and closes
 // the devices after the Router's Close. The Router owns every payload it

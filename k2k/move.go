@@ -32,7 +32,7 @@ func (p *place) release(alloc memory.Allocator) error {
 	case p.owned:
 		alloc.Free(p.host)
 	}
-	p.mem, p.host, p.owned = nil, nil, false
+	p.mem, p.host, p.owned, p.n = nil, nil, false, 0
 	return err
 }
 

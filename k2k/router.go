@@ -300,12 +300,19 @@ func (r *Router) Handle(k string, h Handler) error {
 	return nil
 }
 
+// maxListed bounds the devices an error lists.
+const maxListed = 8
+
 // device returns the held device of kernel k (as role) at id.
 func (r *Router) device(k, role string, id topology.DeviceID) (gpu.Device, error) {
 	d, ok := r.devs[id]
 	if !ok {
 		ids := slices.SortedFunc(maps.Keys(r.devs), cmpID)
-		return nil, fmt.Errorf("k2k: %s kernel %q is on %s, which the router does not hold (it holds %v)", role, k, id, ids)
+		held := fmt.Sprint(ids)
+		if len(ids) > maxListed {
+			held = fmt.Sprintf("%v … (%d in all)", ids[:maxListed], len(ids))
+		}
+		return nil, fmt.Errorf("k2k: %s kernel %q is on %s, which the router does not hold (it holds %s)", role, k, id, held)
 	}
 	return d, nil
 }
