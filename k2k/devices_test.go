@@ -307,3 +307,48 @@ func TestDeviceLossFailsDelivery(t *testing.T) {
 	assert.ErrorContains(t, err, "k2k: send kopencl1→kcpu: k2k: copy 16 bytes host memory→opencl1")
 	assert.Zero(t, r.PendingTotal())
 }
+
+// TestCloseDuringSends: Close while goroutines send; every Send either
+// queued its message (then dropped by Close) or got ErrClosed, and no
+// byte stays allocated.
+func TestCloseDuringSends(t *testing.T) {
+	topo := embedded(t, "dgx1-v100")
+	devs := append(simGPUs(t, topo)[:2], cpuDevice(t))
+	_, r := routed(t, topo, devs)
+	ctx := context.Background()
+	const senders = 6
+	var (
+		wg     sync.WaitGroup
+		queued [senders]uint64
+		first  = make(chan struct{}, senders)
+	)
+	for s := range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				_, err := r.Send(ctx, "kcpu", kernelOn(topology.GPU(s%2)), payload(i, 512))
+				if err != nil {
+					assert.ErrorIs(t, err, k2k.ErrClosed)
+					return
+				}
+				if queued[s]++; queued[s] == 1 {
+					first <- struct{}{}
+				}
+			}
+		}()
+	}
+	for range senders {
+		<-first
+	}
+	require.NoError(t, r.Close())
+	wg.Wait()
+	var sum uint64
+	for _, n := range queued {
+		sum += n
+	}
+	s := r.Stats()
+	assert.Equal(t, sum, s.Sent)
+	assert.Equal(t, sum, s.Dropped)
+	assert.Zero(t, s.Pending)
+}
