@@ -106,6 +106,11 @@ func (NopLaunch) Missing(id dag.BufferID) error {
 	return &dag.AccessError{Buffer: id, Access: dag.AccessRead}
 }
 
+// Wrote returns an *dag.AccessError: the launch declared no write.
+func (NopLaunch) Wrote(id dag.BufferID, offset, length int64) error {
+	return &dag.AccessError{Buffer: id, Access: dag.AccessWrite}
+}
+
 // Runner executes every kernel of a graph once, respecting its
 // dependencies (a kernel runs after the writers of every buffer it reads).
 type Runner struct {

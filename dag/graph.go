@@ -29,7 +29,8 @@ type BufferID = buffers.ID
 // KernelFunc is a kernel's host code. It runs once per launch on the
 // stream the executor chose. It returns nil on success; an error (or a
 // panic, which the executor recovers) fails the launch, and every byte of
-// its write set then reads as failed. A kernel must honour ctx only for
+// its write set then reads as failed, except the ranges it stated written
+// with Launch.Wrote before it failed. A kernel must honour ctx only for
 // long loops; the executor does not interrupt it.
 type KernelFunc func(ctx context.Context, l Launch) error
 
@@ -65,6 +66,23 @@ type Launch interface {
 	// tainted required read skips the launch. O(declared bindings); no
 	// allocation when nothing failed.
 	Missing(id BufferID) error
+	// Wrote states that the kernel has finished writing bytes [offset,
+	// offset+length) of buffer id (a value buffer counts as the one byte
+	// [0, 1)): should the launch later fail (return an error or panic),
+	// those bytes read as written and only the rest of its write set is
+	// tainted with the failure, so a reader of the stated range runs and
+	// a reader of the rest is skipped. A launch that succeeds has written
+	// its whole write set, and its statements change nothing. Statements
+	// add up; stating a range twice is harmless, and a statement cannot
+	// be withdrawn. It returns an *AccessError when the kernel did not
+	// declare a write of id, and a *RangeError, leaving the earlier
+	// statements as they were, when the range lies outside the buffer or
+	// outside the kernel's declared writes of it (the union of its
+	// Writes and WritesRange of id). A length of 0 states nothing.
+	// O(declared bindings); it allocates only to grow the launch's list
+	// of statements. Only host code (a KernelFunc) can state a partial
+	// write: device-code launches have no Launch.
+	Wrote(id BufferID, offset, length int64) error
 }
 
 // Kernel is a declared unit of work, as Graph.Kernel and Graph.Kernels

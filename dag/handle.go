@@ -65,6 +65,29 @@ func (e *AccessError) Error() string {
 	return fmt.Sprintf("dag: kernel %q: buffer %q is not among %s", e.Kernel, e.Name, among)
 }
 
+// RangeError is the error of a launch that stated a write (Launch.Wrote)
+// of a byte range outside its buffer or outside the kernel's declared
+// writes of it.
+type RangeError struct {
+	Kernel    string   // the kernel's name
+	Buffer    BufferID // the buffer of the range
+	Name      string   // the buffer's name
+	Offset    int64    // the range's first byte
+	Length    int64    // the range's length in bytes
+	SizeBytes int64    // the buffer's size (1 for a value buffer)
+}
+
+// Error says `dag: kernel "K": [a:b) is outside buffer "B", which has N
+// bytes`, or `dag: kernel "K": [a:b) of buffer "B" is not among its
+// writes`.
+func (e *RangeError) Error() string {
+	if e.Offset < 0 || e.Length < 0 || e.Offset > e.SizeBytes-e.Length {
+		return fmt.Sprintf("dag: kernel %q: [%d:%d) is outside buffer %q, which has %d bytes",
+			e.Kernel, e.Offset, e.Offset+e.Length, e.Name, e.SizeBytes)
+	}
+	return fmt.Sprintf("dag: kernel %q: [%d:%d) of buffer %q is not among its writes", e.Kernel, e.Offset, e.Offset+e.Length, e.Name)
+}
+
 // Get returns the value of h's buffer, which the launch's kernel declared
 // among its reads. It returns an *AccessError when the kernel did not
 // declare that read; the read's error (Launch.Missing: a

@@ -38,7 +38,9 @@
 // launch is settled through the error graph (package failgraph): a
 // launch whose reads are tainted is skipped and passes the root failure on
 // to its writes; a kernel error or panic fails the launch and taints its
-// writes; unrelated branches run on. When ctx is cancelled, launches not
+// writes, less the ranges its host code stated finished with
+// [dag.Launch.Wrote] (device code states none: a failed device-code
+// launch taints all of its writes); unrelated branches run on. When ctx is cancelled, launches not
 // yet started are marked cancelled (their writes are tainted with one
 // "cancelled" failure): a wait for another stream gives up, a stream list
 // still queued behind other work is withdrawn, and Run returns after

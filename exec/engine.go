@@ -279,6 +279,11 @@ type streamRun struct {
 	next  uint64       // the step by whose completion the list publishes next, as the device asked
 	dead  error        // the device's sticky error, once a publish returned it: the list stops
 	state atomic.Int32
+	// wrote holds the ranges (of plan buffers) that launch wroteBy-1 stated
+	// written (Launch.Wrote); released by fail should it fail. A list of
+	// another launch is stale: the next statement starts afresh.
+	wrote   []buffers.Binding
+	wroteBy int32
 	// Streams run side by side in one array: keep each one's fields,
 	// written on every launch, off its neighbours' cache lines.
 	_ [64]byte
@@ -447,7 +452,7 @@ func (b *streamRun) stretch() {
 			o.times[2*int(o.slot[i])+1] = b.last
 		}
 		err := fmt.Errorf("exec: %w", &failgraph.KernelPanicError{Kernel: op.Name, Value: v, Stack: debug.Stack()})
-		id := r.store.Fail(op.Name, err, op.Writes)
+		id := b.fail(i, op, err)
 		o.set(i, StatusFailed)
 		o.note(i, func(x *launchExtra) { x.failure, x.err = id, err })
 		b.fresh = true
@@ -632,7 +637,7 @@ func (b *streamRun) settle(i, k int, err error) {
 	if err != nil {
 		r.out.status[b.base+k] = byte(StatusFailed)
 		err = fmt.Errorf("exec: kernel %q: %w", op.Name, err)
-		id := r.store.Fail(op.Name, err, op.Writes)
+		id := b.fail(i, op, err)
 		r.out.note(i, func(x *launchExtra) { x.failure, x.err = id, err })
 		return
 	}
@@ -642,6 +647,18 @@ func (b *streamRun) settle(i, k int, err error) {
 		return
 	}
 	r.store.Written(op.Writes)
+}
+
+// fail taints the write set of host launch i (op), which failed with
+// err, with a new failure and returns its id, except for the ranges the
+// launch stated written (Launch.Wrote): those read as written.
+func (b *streamRun) fail(i int, op *PlannedLaunch, err error) failgraph.FailureID {
+	id := b.r.store.Fail(op.Name, err, op.Writes)
+	if b.wroteBy == int32(i)+1 {
+		b.r.store.Written(b.wrote)
+		b.wrote, b.wroteBy = b.wrote[:0], 0
+	}
+	return id
 }
 
 // ready decides whether launch i runs: it is lost with its device,
@@ -999,6 +1016,55 @@ func (b *streamRun) Missing(id dag.BufferID) error {
 		return b.accessError(op, id, dag.AccessRead)
 	}
 	return nil
+}
+
+// Wrote records that the running launch finished writing [offset,
+// offset+length) of graph buffer id (see dag.Launch.Wrote).
+func (b *streamRun) Wrote(id dag.BufferID, offset, length int64) error {
+	op := b.op()
+	x, ok := b.r.plan.instanceOf(op, id, dag.AccessWrite)
+	if !ok {
+		return b.accessError(op, id, dag.AccessWrite)
+	}
+	pb := &b.r.plan.bufs[x.Buffer]
+	size := pb.SizeBytes
+	if pb.Value {
+		size = 1
+	}
+	if !covers(b.r.plan, op.Writes, id, size, offset, length) {
+		return &dag.RangeError{Kernel: op.Name, Buffer: id, Name: b.r.plan.graph.Buffer(id).Name, Offset: offset, Length: length, SizeBytes: size}
+	}
+	if length == 0 {
+		return nil
+	}
+	if i := b.list[b.pos-1].idx + 1; b.wroteBy != i {
+		b.wrote, b.wroteBy = b.wrote[:0], i
+	}
+	b.wrote = append(b.wrote, buffers.Binding{Buffer: x.Buffer, Offset: offset, Length: length})
+	return nil
+}
+
+// covers reports whether [offset, offset+length) lies in a buffer of
+// size bytes and in the union of the bindings of writes that are
+// instances of graph buffer id. It walks from offset, each turn past the
+// writes that hold the walk's place: O(len(writes)²) at worst.
+func covers(p *Plan, writes []buffers.Binding, id dag.BufferID, size, offset, length int64) bool {
+	if offset < 0 || length < 0 || offset > size-length {
+		return false
+	}
+	for at, end := offset, offset+length; at < end; {
+		next := at
+		for _, w := range writes {
+			if p.bufs[w.Buffer].Of == id && w.Offset <= at && at < w.End() {
+				next = max(next, w.End())
+			}
+		}
+		if next == at {
+			return false
+		}
+		at = next
+	}
+	return true
 }
 
 // accessError is the error of launch op asking for buffer id with an

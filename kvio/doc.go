@@ -64,6 +64,8 @@
 // allow, and a Parquet Source is an [IntRanger]: it states each row
 // group's bounds of a signed integer column from the footer's statistics,
 // so a pipeline can leave out row groups its filter rejects whole.
+// [Column] reaches a column of a batch by name as its array type, with an
+// error (not a panic) when the batch has no such column or another type.
 // [WithBudget] charges the bytes ReadPart allocates to a buffers.Budget,
 // and [WithMmap] decodes Arrow IPC files from a read-only mapping.
 //

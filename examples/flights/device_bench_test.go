@@ -31,11 +31,12 @@ type benchLaunch struct {
 	bufs map[dag.BufferID]*buffers.Buffer
 }
 
-func (l *benchLaunch) Kernel() string              { return "bench" }
-func (l *benchLaunch) Device() topology.DeviceID   { return topology.CPU }
-func (l *benchLaunch) Stream() int                 { return 0 }
-func (l *benchLaunch) Allocator() memory.Allocator { return memory.DefaultAllocator }
-func (l *benchLaunch) Missing(dag.BufferID) error  { return nil }
+func (l *benchLaunch) Kernel() string                         { return "bench" }
+func (l *benchLaunch) Device() topology.DeviceID              { return topology.CPU }
+func (l *benchLaunch) Stream() int                            { return 0 }
+func (l *benchLaunch) Allocator() memory.Allocator            { return memory.DefaultAllocator }
+func (l *benchLaunch) Missing(dag.BufferID) error             { return nil }
+func (l *benchLaunch) Wrote(dag.BufferID, int64, int64) error { return nil }
 func (l *benchLaunch) Buffer(id dag.BufferID, acc dag.Access) (*buffers.Buffer, error) {
 	if b := l.bufs[id]; b != nil {
 		return b, nil

@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/internal/doctest"
 )
 
 // TestReadmeProgram: the README's program in "Device code (OpenCL)" is
@@ -16,45 +18,11 @@ import (
 func TestReadmeProgram(t *testing.T) {
 	readme, err := os.ReadFile("../../README.md")
 	require.NoError(t, err)
-	s := string(readme)
-	i := strings.Index(s, "## Device code (OpenCL)")
-	require.GreaterOrEqual(t, i, 0, "README has the section")
-	j := strings.Index(s[i:], "```go\n")
-	require.GreaterOrEqual(t, j, 0)
-	block := s[i+j+len("```go\n"):]
-	rest := block[strings.Index(block, "```\n")+4:]
-	block = block[:strings.Index(block, "```\n")]
-	k := strings.Index(block, "const squareCL")
+	program, shown := doctest.Program(t, string(readme), "## Device code (OpenCL)")
+	k := strings.Index(program, "const squareCL")
 	require.GreaterOrEqual(t, k, 0, "the program declares squareCL")
 	ex, err := os.ReadFile("example_test.go")
 	require.NoError(t, err)
-	lines := strings.Split(string(ex), "\n")
-	at := 0
-	for _, l := range strings.Split(block[k:], "\n") {
-		if strings.TrimSpace(l) == "" || l == "func main() {" {
-			continue
-		}
-		for at < len(lines) && lines[at] != l {
-			at++
-		}
-		if !assert.Less(t, at, len(lines), "README line %q is not in example_test.go (in order)", l) {
-			return
-		}
-		at++
-	}
-
-	const outHead = "Output:\n\n```\n"
-	require.True(t, strings.HasPrefix(rest, "\n"+outHead), "the program's output follows it")
-	shown := rest[len(outHead)+1:]
-	shown = shown[:strings.Index(shown, "```\n")]
-	example := string(ex)
-	example = example[strings.Index(example, "\t// Output:\n")+len("\t// Output:\n"):]
-	var want strings.Builder
-	for _, l := range strings.Split(example, "\n") {
-		if !strings.HasPrefix(l, "\t// ") {
-			break
-		}
-		want.WriteString(strings.TrimPrefix(l, "\t// ") + "\n")
-	}
-	assert.Equal(t, want.String(), shown)
+	doctest.InOrder(t, program[k:], string(ex), func(l string) bool { return l == "func main() {" })
+	assert.Equal(t, doctest.Output(string(ex)), shown)
 }
