@@ -9,16 +9,16 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestReadmeProgram: the README's program in "Device code (OpenCL)" is
-// Example's code: every line of it from the OpenCL C source on, but
-// func main, is a line of example_test.go, in the same order; and the
-// output the README shows is the Example's.
+// TestReadmeProgram: the program of docs/device-code.md is Example's
+// code: every line of it from the OpenCL C source on, but func main, is a
+// line of example_test.go, in the same order; and the output the page
+// shows is the Example's.
 func TestReadmeProgram(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	page, err := os.ReadFile("../../docs/device-code.md")
 	require.NoError(t, err)
-	s := string(readme)
-	i := strings.Index(s, "## Device code (OpenCL)")
-	require.GreaterOrEqual(t, i, 0, "README has the section")
+	s := string(page)
+	i := strings.Index(s, "## A program with Go and OpenCL C kernels")
+	require.GreaterOrEqual(t, i, 0, "docs/device-code.md has the section")
 	j := strings.Index(s[i:], "```go\n")
 	require.GreaterOrEqual(t, j, 0)
 	block := s[i+j+len("```go\n"):]
@@ -43,7 +43,7 @@ func TestReadmeProgram(t *testing.T) {
 		at++
 	}
 
-	const outHead = "Output:\n\n```\n"
+	const outHead = "Output:\n\n```text\n"
 	require.True(t, strings.HasPrefix(rest, "\n"+outHead), "the program's output follows it")
 	shown := rest[len(outHead)+1:]
 	shown = shown[:strings.Index(shown, "```\n")]
