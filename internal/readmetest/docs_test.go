@@ -345,10 +345,11 @@ func (r repo) runShell(t *testing.T, b block, n *tally) {
 		if gpuNode() && usesAutoDevice(args) {
 			t.Skipf("%s: this host has a GPU device node, so --device auto may run on a GPU; the documents show a host without one", b)
 		}
-		got := r.runCLI(t, b, env, args)
+		got, status := r.runCLI(t, b, env, args)
 		n.commands++
 		if b.directive == "any-output" {
 			n.anyOutput++
+			assert.Zero(t, status, "%s: $ %s\n%s", b, c.text, got)
 			continue
 		}
 		want := normalise(c.want)
@@ -372,8 +373,8 @@ var shared = []struct {
 // with GOMAXPROCS=2 (the documents' outputs are a 2-core machine's: the
 // number of streams and so of partitions follows it) and env, and returns
 // what it printed on stdout and stderr, in order, followed by "exit status
-// N" when it exits with N > 0 (as go run prints).
-func (r repo) runCLI(t *testing.T, b block, env, args []string) string {
+// N" when it exits with N > 0 (as go run prints), and N.
+func (r repo) runCLI(t *testing.T, b block, env, args []string) (string, int) {
 	t.Helper()
 	var dirs [][2]string
 	for i, a := range args {
@@ -389,17 +390,18 @@ func (r repo) runCLI(t *testing.T, b block, env, args []string) string {
 	cmd.Dir = r.root
 	cmd.Env = append(append(os.Environ(), "GOMAXPROCS=2"), env...)
 	out, err := cmd.CombinedOutput()
-	got := string(out)
+	got, status := string(out), 0
 	var exit *osexec.ExitError
 	if errors.As(err, &exit) {
-		got += fmt.Sprintf("exit status %d\n", exit.ExitCode())
+		status = exit.ExitCode()
+		got += fmt.Sprintf("exit status %d\n", status)
 	} else {
 		require.NoError(t, err, "%s: streamdag %s", b, strings.Join(args, " "))
 	}
 	for _, d := range dirs {
 		got = strings.ReplaceAll(got, d[0], d[1])
 	}
-	return got
+	return got, status
 }
 
 // usesAutoDevice reports whether a streamdag command runs the flights job
