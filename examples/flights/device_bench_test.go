@@ -268,17 +268,16 @@ func BenchmarkDeviceKernels(b *testing.B) {
 // from the repository root: its -bench pattern and -benchtime.
 var deviceKernelsCommand = regexp.MustCompile(`go test -run '\^\$' -bench (\S+)\s+-benchtime=(\d+x)\s+\./examples/flights/`)
 
-// TestDeviceKernelsCommands: the commands README.md and
-// bench/results/opencl-flights.md give for BenchmarkDeviceKernels name it
-// and this package, and the benchmark they run, run once (this test
-// binary with their -bench and -benchtime=1x), reports every figure of
-// both groups: it neither fails nor skips where the data and an OpenCL
+// TestDeviceKernelsCommands: the commands bench/results/README.md gives
+// for BenchmarkDeviceKernels name it and this package, and the benchmark
+// they run, run once (this test binary with their -bench and
+// -benchtime=1x), reports every figure of both groups: it neither fails nor skips where the data and an OpenCL
 // device are there.
 func TestDeviceKernelsCommands(t *testing.T) {
 	testdata.File(t, "flights-3m.parquet")
 	openCLDevice(t)
 	var patterns []string
-	for _, doc := range []string{"../../README.md", "../../bench/results/opencl-flights.md"} {
+	for _, doc := range []string{"../../bench/results/README.md"} {
 		b, err := os.ReadFile(doc)
 		require.NoError(t, err)
 		ms := deviceKernelsCommand.FindAllStringSubmatch(string(b), -1)

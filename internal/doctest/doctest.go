@@ -15,7 +15,7 @@ import (
 
 // Program returns the first ```go fenced block of doc after the first
 // occurrence of after (the whole document for ""), and the output shown
-// right after the block, in the form "\nOutput:\n\n```\nLINES```\n". It
+// right after the block, in the form "\nOutput:\n\n```text\nLINES```\n". It
 // fails t, naming what is missing, when doc lacks after, the block or the
 // output.
 func Program(t testing.TB, doc, after string) (program, output string) {
@@ -28,7 +28,7 @@ func Program(t testing.TB, doc, after string) (program, output string) {
 	end := strings.Index(block, "```\n")
 	require.GreaterOrEqual(t, end, 0, "the program's block ends")
 	block, rest := block[:end], block[end+len("```\n"):]
-	const outHead = "\nOutput:\n\n```\n"
+	const outHead = "\nOutput:\n\n```text\n"
 	require.True(t, strings.HasPrefix(rest, outHead), "the program's output follows it")
 	shown := rest[len(outHead):]
 	end = strings.Index(shown, "```\n")

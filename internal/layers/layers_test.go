@@ -59,6 +59,7 @@ func TestUnit(t *testing.T) {
 		"exec": "exec", "kvio/arrow": "kvio", "gpu": "gpu", "gpu/cpu": "gpu/cpu",
 		"gpu/nvml": "gpu/nvml", "gpu/nvml/nvmlmock": "gpu/nvml", "lease": "lease", "cmd/streamdag": "cmd",
 		"gpu/opencl/internal/cl": "gpu/opencl", "gpu/opencl/internal/cltest": "gpu/opencl",
+		"internal/readmetest": "internal", "internal/testdata": "internal",
 	} {
 		assert.Equal(t, want, unit(name), name)
 	}
