@@ -58,6 +58,10 @@ const ReplayEngineLists = "engine lists"
 //   - nothing outside the captured run (reads of its Result, fetches of
 //     device bytes, other runs, replays) dooms it or adds to it.
 //
+// A run that loses a device dooms its capture too (its launches there
+// are lost, and the recovery's lists are not the plan's), as does a run
+// that returns an error after it started (a device refused work).
+//
 // A doomed capture is never replayed. A Capture is immutable and safe for
 // concurrent use; it holds no memory of the run (its Result does).
 type Capture struct {
@@ -85,9 +89,9 @@ func (e *Executor) Capture(ctx context.Context, p *Plan, opts ...RunOption) (*Ca
 }
 
 // record takes the capture's lists, write set and doom from the run's
-// window, once every launch of the run settled; submitErr is the run's
-// error (a refusal), which dooms a capture no launch doomed.
-func (c *Capture) record(w *failgraph.Window, submitErr error) {
+// window, once every launch of the run settled; runErr (a refusal, a
+// device's loss) dooms a capture no launch doomed.
+func (c *Capture) record(w *failgraph.Window, runErr error) {
 	comp := c.plan.compiled()
 	c.lists = make([][]int, len(comp.lists))
 	for gs, l := range comp.lists {
@@ -99,8 +103,8 @@ func (c *Capture) record(w *failgraph.Window, submitErr error) {
 	switch {
 	case w.Err() != nil:
 		c.err = fmt.Errorf("exec: capture doomed: %w", w.Err())
-	case submitErr != nil:
-		c.err = fmt.Errorf("exec: capture doomed: %w", submitErr)
+	case runErr != nil:
+		c.err = fmt.Errorf("exec: capture doomed: %w", runErr)
 	}
 }
 

@@ -16,8 +16,11 @@ import (
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/failgraph"
+	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/gpu/cpu"
+	"github.com/streamdag/streamdag/gpu/sim"
 	"github.com/streamdag/streamdag/internal/leaktest"
+	"github.com/streamdag/streamdag/topology"
 )
 
 // captureGraph builds: an input value "in" ([]uint64 of w values), n
@@ -376,4 +379,22 @@ func TestCaptureOpenCL(t *testing.T) {
 	require.ErrorIs(t, err, dag.ErrInjected)
 	assert.True(t, strings.HasPrefix(err.Error(), `exec: capture doomed: kernel "src1" failed: `), err.Error())
 	assert.True(t, errors.Is(err, dag.ErrInjected))
+}
+
+// A run that loses a simulated GPU part-way recovers, and its capture is
+// doomed with the loss: Replay refuses it with gpu.ErrDeviceLost.
+func TestCaptureDeviceLossDooms(t *testing.T) {
+	e, _ := lossyMachine(t, "dgx1-v100", 1, sim.WithLoss(topology.GPU(3), 0.5), exec.WithPlacement(exec.PlaceRoundRobin))
+	g, _ := sumGraph(nil)
+	p, err := e.Plan(g)
+	require.NoError(t, err)
+	c, res, err := e.Capture(t.Context(), p)
+	require.NoError(t, err)
+	defer res.Close()
+	require.NoError(t, res.Err(), "the run recovered")
+	require.NotNil(t, res.Report.Lost)
+	require.ErrorIs(t, c.Err(), gpu.ErrDeviceLost)
+	assert.True(t, strings.HasPrefix(c.Err().Error(), "exec: capture doomed: "), c.Err().Error())
+	_, err = c.Replay(t.Context())
+	assert.ErrorIs(t, err, gpu.ErrDeviceLost)
 }

@@ -311,7 +311,11 @@ func (e *Executor) execute(ctx context.Context, p *Plan, keep bool, cp *Capture,
 	submitErr := r.execute(e.devs, e.timing)
 	if win != nil {
 		win.End() // every launch of the run has settled
-		cp.record(win, submitErr)
+		runErr := submitErr
+		if runErr == nil && loss != nil && loss.lost.Load() {
+			runErr = loss.err // the recovery's lists are not the plan's
+		}
+		cp.record(win, runErr)
 	}
 	if loss != nil && loss.lost.Load() {
 		r.keepMem = false // a lost device's memory is not kept
