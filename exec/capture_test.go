@@ -106,7 +106,7 @@ func planWrites(t *testing.T, p *exec.Plan) []buffers.Binding {
 // its lists are the plan's; the reports say which run replayed.
 func TestCaptureReplaysSameBytes(t *testing.T) {
 	const n, w = 4, 16
-	e := newExecutor(t, 3)
+	e := newExecutor(t, 3, exec.WithLaunchTiming(true))
 	g, in := captureGraph(n, w)
 	p, err := e.Plan(g)
 	require.NoError(t, err)
@@ -155,6 +155,12 @@ func TestCaptureReplaysSameBytes(t *testing.T) {
 		assert.Equal(t, exec.ReplayedCapture, res2.Report.Ran)
 		assert.Equal(t, p.NumLaunches(), res2.Report.Count(exec.StatusOK))
 		assert.Equal(t, want, rawBytes(t, g, res2), "a replay gives the captured run's bytes")
+		var trace strings.Builder
+		require.NoError(t, exec.WriteTrace(&trace, p, res2.Report))
+		assert.Contains(t, trace.String(), `"ran":"replayed capture"`)
+		js, err := res2.Report.MarshalJSON()
+		require.NoError(t, err)
+		assert.Contains(t, string(js), `"ran":"replayed capture"`)
 		require.NoError(t, res2.Close())
 	}
 	// A plain run of the plan says it ran the plan.
