@@ -42,5 +42,6 @@
 // replay, and refuses to replay a doomed one.
 //
 // A Store is safe for concurrent use. Its clean path (Written and SkipIfTainted
-// when nothing is tainted) takes no lock: one atomic load.
+// when nothing is tainted and no capture window is open) takes no lock: one
+// atomic load.
 package failgraph

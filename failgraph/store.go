@@ -131,7 +131,8 @@ type span struct {
 // Store is the error graph of one device (or one run). The zero value is
 // not usable; call New. A Store is safe for concurrent use; its clean-path
 // calls (Written, SkipIfTainted, EnsureWritten and a scope's Exit when
-// nothing is tainted) take no lock and allocate nothing.
+// nothing is tainted and no capture window is open) take no lock and
+// allocate nothing.
 type Store struct {
 	tainted atomic.Int64 // spans + unallocated records + open capture windows: 0 means clean, no lock needed
 
