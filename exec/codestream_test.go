@@ -178,6 +178,12 @@ func scaleGraph(seed uint64, n, w int, twin bool, opts ...func(i int) []dag.Kern
 		g.AddKernel(fmt.Sprint("scale", i), fn, kopts...)
 		outs = append(outs, s)
 	}
+	return g, addSum(g, outs), want
+}
+
+// addSum adds to g a buffer "total" and a kernel "sum" writing into it
+// the sum of every ulong of outs; it returns the buffer.
+func addSum(g *dag.Graph, outs []dag.BufferID) dag.BufferID {
 	total := g.AddBuffer("total", 8)
 	g.AddKernel("sum", func(_ context.Context, l dag.Launch) error {
 		var v uint64
@@ -190,7 +196,7 @@ func scaleGraph(seed uint64, n, w int, twin bool, opts ...func(i int) []dag.Kern
 		binary.LittleEndian.PutUint64(bytesOf(l, total), v)
 		return nil
 	}, dag.Reads(outs...), dag.Writes(total))
-	return g, total, want
+	return total
 }
 
 // A plan of one CPU device and one code device: host-only kernels run on

@@ -116,6 +116,15 @@
 // its queues is one graph of host tasks, pinned to the slots' streams and
 // chained per slot, run with [Executor.Execute].
 //
+// A run can be captured for replay ([Executor.Capture]): the run settles
+// each launch inside a capture window of its error graph
+// (failgraph.Store.BeginCapture), so a launch that fails, is cancelled
+// or is skipped dooms the capture with its failure, and one that succeeds
+// adds the bytes it wrote to the capture's write set. [Capture.Replay]
+// hands each device stream its recorded list again (the report says
+// "replayed capture" rather than "ran plan": Report.Ran) and refuses a
+// doomed capture with its failure.
+//
 // An Executor is safe for concurrent use; each Run has its own buffers and
 // error graph.
 package exec

@@ -182,7 +182,7 @@ func (e *Executor) Run(ctx context.Context, g *dag.Graph, opts ...RunOption) (*R
 		releaseInputs(rc.inputs)
 		return nil, err
 	}
-	return e.execute(ctx, p, false, opts...)
+	return e.execute(ctx, p, false, nil, opts...)
 }
 
 // Execute runs plan p. It returns an error only when the run could not
@@ -259,13 +259,14 @@ func (e *Executor) Run(ctx context.Context, g *dag.Graph, opts ...RunOption) (*R
 // its memory is reserved), Execute releases every buffer of the run and
 // returns a nil Result and an error naming the lost device.
 func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Result, error) {
-	return e.execute(ctx, p, true, opts...)
+	return e.execute(ctx, p, true, nil, opts...)
 }
 
 // execute is Execute; keep says whether the run's device memory comes
 // from p's cache, and goes back to it with WithKeepDeviceMemory (see
-// Plan.ReleaseDeviceMemory), false for a plan that runs once.
-func (e *Executor) execute(ctx context.Context, p *Plan, keep bool, opts ...RunOption) (*Result, error) {
+// Plan.ReleaseDeviceMemory), false for a plan that runs once; cp, when
+// not nil, records the run in a capture window (Executor.Capture).
+func (e *Executor) execute(ctx context.Context, p *Plan, keep bool, cp *Capture, opts ...RunOption) (*Result, error) {
 	var rc runConfig
 	for _, o := range opts {
 		o(&rc)
@@ -303,7 +304,19 @@ func (e *Executor) execute(ctx context.Context, p *Plan, keep bool, opts ...RunO
 	if err := r.allocate(ctx, nil, rc.inputs); err != nil {
 		return nil, err
 	}
+	var win *failgraph.Window
+	if cp != nil {
+		win, _ = r.store.BeginCapture() // the run's own store: no window is open yet
+	}
 	submitErr := r.execute(e.devs, e.timing)
+	if win != nil {
+		win.End() // every launch of the run has settled
+		runErr := submitErr
+		if runErr == nil && loss != nil && loss.lost.Load() {
+			runErr = loss.err // the recovery's lists are not the plan's
+		}
+		cp.record(win, runErr)
+	}
 	if loss != nil && loss.lost.Load() {
 		r.keepMem = false // a lost device's memory is not kept
 	}

@@ -88,6 +88,10 @@ type Report struct {
 	// Backend is the GPU backend's metrics snapshot at the end of the run,
 	// when the executor was given one (WithBackend).
 	Backend *lease.MetricsSnapshot
+	// Ran says how the run was submitted: RanPlan ("ran plan": Execute,
+	// Run, and the run Executor.Capture records) or ReplayedCapture
+	// ("replayed capture": Capture.Replay).
+	Ran RunKind
 
 	phases []*outcomes // the run's phases, in order
 	once   sync.Once
@@ -370,7 +374,8 @@ var ErrResultClosed = errors.New("exec: result closed")
 //	 "waits":N,"wall_ns":N,"launch_timing":B,"devices":["gpu0",…],"streams_per_device":N,
 //	 "copies":[{"buffer","from","to","bytes","modeled_ns","route","link","via_host","status"}],
 //	 "bytes_by_link":{"NV2":N,…},"placement":"heft","makespan_ns":N,
-//	 "lost_device","migrations":[{"kernel","from","to"}],"reruns":[...],"backend":{…}}
+//	 "lost_device","migrations":[{"kernel","from","to"}],"reruns":[...],"backend":{…},
+//	 "ran":"ran plan"|"replayed capture"}
 //
 // failure is 0 and error "" for ok launches; error is the first line of
 // the launch's error (a panic's stack is left out); start_ns and end_ns
@@ -419,7 +424,8 @@ func (r *Report) MarshalJSON() ([]byte, error) {
 		Migrate     []map[string]string    `json:"migrations,omitempty"`
 		Reruns      []string               `json:"reruns,omitempty"`
 		Backend     *lease.MetricsSnapshot `json:"backend,omitempty"`
-	}{Launches: make([]launch, r.NumLaunches()), Counts: map[string]int{}, Waits: r.Waits, WallNs: r.Wall.Nanoseconds(), Timing: r.LaunchTiming,
+		Ran         RunKind                `json:"ran"`
+	}{Ran: r.Ran, Launches: make([]launch, r.NumLaunches()), Counts: map[string]int{}, Waits: r.Waits, WallNs: r.Wall.Nanoseconds(), Timing: r.LaunchTiming,
 		Devices: []string{}, Streams: r.Streams, BytesByLink: r.BytesByLink, Placement: r.Placement,
 		MakespanNs: r.Makespan.Nanoseconds(), Backend: r.Backend}
 	for _, s := range []Status{StatusOK, StatusFailed, StatusSkipped, StatusCancelled, StatusLost} {

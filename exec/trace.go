@@ -99,8 +99,8 @@ func (r *Report) WriteTrace(w io.Writer) error { return WriteTrace(w, nil, r) }
 // launch count differs from the first phase's is an error; a nil p gives
 // no arrows and no byte counts. Events of one track are written in time
 // order. The object's otherData holds devices (Report.DevicesUsed),
-// streams_per_device, launches, waits, wall_ns, and lost_device after a
-// loss.
+// streams_per_device, launches, waits, wall_ns, ran (Report.Ran: "ran
+// plan" or "replayed capture"), and lost_device after a loss.
 //
 // The run must have had launch timing (WithLaunchTiming(true)): a report
 // without it has no start or end to place a launch at, and is
@@ -133,7 +133,7 @@ func WriteTrace(w io.Writer, p *Plan, r *Report) error {
 		names[i] = d.String()
 	}
 	other := map[string]any{"devices": names, "streams_per_device": r.Streams, "launches": r.NumLaunches(),
-		"waits": r.Waits, "wall_ns": r.Wall.Nanoseconds()}
+		"waits": r.Waits, "wall_ns": r.Wall.Nanoseconds(), "ran": r.Ran.String()}
 	if r.Lost != nil {
 		other["lost_device"] = r.Lost.String()
 	}

@@ -34,6 +34,14 @@
 //
 // (for a joined error, run it over each error of Unwrap() []error).
 //
+// A capture window (Store.BeginCapture, CubeCL's capture window) watches
+// the scopes settled while it is open: a failed or skipped scope dooms it,
+// keeping the first one's failure (a *DoomError), and a clean scope adds
+// the byte ranges it wrote to its write set; outside a window nothing is
+// doomed or recorded. The executor opens one for a run it captures for
+// replay, and refuses to replay a doomed one.
+//
 // A Store is safe for concurrent use. Its clean path (Written and SkipIfTainted
-// when nothing is tainted) takes no lock: one atomic load.
+// when nothing is tainted and no capture window is open) takes no lock: one
+// atomic load.
 package failgraph

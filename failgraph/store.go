@@ -131,9 +131,10 @@ type span struct {
 // Store is the error graph of one device (or one run). The zero value is
 // not usable; call New. A Store is safe for concurrent use; its clean-path
 // calls (Written, SkipIfTainted, EnsureWritten and a scope's Exit when
-// nothing is tainted) take no lock and allocate nothing.
+// nothing is tainted and no capture window is open) take no lock and
+// allocate nothing.
 type Store struct {
-	tainted atomic.Int64 // spans + unallocated records: 0 means clean, no lock needed
+	tainted atomic.Int64 // spans + unallocated records + open capture windows: 0 means clean, no lock needed
 
 	mu       sync.Mutex
 	next     FailureID
@@ -142,6 +143,7 @@ type Store struct {
 	unalloc  map[buffers.ID]FailureID // buffers whose reservation failed (0: no failure known)
 	names    func(buffers.ID) string
 	cancels  []cancelled // the store's "cancelled" failures, one per cause
+	win      *Window     // the open capture window, or nil
 }
 
 // cancelled is the failure of the launches cancelled with one cause.
@@ -183,6 +185,7 @@ func (s *Store) Fail(kernel string, err error, writes []buffers.Binding) Failure
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	id := s.mint(kernel, err)
+	s.doomed(kernel, false, id, err)
 	for _, w := range writes {
 		s.set(w, id)
 	}
@@ -259,6 +262,7 @@ func (s *Store) skipIfTainted(kernel string, reads, writes []buffers.Binding) (F
 			}
 		}
 		n.record(rec)
+		s.doomed(kernel, true, f, n.root)
 		for _, w := range writes {
 			s.set(w, f)
 		}
@@ -284,6 +288,7 @@ func (s *Store) written(writes []buffers.Binding) {
 	for _, w := range writes {
 		s.set(w, 0)
 	}
+	s.recordWrites(writes...)
 }
 
 // Carry makes the bytes of dst hold the taint of the bytes of src, byte
@@ -348,6 +353,11 @@ func (s *Store) Carry(kernel string, src, dst buffers.Binding) []FailureID {
 		}
 		s.failures[p.f].record(sk)
 	}
+	if len(carried) == 0 {
+		s.recordWrites(dst)
+	} else {
+		s.doomed(kernel, true, carried[0], s.failures[carried[0]].root)
+	}
 	return carried
 }
 
@@ -370,6 +380,7 @@ func (s *Store) Cancel(kernel string, cause error, writes []buffers.Binding) Fai
 	if _, ok := s.failures[id]; !ok {
 		s.failures[id] = &node{kernel: kernel, root: fmt.Errorf("%w: %w", ErrCancelled, cause)}
 	}
+	s.doomed(kernel, false, id, s.failures[id].root)
 	for _, w := range writes {
 		s.set(w, id)
 	}
@@ -473,7 +484,8 @@ func (s *Store) Len() int {
 }
 
 // Empty reports whether nothing is tainted (the graph then holds no
-// failure). It costs one atomic load.
+// failure) and no capture window is open (BeginCapture: the clean path
+// is off while one is). It costs one atomic load.
 func (s *Store) Empty() bool { return s.tainted.Load() == 0 }
 
 // UnwrittenError is returned by EnsureWritten when a read covers bytes

@@ -60,7 +60,8 @@ func (v View) Len() int {
 	return v.s.Len()
 }
 
-// Empty reports whether nothing is tainted.
+// Empty reports whether nothing is tainted and no capture window is open
+// (see Store.Empty).
 func (v View) Empty() bool { return v.s == nil || v.s.Empty() }
 
 // Graph returns a snapshot of the error graph as a gonum directed graph

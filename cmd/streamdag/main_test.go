@@ -95,6 +95,7 @@ func TestBadInput(t *testing.T) {
 		{"empty file", []string{"run", "flights", "--input", empty}, 1, "empty.arrow"},
 		{"bad out extension", []string{"run", "flights", "--out", "x.txt"}, 2, "want a .csv or .json"},
 		{"negative top", []string{"run", "flights", "--top", "-1"}, 2, "--top -1"},
+		{"negative replay", []string{"run", "flights", "--replay", "-1"}, 2, "--replay -1: must be 0 (no capture) or more"},
 		{"negative streams", []string{"run", "flights", "--streams", "-2"}, 2, "stream"},
 		{"missing airports", []string{"run", "flights", "--airports", filepath.Join(dir, "none.csv")}, 1, "none.csv"},
 		{"unknown flag", []string{"run", "flights", "--bogus"}, 2, "unknown flag"},

@@ -44,7 +44,7 @@ type flightsFlags struct {
 	trace, topology, loseDevice string
 	device                      string
 	minDelay                    int64
-	top, streams                int
+	top, streams, replays       int
 }
 
 func newFlightsCmd() *cobra.Command {
@@ -90,6 +90,7 @@ With no --input it runs on the 200,000-row sample embedded in the binary
 	fl.BoolVar(&f.quiet, "quiet", false, "print only the result table and errors (no run summary)")
 	fl.StringVar(&f.metrics, "metrics", "", "write the GPU backend's metrics snapshot as JSON to FILE")
 	fl.StringVar(&f.errorsDot, "errors-dot", "", "write the error graph (failures, skipped kernels, tainted buffers) as DOT to FILE")
+	fl.IntVar(&f.replays, "replay", 0, "capture the run and replay the capture N times (the result and report are the last replay's); a capture during which a launch failed is not replayed, and the summary says why")
 	fl.StringArrayVar(&f.fail, "fail", nil, "make kernel KERNEL fail (KERNEL:panic to panic), e.g. 'filter[3]'; repeatable")
 	return cmd
 }
@@ -112,6 +113,9 @@ func checkFlightsFlags(f flightsFlags) (faults []fault, err error) {
 	}
 	if f.top < 0 {
 		return nil, usagef("--top %d: must be 0 (all) or more", f.top)
+	}
+	if f.replays < 0 {
+		return nil, usagef("--replay %d: must be 0 (no capture) or more", f.replays)
 	}
 	switch {
 	case f.device != deviceAuto && f.device != deviceCPU && f.device != deviceOpenCL:
@@ -157,6 +161,7 @@ func flightsJob(f flightsFlags) (*flights.Job, []fault, *lossSpec, error) {
 	job := &flights.Job{
 		Input:   f.input,
 		Options: flights.Options{MinDelay: f.minDelay, TopK: f.top},
+		Replays: f.replays,
 		Files: flights.Files{
 			Result: flights.OutputFile{Path: f.out, Name: "--out"}, Plan: flights.OutputFile{Path: f.dot, Name: "--dot"},
 			Trace: flights.OutputFile{Path: f.trace, Name: "--trace"}, Report: flights.OutputFile{Path: f.report, Name: "--report"},
@@ -276,6 +281,9 @@ func printFlights(stdout, stderr io.Writer, f flightsFlags, setup *runSetup, out
 	}
 	if !f.quiet {
 		fmt.Fprintln(stderr, runLine(s, rep))
+		if out.Capture != nil {
+			fmt.Fprintln(stderr, captureLine(out.Capture, rep, f.replays))
+		}
 		printDevices(stderr, setup, out.Plan, rep)
 		fmt.Fprintln(stderr, out.Reads)
 	}
@@ -326,6 +334,16 @@ func runLine(s flights.Summary, rep *exec.Report) string {
 	return fmt.Sprintf("%s: %d rows in %s, %s on %s of %s, %s, %s (%.1f M rows/s)",
 		s.Input, s.Rows, partitions, launches, streamsLabel(rep.Streams),
 		devicesLabel(rep.DevicesUsed()), plural(rep.Waits, "event wait"), fmtDuration(rep.Wall), rate)
+}
+
+// captureLine says what --replay did: "replayed capture N times
+// (engine lists)", or why the capture was not replayed (the run shown
+// then ran the plan).
+func captureLine(c *exec.Capture, rep *exec.Report, replays int) string {
+	if err := c.Err(); err != nil {
+		return fmt.Sprintf("%s, not replayed: %s", rep.Ran, flights.FirstLine(err))
+	}
+	return fmt.Sprintf("%s %s (%s)", rep.Ran, plural(replays, "time"), c.ReplayMode())
 }
 
 // printProblems lists on w what went wrong: each failed or cancelled

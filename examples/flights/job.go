@@ -106,6 +106,13 @@ type Job struct {
 	// file's description (kvio.File.Describe) when the file is opened and
 	// again after the run, and Files.Metrics is its snapshot.
 	Backend *lease.Backend
+	// Replays, when positive, captures the run (exec.Executor.Capture)
+	// and replays the capture that many times (exec.Capture.Replay): the
+	// Output is the last replay's, its Report.Ran exec.ReplayedCapture.
+	// A doomed capture (a launch failed, was skipped or cancelled) is not
+	// replayed: the Output is the captured run's, and Output.Capture says
+	// why. 0 runs the plan once, with no capture.
+	Replays int
 	// OnRun, when not nil, is called with the planned pipeline just
 	// before it runs; the function it returns is called when the run
 	// ends (a progress display).
@@ -208,13 +215,13 @@ func (j *Job) run(ctx context.Context, e *exec.Executor, src kvio.Source, file *
 	if j.OnRun != nil {
 		stop = j.OnRun(p)
 	}
-	res, err := e.Execute(ctx, plan)
+	res, c, err := j.execute(ctx, e, plan)
 	stop()
 	if err != nil {
 		return nil, err
 	}
 	defer res.Close()
-	out := &Output{Pipeline: p, Plan: plan, Report: res.Report, Summary: summarize(src, p)}
+	out := &Output{Pipeline: p, Plan: plan, Report: res.Report, Summary: summarize(src, p), Capture: c}
 	out.Table, out.ReadErr = p.Result(res)
 	out.Names = j.Options.Airports != nil && out.Table != nil && out.Table.NamesErr == nil
 	if file != nil {
@@ -222,6 +229,22 @@ func (j *Job) run(ctx context.Context, e *exec.Executor, src kvio.Source, file *
 		out.Reads = file.Describe()
 	}
 	return out, j.commit(out, res)
+}
+
+// execute runs plan on e: once (Replays 0; no capture), or captured and
+// replayed Replays times while the capture is not doomed. It returns
+// the last run's Result and the capture (nil without Replays).
+func (j *Job) execute(ctx context.Context, e *exec.Executor, plan *exec.Plan) (*exec.Result, *exec.Capture, error) {
+	if j.Replays <= 0 {
+		res, err := e.Execute(ctx, plan)
+		return res, nil, err
+	}
+	c, res, err := e.Capture(ctx, plan)
+	for i := 0; err == nil && c.Err() == nil && i < j.Replays; i++ {
+		res.Close()
+		res, err = c.Replay(ctx)
+	}
+	return res, c, err
 }
 
 // open opens the Input, or the embedded sample without one.

@@ -26,6 +26,9 @@ type Output struct {
 	// Reads describes the input file's reads in the run
 	// (kvio.File.Describe) for Job.Run; "" for Run.
 	Reads string
+	// Capture is the run Job.Replays captured (its Err says why it was
+	// not replayed), nil without Replays.
+	Capture *exec.Capture
 }
 
 // Complete reports whether out is a whole result: no launch failed, and
