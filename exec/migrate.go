@@ -2,6 +2,7 @@ package exec
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -345,7 +346,7 @@ func (dr *drain) transfer(ctx context.Context, p2 *Plan) {
 	slices.SortFunc(dr.rep.Failed, func(a, b MigrationFailure) int {
 		ka, _ := g.KernelByName(a.Kernel)
 		kb, _ := g.KernelByName(b.Kernel)
-		return int(ka - kb)
+		return cmp.Compare(ka, kb)
 	})
 }
 

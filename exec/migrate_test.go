@@ -249,7 +249,25 @@ func TestDrainFailedTransferKeepsKernel(t *testing.T) {
 		rep := keptRun(t, e, p2, in, out, base, w)
 		assert.Nil(t, rep.Lost, "a failed migration is not a loss")
 		assert.Zero(t, launchesOn(rep, fb.ID()))
+		assert.Positive(t, launchesOn(rep, a.ID()), "the kernel that stayed runs where it was")
 	}
+
+	// A second drain, to a target that works, moves the kernel that
+	// stayed: its buffers on a (mid, copied in, and out) go to c.
+	p3, mr, err := e.Drain(t.Context(), p2, a.ID(), []placement.MigrationPlan{{Kernel: "second", Source: a.ID(), Target: c.ID()}})
+	require.NoError(t, err)
+	t.Cleanup(p3.ReleaseDeviceMemory)
+	assert.Equal(t, []exec.Migration{{Kernel: "second", From: a.ID(), To: c.ID()}}, mr.Migrations)
+	assert.Empty(t, mr.Failed)
+	assert.Equal(t, exec.MigrationStats{Migrated: 1, Checkpoints: 2, BytesMoved: 2 * 8 * w,
+		Checkpoint: mr.Buffers[0].Checkpoint + mr.Buffers[1].Checkpoint, Transfer: mr.Buffers[0].Transfer + mr.Buffers[1].Transfer,
+		Restore: mr.Buffers[0].Restore + mr.Buffers[1].Restore}, mr.Stats)
+	assert.Equal(t, keptWant(9, w), ulongsOf(readMem(t, c, exec.KeptMemory(p3, out, c.ID()))), "the last run's out reached c")
+	assert.Zero(t, a.live(), "a keeps nothing once drained")
+	assert.Equal(t, []int{0, 3, 3}, p3.Placement().Device)
+	rep := keptRun(t, e, p3, in, out, 11, w)
+	assert.Zero(t, launchesOn(rep, a.ID()))
+	assert.Zero(t, launchesOn(rep, fb.ID()))
 }
 
 // Bad drains are errors that name what is wrong, and change nothing.
