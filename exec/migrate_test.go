@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -15,6 +16,7 @@ import (
 	"github.com/streamdag/streamdag/gpu/opencl"
 	"github.com/streamdag/streamdag/gpu/sim"
 	"github.com/streamdag/streamdag/internal/faultdev"
+	"github.com/streamdag/streamdag/internal/testdata"
 	"github.com/streamdag/streamdag/placement"
 	"github.com/streamdag/streamdag/topology"
 )
@@ -314,14 +316,20 @@ func TestDrainErrors(t *testing.T) {
 	assert.Equal(t, []int{0, 1, 1}, p2.Placement().Device)
 }
 
-// On simulated GPUs of a real machine (no resident buffers: their
-// buffers are host memory, released when a run ends), draining the GPUs
-// the coordinator unregisters one after the other moves their kernels
-// where it plans, copies no bytes, and every later run launches nothing
-// on a drained GPU and gives the same answer.
+// On simulated GPUs of a real machine (the DGX-1's topology as its
+// description in the shared topologies gives it; the test skips without
+// them, and fails under CI), where nothing is resident (their buffers are
+// host memory, released when a run ends), draining the GPUs the
+// coordinator unregisters one after the other moves their kernels where
+// it plans, copies no bytes, and every later run launches nothing on a
+// drained GPU and gives the same answer.
 func TestDrainSimulatedGPUs(t *testing.T) {
 	const n, w = 8, 4
-	e, topo := simMachine(t, "dgx1-v100", 2, exec.WithPlacement(exec.PlaceRoundRobin))
+	desc, err := os.ReadFile(testdata.TopologyFile(t, "dgx1-v100.json"))
+	require.NoError(t, err)
+	m, err := topology.ParseMachine(desc)
+	require.NoError(t, err)
+	e, topo := simExecutor(t, m, 2, nil, exec.WithPlacement(exec.PlaceRoundRobin))
 	g, total, want := scaleGraph(3, n, w, true)
 	p, err := e.Plan(g)
 	require.NoError(t, err)
@@ -447,4 +455,31 @@ func ExampleExecutor_Drain() {
 	// moved: [{part1 gpu1 gpu2}]
 	// stats: {Migrated:1 Failed:0 Checkpoints:0 FailedCheckpoints:0 BytesMoved:0 Checkpoint:0s Transfer:0s Restore:0s}
 	// sum: 6 launches on gpu1: 0
+}
+
+// A drained plan's recovery from a lost device moves no kernel to the
+// drained device: the lost GPU's kernels go to the others, and the answer
+// is the same.
+func TestDrainedPlanRecoversElsewhere(t *testing.T) {
+	const n, w = 8, 4
+	drained, lost := topology.GPU(3), topology.GPU(1)
+	e, _ := lossyMachine(t, "dgx1-v100", 1, sim.WithLoss(lost, 0.5), exec.WithPlacement(exec.PlaceRoundRobin))
+	g, total, want := scaleGraph(5, n, w, true)
+	p, err := e.Plan(g)
+	require.NoError(t, err)
+	p, mr, err := e.Drain(t.Context(), p, drained, nil)
+	require.NoError(t, err)
+	require.NotEmpty(t, mr.Migrations, "the executor spreads the kernels itself")
+	assert.Empty(t, mr.Failed)
+	res, err := e.Execute(t.Context(), p)
+	require.NoError(t, err)
+	defer res.Close()
+	require.NotNil(t, res.Report.Lost)
+	assert.Equal(t, lost, *res.Report.Lost)
+	require.NotEmpty(t, res.Report.Migrations)
+	for _, m := range res.Report.Migrations {
+		assert.NotEqual(t, drained, m.To, "%s moved to the drained device", m.Kernel)
+	}
+	assert.Zero(t, launchesOn(res.Report, drained))
+	assert.Equal(t, want, uint64Of(t, res, total))
 }
