@@ -126,17 +126,16 @@ type MigrationReport struct {
 // the host, not recomputed: checkpoint, transfer, restore (see
 // MigrationPhase), and the new plan keeps the target memory, holding its
 // bytes of the target's budget, so its next run allocates nothing there.
-// (A run starts every buffer from zeroes, as a new buffer reads: the
-// bytes a checkpoint carries are the last run's, for inspection and for
-// state a kernel keeps in a buffer it reads before writing it only by
-// choice.) A kernel whose buffer fails to migrate stays on dev, in the
-// new plan too, with the reason in Failed; a failed migration is not a
-// loss (the device keeps serving the kernels that stayed), and the
-// target's memory it took is released. A kernel pinned to dev, or with
-// code for no other device, stays as well. The rest of p's kept memory
-// that the new plan has an instance for is handed to it; what is left
-// (dev's memory no kernel needs any more) is released with its budget
-// bytes.
+// (A run still starts every buffer from zeroes, as a new buffer reads:
+// the bytes a checkpoint carries are the last run's, there to be read
+// until the next run.) A kernel whose buffer fails to migrate stays on
+// dev, in the new plan too, with the reason in Failed; a failed
+// migration is not a loss (the device keeps serving the kernels that
+// stayed), and the target's memory it took is released. A kernel pinned
+// to dev, or with code for no other device, stays as well. The rest of
+// p's kept memory that the new plan has an instance for is handed to it;
+// what is left (dev's memory no kernel needs any more) is released with
+// its budget bytes.
 //
 // From then on the new plan launches nothing on dev but the kernels that
 // stayed (and the copies they need), and a Drain of it, or the recovery
@@ -145,15 +144,20 @@ type MigrationReport struct {
 // executor without it for that).
 //
 // Call Drain between runs of p: memory a run of p still holds when Drain
-// starts is not migrated, and goes back to p. Drain blocks while the
-// copies run, until they finish or ctx ends (the copies then fail with
-// ctx's error). Errors (nothing moves, p keeps its memory): p not of e's
-// devices, dev not among them or its last device that is not a code
-// device in a plan with code devices, a move of a kernel p does not place
+// starts (an open Result's) is not migrated, and goes back to p. Drain
+// blocks while the copies run, one after another on stream 0 of each
+// device, until they finish or ctx ends (the copies left then fail with
+// ctx's error, and their kernels stay). It is safe for concurrent use
+// with runs of other plans. Errors (nothing moves, p keeps its memory):
+// ctx done already, p not of e's devices, dev not among them or its last
+// device that is not a code device, a move of a kernel p does not place
 // on dev or to a device that cannot take it.
 func (e *Executor) Drain(ctx context.Context, p *Plan, dev topology.DeviceID, moves []placement.MigrationPlan) (*Plan, *MigrationReport, error) {
 	if err := e.fits(p); err != nil {
 		return nil, nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("exec: drain %s: %w", dev, err)
 	}
 	d := slices.Index(p.devices, dev)
 	if d < 0 {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamdag/streamdag/buffers"
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/gpu"
@@ -304,6 +305,13 @@ func TestDrainErrors(t *testing.T) {
 			assert.Equal(t, kept, a.live(), "the plan keeps its memory")
 		})
 	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, _, err = e.Drain(ctx, p, a.ID(), nil)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.ErrorContains(t, err, "exec: drain opencl1: ")
+	assert.Equal(t, kept, a.live(), "the plan keeps its memory")
+
 	// An OpenCL-only kernel with no other code device stays, with why.
 	e1 := cpuWith(t, 2, []gpu.Device{a})
 	p1, err := exec.PlanPlaced(e1, g, []int{0, 1, 1})
@@ -482,4 +490,34 @@ func TestDrainedPlanRecoversElsewhere(t *testing.T) {
 	}
 	assert.Zero(t, launchesOn(res.Report, drained))
 	assert.Equal(t, want, uint64Of(t, res, total))
+}
+
+// A target whose budget cannot take a checkpoint fails that migration at
+// its transfer with buffers.ErrOverBudget: the kernel that needs it
+// stays, the one whose buffers fit moves, and the next run fits.
+func TestDrainOverBudgetKeepsKernel(t *testing.T) {
+	const w = 8
+	a, b := fakeDevice(t, 1, 2), fakeDevice(t, 2, 2)
+	b.memBytes = 2 * 8 * w // room for a and mid, not out
+	e := cpuWith(t, 2, []gpu.Device{a, b})
+	g, in, out := keptGraph(w)
+	p, err := exec.PlanPlaced(e, g, []int{0, 1, 1})
+	require.NoError(t, err)
+	t.Cleanup(p.ReleaseDeviceMemory)
+	keptRun(t, e, p, in, out, 3, w)
+	p2, mr, err := e.Drain(t.Context(), p, a.ID(), nil)
+	require.NoError(t, err)
+	t.Cleanup(p2.ReleaseDeviceMemory)
+	assert.Equal(t, []exec.Migration{{Kernel: "first", From: a.ID(), To: b.ID()}}, mr.Migrations)
+	require.Len(t, mr.Failed, 1)
+	assert.ErrorIs(t, mr.Failed[0].Err, buffers.ErrOverBudget)
+	assert.ErrorContains(t, mr.Failed[0].Err, `exec: kernel "second" stays on opencl1: exec: migrate "out" opencl1→opencl2: transfer: 64 bytes are not free in the budget of 128`)
+	last := mr.Buffers[len(mr.Buffers)-1]
+	assert.Equal(t, exec.PhaseTransfer, last.Phase)
+	assert.Equal(t, "transfer", last.Phase.String())
+	assert.Equal(t, 2, mr.Stats.Checkpoints)
+	assert.Equal(t, 1, mr.Stats.FailedCheckpoints)
+	assert.Equal(t, int64(2*8*w), b.live())
+	rep := keptRun(t, e, p2, in, out, 4, w)
+	assert.Positive(t, launchesOn(rep, a.ID()))
 }
