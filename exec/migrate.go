@@ -252,11 +252,15 @@ func (dr *drain) targets(moves []placement.MigrationPlan) error {
 		}
 		target[k] = to
 	}
+	pinned := func(k dag.KernelID) bool {
+		pin := g.Kernel(k).Device
+		return pin != nil && *pin == p.devices[d]
+	}
 	load := make([]int, len(p.devices))
-	var rest []string
+	var rest []string // the kernels Spread places
 	for k, kd := range p.placement.Device {
 		load[kd]++
-		if _, ok := target[dag.KernelID(k)]; kd == d && !ok {
+		if _, ok := target[dag.KernelID(k)]; kd == d && !ok && !pinned(dag.KernelID(k)) {
 			rest = append(rest, g.KernelName(dag.KernelID(k)))
 		}
 	}
@@ -280,7 +284,7 @@ func (dr *drain) targets(moves []placement.MigrationPlan) error {
 			continue
 		}
 		mig := Migration{Kernel: g.KernelName(id), From: p.devices[d]}
-		if pin := g.Kernel(id).Device; pin != nil && *pin == p.devices[d] {
+		if pinned(id) {
 			dr.fail(mig, fmt.Errorf("exec: kernel %q stays on %s: it is pinned there", mig.Kernel, mig.From))
 			continue
 		}

@@ -521,3 +521,27 @@ func TestDrainOverBudgetKeepsKernel(t *testing.T) {
 	rep := keptRun(t, e, p2, in, out, 4, w)
 	assert.Positive(t, launchesOn(rep, a.ID()))
 }
+
+// A kernel pinned to the drained device stays there, with the reason,
+// and still runs; the others move.
+func TestDrainKeepsPinnedKernel(t *testing.T) {
+	e := twoSimGPUs(t, 1)
+	g := dag.New()
+	x, y := g.AddBuffer("x", 8), g.AddBuffer("y", 8)
+	g.AddKernel("pinned", putU64(x, 0, 7, nil), dag.Writes(x), dag.OnDevice(topology.GPU(1)))
+	g.AddKernel("free", putU64(y, 0, 9, nil), dag.Writes(y))
+	p, err := exec.PlanPlaced(e, g, []int{1, 1})
+	require.NoError(t, err)
+	p2, mr, err := e.Drain(t.Context(), p, topology.GPU(1), nil)
+	require.NoError(t, err)
+	assert.Equal(t, []exec.Migration{{Kernel: "free", From: topology.GPU(1), To: topology.GPU(0)}}, mr.Migrations)
+	require.Len(t, mr.Failed, 1)
+	assert.Equal(t, "pinned", mr.Failed[0].Kernel)
+	assert.EqualError(t, mr.Failed[0].Err, `exec: kernel "pinned" stays on gpu1: it is pinned there`)
+	assert.Equal(t, []int{1, 0}, p2.Placement().Device)
+	res, err := e.Execute(t.Context(), p2)
+	require.NoError(t, err)
+	defer res.Close()
+	assert.Equal(t, uint64(7), uint64Of(t, res, x))
+	assert.Equal(t, uint64(9), uint64Of(t, res, y))
+}
