@@ -79,14 +79,7 @@ type codeDev struct {
 // reason where there is none, and fails under CI, which installs PoCL).
 func codeDevs() []codeDev {
 	return []codeDev{
-		{"fake", nil, func(t *testing.T, streams int) gpu.CodeDevice {
-			d := newFakeCode(topology.OpenCL(7), streams, fakeKernels)
-			t.Cleanup(func() {
-				require.NoError(t, d.Close())
-				assert.Zero(t, d.live(), "device memory left allocated")
-			})
-			return d
-		}},
+		{"fake", nil, func(t *testing.T, streams int) gpu.CodeDevice { return fakeDevice(t, 7, streams) }},
 		{"opencl", openCLAvailable, func(t *testing.T, streams int) gpu.CodeDevice { return openCLDevice(t, streams) }},
 	}
 }
@@ -127,10 +120,17 @@ func openCLDevice(t testing.TB, streams int) gpu.CodeDevice {
 // and code device cd.
 func cpuAnd(t testing.TB, cpuStreams int, cd gpu.Device, opts ...exec.Option) *exec.Executor {
 	t.Helper()
+	return cpuWith(t, cpuStreams, []gpu.Device{cd}, opts...)
+}
+
+// cpuWith returns an executor over a CPU device with cpuStreams streams
+// (device 0) and devs, allocating through a leak-checked allocator.
+func cpuWith(t testing.TB, cpuStreams int, devs []gpu.Device, opts ...exec.Option) *exec.Executor {
+	t.Helper()
 	dev, err := cpu.New(cpu.WithStreams(cpuStreams))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, dev.Close()) })
-	e, err := exec.NewMulti([]gpu.Device{dev, cd}, nil, append([]exec.Option{exec.WithAllocator(leaktest.Allocator(t))}, opts...)...)
+	e, err := exec.NewMulti(append([]gpu.Device{dev}, devs...), nil, append([]exec.Option{exec.WithAllocator(leaktest.Allocator(t))}, opts...)...)
 	require.NoError(t, err)
 	return e
 }

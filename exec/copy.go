@@ -127,6 +127,7 @@ type placer struct {
 	devs     []topology.DeviceID
 	devNames []string              // devs[d].String()
 	mem      devSet                // the code devices: their instances are device memory
+	drained  devSet                // the drained devices (Executor.Drain): unwritten bytes are not there
 	pieces   [][]piece             // by graph buffer: sorted, disjoint, covering its extent
 	rep      map[[2]int]buffers.ID // (graph buffer, device) → replica
 	// The copy launches' records, allocated in chunks: each copy takes
@@ -144,8 +145,9 @@ const copyChunk = 256
 var copyOptional = []bool{true}
 
 // newPlacer starts tracking p's graph buffers: the bytes of buffer b are
-// on every device but code devices (nothing has written them: they read
-// as zeros, which device memory does not hold until copied there), or
+// on every device but code devices and drained ones (nothing has written
+// them: they read as zeros, which device memory does not hold until
+// copied there), or
 // only on its home device when only[b] (an input, or bytes carried from
 // an earlier phase).
 func newPlacer(p *Plan, only []bool) *placer {
@@ -158,10 +160,13 @@ func newPlacer(p *Plan, only []bool) *placer {
 		if m {
 			pl.mem |= 1 << d
 		}
+		if p.isDrained(d) {
+			pl.drained |= 1 << d
+		}
 	}
 	first := make([]piece, len(p.bufs)) // each buffer's one piece, until a split moves it out
 	for b := range p.bufs {
-		on := allDevs &^ pl.mem
+		on := allDevs &^ pl.mem &^ pl.drained
 		if only[b] {
 			on = 1 << p.bufs[b].Device
 		}

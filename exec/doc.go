@@ -89,6 +89,14 @@
 // returns without it and the device is marked unusable). Every graph buffer's own
 // instance stays in host memory, so a [Result] reads only host bytes.
 //
+// A device can also leave gracefully ([Executor.Drain]): between runs of
+// a plan, its kernels move to other devices (where a
+// placement.Coordinator's Unregister plans) and the device memory the
+// plan keeps there goes to them as checkpoints (copied, read back and
+// compared), with a [MigrationReport]; a kernel whose buffers cannot
+// move stays where it was, and the returned plan launches nothing new
+// on the device.
+//
 // The [Result] gives buffer contents only through the error graph's read
 // check, so failed work can never be read as if it succeeded, and a
 // [Report] per run: every launch with kernel, device, stream, status,

@@ -2,8 +2,10 @@ package exec
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/streamdag/streamdag/dag"
+	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/placement"
 	"github.com/streamdag/streamdag/topology"
 )
@@ -38,4 +40,20 @@ func TraceScheduler(s *Scheduler, f func(string)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.trace = f
+}
+
+// KeptMemory returns the device memory p keeps between runs for its
+// instance of graph buffer b on device dev; nil when it keeps none.
+func KeptMemory(p *Plan, b dag.BufferID, dev topology.DeviceID) gpu.Memory {
+	c := p.memc.Load()
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	j := p.instanceOn(b, slices.Index(p.devices, dev))
+	if j < 0 || j >= len(c.mems) {
+		return nil
+	}
+	return c.mems[j]
 }

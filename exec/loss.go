@@ -136,12 +136,6 @@ func (d *deviceLoss) hits(op *PlannedLaunch) bool {
 	return d.lost.Load() && (op.Device == d.dev || op.Copy != nil && op.Copy.From == d.dev)
 }
 
-// Migration is a kernel moved off a lost device.
-type Migration struct {
-	Kernel   string
-	From, To topology.DeviceID
-}
-
 // The recovery of a run that lost a device is a second phase, planned by
 // the same planner as the first over the kernels whose outcome the loss
 // took away. recoverLoss goes through it in named steps: which buffers
@@ -181,7 +175,7 @@ func (e *Executor) recoverLoss(ctx context.Context, p1 *Plan, r1 *run, rep1 *Rep
 	rc.carriers()
 	rc.reruns()
 	rc.migrate()
-	p2 := planOn(rc.g, p1.devices, p1.streams, p1.code, p1.mem, rc.pl, &subset{run: rc.rerun, home: rc.home, fallback: rc.fallback()})
+	p2 := planOn(rc.g, p1.devices, p1.streams, p1.code, p1.mem, rc.pl, &subset{run: rc.rerun, home: rc.home, fallback: rc.fallback(), drained: p1.drained})
 	r2, err := rc.start(ctx, p2)
 	if err != nil {
 		return nil, fmt.Errorf("exec: recover from losing %s: %w", rc.loss.id, err)
@@ -336,7 +330,7 @@ func (rc *recovery) migrate() {
 	}
 	var targets []placement.Target
 	for d, id := range p1.devices {
-		if d != loss.dev {
+		if d != loss.dev && !p1.isDrained(d) {
 			targets = append(targets, placement.Target{ID: id, Kernels: load[d]})
 		}
 	}
@@ -374,23 +368,10 @@ func (rc *recovery) migrate() {
 }
 
 // runs reports whether kernel k can run on device d of the second phase:
-// d survives and has code for k (on a code device, one that touches no
-// value buffer and binds buffers only at offsets the device can bind).
+// d survives, is not drained (Executor.Drain), and has code for k (see
+// Plan.canRun).
 func (rc *recovery) runs(k dag.KernelID, d int) bool {
-	if d < 0 || d == rc.loss.dev {
-		return false
-	}
-	kern := rc.g.Kernel(k)
-	code := rc.p1.code[d]
-	if !kern.HasCode(code) {
-		return false
-	}
-	if cd, ok := rc.e.devs[d].(gpu.CodeDevice); ok && rc.p1.mem[d] {
-		if _, v := valueAccess(rc.g, kern); v || misaligned(rc.g, kern, code, cd.ArgAlignBytes()) != nil {
-			return false
-		}
-	}
-	return true
+	return d >= 0 && d != rc.loss.dev && !rc.p1.isDrained(d) && rc.p1.canRun(rc.e.devs, k, d)
 }
 
 // fallback is the device of the second phase for buffers no kernel of it
@@ -399,7 +380,7 @@ func (rc *recovery) runs(k dag.KernelID, d int) bool {
 // devices).
 func (rc *recovery) fallback() int {
 	for d := range rc.p1.devices {
-		if d != rc.loss.dev && !rc.p1.mem[d] {
+		if d != rc.loss.dev && !rc.p1.mem[d] && !rc.p1.isDrained(d) {
 			return d
 		}
 	}

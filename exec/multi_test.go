@@ -30,7 +30,16 @@ func simMachine(t *testing.T, name string, streams int, opts ...exec.Option) (*e
 // sim.WithLoss or sim.WithLossAfter; nil: none).
 func lossyMachine(t *testing.T, name string, streams int, loss sim.Option, opts ...exec.Option) (*exec.Executor, *topology.Topology) {
 	t.Helper()
-	topo, gpus := machineGPUs(t, name)
+	m, err := topology.LoadMachine(name)
+	require.NoError(t, err)
+	return simExecutor(t, m, streams, loss, opts...)
+}
+
+// simExecutor returns an executor over simulated GPUs of machine m (made
+// with loss; nil: none), and its topology.
+func simExecutor(t *testing.T, m topology.Machine, streams int, loss sim.Option, opts ...exec.Option) (*exec.Executor, *topology.Topology) {
+	t.Helper()
+	topo, gpus := gpusOf(t, m)
 	set, err := sim.New(gpus, streams, loss)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, set.Close()) })
@@ -45,6 +54,13 @@ func machineGPUs(t *testing.T, name string) (*topology.Topology, []topology.Devi
 	t.Helper()
 	m, err := topology.LoadMachine(name)
 	require.NoError(t, err)
+	return gpusOf(t, m)
+}
+
+// gpusOf returns machine m's topology and its GPUs, each with the
+// machine's memory.
+func gpusOf(t *testing.T, m topology.Machine) (*topology.Topology, []topology.DeviceFacts) {
+	t.Helper()
 	topo, err := topology.New(m.Facts, topology.WithGPUSpec(m.Spec))
 	require.NoError(t, err)
 	gpus := topo.GPUs()

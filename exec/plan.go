@@ -112,6 +112,7 @@ type Plan struct {
 	slotsMu     sync.Mutex
 	slots       [][]atomic.Pointer[buffers.Buffer] // buffer slots of closed runs, all nil, for reuse
 	memc        atomic.Pointer[memCache]           // device memory kept between runs (ReleaseDeviceMemory); nil until a run makes it
+	drained     []bool                             // by device: taken off the plan by Executor.Drain; nil: none
 
 	// pace, by global stream: the enqueue window a code stream's last
 	// run ended with (0: none yet; see codeAhead); made with cops.
@@ -443,13 +444,17 @@ func noCodeError(k dag.Kernel, devs []topology.DeviceID, code []dag.CodeKind) er
 }
 
 // subset restricts planOn to some kernels (a recovery plan): only run[k]
-// kernels get launches; buffer b lives on home[b] when it is >= 0 (where
-// its bytes are carried from the first phase: they are there and nowhere
-// else) and on fallback when no included kernel touches it.
+// kernels get launches (run nil: all); buffer b lives on home[b] when it
+// is >= 0 (where its bytes are carried from the first phase: they are
+// there and nowhere else; home nil: none is carried) and on fallback when
+// no included kernel touches it. drained, by device, marks the devices a
+// drain took off the plan (Executor.Drain; nil: none): no buffer's host
+// copy lives there.
 type subset struct {
 	run      []bool
 	home     []int
 	fallback int
+	drained  []bool
 }
 
 // numStreams returns the stream count of each of e's devices.
@@ -478,13 +483,16 @@ func planOn(g *dag.Graph, devs []topology.DeviceID, nstreams []int, code []dag.C
 // and plans again, looking, when the copying finds one (check not "").
 func planWith(g *dag.Graph, devs []topology.DeviceID, nstreams []int, code []dag.CodeKind, mem []bool, pl placement.Assignment, sub *subset, check dag.CodeKind, lookup bool) *Plan {
 	order := g.Order()
-	if sub != nil {
+	if sub != nil && sub.run != nil {
 		order = slices.DeleteFunc(slices.Clone(order), func(k dag.KernelID) bool { return !sub.run[k] })
 	}
 	haz := newHazards(numAccesses(g, order))
 	defer haz.release() // the launches' Deps hold haz.deps, which it lets go
 	order, from, found := launchOrder(g, order, haz, lookup)
 	p := newPlan(g, devs, nstreams, code, mem, pl)
+	if sub != nil {
+		p.drained = sub.drained
+	}
 	only := homeBuffers(p, order, sub)
 	var pins streamPins
 	if len(devs) == 1 {
@@ -824,9 +832,10 @@ func crosses(deps []int, gstream []int32, s int) bool {
 }
 
 // homeBuffers sets where each of p's graph buffers lives: on the device
-// of its first writer in order, else of its first reader, else on device
-// 0 (sub.fallback in a recovery plan), unless sub carries it on a device
-// of its own. It returns, by buffer, whether its bytes start out on that
+// of its first writer in order, else of its first reader (for either, when
+// it is a code device, the first device that is neither a code device nor
+// drained), else on device 0 (sub.fallback in a recovery or drained plan),
+// unless sub carries it on a device of its own. It returns, by buffer, whether its bytes start out on that
 // device alone (an input, or carried) rather than being unwritten
 // everywhere; nil for a full plan on one device, which places no copies
 // and so never asks.
@@ -864,14 +873,14 @@ func homeBuffers(p *Plan, order []dag.KernelID, sub *subset) []bool {
 		}
 	}
 	only := make([]bool, len(home))
-	host := slices.Index(p.mem, false) // a code device holds no buffer's host copy
+	host := p.hostOff() // neither a code device nor a drained one holds a buffer's host copy
 	for _, b := range g.Buffers() {
 		d := home[b.ID]
 		if d >= 0 && p.mem[d] {
 			d = host
 		}
 		only[b.ID] = b.Input
-		if sub != nil && sub.home[b.ID] >= 0 {
+		if sub != nil && sub.home != nil && sub.home[b.ID] >= 0 {
 			d, only[b.ID] = sub.home[b.ID], true
 		}
 		if d < 0 {

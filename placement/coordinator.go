@@ -398,7 +398,8 @@ func (c *Coordinator) candidates() []DeviceStatus {
 // MaxKernelsPerDevice; kernels no device can take are orphaned (see
 // Spread). The plan is applied before Unregister returns (the kernels are
 // assigned to their targets, orphans are removed); moving their state is
-// the caller's job.
+// the caller's job (for a plan of package exec: Executor.Drain with
+// UnregisterResult.Migrations).
 // Errors: ErrDeviceNotRegistered (nothing changes).
 func (c *Coordinator) Unregister(id topology.DeviceID) (UnregisterResult, error) {
 	c.mu.Lock()
