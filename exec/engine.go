@@ -653,11 +653,11 @@ func (b *streamRun) settle(i, k int, err error) {
 // err, with a new failure and returns its id, except for the ranges the
 // launch stated written (Launch.Wrote): those read as written.
 func (b *streamRun) fail(i int, op *PlannedLaunch, err error) failgraph.FailureID {
-	id := b.r.store.Fail(op.Name, err, op.Writes)
-	if b.wroteBy == int32(i)+1 {
-		b.r.store.Written(b.wrote)
-		b.wrote, b.wroteBy = b.wrote[:0], 0
+	if b.wroteBy != int32(i)+1 {
+		return b.r.store.Fail(op.Name, err, op.Writes)
 	}
+	id := b.r.store.FailPartly(op.Name, err, op.Writes, b.wrote)
+	b.wrote, b.wroteBy = b.wrote[:0], 0
 	return id
 }
 

@@ -182,12 +182,26 @@ func (s *Store) prune(id FailureID) {
 // failure held them). It returns the new id; a failure that taints no
 // byte (empty writes) leaves the graph at once, but its id stays spent.
 func (s *Store) Fail(kernel string, err error, writes []buffers.Binding) FailureID {
+	return s.FailPartly(kernel, err, writes, nil)
+}
+
+// FailPartly is Fail for a launch that stated, before it failed, that it
+// had finished writing the ranges written (a subset of writes): those
+// bytes read as written, and only the rest of writes takes the new
+// failure. The failure dooms an open capture window like Fail, and
+// written is not recorded in the window's write set (a failed scope
+// records nothing). A failure whose written covers all of writes still
+// gets its id, and is pruned at once, as Fail prunes one with no bytes.
+func (s *Store) FailPartly(kernel string, err error, writes, written []buffers.Binding) FailureID {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	id := s.mint(kernel, err)
 	s.doomed(kernel, false, id, err)
 	for _, w := range writes {
 		s.set(w, id)
+	}
+	for _, w := range written {
+		s.set(w, 0)
 	}
 	s.prune(id)
 	return id

@@ -216,3 +216,18 @@ func TestWindowConcurrentScopes(t *testing.T) {
 	assert.Equal(t, bs(bind(0, 0, 128), bind(1, 0, 128), bind(2, 0, 128),
 		bind(3, 0, 24), bind(3, 32, 24), bind(3, 64, 24), bind(3, 96, 24)), w.Writes())
 }
+
+// A launch that failed after stating part of its writes finished
+// (FailPartly) dooms the window and records nothing in its write set,
+// while the stated bytes read as written and the rest as tainted.
+func TestWindowPartlyFailedScopeRecordsNothing(t *testing.T) {
+	boom := errors.New("boom")
+	s := failgraph.New(nil)
+	w := begin(t, s)
+	id := s.FailPartly("part", boom, bs(bind(1, 0, 16)), bs(bind(1, 0, 8)))
+	d := doom(t, w)
+	assert.Equal(t, &failgraph.DoomError{Kernel: "part", Failure: id, Root: boom}, d)
+	assert.Nil(t, w.Writes(), "a failed scope records nothing, not even what it stated written")
+	assert.NoError(t, s.EnsureWritten(bind(1, 0, 8)))
+	assert.ErrorIs(t, s.EnsureWritten(bind(1, 8, 8)), boom)
+}
