@@ -97,6 +97,6 @@ func TestDataDirSetButMissingFails(t *testing.T) {
 	t.Setenv("STREAMDAG_DATA", dir)
 	r, _ = call(t, func(tb testing.TB) string { return testdata.File(tb, "flights-3m.parquet") })
 	assert.Empty(t, r.skip)
-	assert.Contains(t, r.fatal, "testdata: data set flights-3m.parquet missing (see README)")
+	assert.Contains(t, r.fatal, "testdata: data set flights-3m.parquet missing (see docs/data.md)")
 	assert.Contains(t, r.fatal, filepath.Join(dir, "flights-3m.parquet"))
 }

@@ -61,7 +61,7 @@ func fileIn(t testing.TB, dir string, required bool, rel, what string) string {
 	t.Helper()
 	path := filepath.Join(dir, rel)
 	if _, err := os.Stat(path); err != nil {
-		missing(t, required, "testdata: "+what+" "+rel+" missing (see README): %v", err)
+		missing(t, required, "testdata: "+what+" "+rel+" missing (see docs/data.md): %v", err)
 	}
 	return path
 }

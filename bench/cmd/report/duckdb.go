@@ -24,7 +24,7 @@ import (
 type Duck struct {
 	Input    string // the file's base name
 	Runs     int    // timed runs of each, after one warm-up run of each
-	Date     string // when it was measured, UTC
+	Date     string // the day it was measured (UTC), YYYY-MM-DD
 	Recorded string // empty when this report measured it; else why not, and the figures are an earlier report's
 	// Whole process, start to exit: wall ms and peak RSS in MiB.
 	DuckWallMs, StreamWallMs   Spread
@@ -125,7 +125,7 @@ func measureDuck(root, input string, runs int, logw io.Writer) (Duck, error) {
 	if err != nil {
 		return Duck{}, err
 	}
-	return Duck{Input: filepath.Base(input), Runs: runs, Date: time.Now().UTC().Format("2006-01-02 15:04 UTC"),
+	return Duck{Input: filepath.Base(input), Runs: runs, Date: time.Now().UTC().Format("2006-01-02"),
 		DuckWallMs: spread(dw), StreamWallMs: spread(sw), DuckPeakMiB: spread(dp), StreamPeakMiB: spread(sp),
 		DuckQueryMs: spread(dq), DuckOpenMs: spread(do), StreamRunMs: spread(sr), Identical: bytes.Equal(a, b)}, nil
 }

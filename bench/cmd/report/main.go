@@ -535,7 +535,7 @@ func machine() map[string]string {
 	m := map[string]string{
 		"os": runtime.GOOS, "arch": runtime.GOARCH, "go": runtime.Version(),
 		"cpus": fmt.Sprint(runtime.NumCPU()), "gomaxprocs": fmt.Sprint(runtime.GOMAXPROCS(0)),
-		"date": time.Now().UTC().Format("2006-01-02 15:04 UTC"),
+		"date": time.Now().UTC().Format("2006-01-02"),
 	}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {

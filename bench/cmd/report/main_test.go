@@ -54,7 +54,7 @@ func TestMarkdownOneShotAndDuckDB(t *testing.T) {
 		},
 		Builds:   []Build{{Shape: "chain-10k", Kernels: 10_000, BuildNsPerKernel: 90, ValidateNsPerKernel: 50, PlanNsPerKernel: 180}},
 		OneShots: []OneShot{{Shape: "chain-10k", Kernels: 10_000, Runs: 30, NsPerKernel: 360, CPUNsPerKernel: 500, AllocsPerKernel: 0.01, VsReused: 45}},
-		DuckDB: &Duck{Input: "flights-3m.parquet", Runs: 5, Date: "2026-12-01 12:00 UTC", Recorded: "no data", Identical: true,
+		DuckDB: &Duck{Input: "flights-3m.parquet", Runs: 5, Date: "2026-12-01", Recorded: "no data", Identical: true,
 			StreamWallMs: Spread{80, 78, 90}, DuckWallMs: Spread{40, 39, 41}, StreamPeakMiB: Spread{150, 140, 152}, DuckPeakMiB: Spread{50, 50, 51},
 			StreamRunMs: Spread{70, 65, 74}, DuckQueryMs: Spread{22, 21, 23}, DuckOpenMs: Spread{8, 8, 9}},
 	}
@@ -62,12 +62,12 @@ func TestMarkdownOneShotAndDuckDB(t *testing.T) {
 	assert.Contains(t, md, "| one-shot Run (build + plan + run), worst of the four shapes | ≤ 400 ns/kernel | 360 ns/kernel (chain-10k) | met |\n")
 	assert.Contains(t, md, "| planning (Plan less its Validate: launch order, hazards, streams, event waits), worst of the four shapes | ≤ 200 ns/kernel | 180 ns/kernel (chain-10k) | met |\n")
 	assert.Contains(t, md, "1.0×: the default is launch timing off (with it on, streamdag-timed, 5.0× on average) | met |\n")
-	assert.Contains(t, md, "| `streamdag run flights` ÷ DuckDB on flights-3m.parquet, whole process: wall time | ≤ 1.0× | 2.00× (80.0 ms against 40.0, recorded 2026-12-01 12:00 UTC) | **not met** |\n")
+	assert.Contains(t, md, "| `streamdag run flights` ÷ DuckDB on flights-3m.parquet, whole process: wall time | ≤ 1.0× | 2.00× (80.0 ms against 40.0, recorded 2026-12-01) | **not met** |\n")
 	assert.Contains(t, md, "| the same: peak memory | ≤ 2.0× | 3.00× (150 MiB against 50) | **not met** |\n")
 	assert.Contains(t, md, "| chain-10k, 10000 empty kernels, ns/kernel | 8 | 360 (45×) | go-taskflow, reused graph: 1600 | reused 0.005×, one-shot 0.23× |\n")
 	assert.Contains(t, md, "| flights job on flights-3m.parquet, whole process: wall ms, peak MiB | — | 80.0 ms, 150 MiB | DuckDB: 40.0 ms, 50 MiB | 2.00×, 3.00× |\n")
 	assert.Contains(t, md, "| chain-10k | 10000 | 360 | 500 | 0.01 | 90 | 50 | 180 | 8.0 | 45× |\n")
-	assert.Contains(t, md, "recorded on 2026-12-01 12:00 UTC by an earlier report; this one could not measure them (no data)")
+	assert.Contains(t, md, "recorded on 2026-12-01 by an earlier report; this one could not measure them (no data)")
 	assert.Contains(t, md, "| whole process, wall ms | 80.0 [78.0–90.0] | 40.0 [39.0–41.0] | 2.00× |\n")
 	assert.Contains(t, md, "byte-identical")
 
@@ -100,7 +100,7 @@ func TestDuckDBFigures(t *testing.T) {
 	var log strings.Builder
 	assert.Nil(t, duckComparison(dir, 0, &log), "nothing recorded")
 	assert.Contains(t, log.String(), "DuckDB comparison not measured (-duckdb-runs 0)")
-	d := Duck{Input: "flights-3m.parquet", Runs: 5, Date: "2026-12-01 12:00 UTC", StreamWallMs: Spread{80, 78, 90}, DuckWallMs: Spread{40, 39, 41}}
+	d := Duck{Input: "flights-3m.parquet", Runs: 5, Date: "2026-12-01", StreamWallMs: Spread{80, 78, 90}, DuckWallMs: Spread{40, 39, 41}}
 	require.NoError(t, writeJSON(filepath.Join(dir, "results.json"), Report{DuckDB: &d}))
 	got := duckComparison(dir, 0, &log)
 	require.NotNil(t, got)
