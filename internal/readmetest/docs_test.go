@@ -310,7 +310,7 @@ func TestDocs(t *testing.T) {
 						programs++
 					}
 				}
-				assert.GreaterOrEqual(t, cmds, 6, "README.md's commands")
+				assert.GreaterOrEqual(t, cmds, 5, "README.md's commands")
 				assert.GreaterOrEqual(t, programs, 1, "README.md's programs")
 			}
 			for i, b := range blocks {
