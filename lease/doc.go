@@ -11,7 +11,7 @@
 //
 // An executor gets its devices from a backend:
 //
-//	inv := nvml.Discover(ctx)                    // the CPU device and the NVML GPUs, or why none
+//	inv, err := nvml.Discover(ctx)               // the CPU device and the NVML GPUs, or why none
 //	cfg := lease.BackendConfig{Devices: inv.Devices, Source: inv.NVML.String()}
 //	if inv.NVML.Available {
 //		cfg.HealthCheck = nvml.HealthCheck(nil) // a GPU found lost later is never leased

@@ -47,7 +47,10 @@ type runSetup struct {
 // another backend of the process is live or draining). The caller closes
 // the backend (CloseAndWait).
 func newBackend(ctx context.Context, cfg lease.BackendConfig) (*lease.Backend, error) {
-	inv := nvml.Discover(ctx)
+	inv, err := nvml.Discover(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Devices == nil {
 		cfg.Devices = inv.Devices
 	}

@@ -67,7 +67,7 @@ func TestAcquire(t *testing.T) {
 func TestInventoryFacts(t *testing.T) {
 	lib, err := nvmlmock.New("dgxa100")
 	require.NoError(t, err)
-	inv := nvml.Discover(t.Context(), nvml.WithLibrary(lib))
+	inv := discover(t, t.Context(), nvml.WithLibrary(lib))
 	f := inv.Facts()
 	require.Len(t, f.GPUs, 8)
 	require.Len(t, f.Pairs, 8)
@@ -81,7 +81,7 @@ func TestInventoryFacts(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, topology.RouteDirect, r.Kind)
 
-	cpuOnly := nvml.Discover(t.Context(), nvml.WithLibrary(nil)).Facts()
+	cpuOnly := discover(t, t.Context()).Facts()
 	assert.Nil(t, cpuOnly.Pairs)
 }
 
@@ -177,11 +177,14 @@ func TestLeaseMockDGX(t *testing.T) {
 // finds through lib (nil: the system library), with NVML's health check
 // over the same library and NVML's status as the Source.
 func openBackend(ctx context.Context, lib gonvml.Interface, cfg lease.BackendConfig) (*lease.Backend, nvml.Inventory, error) {
-	var opts []nvml.DiscoverOption
+	var opts []nvml.Option
 	if lib != nil {
 		opts = append(opts, nvml.WithLibrary(lib))
 	}
-	inv := nvml.Discover(ctx, opts...)
+	inv, err := nvml.Discover(ctx, opts...)
+	if err != nil {
+		return nil, inv, err
+	}
 	cfg.Devices, cfg.HealthCheck, cfg.Source = inv.Devices, nvml.HealthCheck(lib), inv.NVML.String()
 	b, err := lease.New(cfg)
 	return b, inv, err

@@ -56,7 +56,7 @@ func init() { gpu.Register("test-list", listDriver{}) }
 func TestLeaseRoutesGPUsThroughListedDevices(t *testing.T) {
 	lib, err := nvmlmock.New("dgxa100")
 	require.NoError(t, err)
-	inv := nvml.Discover(t.Context(), nvml.WithLibrary(lib))
+	inv := discover(t, t.Context(), nvml.WithLibrary(lib))
 	gpus := inv.GPUs()
 	require.Len(t, gpus, 8)
 	listed.mu.Lock()
