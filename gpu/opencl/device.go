@@ -34,8 +34,8 @@ const DefaultStreams = 4
 // OpenCL command queue, a waiter goroutine and a host-task goroutine).
 const MaxStreams = 64
 
-// DeviceOption configures NewDevice.
-type DeviceOption func(*deviceOptions) error
+// Option configures NewDevice.
+type Option func(*deviceOptions) error
 
 type deviceOptions struct {
 	index     int
@@ -51,7 +51,7 @@ const DefaultCloseWait = time.Second
 // before it returns an error (d > 0; default DefaultCloseWait). Close of
 // a device that was not abandoned waits for everything enqueued, without
 // bound. A d <= 0 makes NewDevice fail.
-func WithCloseWait(d time.Duration) DeviceOption {
+func WithCloseWait(d time.Duration) Option {
 	return func(o *deviceOptions) error {
 		if d <= 0 {
 			return fmt.Errorf("opencl: WithCloseWait(%v): the wait must be positive", d)
@@ -63,7 +63,7 @@ func WithCloseWait(d time.Duration) DeviceOption {
 
 // WithIndex sets the device's index n >= 0: its ID is topology.OpenCL(n),
 // "openclN". The default is 0. A negative n makes NewDevice fail.
-func WithIndex(n int) DeviceOption {
+func WithIndex(n int) Option {
 	return func(o *deviceOptions) error {
 		if n < 0 {
 			return fmt.Errorf("opencl: WithIndex(%d): the index must not be negative", n)
@@ -111,7 +111,7 @@ func WithIndex(n int) DeviceOption {
 // event fires (carrying its failures). Close waits for everything
 // enqueued, including those bridged events; no goroutine outlives it,
 // unless the device was abandoned (Abandon, see Close).
-func NewDevice(dev Info, streams int, opts ...DeviceOption) (gpu.CodeDevice, error) {
+func NewDevice(dev Info, streams int, opts ...Option) (gpu.CodeDevice, error) {
 	o := deviceOptions{closeWait: DefaultCloseWait}
 	for _, opt := range opts {
 		if opt == nil {

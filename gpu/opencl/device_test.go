@@ -100,12 +100,12 @@ func TestNewDeviceBadInput(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		streams int
-		opts    []opencl.DeviceOption
+		opts    []opencl.Option
 		want    string
 	}{
 		{"no streams", 0, nil, "0 streams: want 1 to 64"},
 		{"too many streams", 65, nil, "65 streams: want 1 to 64"},
-		{"negative index", 1, []opencl.DeviceOption{opencl.WithIndex(-1)}, "opencl: WithIndex(-1): the index must not be negative"},
+		{"negative index", 1, []opencl.Option{opencl.WithIndex(-1)}, "opencl: WithIndex(-1): the index must not be negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, err := opencl.NewDevice(dev, tc.streams, tc.opts...)
