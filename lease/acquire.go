@@ -46,7 +46,7 @@ func (a *Acquired) Release() error {
 // Acquire gives a run its device through the backend, the same way on
 // every host. It claims a lease (Claim: FIFO, waiting while every device
 // of the pool is leased) and opens the leased device with the driver
-// that found it (a gpu.Enumerator of BackendConfig.Drivers), with cfg: an
+// that found it (a gpu.Enumerator of WithDrivers), with cfg: an
 // OpenCL device, or an NVML GPU that an OpenCL driver lists too (the
 // same UUID or PCI bus ID). The Acquired holds the lease until Release.
 //
@@ -70,7 +70,7 @@ func (b *Backend) Acquire(ctx context.Context, cfg gpu.Config) (*Acquired, error
 	case errors.Is(err, gpu.ErrDeviceLost):
 		a.Why = err.Error()
 	case errors.Is(err, ErrNoGPU):
-		src := b.cfg.Source
+		src := b.cfg.source
 		if src == "" {
 			src = "devices not discovered (lease.New)"
 		}

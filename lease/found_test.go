@@ -129,8 +129,7 @@ func TestBackendLeasesFoundDevices(t *testing.T) {
 		gpu.Found{Type: "cpu", Key: "pocl", Device: topology.DeviceFacts{ID: topology.OpenCL(2), Name: "cpu device", NUMANode: -1}},
 		foundGPU(3, "routed by PCI", "", "0000:07:00.0"),
 	)
-	b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum"},
-		Devices: []topology.DeviceFacts{topology.CPUDevice(), nvmlGPU(0, uuid0, "00000000:01:00.0"), nvmlGPU(1, "", "00000000:07:00.0"), nvmlGPU(2, "", "")}})
+	b, err := lease.New(lease.WithDrivers("test-enum"), lease.WithDevices([]topology.DeviceFacts{topology.CPUDevice(), nvmlGPU(0, uuid0, "00000000:01:00.0"), nvmlGPU(1, "", "00000000:07:00.0"), nvmlGPU(2, "", "")}))
 	require.NoError(t, err)
 	defer closed(t, b)
 
@@ -144,7 +143,7 @@ func TestBackendLeasesFoundDevices(t *testing.T) {
 	assert.Equal(t, []string{"NVIDIA Corporation", "NVIDIA Corporation", "NVIDIA Corporation", "Vendor other vendor GPU"}, vendors)
 	assert.Equal(t, []string{
 		"test-enum: opencl0 (routed by UUID) is gpu0",
-		"test-enum: opencl2 (cpu device) is a cpu device: not leased (lease.BackendConfig.LeaseTypes [gpu])",
+		"test-enum: opencl2 (cpu device) is a cpu device: not leased (lease.WithLeaseTypes [gpu])",
 		"test-enum: opencl3 (routed by PCI) is gpu1",
 	}, b.Notes())
 	leases := b.MetricsSnapshot().Leases
@@ -199,29 +198,29 @@ func TestBackendDriversConfig(t *testing.T) {
 	setEnum(t, nil, foundGPU(0, "a", "", ""), gpu.Found{Type: "cpu", Key: "c", Device: topology.DeviceFacts{ID: topology.OpenCL(1), Name: "c", NUMANode: -1}})
 	for _, tc := range []struct {
 		name string
-		cfg  lease.BackendConfig
+		cfg  []lease.Option
 		err  string
 	}{
-		{"unknown driver", lease.BackendConfig{Drivers: []string{"nope"}}, `lease: BackendConfig.Drivers: gpu: no driver "nope" registered (registered: [`},
-		{"not an enumerator", lease.BackendConfig{Drivers: []string{"test-plain"}}, `lease: BackendConfig.Drivers: driver "test-plain" lists no devices to lease (it does not implement gpu.Enumerator)`},
-		{"unknown type", lease.BackendConfig{Drivers: []string{"test-enum"}, LeaseTypes: []string{"gpu", "fpga"}},
-			`lease: BackendConfig.LeaseTypes: unknown device type "fpga" (want one of [gpu cpu accelerator custom])`},
+		{"unknown driver", []lease.Option{lease.WithDrivers("nope")}, `lease: WithDrivers: gpu: no driver "nope" registered (registered: [`},
+		{"not an enumerator", []lease.Option{lease.WithDrivers("test-plain")}, `lease: WithDrivers: driver "test-plain" lists no devices to lease (it does not implement gpu.Enumerator)`},
+		{"unknown type", []lease.Option{lease.WithDrivers("test-enum"), lease.WithLeaseTypes("gpu", "fpga")},
+			`lease: WithLeaseTypes: unknown device type "fpga" (want one of [gpu cpu accelerator custom])`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b, err := lease.New(tc.cfg)
+			b, err := lease.New(tc.cfg...)
 			require.ErrorContains(t, err, tc.err)
 			assert.Nil(t, b)
 		})
 	}
 	t.Run("cpu type leased when named", func(t *testing.T) {
-		b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum"}, LeaseTypes: []string{"cpu", "gpu"}})
+		b, err := lease.New(lease.WithDrivers("test-enum"), lease.WithLeaseTypes("cpu", "gpu"))
 		require.NoError(t, err)
 		defer closed(t, b)
 		assert.Equal(t, []string{"opencl0", "opencl1"}, b.Identity().Devices)
 		assert.Empty(t, b.Notes())
 	})
 	t.Run("listed twice", func(t *testing.T) {
-		b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum", "test-enum"}})
+		b, err := lease.New(lease.WithDrivers("test-enum", "test-enum"))
 		require.NoError(t, err)
 		defer closed(t, b)
 		assert.Equal(t, []string{"opencl0"}, b.Identity().Devices)
@@ -231,7 +230,7 @@ func TestBackendDriversConfig(t *testing.T) {
 		enum.mu.Lock()
 		before := enum.calls
 		enum.mu.Unlock()
-		b, err := lease.New(lease.BackendConfig{Drivers: []string{}})
+		b, err := lease.New(lease.WithDrivers())
 		require.NoError(t, err)
 		defer closed(t, b)
 		assert.Zero(t, b.NumGPUs())
@@ -241,7 +240,7 @@ func TestBackendDriversConfig(t *testing.T) {
 		enum.mu.Unlock()
 	})
 	t.Run("nil: every enumerator", func(t *testing.T) {
-		b, err := lease.New(lease.BackendConfig{})
+		b, err := lease.New()
 		require.NoError(t, err)
 		defer closed(t, b)
 		assert.Equal(t, []string{"opencl0"}, b.Identity().Devices)
@@ -252,7 +251,7 @@ func TestBackendDriversConfig(t *testing.T) {
 // which Acquire's reason for the CPU device includes.
 func TestBackendEnumerateFails(t *testing.T) {
 	setEnum(t, errors.New("no platform"))
-	b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum"}, Source: "NVML unavailable"})
+	b, err := lease.New(lease.WithDrivers("test-enum"), lease.WithSource("NVML unavailable"))
 	require.NoError(t, err)
 	defer closed(t, b)
 	assert.Zero(t, b.NumGPUs())
@@ -267,7 +266,7 @@ func TestBackendEnumerateFails(t *testing.T) {
 func TestBackendAcquireFIFO(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		setEnum(t, nil, foundGPU(0, "only", "", ""))
-		b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum"}})
+		b, err := lease.New(lease.WithDrivers("test-enum"))
 		require.NoError(t, err)
 		defer closed(t, b)
 		first, err := b.Acquire(t.Context(), gpu.Config{})
@@ -318,7 +317,7 @@ func TestBackendAcquireFIFO(t *testing.T) {
 func TestBackendAcquireCloseWaitsForRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		setEnum(t, nil, foundGPU(0, "only", "", ""))
-		b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum"}})
+		b, err := lease.New(lease.WithDrivers("test-enum"))
 		require.NoError(t, err)
 		a, err := b.Acquire(t.Context(), gpu.Config{})
 		require.NoError(t, err)
@@ -346,7 +345,7 @@ func TestBackendAcquireReleaseReturnsCloseError(t *testing.T) {
 	enum.mu.Lock()
 	enum.closeErr = boom
 	enum.mu.Unlock()
-	b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum"}})
+	b, err := lease.New(lease.WithDrivers("test-enum"))
 	require.NoError(t, err)
 	a, err := b.Acquire(t.Context(), gpu.Config{})
 	require.NoError(t, err)
@@ -365,7 +364,7 @@ func TestBackendAcquireOpenFails(t *testing.T) {
 	enum.mu.Lock()
 	enum.openErr = errors.New("device busy")
 	enum.mu.Unlock()
-	b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum"}})
+	b, err := lease.New(lease.WithDrivers("test-enum"))
 	require.NoError(t, err)
 	defer closed(t, b)
 	_, err = b.Acquire(t.Context(), gpu.Config{})
@@ -378,7 +377,7 @@ func TestBackendAcquireOpenFails(t *testing.T) {
 // gpu/cpu imported (as in this test binary) it fails with an error naming
 // the missing driver, and hands no lease out.
 func TestAcquireNeedsCPUDriver(t *testing.T) {
-	b, err := lease.New(lease.BackendConfig{Devices: gpus(0)})
+	b, err := lease.New(lease.WithDevices(gpus(0)))
 	require.NoError(t, err)
 	defer closed(t, b)
 	_, err = b.Acquire(t.Context(), gpu.Config{})

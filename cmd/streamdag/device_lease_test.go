@@ -320,11 +320,10 @@ func TestRunDevicesReleasesTheLease(t *testing.T) {
 				defer func() { flightsExtensions = old }()
 			}
 			lp := planLease(tc.flag, false)
-			cfg := lp.backend
 			if tc.flag == deviceCPU {
-				cfg.Drivers = []string{gpuLikeKind} // a device to lease, which cpu leaves alone
+				lp.drivers = []string{gpuLikeKind} // a device to lease, which cpu leaves alone
 			}
-			b, err := lease.New(cfg)
+			b, err := lease.New(lp.options()...)
 			require.NoError(t, err)
 			defer func() {
 				_, err := b.CloseAndWait(context.Background())
@@ -408,10 +407,8 @@ func TestFlightsExtensionsMatchTheKernels(t *testing.T) {
 func TestRunDevicesAutoWithAnNVMLGPUNoDriverRuns(t *testing.T) {
 	withGPUNodes(t, "nvidia0")
 	lp := planLease(deviceAuto, false)
-	cfg := lp.backend
-	cfg.Devices = []topology.DeviceFacts{{ID: topology.GPU(0), Name: "NVIDIA H200", MemoryBytes: 140 << 30,
-		UUID: "GPU-5f0c1a2b-3c4d-5e6f-7081-92a3b4c5d6e7", NUMANode: -1}}
-	b, err := lease.New(cfg)
+	b, err := lease.New(append(lp.options(), lease.WithDevices([]topology.DeviceFacts{{ID: topology.GPU(0), Name: "NVIDIA H200",
+		MemoryBytes: 140 << 30, UUID: "GPU-5f0c1a2b-3c4d-5e6f-7081-92a3b4c5d6e7", NUMANode: -1}}))...)
 	require.NoError(t, err)
 	defer func() {
 		_, err := b.CloseAndWait(context.Background())

@@ -37,30 +37,28 @@ type runSetup struct {
 	release func()
 }
 
-// newBackend builds the run's lease backend as cfg says, over this host's
-// GPUs as NVML's Discover finds them (when cfg.Devices is nil), with
-// NVML's health check when NVML answered (when cfg.HealthCheck is nil), so
-// a GPU NVML reports lost after discovery is never leased, and with the
-// NVML status as the reason for no GPU (when cfg.Source is ""). On a host
+// newBackend builds the run's lease backend as lp says, over this host's
+// GPUs as NVML's Discover finds them (unless lp is openCLOnly), with
+// NVML's health check when NVML answered, so a GPU NVML reports lost
+// after discovery is never leased, and with the NVML status as the
+// reason for no GPU (unless lp gives its own source). On a host
 // with no device to lease the backend owns none, and Acquire runs on the
 // CPU device. Errors are lease.New's (lease.ErrBackendAlreadyLive while
 // another backend of the process is live or draining). The caller closes
 // the backend (CloseAndWait).
-func newBackend(ctx context.Context, cfg lease.BackendConfig) (*lease.Backend, error) {
+func newBackend(ctx context.Context, lp leasePlan) (*lease.Backend, error) {
 	inv, err := nvml.Discover(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Devices == nil {
-		cfg.Devices = inv.Devices
+	opts := []lease.Option{lease.WithSource(inv.NVML.String())} // lp's source, when it has one, replaces it
+	if !lp.openCLOnly {
+		opts = append(opts, lease.WithDevices(inv.Devices))
 	}
-	if cfg.HealthCheck == nil && inv.NVML.Available {
-		cfg.HealthCheck = nvml.HealthCheck(nil)
+	if inv.NVML.Available {
+		opts = append(opts, lease.WithHealthCheck(nvml.HealthCheck(nil)))
 	}
-	if cfg.Source == "" {
-		cfg.Source = inv.NVML.String()
-	}
-	return lease.New(cfg)
+	return lease.New(append(opts, lp.options()...)...)
 }
 
 // runDevices gives a run its devices; every device but the CPU device

@@ -191,7 +191,7 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	// asks for, and the lease is held (the device open) until the run
 	// ends, on every path.
 	lp := planLease(f.device, f.topology != "")
-	backend, err := newBackend(ctx, lp.backend)
+	backend, err := newBackend(ctx, lp)
 	if err != nil {
 		return err
 	}

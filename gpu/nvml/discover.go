@@ -682,7 +682,7 @@ func readGPU(i int, h gonvml.Device, numaErr error, note func(string, ...any)) (
 }
 
 // HealthCheck returns a health check for a lease pool
-// (lease.BackendConfig.HealthCheck, for the Devices of an Inventory that Discover
+// (lease.WithHealthCheck, for the Devices of an Inventory that Discover
 // made while NVML answered) that asks NVML, by UUID, whether a GPU is
 // still there: it initialises NVML, looks the GPU up
 // (nvmlDeviceGetHandleByUUID), reads its memory info, and shuts NVML down

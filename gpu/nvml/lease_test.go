@@ -25,7 +25,7 @@ import (
 // "none". Nothing pretends to run on a GPU.
 func TestAcquire(t *testing.T) {
 	t.Run("cpu-only", func(t *testing.T) {
-		b, _, err := openBackend(t.Context(), nil, lease.BackendConfig{})
+		b, _, err := openBackend(t.Context(), nil)
 		require.NoError(t, err)
 		defer b.CloseAndWait(t.Context())
 		a, err := b.Acquire(t.Context(), gpu.Config{Streams: 2})
@@ -39,7 +39,7 @@ func TestAcquire(t *testing.T) {
 	t.Run("dgxa100 mock", func(t *testing.T) {
 		lib, err := nvmlmock.New("dgxa100")
 		require.NoError(t, err)
-		b, _, err := openBackend(t.Context(), lib, lease.BackendConfig{})
+		b, _, err := openBackend(t.Context(), lib)
 		require.NoError(t, err)
 		defer b.CloseAndWait(t.Context())
 		a, err := b.Acquire(t.Context(), gpu.Config{})
@@ -93,7 +93,7 @@ func TestInventoryFacts(t *testing.T) {
 func TestLeaseNeverLeasesLostGPU(t *testing.T) {
 	lib, err := nvmlmock.New("dgxa100")
 	require.NoError(t, err)
-	b, _, err := openBackend(t.Context(), lib, lease.BackendConfig{})
+	b, _, err := openBackend(t.Context(), lib)
 	require.NoError(t, err)
 	defer b.CloseAndWait(t.Context())
 	require.Equal(t, 8, b.NumGPUs())
@@ -133,7 +133,7 @@ func TestLeaseNeverLeasesLostGPU(t *testing.T) {
 
 func TestLeaseCPUOnly(t *testing.T) {
 	lib := &mock.Interface{InitFunc: func() gonvml.Return { return gonvml.ERROR_LIBRARY_NOT_FOUND }}
-	b, inv, err := openBackend(context.Background(), lib, lease.BackendConfig{})
+	b, inv, err := openBackend(context.Background(), lib)
 	require.NoError(t, err)
 	assert.Equal(t, 0, b.NumGPUs())
 	assert.Equal(t, "nvml: Init: ERROR_LIBRARY_NOT_FOUND", inv.NVML.Reason)
@@ -152,7 +152,7 @@ func TestLeaseCPUOnly(t *testing.T) {
 }
 
 func TestLeaseMockDGX(t *testing.T) {
-	b, inv, err := openBackend(context.Background(), dgxa100.New(), lease.BackendConfig{})
+	b, inv, err := openBackend(context.Background(), dgxa100.New())
 	require.NoError(t, err)
 	assert.Len(t, inv.GPUs(), 8)
 	require.NoError(t, err)
@@ -173,20 +173,20 @@ func TestLeaseMockDGX(t *testing.T) {
 	closed(t, b)
 }
 
-// openBackend builds a lease backend, as cfg says, over the GPUs Discover
+// openBackend builds a lease backend, as opts say, over the GPUs Discover
 // finds through lib (nil: the system library), with NVML's health check
-// over the same library and NVML's status as the Source.
-func openBackend(ctx context.Context, lib gonvml.Interface, cfg lease.BackendConfig) (*lease.Backend, nvml.Inventory, error) {
-	var opts []nvml.Option
+// over the same library and NVML's status as the source.
+func openBackend(ctx context.Context, lib gonvml.Interface, opts ...lease.Option) (*lease.Backend, nvml.Inventory, error) {
+	var dopts []nvml.Option
 	if lib != nil {
-		opts = append(opts, nvml.WithLibrary(lib))
+		dopts = append(dopts, nvml.WithLibrary(lib))
 	}
-	inv, err := nvml.Discover(ctx, opts...)
+	inv, err := nvml.Discover(ctx, dopts...)
 	if err != nil {
 		return nil, inv, err
 	}
-	cfg.Devices, cfg.HealthCheck, cfg.Source = inv.Devices, nvml.HealthCheck(lib), inv.NVML.String()
-	b, err := lease.New(cfg)
+	b, err := lease.New(append([]lease.Option{lease.WithDevices(inv.Devices), lease.WithHealthCheck(nvml.HealthCheck(lib)),
+		lease.WithSource(inv.NVML.String())}, opts...)...)
 	return b, inv, err
 }
 

@@ -67,7 +67,7 @@ func TestLeaseRoutesGPUsThroughListedDevices(t *testing.T) {
 	listed.mu.Unlock()
 	t.Cleanup(func() { listed.mu.Lock(); listed.found = nil; listed.mu.Unlock() })
 
-	b, _, err := openBackend(t.Context(), lib, lease.BackendConfig{Drivers: []string{"test-list"}})
+	b, _, err := openBackend(t.Context(), lib, lease.WithDrivers("test-list"))
 	require.NoError(t, err)
 	defer closed(t, b)
 	require.Equal(t, 9, b.NumGPUs())

@@ -21,7 +21,7 @@ import (
 func leaseBackend(t *testing.T) *lease.Backend {
 	t.Helper()
 	device(t)
-	b, err := lease.New(lease.BackendConfig{Drivers: []string{opencl.Kind}, LeaseTypes: []string{"gpu", "cpu"}})
+	b, err := lease.New(lease.WithDrivers(opencl.Kind), lease.WithLeaseTypes("gpu", "cpu"))
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_, err := b.CloseAndWait(context.Background())
@@ -122,14 +122,14 @@ func TestBackendCPUOpenCLNotLeasedByDefault(t *testing.T) {
 	if !strings.Contains(device(t).Type, "CPU") {
 		t.Skip("the first OpenCL device is no CPU device")
 	}
-	b, err := lease.New(lease.BackendConfig{Drivers: []string{opencl.Kind}})
+	b, err := lease.New(lease.WithDrivers(opencl.Kind))
 	require.NoError(t, err)
 	defer func() {
 		_, err := b.CloseAndWait(context.Background())
 		assert.NoError(t, err)
 	}()
 	assert.NotContains(t, b.Identity().Devices, "opencl0")
-	assert.Contains(t, b.Notes(), "opencl: opencl0 ("+device(t).Name+") is a cpu device: not leased (lease.BackendConfig.LeaseTypes [gpu])")
+	assert.Contains(t, b.Notes(), "opencl: opencl0 ("+device(t).Name+") is a cpu device: not leased (lease.WithLeaseTypes [gpu])")
 }
 
 // TestBackendAcquireOpenCLFIFO: while one run holds the only lease of an
