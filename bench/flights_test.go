@@ -108,7 +108,8 @@ func benchFlightsRun(b *testing.B, path string, opts ...kvio.LoadOption) {
 	dev, err := cpu.New()
 	require.NoError(b, err)
 	defer dev.Close()
-	e := exec.New(dev)
+	e, err := exec.New(dev)
+	require.NoError(b, err)
 	var rows int64
 	b.ReportAllocs()
 	for b.Loop() {

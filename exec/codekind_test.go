@@ -135,7 +135,7 @@ func TestDeviceCodeIsACapability(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, dev.Close()) })
 	g, total, want := mixedGraph(3, 4)
-	res, err := exec.New(otherKind{dev}, exec.WithAllocator(leaktest.Allocator(t))).Run(t.Context(), g)
+	res, err := exec.MustNew(t, otherKind{dev}, exec.WithAllocator(leaktest.Allocator(t))).Run(t.Context(), g)
 	require.NoError(t, err)
 	defer res.Close()
 	assert.Equal(t, want, uint64Of(t, res, total), "a host device of kind %q", otherKind{}.Kind())

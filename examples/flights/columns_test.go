@@ -182,7 +182,9 @@ func runOnCPU(t *testing.T, src kvio.Source, streams int, opts flights.Options) 
 	dev, err := cpu.New(cpu.WithStreams(streams))
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, dev.Close()) })
-	out, err := flights.Run(t.Context(), exec.New(dev, exec.WithAllocator(leaktest.Allocator(t))), src, opts)
+	e, err := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)))
+	require.NoError(t, err)
+	out, err := flights.Run(t.Context(), e, src, opts)
 	require.NoError(t, err)
 	return out
 }

@@ -160,7 +160,9 @@ func TestFilterSelection(t *testing.T) {
 			dev, err := cpu.New(cpu.WithStreams(2))
 			require.NoError(t, err)
 			defer func() { assert.NoError(t, dev.Close()) }()
-			res, err := exec.New(dev).Run(t.Context(), p.Graph)
+			e, err := exec.New(dev)
+			require.NoError(t, err)
+			res, err := e.Run(t.Context(), p.Graph)
 			require.NoError(t, err)
 			defer res.Close()
 			require.NoError(t, res.Report.Err())
@@ -288,7 +290,9 @@ func TestPlanDepthFirst(t *testing.T) {
 			dev, err := cpu.New(cpu.WithStreams(tc.streams))
 			require.NoError(t, err)
 			defer func() { assert.NoError(t, dev.Close()) }()
-			plan, err := exec.New(dev).Plan(p.Graph)
+			e, err := exec.New(dev)
+			require.NoError(t, err)
+			plan, err := e.Plan(p.Graph)
 			require.NoError(t, err)
 			byStream := map[int][]exec.PlannedLaunch{}
 			for _, l := range plan.Launches() {
@@ -320,7 +324,7 @@ func TestPlanDepthFirst(t *testing.T) {
 			assert.Equal(t, tc.wantSources, sources)
 			assert.Equal(t, tc.wantSourceStream, sourceStreams)
 
-			res, err := exec.New(dev).Execute(t.Context(), plan)
+			res, err := e.Execute(t.Context(), plan)
 			require.NoError(t, err)
 			defer res.Close()
 			require.NoError(t, res.Report.Err())
@@ -341,7 +345,9 @@ func TestLaneFailure(t *testing.T) {
 			dev, err := cpu.New(cpu.WithStreams(2))
 			require.NoError(t, err)
 			defer func() { assert.NoError(t, dev.Close()) }()
-			res, err := exec.New(dev).Run(t.Context(), p.Graph)
+			e, err := exec.New(dev)
+			require.NoError(t, err)
+			res, err := e.Run(t.Context(), p.Graph)
 			require.NoError(t, err)
 			defer res.Close()
 			status := map[string]exec.Status{}

@@ -38,7 +38,11 @@ func ExampleJob() {
 		Files:   flights.Files{Result: flights.OutputFile{Path: filepath.Join(dir, "result.csv")}},
 	}
 	defer job.Close()
-	out, err := job.Run(context.Background(), exec.New(dev))
+	e, err := exec.New(dev)
+	if err != nil {
+		log.Fatal(err)
+	}
+	out, err := job.Run(context.Background(), e)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -127,5 +131,7 @@ func cpuExecutor(t *testing.T) *exec.Executor {
 	dev, err := cpu.New(cpu.WithStreams(2))
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, dev.Close()) })
-	return exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)))
+	e, err := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)))
+	require.NoError(t, err)
+	return e
 }
