@@ -49,7 +49,7 @@ var fakeclKernels = map[string]fakeKernel{
 type fakeclDriver struct{}
 
 func (fakeclDriver) Open(_ context.Context, cfg gpu.Config) (gpu.Set, error) {
-	n := cfg.Streams
+	n := cfg.Streams()
 	if n == 0 {
 		n = 2
 	}
@@ -91,7 +91,7 @@ func fakeclGraph(w int) (*dag.Graph, dag.BufferID, []byte) {
 func TestRegisteredCodeKindRuns(t *testing.T) {
 	const w = 16
 	require.Contains(t, gpu.Drivers(), fakeCL)
-	set, err := gpu.Open(t.Context(), fakeCL, gpu.Config{Streams: 2})
+	set, err := gpu.Open(t.Context(), fakeCL, gpu.WithStreams(2))
 	require.NoError(t, err)
 	fake := set.Devices()[0].(*fakeCode)
 	t.Cleanup(func() {

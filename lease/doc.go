@@ -20,7 +20,7 @@
 //	if err != nil { … }                          // ErrBackendAlreadyLive, option errors
 //	defer b.CloseAndWait(ctx)
 //	a, err := b.BeginAttempt(lease.AttemptRequest{Name: "flights"})
-//	acq, err := b.Acquire(ctx, gpu.Config{Streams: 4}) // FIFO; the leased device, opened
+//	acq, err := b.Acquire(ctx, gpu.WithStreams(4)) // FIFO; the leased device, opened
 //	defer acq.Release()                          // closes it, then frees the lease
 //	… run on acq.Device; acq.Why says what it is …
 //	a.Finish(runErr)

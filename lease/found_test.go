@@ -63,7 +63,7 @@ func (enumDriver) OpenDevice(_ context.Context, f gpu.Found, cfg gpu.Config) (gp
 		return nil, enum.openErr
 	}
 	enum.opened = append(enum.opened, f.Device.ID)
-	enum.streams = append(enum.streams, cfg.Streams)
+	enum.streams = append(enum.streams, cfg.Streams())
 	return &fakeDevice{info: f.Device}, nil
 }
 
@@ -122,6 +122,27 @@ func nvmlGPU(i int, uuid, pci string) topology.DeviceFacts {
 // another spelling) is that GPU's route, not a slot of its own; Acquire
 // opens the leased device with its driver, Release closes it and then
 // frees the lease.
+// TestAcquireRefusesDriverSettings: the driver of a leased device is not
+// known before the claim, so Acquire refuses a driver setting before it
+// claims anything, naming it.
+func TestAcquireRefusesDriverSettings(t *testing.T) {
+	b, err := lease.New(lease.WithDrivers())
+	require.NoError(t, err)
+	defer closed(t, b)
+	a, err := b.Acquire(t.Context(), gpu.WithDriverSetting(simSetting{}))
+	assert.EqualError(t, err, "lease: Acquire: a driver setting of sim (lease_test.simSetting): the leased device's driver is not known in advance; give driver settings to gpu.Open")
+	assert.Nil(t, a)
+	a, err = b.Acquire(t.Context(), gpu.WithStreams(-2))
+	assert.EqualError(t, err, "gpu: WithStreams(-2): want at least 1 stream")
+	assert.Nil(t, a)
+	assert.Zero(t, b.MetricsSnapshot().Admissions, "nothing claimed")
+}
+
+// simSetting is a driver setting of kind "sim".
+type simSetting struct{}
+
+func (simSetting) DriverKind() string { return "sim" }
+
 func TestBackendLeasesFoundDevices(t *testing.T) {
 	setEnum(t, nil,
 		foundGPU(0, "routed by UUID", "4F3B2C1A-0D9E-4A7B-8C6D-5E4F3A2B1C0D", ""),
@@ -151,7 +172,7 @@ func TestBackendLeasesFoundDevices(t *testing.T) {
 	assert.Equal(t, lease.SlotState{Slot: 3, Device: "opencl1", Index: 1, Name: "other vendor GPU", Vendor: "Vendor other vendor GPU"}, leases[3])
 
 	// Release closes the device once, then frees the lease.
-	a, err := b.Acquire(t.Context(), gpu.Config{Streams: 3})
+	a, err := b.Acquire(t.Context(), gpu.WithStreams(3))
 	require.NoError(t, err)
 	assert.Equal(t, topology.GPU(0), a.Claim.Device().ID)
 	assert.Equal(t, topology.OpenCL(0), a.Device.ID())
@@ -166,23 +187,23 @@ func TestBackendLeasesFoundDevices(t *testing.T) {
 	// Hold gpu0 and gpu1: the next claim gets gpu2, which no driver runs,
 	// so the run goes to the CPU device (this test binary has no driver
 	// for it: an error) and the lease goes back.
-	a0, err := b.Acquire(t.Context(), gpu.Config{})
+	a0, err := b.Acquire(t.Context())
 	require.NoError(t, err)
 	defer a0.Release()
-	a1, err := b.Acquire(t.Context(), gpu.Config{})
+	a1, err := b.Acquire(t.Context())
 	require.NoError(t, err)
 	defer a1.Release()
 	assert.Equal(t, topology.GPU(1), a1.Claim.Device().ID)
 	assert.Equal(t, topology.OpenCL(3), a1.Device.ID())
 	assert.Equal(t, "gpu1 (NVIDIA test GPU, NVIDIA Corporation) leased, run through test-enum as opencl3", a1.Why)
-	_, err = b.Acquire(t.Context(), gpu.Config{})
+	_, err = b.Acquire(t.Context())
 	require.ErrorContains(t, err, `gpu: no driver "cpu" registered`)
 	assert.Equal(t, int64(2), b.CloseSnapshot().ActiveGPUPermits, "gpu2's lease went back")
 	l2, err := b.Claim(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, topology.GPU(2), l2.Device().ID)
 	defer l2.Release()
-	a3, err := b.Acquire(t.Context(), gpu.Config{Streams: 2})
+	a3, err := b.Acquire(t.Context(), gpu.WithStreams(2))
 	require.NoError(t, err)
 	defer a3.Release()
 	assert.Equal(t, topology.OpenCL(1), a3.Device.ID())
@@ -269,7 +290,7 @@ func TestBackendAcquireFIFO(t *testing.T) {
 		b, err := lease.New(lease.WithDrivers("test-enum"))
 		require.NoError(t, err)
 		defer closed(t, b)
-		first, err := b.Acquire(t.Context(), gpu.Config{})
+		first, err := b.Acquire(t.Context())
 		require.NoError(t, err)
 
 		var order []string
@@ -282,7 +303,7 @@ func TestBackendAcquireFIFO(t *testing.T) {
 				ctx = cctx
 			}
 			wg.Go(func() {
-				a, err := b.Acquire(ctx, gpu.Config{})
+				a, err := b.Acquire(ctx)
 				if name == "cancelled" {
 					assert.ErrorIs(t, err, context.Canceled)
 					assert.Nil(t, a)
@@ -319,7 +340,7 @@ func TestBackendAcquireCloseWaitsForRelease(t *testing.T) {
 		setEnum(t, nil, foundGPU(0, "only", "", ""))
 		b, err := lease.New(lease.WithDrivers("test-enum"))
 		require.NoError(t, err)
-		a, err := b.Acquire(t.Context(), gpu.Config{})
+		a, err := b.Acquire(t.Context())
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
@@ -327,7 +348,7 @@ func TestBackendAcquireCloseWaitsForRelease(t *testing.T) {
 		require.ErrorIs(t, err, lease.ErrBackendCloseTimeout)
 		assert.Equal(t, int64(1), s.ActiveGPUPermits)
 		assert.Equal(t, "gpu_permits", s.Phase)
-		_, err = b.Acquire(t.Context(), gpu.Config{})
+		_, err = b.Acquire(t.Context())
 		assert.ErrorIs(t, err, lease.ErrBackendClosing)
 		dev := a.Device.(*fakeDevice)
 		a.Release()
@@ -347,7 +368,7 @@ func TestBackendAcquireReleaseReturnsCloseError(t *testing.T) {
 	enum.mu.Unlock()
 	b, err := lease.New(lease.WithDrivers("test-enum"))
 	require.NoError(t, err)
-	a, err := b.Acquire(t.Context(), gpu.Config{})
+	a, err := b.Acquire(t.Context())
 	require.NoError(t, err)
 	require.NotNil(t, a.Claim)
 	assert.ErrorIs(t, a.Release(), boom)
@@ -367,7 +388,7 @@ func TestBackendAcquireOpenFails(t *testing.T) {
 	b, err := lease.New(lease.WithDrivers("test-enum"))
 	require.NoError(t, err)
 	defer closed(t, b)
-	_, err = b.Acquire(t.Context(), gpu.Config{})
+	_, err = b.Acquire(t.Context())
 	require.ErrorContains(t, err, `gpu: no driver "cpu" registered`)
 	assert.Zero(t, b.CloseSnapshot().ActiveGPUPermits, "the lease went back")
 	assert.Equal(t, uint64(1), b.MetricsSnapshot().Admissions)
@@ -380,7 +401,7 @@ func TestAcquireNeedsCPUDriver(t *testing.T) {
 	b, err := lease.New(lease.WithDevices(gpus(0)))
 	require.NoError(t, err)
 	defer closed(t, b)
-	_, err = b.Acquire(t.Context(), gpu.Config{})
+	_, err = b.Acquire(t.Context())
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `gpu: no driver "cpu" registered`)
 	for _, l := range b.MetricsSnapshot().Leases {

@@ -45,7 +45,11 @@ var countingDriver = &leaseCountingDriver{}
 func init() { gpu.Register(gpuLikeKind, countingDriver) }
 
 func (d *leaseCountingDriver) Open(ctx context.Context, cfg gpu.Config) (gpu.Set, error) {
-	return gpu.Open(ctx, opencl.Kind, cfg)
+	drv, err := gpu.Lookup(opencl.Kind)
+	if err != nil {
+		return nil, err
+	}
+	return drv.Open(ctx, cfg)
 }
 
 func (d *leaseCountingDriver) Enumerate(ctx context.Context) ([]gpu.Found, error) {
@@ -72,7 +76,7 @@ func (d *leaseCountingDriver) OpenDevice(ctx context.Context, f gpu.Found, cfg g
 	if i < 0 || i >= len(ds) {
 		return nil, fmt.Errorf("test driver: no device %q", f.Key)
 	}
-	streams := cfg.Streams
+	streams := cfg.Streams()
 	if streams == 0 {
 		streams = opencl.DefaultStreams
 	}

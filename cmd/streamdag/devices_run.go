@@ -89,7 +89,11 @@ func newBackend(ctx context.Context, lp leasePlan) (*lease.Backend, error) {
 func runDevices(ctx context.Context, backend *lease.Backend, plan leasePlan, topoSpec string, streams int, loss *lossSpec) (*runSetup, error) {
 	flag := plan.flag
 	if topoSpec == "" {
-		set, err := gpu.Open(ctx, "cpu", gpu.Config{Streams: streams})
+		var opts []gpu.Option
+		if streams != 0 {
+			opts = append(opts, gpu.WithStreams(streams)) // else the CPU driver's default
+		}
+		set, err := gpu.Open(ctx, "cpu", opts...)
 		if err != nil {
 			return nil, err
 		}
@@ -104,7 +108,7 @@ func runDevices(ctx context.Context, backend *lease.Backend, plan leasePlan, top
 			rs.why = cpuDev.ID().String() + "; " + c.why
 			return rs, nil
 		}
-		acq, err := backend.Acquire(ctx, gpu.Config{Streams: min(cpuDev.NumStreams(), opencl.MaxStreams)})
+		acq, err := backend.Acquire(ctx, gpu.WithStreams(min(cpuDev.NumStreams(), opencl.MaxStreams)))
 		if err != nil {
 			rs.release()
 			return nil, err
@@ -171,7 +175,7 @@ func runDevices(ctx context.Context, backend *lease.Backend, plan leasePlan, top
 		}
 		simOpts = append(simOpts, sim.WithLoss(loss.dev, loss.after))
 	}
-	set, err := gpu.Open(ctx, sim.Kind, gpu.Config{Streams: streams, GPUs: gpus, Driver: simOpts})
+	set, err := gpu.Open(ctx, sim.Kind, gpu.WithStreams(streams), sim.WithSimulation(gpus, simOpts...))
 	if err != nil {
 		return nil, fmt.Errorf("--topology %s: %w", topoSpec, err)
 	}

@@ -28,7 +28,7 @@ func TestAcquire(t *testing.T) {
 		b, _, err := openBackend(t.Context(), nil)
 		require.NoError(t, err)
 		defer b.CloseAndWait(t.Context())
-		a, err := b.Acquire(t.Context(), gpu.Config{Streams: 2})
+		a, err := b.Acquire(t.Context(), gpu.WithStreams(2))
 		require.NoError(t, err)
 		defer a.Release()
 		assert.Equal(t, topology.CPU, a.Device.ID())
@@ -42,7 +42,7 @@ func TestAcquire(t *testing.T) {
 		b, _, err := openBackend(t.Context(), lib)
 		require.NoError(t, err)
 		defer b.CloseAndWait(t.Context())
-		a, err := b.Acquire(t.Context(), gpu.Config{})
+		a, err := b.Acquire(t.Context())
 		require.NoError(t, err)
 		defer a.Release()
 		assert.Equal(t, topology.CPU, a.Device.ID())
@@ -117,7 +117,7 @@ func TestLeaseNeverLeasesLostGPU(t *testing.T) {
 	for _, d := range lib.Devices {
 		d.(*dgxa100.Device).GetMemoryInfoFunc = gpu0.GetMemoryInfoFunc
 	}
-	a, err := b.Acquire(t.Context(), gpu.Config{})
+	a, err := b.Acquire(t.Context())
 	require.NoError(t, err)
 	defer a.Release()
 	assert.Equal(t, topology.CPU, a.Device.ID())
@@ -142,7 +142,7 @@ func TestLeaseCPUOnly(t *testing.T) {
 	devs, err := b.Devices()
 	require.NoError(t, err)
 	assert.Empty(t, devs)
-	a, err := b.Acquire(context.Background(), gpu.Config{Streams: 1}) // the CPU device is used as always
+	a, err := b.Acquire(context.Background(), gpu.WithStreams(1)) // the CPU device is used as always
 	require.NoError(t, err)
 	assert.Equal(t, topology.CPU, a.Device.ID())
 	assert.Equal(t, "no GPU: NVML unavailable (no NVIDIA driver library found, or it failed to start): nvml: Init: ERROR_LIBRARY_NOT_FOUND"+

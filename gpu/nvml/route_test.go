@@ -77,7 +77,7 @@ func TestLeaseRoutesGPUsThroughListedDevices(t *testing.T) {
 	assert.Equal(t, "opencl1", recs[8].Device)
 	assert.Equal(t, "test-list", recs[8].Runtime)
 
-	a, err := b.Acquire(t.Context(), gpu.Config{})
+	a, err := b.Acquire(t.Context())
 	require.NoError(t, err)
 	defer a.Release()
 	assert.Equal(t, topology.GPU(0), a.Claim.Device().ID)

@@ -66,7 +66,7 @@ func (driver) OpenDevice(_ context.Context, f gpu.Found, cfg gpu.Config) (gpu.De
 	if err := noSettings(fmt.Sprintf("open device %v", f.Device.ID), cfg); err != nil {
 		return nil, err
 	}
-	streams := cfg.Streams
+	streams := cfg.Streams()
 	if streams == 0 {
 		streams = DefaultStreams
 	}

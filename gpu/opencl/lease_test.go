@@ -83,8 +83,10 @@ func TestEnumerate(t *testing.T) {
 	}
 	drv, err := gpu.Lookup(opencl.Kind)
 	require.NoError(t, err)
-	_, err = drv.(gpu.Enumerator).OpenDevice(t.Context(), fs[0], gpu.Config{Driver: "x"})
-	assert.EqualError(t, err, "opencl: open device opencl0: driver settings of type string: the OpenCL driver takes none")
+	cfg, err := gpu.NewConfig(gpu.WithDriverSetting(setting(opencl.Kind)))
+	require.NoError(t, err)
+	_, err = drv.(gpu.Enumerator).OpenDevice(t.Context(), fs[0], cfg)
+	assert.EqualError(t, err, "opencl: open device opencl0: a driver setting opencl_test.setting: the OpenCL driver takes none")
 }
 
 // TestBackendAcquireOpenCL: Acquire on a backend that leases the OpenCL
@@ -99,7 +101,7 @@ func TestBackendAcquireOpenCL(t *testing.T) {
 	assert.Equal(t, opencl.Kind, recs[0].Runtime)
 	assert.Equal(t, device(t).Vendor, recs[0].Vendor)
 
-	a, err := b.Acquire(t.Context(), gpu.Config{Streams: 2})
+	a, err := b.Acquire(t.Context(), gpu.WithStreams(2))
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, a.Release()) }) // before the backend's close waits for it
 	require.NotNil(t, a.Claim)
@@ -140,7 +142,7 @@ func TestBackendAcquireOpenCLFIFO(t *testing.T) {
 	n := b.NumGPUs()
 	var held []*lease.Acquired
 	for range n {
-		a, err := b.Acquire(t.Context(), gpu.Config{Streams: 1})
+		a, err := b.Acquire(t.Context(), gpu.WithStreams(1))
 		require.NoError(t, err)
 		t.Cleanup(func() { assert.NoError(t, a.Release()) }) // before the backend's close waits for it
 		require.NotNil(t, a.Claim)
@@ -152,7 +154,7 @@ func TestBackendAcquireOpenCLFIFO(t *testing.T) {
 	}
 	got := make(chan result, 1)
 	go func() {
-		a, err := b.Acquire(t.Context(), gpu.Config{Streams: 1})
+		a, err := b.Acquire(t.Context(), gpu.WithStreams(1))
 		got <- result{a, err}
 	}()
 	for b.MetricsSnapshot().PendingClaimers == 0 {
@@ -177,7 +179,7 @@ func TestBackendAcquireOpenCLFIFO(t *testing.T) {
 // has) goes back, and the run goes to the CPU device, saying why.
 func TestBackendAcquireOpenCLOpenFails(t *testing.T) {
 	b := leaseBackend(t)
-	a, err := b.Acquire(t.Context(), gpu.Config{Streams: opencl.MaxStreams + 1})
+	a, err := b.Acquire(t.Context(), gpu.WithStreams(opencl.MaxStreams + 1))
 	require.NoError(t, err)
 	defer a.Release()
 	assert.Equal(t, topology.CPU, a.Device.ID())
@@ -186,3 +188,8 @@ func TestBackendAcquireOpenCLOpenFails(t *testing.T) {
 	assert.Contains(t, a.Why, "65 streams: want 1 to 64: running on the CPU device")
 	assert.Zero(t, b.CloseSnapshot().ActiveGPUPermits, "the lease went back")
 }
+
+// setting is a driver setting of the kind it names.
+type setting string
+
+func (s setting) DriverKind() string { return string(s) }
