@@ -546,7 +546,7 @@ func TestLaunchDoesNotAllocate(t *testing.T) {
 func TestDriver(t *testing.T) {
 	assert.Contains(t, gpu.Drivers(), cpu.Kind)
 	for _, tc := range []struct {
-		name    string
+		name string
 		opts []gpu.Option
 		want int
 	}{

@@ -89,7 +89,7 @@ func TestDriverOpen(t *testing.T) {
 		}
 		assert.Panics(t, func() { d.Stream(3) })
 	}
-	_, err = gpu.Open(t.Context(), opencl.Kind, gpu.WithStreams(opencl.MaxStreams + 1))
+	_, err = gpu.Open(t.Context(), opencl.Kind, gpu.WithStreams(opencl.MaxStreams+1))
 	assert.ErrorContains(t, err, "opencl: open: 65 streams per device: want 1 to 64")
 	_, err = gpu.Open(t.Context(), opencl.Kind, gpu.WithDriverSetting(setting(opencl.Kind)))
 	assert.EqualError(t, err, "opencl: open: a driver setting opencl_test.setting: the OpenCL driver takes none")

@@ -179,7 +179,7 @@ func TestBackendAcquireOpenCLFIFO(t *testing.T) {
 // has) goes back, and the run goes to the CPU device, saying why.
 func TestBackendAcquireOpenCLOpenFails(t *testing.T) {
 	b := leaseBackend(t)
-	a, err := b.Acquire(t.Context(), gpu.WithStreams(opencl.MaxStreams + 1))
+	a, err := b.Acquire(t.Context(), gpu.WithStreams(opencl.MaxStreams+1))
 	require.NoError(t, err)
 	defer a.Release()
 	assert.Equal(t, topology.CPU, a.Device.ID())

@@ -81,7 +81,7 @@ func TestDevicesAndCrossDeviceWait(t *testing.T) {
 func TestDriver(t *testing.T) {
 	assert.Contains(t, gpu.Drivers(), sim.Kind)
 	for _, tc := range []struct {
-		name    string
+		name string
 		opts []gpu.Option
 		want int
 	}{
