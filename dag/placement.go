@@ -22,7 +22,9 @@ func PreferDevice(id topology.DeviceID) KernelOption {
 // Estimate gives the kernel's estimated compute time per launch, used by
 // placement's cost model (estimated compute + bytes moved × transfer cost
 // + load). A negative duration is recorded and reported by Validate.
-func Estimate(d time.Duration) KernelOption { return declare(kernelDecl{kind: optEstimate, estimate: d}) }
+func Estimate(d time.Duration) KernelOption {
+	return declare(kernelDecl{kind: optEstimate, estimate: d})
+}
 
 // SizeHint gives a value buffer's expected size in bytes, for placement's
 // transfer costs (raw buffers use their SizeBytes).
