@@ -28,7 +28,7 @@ var ErrNoGPU = errors.New("lease: no GPU on this host")
 type HealthCheck func(d topology.DeviceFacts) error
 
 // WithHealthCheck makes every claim re-check the GPU it is about to hand
-// out with check (nil: no check, the default). A GPU the check reports
+// out with check. A GPU the check reports
 // gone is retired for the life of the pool: it is never leased again,
 // SnapshotLeases and Lost say why, and the claim goes on to another GPU,
 // waiting for one when all the others are leased. Once every GPU is
