@@ -121,7 +121,7 @@ func benchFlightsRun(b *testing.B, path string, opts ...kvio.LoadOption) {
 		for i := range src.NumParts() {
 			rows += src.PartRows(i)
 		}
-		out, err := flights.Run(ctx, e, src, flights.Options{})
+		out, err := flights.Run(ctx, e, src)
 		require.NoError(b, err)
 		require.NotEmpty(b, out.Table.Rows)
 		require.NoError(b, src.Close())

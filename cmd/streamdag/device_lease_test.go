@@ -389,7 +389,7 @@ func TestFlightsExtensionsMatchTheKernels(t *testing.T) {
 	src, err := kvio.OpenAuto(t.Context(), file)
 	require.NoError(t, err)
 	defer src.Close()
-	p, err := flights.Build(src, flights.Options{Partitions: 2, OpenCL: true})
+	p, err := flights.Build(src, flights.WithPartitions(2), flights.WithOpenCL())
 	require.NoError(t, err)
 	pragma := regexp.MustCompile(`#pragma OPENCL EXTENSION (\w+) : enable`)
 	enabled := map[string]bool{}

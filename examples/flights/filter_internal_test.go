@@ -155,7 +155,7 @@ func TestFilterSelection(t *testing.T) {
 			defer func() { assert.NoError(t, src.Close()) }()
 
 			const minDelay = 5
-			p, err := Build(src, Options{MinDelay: minDelay, Partitions: 8})
+			p, err := Build(src, WithMinDelay(minDelay), WithPartitions(8))
 			require.NoError(t, err)
 			dev, err := cpu.New(cpu.WithStreams(2))
 			require.NoError(t, err)
@@ -285,7 +285,7 @@ func TestPlanDepthFirst(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := Build(src, Options{Partitions: tc.parts})
+			p, err := Build(src, WithPartitions(tc.parts))
 			require.NoError(t, err)
 			dev, err := cpu.New(cpu.WithStreams(tc.streams))
 			require.NoError(t, err)
@@ -339,7 +339,7 @@ func TestLaneFailure(t *testing.T) {
 	src := parquetSource(t, 5*minSourceRows+5, minSourceRows+1, 4)
 	for _, kernel := range []string{"partial[0]", "source[0]", "filter[0]"} {
 		t.Run(kernel, func(t *testing.T) {
-			p, err := Build(src, Options{Partitions: 2})
+			p, err := Build(src, WithPartitions(2))
 			require.NoError(t, err)
 			require.NoError(t, p.Graph.InjectFailure(kernel, false))
 			dev, err := cpu.New(cpu.WithStreams(2))

@@ -153,7 +153,7 @@ func testAgainstReference(t *testing.T, path string, recs []arrow.RecordBatch, s
 				src, err := kvio.OpenAuto(t.Context(), f)
 				require.NoError(t, err)
 				defer src.Close()
-				out, err := flights.Run(t.Context(), e, src, flights.Options{MinDelay: minDelay})
+				out, err := flights.Run(t.Context(), e, src, flights.WithMinDelay(minDelay))
 				require.NoError(t, err)
 				require.NoError(t, out.Report.Err())
 				if streams > 1 {
