@@ -121,7 +121,8 @@ func BenchmarkOneShot(b *testing.B) {
 			dev, err := cpu.New()
 			require.NoError(b, err)
 			defer dev.Close()
-			e := exec.New(dev)
+			e, err := exec.New(dev)
+			require.NoError(b, err)
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := e.Plan(g); err != nil {

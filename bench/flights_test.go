@@ -108,7 +108,8 @@ func benchFlightsRun(b *testing.B, path string, opts ...kvio.LoadOption) {
 	dev, err := cpu.New()
 	require.NoError(b, err)
 	defer dev.Close()
-	e := exec.New(dev)
+	e, err := exec.New(dev)
+	require.NoError(b, err)
 	var rows int64
 	b.ReportAllocs()
 	for b.Loop() {
@@ -120,7 +121,7 @@ func benchFlightsRun(b *testing.B, path string, opts ...kvio.LoadOption) {
 		for i := range src.NumParts() {
 			rows += src.PartRows(i)
 		}
-		out, err := flights.Run(ctx, e, src, flights.Options{})
+		out, err := flights.Run(ctx, e, src)
 		require.NoError(b, err)
 		require.NotEmpty(b, out.Table.Rows)
 		require.NoError(b, src.Close())

@@ -205,7 +205,11 @@ func prepareStreamdagWith(g *dag.Graph, opts ...exec.Option) (func() error, func
 	if err != nil {
 		return nil, nil, err
 	}
-	e := exec.New(dev, opts...)
+	e, err := exec.New(dev, opts...)
+	if err != nil {
+		dev.Close()
+		return nil, nil, err
+	}
 	p, err := e.Plan(g)
 	if err != nil {
 		dev.Close()
@@ -424,7 +428,10 @@ func WaitCost(n int, minTime time.Duration) (waits int, nsPerWait float64, same,
 		return 0, 0, Stats{}, Stats{}, err
 	}
 	defer dev.Close()
-	e := exec.New(dev, exec.WithLaunchTiming(false))
+	e, err := exec.New(dev, exec.WithLaunchTiming(false))
+	if err != nil {
+		return 0, 0, Stats{}, Stats{}, err
+	}
 	ctx := context.Background()
 	var stats [2]Stats
 	for i, alt := range []bool{false, true} {
@@ -465,7 +472,11 @@ func PrepareOneShot(s GraphShape, fn dag.KernelFunc) (run func() error, done fun
 	if err != nil {
 		return nil, nil, err
 	}
-	e := exec.New(dev)
+	e, err := exec.New(dev)
+	if err != nil {
+		dev.Close()
+		return nil, nil, err
+	}
 	ctx := context.Background()
 	return func() error {
 		res, err := e.Run(ctx, s.Build(fn))

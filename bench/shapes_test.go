@@ -23,7 +23,8 @@ func TestShapes(t *testing.T) {
 	dev, err := cpu.New(cpu.WithStreams(2))
 	require.NoError(t, err)
 	defer dev.Close()
-	e := exec.New(dev)
+	e, err := exec.New(dev)
+	require.NoError(t, err)
 	for _, s := range bench.Shapes {
 		g := s.Build(bench.Empty)
 		require.NoError(t, g.Validate(), s.Name)

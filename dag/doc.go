@@ -44,11 +44,12 @@
 // part writes a second buffer instead.
 //
 // Building is cheap enough for graphs of millions of kernels. A
-// [KernelOption] or [BufferOption] is a plain value (making one allocates
-// nothing, an [OpenCL] variant aside). A graph stores kernels and buffers
-// as small records (32 and 16 bytes) and copies names and bindings into
-// arenas of its own, so AddValue and AddKernel allocate nothing per call,
-// amortised, and a name formatted on the caller's stack may stay there.
+// [KernelOption] or [BufferOption] is a function value (making one is one
+// small allocation; an option may be made once and reused). A graph
+// stores kernels and buffers as small records (32 and 16 bytes) and
+// copies names and bindings into arenas of its own, so AddValue and
+// AddKernel allocate nothing of their own per call, amortised, and a name
+// formatted on the caller's stack may stay there.
 // [Graph.Grow]
 // presizes a graph whose size is known. [Graph.Kernel] and [Graph.Buffer]
 // return read-only views made from the records on demand. The gonum graph

@@ -184,6 +184,8 @@ type Graph struct {
 	nodes  []nodeRef  // gonum node id → kernel or buffer
 	hints  []int64    // SizeHint of the buffers that have one
 	errs   []error    // builder mistakes, reported by Validate
+	kspec  kernelSpec // AddKernel's scratch: the declarations of its options
+	bspec  bufferSpec // AddBuffer's scratch: the declarations of its options
 	order  []KernelID // topological order, set by a successful Validate
 
 	// Names: the kernels' and the buffers' names, each kind's one after
@@ -421,11 +423,29 @@ func (g *Graph) directed() *simple.DirectedGraph {
 }
 
 // BufferOption configures a buffer in AddBuffer or AddValue: Input or
-// SizeHint. Like KernelOption it is a small immutable value; the zero
-// BufferOption does nothing.
-type BufferOption struct {
+// SizeHint, applied in order. As with KernelOption, an option's error is
+// recorded and reported by Validate, naming the buffer; a nil option is
+// skipped. An option is a function value that may be reused for any
+// number of buffers.
+type BufferOption func(*bufferSpec) error
+
+// bufferSpec gathers what a buffer's options declare, in order.
+type bufferSpec struct {
+	decls []bufferDecl
+}
+
+// bufferDecl is one declaration of a buffer option.
+type bufferDecl struct {
 	kind uint8 // bufOptInput, bufOptSizeHint
 	n    int64
+}
+
+// declareBuffer returns the option that declares d.
+func declareBuffer(d bufferDecl) BufferOption {
+	return func(s *bufferSpec) error {
+		s.decls = append(s.decls, d)
+		return nil
+	}
 }
 
 const (
@@ -438,7 +458,7 @@ const (
 // without any kernel writing it. Its contents come with the run
 // (exec.WithInput); without them a value input holds nil and a raw input
 // zero bytes.
-func Input() BufferOption { return BufferOption{kind: bufOptInput} }
+func Input() BufferOption { return declareBuffer(bufferDecl{kind: bufOptInput}) }
 
 // AddBuffer declares a raw buffer of sizeBytes (>= 0) bytes and returns its
 // id. A duplicate or empty name or a negative size is recorded and reported
@@ -454,7 +474,17 @@ func (g *Graph) AddBuffer(name string, sizeBytes int64, opts ...BufferOption) Bu
 }
 
 func (g *Graph) addBuffer(r bufferRec, opts []BufferOption) BufferID {
+	spec := &g.bspec
+	spec.decls = spec.decls[:0]
 	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(spec); err != nil {
+			g.errs = append(g.errs, fmt.Errorf("dag: buffer %q: %w", g.bnames.String()[r.name:], err))
+		}
+	}
+	for _, o := range spec.decls {
 		switch o.kind {
 		case bufOptInput:
 			r.flags |= bufInput
@@ -558,9 +588,21 @@ func (g *Graph) AddKernel(name string, fn KernelFunc, opts ...KernelOption) Kern
 	if name == "" {
 		g.checkName("kernel", "", int64(k))
 	}
+	spec := &g.kspec
+	spec.decls = spec.decls[:0]
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(spec); err != nil {
+			g.errs = append(g.errs, fmt.Errorf("dag: kernel %q: %w", g.KernelName(k), err))
+		}
+	}
+	decls := spec.decls
+	defer clear(decls) // keep no caller's ids or variants alive
 	// Count the bindings so reads and writes each take one contiguous
 	// run of the arena.
-	nr, nw, optional := countBindings(opts)
+	nr, nw, optional := countBindings(decls)
 	var kb kernelBindings
 	var bd []buffers.Binding
 	var chunk, off uint32
@@ -573,8 +615,8 @@ func (g *Graph) AddKernel(name string, fn KernelFunc, opts ...KernelOption) Kern
 	}
 	var ex kernelExtra
 	variants := false
-	for i := range opts {
-		switch o := &opts[i]; o.kind {
+	for i := range decls {
+		switch o := &decls[i]; o.kind {
 		case optReads, optReadsOptional, optReadsRange, optWrites, optWritesRange:
 			g.bindOption(k, o, &kb)
 		case optVariant:
@@ -591,7 +633,7 @@ func (g *Graph) AddKernel(name string, fn KernelFunc, opts ...KernelOption) Kern
 		ex.optional = kb.opt
 	}
 	if variants {
-		ex.variants = g.bindVariants(k, opts, kb.reads, kb.writes)
+		ex.variants = g.bindVariants(k, decls, kb.reads, kb.writes)
 	}
 	if !ex.isZero() {
 		g.extras = append(g.extras, ex)
@@ -602,12 +644,12 @@ func (g *Graph) AddKernel(name string, fn KernelFunc, opts ...KernelOption) Kern
 	return k
 }
 
-// countBindings returns how many reads (nr) and writes (nw) opts declare,
-// unknown buffers included, and whether some read option is optional. It
-// reads opts only; O(len(opts)), no allocation.
-func countBindings(opts []KernelOption) (nr, nw int, optional bool) {
-	for i := range opts {
-		switch o := &opts[i]; o.kind {
+// countBindings returns how many reads (nr) and writes (nw) decls
+// declare, unknown buffers included, and whether some read is optional.
+// It reads decls only; O(len(decls)), no allocation.
+func countBindings(decls []kernelDecl) (nr, nw int, optional bool) {
+	for i := range decls {
+		switch o := &decls[i]; o.kind {
 		case optReads:
 			nr += len(o.ids)
 		case optReadsOptional:
@@ -649,7 +691,7 @@ func (kb *kernelBindings) read(bd buffers.Binding, isOpt bool) {
 // buffer binds its extent, a range binds as given. An unknown buffer or
 // a range outside its buffer is recorded in g's errors and left out.
 // Other kinds of option are ignored. It keeps neither o nor kb.
-func (g *Graph) bindOption(k KernelID, o *KernelOption, kb *kernelBindings) {
+func (g *Graph) bindOption(k KernelID, o *kernelDecl, kb *kernelBindings) {
 	switch o.kind {
 	case optReads, optReadsOptional:
 		isOpt := o.kind == optReadsOptional
@@ -680,7 +722,7 @@ func (g *Graph) bindOption(k KernelID, o *KernelOption, kb *kernelBindings) {
 // estimate is recorded in g's errors and leaves ex as it was. Other
 // kinds of option are ignored. It keeps no pointer into o: a device is
 // copied, so the caller's options stay off the heap.
-func (g *Graph) hintOption(k KernelID, o *KernelOption, ex *kernelExtra) {
+func (g *Graph) hintOption(k KernelID, o *kernelDecl, ex *kernelExtra) {
 	switch o.kind {
 	case optStream:
 		if o.stream < 0 {

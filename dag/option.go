@@ -8,22 +8,37 @@ import (
 )
 
 // KernelOption configures a kernel in AddKernel: its reads, writes,
-// placement hints and device variants. Options are small values made by
-// Reads, Writes, ReadsOptional, ReadsRange, WritesRange, OnStream,
-// OnDevice, PreferDevice, Estimate, OpenCL and DeviceCode. AddKernel
-// applies them in order, so reads and writes keep their declaration order
-// across several options, and of two hints of one kind the later wins.
+// placement hints and device variants. Options are made by Reads, Writes,
+// ReadsOptional, ReadsRange, WritesRange, OnStream, OnDevice,
+// PreferDevice, Estimate, OpenCL and DeviceCode. AddKernel applies them
+// in order, so reads and writes keep their declaration order across
+// several options, and of two hints of one kind the later wins. An
+// option's error, and every mistake an option declares (an unknown
+// buffer, a negative stream, …), is recorded by AddKernel and reported by
+// Validate, naming the kernel; a nil option is skipped.
 //
-// Making an option allocates nothing of its own, the variants aside
-// (OpenCL, DeviceCode; see there): Reads(a, b) keeps its variadic id
-// slice, which AddKernel copies into the graph. Passed straight to
-// AddKernel (or held in a fixed-size array), options and their ids stay on the caller's stack; appended to a
-// slice that grows, they move to the heap like any appended value. An
-// option is an immutable value; it may be kept, copied and reused for any
-// number of kernels of any graph, from any goroutine (as long as the id
-// slice given to Reads, Writes or ReadsOptional is not changed
-// meanwhile). The zero KernelOption does nothing.
-type KernelOption struct {
+// An option is a function value: making one allocates it (and keeps the
+// id slice given to Reads, Writes or ReadsOptional, which AddKernel
+// copies into the graph). It may be kept and reused for any number of
+// kernels of any graph, from any goroutine (as long as that id slice is
+// not changed meanwhile).
+type KernelOption func(*kernelSpec) error
+
+// kernelSpec gathers what a kernel's options declare, in order.
+type kernelSpec struct {
+	decls []kernelDecl
+}
+
+// declare returns the option that declares d.
+func declare(d kernelDecl) KernelOption {
+	return func(s *kernelSpec) error {
+		s.decls = append(s.decls, d)
+		return nil
+	}
+}
+
+// kernelDecl is one declaration of a kernel option.
+type kernelDecl struct {
 	kind     optKind
 	ids      []BufferID        // optReads, optReadsOptional, optWrites
 	rng      buffers.Binding   // optReadsRange, optWritesRange
@@ -33,7 +48,7 @@ type KernelOption struct {
 	variant  *Variant          // optVariant
 }
 
-// optKind says what a KernelOption declares.
+// optKind says what a kernelDecl declares.
 type optKind uint8
 
 const (
@@ -53,11 +68,11 @@ const (
 // Reads declares whole-buffer reads of ids (AddBuffer's ids, or a Value
 // handle's ID), in order. An id that is not a buffer of the graph is
 // recorded and reported by Validate.
-func Reads(ids ...BufferID) KernelOption { return KernelOption{kind: optReads, ids: ids} }
+func Reads(ids ...BufferID) KernelOption { return declare(kernelDecl{kind: optReads, ids: ids}) }
 
 // Writes declares whole-buffer writes of ids (as Reads), in order. An id
 // that is not a buffer of the graph is recorded and reported by Validate.
-func Writes(ids ...BufferID) KernelOption { return KernelOption{kind: optWrites, ids: ids} }
+func Writes(ids ...BufferID) KernelOption { return declare(kernelDecl{kind: optWrites, ids: ids}) }
 
 // ReadsOptional declares whole-buffer reads of ids, in order, that the
 // kernel can do without: when one was left unwritten by failed or skipped
@@ -65,7 +80,7 @@ func Writes(ids ...BufferID) KernelOption { return KernelOption{kind: optWrites,
 // why, and the kernel's output is its own responsibility (a merge that
 // reports the partitions it lost, say). Ordering is as for Reads.
 func ReadsOptional(ids ...BufferID) KernelOption {
-	return KernelOption{kind: optReadsOptional, ids: ids}
+	return declare(kernelDecl{kind: optReadsOptional, ids: ids})
 }
 
 // ReadsRange declares a read of bytes [offset, offset+length) of buffer id.
@@ -76,7 +91,7 @@ func ReadsOptional(ids ...BufferID) KernelOption {
 // range, even one disjoint from this) makes a cycle (*CycleError); to
 // update part of a buffer from another part, write a second buffer.
 func ReadsRange(id BufferID, offset, length int64) KernelOption {
-	return KernelOption{kind: optReadsRange, rng: buffers.Binding{Buffer: id, Offset: offset, Length: length}}
+	return declare(kernelDecl{kind: optReadsRange, rng: buffers.Binding{Buffer: id, Offset: offset, Length: length}})
 }
 
 // WritesRange declares a write of bytes [offset, offset+length) of buffer
@@ -86,10 +101,10 @@ func ReadsRange(id BufferID, offset, length int64) KernelOption {
 // A kernel that also reads id, at any range, makes a cycle (see
 // ReadsRange).
 func WritesRange(id BufferID, offset, length int64) KernelOption {
-	return KernelOption{kind: optWritesRange, rng: buffers.Binding{Buffer: id, Offset: offset, Length: length}}
+	return declare(kernelDecl{kind: optWritesRange, rng: buffers.Binding{Buffer: id, Offset: offset, Length: length}})
 }
 
 // OnStream pins the kernel to stream i of its device (taken modulo the
 // device's stream count; i >= 0). A negative i is recorded and reported by
 // Validate.
-func OnStream(i int) KernelOption { return KernelOption{kind: optStream, stream: i} }
+func OnStream(i int) KernelOption { return declare(kernelDecl{kind: optStream, stream: i}) }

@@ -12,10 +12,10 @@ import (
 	"github.com/streamdag/streamdag/topology"
 )
 
-func TestKernelOptionZeroValueDoesNothing(t *testing.T) {
+func TestKernelOptionNilDoesNothing(t *testing.T) {
 	g := dag.New()
-	x := g.AddBuffer("x", 8)
-	k := g.Kernel(g.AddKernel("k", nop, dag.KernelOption{}, dag.Writes(x), dag.KernelOption{}))
+	x := g.AddBuffer("x", 8, nil)
+	k := g.Kernel(g.AddKernel("k", nop, nil, dag.Writes(x), nil))
 	assert.Equal(t, []buffers.Binding{{Buffer: x, Length: 8}}, k.Writes)
 	assert.Nil(t, k.Reads)
 	assert.Nil(t, k.Optional)
@@ -218,7 +218,9 @@ func TestGrowBuildsTheSameGraph(t *testing.T) {
 	assert.Panics(t, func() { dag.New().Grow(0, -1) })
 }
 
-func TestBuildAllocatesNothingPerKernel(t *testing.T) {
+// TestBuildAllocatesOnlyItsOptions: building allocates, per kernel, only
+// its options (one function value each), amortised.
+func TestBuildAllocatesOnlyItsOptions(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector changes allocation counts")
 	}
@@ -245,6 +247,6 @@ func TestBuildAllocatesNothingPerKernel(t *testing.T) {
 			g.AddKernel(kernelNames[i], nop, dag.Reads(out-1), dag.Writes(out))
 			i++
 		})
-		assert.Zero(t, allocs, "grow=%v: allocations per kernel, amortised", grow)
+		assert.Equal(t, 2.0, allocs, "grow=%v: allocations per kernel, amortised: its two options", grow)
 	}
 }

@@ -169,7 +169,9 @@ func TestInjectFailureDropsDeviceCode(t *testing.T) {
 	require.NoError(t, g.Validate())
 }
 
-func TestBuildWithFormattedNamesAllocatesNothing(t *testing.T) {
+// TestBuildWithFormattedNamesAllocatesOnlyOptions: names formatted on the
+// stack cost no allocation; the kernel's one option does.
+func TestBuildWithFormattedNamesAllocatesOnlyOptions(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector changes allocation counts")
 	}
@@ -185,7 +187,7 @@ func TestBuildWithFormattedNamesAllocatesNothing(t *testing.T) {
 		g.AddKernel(string(strconv.AppendInt(append(buf[:0], 'k'), int64(i), 10)), nop, dag.Writes(out))
 		i++
 	})
-	assert.Zero(t, allocs, "allocations per kernel, amortised")
+	assert.Equal(t, 1.0, allocs, "allocations per kernel, amortised: its option")
 	require.NoError(t, g.Validate())
 }
 

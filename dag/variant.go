@@ -173,20 +173,20 @@ func OpenCL(source, entry string, shape ShapeFunc, args ...Arg) KernelOption {
 // buffer the kernel does not declare, a scalar of a type ScalarArg does
 // not list, two variants of one kind on one kernel.
 //
-// Unlike the other options, DeviceCode allocates: a copy of its
+// Besides the option itself, DeviceCode allocates a copy of its
 // arguments, made once per call (the option may then be reused for any
 // number of kernels, as any option). A kernel given a variant stores it
 // in a side table; kernels without one cost nothing more.
 func DeviceCode(kind CodeKind, source, entry string, shape ShapeFunc, args ...Arg) KernelOption {
 	v := &Variant{Kind: kind, Source: source, Entry: entry, Shape: shape, Args: slices.Clone(args)}
-	return KernelOption{kind: optVariant, variant: v}
+	return declare(kernelDecl{kind: optVariant, variant: v})
 }
 
 // bindVariants returns kernel k's copies of the variants among opts, and
 // records their mistakes. It copies each variant out of its option rather
-// than keeping the option's pointer: keeping it would make the compiler
-// move every option's id slice, in every caller of AddKernel, to the heap.
-func (g *Graph) bindVariants(k KernelID, opts []KernelOption, reads, writes []buffers.Binding) []Variant {
+// than keeping the option's pointer, which the option shares with every
+// kernel it is given to.
+func (g *Graph) bindVariants(k KernelID, opts []kernelDecl, reads, writes []buffers.Binding) []Variant {
 	var vs []Variant
 	for i := range opts {
 		if opts[i].kind != optVariant {

@@ -28,7 +28,7 @@ func TestStoreInputErrorReleasesTheRun(t *testing.T) {
 	defer dev.Close()
 	mem := leaktest.Allocator(t)
 	budget := buffers.NewBudget(1024)
-	e := New(dev, WithAllocator(mem), WithBudget(budget))
+	e := MustNew(t, dev, WithAllocator(mem), WithBudget(budget))
 	g := dag.New()
 	raw := g.AddBuffer("raw", 512)
 	var ins []dag.BufferID

@@ -249,7 +249,7 @@ func TestCaptureSkippedOnlyDooms(t *testing.T) {
 	dev, err := cpu.New(cpu.WithStreams(2))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, dev.Close()) })
-	e := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)), exec.WithBudget(buffers.NewBudget(64)))
+	e := exec.MustNew(t, dev, exec.WithAllocator(leaktest.Allocator(t)), exec.WithBudget(buffers.NewBudget(64)))
 	g := dag.New()
 	small, big := g.AddBuffer("small", 8), g.AddBuffer("big", 128)
 	g.AddKernel("fine", func(_ context.Context, l dag.Launch) error { bytesOf(l, small)[0] = 1; return nil }, dag.Writes(small))

@@ -45,11 +45,11 @@ var fakeclKernels = map[string]fakeKernel{
 }
 
 // fakeclDriver opens one fake code device, gpu0, of driver kind and
-// code kind "fakecl", with cfg.Streams streams (0: 2).
+// code kind "fakecl", with cfg.Streams() streams (0: 2).
 type fakeclDriver struct{}
 
 func (fakeclDriver) Open(_ context.Context, cfg gpu.Config) (gpu.Set, error) {
-	n := cfg.Streams
+	n := cfg.Streams()
 	if n == 0 {
 		n = 2
 	}
@@ -91,7 +91,7 @@ func fakeclGraph(w int) (*dag.Graph, dag.BufferID, []byte) {
 func TestRegisteredCodeKindRuns(t *testing.T) {
 	const w = 16
 	require.Contains(t, gpu.Drivers(), fakeCL)
-	set, err := gpu.Open(t.Context(), fakeCL, gpu.Config{Streams: 2})
+	set, err := gpu.Open(t.Context(), fakeCL, gpu.WithStreams(2))
 	require.NoError(t, err)
 	fake := set.Devices()[0].(*fakeCode)
 	t.Cleanup(func() {
@@ -135,7 +135,7 @@ func TestDeviceCodeIsACapability(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, dev.Close()) })
 	g, total, want := mixedGraph(3, 4)
-	res, err := exec.New(otherKind{dev}, exec.WithAllocator(leaktest.Allocator(t))).Run(t.Context(), g)
+	res, err := exec.MustNew(t, otherKind{dev}, exec.WithAllocator(leaktest.Allocator(t))).Run(t.Context(), g)
 	require.NoError(t, err)
 	defer res.Close()
 	assert.Equal(t, want, uint64Of(t, res, total), "a host device of kind %q", otherKind{}.Kind())

@@ -39,7 +39,7 @@ func TestCompiledAllocationsFixed(t *testing.T) {
 	dev, err := cpu.New(cpu.WithStreams(3))
 	require.NoError(t, err)
 	defer dev.Close()
-	e := New(dev)
+	e := MustNew(t, dev)
 	allocs := map[int]float64{}
 	for _, n := range []int{10, 1000} {
 		p, err := e.Plan(fanGraph(n))
@@ -79,7 +79,7 @@ func TestPlanValidatedGraphConcurrently(t *testing.T) {
 	dev, err := cpu.New(cpu.WithStreams(2))
 	require.NoError(t, err)
 	defer dev.Close()
-	e := New(dev)
+	e := MustNew(t, dev)
 	g := fanGraph(20)
 	require.NoError(t, g.Validate())
 	var wg sync.WaitGroup

@@ -93,13 +93,13 @@ var softRE = regexp.MustCompile(`exec: kernel "(k\d+)" set its status word to 7`
 func (p *program) hashVariant(i int, align int64) (dag.KernelOption, bool) {
 	k := p.kernels[i]
 	if len(k.reads) > 3 || len(k.writes) > 2 {
-		return dag.KernelOption{}, false
+		return nil, false
 	}
 	lo := map[dag.BufferID]int64{} // the pointer of each buffer: its first declared byte
 	for _, as := range [2][]access{k.reads, k.writes} {
 		for _, a := range as {
 			if a.value || a.optional || a.n == 0 && p.bufs[a.buf].SizeBytes > 0 {
-				return dag.KernelOption{}, false
+				return nil, false
 			}
 			if v, ok := lo[a.buf]; !ok || a.off < v {
 				lo[a.buf] = a.off
@@ -109,7 +109,7 @@ func (p *program) hashVariant(i int, align int64) (dag.KernelOption, bool) {
 	if align > 0 {
 		for _, v := range lo {
 			if v%align != 0 {
-				return dag.KernelOption{}, false
+				return nil, false
 			}
 		}
 	}
@@ -305,7 +305,7 @@ func TestDifferentialCodeDevicesCancelled(t *testing.T) {
 			prog.cancelAt = rng.IntN(len(prog.kernels))
 			prog.code = func(i int) (dag.KernelOption, bool, bool) {
 				if i == prog.cancelAt {
-					return dag.KernelOption{}, false, false // it cancels from Go
+					return nil, false, false // it cancels from Go
 				}
 				opt, ok := prog.hashVariant(i, m.align)
 				return opt, i%3 != 0, ok

@@ -79,7 +79,7 @@ func TestDifferentialOpenCL(t *testing.T) {
 		}
 		prog.code = func(i int) (dag.KernelOption, bool, bool) {
 			if cancels && i == prog.cancelAt {
-				return dag.KernelOption{}, false, false
+				return nil, false, false
 			}
 			opt, ok := prog.hashVariant(i, 0)
 			return opt, keepGo[i], ok

@@ -354,7 +354,7 @@ func TestLaunchOrderKeepsHazards(t *testing.T) {
 func TestClosedDeviceCancelsLaunches(t *testing.T) {
 	dev, err := cpu.New(cpu.WithStreams(2))
 	require.NoError(t, err)
-	e := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)))
+	e := exec.MustNew(t, dev, exec.WithAllocator(leaktest.Allocator(t)))
 	g, _ := chainGraph(5, func(int) {})
 	p, err := e.Plan(g)
 	require.NoError(t, err)

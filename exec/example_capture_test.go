@@ -33,7 +33,10 @@ func ExampleExecutor_Capture() {
 		log.Fatal(err)
 	}
 	defer dev.Close()
-	e := exec.New(dev)
+	e, err := exec.New(dev)
+	if err != nil {
+		log.Fatal(err)
+	}
 	ctx := context.Background()
 
 	g, squares := build()

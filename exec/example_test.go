@@ -43,7 +43,11 @@ func ExampleExecutor_Run() {
 		log.Fatal(err)
 	}
 	defer dev.Close()
-	res, err := exec.New(dev).Run(context.Background(), g, exec.WithInput(in.ID(), []int{1, 2, 3}))
+	e, err := exec.New(dev)
+	if err != nil {
+		log.Fatal(err)
+	}
+	res, err := e.Run(context.Background(), g, exec.WithInput(in.ID(), []int{1, 2, 3}))
 	if err != nil {
 		log.Fatal(err) // the graph is invalid: a cycle, a read nobody writes, …
 	}
@@ -76,7 +80,11 @@ func ExampleResult_Value_failure() {
 		log.Fatal(err)
 	}
 	defer dev.Close()
-	res, err := exec.New(dev).Run(context.Background(), g)
+	e, err := exec.New(dev)
+	if err != nil {
+		log.Fatal(err)
+	}
+	res, err := e.Run(context.Background(), g)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -106,7 +114,11 @@ func ExampleResult_Value_chain() {
 		log.Fatal(err)
 	}
 	defer dev.Close()
-	res, err := exec.New(dev).Run(context.Background(), g)
+	e, err := exec.New(dev)
+	if err != nil {
+		log.Fatal(err)
+	}
+	res, err := e.Run(context.Background(), g)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -33,8 +33,11 @@ type Executor struct {
 	timing    bool
 }
 
-// Option configures an Executor.
-type Option func(*config)
+// Option configures an Executor (New, NewMulti). An option given bad
+// input returns an error, which New and NewMulti return prefixed with
+// "exec: ", building no executor. Options are applied once, at
+// construction; nil options are skipped.
+type Option func(*config) error
 
 type config struct {
 	timing    bool
@@ -45,8 +48,16 @@ type config struct {
 }
 
 // WithPlacement sets a multi-device executor's placement strategy
-// (default PlaceHEFT).
-func WithPlacement(p Placement) Option { return func(c *config) { c.placement = p } }
+// (default PlaceHEFT). Errors: p is none of the Place constants.
+func WithPlacement(p Placement) Option {
+	return func(c *config) error {
+		if p > PlaceLeastLoaded {
+			return fmt.Errorf("WithPlacement: unknown placement %v", p)
+		}
+		c.placement = p
+		return nil
+	}
+}
 
 // WithLaunchTiming turns the per-launch clock readings on (true) or off
 // (false, the default). With timing, every launch that ran has its Start
@@ -60,17 +71,34 @@ func WithPlacement(p Placement) Option { return func(c *config) { c.placement = 
 // cudaEventDisableTiming, it trades visibility for launch overhead: turn
 // it on to trace a run (WriteTrace needs it) or to report when each
 // launch ran.
-func WithLaunchTiming(on bool) Option { return func(c *config) { c.timing = on } }
+func WithLaunchTiming(on bool) Option { return func(c *config) error { c.timing = on; return nil } }
 
 // WithBackend names the GPU backend the executor's device came from (see
 // lease.Backend.Acquire); every Report then carries the backend's metrics
-// snapshot taken when the run ended.
-func WithBackend(b *lease.Backend) Option { return func(c *config) { c.backend = b } }
+// snapshot taken when the run ended. Errors: a nil b.
+func WithBackend(b *lease.Backend) Option {
+	return func(c *config) error {
+		if b == nil {
+			return errors.New("WithBackend: nil backend")
+		}
+		c.backend = b
+		return nil
+	}
+}
 
 // WithAllocator makes the executor allocate buffers and kernels' Arrow
 // data through alloc (default memory.DefaultAllocator). Tests pass a
-// memory.CheckedAllocator to assert that a run leaks no byte.
-func WithAllocator(alloc memory.Allocator) Option { return func(c *config) { c.alloc = alloc } }
+// memory.CheckedAllocator to assert that a run leaks no byte. Errors: a
+// nil alloc.
+func WithAllocator(alloc memory.Allocator) Option {
+	return func(c *config) error {
+		if alloc == nil {
+			return errors.New("WithAllocator: nil allocator")
+		}
+		c.alloc = alloc
+		return nil
+	}
+}
 
 // WithBudget limits the bytes of raw buffers a run allocates on the
 // device (default: the device's memory when its facts give it, else
@@ -83,12 +111,21 @@ func WithAllocator(alloc memory.Allocator) Option { return func(c *config) { c.a
 // write or need it are skipped, and unrelated branches run on (see
 // Execute). Device memory a plan keeps between runs
 // (WithKeepDeviceMemory) holds its bytes of the budget while kept.
-func WithBudget(b *buffers.Budget) Option { return func(c *config) { c.budget = b } }
+// Errors: a nil b.
+func WithBudget(b *buffers.Budget) Option {
+	return func(c *config) error {
+		if b == nil {
+			return errors.New("WithBudget: nil budget")
+		}
+		c.budget = b
+		return nil
+	}
+}
 
-// New returns an executor for dev.
-func New(dev gpu.Device, opts ...Option) *Executor {
-	e, _ := NewMulti([]gpu.Device{dev}, nil, opts...) // one device: nothing can fail
-	return e
+// New returns an executor for dev. Errors are NewMulti's: a nil dev, a
+// code device that declares no kind of device code, an option's error.
+func New(dev gpu.Device, opts ...Option) (*Executor, error) {
+	return NewMulti([]gpu.Device{dev}, nil, opts...)
 }
 
 // NewMulti returns an executor over devs (at least one; each with its own
@@ -99,19 +136,27 @@ func New(dev gpu.Device, opts ...Option) *Executor {
 // memory). Each device runs the kernel code its capabilities say (a
 // gpu.CodeDevice, its variants of the kind its Code names; any other
 // device, kernels' Go functions), whatever driver it comes from. Errors:
-// no devices, duplicate IDs, a code device whose Code is empty or "go"
-// (dag.HostCode).
+// no devices, a nil device, duplicate IDs, a code device whose Code is
+// empty or "go" (dag.HostCode), the first option's error.
 func NewMulti(devs []gpu.Device, topo *topology.Topology, opts ...Option) (*Executor, error) {
 	if len(devs) == 0 {
 		return nil, errors.New("exec: an executor needs a device")
 	}
 	var c config
 	for _, o := range opts {
-		o(&c)
+		if o == nil {
+			continue
+		}
+		if err := o(&c); err != nil {
+			return nil, fmt.Errorf("exec: %w", err)
+		}
 	}
 	e := &Executor{devs: devs, topo: topo, placement: c.placement, backend: c.backend, timing: c.timing}
 	seen := map[topology.DeviceID]bool{}
-	for _, d := range devs {
+	for i, d := range devs {
+		if d == nil {
+			return nil, fmt.Errorf("exec: device %d of %d is nil", i, len(devs))
+		}
 		if seen[d.ID()] {
 			return nil, fmt.Errorf("exec: device %s given twice", d.ID())
 		}
@@ -137,12 +182,33 @@ func (e *Executor) Device() gpu.Device { return e.devs[0] }
 // Devices returns the executor's devices, by index.
 func (e *Executor) Devices() []gpu.Device { return slices.Clone(e.devs) }
 
-// RunOption configures one run.
-type RunOption func(*runConfig)
+// RunOption configures one run (Run, Execute). An option given bad input
+// returns an error, which the run returns prefixed with "exec: " before it
+// starts, having released every input value given (WithInput); nil
+// options are skipped.
+type RunOption func(*runConfig) error
 
 type runConfig struct {
 	inputs  map[dag.BufferID]any
 	keepMem bool
+}
+
+// runOptions applies opts in order and returns the first option's error,
+// prefixed with "exec: ". It applies every option even after an error, so
+// that the caller can release every input value given. A value given to
+// an input twice is released here.
+func runOptions(opts []RunOption) (runConfig, error) {
+	var rc runConfig
+	var first error
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&rc); err != nil && first == nil {
+			first = fmt.Errorf("exec: %w", err)
+		}
+	}
+	return rc, first
 }
 
 // WithKeepDeviceMemory makes a run of Execute hand its device memory on
@@ -154,18 +220,27 @@ type runConfig struct {
 // still uses memory an earlier run kept, and releases it when it ends.
 // It has no effect on Executor.Run (its plan runs once), on a run that
 // loses a device, or on a plan with no code devices.
-func WithKeepDeviceMemory() RunOption { return func(c *runConfig) { c.keepMem = true } }
+func WithKeepDeviceMemory() RunOption {
+	return func(c *runConfig) error { c.keepMem = true; return nil }
+}
 
 // WithInput stores v into input buffer id before the run starts; the
 // buffer takes over the caller's reference (see buffers.Buffer.Store). An
 // input given no value is not an error: a value buffer then holds nil and
-// a raw buffer zero bytes, and its readers run on that.
+// a raw buffer zero bytes, and its readers run on that. Errors: a buffer
+// given a value twice in one run (the run releases both values).
 func WithInput(id dag.BufferID, v any) RunOption {
-	return func(c *runConfig) {
+	return func(c *runConfig) error {
 		if c.inputs == nil {
 			c.inputs = map[dag.BufferID]any{}
 		}
+		if old, dup := c.inputs[id]; dup {
+			releaseValue(old)
+			c.inputs[id] = v
+			return fmt.Errorf("WithInput: buffer %v given twice", id)
+		}
 		c.inputs[id] = v
+		return nil
 	}
 }
 
@@ -175,10 +250,7 @@ func WithInput(id dag.BufferID, v any) RunOption {
 func (e *Executor) Run(ctx context.Context, g *dag.Graph, opts ...RunOption) (*Result, error) {
 	p, err := e.Plan(g)
 	if err != nil {
-		var rc runConfig
-		for _, o := range opts {
-			o(&rc)
-		}
+		rc, _ := runOptions(opts) // the planning error comes first
 		releaseInputs(rc.inputs)
 		return nil, err
 	}
@@ -186,7 +258,7 @@ func (e *Executor) Run(ctx context.Context, g *dag.Graph, opts ...RunOption) (*R
 }
 
 // Execute runs plan p. It returns an error only when the run could not
-// start (a plan for more streams than a device has, an input for an
+// start (a run option's error, a plan for more streams than a device has, an input for an
 // unknown buffer, ctx done while waiting for budget that concurrent runs
 // hold, or run from inside a kernel) or a device refused work (closed, or
 // lost where the run cannot recover: see below). A raw buffer
@@ -267,9 +339,10 @@ func (e *Executor) Execute(ctx context.Context, p *Plan, opts ...RunOption) (*Re
 // Plan.ReleaseDeviceMemory), false for a plan that runs once; cp, when
 // not nil, records the run in a capture window (Executor.Capture).
 func (e *Executor) execute(ctx context.Context, p *Plan, keep bool, cp *Capture, opts ...RunOption) (*Result, error) {
-	var rc runConfig
-	for _, o := range opts {
-		o(&rc)
+	rc, err := runOptions(opts)
+	if err != nil {
+		releaseInputs(rc.inputs)
+		return nil, err
 	}
 	if err := e.fits(p); err != nil {
 		releaseInputs(rc.inputs)

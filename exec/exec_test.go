@@ -13,6 +13,7 @@ import (
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/failgraph"
+	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/gpu/cpu"
 	"github.com/streamdag/streamdag/internal/leaktest"
 	"github.com/streamdag/streamdag/topology"
@@ -25,7 +26,7 @@ func newExecutor(t *testing.T, streams int, opts ...exec.Option) *exec.Executor 
 	dev, err := cpu.New(cpu.WithStreams(streams))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, dev.Close()) })
-	return exec.New(dev, append([]exec.Option{exec.WithAllocator(leaktest.Allocator(t))}, opts...)...)
+	return exec.MustNew(t, dev, append([]exec.Option{exec.WithAllocator(leaktest.Allocator(t))}, opts...)...)
 }
 
 // bothTimings runs f with launch timing on (the default) and off: off,
@@ -305,4 +306,44 @@ func TestInputsAndBudget(t *testing.T) {
 	res.Close()
 	_, err = res.Value(99)
 	assert.ErrorContains(t, err, "no buffer id 99")
+}
+
+// TestOptionErrors checks that New, NewMulti and a run refuse bad options
+// with an error naming the option.
+func TestOptionErrors(t *testing.T) {
+	dev, err := cpu.New(cpu.WithStreams(1))
+	require.NoError(t, err)
+	defer dev.Close()
+	for _, tc := range []struct {
+		name string
+		opt  exec.Option
+		want string
+	}{
+		{"nil budget", exec.WithBudget(nil), "exec: WithBudget: nil budget"},
+		{"nil allocator", exec.WithAllocator(nil), "exec: WithAllocator: nil allocator"},
+		{"nil backend", exec.WithBackend(nil), "exec: WithBackend: nil backend"},
+		{"unknown placement", exec.WithPlacement(9), "exec: WithPlacement: unknown placement placement(9)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := exec.New(dev, tc.opt)
+			assert.EqualError(t, err, tc.want)
+			assert.Nil(t, e)
+		})
+	}
+	_, err = exec.NewMulti([]gpu.Device{dev, nil}, nil)
+	assert.EqualError(t, err, "exec: device 1 of 2 is nil")
+}
+
+// TestRunOptionErrors: a buffer given an input twice fails the run before
+// it starts, and both values are released once.
+func TestRunOptionErrors(t *testing.T) {
+	e := newExecutor(t, 1)
+	g := dag.New()
+	in := g.AddBuffer("in", 8, dag.Input())
+	g.AddKernel("k", nop, dag.Reads(in))
+	rel := &released{}
+	res, err := e.Run(t.Context(), g, exec.WithInput(in, rel), exec.WithInput(in, rel))
+	assert.EqualError(t, err, fmt.Sprintf("exec: WithInput: buffer %v given twice", in))
+	assert.Nil(t, res)
+	assert.EqualValues(t, 2, rel.n.Load())
 }

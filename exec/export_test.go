@@ -3,12 +3,23 @@ package exec
 import (
 	"fmt"
 	"slices"
+	"testing"
 
 	"github.com/streamdag/streamdag/dag"
 	"github.com/streamdag/streamdag/gpu"
 	"github.com/streamdag/streamdag/placement"
 	"github.com/streamdag/streamdag/topology"
 )
+
+// MustNew is New for options a test knows are valid: an error fails tb.
+func MustNew(tb testing.TB, dev gpu.Device, opts ...Option) *Executor {
+	tb.Helper()
+	e, err := New(dev, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return e
+}
 
 // CodeWindow is how many launches a code stream enqueues ahead of the
 // oldest it has not settled.

@@ -123,7 +123,8 @@ func TestDrainMovesResidentBuffers(t *testing.T) {
 			rep := keptRun(t, e, p, in, out, base, w)
 			require.Positive(t, launchesOn(rep, a.ID()))
 
-			c := placement.NewCoordinator(placement.CoordinatorConfig{})
+			c, err := placement.NewCoordinator()
+			require.NoError(t, err)
 			for _, d := range []gpu.Device{a, b} {
 				c.Register(placement.DeviceInfo{ID: d.ID()})
 			}
@@ -341,7 +342,8 @@ func TestDrainSimulatedGPUs(t *testing.T) {
 	g, total, want := scaleGraph(3, n, w, true)
 	p, err := e.Plan(g)
 	require.NoError(t, err)
-	c := placement.NewCoordinator(placement.CoordinatorConfig{Topology: topo})
+	c, err := placement.NewCoordinator(placement.WithTopology(topo))
+	require.NoError(t, err)
 	for _, d := range e.Devices() {
 		c.Register(placement.DeviceInfo{ID: d.ID()})
 	}
@@ -430,7 +432,11 @@ func ExampleExecutor_Drain() {
 		fmt.Println(err)
 		return
 	}
-	c := placement.NewCoordinator(placement.CoordinatorConfig{})
+	c, err := placement.NewCoordinator()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	for _, d := range e.Devices() {
 		c.Register(placement.DeviceInfo{ID: d.ID()})
 	}

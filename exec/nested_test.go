@@ -53,7 +53,7 @@ func TestKernelRunsGraphOnSameDevice(t *testing.T) {
 			t.Run(fmt.Sprintf("streams=%d/%s", streams, c.name), func(t *testing.T) {
 				dev, err := cpu.New(cpu.WithStreams(streams))
 				require.NoError(t, err)
-				e := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)))
+				e := exec.MustNew(t, dev, exec.WithAllocator(leaktest.Allocator(t)))
 				inner, sum := fanInGraph()
 				outer := dag.New()
 				out := dag.AddValue[any](outer, "out")
@@ -105,7 +105,7 @@ func TestExecuteHonoursCtxWhileQueued(t *testing.T) {
 	dev, err := cpu.New(cpu.WithStreams(1))
 	require.NoError(t, err)
 	defer dev.Close()
-	e := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)))
+	e := exec.MustNew(t, dev, exec.WithAllocator(leaktest.Allocator(t)))
 	started, release := make(chan struct{}), make(chan struct{})
 	busy := dag.New()
 	busy.AddKernel("busy", func(context.Context, dag.Launch) error {
@@ -162,7 +162,7 @@ func TestNestedRunDoesNotWaitForBudget(t *testing.T) {
 			dev, err := cpu.New(cpu.WithStreams(2))
 			require.NoError(t, err)
 			defer dev.Close()
-			e := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)), exec.WithBudget(buffers.NewBudget(1024)))
+			e := exec.MustNew(t, dev, exec.WithAllocator(leaktest.Allocator(t)), exec.WithBudget(buffers.NewBudget(1024)))
 			inner := dag.New()
 			small := inner.AddBuffer("small", 8)
 			inner.AddKernel("fill", nop, dag.Writes(small))

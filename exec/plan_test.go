@@ -174,7 +174,7 @@ func BenchmarkPlanOnSimulatedGPUs(b *testing.B) {
 	executors := []struct {
 		name string
 		e    *exec.Executor
-	}{{"one-device", exec.New(dev)}}
+	}{{"one-device", exec.MustNew(b, dev)}}
 	for _, pl := range []exec.Placement{exec.PlaceHEFT, exec.PlaceRoundRobin} {
 		e, err := exec.NewMulti(set.Devices(), topo, exec.WithPlacement(pl))
 		require.NoError(b, err)

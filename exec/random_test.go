@@ -63,7 +63,7 @@ func TestRandomDAGWithFailures(t *testing.T) {
 			dev, err := cpu.New(cpu.WithStreams(4))
 			require.NoError(t, err)
 			defer dev.Close()
-			res, err := exec.New(dev, exec.WithLaunchTiming(tc.timing)).Run(t.Context(), g)
+			res, err := exec.MustNew(t, dev, exec.WithLaunchTiming(tc.timing)).Run(t.Context(), g)
 			require.NoError(t, err)
 			defer res.Close()
 

@@ -43,11 +43,51 @@ func (p FlushPolicy) String() string {
 	return fmt.Sprintf("FlushPolicy(%d)", uint8(p))
 }
 
-// SchedulerOptions configure a Scheduler. Zero fields take the defaults.
-type SchedulerOptions struct {
-	MaxStreams int         // slots; default 4
-	MaxTasks   int         // a slot's queue executes when it reaches this length; default 64
-	Policy     FlushPolicy // default Sequential
+// SchedulerOption configures a Scheduler (NewScheduler). An option given
+// bad input returns an error, which NewScheduler returns prefixed with
+// "exec: "; nil options are skipped.
+type SchedulerOption func(*schedulerSettings) error
+
+type schedulerSettings struct {
+	maxStreams int
+	maxTasks   int
+	policy     FlushPolicy
+}
+
+// WithMaxStreams sets the scheduler's number of slots n (default 4): the
+// logical streams fold onto them (slot = id mod n). Errors: n < 1.
+func WithMaxStreams(n int) SchedulerOption {
+	return func(s *schedulerSettings) error {
+		if n < 1 {
+			return fmt.Errorf("WithMaxStreams(%d): want at least 1 slot", n)
+		}
+		s.maxStreams = n
+		return nil
+	}
+}
+
+// WithMaxTasks makes a slot's queue execute when it reaches n tasks
+// (default 64). Errors: n < 1.
+func WithMaxTasks(n int) SchedulerOption {
+	return func(s *schedulerSettings) error {
+		if n < 1 {
+			return fmt.Errorf("WithMaxTasks(%d): want at least 1 task", n)
+		}
+		s.maxTasks = n
+		return nil
+	}
+}
+
+// WithPolicy sets how the queued tasks of one run are laid out (default
+// Sequential). Errors: p is neither Sequential nor Interleave.
+func WithPolicy(p FlushPolicy) SchedulerOption {
+	return func(s *schedulerSettings) error {
+		if p != Sequential && p != Interleave {
+			return fmt.Errorf("WithPolicy: unknown policy %v", p)
+		}
+		s.policy = p
+		return nil
+	}
 }
 
 // ErrSchedulerClosed is returned by a Scheduler's methods after Close.
@@ -80,7 +120,7 @@ var ErrSchedulerClosed = errors.New("exec: scheduler closed")
 // usable; call NewScheduler.
 type Scheduler struct {
 	ex   *Executor
-	opts SchedulerOptions
+	opts schedulerSettings
 
 	mu      sync.Mutex
 	slots   []slot
@@ -175,23 +215,37 @@ var firedRun = func() *schedRun {
 	return r
 }()
 
-// NewScheduler returns a scheduler that runs its tasks with ex. It starts
-// no goroutine; each run has one, which ends with the run.
-func NewScheduler(ex *Executor, opts SchedulerOptions) *Scheduler {
-	if opts.MaxStreams <= 0 {
-		opts.MaxStreams = 4
+// NewScheduler returns a scheduler that runs its tasks with ex, configured
+// by opts in order. It starts no goroutine; each run has one, which ends
+// with the run. Errors: a nil ex, the first option's error.
+func NewScheduler(ex *Executor, opts ...SchedulerOption) (*Scheduler, error) {
+	if ex == nil {
+		return nil, errors.New("exec: NewScheduler: nil executor")
 	}
-	if opts.MaxTasks <= 0 {
-		opts.MaxTasks = 64
+	set := schedulerSettings{maxStreams: 4, maxTasks: 64}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&set); err != nil {
+			return nil, fmt.Errorf("exec: %w", err)
+		}
 	}
-	return &Scheduler{ex: ex, opts: opts, slots: make([]slot, opts.MaxStreams),
-		errs: map[StreamID][]error{}, cancels: map[*schedRun]context.CancelFunc{}}
+	return &Scheduler{ex: ex, opts: set, slots: make([]slot, set.maxStreams),
+		errs: map[StreamID][]error{}, cancels: map[*schedRun]context.CancelFunc{}}, nil
 }
 
-// Options returns the scheduler's options with defaults filled in.
-func (s *Scheduler) Options() SchedulerOptions { return s.opts }
+// MaxStreams returns the scheduler's number of slots (WithMaxStreams).
+func (s *Scheduler) MaxStreams() int { return s.opts.maxStreams }
 
-func (s *Scheduler) slotOf(id StreamID) int { return int(id % StreamID(s.opts.MaxStreams)) }
+// MaxTasks returns the queue length at which a slot executes
+// (WithMaxTasks).
+func (s *Scheduler) MaxTasks() int { return s.opts.maxTasks }
+
+// Policy returns the scheduler's flush policy (WithPolicy).
+func (s *Scheduler) Policy() FlushPolicy { return s.opts.policy }
+
+func (s *Scheduler) slotOf(id StreamID) int { return int(id % StreamID(s.opts.maxStreams)) }
 
 // Register queues fn, named name (for reports and errors), on stream so
 // that it runs after the work already registered on stream's slot and on
@@ -234,7 +288,7 @@ func (s *Scheduler) Register(stream StreamID, name string, fn dag.KernelFunc, ar
 	sl := &s.slots[target]
 	sl.used = true
 	sl.queue = append(sl.queue, queued{name, fn, stream})
-	if len(sl.queue) >= s.opts.MaxTasks {
+	if len(sl.queue) >= s.opts.maxTasks {
 		errs = append(errs, s.execute([]StreamID{stream}))
 	}
 	return errors.Join(errs...)
@@ -505,7 +559,7 @@ func (s *Scheduler) execute(ids []StreamID) error {
 func (s *Scheduler) graph(order []int) (*dag.Graph, []queued) {
 	var chains [][]queued
 	var streams []int
-	if s.opts.Policy == Interleave && len(order) > 1 {
+	if s.opts.policy == Interleave && len(order) > 1 {
 		var all []queued
 		for r := 0; ; r++ {
 			took := false

@@ -35,13 +35,14 @@ func TestSchedulerOpenCLStreams(t *testing.T) {
 // with a task in the run (once each), the tasks are dropped and never run,
 // and the scheduler goes on.
 func TestSchedulerOpenCLOnlyExecutor(t *testing.T) {
-	s := exec.NewScheduler(exec.New(openCLDevice(t, 2)), exec.SchedulerOptions{MaxStreams: 2})
+	s, err := exec.NewScheduler(exec.MustNew(t, openCLDevice(t, 2)), exec.WithMaxStreams(2))
+	require.NoError(t, err)
 	ran := false
 	task := func(context.Context, dag.Launch) error { ran = true; return nil }
 	require.NoError(t, s.Register(0, "a0", task))
 	require.NoError(t, s.Register(2, "b2", task))
 	require.NoError(t, s.Register(1, "a1", task))
-	err := s.ExecuteStreams(0, 1)
+	err = s.ExecuteStreams(0, 1)
 	require.Error(t, err)
 	assert.ErrorContains(t, err, "exec: run of streams [0 2 1]")
 	for _, id := range []exec.StreamID{0, 2, 1} {

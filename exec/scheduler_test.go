@@ -45,16 +45,13 @@ func (l *runLog) take() []string {
 // newCPUScheduler returns a scheduler over an executor of a CPU device
 // with as many streams as the scheduler has slots, tracing its runs into
 // the returned log. Cleanup closes the scheduler, then the device.
-func newCPUScheduler(t *testing.T, opts exec.SchedulerOptions) (*exec.Scheduler, *runLog) {
+func newCPUScheduler(t *testing.T, slots int, opts ...exec.SchedulerOption) (*exec.Scheduler, *runLog) {
 	t.Helper()
-	streams := opts.MaxStreams
-	if streams <= 0 {
-		streams = 4
-	}
-	dev, err := cpu.New(cpu.WithStreams(streams))
+	dev, err := cpu.New(cpu.WithStreams(slots))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, dev.Close()) })
-	s := exec.NewScheduler(exec.New(dev, exec.WithAllocator(leaktest.Allocator(t))), opts)
+	s, err := exec.NewScheduler(exec.MustNew(t, dev, exec.WithAllocator(leaktest.Allocator(t))), append([]exec.SchedulerOption{exec.WithMaxStreams(slots)}, opts...)...)
+	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close(context.Background())) })
 	log := &runLog{}
 	exec.TraceScheduler(s, log.add)
@@ -81,7 +78,7 @@ func settle(t *testing.T, s *exec.Scheduler, stream exec.StreamID) {
 }
 
 func TestSchedulerStreamIDs(t *testing.T) {
-	s, log := newCPUScheduler(t, exec.SchedulerOptions{MaxStreams: 4})
+	s, log := newCPUScheduler(t, 4)
 	assert.Empty(t, s.StreamIDs())
 	require.NoError(t, s.ExecuteStreams(0, 1, 2, 3))
 	require.NoError(t, s.FlushAll())
@@ -100,8 +97,34 @@ func TestSchedulerStreamIDs(t *testing.T) {
 	assert.Equal(t, []string{"#1 s0[t2] s1[t4] s2[t1 t3]"}, log.take(), "one run, each slot's tasks on its own stream")
 }
 
+// TestSchedulerOptionErrors checks that NewScheduler refuses bad options
+// and a nil executor, naming them.
+func TestSchedulerOptionErrors(t *testing.T) {
+	dev, err := cpu.New(cpu.WithStreams(1))
+	require.NoError(t, err)
+	defer dev.Close()
+	ex := exec.MustNew(t, dev)
+	for _, tc := range []struct {
+		name string
+		ex   *exec.Executor
+		opt  exec.SchedulerOption
+		want string
+	}{
+		{"zero slots", ex, exec.WithMaxStreams(0), "exec: WithMaxStreams(0): want at least 1 slot"},
+		{"negative tasks", ex, exec.WithMaxTasks(-2), "exec: WithMaxTasks(-2): want at least 1 task"},
+		{"unknown policy", ex, exec.WithPolicy(7), "exec: WithPolicy: unknown policy FlushPolicy(7)"},
+		{"nil executor", nil, nil, "exec: NewScheduler: nil executor"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := exec.NewScheduler(tc.ex, tc.opt)
+			assert.EqualError(t, err, tc.want)
+			assert.Nil(t, s)
+		})
+	}
+}
+
 func TestSchedulerLogicalStreamsFoldOntoSlots(t *testing.T) {
-	s, log := newCPUScheduler(t, exec.SchedulerOptions{MaxStreams: 4})
+	s, log := newCPUScheduler(t, 4)
 	register(t, s, 1, "a")
 	register(t, s, 5, "b")
 	register(t, s, 9, "c")
@@ -109,12 +132,17 @@ func TestSchedulerLogicalStreamsFoldOntoSlots(t *testing.T) {
 	require.NoError(t, s.ExecuteStreams(5))
 	assert.Equal(t, []string{"#1 s1[a b c]"}, log.take(),
 		"executing one logical stream executes its slot's queue, in registration order")
-	assert.Equal(t, 4, s.Options().MaxStreams)
+	assert.Equal(t, 4, s.MaxStreams())
 }
 
 func TestSchedulerDefaults(t *testing.T) {
-	s, _ := newCPUScheduler(t, exec.SchedulerOptions{})
-	assert.Equal(t, exec.SchedulerOptions{MaxStreams: 4, MaxTasks: 64, Policy: exec.Sequential}, s.Options())
+	dev, err := cpu.New(cpu.WithStreams(1))
+	require.NoError(t, err)
+	defer dev.Close()
+	s, err := exec.NewScheduler(exec.MustNew(t, dev))
+	require.NoError(t, err)
+	defer s.Close(context.Background())
+	assert.Equal(t, []any{4, 64, exec.Sequential}, []any{s.MaxStreams(), s.MaxTasks(), s.Policy()})
 	assert.Equal(t, "sequential", exec.Sequential.String())
 	assert.Equal(t, "interleave", exec.Interleave.String())
 }
@@ -123,7 +151,7 @@ func TestSchedulerDefaults(t *testing.T) {
 // first-seen order), then the target's own queued work, and makes the
 // target's next run follow the arg streams' runs.
 func TestSchedulerRegisterAligns(t *testing.T) {
-	s, log := newCPUScheduler(t, exec.SchedulerOptions{MaxStreams: 4})
+	s, log := newCPUScheduler(t, 4)
 	register(t, s, 1, "a1")
 	register(t, s, 2, "a2")
 	register(t, s, 0, "a0")
@@ -154,7 +182,7 @@ func TestSchedulerRegisterAligns(t *testing.T) {
 func TestSchedulerMaxTasksExecutesQueue(t *testing.T) {
 	for _, policy := range []exec.FlushPolicy{exec.Sequential, exec.Interleave} {
 		t.Run(policy.String(), func(t *testing.T) {
-			s, log := newCPUScheduler(t, exec.SchedulerOptions{MaxStreams: 2, MaxTasks: 3, Policy: policy})
+			s, log := newCPUScheduler(t, 2, exec.WithMaxTasks(3), exec.WithPolicy(policy))
 			register(t, s, 1, "t1")
 			register(t, s, 3, "t2")
 			assert.Empty(t, log.take())
@@ -169,7 +197,7 @@ func TestSchedulerMaxTasksExecutesQueue(t *testing.T) {
 	}
 
 	t.Run("MaxTasks1", func(t *testing.T) {
-		s, log := newCPUScheduler(t, exec.SchedulerOptions{MaxTasks: 1})
+		s, log := newCPUScheduler(t, 4, exec.WithMaxTasks(1))
 		register(t, s, 0, "t1")
 		register(t, s, 0, "t2")
 		assert.Equal(t, []string{"#1 s0[t1]", "#2 s0[t2] after #1"}, log.take())
@@ -177,7 +205,7 @@ func TestSchedulerMaxTasksExecutesQueue(t *testing.T) {
 }
 
 func TestSchedulerExecuteStreamsSequential(t *testing.T) {
-	s, log := newCPUScheduler(t, exec.SchedulerOptions{MaxStreams: 4})
+	s, log := newCPUScheduler(t, 4)
 	register(t, s, 2, "a2")
 	register(t, s, 6, "b6")
 	register(t, s, 0, "a0")
@@ -197,7 +225,7 @@ func TestSchedulerExecuteStreamsSequential(t *testing.T) {
 }
 
 func TestSchedulerExecuteStreamsInterleave(t *testing.T) {
-	s, log := newCPUScheduler(t, exec.SchedulerOptions{MaxStreams: 4, Policy: exec.Interleave})
+	s, log := newCPUScheduler(t, 4, exec.WithPolicy(exec.Interleave))
 	fill := func() {
 		register(t, s, 1, "a1")
 		register(t, s, 0, "a0")
@@ -224,7 +252,7 @@ func TestSchedulerExecuteStreamsInterleave(t *testing.T) {
 
 func TestSchedulerFlushAll(t *testing.T) {
 	t.Run("Sequential", func(t *testing.T) {
-		s, log := newCPUScheduler(t, exec.SchedulerOptions{MaxStreams: 4})
+		s, log := newCPUScheduler(t, 4)
 		register(t, s, 3, "a3")
 		register(t, s, 1, "a1")
 		register(t, s, 0, "a0")
@@ -235,7 +263,7 @@ func TestSchedulerFlushAll(t *testing.T) {
 		assert.Empty(t, log.take())
 	})
 	t.Run("Interleave", func(t *testing.T) {
-		s, log := newCPUScheduler(t, exec.SchedulerOptions{MaxStreams: 4, Policy: exec.Interleave})
+		s, log := newCPUScheduler(t, 4, exec.WithPolicy(exec.Interleave))
 		register(t, s, 3, "a3")
 		register(t, s, 1, "a1")
 		register(t, s, 1, "b1")
@@ -245,7 +273,7 @@ func TestSchedulerFlushAll(t *testing.T) {
 }
 
 func TestSchedulerRecordAndWait(t *testing.T) {
-	s, log := newCPUScheduler(t, exec.SchedulerOptions{MaxStreams: 4})
+	s, log := newCPUScheduler(t, 4)
 	register(t, s, 1, "a1")
 	e, err := s.Record(5)
 	require.NoError(t, err)
@@ -279,7 +307,7 @@ func TestSchedulerRecordAndWait(t *testing.T) {
 func TestSchedulerErrorsAttributedToLogicalStream(t *testing.T) {
 	boom := errors.New("boom")
 	fail := func(context.Context, dag.Launch) error { return boom }
-	s, _ := newCPUScheduler(t, exec.SchedulerOptions{MaxStreams: 4})
+	s, _ := newCPUScheduler(t, 4)
 	var ran atomic.Int32
 	count := func(context.Context, dag.Launch) error { ran.Add(1); return nil }
 	require.NoError(t, s.Register(1, "a1", fail))
@@ -314,7 +342,7 @@ func TestSchedulerErrorsAttributedToLogicalStream(t *testing.T) {
 // stream are attributed to the streams that registered them.
 func TestSchedulerInterleaveErrorsAttributed(t *testing.T) {
 	boom := errors.New("boom")
-	s, log := newCPUScheduler(t, exec.SchedulerOptions{MaxStreams: 4, Policy: exec.Interleave})
+	s, log := newCPUScheduler(t, 4, exec.WithPolicy(exec.Interleave))
 	register(t, s, 0, "a0")
 	require.NoError(t, s.Register(2, "a2", func(context.Context, dag.Launch) error { return boom }))
 	register(t, s, 3, "a3")
@@ -329,7 +357,7 @@ func TestSchedulerInterleaveErrorsAttributed(t *testing.T) {
 
 func TestSchedulerClose(t *testing.T) {
 	t.Run("Drains", func(t *testing.T) {
-		s, log := newCPUScheduler(t, exec.SchedulerOptions{MaxStreams: 2})
+		s, log := newCPUScheduler(t, 2)
 		var ran atomic.Int32
 		for i := range 5 {
 			require.NoError(t, s.Register(exec.StreamID(i), fmt.Sprint(i), func(context.Context, dag.Launch) error { ran.Add(1); return nil }))
@@ -350,7 +378,7 @@ func TestSchedulerClose(t *testing.T) {
 		assert.ErrorIs(t, err, exec.ErrSchedulerClosed)
 	})
 	t.Run("DeadlineCancels", func(t *testing.T) {
-		s, _ := newCPUScheduler(t, exec.SchedulerOptions{MaxStreams: 2})
+		s, _ := newCPUScheduler(t, 2)
 		require.NoError(t, s.Wait(1, &fakeEvent{fired: make(chan struct{})})) // never fires
 		var ran atomic.Bool
 		require.NoError(t, s.Register(1, "never", func(context.Context, dag.Launch) error { ran.Store(true); return nil }))
@@ -365,7 +393,7 @@ func TestSchedulerClose(t *testing.T) {
 
 func TestSchedulerFreeAfter(t *testing.T) {
 	t.Run("NoReaders", func(t *testing.T) {
-		s, log := newCPUScheduler(t, exec.SchedulerOptions{MaxStreams: 4})
+		s, log := newCPUScheduler(t, 4)
 		freed := 0
 		require.NoError(t, s.FreeAfter(nil, func() { freed++ }))
 		assert.Equal(t, 1, freed, "no reader: freed at once")
@@ -377,7 +405,7 @@ func TestSchedulerFreeAfter(t *testing.T) {
 	})
 
 	t.Run("WaitsForReaders", func(t *testing.T) {
-		s, log := newCPUScheduler(t, exec.SchedulerOptions{MaxStreams: 4})
+		s, log := newCPUScheduler(t, 4)
 		f0, g0 := gated()
 		f1, g1 := gated()
 		require.NoError(t, s.Register(0, "a0", f0))
@@ -407,7 +435,7 @@ func TestSchedulerFreeAfter(t *testing.T) {
 	})
 
 	t.Run("ViaFlushAllInOrder", func(t *testing.T) {
-		s, _ := newCPUScheduler(t, exec.SchedulerOptions{MaxStreams: 4})
+		s, _ := newCPUScheduler(t, 4)
 		f0, g0 := gated()
 		f2, g2 := gated()
 		require.NoError(t, s.Register(0, "a0", f0))
@@ -428,7 +456,7 @@ func TestSchedulerFreeAfter(t *testing.T) {
 	})
 
 	t.Run("FreeMayCallScheduler", func(t *testing.T) {
-		s, _ := newCPUScheduler(t, exec.SchedulerOptions{MaxStreams: 4})
+		s, _ := newCPUScheduler(t, 4)
 		register(t, s, 0, "a0")
 		freed := false
 		require.NoError(t, s.FreeAfter([]exec.StreamID{0}, func() {
@@ -456,7 +484,7 @@ func TestSchedulerFreeAfter(t *testing.T) {
 // the write. Plain memory, so -race checks the happens-before edge.
 func TestSchedulerDeviceCrossStreamReadSeesWrite(t *testing.T) {
 	for _, policy := range []exec.FlushPolicy{exec.Sequential, exec.Interleave} {
-		s, _ := newCPUScheduler(t, exec.SchedulerOptions{MaxStreams: 3, Policy: policy})
+		s, _ := newCPUScheduler(t, 3, exec.WithPolicy(policy))
 		for i := range 300 {
 			var x, y int
 			prod := exec.StreamID(0)
@@ -481,7 +509,7 @@ func TestSchedulerDeviceCrossStreamReadSeesWrite(t *testing.T) {
 // A later run of a stream never overtakes an earlier one, even when the
 // earlier one ran the stream's task on another slot's stream (Interleave).
 func TestSchedulerDeviceInterleaveKeepsStreamOrder(t *testing.T) {
-	s, log := newCPUScheduler(t, exec.SchedulerOptions{MaxStreams: 3, Policy: exec.Interleave})
+	s, log := newCPUScheduler(t, 3, exec.WithPolicy(exec.Interleave))
 	gate := make(chan struct{})
 	var first atomic.Bool
 	register(t, s, 0, "z")
@@ -508,7 +536,7 @@ func TestSchedulerDeviceInterleaveKeepsStreamOrder(t *testing.T) {
 // A buffer read on another stream is not freed until that stream's reads
 // ran.
 func TestSchedulerDeviceFreeAfterSharedBuffer(t *testing.T) {
-	s, _ := newCPUScheduler(t, exec.SchedulerOptions{MaxStreams: 2})
+	s, _ := newCPUScheduler(t, 2)
 	buf := []int{0}
 	read := -1
 	reader, gate := gated()
@@ -548,7 +576,7 @@ func TestSchedulerStreamsProperty(t *testing.T) {
 				dev, err := cpu.New(cpu.WithStreams(3))
 				require.NoError(t, err)
 				t.Cleanup(func() { require.NoError(t, dev.Close()) })
-				runSchedulerProgram(t, exec.New(dev), policy, seed)
+				runSchedulerProgram(t, exec.MustNew(t, dev), policy, seed)
 			})
 		}
 	}
@@ -566,7 +594,8 @@ func runSchedulerProgram(t *testing.T, ex *exec.Executor, policy exec.FlushPolic
 		tasks   = 200
 	)
 	rng := rand.New(rand.NewPCG(seed, seed))
-	s := exec.NewScheduler(ex, exec.SchedulerOptions{MaxStreams: slots, MaxTasks: 8, Policy: policy})
+	s, err := exec.NewScheduler(ex, exec.WithMaxStreams(slots), exec.WithMaxTasks(8), exec.WithPolicy(policy))
+	require.NoError(t, err)
 	done := make([]atomic.Bool, tasks)
 	var bad atomic.Int64           // 1 + the first task that ran too early
 	var wrong atomic.Int64         // 1 + the first task that ran on another stream
@@ -625,7 +654,7 @@ func runSchedulerProgram(t *testing.T, ex *exec.Executor, policy exec.FlushPolic
 }
 
 func TestSchedulerBadInput(t *testing.T) {
-	s, log := newCPUScheduler(t, exec.SchedulerOptions{MaxStreams: 2})
+	s, log := newCPUScheduler(t, 2)
 	assert.EqualError(t, s.Register(3, "t", nil), `exec: register "t" on stream 3: nil task function`)
 	assert.EqualError(t, s.Wait(1, nil), "exec: wait on stream 1: nil event")
 	require.NoError(t, s.FlushAll())

@@ -45,7 +45,7 @@
 //
 //	import _ "github.com/streamdag/streamdag/gpu/cpu"
 //
-//	set, err := gpu.Open(ctx, "cpu", gpu.Config{Streams: 4})
+//	set, err := gpu.Open(ctx, "cpu", gpu.WithStreams(4))
 //	if err != nil { … }                  // unknown kind, bad stream count
 //	defer set.Close()
 //	dev := set.Devices()[0]

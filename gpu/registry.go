@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -9,23 +10,89 @@ import (
 	"github.com/streamdag/streamdag/topology"
 )
 
-// Config says how a driver opens its devices. The zero value asks each
-// driver for its defaults.
+// Option configures how a driver opens its devices (Open, a lease
+// backend's Acquire). An option given bad input returns an error, which
+// the call returns prefixed with "gpu: ", opening nothing; nil options are
+// skipped.
+type Option func(*Config) error
+
+// Config is what a driver is asked to open its devices with: the options
+// of one call, applied in order (NewConfig). The zero value asks for the
+// driver's defaults. A Config is read-only once built; it is safe for
+// concurrent use.
 type Config struct {
-	// Streams is the number of streams of each device opened; 0 means the
-	// driver's default (the CPU device: runtime.GOMAXPROCS(0)). A driver
-	// returns an error naming a count it cannot give.
-	Streams int
-	// GPUs are the GPUs a simulating driver models (sim: their IDs and
-	// facts, e.g. topology.Topology.GPUs()); drivers of real devices
-	// ignore it.
-	GPUs []topology.DeviceFacts
-	// Driver is settings of the driver's own type (each driver package
-	// documents its type: sim takes []sim.Option), nil for the driver's
-	// defaults. A driver rejects a type it does not know with an error
-	// naming the type, so settings meant for one kind never pass silently
-	// to another.
-	Driver any
+	streams int
+	driver  []DriverSetting
+}
+
+// DriverSetting is a setting that only the driver of one kind takes: a
+// driver package offers constructors of its own settings that return
+// WithDriverSetting of one (sim.WithSimulation). Open refuses a setting
+// whose DriverKind is not the kind it opens, naming both.
+type DriverSetting interface {
+	// DriverKind returns the kind of the driver that takes the setting.
+	DriverKind() string
+}
+
+// WithStreams asks for n streams on each device opened (default: the
+// driver's; the CPU device's is runtime.GOMAXPROCS(0)). A driver returns
+// an error naming a count it cannot give. Errors: n < 1.
+func WithStreams(n int) Option {
+	return func(c *Config) error {
+		if n < 1 {
+			return fmt.Errorf("WithStreams(%d): want at least 1 stream", n)
+		}
+		c.streams = n
+		return nil
+	}
+}
+
+// WithDriverSetting passes s to the driver of s.DriverKind(); driver
+// packages wrap it in constructors of their own settings. Errors: a nil
+// s, or one whose DriverKind is empty.
+func WithDriverSetting(s DriverSetting) Option {
+	return func(c *Config) error {
+		if s == nil || s.DriverKind() == "" {
+			return errors.New("WithDriverSetting: nil setting or no driver kind")
+		}
+		c.driver = append(c.driver, s)
+		return nil
+	}
+}
+
+// NewConfig applies opts in order and returns the Config they describe,
+// or the first option's error prefixed with "gpu: ". It does not check
+// which driver the driver settings are for (Open does).
+func NewConfig(opts ...Option) (Config, error) {
+	var c Config
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&c); err != nil {
+			return Config{}, fmt.Errorf("gpu: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// Streams returns the streams asked for each device (WithStreams), 0 for
+// the driver's default.
+func (c Config) Streams() int { return c.streams }
+
+// DriverSettings returns the driver settings given (WithDriverSetting), in
+// order; nil when none was.
+func (c Config) DriverSettings() []DriverSetting { return slices.Clone(c.driver) }
+
+// ForDriver returns an error naming kind and the first driver setting
+// that is not of kind, nil when every setting is.
+func (c Config) ForDriver(kind string) error {
+	for _, s := range c.driver {
+		if k := s.DriverKind(); k != kind {
+			return fmt.Errorf("gpu: a setting of driver %q (%T) given to driver %q", k, s, kind)
+		}
+	}
+	return nil
 }
 
 // Set is the devices one Open returned, closed together.
@@ -40,9 +107,10 @@ type Set interface {
 // registers its driver in init (as database/sql drivers do), so importing
 // the package (gpu/cpu, gpu/sim, …) makes the kind available to Open.
 type Driver interface {
-	// Open opens the kind's devices as cfg says. The caller owns the Set
-	// and must Close it. Errors name the kind and what was wrong; nothing
-	// is left running after an error.
+	// Open opens the kind's devices as cfg says (its driver settings, if
+	// any, are the kind's own: see Config.ForDriver). The caller owns the
+	// Set and must Close it. Errors name the kind and what was wrong;
+	// nothing is left running after an error.
 	Open(ctx context.Context, cfg Config) (Set, error)
 }
 
@@ -79,13 +147,21 @@ func Drivers() []string {
 	return kinds
 }
 
-// Open opens the devices of the driver registered under kind. Errors: no
-// driver of that kind (the message lists the registered ones and says to
-// import the kind's package), or the driver's own. Safe for concurrent
-// use.
-func Open(ctx context.Context, kind string, cfg Config) (Set, error) {
+// Open opens the devices of the driver registered under kind, configured
+// by opts. Errors: an option's error; no driver of that kind (the message
+// lists the registered ones and says to import the kind's package); a
+// driver setting of another kind ("gpu: a setting of driver "sim" (…)
+// given to driver "cpu""); or the driver's own. Safe for concurrent use.
+func Open(ctx context.Context, kind string, opts ...Option) (Set, error) {
+	cfg, err := NewConfig(opts...)
+	if err != nil {
+		return nil, err
+	}
 	d, err := Lookup(kind)
 	if err != nil {
+		return nil, err
+	}
+	if err := cfg.ForDriver(kind); err != nil {
 		return nil, err
 	}
 	return d.Open(ctx, cfg)
@@ -116,7 +192,7 @@ type Found struct {
 	Device topology.DeviceFacts
 	// Type is what the device is: "gpu", "cpu", "accelerator" or
 	// "custom" (an OpenCL device type; the types a lease backend's
-	// Config.LeaseTypes names).
+	// lease.WithLeaseTypes names).
 	Type string
 	// Key identifies the device across Enumerate calls of the same
 	// process: its UUID when it has one, else what the driver knows it
@@ -136,7 +212,7 @@ type Enumerator interface {
 	// is valid.
 	Enumerate(ctx context.Context) ([]Found, error)
 	// OpenDevice opens the device f (from Enumerate: found again by
-	// f.Key) with cfg.Streams streams (0: the driver's default), with the
+	// f.Key) with cfg.Streams() streams (0: the driver's default), with the
 	// ID f.Device.ID. The caller owns the device and must Close it.
 	// Errors: the device is no longer listed, a bad stream count, the
 	// driver's own.

@@ -46,15 +46,21 @@ func TestRegistry(t *testing.T) {
 	assert.Subset(t, gpu.Drivers(), []string{"test-fail", "test-ok"})
 	assert.IsNonDecreasing(t, gpu.Drivers(), "sorted")
 
-	set, err := gpu.Open(t.Context(), "test-ok", gpu.Config{Streams: 3})
+	set, err := gpu.Open(t.Context(), "test-ok", gpu.WithStreams(3))
 	require.NoError(t, err)
 	assert.Equal(t, fakeSet{}, set)
-	assert.Equal(t, 3, got.Streams, "the config reaches the driver")
+	assert.Equal(t, 3, got.Streams(), "the config reaches the driver")
 
-	_, err = gpu.Open(t.Context(), "test-fail", gpu.Config{})
+	_, err = gpu.Open(t.Context(), "test-fail")
 	assert.ErrorIs(t, err, boom)
+	assert.Zero(t, got.Streams(), "no option: the driver's default")
 
-	_, err = gpu.Open(t.Context(), "opencl-missing", gpu.Config{})
+	_, err = gpu.Open(t.Context(), "test-ok", gpu.WithStreams(0))
+	assert.EqualError(t, err, "gpu: WithStreams(0): want at least 1 stream")
+	_, err = gpu.Open(t.Context(), "test-ok", gpu.WithDriverSetting(nil))
+	assert.EqualError(t, err, "gpu: WithDriverSetting: nil setting or no driver kind")
+
+	_, err = gpu.Open(t.Context(), "opencl-missing")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `gpu: no driver "opencl-missing" registered`)
 	assert.Contains(t, err.Error(), "test-ok")

@@ -83,7 +83,7 @@ func TestOpenCLToOpenCLViaHost(t *testing.T) {
 	require.Len(t, out, 1)
 	require.NoError(t, out[0].Err)
 	assert.Equal(t, payload(9, 333), back)
-	s := r.Stats()
+	s := r.Traffic()
 	assert.Equal(t, uint64(len(sizes)), s.ByRoute[topology.RouteViaHost].Messages)
 	assert.Equal(t, int64(4096+1+100003), s.ByRoute[topology.RouteViaHost].Bytes)
 	assert.Equal(t, int64(666), s.ByRoute[topology.RouteDirect].Bytes)
@@ -212,7 +212,7 @@ func TestConcurrentSendAndDrain(t *testing.T) {
 	drained.Wait()
 	_, err := r.DrainAll(ctx)
 	require.NoError(t, err)
-	s := r.Stats()
+	s := r.Traffic()
 	assert.Equal(t, uint64(senders*each), s.Sent)
 	assert.Equal(t, uint64(senders*each), s.Delivered)
 	assert.Equal(t, int64(3*senders*each), s.Bytes)
@@ -265,7 +265,7 @@ func TestCloseReleasesQueued(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, r.Close())
-	s := r.Stats()
+	s := r.Traffic()
 	assert.Equal(t, uint64(8), s.Dropped)
 	assert.Zero(t, s.Pending)
 	assert.Zero(t, r.PendingTotal())
@@ -300,7 +300,7 @@ func TestDeviceLossFailsDelivery(t *testing.T) {
 	assert.ErrorContains(t, out[0].Err, "k2k: message 1 kopencl0→kopencl1: k2k: copy 256 bytes host memory→opencl1")
 	assert.Empty(t, in.data)
 	require.Len(t, r.Failures(), 1)
-	assert.Equal(t, uint64(1), r.Stats().Failed)
+	assert.Equal(t, uint64(1), r.Traffic().Failed)
 
 	_, err = r.Send(ctx, "kopencl1", "kcpu", payload(2, 16))
 	assert.ErrorIs(t, err, gpu.ErrDeviceLost, "the payload cannot be placed on a lost device")
@@ -347,7 +347,7 @@ func TestCloseDuringSends(t *testing.T) {
 	for _, n := range queued {
 		sum += n
 	}
-	s := r.Stats()
+	s := r.Traffic()
 	assert.Equal(t, sum, s.Sent)
 	assert.Equal(t, sum, s.Dropped)
 	assert.Zero(t, s.Pending)

@@ -30,7 +30,11 @@ func ExampleRouter() {
 		return
 	}
 	defer gpus.Close()
-	coord := placement.NewCoordinator(placement.CoordinatorConfig{Topology: topo})
+	coord, err := placement.NewCoordinator(placement.WithTopology(topo))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	for _, d := range gpus.Devices() {
 		coord.Register(placement.DeviceInfo{ID: d.ID(), Name: d.Info().Name})
 	}
@@ -59,7 +63,7 @@ func ExampleRouter() {
 		fmt.Println(err)
 		return
 	}
-	s := r.Stats()
+	s := r.Traffic()
 	fmt.Println(len(out), out[0].Err, s.Delivered, s.ByRoute[topology.RouteViaGPU].Bytes)
 	// Output:
 	// via-gpu [gpu0 gpu1 gpu5] 1

@@ -97,7 +97,12 @@ func openCLDevices(t *testing.T, n int) []gpu.Device {
 // and assigns kernel "k<device>" (e.g. "kgpu0", kernelOn) to each.
 func coordinator(t *testing.T, topo *topology.Topology, devs []gpu.Device) *placement.Coordinator {
 	t.Helper()
-	c := placement.NewCoordinator(placement.CoordinatorConfig{Topology: topo})
+	var opts []placement.Option
+	if topo != nil {
+		opts = append(opts, placement.WithTopology(topo))
+	}
+	c, err := placement.NewCoordinator(opts...)
+	require.NoError(t, err)
 	for _, d := range devs {
 		c.Register(placement.DeviceInfo{ID: d.ID(), Name: d.Info().Name})
 		require.NoError(t, c.Assign(kernelOn(d.ID()), d.ID()))

@@ -52,16 +52,16 @@ func (e *UnknownKernelError) Error() string {
 func (e *UnknownKernelError) Unwrap() error { return placement.ErrKernelNotFound }
 
 // MaxFailureRecords is how many failed deliveries Failures keeps (the
-// newest); Stats.Failed counts them all.
+// newest); Traffic.Failed counts them all.
 const MaxFailureRecords = 256
 
-// Pair is a (source device, destination device) pair: the key of a queue.
-type Pair struct {
+// DevicePair is a (source device, destination device) pair: the key of a queue.
+type DevicePair struct {
 	From, To topology.DeviceID
 }
 
 // String returns "gpu0→gpu1".
-func (p Pair) String() string { return p.From.String() + "→" + p.To.String() }
+func (p DevicePair) String() string { return p.From.String() + "→" + p.To.String() }
 
 // Message describes one message a Send queued. Path is shared by the
 // copies of a Message: read it, do not modify it.
@@ -106,8 +106,8 @@ func (s RouteStats) AvgLatency() time.Duration {
 	return s.TotalLatency / time.Duration(s.Messages)
 }
 
-// Stats is a snapshot of a Router's counters.
-type Stats struct {
+// Traffic is a snapshot of a Router's counters.
+type Traffic struct {
 	Sent      uint64 // messages Send queued
 	Delivered uint64 // messages delivered
 	Failed    uint64 // deliveries that failed (Failures holds the newest)
@@ -224,10 +224,10 @@ type Router struct {
 	mu       sync.Mutex
 	closed   bool
 	inflight sync.WaitGroup // Sends and Drains admitted before Close
-	queues   map[Pair]*queue
+	queues   map[DevicePair]*queue
 	handlers map[string]Handler
 	nextID   uint64
-	stats    Stats
+	stats    Traffic
 	failures []Outcome // the newest MaxFailureRecords failures, oldest first
 }
 
@@ -255,7 +255,7 @@ func New(coord *placement.Coordinator, devices []gpu.Device, opts ...Option) (*R
 		return nil, errors.New("k2k: new router: no devices")
 	}
 	r := &Router{coord: coord, devs: map[topology.DeviceID]gpu.Device{}, alloc: cfg.alloc,
-		queues: map[Pair]*queue{}, handlers: map[string]Handler{}}
+		queues: map[DevicePair]*queue{}, handlers: map[string]Handler{}}
 	for i, d := range devices {
 		if d == nil {
 			return nil, fmt.Errorf("k2k: new router: devices[%d] is nil", i)
@@ -422,7 +422,7 @@ func (r *Router) Send(ctx context.Context, src, dst string, payload []byte) (Mes
 	defer r.mu.Unlock()
 	r.nextID++
 	e.msg.ID, e.msg.Queued = r.nextID, time.Now()
-	q := r.queueOf(Pair{from, to})
+	q := r.queueOf(DevicePair{from, to})
 	q.msgs = append(q.msgs, e)
 	r.stats.Sent++
 	r.stats.Pending++
@@ -430,7 +430,7 @@ func (r *Router) Send(ctx context.Context, src, dst string, payload []byte) (Mes
 }
 
 // queueOf returns p's queue, made on first use. Callers hold r.mu.
-func (r *Router) queueOf(p Pair) *queue {
+func (r *Router) queueOf(p DevicePair) *queue {
 	q := r.queues[p]
 	if q == nil {
 		q = &queue{}
@@ -444,7 +444,7 @@ func (r *Router) queueOf(p Pair) *queue {
 func (r *Router) Pending(from, to topology.DeviceID) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if q := r.queues[Pair{from, to}]; q != nil {
+	if q := r.queues[DevicePair{from, to}]; q != nil {
 		return len(q.msgs)
 	}
 	return 0
@@ -460,16 +460,16 @@ func (r *Router) PendingTotal() int {
 
 // Pairs returns the pairs with pending messages, sorted by source then
 // destination device.
-func (r *Router) Pairs() []Pair {
+func (r *Router) Pairs() []DevicePair {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []Pair
+	var out []DevicePair
 	for p, q := range r.queues {
 		if len(q.msgs) > 0 {
 			out = append(out, p)
 		}
 	}
-	slices.SortFunc(out, func(a, b Pair) int { return cmp.Or(cmpID(a.From, b.From), cmpID(a.To, b.To)) })
+	slices.SortFunc(out, func(a, b DevicePair) int { return cmp.Or(cmpID(a.From, b.From), cmpID(a.To, b.To)) })
 	return out
 }
 
@@ -480,7 +480,7 @@ func (r *Router) Pairs() []Pair {
 // (ErrNoHandler), moves the payload along the message's route into the
 // destination device's memory, and calls the Handler. It returns one
 // Outcome per message it took, in order; failures are also recorded
-// (Failures, Stats) and their payloads released: none is lost silently.
+// (Failures, Traffic) and their payloads released: none is lost silently.
 //
 // Drains of one pair run one at a time (a second waits for the first);
 // messages queued during a Drain are left for the next. When ctx is done
@@ -493,10 +493,10 @@ func (r *Router) Drain(ctx context.Context, from, to topology.DeviceID) ([]Outco
 		return nil, ErrClosed
 	}
 	defer r.inflight.Done()
-	return r.drain(ctx, Pair{from, to})
+	return r.drain(ctx, DevicePair{from, to})
 }
 
-func (r *Router) drain(ctx context.Context, p Pair) ([]Outcome, error) {
+func (r *Router) drain(ctx context.Context, p DevicePair) ([]Outcome, error) {
 	r.mu.Lock()
 	q := r.queueOf(p)
 	r.mu.Unlock()
@@ -623,8 +623,8 @@ func (r *Router) Failures() []Outcome {
 	return slices.Clone(r.failures)
 }
 
-// Stats returns a snapshot of the counters.
-func (r *Router) Stats() Stats {
+// Traffic returns a snapshot of the counters.
+func (r *Router) Traffic() Traffic {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.stats
@@ -637,7 +637,7 @@ func (r *Router) Stats() Stats {
 
 // Close refuses new Sends, Drains and Handles (ErrClosed), waits for
 // those in progress to return, then releases the payloads of the
-// messages still queued, undelivered (Stats.Dropped counts them). It
+// messages still queued, undelivered (Traffic.Dropped counts them). It
 // returns the errors of those releases, joined. Close is idempotent: a
 // later call returns nil at once. It must not be called from a Handler
 // (it would wait for the Drain running it).

@@ -106,7 +106,8 @@ func TestRouteRules(t *testing.T) {
 	g := topology.GPU
 
 	// P2P disabled: every GPU pair goes through the host, even on NVLink.
-	c := placement.NewCoordinator(placement.CoordinatorConfig{Topology: topo, DisableP2P: true})
+	c, err := placement.NewCoordinator(placement.WithTopology(topo), placement.WithoutP2P())
+	require.NoError(t, err)
 	for _, d := range devs {
 		c.Register(placement.DeviceInfo{ID: d.ID()})
 	}
@@ -156,7 +157,7 @@ func TestSendErrors(t *testing.T) {
 	_, err = r.Send(ctx, "kgpu0", "kgpu5", nil)
 	assert.EqualError(t, err, `k2k: destination kernel "kgpu5" is on gpu5, which the router does not hold (it holds [gpu0 gpu1])`)
 	assert.Zero(t, r.PendingTotal())
-	assert.Zero(t, r.Stats().Sent)
+	assert.Zero(t, r.Traffic().Sent)
 
 	_, err = k2k.New(nil, devs)
 	assert.Error(t, err)
@@ -198,7 +199,7 @@ func TestPendingAndFIFOPerPair(t *testing.T) {
 	assert.Equal(t, 1, r.Pending(g(2), g(2)))
 	assert.Zero(t, r.Pending(g(0), g(2)))
 	assert.Equal(t, 8, r.PendingTotal())
-	assert.Equal(t, []k2k.Pair{{topology.CPU, g(2)}, {g(0), g(1)}, {g(1), g(0)}, {g(2), g(2)}}, r.Pairs())
+	assert.Equal(t, []k2k.DevicePair{{topology.CPU, g(2)}, {g(0), g(1)}, {g(1), g(0)}, {g(2), g(2)}}, r.Pairs())
 
 	out, err := r.Drain(ctx, g(0), g(1))
 	require.NoError(t, err)
@@ -287,7 +288,7 @@ func TestDeliveryFailuresRecorded(t *testing.T) {
 		failed = append(failed, f.Message.Dest)
 	}
 	assert.Equal(t, []string{"kgpu1", "kgpu2", "moving", "silent", "broken", "panicky"}, failed)
-	s := r.Stats()
+	s := r.Traffic()
 	assert.Equal(t, uint64(7), s.Sent)
 	assert.Equal(t, uint64(1), s.Delivered)
 	assert.Equal(t, uint64(6), s.Failed)
@@ -316,7 +317,7 @@ func TestStatsPerRoute(t *testing.T) {
 		_, err := r.Send(ctx, kernelOn(s.from), kernelOn(s.to), payload(i, s.n))
 		require.NoError(t, err)
 	}
-	assert.Zero(t, r.Stats().Delivered)
+	assert.Zero(t, r.Traffic().Delivered)
 	out, err := r.DrainAll(ctx)
 	require.NoError(t, err)
 	require.Len(t, out, len(sends))
@@ -325,7 +326,7 @@ func TestStatsPerRoute(t *testing.T) {
 		require.NoError(t, o.Err)
 		sum[o.Message.Route] += int64(o.Latency)
 	}
-	s := r.Stats()
+	s := r.Traffic()
 	assert.Equal(t, uint64(6), s.Sent)
 	assert.Equal(t, uint64(6), s.Delivered)
 	assert.Equal(t, int64(1326), s.Bytes)

@@ -45,10 +45,13 @@ var _ Source = (*ipcSource)(nil)
 // a changed value is not found (see the package documentation, "Damaged
 // files").
 func OpenIPC(ctx context.Context, f *File, opts ...LoadOption) (Source, error) {
-	cfg := newLoadConfig(opts)
+	cfg, err := newLoadConfig(opts)
+	if err != nil {
+		return nil, err
+	}
 	s := &ipcSource{parts: parts{file: f, budget: cfg.budget}}
 	var full *arrow.Schema
-	err := safely(func() error {
+	err = safely(func() error {
 		// Check the footer before arrow-go parses it.
 		var err error
 		if s.rows, err = ipcFooter(ctx, f); err != nil {

@@ -256,6 +256,23 @@ func TestLoadProjectionErrors(t *testing.T) {
 	}
 }
 
+// TestLoadOptionErrors checks that a nil budget fails every open call,
+// naming the option.
+func TestLoadOptionErrors(t *testing.T) {
+	f, err := kvio.Open(writeParquet(t, 10, 10))
+	require.NoError(t, err)
+	defer f.Close()
+	for name, open := range map[string]func(context.Context, *kvio.File, ...kvio.LoadOption) (kvio.Source, error){
+		"parquet": kvio.OpenParquet, "ipc": kvio.OpenIPC, "auto": kvio.OpenAuto,
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, err := open(t.Context(), f, kvio.WithBudget(nil))
+			assert.EqualError(t, err, "kvio: WithBudget: nil budget (leave the option out to charge nothing)")
+			assert.Nil(t, s)
+		})
+	}
+}
+
 func TestReadPartConcurrent(t *testing.T) {
 	for name, path := range map[string]string{"parquet": writeParquet(t, 1000, 100), "ipc": writeIPC(t, 100, 100, 100, 100, 100, 100, 100, 100, 100, 100)} {
 		t.Run(name, func(t *testing.T) {

@@ -78,13 +78,16 @@ var pqArrowProps = pqarrow.ArrowReadProperties{PreAllocBinaryData: true}
 // the allocator of ReadPart; the page decoder keeps decompressed pages
 // between reads in pools that the garbage collector empties.
 func OpenParquet(ctx context.Context, f *File, opts ...LoadOption) (Source, error) {
-	cfg := newLoadConfig(opts)
+	cfg, err := newLoadConfig(opts)
+	if err != nil {
+		return nil, err
+	}
 	s := &parquetSource{parts: parts{file: f, budget: cfg.budget}}
 	var (
 		fr   *pqarrow.FileReader
 		full *arrow.Schema
 	)
-	err := safely(func() error {
+	err = safely(func() error {
 		pf, err := file.NewParquetReader(s.reader(ctx))
 		if err != nil {
 			return err

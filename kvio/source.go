@@ -3,6 +3,7 @@ package kvio
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"runtime"
@@ -50,8 +51,10 @@ type Source interface {
 	Close() error
 }
 
-// LoadOption configures OpenParquet, OpenIPC and OpenAuto.
-type LoadOption func(*loadConfig)
+// LoadOption configures OpenParquet, OpenIPC and OpenAuto. An option
+// given bad input returns an error, which the open call returns prefixed
+// with "kvio: ", opening no Source.
+type LoadOption func(*loadConfig) error
 
 type loadConfig struct {
 	columns []string        // top-level column names to keep, in order; nil keeps all
@@ -68,10 +71,16 @@ type loadConfig struct {
 // part that wraps buffers.ErrOverBudget; whatever the part had allocated is
 // then freed and returned to the budget. Scratch memory that arrow-go takes
 // from the Go heap while decoding (decompression buffers, the Parquet
-// footer) is not charged. A nil budget charges nothing, as without the
-// option.
+// footer) is not charged. Without the option nothing is charged. Errors:
+// a nil budget.
 func WithBudget(budget *buffers.Budget) LoadOption {
-	return func(c *loadConfig) { c.budget = budget }
+	return func(c *loadConfig) error {
+		if budget == nil {
+			return errors.New("WithBudget: nil budget (leave the option out to charge nothing)")
+		}
+		c.budget = budget
+		return nil
+	}
 }
 
 // WithMmap makes OpenIPC (and OpenAuto, for an Arrow IPC file) map the file
@@ -85,7 +94,7 @@ func WithBudget(budget *buffers.Budget) LoadOption {
 // the ReadPart calls in flight. OpenIPC fails when the File was not opened
 // by Open or OpenFile, or mmap fails. OpenParquet ignores the option.
 func WithMmap() LoadOption {
-	return func(c *loadConfig) { c.mmap = true }
+	return func(c *loadConfig) error { c.mmap = true; return nil }
 }
 
 // WithColumns keeps only the named top-level columns, in the order given.
@@ -93,7 +102,7 @@ func WithMmap() LoadOption {
 // With no names every column is kept, as without the option. For Parquet,
 // columns left out are not read; for Arrow IPC they are read and dropped.
 func WithColumns(names ...string) LoadOption {
-	return func(c *loadConfig) { c.columns = slices.Clone(names) }
+	return func(c *loadConfig) error { c.columns = slices.Clone(names); return nil }
 }
 
 // Select returns a Source that reads only the named top-level columns of s,
@@ -457,10 +466,17 @@ func safely(fn func() error) (err error) {
 	return fn()
 }
 
-func newLoadConfig(opts []LoadOption) loadConfig {
+// newLoadConfig applies opts in order (skipping nil ones) and returns the
+// first option's error, prefixed with "kvio: ".
+func newLoadConfig(opts []LoadOption) (loadConfig, error) {
 	var c loadConfig
 	for _, o := range opts {
-		o(&c)
+		if o == nil {
+			continue
+		}
+		if err := o(&c); err != nil {
+			return loadConfig{}, fmt.Errorf("kvio: %w", err)
+		}
 	}
-	return c
+	return c, nil
 }

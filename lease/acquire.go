@@ -46,7 +46,7 @@ func (a *Acquired) Release() error {
 // Acquire gives a run its device through the backend, the same way on
 // every host. It claims a lease (Claim: FIFO, waiting while every device
 // of the pool is leased) and opens the leased device with the driver
-// that found it (a gpu.Enumerator of BackendConfig.Drivers), with cfg: an
+// that found it (a gpu.Enumerator of WithDrivers), with opts: an
 // OpenCL device, or an NVML GPU that an OpenCL driver lists too (the
 // same UUID or PCI bus ID). The Acquired holds the lease until Release.
 //
@@ -55,22 +55,31 @@ func (a *Acquired) Release() error {
 // once; with the reasons once every device is lost); the leased device
 // is an NVML GPU no registered driver runs (streamdag has no CUDA
 // driver, and no OpenCL driver lists it); or its driver fails to open it
-// (the error is in Why). The CPU device is opened with Open(ctx, "cpu", cfg), so the
-// driver of package gpu/cpu must be registered (import it) for those
-// cases. The same cfg reaches whichever driver opens the device, so
-// cfg.Driver must be nil: a driver's own settings go to gpu.Open.
+// (the error is in Why). The CPU device is opened with gpu.Open(ctx,
+// "cpu", opts...), so the driver of package gpu/cpu must be registered
+// (import it) for those cases. The same opts reach whichever driver opens
+// the device, so they hold no driver setting (gpu.WithDriverSetting): a
+// driver's own settings go to gpu.Open.
 //
-// Errors: ErrBackendClosing, ctx.Err() (no lease is held after either),
-// or the CPU driver's (an unregistered driver, a bad cfg.Streams, a
-// non-nil cfg.Driver).
-func (b *Backend) Acquire(ctx context.Context, cfg gpu.Config) (*Acquired, error) {
+// Errors, before anything is claimed: an option's error, a driver setting
+// ("lease: Acquire: a driver setting of sim: …"). Then ErrBackendClosing,
+// ctx.Err() (no lease is held after either), or the CPU driver's (an
+// unregistered driver, a stream count it cannot give).
+func (b *Backend) Acquire(ctx context.Context, opts ...gpu.Option) (*Acquired, error) {
+	cfg, err := gpu.NewConfig(opts...)
+	if err != nil {
+		return nil, err
+	}
+	if s := cfg.DriverSettings(); len(s) > 0 {
+		return nil, fmt.Errorf("lease: Acquire: a driver setting of %s (%T): the leased device's driver is not known in advance; give driver settings to gpu.Open", s[0].DriverKind(), s[0])
+	}
 	a := &Acquired{}
 	cl, err := b.Claim(ctx)
 	switch {
 	case errors.Is(err, gpu.ErrDeviceLost):
 		a.Why = err.Error()
 	case errors.Is(err, ErrNoGPU):
-		src := b.cfg.Source
+		src := b.cfg.source
 		if src == "" {
 			src = "devices not discovered (lease.New)"
 		}
@@ -107,7 +116,7 @@ func (b *Backend) Acquire(ctx context.Context, cfg gpu.Config) (*Acquired, error
 		}
 		return a, nil
 	}
-	set, err := gpu.Open(ctx, "cpu", cfg)
+	set, err := gpu.Open(ctx, "cpu", opts...)
 	if err != nil {
 		return nil, err
 	}

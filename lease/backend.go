@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,78 +40,223 @@ var (
 	ErrReentrantObservationClose = errors.New("lease: reentrant_observation_close: close-and-wait called from an observer")
 )
 
-// DefaultCleanupSlice is the default BackendConfig.CleanupSlice.
+// DefaultCleanupSlice is the default slice of close work (see
+// WithCleanupSlice).
 const DefaultCleanupSlice = 10 * time.Millisecond
 
-// BackendConfig configures New. The zero value is a valid config: a backend
-// with no GPU (CPU-only), no hooks and no observer.
-type BackendConfig struct {
-	// Devices are the GPUs the backend owns, in slot order (for example
-	// the Devices of gpu/nvml's Inventory). Entries that are not GPUs (the
-	// CPU device) are skipped; a GPU ID given twice is a config error.
-	Devices []topology.DeviceFacts
-	// Drivers names the registered drivers whose devices the backend
-	// leases besides Devices, each a gpu.Enumerator (gpu/opencl's "opencl"):
-	// their devices (of LeaseTypes) follow Devices in the slot order,
-	// driver by driver in the order given, each in its driver's order.
-	// A found device that is one of Devices' GPUs (the same UUID or PCI
-	// bus ID: NVIDIA's OpenCL driver lists the GPUs NVML does) gets no
-	// slot of its own: it is how Backend.Acquire runs that GPU. nil means
-	// every registered gpu.Enumerator, in Drivers order; an empty non-nil
-	// slice, none. A kind that is not registered, or whose driver is no
-	// gpu.Enumerator, is a config error. A driver whose Enumerate fails adds
-	// nothing, and a found device whose ID another slot has is left out;
-	// Notes say so.
-	Drivers []string
-	// LeaseTypes are the types (gpu.Found.Type) of the found devices that get
-	// a slot. nil means {"gpu"}: GPUs of any vendor. Name "cpu" to lease a
-	// CPU OpenCL device (PoCL) too. An unknown type is a config error.
-	// Found devices that match a GPU of Devices are used for it whatever
-	// their type.
-	LeaseTypes []string
-	// Streams is the number of streams each GPU's startup record must
-	// show; 0 means 1; negative is a config error.
-	Streams int
-	// CleanupSlice bounds one slice of close work: each hook call gets a
-	// context that expires after it, and the coordinator re-checks its
-	// pending phase at least this often. 0 means DefaultCleanupSlice;
-	// negative is a config error.
-	CleanupSlice time.Duration
-	// RollbackWait is how long a failed New waits for its rollback
-	// cleanup before handing it to the close coordinator. 0 means
-	// CleanupSlice; negative is a config error.
-	RollbackWait time.Duration
-	// Hooks install and release the per-device resources. Nil hooks do
-	// nothing, and the default startup record names the driver Acquire
-	// opens the device with, or Runtime "none" when there is none.
-	Hooks Hooks
-	// HealthCheck, when set, re-checks each GPU before a claim hands it
-	// out (see WithHealthCheck): a GPU found gone is never leased again.
-	// gpu/nvml's HealthCheck is the check by UUID through NVML, for
-	// Devices that gpu/nvml's Discover found while NVML answered.
-	HealthCheck HealthCheck
-	// Source says where Devices came from, for Acquire's reason when the
-	// backend owns no GPU ("no GPU: " + Source), e.g. the status of the
-	// NVML library gpu/nvml's Discover asked (Inventory.NVML.String()).
-	// "" means "devices not discovered (lease.New)".
-	Source string
-	// Observer, when set, receives every attempt report, synchronously on
-	// the goroutine that calls Attempt.Finish, while the attempt still
-	// holds its observation permit, with a ctx that marks the call as an
-	// observation (ctx ends only with the process). CloseAndWait and
-	// CloseAndWaitUntil given that ctx (or one derived from it) return
-	// ErrReentrantObservationClose before close is signalled: waiting
-	// for quiescence from inside an observation would wait for itself.
-	// Under a ctx that does not carry the mark they cannot tell, and wait
-	// until that ctx ends. Close, CloseSnapshot and MetricsSnapshot are
-	// fine from inside an observation.
-	Observer func(ctx context.Context, r AttemptReport)
+// Option configures New (a Backend) or NewPool (a Pool). A Pool takes only
+// WithHealthCheck; the others configure a Backend, and NewPool refuses
+// them. An option given bad input returns an error, which New and NewPool
+// return prefixed with "lease: ", building nothing. Options apply in
+// order; a later one of the same kind replaces an earlier one. Without
+// options New builds a backend with no GPU (CPU-only) that leases the
+// devices of every registered gpu.Enumerator, with no hooks and no
+// observer.
+type Option func(*settings) error
+
+// settings are what the options set; the zero value is the defaults.
+type settings struct {
+	devices      []topology.DeviceFacts
+	drivers      []string // nil: every registered gpu.Enumerator
+	leaseTypes   []string // nil: {"gpu"}
+	streams      int      // 0: 1
+	cleanupSlice time.Duration
+	rollbackWait time.Duration
+	hooks        Hooks
+	healthCheck  HealthCheck
+	source       string
+	observer     func(ctx context.Context, r AttemptReport)
+	backendOnly  string // the first option applied that only a Backend takes
+}
+
+// backendOption marks s as set by name, an option only a Backend takes.
+func (s *settings) backendOption(name string) {
+	if s.backendOnly == "" {
+		s.backendOnly = name
+	}
+}
+
+// applyOptions applies opts in order (skipping nil ones) and returns the
+// first option's error, prefixed with "lease: ".
+func applyOptions(opts []Option) (settings, error) {
+	var s settings
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&s); err != nil {
+			return settings{}, fmt.Errorf("lease: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// WithDevices makes the backend own the GPUs of devices, in slot order
+// (for example the Devices of gpu/nvml's Inventory); the devices are
+// copied. Entries that are not GPUs (the CPU device) are skipped.
+// Without the option the backend owns no GPU of its own. Errors: a GPU ID
+// given twice, a GPU with a negative index or memory.
+func WithDevices(devices []topology.DeviceFacts) Option {
+	return func(s *settings) error {
+		s.backendOption("WithDevices")
+		seen := map[topology.DeviceID]bool{}
+		out := make([]topology.DeviceFacts, 0, len(devices))
+		for _, d := range devices {
+			if d.ID.Kind != topology.KindGPU {
+				continue
+			}
+			if seen[d.ID] {
+				return fmt.Errorf("WithDevices: %v given twice", d.ID)
+			}
+			if d.ID.Index < 0 || d.MemoryBytes < 0 {
+				return fmt.Errorf("WithDevices: %v: negative index or memory", d.ID)
+			}
+			seen[d.ID] = true
+			d.CPUAffinity = slices.Clone(d.CPUAffinity)
+			out = append(out, d)
+		}
+		s.devices = out
+		return nil
+	}
+}
+
+// WithDrivers names the registered drivers whose devices the backend
+// leases besides WithDevices' GPUs, each a gpu.Enumerator (gpu/opencl's
+// "opencl"): their devices (of WithLeaseTypes' types) follow those GPUs in
+// the slot order, driver by driver in the order given, each in its
+// driver's order. A found device that is one of WithDevices' GPUs (the
+// same UUID or PCI bus ID: NVIDIA's OpenCL driver lists the GPUs NVML
+// does) gets no slot of its own: it is how Backend.Acquire runs that GPU.
+// With no kinds, no driver is asked (and no driver library loaded);
+// without the option, every registered gpu.Enumerator is, in gpu.Drivers
+// order. A driver whose Enumerate fails adds nothing, and a found device
+// whose ID another slot has is left out; Backend.Notes says so. Errors
+// (from New, which looks the kinds up): a kind that is not registered,
+// or whose driver is no gpu.Enumerator.
+func WithDrivers(kinds ...string) Option {
+	return func(s *settings) error {
+		s.backendOption("WithDrivers")
+		s.drivers = append([]string{}, kinds...)
+		return nil
+	}
+}
+
+// WithLeaseTypes sets the types (gpu.Found.Type) of the found devices that
+// get a slot; the default is {"gpu"}: GPUs of any vendor. Name "cpu" to
+// lease a CPU OpenCL device (PoCL) too. Found devices that match a GPU of
+// WithDevices are used for it whatever their type. Errors: no type, or an
+// unknown one.
+func WithLeaseTypes(types ...string) Option {
+	return func(s *settings) error {
+		s.backendOption("WithLeaseTypes")
+		if len(types) == 0 {
+			return fmt.Errorf("WithLeaseTypes: no device type (want some of %v)", foundTypes)
+		}
+		for _, t := range types {
+			if !slices.Contains(foundTypes, t) {
+				return fmt.Errorf("WithLeaseTypes: unknown device type %q (want one of %v)", t, foundTypes)
+			}
+		}
+		s.leaseTypes = slices.Clone(types)
+		return nil
+	}
+}
+
+// WithStreams sets the number of streams n each GPU's startup record must
+// show (default 1). Errors: n < 1.
+func WithStreams(n int) Option {
+	return func(s *settings) error {
+		s.backendOption("WithStreams")
+		if n < 1 {
+			return fmt.Errorf("WithStreams(%d): want at least 1 stream", n)
+		}
+		s.streams = n
+		return nil
+	}
+}
+
+// WithCleanupSlice bounds one slice of close work to d (default
+// DefaultCleanupSlice): each hook call gets a context that expires after
+// it, and the close coordinator re-checks its pending phase at least this
+// often. Errors: d <= 0.
+func WithCleanupSlice(d time.Duration) Option {
+	return func(s *settings) error {
+		s.backendOption("WithCleanupSlice")
+		if d <= 0 {
+			return fmt.Errorf("WithCleanupSlice(%v): want a positive duration", d)
+		}
+		s.cleanupSlice = d
+		return nil
+	}
+}
+
+// WithRollbackWait sets how long a failed New waits for its rollback
+// cleanup before handing it to the close coordinator (default: the
+// cleanup slice, see WithCleanupSlice). Errors: d <= 0.
+func WithRollbackWait(d time.Duration) Option {
+	return func(s *settings) error {
+		s.backendOption("WithRollbackWait")
+		if d <= 0 {
+			return fmt.Errorf("WithRollbackWait(%v): want a positive duration", d)
+		}
+		s.rollbackWait = d
+		return nil
+	}
+}
+
+// WithHooks sets the steps that install and release the per-device
+// resources. Without the option (and for each nil hook) they do nothing,
+// and the default startup record names the driver Acquire opens the
+// device with, or Runtime "none" when there is none.
+func WithHooks(h Hooks) Option {
+	return func(s *settings) error {
+		s.backendOption("WithHooks")
+		s.hooks = h
+		return nil
+	}
+}
+
+// WithSource says where WithDevices' GPUs came from, for Acquire's reason
+// when the backend owns no GPU ("no GPU: " + source), e.g. the status of
+// the NVML library gpu/nvml's Discover asked (Inventory.NVML.String()).
+// The default is "devices not discovered (lease.New)". Errors: an empty
+// source.
+func WithSource(source string) Option {
+	return func(s *settings) error {
+		s.backendOption("WithSource")
+		if source == "" {
+			return errors.New("WithSource: empty source")
+		}
+		s.source = source
+		return nil
+	}
+}
+
+// WithObserver makes the backend give every attempt report to observe,
+// synchronously on the goroutine that calls Attempt.Finish, while the
+// attempt still holds its observation permit, with a ctx that marks the
+// call as an observation (ctx ends only with the process). CloseAndWait
+// and CloseAndWaitUntil given that ctx (or one derived from it) return
+// ErrReentrantObservationClose before close is signalled: waiting for
+// quiescence from inside an observation would wait for itself. Under a
+// ctx that does not carry the mark they cannot tell, and wait until that
+// ctx ends. Close, CloseSnapshot and MetricsSnapshot are fine from inside
+// an observation. Errors: a nil observe.
+func WithObserver(observe func(ctx context.Context, r AttemptReport)) Option {
+	return func(s *settings) error {
+		s.backendOption("WithObserver")
+		if observe == nil {
+			return errors.New("WithObserver: nil observer")
+		}
+		s.observer = observe
+		return nil
+	}
 }
 
 // Hooks are the device-specific steps of a backend's life. Each is
 // optional. The close hooks run on the backend's close coordinator
 // goroutine, one bounded slice at a time: their ctx expires after
-// BackendConfig.CleanupSlice; returning an error that is ctx's error
+// the cleanup slice (WithCleanupSlice); returning an error that is ctx's error
 // (context.DeadlineExceeded) means "not done yet, call me again next
 // slice"; any other error fails the backend closed. A hook that ignores
 // ctx and blocks holds up the coordinator (and CloseAndWait times out).
@@ -213,7 +359,7 @@ func (e *CloseError) Unwrap() []error { return []error{e.Reason, e.Err} }
 type RollbackCleanup struct {
 	Installed int `json:"installed"` // devices installed before the failure
 	// Finished: the rollback reached GPU-resource quiescence within
-	// BackendConfig.RollbackWait and the owner lease is free again.
+	// the rollback wait (WithRollbackWait) and the owner lease is free again.
 	Finished bool `json:"finished"`
 	// Transferred: it did not; the close coordinator goes on alone and
 	// frees the owner lease later, so a retry may briefly see
@@ -301,7 +447,7 @@ type route struct {
 }
 
 // Backend is the process-owned device backend: the lease pool over the
-// GPUs of BackendConfig.Devices and the devices the drivers list. At most one is live per process (an owner lease, claimed
+// GPUs of WithDevices and the devices the drivers list. At most one is live per process (an owner lease, claimed
 // by New and freed only at GPU-resource quiescence). A *Backend is the
 // public handle: Go has no drop, so there is no "last handle" close —
 // call Close or CloseAndWait; a Backend that is never closed keeps the
@@ -319,7 +465,7 @@ type route struct {
 // All methods are safe for concurrent use.
 type Backend struct {
 	id      Identity
-	cfg     BackendConfig
+	cfg     settings
 	records []StartupRecord
 	routes  map[topology.DeviceID]route // immutable after New
 	notes   []string                    // immutable after New
@@ -366,24 +512,25 @@ type counters struct {
 
 const maxReports = 64
 
-// New validates cfg, asks the drivers of cfg.Drivers for their devices
+// New applies opts, asks the drivers of WithDrivers for their devices
 // (gpu.Enumerator.Enumerate: nothing is opened), claims the process's
 // owner lease, installs every leasable device's resources (Hooks.Install,
 // in slot order, on the caller's goroutine), checks each startup record
 // against its profile, and publishes the backend. It starts no goroutine.
 //
-// Errors: a config error, including an unknown or non-enumerating driver
-// in cfg.Drivers (nothing claimed); ErrBackendAlreadyLive while another
+// Errors: an option's error, or an unknown or non-enumerating driver of
+// WithDrivers (nothing claimed); ErrBackendAlreadyLive while another
 // backend is live, draining or failed closed; a *ConstructionError
 // when an install fails or a record does not match, after rolling back
 // what was installed (see RollbackCleanup: the close coordinator takes the
 // resources over; if it does not finish within RollbackWait it goes on
 // alone and frees the owner lease later).
-func New(cfg BackendConfig) (*Backend, error) {
-	profiles, err := validate(&cfg)
+func New(opts ...Option) (*Backend, error) {
+	cfg, err := applyOptions(opts)
 	if err != nil {
 		return nil, err
 	}
+	profiles := cfg.defaults()
 	found, err := discover(&cfg, profiles)
 	if err != nil {
 		return nil, err
@@ -402,8 +549,8 @@ func New(cfg BackendConfig) (*Backend, error) {
 		devs[i] = p.Device
 		b.id.Devices = append(b.id.Devices, p.Device.ID.String())
 	}
-	pool, err := NewPool(devs, WithHealthCheck(cfg.HealthCheck))
-	if err != nil { // validate refused repeated GPUs already
+	pool, err := newPool(devs, cfg.healthCheck)
+	if err != nil { // WithDevices refused repeated GPUs already
 		releaseOwner()
 		return nil, err
 	}
@@ -423,44 +570,28 @@ func New(cfg BackendConfig) (*Backend, error) {
 	return b, nil
 }
 
-func validate(cfg *BackendConfig) ([]DeviceProfile, error) {
-	if cfg.Streams < 0 {
-		return nil, fmt.Errorf("lease: BackendConfig.Streams %d: must be >= 0", cfg.Streams)
+// defaults fills in the defaults of what no option set and returns the
+// profiles of the GPUs of WithDevices.
+func (cfg *settings) defaults() []DeviceProfile {
+	if cfg.streams == 0 {
+		cfg.streams = 1
 	}
-	if cfg.Streams == 0 {
-		cfg.Streams = 1
+	if cfg.cleanupSlice == 0 {
+		cfg.cleanupSlice = DefaultCleanupSlice
 	}
-	if cfg.CleanupSlice < 0 || cfg.RollbackWait < 0 {
-		return nil, fmt.Errorf("lease: BackendConfig: negative CleanupSlice %v or RollbackWait %v", cfg.CleanupSlice, cfg.RollbackWait)
+	if cfg.rollbackWait == 0 {
+		cfg.rollbackWait = cfg.cleanupSlice
 	}
-	if cfg.CleanupSlice == 0 {
-		cfg.CleanupSlice = DefaultCleanupSlice
+	out := make([]DeviceProfile, len(cfg.devices))
+	for i, d := range cfg.devices {
+		out[i] = DeviceProfile{Device: d, Streams: cfg.streams}
 	}
-	if cfg.RollbackWait == 0 {
-		cfg.RollbackWait = cfg.CleanupSlice
-	}
-	var out []DeviceProfile
-	seen := map[topology.DeviceID]bool{}
-	for _, d := range cfg.Devices {
-		if d.ID.Kind != topology.KindGPU {
-			continue
-		}
-		if seen[d.ID] {
-			return nil, fmt.Errorf("lease: BackendConfig.Devices: %v given twice", d.ID)
-		}
-		if d.ID.Index < 0 || d.MemoryBytes < 0 {
-			return nil, fmt.Errorf("lease: BackendConfig.Devices: %v: negative index or memory", d.ID)
-		}
-		seen[d.ID] = true
-		d.CPUAffinity = append([]int(nil), d.CPUAffinity...)
-		out = append(out, DeviceProfile{Device: d, Streams: cfg.Streams})
-	}
-	return out, nil
+	return out
 }
 
 // install runs the Install hook, turning a panic into an error.
 func (b *Backend) install(p DeviceProfile) (rec StartupRecord, err error) {
-	if b.cfg.Hooks.Install == nil {
+	if b.cfg.hooks.Install == nil {
 		d := p.Device
 		return StartupRecord{Device: d.ID.String(), UUID: d.UUID, Name: d.Name, Vendor: d.Vendor, MemoryBytes: d.MemoryBytes,
 			Streams: p.Streams, Runtime: b.runtimeOf(d.ID)}, nil
@@ -470,7 +601,7 @@ func (b *Backend) install(p DeviceProfile) (rec StartupRecord, err error) {
 			err = fmt.Errorf("lease: install %v: panic: %v", p.Device.ID, r)
 		}
 	}()
-	rec, err = b.cfg.Hooks.Install(context.Background(), p)
+	rec, err = b.cfg.hooks.Install(context.Background(), p)
 	if err != nil {
 		err = fmt.Errorf("lease: install %v: %w", p.Device.ID, err)
 	}
@@ -499,7 +630,7 @@ func checkRecord(p DeviceProfile, r StartupRecord) error {
 func (b *Backend) rollback(cause error) error {
 	ce := &ConstructionError{Err: cause, Rollback: RollbackCleanup{Installed: len(b.installed)}}
 	_ = b.Close() // the first call: nobody else holds b yet
-	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.RollbackWait)
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.rollbackWait)
 	defer cancel()
 	for {
 		b.mu.Lock()
@@ -561,7 +692,7 @@ func (b *Backend) Devices() ([]topology.DeviceFacts, error) {
 // Errors: ErrBackendClosing when close has been signalled before or while
 // waiting (a claim parked at close is woken and refused); ErrNoGPU at
 // once when the backend has no device to lease (fall back to the CPU
-// device), and wrapping each *gpu.LostError once BackendConfig.HealthCheck has
+// device), and wrapping each *gpu.LostError once WithHealthCheck has
 // found every GPU gone; ctx.Err(), at once when ctx is already done (no
 // lease is taken, nothing is counted), or when it is done while waiting.
 func (b *Backend) Claim(ctx context.Context) (*Claim, error) {
@@ -663,7 +794,7 @@ func (b *Backend) Close() error {
 // coordinate is the close coordinator: it owns the cleanup.
 func (b *Backend) coordinate(done chan struct{}) {
 	defer close(done)
-	tick := time.NewTicker(b.cfg.CleanupSlice)
+	tick := time.NewTicker(b.cfg.cleanupSlice)
 	defer tick.Stop()
 	for {
 		b.mu.Lock()
@@ -704,7 +835,7 @@ func (b *Backend) coordinate(done chan struct{}) {
 func (b *Backend) step(ph phase) (bool, error) {
 	switch ph {
 	case phaseService:
-		return b.eachDevice(false, b.cfg.Hooks.Drain, b.drained)
+		return b.eachDevice(false, b.cfg.hooks.Drain, b.drained)
 	case phaseJournal:
 		b.mu.Lock()
 		b.journal = nil
@@ -717,7 +848,7 @@ func (b *Backend) step(ph phase) (bool, error) {
 		if busy {
 			return false, nil
 		}
-		ok, err := b.eachDevice(true, b.cfg.Hooks.Release, b.released)
+		ok, err := b.eachDevice(true, b.cfg.hooks.Release, b.released)
 		if !ok || err != nil {
 			return ok, err
 		}
@@ -758,7 +889,7 @@ func (b *Backend) eachDevice(reverse bool, hook func(context.Context, topology.D
 		if done[id] {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.CleanupSlice)
+		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.cleanupSlice)
 		err := callHook(ctx, hook, id)
 		cancel()
 		switch {
@@ -818,7 +949,7 @@ func (b *Backend) closeSnapshotLocked() CloseSnapshot {
 //     failed; the owner lease stays claimed for the life of the process;
 //   - ErrReentrantObservationClose, before close is signalled, when ctx
 //     is (or derives from) the ctx an observer callback was given (see
-//     BackendConfig.Observer).
+//     WithObserver).
 //
 // Any number of goroutines may wait at once.
 func (b *Backend) CloseAndWait(ctx context.Context) (CloseSnapshot, error) {
@@ -922,5 +1053,5 @@ func (b *Backend) MetricsSnapshot() MetricsSnapshot {
 }
 
 // observationKey marks the ctx of an observer callback: its value is
-// the backend that delivers the report (see BackendConfig.Observer).
+// the backend that delivers the report (see WithObserver).
 type observationKey struct{}

@@ -28,9 +28,9 @@ func closed(t *testing.T, b *lease.Backend) lease.CloseSnapshot {
 
 func TestBackendOnePerProcess(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b1, err := lease.New(lease.BackendConfig{Devices: gpus(0, 1)})
+		b1, err := lease.New(lease.WithDevices(gpus(0, 1)))
 		require.NoError(t, err)
-		_, err = lease.New(lease.BackendConfig{})
+		_, err = lease.New()
 		assert.ErrorIs(t, err, lease.ErrBackendAlreadyLive, "while live")
 
 		l, err := b1.Claim(context.Background())
@@ -41,7 +41,7 @@ func TestBackendOnePerProcess(t *testing.T) {
 		_, err = b1.CloseAndWait(ctx)
 		cancel()
 		require.ErrorIs(t, err, lease.ErrBackendCloseTimeout)
-		_, err = lease.New(lease.BackendConfig{})
+		_, err = lease.New()
 		assert.ErrorIs(t, err, lease.ErrBackendAlreadyLive, "while draining (a GPU permit is held)")
 
 		l.Release()
@@ -51,7 +51,7 @@ func TestBackendOnePerProcess(t *testing.T) {
 		assert.False(t, s.ObservationQuiescent, "attempt a is still open")
 		// GPU quiescence freed the owner lease: a new backend may be built
 		// while the old one's reports drain.
-		b2, err := lease.New(lease.BackendConfig{Devices: gpus(0, 1)})
+		b2, err := lease.New(lease.WithDevices(gpus(0, 1)))
 		require.NoError(t, err)
 		assert.Greater(t, b2.Identity().ID, b1.Identity().ID)
 		a.Finish(nil)
@@ -61,7 +61,7 @@ func TestBackendOnePerProcess(t *testing.T) {
 }
 
 func TestBackendCloseGateSingleWinner(t *testing.T) {
-	b, err := lease.New(lease.BackendConfig{Devices: gpus(0)})
+	b, err := lease.New(lease.WithDevices(gpus(0)))
 	require.NoError(t, err)
 	var wins, refused atomic.Int32
 	var wg sync.WaitGroup
@@ -92,7 +92,7 @@ func TestBackendCloseGateSingleWinner(t *testing.T) {
 
 func TestBackendBeginVersusClose(t *testing.T) {
 	for round := range 20 {
-		b, err := lease.New(lease.BackendConfig{Devices: gpus(0, 1)})
+		b, err := lease.New(lease.WithDevices(gpus(0, 1)))
 		require.NoError(t, err)
 		var begun, refused atomic.Uint64
 		var wg sync.WaitGroup
@@ -135,7 +135,7 @@ func TestBackendBeginVersusClose(t *testing.T) {
 
 func TestBackendTimeoutThenLateSuccess(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := lease.New(lease.BackendConfig{Devices: gpus(0, 3)})
+		b, err := lease.New(lease.WithDevices(gpus(0, 3)))
 		require.NoError(t, err)
 		l, err := b.Claim(context.Background())
 		require.NoError(t, err)
@@ -170,14 +170,14 @@ func TestBackendTimeoutThenLateSuccess(t *testing.T) {
 func TestBackendFailClosedKeepsLease(t *testing.T) {
 	defer lease.ResetOwnerForTest()
 	boom := errors.New("cuCtxDestroy: CUDA_ERROR_ILLEGAL_ADDRESS")
-	b, err := lease.New(lease.BackendConfig{Devices: gpus(0, 1), Hooks: lease.Hooks{
+	b, err := lease.New(lease.WithDevices(gpus(0, 1)), lease.WithHooks(lease.Hooks{
 		Release: func(_ context.Context, id topology.DeviceID) error {
 			if id == topology.GPU(0) {
 				return boom
 			}
 			return nil
 		},
-	}})
+	}))
 	require.NoError(t, err)
 	s, err := b.CloseAndWait(context.Background())
 	require.ErrorIs(t, err, lease.ErrCleanupFailedClosed)
@@ -185,7 +185,7 @@ func TestBackendFailClosedKeepsLease(t *testing.T) {
 	assert.True(t, s.CleanupFailed)
 	assert.False(t, s.GPUResourceQuiescent)
 	assert.Equal(t, "failed", s.Phase)
-	_, err = lease.New(lease.BackendConfig{})
+	_, err = lease.New()
 	assert.ErrorIs(t, err, lease.ErrBackendAlreadyLive, "the failed backend keeps the owner lease")
 	_, err = b.CloseAndWait(context.Background())
 	assert.ErrorIs(t, err, lease.ErrCleanupFailedClosed, "a later call sees the same failure")
@@ -195,14 +195,14 @@ func TestBackendReentrantCloseRefused(t *testing.T) {
 	var b *lease.Backend
 	var errs []error
 	var snaps []lease.CloseSnapshot
-	b, err := lease.New(lease.BackendConfig{Devices: gpus(0), Observer: func(ctx context.Context, r lease.AttemptReport) {
+	b, err := lease.New(lease.WithDevices(gpus(0)), lease.WithObserver(func(ctx context.Context, r lease.AttemptReport) {
 		_, err := b.CloseAndWait(ctx)
 		errs = append(errs, err)
 		_, err = b.CloseAndWaitUntil(context.WithoutCancel(ctx), time.Now().Add(time.Hour))
 		errs = append(errs, err)
 		snaps = append(snaps, b.CloseSnapshot())
 		_ = b.MetricsSnapshot() // readable from inside delivery
-	}})
+	}))
 	require.NoError(t, err)
 	a, err := b.BeginAttempt(lease.AttemptRequest{Name: "r"})
 	require.NoError(t, err)
@@ -222,7 +222,7 @@ func TestBackendReentrantCloseRefused(t *testing.T) {
 
 func TestBackendClaimParkedRefusedAtClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := lease.New(lease.BackendConfig{Devices: gpus(2)})
+		b, err := lease.New(lease.WithDevices(gpus(2)))
 		require.NoError(t, err)
 		l, err := b.Claim(context.Background())
 		require.NoError(t, err)
@@ -270,8 +270,7 @@ func TestBackendPhaseOrder(t *testing.T) {
 				return nil
 			}
 		}
-		b, err := lease.New(lease.BackendConfig{Devices: gpus(0, 1, 2), CleanupSlice: time.Millisecond,
-			Hooks: lease.Hooks{Drain: rec("drain"), Release: rec("release")}})
+		b, err := lease.New(lease.WithDevices(gpus(0, 1, 2)), lease.WithCleanupSlice(time.Millisecond), lease.WithHooks(lease.Hooks{Drain: rec("drain"), Release: rec("release")}))
 		require.NoError(t, err)
 		l, err := b.Claim(context.Background())
 		require.NoError(t, err)
@@ -310,13 +309,13 @@ func TestBackendConstructionRollback(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var released []string
-			_, err := lease.New(lease.BackendConfig{Devices: gpus(0, 1, 2, 3), Hooks: lease.Hooks{
+			_, err := lease.New(lease.WithDevices(gpus(0, 1, 2, 3)), lease.WithHooks(lease.Hooks{
 				Install: tc.install,
 				Release: func(_ context.Context, id topology.DeviceID) error {
 					released = append(released, id.String())
 					return nil
 				},
-			}})
+			}))
 			var ce *lease.ConstructionError
 			require.ErrorAs(t, err, &ce)
 			assert.Equal(t, tc.want, err.Error())
@@ -325,7 +324,7 @@ func TestBackendConstructionRollback(t *testing.T) {
 			if tc.installed == 2 {
 				assert.Equal(t, []string{"gpu1", "gpu0"}, released)
 			}
-			b, err := lease.New(lease.BackendConfig{})
+			b, err := lease.New()
 			require.NoError(t, err, "the owner lease is free again")
 			closed(t, b)
 		})
@@ -333,7 +332,7 @@ func TestBackendConstructionRollback(t *testing.T) {
 	t.Run("handed over", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			unblock := make(chan struct{})
-			_, err := lease.New(lease.BackendConfig{Devices: gpus(0, 1), RollbackWait: time.Second, Hooks: lease.Hooks{
+			_, err := lease.New(lease.WithDevices(gpus(0, 1)), lease.WithRollbackWait(time.Second), lease.WithHooks(lease.Hooks{
 				Install: func(_ context.Context, p lease.DeviceProfile) (lease.StartupRecord, error) {
 					if p.Device.ID.Index == 1 {
 						return lease.StartupRecord{}, errors.New("no")
@@ -341,44 +340,53 @@ func TestBackendConstructionRollback(t *testing.T) {
 					return lease.StartupRecord{Device: p.Device.ID.String(), Streams: 1}, nil
 				},
 				Release: func(context.Context, topology.DeviceID) error { <-unblock; return nil }, // ignores ctx
-			}})
+			}))
 			var ce *lease.ConstructionError
 			require.ErrorAs(t, err, &ce)
 			assert.Equal(t, lease.RollbackCleanup{Installed: 1, Transferred: true}, ce.Rollback)
-			_, err = lease.New(lease.BackendConfig{})
+			_, err = lease.New()
 			assert.ErrorIs(t, err, lease.ErrBackendAlreadyLive, "the coordinator still owns the lease")
 			close(unblock)
 			synctest.Wait()
-			b, err := lease.New(lease.BackendConfig{})
+			b, err := lease.New()
 			require.NoError(t, err)
 			closed(t, b)
 		})
 	})
 }
 
-func TestBackendConfigErrors(t *testing.T) {
+// TestBackendOptionErrors checks that each option refuses bad input with
+// an error naming it, and that a refused New claims nothing.
+func TestBackendOptionErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		cfg  lease.BackendConfig
+		opt  lease.Option
+		want string
 	}{
-		{"duplicate", lease.BackendConfig{Devices: gpus(1, 1)}},
-		{"negative streams", lease.BackendConfig{Streams: -1}},
-		{"negative slice", lease.BackendConfig{CleanupSlice: -time.Second}},
-		{"negative index", lease.BackendConfig{Devices: []topology.DeviceFacts{{ID: topology.GPU(-1)}}}},
+		{"duplicate", lease.WithDevices(gpus(1, 1)), "lease: WithDevices: gpu1 given twice"},
+		{"negative index", lease.WithDevices([]topology.DeviceFacts{{ID: topology.GPU(-1)}}), "lease: WithDevices: gpu-1: negative index or memory"},
+		{"zero streams", lease.WithStreams(0), "lease: WithStreams(0): want at least 1 stream"},
+		{"negative streams", lease.WithStreams(-1), "lease: WithStreams(-1): want at least 1 stream"},
+		{"negative slice", lease.WithCleanupSlice(-time.Second), "lease: WithCleanupSlice(-1s): want a positive duration"},
+		{"zero rollback wait", lease.WithRollbackWait(0), "lease: WithRollbackWait(0s): want a positive duration"},
+		{"no lease type", lease.WithLeaseTypes(), "lease: WithLeaseTypes: no device type (want some of [gpu cpu accelerator custom])"},
+		{"empty source", lease.WithSource(""), "lease: WithSource: empty source"},
+		{"nil observer", lease.WithObserver(nil), "lease: WithObserver: nil observer"},
+		{"nil health check", lease.WithHealthCheck(nil), "lease: WithHealthCheck: nil check"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := lease.New(tc.cfg)
-			require.Error(t, err)
-			assert.NotErrorIs(t, err, lease.ErrBackendAlreadyLive)
+			b, err := lease.New(tc.opt)
+			require.EqualError(t, err, tc.want)
+			assert.Nil(t, b)
 		})
 	}
-	b, err := lease.New(lease.BackendConfig{})
-	require.NoError(t, err, "config errors claim nothing")
+	b, err := lease.New()
+	require.NoError(t, err, "option errors claim nothing")
 	closed(t, b)
 }
 
 func TestBackendMetricsGenerationAndJSON(t *testing.T) {
-	b, err := lease.New(lease.BackendConfig{Devices: gpus(0, 4)})
+	b, err := lease.New(lease.WithDevices(gpus(0, 4)))
 	require.NoError(t, err)
 	s := b.Session()
 	var gens []uint64
@@ -425,7 +433,7 @@ func TestBackendMetricsGenerationAndJSON(t *testing.T) {
 // TestBackendClaimDoneContext: Backend.Claim with a done context refuses
 // before taking a lease: no admission, no GPU permit, pool unchanged.
 func TestBackendClaimDoneContext(t *testing.T) {
-	b, err := lease.New(lease.BackendConfig{Devices: gpus(0)})
+	b, err := lease.New(lease.WithDevices(gpus(0)))
 	require.NoError(t, err)
 	defer closed(t, b)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -4,23 +4,23 @@
 // process and leases them, one run at a time, from a FIFO [Pool]. It
 // imports gpu and topology only, no driver package and not gpu/nvml, so it builds
 // without cgo: the devices it leases come from what the caller passes
-// ([BackendConfig].Devices, e.g. gpu/nvml's Discover) and from the drivers the
+// ([WithDevices], e.g. gpu/nvml's Discover) and from the drivers the
 // program registered, reached through gpu's registry.
 //
 // # Use
 //
 // An executor gets its devices from a backend:
 //
-//	inv := nvml.Discover(ctx)                    // the CPU device and the NVML GPUs, or why none
-//	cfg := lease.BackendConfig{Devices: inv.Devices, Source: inv.NVML.String()}
+//	inv, err := nvml.Discover(ctx)               // the CPU device and the NVML GPUs, or why none
+//	opts := []lease.Option{lease.WithDevices(inv.Devices), lease.WithSource(inv.NVML.String())}
 //	if inv.NVML.Available {
-//		cfg.HealthCheck = nvml.HealthCheck(nil) // a GPU found lost later is never leased
+//		opts = append(opts, lease.WithHealthCheck(nvml.HealthCheck(nil))) // a GPU found lost later is never leased
 //	}
-//	b, err := lease.New(cfg)
-//	if err != nil { … }                          // ErrBackendAlreadyLive, config errors
+//	b, err := lease.New(opts...)
+//	if err != nil { … }                          // ErrBackendAlreadyLive, option errors
 //	defer b.CloseAndWait(ctx)
 //	a, err := b.BeginAttempt(lease.AttemptRequest{Name: "flights"})
-//	acq, err := b.Acquire(ctx, gpu.Config{Streams: 4}) // FIFO; the leased device, opened
+//	acq, err := b.Acquire(ctx, gpu.WithStreams(4)) // FIFO; the leased device, opened
 //	defer acq.Release()                          // closes it, then frees the lease
 //	… run on acq.Device; acq.Why says what it is …
 //	a.Finish(runErr)
@@ -28,10 +28,10 @@
 //
 // # Leases follow the devices
 //
-// The pool has one slot per GPU of [BackendConfig].Devices and per device that
-// a driver implementing gpu.Enumerator lists ([BackendConfig].Drivers:
+// The pool has one slot per GPU of [WithDevices] and per device that
+// a driver implementing gpu.Enumerator lists ([WithDrivers]:
 // gpu/opencl's "opencl", a GPU of any vendor; a CPU OpenCL device such as
-// PoCL when [BackendConfig].LeaseTypes names "cpu"), each with its vendor and
+// PoCL when [WithLeaseTypes] names "cpu"), each with its vendor and
 // identity (UUID, PCI bus ID, name, memory; [Backend.StartupRecords],
 // [Backend.MetricsSnapshot]). A listed device that is one of the GPUs of
 // Devices (the same UUID or PCI bus ID, as NVIDIA's OpenCL driver lists

@@ -47,10 +47,10 @@ func ExamplePool() {
 // refused, and CloseAndWait returns when the cleanup is done.
 func ExampleBackend() {
 	ctx := context.Background()
-	b, err := lease.New(lease.BackendConfig{
-		Devices: []topology.DeviceFacts{{ID: topology.GPU(0), Name: "A100", NUMANode: -1}},
-		Drivers: []string{}, // lease the GPUs of Devices only
-	})
+	b, err := lease.New(
+		lease.WithDevices([]topology.DeviceFacts{{ID: topology.GPU(0), Name: "A100", NUMANode: -1}}),
+		lease.WithDrivers(), // lease the GPUs of WithDevices only
+	)
 	if err != nil {
 		fmt.Println(err)
 		return

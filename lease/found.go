@@ -15,7 +15,7 @@ import (
 var foundTypes = []string{"gpu", "cpu", "accelerator", "custom"}
 
 // discovered is what New learned from the drivers of
-// BackendConfig.Drivers.
+// WithDrivers.
 type discovered struct {
 	profiles []DeviceProfile // the found devices that get a slot, slot order
 	routes   map[topology.DeviceID]route
@@ -23,33 +23,28 @@ type discovered struct {
 }
 
 // discover asks cfg's drivers for their devices (cfg is validated; gpus
-// are the profiles of cfg.Devices). BackendConfig errors: an unknown driver, or
-// one that is no gpu.Enumerator, an unknown lease type. What a driver gets
+// are the profiles of WithDevices' GPUs). Errors: an unknown driver, or
+// one that is no gpu.Enumerator. What a driver gets
 // wrong (an error, a device whose ID another device has, a negative
 // index or memory) leaves its devices out and becomes a note.
-func discover(cfg *BackendConfig, gpus []DeviceProfile) (discovered, error) {
+func discover(cfg *settings, gpus []DeviceProfile) (discovered, error) {
 	out := discovered{routes: map[topology.DeviceID]route{}}
-	kinds := cfg.Drivers
+	kinds := cfg.drivers
 	if kinds == nil {
 		kinds = enumeratorKinds()
 	}
-	types := cfg.LeaseTypes
+	types := cfg.leaseTypes
 	if types == nil {
 		types = []string{"gpu"}
 	}
-	for _, t := range types {
-		if !slices.Contains(foundTypes, t) {
-			return out, fmt.Errorf("lease: BackendConfig.LeaseTypes: unknown device type %q (want one of %v)", t, foundTypes)
-		}
-	}
 	seen := map[topology.DeviceID]string{}
 	for _, p := range gpus {
-		seen[p.Device.ID] = "lease.BackendConfig.Devices"
+		seen[p.Device.ID] = "lease.WithDevices"
 	}
 	for _, kind := range kinds {
 		drv, err := enumerator(kind)
 		if err != nil {
-			return out, fmt.Errorf("lease: BackendConfig.Drivers: %w", err)
+			return out, fmt.Errorf("lease: WithDrivers: %w", err)
 		}
 		fs, err := callEnumerate(drv)
 		if err != nil {
@@ -74,7 +69,7 @@ func discover(cfg *BackendConfig, gpus []DeviceProfile) (discovered, error) {
 				out.notes = append(out.notes, fmt.Sprintf("%s: %s (%s) is the CPU device: not leased", kind, d.ID, d.Name))
 				continue
 			case !slices.Contains(types, f.Type):
-				out.notes = append(out.notes, fmt.Sprintf("%s: %s (%s) is a %s device: not leased (lease.BackendConfig.LeaseTypes %v)", kind, d.ID, d.Name, f.Type, types))
+				out.notes = append(out.notes, fmt.Sprintf("%s: %s (%s) is a %s device: not leased (lease.WithLeaseTypes %v)", kind, d.ID, d.Name, f.Type, types))
 				continue
 			}
 			if by, dup := seen[d.ID]; dup {
@@ -87,7 +82,7 @@ func discover(cfg *BackendConfig, gpus []DeviceProfile) (discovered, error) {
 				continue
 			}
 			d.CPUAffinity = append([]int(nil), d.CPUAffinity...)
-			out.profiles = append(out.profiles, DeviceProfile{Device: d, Streams: cfg.Streams})
+			out.profiles = append(out.profiles, DeviceProfile{Device: d, Streams: cfg.streams})
 			out.routes[d.ID] = route{kind: kind, drv: drv, found: f}
 		}
 	}
@@ -191,7 +186,7 @@ func (b *Backend) runtimeOf(id topology.DeviceID) string {
 	}
 }
 
-// Notes says what New learned from the drivers of BackendConfig.Drivers: a
+// Notes says what New learned from the drivers of WithDrivers: a
 // driver that found no device and why, a found device that is one of
 // Devices' GPUs, one that is not leased and why. It works at any time.
 func (b *Backend) Notes() []string { return slices.Clone(b.notes) }

@@ -63,7 +63,7 @@ func (enumDriver) OpenDevice(_ context.Context, f gpu.Found, cfg gpu.Config) (gp
 		return nil, enum.openErr
 	}
 	enum.opened = append(enum.opened, f.Device.ID)
-	enum.streams = append(enum.streams, cfg.Streams)
+	enum.streams = append(enum.streams, cfg.Streams())
 	return &fakeDevice{info: f.Device}, nil
 }
 
@@ -122,6 +122,27 @@ func nvmlGPU(i int, uuid, pci string) topology.DeviceFacts {
 // another spelling) is that GPU's route, not a slot of its own; Acquire
 // opens the leased device with its driver, Release closes it and then
 // frees the lease.
+// TestAcquireRefusesDriverSettings: the driver of a leased device is not
+// known before the claim, so Acquire refuses a driver setting before it
+// claims anything, naming it.
+func TestAcquireRefusesDriverSettings(t *testing.T) {
+	b, err := lease.New(lease.WithDrivers())
+	require.NoError(t, err)
+	defer closed(t, b)
+	a, err := b.Acquire(t.Context(), gpu.WithDriverSetting(simSetting{}))
+	assert.EqualError(t, err, "lease: Acquire: a driver setting of sim (lease_test.simSetting): the leased device's driver is not known in advance; give driver settings to gpu.Open")
+	assert.Nil(t, a)
+	a, err = b.Acquire(t.Context(), gpu.WithStreams(-2))
+	assert.EqualError(t, err, "gpu: WithStreams(-2): want at least 1 stream")
+	assert.Nil(t, a)
+	assert.Zero(t, b.MetricsSnapshot().Admissions, "nothing claimed")
+}
+
+// simSetting is a driver setting of kind "sim".
+type simSetting struct{}
+
+func (simSetting) DriverKind() string { return "sim" }
+
 func TestBackendLeasesFoundDevices(t *testing.T) {
 	setEnum(t, nil,
 		foundGPU(0, "routed by UUID", "4F3B2C1A-0D9E-4A7B-8C6D-5E4F3A2B1C0D", ""),
@@ -129,8 +150,7 @@ func TestBackendLeasesFoundDevices(t *testing.T) {
 		gpu.Found{Type: "cpu", Key: "pocl", Device: topology.DeviceFacts{ID: topology.OpenCL(2), Name: "cpu device", NUMANode: -1}},
 		foundGPU(3, "routed by PCI", "", "0000:07:00.0"),
 	)
-	b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum"},
-		Devices: []topology.DeviceFacts{topology.CPUDevice(), nvmlGPU(0, uuid0, "00000000:01:00.0"), nvmlGPU(1, "", "00000000:07:00.0"), nvmlGPU(2, "", "")}})
+	b, err := lease.New(lease.WithDrivers("test-enum"), lease.WithDevices([]topology.DeviceFacts{topology.CPUDevice(), nvmlGPU(0, uuid0, "00000000:01:00.0"), nvmlGPU(1, "", "00000000:07:00.0"), nvmlGPU(2, "", "")}))
 	require.NoError(t, err)
 	defer closed(t, b)
 
@@ -144,7 +164,7 @@ func TestBackendLeasesFoundDevices(t *testing.T) {
 	assert.Equal(t, []string{"NVIDIA Corporation", "NVIDIA Corporation", "NVIDIA Corporation", "Vendor other vendor GPU"}, vendors)
 	assert.Equal(t, []string{
 		"test-enum: opencl0 (routed by UUID) is gpu0",
-		"test-enum: opencl2 (cpu device) is a cpu device: not leased (lease.BackendConfig.LeaseTypes [gpu])",
+		"test-enum: opencl2 (cpu device) is a cpu device: not leased (lease.WithLeaseTypes [gpu])",
 		"test-enum: opencl3 (routed by PCI) is gpu1",
 	}, b.Notes())
 	leases := b.MetricsSnapshot().Leases
@@ -152,7 +172,7 @@ func TestBackendLeasesFoundDevices(t *testing.T) {
 	assert.Equal(t, lease.SlotState{Slot: 3, Device: "opencl1", Index: 1, Name: "other vendor GPU", Vendor: "Vendor other vendor GPU"}, leases[3])
 
 	// Release closes the device once, then frees the lease.
-	a, err := b.Acquire(t.Context(), gpu.Config{Streams: 3})
+	a, err := b.Acquire(t.Context(), gpu.WithStreams(3))
 	require.NoError(t, err)
 	assert.Equal(t, topology.GPU(0), a.Claim.Device().ID)
 	assert.Equal(t, topology.OpenCL(0), a.Device.ID())
@@ -167,23 +187,23 @@ func TestBackendLeasesFoundDevices(t *testing.T) {
 	// Hold gpu0 and gpu1: the next claim gets gpu2, which no driver runs,
 	// so the run goes to the CPU device (this test binary has no driver
 	// for it: an error) and the lease goes back.
-	a0, err := b.Acquire(t.Context(), gpu.Config{})
+	a0, err := b.Acquire(t.Context())
 	require.NoError(t, err)
 	defer a0.Release()
-	a1, err := b.Acquire(t.Context(), gpu.Config{})
+	a1, err := b.Acquire(t.Context())
 	require.NoError(t, err)
 	defer a1.Release()
 	assert.Equal(t, topology.GPU(1), a1.Claim.Device().ID)
 	assert.Equal(t, topology.OpenCL(3), a1.Device.ID())
 	assert.Equal(t, "gpu1 (NVIDIA test GPU, NVIDIA Corporation) leased, run through test-enum as opencl3", a1.Why)
-	_, err = b.Acquire(t.Context(), gpu.Config{})
+	_, err = b.Acquire(t.Context())
 	require.ErrorContains(t, err, `gpu: no driver "cpu" registered`)
 	assert.Equal(t, int64(2), b.CloseSnapshot().ActiveGPUPermits, "gpu2's lease went back")
 	l2, err := b.Claim(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, topology.GPU(2), l2.Device().ID)
 	defer l2.Release()
-	a3, err := b.Acquire(t.Context(), gpu.Config{Streams: 2})
+	a3, err := b.Acquire(t.Context(), gpu.WithStreams(2))
 	require.NoError(t, err)
 	defer a3.Release()
 	assert.Equal(t, topology.OpenCL(1), a3.Device.ID())
@@ -199,29 +219,29 @@ func TestBackendDriversConfig(t *testing.T) {
 	setEnum(t, nil, foundGPU(0, "a", "", ""), gpu.Found{Type: "cpu", Key: "c", Device: topology.DeviceFacts{ID: topology.OpenCL(1), Name: "c", NUMANode: -1}})
 	for _, tc := range []struct {
 		name string
-		cfg  lease.BackendConfig
+		cfg  []lease.Option
 		err  string
 	}{
-		{"unknown driver", lease.BackendConfig{Drivers: []string{"nope"}}, `lease: BackendConfig.Drivers: gpu: no driver "nope" registered (registered: [`},
-		{"not an enumerator", lease.BackendConfig{Drivers: []string{"test-plain"}}, `lease: BackendConfig.Drivers: driver "test-plain" lists no devices to lease (it does not implement gpu.Enumerator)`},
-		{"unknown type", lease.BackendConfig{Drivers: []string{"test-enum"}, LeaseTypes: []string{"gpu", "fpga"}},
-			`lease: BackendConfig.LeaseTypes: unknown device type "fpga" (want one of [gpu cpu accelerator custom])`},
+		{"unknown driver", []lease.Option{lease.WithDrivers("nope")}, `lease: WithDrivers: gpu: no driver "nope" registered (registered: [`},
+		{"not an enumerator", []lease.Option{lease.WithDrivers("test-plain")}, `lease: WithDrivers: driver "test-plain" lists no devices to lease (it does not implement gpu.Enumerator)`},
+		{"unknown type", []lease.Option{lease.WithDrivers("test-enum"), lease.WithLeaseTypes("gpu", "fpga")},
+			`lease: WithLeaseTypes: unknown device type "fpga" (want one of [gpu cpu accelerator custom])`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b, err := lease.New(tc.cfg)
+			b, err := lease.New(tc.cfg...)
 			require.ErrorContains(t, err, tc.err)
 			assert.Nil(t, b)
 		})
 	}
 	t.Run("cpu type leased when named", func(t *testing.T) {
-		b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum"}, LeaseTypes: []string{"cpu", "gpu"}})
+		b, err := lease.New(lease.WithDrivers("test-enum"), lease.WithLeaseTypes("cpu", "gpu"))
 		require.NoError(t, err)
 		defer closed(t, b)
 		assert.Equal(t, []string{"opencl0", "opencl1"}, b.Identity().Devices)
 		assert.Empty(t, b.Notes())
 	})
 	t.Run("listed twice", func(t *testing.T) {
-		b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum", "test-enum"}})
+		b, err := lease.New(lease.WithDrivers("test-enum", "test-enum"))
 		require.NoError(t, err)
 		defer closed(t, b)
 		assert.Equal(t, []string{"opencl0"}, b.Identity().Devices)
@@ -231,7 +251,7 @@ func TestBackendDriversConfig(t *testing.T) {
 		enum.mu.Lock()
 		before := enum.calls
 		enum.mu.Unlock()
-		b, err := lease.New(lease.BackendConfig{Drivers: []string{}})
+		b, err := lease.New(lease.WithDrivers())
 		require.NoError(t, err)
 		defer closed(t, b)
 		assert.Zero(t, b.NumGPUs())
@@ -241,7 +261,7 @@ func TestBackendDriversConfig(t *testing.T) {
 		enum.mu.Unlock()
 	})
 	t.Run("nil: every enumerator", func(t *testing.T) {
-		b, err := lease.New(lease.BackendConfig{})
+		b, err := lease.New()
 		require.NoError(t, err)
 		defer closed(t, b)
 		assert.Equal(t, []string{"opencl0"}, b.Identity().Devices)
@@ -252,7 +272,7 @@ func TestBackendDriversConfig(t *testing.T) {
 // which Acquire's reason for the CPU device includes.
 func TestBackendEnumerateFails(t *testing.T) {
 	setEnum(t, errors.New("no platform"))
-	b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum"}, Source: "NVML unavailable"})
+	b, err := lease.New(lease.WithDrivers("test-enum"), lease.WithSource("NVML unavailable"))
 	require.NoError(t, err)
 	defer closed(t, b)
 	assert.Zero(t, b.NumGPUs())
@@ -267,10 +287,10 @@ func TestBackendEnumerateFails(t *testing.T) {
 func TestBackendAcquireFIFO(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		setEnum(t, nil, foundGPU(0, "only", "", ""))
-		b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum"}})
+		b, err := lease.New(lease.WithDrivers("test-enum"))
 		require.NoError(t, err)
 		defer closed(t, b)
-		first, err := b.Acquire(t.Context(), gpu.Config{})
+		first, err := b.Acquire(t.Context())
 		require.NoError(t, err)
 
 		var order []string
@@ -283,7 +303,7 @@ func TestBackendAcquireFIFO(t *testing.T) {
 				ctx = cctx
 			}
 			wg.Go(func() {
-				a, err := b.Acquire(ctx, gpu.Config{})
+				a, err := b.Acquire(ctx)
 				if name == "cancelled" {
 					assert.ErrorIs(t, err, context.Canceled)
 					assert.Nil(t, a)
@@ -318,9 +338,9 @@ func TestBackendAcquireFIFO(t *testing.T) {
 func TestBackendAcquireCloseWaitsForRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		setEnum(t, nil, foundGPU(0, "only", "", ""))
-		b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum"}})
+		b, err := lease.New(lease.WithDrivers("test-enum"))
 		require.NoError(t, err)
-		a, err := b.Acquire(t.Context(), gpu.Config{})
+		a, err := b.Acquire(t.Context())
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
@@ -328,7 +348,7 @@ func TestBackendAcquireCloseWaitsForRelease(t *testing.T) {
 		require.ErrorIs(t, err, lease.ErrBackendCloseTimeout)
 		assert.Equal(t, int64(1), s.ActiveGPUPermits)
 		assert.Equal(t, "gpu_permits", s.Phase)
-		_, err = b.Acquire(t.Context(), gpu.Config{})
+		_, err = b.Acquire(t.Context())
 		assert.ErrorIs(t, err, lease.ErrBackendClosing)
 		dev := a.Device.(*fakeDevice)
 		a.Release()
@@ -346,9 +366,9 @@ func TestBackendAcquireReleaseReturnsCloseError(t *testing.T) {
 	enum.mu.Lock()
 	enum.closeErr = boom
 	enum.mu.Unlock()
-	b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum"}})
+	b, err := lease.New(lease.WithDrivers("test-enum"))
 	require.NoError(t, err)
-	a, err := b.Acquire(t.Context(), gpu.Config{})
+	a, err := b.Acquire(t.Context())
 	require.NoError(t, err)
 	require.NotNil(t, a.Claim)
 	assert.ErrorIs(t, a.Release(), boom)
@@ -365,10 +385,10 @@ func TestBackendAcquireOpenFails(t *testing.T) {
 	enum.mu.Lock()
 	enum.openErr = errors.New("device busy")
 	enum.mu.Unlock()
-	b, err := lease.New(lease.BackendConfig{Drivers: []string{"test-enum"}})
+	b, err := lease.New(lease.WithDrivers("test-enum"))
 	require.NoError(t, err)
 	defer closed(t, b)
-	_, err = b.Acquire(t.Context(), gpu.Config{})
+	_, err = b.Acquire(t.Context())
 	require.ErrorContains(t, err, `gpu: no driver "cpu" registered`)
 	assert.Zero(t, b.CloseSnapshot().ActiveGPUPermits, "the lease went back")
 	assert.Equal(t, uint64(1), b.MetricsSnapshot().Admissions)
@@ -378,10 +398,10 @@ func TestBackendAcquireOpenFails(t *testing.T) {
 // gpu/cpu imported (as in this test binary) it fails with an error naming
 // the missing driver, and hands no lease out.
 func TestAcquireNeedsCPUDriver(t *testing.T) {
-	b, err := lease.New(lease.BackendConfig{Devices: gpus(0)})
+	b, err := lease.New(lease.WithDevices(gpus(0)))
 	require.NoError(t, err)
 	defer closed(t, b)
-	_, err = b.Acquire(t.Context(), gpu.Config{})
+	_, err = b.Acquire(t.Context())
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `gpu: no driver "cpu" registered`)
 	for _, l := range b.MetricsSnapshot().Leases {

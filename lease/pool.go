@@ -27,21 +27,22 @@ var ErrNoGPU = errors.New("lease: no GPU on this host")
 // UUID through NVML.
 type HealthCheck func(d topology.DeviceFacts) error
 
-// PoolOption configures NewPool.
-type PoolOption func(*poolConfig)
-
-type poolConfig struct {
-	check HealthCheck
-}
-
 // WithHealthCheck makes every claim re-check the GPU it is about to hand
-// out with check (nil: no check, the default). A GPU the check reports
+// out with check. A GPU the check reports
 // gone is retired for the life of the pool: it is never leased again,
 // SnapshotLeases and Lost say why, and the claim goes on to another GPU,
 // waiting for one when all the others are leased. Once every GPU is
 // retired, claims fail with ErrNoGPU wrapping each *gpu.LostError.
-func WithHealthCheck(check HealthCheck) PoolOption {
-	return func(c *poolConfig) { c.check = check }
+// Without the option no claim checks. It configures a Pool, and a
+// Backend's pool. Errors: a nil check.
+func WithHealthCheck(check HealthCheck) Option {
+	return func(s *settings) error {
+		if check == nil {
+			return errors.New("WithHealthCheck: nil check")
+		}
+		s.healthCheck = check
+		return nil
+	}
 }
 
 // Pool hands out exclusive leases on devices (GPUs and OpenCL devices;
@@ -86,15 +87,23 @@ type poolSlot struct {
 // pool. The devices are copied. O(len(devices)).
 //
 // Errors: a GPU ID given twice ("lease: NewPool: gpu2 given twice (entries
-// 1 and 2)", entries counted from 0 in devices); no pool is returned.
-func NewPool(devices []topology.DeviceFacts, opts ...PoolOption) (*Pool, error) {
-	var cfg poolConfig
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
-		}
+// 1 and 2)", entries counted from 0 in devices); an option's error, or an
+// option that configures only a Backend ("lease: NewPool: WithStreams
+// configures a Backend, not a Pool"); no pool is returned.
+func NewPool(devices []topology.DeviceFacts, opts ...Option) (*Pool, error) {
+	cfg, err := applyOptions(opts)
+	if err != nil {
+		return nil, err
 	}
-	p := &Pool{check: cfg.check}
+	if cfg.backendOnly != "" {
+		return nil, fmt.Errorf("lease: NewPool: %s configures a Backend, not a Pool", cfg.backendOnly)
+	}
+	return newPool(devices, cfg.healthCheck)
+}
+
+// newPool is NewPool with its health check (nil: none).
+func newPool(devices []topology.DeviceFacts, check HealthCheck) (*Pool, error) {
+	p := &Pool{check: check}
 	seen := map[topology.DeviceID]int{}
 	for i, d := range devices {
 		if d.ID.Kind == topology.KindCPU {

@@ -17,7 +17,7 @@ import (
 )
 
 // newPool is lease.NewPool for devices a test knows are valid.
-func newPool(t *testing.T, devs []topology.DeviceFacts, opts ...lease.PoolOption) *lease.Pool {
+func newPool(t *testing.T, devs []topology.DeviceFacts, opts ...lease.Option) *lease.Pool {
 	t.Helper()
 	p, err := lease.NewPool(devs, opts...)
 	require.NoError(t, err)
@@ -261,6 +261,17 @@ func TestPoolClaimStress(t *testing.T) {
 	}
 	wg.Wait()
 	assert.Equal(t, 0, p.PendingClaimers())
+}
+
+// TestPoolOptionErrors: a pool refuses a nil health check and the options
+// that only a Backend takes, naming them.
+func TestPoolOptionErrors(t *testing.T) {
+	p, err := lease.NewPool(gpus(0), lease.WithHealthCheck(nil))
+	assert.Nil(t, p)
+	assert.EqualError(t, err, "lease: WithHealthCheck: nil check")
+	p, err = lease.NewPool(gpus(0), lease.WithHealthCheck(func(topology.DeviceFacts) error { return nil }), lease.WithStreams(2))
+	assert.Nil(t, p)
+	assert.EqualError(t, err, "lease: NewPool: WithStreams configures a Backend, not a Pool")
 }
 
 // TestPoolRepeatedDevice: a GPU ID given twice is an error naming it, not

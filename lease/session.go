@@ -102,7 +102,7 @@ func (a *Attempt) Finish(err error) bool {
 	}
 	b.m.gen++
 	b.mu.Unlock()
-	if obs := b.cfg.Observer; obs != nil {
+	if obs := b.cfg.observer; obs != nil {
 		b.deliver(obs, r)
 	}
 	b.mu.Lock()

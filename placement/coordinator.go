@@ -15,7 +15,7 @@ import (
 // Errors of the Coordinator (test with errors.Is).
 var (
 	// ErrNoSuitableDevice: no registered device is available (registered,
-	// preferred when a preference is set, under MaxKernelsPerDevice).
+	// preferred when a preference is set, under the kernel bound).
 	ErrNoSuitableDevice = errors.New("placement: no suitable device")
 	// ErrDeviceNotRegistered: the device is not registered.
 	ErrDeviceNotRegistered = errors.New("placement: device not registered")
@@ -31,31 +31,102 @@ var (
 	ErrStaleMigration = errors.New("placement: stale migration")
 )
 
-// DefaultMaxKernelsPerDevice is MaxKernelsPerDevice when the config leaves
-// it 0.
+// DefaultMaxKernelsPerDevice is the bound of kernels per device without
+// WithMaxKernelsPerDevice.
 const DefaultMaxKernelsPerDevice = 64
 
-// CoordinatorConfig configures a Coordinator. The zero value is usable:
-// least-loaded, 64 kernels per device, P2P on, no preference, no topology.
-type CoordinatorConfig struct {
-	// Strategy is how Select chooses; the zero value is LeastLoaded.
-	Strategy Strategy
-	// MaxKernelsPerDevice bounds the kernels on one device for selection
-	// and migration planning; 0 means DefaultMaxKernelsPerDevice.
-	MaxKernelsPerDevice int
-	// DisableP2P makes CanP2P false for every pair.
-	DisableP2P bool
-	// Preferred, when not empty, restricts Select to these devices.
-	Preferred []topology.DeviceID
-	// Selector is the Custom callback: given the status of the
-	// candidate devices (in ID order) it returns an index into that slice.
-	// It is called without the Coordinator's lock held, so it may call the
-	// Coordinator.
-	Selector func(candidates []DeviceStatus, req SelectRequest) int
-	// Topology is the machine's topology (CanP2P, topology-aware
-	// selection, migration routes, kernel-to-kernel placement); nil means
-	// none is known.
-	Topology *topology.Topology
+// Option configures a Coordinator (NewCoordinator). An option given bad
+// input returns an error, which NewCoordinator returns prefixed with
+// "placement: "; nil options are skipped. Without options a Coordinator
+// selects least-loaded, with 64 kernels per device, P2P on, no
+// preference and no topology.
+type Option func(*settings) error
+
+type settings struct {
+	strategy   Strategy
+	max        int
+	disableP2P bool
+	preferred  []topology.DeviceID
+	selector   func(candidates []DeviceStatus, req SelectRequest) int
+	topo       *topology.Topology
+}
+
+// WithStrategy sets how Select chooses (default LeastLoaded). Errors:
+// Custom (give WithSelector instead), HEFT (Place only) or an unknown
+// strategy.
+func WithStrategy(s Strategy) Option {
+	return func(o *settings) error {
+		switch s {
+		case Custom:
+			return errors.New("WithStrategy: custom: give the selector with WithSelector")
+		case LeastLoaded, FirstAvailable, RoundRobin, MemoryBased, ComputeCapability, TopologyAware:
+			o.strategy = s
+			return nil
+		}
+		return fmt.Errorf("WithStrategy: %v is not a strategy of Select", s)
+	}
+}
+
+// WithSelector makes Select ask sel (the Custom strategy): given the
+// status of the candidate devices (in ID order) it returns an index into
+// that slice. It is called without the Coordinator's lock held, so it may
+// call the Coordinator. Errors: a nil sel.
+func WithSelector(sel func(candidates []DeviceStatus, req SelectRequest) int) Option {
+	return func(o *settings) error {
+		if sel == nil {
+			return errors.New("WithSelector: nil selector")
+		}
+		o.strategy, o.selector = Custom, sel
+		return nil
+	}
+}
+
+// WithMaxKernelsPerDevice bounds the kernels on one device for selection
+// and migration planning to n (default DefaultMaxKernelsPerDevice).
+// Errors: n < 1.
+func WithMaxKernelsPerDevice(n int) Option {
+	return func(o *settings) error {
+		if n < 1 {
+			return fmt.Errorf("WithMaxKernelsPerDevice(%d): want at least 1", n)
+		}
+		o.max = n
+		return nil
+	}
+}
+
+// WithoutP2P makes CanP2P false for every pair.
+func WithoutP2P() Option {
+	return func(o *settings) error { o.disableP2P = true; return nil }
+}
+
+// WithPreferred restricts Select to the devices ids (copied). Errors: no
+// ids, or an ID given twice.
+func WithPreferred(ids ...topology.DeviceID) Option {
+	return func(o *settings) error {
+		if len(ids) == 0 {
+			return errors.New("WithPreferred: no device")
+		}
+		for i, id := range ids {
+			if slices.Contains(ids[:i], id) {
+				return fmt.Errorf("WithPreferred: %v given twice", id)
+			}
+		}
+		o.preferred = slices.Clone(ids)
+		return nil
+	}
+}
+
+// WithTopology gives the machine's topology (CanP2P, topology-aware
+// selection, migration routes, kernel-to-kernel placement); without it
+// none is known. Errors: a nil topo.
+func WithTopology(topo *topology.Topology) Option {
+	return func(o *settings) error {
+		if topo == nil {
+			return errors.New("WithTopology: nil topology")
+		}
+		o.topo = topo
+		return nil
+	}
 }
 
 // DeviceInfo describes a device registered with a Coordinator.
@@ -79,8 +150,8 @@ func (d DeviceInfo) MemoryUtilization() float64 {
 type DeviceStatus struct {
 	Info      DeviceInfo // as registered
 	Kernels   []string   // sorted
-	Available bool       // len(Kernels) < MaxKernelsPerDevice
-	Load      float64    // len(Kernels) / MaxKernelsPerDevice
+	Available bool       // len(Kernels) < the kernel bound
+	Load      float64    // len(Kernels) / the kernel bound
 }
 
 // SelectRequest carries what a selection may consider.
@@ -156,7 +227,7 @@ type MigrationRequest struct {
 //
 // All methods are safe for concurrent use.
 type Coordinator struct {
-	cfg     CoordinatorConfig
+	cfg     settings
 	max     int
 	mu      sync.Mutex
 	devices map[topology.DeviceID]DeviceInfo
@@ -167,15 +238,20 @@ type Coordinator struct {
 	stats   CoordinatorStats
 }
 
-// NewCoordinator returns an empty Coordinator. It starts no goroutine.
-func NewCoordinator(cfg CoordinatorConfig) *Coordinator {
-	c := &Coordinator{cfg: cfg, max: cfg.MaxKernelsPerDevice, devices: map[topology.DeviceID]DeviceInfo{},
-		kernels: map[topology.DeviceID]map[string]struct{}{}, where: map[string]topology.DeviceID{}, topo: cfg.Topology}
-	c.cfg.Preferred = slices.Clone(cfg.Preferred)
-	if c.max <= 0 {
-		c.max = DefaultMaxKernelsPerDevice
+// NewCoordinator returns an empty Coordinator configured by opts, applied
+// in order. It starts no goroutine. Errors: the first option's error.
+func NewCoordinator(opts ...Option) (*Coordinator, error) {
+	cfg := settings{max: DefaultMaxKernelsPerDevice}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&cfg); err != nil {
+			return nil, fmt.Errorf("placement: %w", err)
+		}
 	}
-	return c
+	return &Coordinator{cfg: cfg, max: cfg.max, devices: map[topology.DeviceID]DeviceInfo{},
+		kernels: map[topology.DeviceID]map[string]struct{}{}, where: map[string]topology.DeviceID{}, topo: cfg.topo}, nil
 }
 
 // Register adds a device, or replaces the info of a registered one (its
@@ -293,7 +369,7 @@ func (c *Coordinator) CanP2P(a, b topology.DeviceID) bool {
 func (c *Coordinator) canP2P(a, b topology.DeviceID) bool {
 	_, okA := c.devices[a]
 	_, okB := c.devices[b]
-	return okA && okB && !c.cfg.DisableP2P && c.topo != nil && c.topo.CanP2P(a, b)
+	return okA && okB && !c.cfg.disableP2P && c.topo != nil && c.topo.CanP2P(a, b)
 }
 
 // Assign records kernel k on device id, moving it if it was elsewhere.
@@ -349,7 +425,7 @@ func (c *Coordinator) KernelsOn(id topology.DeviceID) []string {
 
 // Select chooses a device for a new kernel by the configured strategy
 // among the available candidates: registered devices (only the Preferred
-// ones when set) holding fewer than MaxKernelsPerDevice kernels. It does
+// ones when set) holding fewer than the kernel bound kernels. It does
 // not assign anything. Errors: ErrNoSuitableDevice when there is no
 // candidate; ErrInvalidSelection for a missing custom selector or an
 // out-of-range choice. Time: O(devices × inputs).
@@ -360,12 +436,9 @@ func (c *Coordinator) Select(req SelectRequest) (topology.DeviceID, error) {
 		c.mu.Unlock()
 		return topology.DeviceID{}, fmt.Errorf("%w: %d registered, none available", ErrNoSuitableDevice, len(c.devices))
 	}
-	if c.cfg.Strategy == Custom {
-		sel := c.cfg.Selector
+	if c.cfg.strategy == Custom {
+		sel := c.cfg.selector // WithSelector set both
 		c.mu.Unlock()
-		if sel == nil {
-			return topology.DeviceID{}, fmt.Errorf("%w: custom strategy without a selector", ErrInvalidSelection)
-		}
 		i := sel(slices.Clone(cands), req)
 		if i < 0 || i >= len(cands) {
 			return topology.DeviceID{}, fmt.Errorf("%w: selector chose %d of %d candidates", ErrInvalidSelection, i, len(cands))
@@ -373,7 +446,7 @@ func (c *Coordinator) Select(req SelectRequest) (topology.DeviceID, error) {
 		return cands[i].Info.ID, nil
 	}
 	defer c.mu.Unlock()
-	return choose(c.cfg.Strategy, cands, req, c.topo, &c.rr), nil
+	return choose(c.cfg.strategy, cands, req, c.topo, &c.rr), nil
 }
 
 // candidates returns the status of the available candidates in ID order.
@@ -381,7 +454,7 @@ func (c *Coordinator) Select(req SelectRequest) (topology.DeviceID, error) {
 func (c *Coordinator) candidates() []DeviceStatus {
 	var out []DeviceStatus
 	for _, id := range c.ids() {
-		if len(c.cfg.Preferred) > 0 && !slices.Contains(c.cfg.Preferred, id) {
+		if len(c.cfg.preferred) > 0 && !slices.Contains(c.cfg.preferred, id) {
 			continue
 		}
 		if s := c.status(id); s.Available {
@@ -395,7 +468,7 @@ func (c *Coordinator) candidates() []DeviceStatus {
 // sorted order, goes to the registered device with the fewest kernels
 // counting the ones planned so far (ties: the cheapest transfer from id
 // when a topology is set, then the lowest ID), among devices under
-// MaxKernelsPerDevice; kernels no device can take are orphaned (see
+// the kernel bound; kernels no device can take are orphaned (see
 // Spread). The plan is applied before Unregister returns (the kernels are
 // assigned to their targets, orphans are removed); moving their state is
 // the caller's job (for a plan of package exec: Executor.Drain with
@@ -477,7 +550,7 @@ func (c *Coordinator) CompleteMigration(req MigrationRequest) error {
 // among the available devices that src's device reaches peer to peer
 // (CanP2P), the one with the highest pair bandwidth / (load + 0.1), where
 // bandwidth is the topology's PairRoute bandwidth in GB/s and load is
-// kernels / MaxKernelsPerDevice; ties go to the lowest ID. When src is
+// kernels / the kernel bound; ties go to the lowest ID. When src is
 // unknown or has no such neighbour it falls back to Select with an empty
 // request. Errors as Select.
 func (c *Coordinator) SelectForK2K(src string) (topology.DeviceID, error) {

@@ -26,9 +26,10 @@ func coordTopology(t *testing.T) *topology.Topology {
 	return topo
 }
 
-func newCoord(t *testing.T, cfg placement.CoordinatorConfig, n int) *placement.Coordinator {
+func newCoord(t *testing.T, opts []placement.Option, n int) *placement.Coordinator {
 	t.Helper()
-	c := placement.NewCoordinator(cfg)
+	c, err := placement.NewCoordinator(opts...)
+	require.NoError(t, err)
 	for i := range n {
 		c.Register(placement.DeviceInfo{ID: topology.GPU(i), Name: fmt.Sprint("gpu", i), TotalMemoryBytes: 100, FreeMemoryBytes: int64(10 * (i + 1)),
 			ComputeCapability: topology.ComputeCapability{Major: 8, Minor: i % 2}})
@@ -38,20 +39,20 @@ func newCoord(t *testing.T, cfg placement.CoordinatorConfig, n int) *placement.C
 
 func TestCoordinatorStrategies(t *testing.T) {
 	g := topology.GPU
-	c := newCoord(t, placement.CoordinatorConfig{}, 3)
+	c := newCoord(t, nil, 3)
 	require.NoError(t, c.Assign("a", g(0)))
 	id, err := c.Select(placement.SelectRequest{})
 	require.NoError(t, err)
 	assert.Equal(t, g(1), id, "least loaded, lowest ID on ties")
 
-	c = newCoord(t, placement.CoordinatorConfig{Strategy: placement.MemoryBased}, 3)
+	c = newCoord(t, []placement.Option{placement.WithStrategy(placement.MemoryBased)}, 3)
 	id, _ = c.Select(placement.SelectRequest{})
 	assert.Equal(t, g(2), id)
-	c = newCoord(t, placement.CoordinatorConfig{Strategy: placement.ComputeCapability}, 3)
+	c = newCoord(t, []placement.Option{placement.WithStrategy(placement.ComputeCapability)}, 3)
 	id, _ = c.Select(placement.SelectRequest{})
 	assert.Equal(t, g(1), id, "8.1 beats 8.0; the tie with nothing else goes to the lowest ID")
 
-	c = newCoord(t, placement.CoordinatorConfig{Strategy: placement.RoundRobin}, 3)
+	c = newCoord(t, []placement.Option{placement.WithStrategy(placement.RoundRobin)}, 3)
 	var seq []topology.DeviceID
 	for range 4 {
 		id, _ := c.Select(placement.SelectRequest{})
@@ -59,7 +60,7 @@ func TestCoordinatorStrategies(t *testing.T) {
 	}
 	assert.Equal(t, []topology.DeviceID{g(0), g(1), g(2), g(0)}, seq)
 
-	c = newCoord(t, placement.CoordinatorConfig{Strategy: placement.FirstAvailable, MaxKernelsPerDevice: 1}, 2)
+	c = newCoord(t, []placement.Option{placement.WithStrategy(placement.FirstAvailable), placement.WithMaxKernelsPerDevice(1)}, 2)
 	require.NoError(t, c.Assign("a", g(0)))
 	id, _ = c.Select(placement.SelectRequest{})
 	assert.Equal(t, g(1), id, "first available skips the full device")
@@ -67,13 +68,13 @@ func TestCoordinatorStrategies(t *testing.T) {
 	_, err = c.Select(placement.SelectRequest{})
 	assert.ErrorIs(t, err, placement.ErrNoSuitableDevice)
 
-	c = newCoord(t, placement.CoordinatorConfig{Preferred: []topology.DeviceID{g(7)}}, 2)
+	c = newCoord(t, []placement.Option{placement.WithPreferred(g(7))}, 2)
 	_, err = c.Select(placement.SelectRequest{})
 	assert.ErrorIs(t, err, placement.ErrNoSuitableDevice, "no fallback to device 0")
-	_, err = placement.NewCoordinator(placement.CoordinatorConfig{}).Select(placement.SelectRequest{})
+	_, err = newCoord(t, nil, 0).Select(placement.SelectRequest{})
 	assert.ErrorIs(t, err, placement.ErrNoSuitableDevice)
 
-	c = newCoord(t, placement.CoordinatorConfig{Strategy: placement.TopologyAware, Topology: coordTopology(t)}, 3)
+	c = newCoord(t, []placement.Option{placement.WithStrategy(placement.TopologyAware), placement.WithTopology(coordTopology(t))}, 3)
 	id, err = c.Select(placement.SelectRequest{Inputs: []topology.DeviceID{g(2)}, InputBytes: 1 << 30})
 	require.NoError(t, err)
 	assert.Equal(t, g(2), id, "data is already there")
@@ -84,9 +85,9 @@ func TestCoordinatorStrategies(t *testing.T) {
 
 func TestCoordinatorCustomSelector(t *testing.T) {
 	choice := 5
-	c := newCoord(t, placement.CoordinatorConfig{Strategy: placement.Custom, Selector: func(s []placement.DeviceStatus, _ placement.SelectRequest) int {
+	c := newCoord(t, []placement.Option{placement.WithSelector(func(s []placement.DeviceStatus, _ placement.SelectRequest) int {
 		return choice
-	}}, 2)
+	})}, 2)
 	_, err := c.Select(placement.SelectRequest{})
 	assert.ErrorIs(t, err, placement.ErrInvalidSelection)
 	choice = -1
@@ -96,22 +97,44 @@ func TestCoordinatorCustomSelector(t *testing.T) {
 	id, err := c.Select(placement.SelectRequest{})
 	require.NoError(t, err)
 	assert.Equal(t, topology.GPU(1), id)
-	_, err = newCoord(t, placement.CoordinatorConfig{Strategy: placement.Custom}, 1).Select(placement.SelectRequest{})
-	assert.ErrorIs(t, err, placement.ErrInvalidSelection)
 
 	// The selector may call back into the coordinator: no lock is held.
 	var cc *placement.Coordinator
-	cc = newCoord(t, placement.CoordinatorConfig{Strategy: placement.Custom, Selector: func(s []placement.DeviceStatus, _ placement.SelectRequest) int {
+	cc = newCoord(t, []placement.Option{placement.WithSelector(func(s []placement.DeviceStatus, _ placement.SelectRequest) int {
 		return len(cc.Status()) - 1
-	}}, 3)
+	})}, 3)
 	id, err = cc.Select(placement.SelectRequest{})
 	require.NoError(t, err)
 	assert.Equal(t, topology.GPU(2), id)
 }
 
+// TestCoordinatorOptionErrors checks that NewCoordinator refuses bad
+// options, naming them.
+func TestCoordinatorOptionErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opt  placement.Option
+		want string
+	}{
+		{"custom without selector", placement.WithStrategy(placement.Custom), "placement: WithStrategy: custom: give the selector with WithSelector"},
+		{"place-only strategy", placement.WithStrategy(placement.HEFT), "placement: WithStrategy: heft is not a strategy of Select"},
+		{"nil selector", placement.WithSelector(nil), "placement: WithSelector: nil selector"},
+		{"zero bound", placement.WithMaxKernelsPerDevice(0), "placement: WithMaxKernelsPerDevice(0): want at least 1"},
+		{"no preferred", placement.WithPreferred(), "placement: WithPreferred: no device"},
+		{"preferred twice", placement.WithPreferred(topology.GPU(1), topology.GPU(1)), "placement: WithPreferred: gpu1 given twice"},
+		{"nil topology", placement.WithTopology(nil), "placement: WithTopology: nil topology"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := placement.NewCoordinator(tc.opt)
+			assert.EqualError(t, err, tc.want)
+			assert.Nil(t, c)
+		})
+	}
+}
+
 func TestCoordinatorAssignMovesAndStats(t *testing.T) {
 	g := topology.GPU
-	c := newCoord(t, placement.CoordinatorConfig{}, 2)
+	c := newCoord(t, nil, 2)
 	require.NoError(t, c.Assign("k", g(0)))
 	require.NoError(t, c.Assign("k", g(1)))
 	assert.Empty(t, c.KernelsOn(g(0)), "re-assign moves the kernel")
@@ -138,19 +161,19 @@ func TestCoordinatorAssignMovesAndStats(t *testing.T) {
 
 func TestCoordinatorCanP2PFromTopology(t *testing.T) {
 	g := topology.GPU
-	c := newCoord(t, placement.CoordinatorConfig{}, 3)
+	c := newCoord(t, nil, 3)
 	assert.False(t, c.CanP2P(g(0), g(1)), "no topology, no P2P")
 	c.SetTopology(coordTopology(t))
 	assert.True(t, c.CanP2P(g(0), g(1)))
 	assert.False(t, c.CanP2P(g(1), g(2)), "SYS")
 	assert.False(t, c.CanP2P(g(0), g(3)), "unregistered")
-	c = newCoord(t, placement.CoordinatorConfig{DisableP2P: true, Topology: coordTopology(t)}, 3)
+	c = newCoord(t, []placement.Option{placement.WithoutP2P(), placement.WithTopology(coordTopology(t))}, 3)
 	assert.False(t, c.CanP2P(g(0), g(1)))
 }
 
 func TestCoordinatorUnregisterSpreads(t *testing.T) {
 	g := topology.GPU
-	c := newCoord(t, placement.CoordinatorConfig{}, 3)
+	c := newCoord(t, nil, 3)
 	require.NoError(t, c.Assign("a", g(0)))
 	require.NoError(t, c.Assign("b", g(0)))
 	res, err := c.Unregister(g(0))
@@ -165,7 +188,7 @@ func TestCoordinatorUnregisterSpreads(t *testing.T) {
 	assert.NotEqual(t, g(0), id)
 
 	// Never target an unregistered device; orphan what does not fit.
-	c = newCoord(t, placement.CoordinatorConfig{MaxKernelsPerDevice: 1}, 3)
+	c = newCoord(t, []placement.Option{placement.WithMaxKernelsPerDevice(1)}, 3)
 	require.NoError(t, c.Assign("a", g(0)))
 	require.NoError(t, c.Assign("b", g(0)))
 	require.NoError(t, c.Assign("c", g(0)))
@@ -178,7 +201,7 @@ func TestCoordinatorUnregisterSpreads(t *testing.T) {
 	assert.Equal(t, 1, c.Stats().Kernels)
 
 	// With a topology, ties go to the cheapest transfer (gpu2 is NV2 from gpu0, gpu1 NV1).
-	c = newCoord(t, placement.CoordinatorConfig{Topology: coordTopology(t)}, 3)
+	c = newCoord(t, []placement.Option{placement.WithTopology(coordTopology(t))}, 3)
 	require.NoError(t, c.Assign("a", g(0)))
 	res, _ = c.Unregister(g(0))
 	assert.Equal(t, g(2), res.Migrations[0].Target)
@@ -186,7 +209,7 @@ func TestCoordinatorUnregisterSpreads(t *testing.T) {
 
 func TestCoordinatorMigration(t *testing.T) {
 	g := topology.GPU
-	c := newCoord(t, placement.CoordinatorConfig{Topology: coordTopology(t)}, 3)
+	c := newCoord(t, []placement.Option{placement.WithTopology(coordTopology(t))}, 3)
 	_, err := c.RequestMigration("k", g(1), 0)
 	assert.ErrorIs(t, err, placement.ErrKernelNotFound)
 	require.NoError(t, c.Assign("k", g(0)))
@@ -210,7 +233,7 @@ func TestCoordinatorMigration(t *testing.T) {
 
 func TestCoordinatorK2K(t *testing.T) {
 	g := topology.GPU
-	c := newCoord(t, placement.CoordinatorConfig{Topology: coordTopology(t)}, 3)
+	c := newCoord(t, []placement.Option{placement.WithTopology(coordTopology(t))}, 3)
 	require.NoError(t, c.Assign("src", g(0)))
 	id, err := c.SelectForK2K("src")
 	require.NoError(t, err)
@@ -226,7 +249,7 @@ func TestCoordinatorK2K(t *testing.T) {
 }
 
 func TestCoordinatorConcurrent(t *testing.T) {
-	c := newCoord(t, placement.CoordinatorConfig{Strategy: placement.RoundRobin, Topology: coordTopology(t)}, 3)
+	c := newCoord(t, []placement.Option{placement.WithStrategy(placement.RoundRobin), placement.WithTopology(coordTopology(t))}, 3)
 	var wg sync.WaitGroup
 	for w := range 8 {
 		wg.Go(func() {

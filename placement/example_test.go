@@ -33,7 +33,11 @@ func ExamplePlace() {
 // A coordinator spreads new kernels over the least loaded devices and
 // moves an unregistered device's kernels onto the others.
 func ExampleCoordinator() {
-	c := placement.NewCoordinator(placement.CoordinatorConfig{})
+	c, err := placement.NewCoordinator()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	for i := range 3 {
 		c.Register(placement.DeviceInfo{ID: topology.GPU(i), Name: fmt.Sprint("gpu", i)})
 	}

@@ -34,7 +34,7 @@ const (
 	// then the lowest ID. Without a topology or inputs it acts as
 	// LeastLoaded (Select only).
 	TopologyAware
-	// Custom asks CoordinatorConfig.Selector (Select only).
+	// Custom asks the selector of WithSelector (Select only).
 	Custom
 	// HEFT is list scheduling by upward rank with earliest finish time
 	// (HEFT: Topcuoglu, Hariri and Wu, "Performance-effective and

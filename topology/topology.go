@@ -25,8 +25,9 @@ type Topology struct {
 	nics    []NIC
 }
 
-// Option configures New.
-type Option func(*options)
+// Option configures New. An option that is given bad input returns an
+// error, which New returns prefixed with "topology: ".
+type Option func(*options) error
 
 type options struct {
 	spec *GPUSpec
@@ -34,9 +35,19 @@ type options struct {
 
 // WithGPUSpec makes every GPU of the topology use spec, whatever its name
 // or compute capability say (the CLI's --gpu flag). Its SpecOrigin is
-// SpecFromOption.
+// SpecFromOption. Errors: a spec with no Name, or a negative NVLink
+// version, NVLink rate, PCIe generation or lane count.
 func WithGPUSpec(spec GPUSpec) Option {
-	return func(o *options) { o.spec = &spec }
+	return func(o *options) error {
+		switch {
+		case spec.Name == "":
+			return errors.New("WithGPUSpec: the spec has no name")
+		case spec.NVLinkVersion < 0, spec.NVLinkPerLinkBps < 0, spec.PCIeGen < 0, spec.PCIeLanes < 0:
+			return fmt.Errorf("WithGPUSpec: spec %s has a negative NVLink or PCIe figure", spec.Name)
+		}
+		o.spec = &spec
+		return nil
+	}
 }
 
 // ErrUnknownDevice is wrapped by the errors of Route and TransferCost for
@@ -55,11 +66,18 @@ var ErrUnknownDevice = errors.New("topology: unknown device")
 // Errors: a GPU whose ID is not a GPU ID or appears twice; Pairs of the
 // wrong shape; a pair of LinkSelf off the diagonal; NV# counts outside
 // 1..64 (or set for a non-NVLink kind); kinds that differ between (i,j)
-// and (j,i). New never panics and does not keep facts' slices.
+// and (j,i); the first option's error (see WithGPUSpec; nil options are
+// skipped).
+// New never panics and does not keep facts' slices.
 func New(facts Facts, opts ...Option) (*Topology, error) {
 	var o options
 	for _, opt := range opts {
-		opt(&o)
+		if opt == nil {
+			continue
+		}
+		if err := opt(&o); err != nil {
+			return nil, fmt.Errorf("topology: %w", err)
+		}
 	}
 	if err := facts.checkShape(); err != nil {
 		return nil, err

@@ -234,6 +234,24 @@ func TestNewErrors(t *testing.T) {
 	assert.ErrorIs(t, err, topology.ErrAsymmetric)
 }
 
+// TestGPUSpecOptionErrors checks that WithGPUSpec refuses a spec it
+// cannot use, naming the option.
+func TestGPUSpecOptionErrors(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		spec topology.GPUSpec
+		want string
+	}{
+		{"no name", topology.GPUSpec{PCIeGen: 4}, "topology: WithGPUSpec: the spec has no name"},
+		{"negative lanes", topology.GPUSpec{Name: "X", PCIeLanes: -16}, "topology: WithGPUSpec: spec X has a negative NVLink or PCIe figure"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := topology.New(topology.Facts{}, topology.WithGPUSpec(tt.spec))
+			assert.EqualError(t, err, tt.want)
+		})
+	}
+}
+
 // TestFromInventory builds a topology from inventory-style facts: names
 // and compute capabilities pick the spec, no pairs means through the host.
 func TestFromInventory(t *testing.T) {

@@ -9,7 +9,6 @@ import (
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/gpu/opencl"
 	"github.com/streamdag/streamdag/lease"
-	"github.com/streamdag/streamdag/topology"
 )
 
 // The values of run flights --device.
@@ -62,9 +61,16 @@ func gpuDeviceNode() string {
 // leasePlan is what a run with --device flag asks the backend for.
 type leasePlan struct {
 	flag string
-	// backend is the backend's configuration: which drivers it asks for
-	// devices, and which of their devices it leases.
-	backend lease.BackendConfig
+	// drivers are the drivers the backend asks for devices (never nil:
+	// lease.WithDrivers of none asks none).
+	drivers []string
+	// leaseTypes are the types of the drivers' devices it leases (nil:
+	// the backend's default, GPUs).
+	leaseTypes []string
+	// openCLOnly is true when the backend leases no NVML GPU: then source
+	// says why it owns none.
+	openCLOnly bool
+	source     string
 	// notProbed says why the OpenCL driver is not asked for devices
 	// where --device auto would ask it ("no GPU device node (…)"); ""
 	// otherwise.
@@ -87,16 +93,29 @@ type leasePlan struct {
 func planLease(flag string, sim bool) leasePlan {
 	switch {
 	case sim || flag == deviceCPU:
-		return leasePlan{flag: flag, backend: lease.BackendConfig{Drivers: []string{}}}
+		return leasePlan{flag: flag, drivers: []string{}}
 	case flag == deviceOpenCL:
-		return leasePlan{flag: flag, backend: lease.BackendConfig{Devices: []topology.DeviceFacts{}, Drivers: []string{openCLDriver},
-			LeaseTypes: []string{"gpu", "cpu"}, Source: "--device opencl leases OpenCL devices only"}}
+		return leasePlan{flag: flag, drivers: []string{openCLDriver}, leaseTypes: []string{"gpu", "cpu"},
+			openCLOnly: true, source: "--device opencl leases OpenCL devices only"}
 	case flag == deviceAuto && gpuDeviceNode() == "":
-		return leasePlan{flag: flag, backend: lease.BackendConfig{Drivers: []string{}},
+		return leasePlan{flag: flag, drivers: []string{},
 			notProbed: "no GPU device node (" + strings.Join(gpuDeviceNodes, ", ") + ")"}
 	default:
-		return leasePlan{flag: flag, backend: lease.BackendConfig{Drivers: []string{openCLDriver}}}
+		return leasePlan{flag: flag, drivers: []string{openCLDriver}}
 	}
+}
+
+// options are the lease options of the plan's drivers, lease types and
+// source; the GPUs (for a plan that is not openCLOnly) are the caller's.
+func (lp leasePlan) options() []lease.Option {
+	opts := []lease.Option{lease.WithDrivers(lp.drivers...)}
+	if lp.leaseTypes != nil {
+		opts = append(opts, lease.WithLeaseTypes(lp.leaseTypes...))
+	}
+	if lp.source != "" {
+		opts = append(opts, lease.WithSource(lp.source))
+	}
+	return opts
 }
 
 // leased is what the backend's Acquire gave a run with --device opencl or

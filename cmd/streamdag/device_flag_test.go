@@ -39,7 +39,7 @@ func TestChooseDevice(t *testing.T) {
 	}{
 		{"cpu ignores the lease", deviceCPU, leased{held: true, id: "opencl0", info: &gpuDev}, false, []string{"--device cpu"}, false},
 		{"auto with PoCL only", deviceAuto,
-			leased{why: "no GPU: NVML: libnvidia-ml.so.1 not found; opencl: opencl0 (pthread-cpu) is a cpu device: not leased (lease.BackendConfig.LeaseTypes [gpu])"}, false,
+			leased{why: "no GPU: NVML: libnvidia-ml.so.1 not found; opencl: opencl0 (pthread-cpu) is a cpu device: not leased (lease.WithLeaseTypes [gpu])"}, false,
 			[]string{"--device auto: no OpenCL GPU (no GPU: NVML", "opencl0 (pthread-cpu) is a cpu device: not leased", "), so every kernel runs on the CPU device"}, false},
 		{"auto with no GPU device node", deviceAuto,
 			leased{why: "no GPU: NVML unavailable", notProbed: "no GPU device node (/dev/nvidia[0-9]*, /dev/dri/renderD*, /dev/kfd)"}, false,

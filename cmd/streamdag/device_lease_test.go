@@ -45,7 +45,11 @@ var countingDriver = &leaseCountingDriver{}
 func init() { gpu.Register(gpuLikeKind, countingDriver) }
 
 func (d *leaseCountingDriver) Open(ctx context.Context, cfg gpu.Config) (gpu.Set, error) {
-	return gpu.Open(ctx, opencl.Kind, cfg)
+	drv, err := gpu.Lookup(opencl.Kind)
+	if err != nil {
+		return nil, err
+	}
+	return drv.Open(ctx, cfg)
 }
 
 func (d *leaseCountingDriver) Enumerate(ctx context.Context) ([]gpu.Found, error) {
@@ -72,7 +76,7 @@ func (d *leaseCountingDriver) OpenDevice(ctx context.Context, f gpu.Found, cfg g
 	if i < 0 || i >= len(ds) {
 		return nil, fmt.Errorf("test driver: no device %q", f.Key)
 	}
-	streams := cfg.Streams
+	streams := cfg.Streams()
 	if streams == 0 {
 		streams = opencl.DefaultStreams
 	}
@@ -320,11 +324,10 @@ func TestRunDevicesReleasesTheLease(t *testing.T) {
 				defer func() { flightsExtensions = old }()
 			}
 			lp := planLease(tc.flag, false)
-			cfg := lp.backend
 			if tc.flag == deviceCPU {
-				cfg.Drivers = []string{gpuLikeKind} // a device to lease, which cpu leaves alone
+				lp.drivers = []string{gpuLikeKind} // a device to lease, which cpu leaves alone
 			}
-			b, err := lease.New(cfg)
+			b, err := lease.New(lp.options()...)
 			require.NoError(t, err)
 			defer func() {
 				_, err := b.CloseAndWait(context.Background())
@@ -386,7 +389,7 @@ func TestFlightsExtensionsMatchTheKernels(t *testing.T) {
 	src, err := kvio.OpenAuto(t.Context(), file)
 	require.NoError(t, err)
 	defer src.Close()
-	p, err := flights.Build(src, flights.Options{Partitions: 2, OpenCL: true})
+	p, err := flights.Build(src, flights.WithPartitions(2), flights.WithOpenCL())
 	require.NoError(t, err)
 	pragma := regexp.MustCompile(`#pragma OPENCL EXTENSION (\w+) : enable`)
 	enabled := map[string]bool{}
@@ -408,10 +411,8 @@ func TestFlightsExtensionsMatchTheKernels(t *testing.T) {
 func TestRunDevicesAutoWithAnNVMLGPUNoDriverRuns(t *testing.T) {
 	withGPUNodes(t, "nvidia0")
 	lp := planLease(deviceAuto, false)
-	cfg := lp.backend
-	cfg.Devices = []topology.DeviceFacts{{ID: topology.GPU(0), Name: "NVIDIA H200", MemoryBytes: 140 << 30,
-		UUID: "GPU-5f0c1a2b-3c4d-5e6f-7081-92a3b4c5d6e7", NUMANode: -1}}
-	b, err := lease.New(cfg)
+	b, err := lease.New(append(lp.options(), lease.WithDevices([]topology.DeviceFacts{{ID: topology.GPU(0), Name: "NVIDIA H200",
+		MemoryBytes: 140 << 30, UUID: "GPU-5f0c1a2b-3c4d-5e6f-7081-92a3b4c5d6e7", NUMANode: -1}}))...)
 	require.NoError(t, err)
 	defer func() {
 		_, err := b.CloseAndWait(context.Background())

@@ -106,8 +106,8 @@ func TestPlanLease(t *testing.T) {
 			pats := withGPUNodes(t, tc.nodes...)
 			lp := planLease(tc.flag, tc.sim)
 			assert.Equal(t, tc.flag, lp.flag)
-			require.NotNil(t, lp.backend.Drivers, "nil Drivers asks every registered enumerator")
-			assert.Equal(t, tc.drivers, lp.backend.Drivers)
+			require.NotNil(t, lp.drivers, "no lease.WithDrivers asks every registered enumerator")
+			assert.Equal(t, tc.drivers, lp.drivers)
 			if tc.notProbed {
 				assert.Equal(t, "no GPU device node ("+pats[0]+", "+pats[1]+", "+pats[2]+")", lp.notProbed)
 			} else {

@@ -19,7 +19,11 @@ func newDevicesCmd() *cobra.Command {
 		Short: "List the devices streamdag can use (the CPU, GPUs through NVML, OpenCL platforms and devices)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return writeDevices(cmd.OutOrStdout(), nvml.Discover(cmd.Context()), asJSON)
+			inv, err := nvml.Discover(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return writeDevices(cmd.OutOrStdout(), inv, asJSON)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "write the inventory as JSON")

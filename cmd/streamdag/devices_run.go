@@ -37,27 +37,28 @@ type runSetup struct {
 	release func()
 }
 
-// newBackend builds the run's lease backend as cfg says, over this host's
-// GPUs as NVML's Discover finds them (when cfg.Devices is nil), with
-// NVML's health check when NVML answered (when cfg.HealthCheck is nil), so
-// a GPU NVML reports lost after discovery is never leased, and with the
-// NVML status as the reason for no GPU (when cfg.Source is ""). On a host
+// newBackend builds the run's lease backend as lp says, over this host's
+// GPUs as NVML's Discover finds them (unless lp is openCLOnly), with
+// NVML's health check when NVML answered, so a GPU NVML reports lost
+// after discovery is never leased, and with the NVML status as the
+// reason for no GPU (unless lp gives its own source). On a host
 // with no device to lease the backend owns none, and Acquire runs on the
 // CPU device. Errors are lease.New's (lease.ErrBackendAlreadyLive while
 // another backend of the process is live or draining). The caller closes
 // the backend (CloseAndWait).
-func newBackend(ctx context.Context, cfg lease.BackendConfig) (*lease.Backend, error) {
-	inv := nvml.Discover(ctx)
-	if cfg.Devices == nil {
-		cfg.Devices = inv.Devices
+func newBackend(ctx context.Context, lp leasePlan) (*lease.Backend, error) {
+	inv, err := nvml.Discover(ctx)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.HealthCheck == nil && inv.NVML.Available {
-		cfg.HealthCheck = nvml.HealthCheck(nil)
+	opts := []lease.Option{lease.WithSource(inv.NVML.String())} // lp's source, when it has one, replaces it
+	if !lp.openCLOnly {
+		opts = append(opts, lease.WithDevices(inv.Devices))
 	}
-	if cfg.Source == "" {
-		cfg.Source = inv.NVML.String()
+	if inv.NVML.Available {
+		opts = append(opts, lease.WithHealthCheck(nvml.HealthCheck(nil)))
 	}
-	return lease.New(cfg)
+	return lease.New(append(opts, lp.options()...)...)
 }
 
 // runDevices gives a run its devices; every device but the CPU device
@@ -88,7 +89,11 @@ func newBackend(ctx context.Context, cfg lease.BackendConfig) (*lease.Backend, e
 func runDevices(ctx context.Context, backend *lease.Backend, plan leasePlan, topoSpec string, streams int, loss *lossSpec) (*runSetup, error) {
 	flag := plan.flag
 	if topoSpec == "" {
-		set, err := gpu.Open(ctx, "cpu", gpu.Config{Streams: streams})
+		var opts []gpu.Option
+		if streams != 0 {
+			opts = append(opts, gpu.WithStreams(streams)) // else the CPU driver's default
+		}
+		set, err := gpu.Open(ctx, "cpu", opts...)
 		if err != nil {
 			return nil, err
 		}
@@ -103,7 +108,7 @@ func runDevices(ctx context.Context, backend *lease.Backend, plan leasePlan, top
 			rs.why = cpuDev.ID().String() + "; " + c.why
 			return rs, nil
 		}
-		acq, err := backend.Acquire(ctx, gpu.Config{Streams: min(cpuDev.NumStreams(), opencl.MaxStreams)})
+		acq, err := backend.Acquire(ctx, gpu.WithStreams(min(cpuDev.NumStreams(), opencl.MaxStreams)))
 		if err != nil {
 			rs.release()
 			return nil, err
@@ -170,7 +175,7 @@ func runDevices(ctx context.Context, backend *lease.Backend, plan leasePlan, top
 		}
 		simOpts = append(simOpts, sim.WithLoss(loss.dev, loss.after))
 	}
-	set, err := gpu.Open(ctx, sim.Kind, gpu.Config{Streams: streams, GPUs: gpus, Driver: simOpts})
+	set, err := gpu.Open(ctx, sim.Kind, gpu.WithStreams(streams), sim.WithSimulation(gpus, simOpts...))
 	if err != nil {
 		return nil, fmt.Errorf("--topology %s: %w", topoSpec, err)
 	}

@@ -57,8 +57,10 @@ func mockDevices(t *testing.T, name string, asJSON bool) string {
 	t.Helper()
 	srv, err := nvmlmock.New(name)
 	require.NoError(t, err)
+	inv, err := nvml.Discover(t.Context(), nvml.WithLibrary(srv))
+	require.NoError(t, err)
 	var out bytes.Buffer
-	require.NoError(t, writeDevices(&out, nvml.Discover(t.Context(), nvml.WithLibrary(srv)), asJSON))
+	require.NoError(t, writeDevices(&out, inv, asJSON))
 	return out.String()
 }
 

@@ -158,9 +158,13 @@ func flightsJob(f flightsFlags) (*flights.Job, []fault, *lossSpec, error) {
 		}
 		loss = &spec
 	}
+	opts := []flights.Option{flights.WithMinDelay(f.minDelay)}
+	if f.top > 0 { // 0 keeps every group
+		opts = append(opts, flights.WithTopK(f.top))
+	}
 	job := &flights.Job{
 		Input:   f.input,
-		Options: flights.Options{MinDelay: f.minDelay, TopK: f.top},
+		Options: opts,
 		Replays: f.replays,
 		Files: flights.Files{
 			Result: flights.OutputFile{Path: f.out, Name: "--out"}, Plan: flights.OutputFile{Path: f.dot, Name: "--dot"},
@@ -196,7 +200,7 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	// asks for, and the lease is held (the device open) until the run
 	// ends, on every path.
 	lp := planLease(f.device, f.topology != "")
-	backend, err := newBackend(ctx, lp.backend)
+	backend, err := newBackend(ctx, lp)
 	if err != nil {
 		return err
 	}
@@ -209,14 +213,14 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	job.Backend = backend
 	if setup.openCL {
 		id := setup.devs[len(setup.devs)-1].ID()
-		job.Options.OpenCL, job.Options.Device = true, &id // filter and partial on the OpenCL device
+		job.Options = append(job.Options, flights.WithOpenCL(), flights.WithDevice(id)) // filter and partial on the OpenCL device
 	}
 	if f.airports != "" {
 		path := f.airports
 		if _, err := os.Stat(path); err != nil {
 			return fmt.Errorf("--airports: %w", err)
 		}
-		job.Options.Airports = func() (io.ReadCloser, error) { return os.Open(path) }
+		job.Options = append(job.Options, flights.WithAirports(func() (io.ReadCloser, error) { return os.Open(path) }))
 	}
 	if showProgress(stderr, f.quiet, os.Getenv) {
 		job.OnRun = func(p *flights.Pipeline) func() {

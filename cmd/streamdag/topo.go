@@ -103,7 +103,10 @@ func runTopo(cmd *cobra.Command, o topoOptions) error {
 			opts = append(opts, topology.WithGPUSpec(*m.spec)) // the model the machine's description names
 		}
 	} else {
-		inv := nvml.Discover(cmd.Context())
+		inv, err := nvml.Discover(cmd.Context())
+		if err != nil {
+			return err
+		}
 		source = "this machine's inventory (" + inv.NVML.String() + ")"
 		facts = inv.Facts()
 		if len(facts.GPUs) > 1 && facts.Pairs == nil {

@@ -37,7 +37,10 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer dev.Close()
-	e := exec.New(dev)
+	e, err := exec.New(dev)
+	if err != nil {
+		log.Fatal(err)
+	}
 	for _, fail := range []string{"", "filter 1"} { // a clean run, then one with a failure
 		if fail != "" {
 			if err := g.InjectFailure(fail, false); err != nil {

@@ -26,7 +26,7 @@ func capturePipeline(t *testing.T, e *exec.Executor, fail ...string) (*flights.P
 	src, err := kvio.OpenAuto(t.Context(), f)
 	require.NoError(t, err)
 	t.Cleanup(func() { src.Close() })
-	p, err := flights.Build(src, flights.Options{Partitions: 3})
+	p, err := flights.Build(src, flights.WithPartitions(3))
 	require.NoError(t, err)
 	for _, k := range fail {
 		require.NoError(t, p.Graph.InjectFailure(k, false))
@@ -51,7 +51,8 @@ func TestFlightsCaptureReplaysSameCSV(t *testing.T) {
 	dev, err := cpu.New(cpu.WithStreams(3))
 	require.NoError(t, err)
 	defer dev.Close()
-	e := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)))
+	e, err := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)))
+	require.NoError(t, err)
 
 	p, plan := capturePipeline(t, e)
 	c, res, err := e.Capture(t.Context(), plan)

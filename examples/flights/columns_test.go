@@ -142,7 +142,7 @@ func TestBuildReadsOnlyItsColumns(t *testing.T) {
 			src := openParquet(t, "fenced.parquet", io.ReaderAt(r), int64(len(data)))
 			assert.Len(t, src.Schema().Fields(), len(tc.fields), "the source itself keeps every column")
 
-			out := runOnCPU(t, src, 2, flights.Options{})
+			out := runOnCPU(t, src, 2)
 			assert.Equal(t, tc.want, out.Pipeline.Columns)
 			require.NoError(t, out.Report.Err(), "seed %d", seed)
 			require.NotNil(t, out.Table)
@@ -177,12 +177,14 @@ func openParquet(t *testing.T, name string, r io.ReaderAt, size int64) kvio.Sour
 
 // runOnCPU runs the flights pipeline over src on a CPU device of streams
 // streams, with a leak-checked allocator.
-func runOnCPU(t *testing.T, src kvio.Source, streams int, opts flights.Options) *flights.Output {
+func runOnCPU(t *testing.T, src kvio.Source, streams int, opts ...flights.Option) *flights.Output {
 	t.Helper()
 	dev, err := cpu.New(cpu.WithStreams(streams))
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, dev.Close()) })
-	out, err := flights.Run(t.Context(), exec.New(dev, exec.WithAllocator(leaktest.Allocator(t))), src, opts)
+	e, err := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)))
+	require.NoError(t, err)
+	out, err := flights.Run(t.Context(), e, src, opts...)
 	require.NoError(t, err)
 	return out
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/streamdag/streamdag/topology"
 )
 
-// The device graph (Options.OpenCL): per partition p,
+// The device graph (WithOpenCL): per partition p,
 //
 //	source[s] ─▶ columns[p] ─▶ delay[p], key[p] (raw) ─▶ filter[p] ─▶ keep[p] (raw)
 //	                       └─▶ codes[p] (value)          partial[p] ◀─ delay, key, keep
@@ -38,7 +38,7 @@ import (
 // join and write are the CPU graph's.
 
 // DeviceGroups is the most distinct keys (origin codes or hours) one
-// partition of the device graph (Options.OpenCL) can hold: the size of
+// partition of the device graph (WithOpenCL) can hold: the size of
 // the group-by's per-work-group tables in OpenCL local memory (24 bytes
 // a key). A partition with more fails in its columns kernel with an error
 // naming the kernel, its rows and the limit.

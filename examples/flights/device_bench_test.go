@@ -106,9 +106,9 @@ func BenchmarkDeviceKernels(b *testing.B) {
 	src, err := kvio.OpenAuto(ctx, f)
 	require.NoError(b, err)
 	defer src.Close()
-	pc, err := Build(src, Options{})
+	pc, err := Build(src)
 	require.NoError(b, err)
-	pd, err := Build(src, Options{OpenCL: true})
+	pd, err := Build(src, WithOpenCL())
 	require.NoError(b, err)
 	require.Equal(b, pc.Partitions, pd.Partitions)
 
@@ -243,13 +243,12 @@ func BenchmarkDeviceKernels(b *testing.B) {
 	runOn := func(devs []gpu.Device, openCL bool) func(*testing.B) {
 		e, err := exec.NewMulti(devs, nil)
 		require.NoError(b, err)
-		opts := Options{OpenCL: openCL, Partitions: len(devs) * cpuDev.NumStreams()}
+		opts := []Option{WithPartitions(len(devs) * cpuDev.NumStreams())}
 		if openCL {
-			id := clDev.ID()
-			opts.Device = &id
+			opts = append(opts, WithOpenCL(), WithDevice(clDev.ID()))
 		}
 		return func(b *testing.B) {
-			out, err := Run(ctx, e, src, opts)
+			out, err := Run(ctx, e, src, opts...)
 			if err != nil {
 				b.Fatal(err)
 			}

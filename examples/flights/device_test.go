@@ -74,7 +74,7 @@ func csvOf(t *testing.T, out *flights.Output) string {
 	return b.String()
 }
 
-// TestDeviceGraphMatchesCPUGraph: the device graph (Options.OpenCL) run
+// TestDeviceGraphMatchesCPUGraph: the device graph (WithOpenCL) run
 // with its kernels' Go variants gives the CPU graph's rows and CSV, byte
 // for byte: on the embedded sample, the real files, and random Parquet
 // files with null delays and origins, dictionary-encoded or plain, in
@@ -112,8 +112,8 @@ func TestDeviceGraphMatchesCPUGraph(t *testing.T) {
 			for _, streams := range []int{1, 3} {
 				t.Run(fmt.Sprintf("%s/min=%d/streams=%d", in.name, minDelay, streams), func(t *testing.T) {
 					src := in.open(t)
-					want := runOnCPU(t, src, streams, flights.Options{MinDelay: minDelay})
-					got := runOnCPU(t, src, streams, flights.Options{MinDelay: minDelay, OpenCL: true})
+					want := runOnCPU(t, src, streams, flights.WithMinDelay(minDelay))
+					got := runOnCPU(t, src, streams, flights.WithMinDelay(minDelay), flights.WithOpenCL())
 					assert.Equal(t, want.Pipeline.Partitions, got.Pipeline.Partitions)
 					require.NotNil(t, got.Table)
 					assert.Equal(t, want.Table.Rows, got.Table.Rows)
@@ -133,7 +133,7 @@ func TestDeviceGraphMatchesCPUGraph(t *testing.T) {
 func TestDeviceGraphTooManyKeys(t *testing.T) {
 	data := nullableParquet(t, 20000, 20000, 5000, true, 143)
 	src := openParquet(t, "many.parquet", bytes.NewReader(data), int64(len(data)))
-	out := runOnCPU(t, src, 1, flights.Options{OpenCL: true})
+	out := runOnCPU(t, src, 1, flights.WithOpenCL())
 	err := out.Report.Err()
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), fmt.Sprintf("flights: columns[0]: partition rows [0, 20000) have more than %d distinct keys", flights.DeviceGroups))
@@ -170,7 +170,7 @@ func TestDeviceGraphOnOpenCL(t *testing.T) {
 		for _, minDelay := range []int64{0, 45} {
 			t.Run(fmt.Sprintf("%s/min=%d", in.name, minDelay), func(t *testing.T) {
 				src := in.open(t)
-				want := runOnCPU(t, src, 2, flights.Options{MinDelay: minDelay})
+				want := runOnCPU(t, src, 2, flights.WithMinDelay(minDelay))
 				host, err := cpu.New(cpu.WithStreams(2))
 				require.NoError(t, err)
 				defer func() { assert.NoError(t, host.Close()) }()
@@ -180,7 +180,7 @@ func TestDeviceGraphOnOpenCL(t *testing.T) {
 				e, err := exec.NewMulti([]gpu.Device{host, cl}, nil, exec.WithAllocator(leaktest.Allocator(t)))
 				require.NoError(t, err)
 				id := cl.ID()
-				got, err := flights.Run(t.Context(), e, src, flights.Options{MinDelay: minDelay, OpenCL: true, Device: &id, Partitions: 4})
+				got, err := flights.Run(t.Context(), e, src, flights.WithMinDelay(minDelay), flights.WithOpenCL(), flights.WithDevice(id), flights.WithPartitions(4))
 				require.NoError(t, err)
 				assert.Equal(t, csvOf(t, want), csvOf(t, got))
 				assert.Equal(t, want.Table.Rows, got.Table.Rows)
@@ -210,12 +210,12 @@ func TestDeviceGraphOnOpenCLLost(t *testing.T) {
 	host, cl := hostAndOpenCL(t, 2)
 	data := nullableParquet(t, 30000, 2500, 200, true, 146)
 	src := openParquet(t, "nulls-dictionary.parquet", bytes.NewReader(data), int64(len(data)))
-	opts := flights.Options{MinDelay: 15, OpenCL: true, Partitions: 4}
-	want := runOnCPU(t, src, 2, flights.Options{MinDelay: opts.MinDelay})
+	opts := []flights.Option{flights.WithMinDelay(15), flights.WithOpenCL(), flights.WithPartitions(4)}
+	want := runOnCPU(t, src, 2, flights.WithMinDelay(15))
 	run := func(fd *faultdev.Device) *flights.Output {
 		e, err := exec.NewMulti([]gpu.Device{host, fd}, nil, exec.WithAllocator(leaktest.Allocator(t)))
 		require.NoError(t, err)
-		out, err := flights.Run(t.Context(), e, src, opts)
+		out, err := flights.Run(t.Context(), e, src, opts...)
 		require.NoError(t, err)
 		return out
 	}
@@ -291,11 +291,11 @@ func TestDeviceGraphOnOpenCLEmptyPartitions(t *testing.T) {
 	host, cl := hostAndOpenCL(t, 1)
 	data := nullableParquet(t, 5, 5, 3, true, 145)
 	src := openParquet(t, "tiny.parquet", bytes.NewReader(data), int64(len(data)))
-	want := runOnCPU(t, src, 1, flights.Options{Partitions: 8, MinDelay: -100})
+	want := runOnCPU(t, src, 1, flights.WithPartitions(8), flights.WithMinDelay(-100))
 	e, err := exec.NewMulti([]gpu.Device{host, cl}, nil, exec.WithAllocator(leaktest.Allocator(t)))
 	require.NoError(t, err)
 	id := cl.ID()
-	got, err := flights.Run(t.Context(), e, src, flights.Options{Partitions: 8, MinDelay: -100, OpenCL: true, Device: &id})
+	got, err := flights.Run(t.Context(), e, src, flights.WithPartitions(8), flights.WithMinDelay(-100), flights.WithOpenCL(), flights.WithDevice(id))
 	require.NoError(t, err)
 	empty := 0
 	for _, p := range got.Pipeline.Partitions {

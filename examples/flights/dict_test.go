@@ -81,7 +81,7 @@ func TestGroupByDictionary(t *testing.T) {
 			data := buf.Bytes()
 
 			src := openParquet(t, "dict.parquet", bytes.NewReader(data), int64(len(data)))
-			out := runOnCPU(t, src, 2, flights.Options{Partitions: 4})
+			out := runOnCPU(t, src, 2, flights.WithPartitions(4))
 			assert.Equal(t, tc.dict, out.Pipeline.Dictionary)
 			require.NoError(t, out.Report.Err(), "seed %d", seed)
 			require.NotNil(t, out.Table)

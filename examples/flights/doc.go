@@ -23,7 +23,7 @@
 // join adds each airport's name and city from airports.csv when it is
 // given (a second source; when it cannot be read, the rows go on without
 // names and Table.NamesErr says why), and write hands the rows to
-// Options.Sink.
+// WithSink.
 // A source with a single large batch is split into several row ranges, so
 // its partitions run on several streams even then. Otherwise the sources
 // form P lanes (source s on lane s%P): each source waits for the partials
@@ -31,7 +31,7 @@
 // there loses only that partition), which keeps a lane on one stream in
 // the order source, filter, partial, next source.
 //
-// With Options.OpenCL the partitions run as the device graph instead:
+// With WithOpenCL the partitions run as the device graph instead:
 // columns[p] copies the partition's delay values and one int32 group code
 // per row into raw buffers, filter[p] and partial[p] run over those
 // bytes in Go or as OpenCL C on an OpenCL device (the group-by in

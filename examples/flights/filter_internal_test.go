@@ -155,12 +155,14 @@ func TestFilterSelection(t *testing.T) {
 			defer func() { assert.NoError(t, src.Close()) }()
 
 			const minDelay = 5
-			p, err := Build(src, Options{MinDelay: minDelay, Partitions: 8})
+			p, err := Build(src, WithMinDelay(minDelay), WithPartitions(8))
 			require.NoError(t, err)
 			dev, err := cpu.New(cpu.WithStreams(2))
 			require.NoError(t, err)
 			defer func() { assert.NoError(t, dev.Close()) }()
-			res, err := exec.New(dev).Run(t.Context(), p.Graph)
+			e, err := exec.New(dev)
+			require.NoError(t, err)
+			res, err := e.Run(t.Context(), p.Graph)
 			require.NoError(t, err)
 			defer res.Close()
 			require.NoError(t, res.Report.Err())
@@ -283,12 +285,14 @@ func TestPlanDepthFirst(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := Build(src, Options{Partitions: tc.parts})
+			p, err := Build(src, WithPartitions(tc.parts))
 			require.NoError(t, err)
 			dev, err := cpu.New(cpu.WithStreams(tc.streams))
 			require.NoError(t, err)
 			defer func() { assert.NoError(t, dev.Close()) }()
-			plan, err := exec.New(dev).Plan(p.Graph)
+			e, err := exec.New(dev)
+			require.NoError(t, err)
+			plan, err := e.Plan(p.Graph)
 			require.NoError(t, err)
 			byStream := map[int][]exec.PlannedLaunch{}
 			for _, l := range plan.Launches() {
@@ -320,7 +324,7 @@ func TestPlanDepthFirst(t *testing.T) {
 			assert.Equal(t, tc.wantSources, sources)
 			assert.Equal(t, tc.wantSourceStream, sourceStreams)
 
-			res, err := exec.New(dev).Execute(t.Context(), plan)
+			res, err := e.Execute(t.Context(), plan)
 			require.NoError(t, err)
 			defer res.Close()
 			require.NoError(t, res.Report.Err())
@@ -335,13 +339,15 @@ func TestLaneFailure(t *testing.T) {
 	src := parquetSource(t, 5*minSourceRows+5, minSourceRows+1, 4)
 	for _, kernel := range []string{"partial[0]", "source[0]", "filter[0]"} {
 		t.Run(kernel, func(t *testing.T) {
-			p, err := Build(src, Options{Partitions: 2})
+			p, err := Build(src, WithPartitions(2))
 			require.NoError(t, err)
 			require.NoError(t, p.Graph.InjectFailure(kernel, false))
 			dev, err := cpu.New(cpu.WithStreams(2))
 			require.NoError(t, err)
 			defer func() { assert.NoError(t, dev.Close()) }()
-			res, err := exec.New(dev).Run(t.Context(), p.Graph)
+			e, err := exec.New(dev)
+			require.NoError(t, err)
+			res, err := e.Run(t.Context(), p.Graph)
 			require.NoError(t, err)
 			defer res.Close()
 			status := map[string]exec.Status{}

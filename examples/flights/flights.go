@@ -24,35 +24,112 @@ import (
 	"github.com/streamdag/streamdag/topology"
 )
 
-// Options configure the pipeline.
-type Options struct {
-	// MinDelay keeps rows with delay > MinDelay (minutes). Default 0.
-	MinDelay int64
-	// TopK keeps the first TopK groups; 0 keeps all.
-	TopK int
-	// Partitions is the least number of partitions wanted (default 1). A
-	// source with fewer row groups or batches than that is split into row
-	// ranges; the executor spreads partitions over its streams.
+// Option configures the pipeline (Build, Run, Job.Options). An option
+// given bad input returns an error, which Build returns prefixed with
+// "flights: ", building nothing; nil options are skipped; a later option
+// of one kind replaces an earlier one.
+type Option func(*settings) error
+
+// settings are what the options set; the zero value is the defaults.
+type settings struct {
+	MinDelay   int64
+	TopK       int
 	Partitions int
-	// Airports, when non-nil, opens airports.csv (header iata,name,city,…)
-	// for the join; it is called by the airports kernel at run time.
-	Airports func() (io.ReadCloser, error)
-	// Sink, when non-nil, receives the final table in the write kernel.
-	Sink func(*Table) error
-	// OpenCL builds the device graph: filter[p] and partial[p] run over
-	// raw buffers of the partition's delay values and group codes, which
-	// a columns[p] kernel writes, and carry an OpenCL C variant beside
-	// their Go function, so an executor with an OpenCL device may run
-	// them there (and one without runs the Go function, with the same
-	// result); a decode[p] kernel turns partial's tables into groups. A
-	// partition then holds at most DeviceGroups distinct keys. The
-	// result is the same as without OpenCL, byte for byte. Default
-	// false: filter and partial read the Arrow batches directly.
-	OpenCL bool
-	// Device, with OpenCL, is the device filter[p] and partial[p] run on
-	// (dag.OnDevice: planning fails on an executor without it). nil
-	// leaves them to placement, preferring opencl0 (dag.PreferDevice).
-	Device *topology.DeviceID
+	Airports   func() (io.ReadCloser, error)
+	Sink       func(*Table) error
+	OpenCL     bool
+	Device     *topology.DeviceID
+}
+
+// newSettings applies opts in order and returns the first option's error,
+// prefixed with "flights: ".
+func newSettings(opts []Option) (settings, error) {
+	var s settings
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&s); err != nil {
+			return settings{}, fmt.Errorf("flights: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// WithMinDelay keeps rows with delay > minutes (default 0; negative
+// minutes keep early flights too).
+func WithMinDelay(minutes int64) Option {
+	return func(s *settings) error { s.MinDelay = minutes; return nil }
+}
+
+// WithTopK keeps the first k groups (default: all). Errors: k < 1.
+func WithTopK(k int) Option {
+	return func(s *settings) error {
+		if k < 1 {
+			return fmt.Errorf("WithTopK(%d): want at least 1 group", k)
+		}
+		s.TopK = k
+		return nil
+	}
+}
+
+// WithPartitions asks for at least n partitions (default 1; Job.Run and
+// Run: one per stream of every device of the executor). A source with
+// fewer row groups or batches than that is split into row ranges; the
+// executor spreads partitions over its streams. Errors: n < 1.
+func WithPartitions(n int) Option {
+	return func(s *settings) error {
+		if n < 1 {
+			return fmt.Errorf("WithPartitions(%d): want at least 1 partition", n)
+		}
+		s.Partitions = n
+		return nil
+	}
+}
+
+// WithAirports makes the join open airports.csv (header iata,name,city,…)
+// with open, which the airports kernel calls at run time. Errors: a nil
+// open.
+func WithAirports(open func() (io.ReadCloser, error)) Option {
+	return func(s *settings) error {
+		if open == nil {
+			return errors.New("WithAirports: nil open function")
+		}
+		s.Airports = open
+		return nil
+	}
+}
+
+// WithSink makes the write kernel give the final table to sink. Errors: a
+// nil sink.
+func WithSink(sink func(*Table) error) Option {
+	return func(s *settings) error {
+		if sink == nil {
+			return errors.New("WithSink: nil sink")
+		}
+		s.Sink = sink
+		return nil
+	}
+}
+
+// WithOpenCL builds the device graph: filter[p] and partial[p] run over
+// raw buffers of the partition's delay values and group codes, which a
+// columns[p] kernel writes, and carry an OpenCL C variant beside their Go
+// function, so an executor with an OpenCL device may run them there (and
+// one without runs the Go function, with the same result); a decode[p]
+// kernel turns partial's tables into groups. A partition then holds at
+// most DeviceGroups distinct keys. The result is the same as without
+// OpenCL, byte for byte. Without it, filter and partial read the Arrow
+// batches directly.
+func WithOpenCL() Option {
+	return func(s *settings) error { s.OpenCL = true; return nil }
+}
+
+// WithDevice, with WithOpenCL, runs filter[p] and partial[p] on device id
+// (dag.OnDevice: planning fails on an executor without it). Without it
+// placement chooses, preferring opencl0 (dag.PreferDevice).
+func WithDevice(id topology.DeviceID) Option {
+	return func(s *settings) error { s.Device = &id; return nil }
 }
 
 // KeyKind says what a group key is.
@@ -125,7 +202,7 @@ type Pipeline struct {
 	// replaces serve the next read instead of fresh memory.
 	codesMem memory.Allocator
 	skip     []bool // skip[i]: part i is in Skipped
-	opts     Options
+	opts     settings
 }
 
 // Partition is the work of one filter/partial pair: rows [RowLo, RowHi) of
@@ -136,7 +213,8 @@ type Partition struct {
 	RowLo, RowHi   int64
 }
 
-// Build returns the flights pipeline over src. It fails when src lacks a
+// Build returns the flights pipeline over src, configured by opts. It
+// fails on an option's error, or when src lacks a
 // signed integer "delay" column or both an "origin" and a "time" column,
 // naming the source and the columns it has. The source kernels read
 // src through kvio.Select of Pipeline.Columns, so the other columns of
@@ -144,7 +222,16 @@ type Partition struct {
 // the file's statistics allow (kvio.Narrow), and read no part whose
 // statistics prove the filter rejects all its rows (Pipeline.Skipped);
 // the pipeline does not close src nor its view.
-func Build(src kvio.Source, opts Options) (*Pipeline, error) {
+func Build(src kvio.Source, opts ...Option) (*Pipeline, error) {
+	s, err := newSettings(opts)
+	if err != nil {
+		return nil, err
+	}
+	return build(src, s)
+}
+
+// build is Build with the options applied.
+func build(src kvio.Source, opts settings) (*Pipeline, error) {
 	key, err := keyOf(src.Name(), src.Schema())
 	if err != nil {
 		return nil, err

@@ -94,9 +94,9 @@ type Job struct {
 	// Input is the Parquet or Arrow IPC file (kvio.Open); "" runs on the
 	// embedded Sample.
 	Input string
-	// Options build the pipeline; Partitions 0 is one partition per
-	// stream of every device of the executor.
-	Options Options
+	// Options build the pipeline (Build); without WithPartitions, one
+	// partition per stream of every device of the executor.
+	Options []Option
 	// Fail are the faults injected into the pipeline before it runs.
 	Fail []Fault
 	// Files are the files written.
@@ -223,7 +223,7 @@ func (j *Job) run(ctx context.Context, e *exec.Executor, src kvio.Source, file *
 	defer res.Close()
 	out := &Output{Pipeline: p, Plan: plan, Report: res.Report, Summary: summarize(src, p), Capture: c}
 	out.Table, out.ReadErr = p.Result(res)
-	out.Names = j.Options.Airports != nil && out.Table != nil && out.Table.NamesErr == nil
+	out.Names = p.opts.Airports != nil && out.Table != nil && out.Table.NamesErr == nil
 	if file != nil {
 		j.describe(file) // what the input file used in the run
 		out.Reads = file.Describe()
@@ -266,13 +266,16 @@ func (j *Job) describe(file *kvio.File) {
 // plan builds the pipeline over src, injects the faults, plans it on e
 // and writes the plan file.
 func (j *Job) plan(src kvio.Source, e *exec.Executor) (*Pipeline, *exec.Plan, error) {
-	opts := j.Options
+	opts, err := newSettings(j.Options)
+	if err != nil {
+		return nil, nil, err
+	}
 	if opts.Partitions == 0 {
 		for _, d := range e.Devices() {
 			opts.Partitions += d.NumStreams()
 		}
 	}
-	p, err := Build(src, opts)
+	p, err := build(src, opts)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -34,11 +34,15 @@ func ExampleJob() {
 	defer os.RemoveAll(dir)
 
 	job := flights.Job{
-		Options: flights.Options{TopK: 3},
+		Options: []flights.Option{flights.WithTopK(3)},
 		Files:   flights.Files{Result: flights.OutputFile{Path: filepath.Join(dir, "result.csv")}},
 	}
 	defer job.Close()
-	out, err := job.Run(context.Background(), exec.New(dev))
+	e, err := exec.New(dev)
+	if err != nil {
+		log.Fatal(err)
+	}
+	out, err := job.Run(context.Background(), e)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -62,6 +66,33 @@ func ExampleJob() {
 	// 17,6888,191942,27.866144,638
 	// 19,6283,193423,30.785134,391
 	// 13,6091,143993,23.640289,1327
+}
+
+// TestOptionErrors checks that Build and Job.Run refuse bad options,
+// naming the option, and build or run nothing.
+func TestOptionErrors(t *testing.T) {
+	e := cpuExecutor(t)
+	for _, tc := range []struct {
+		name string
+		opt  flights.Option
+		want string
+	}{
+		{"zero top", flights.WithTopK(0), "flights: WithTopK(0): want at least 1 group"},
+		{"negative partitions", flights.WithPartitions(-1), "flights: WithPartitions(-1): want at least 1 partition"},
+		{"nil airports", flights.WithAirports(nil), "flights: WithAirports: nil open function"},
+		{"nil sink", flights.WithSink(nil), "flights: WithSink: nil sink"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := flights.Build(nil, tc.opt)
+			assert.EqualError(t, err, tc.want)
+			assert.Nil(t, p)
+			job := flights.Job{Options: []flights.Option{tc.opt}}
+			defer job.Close()
+			out, err := job.Run(t.Context(), e)
+			assert.EqualError(t, err, tc.want)
+			assert.Nil(t, out)
+		})
+	}
 }
 
 // TestJobErrors checks the errors that stop a job before its run: two
@@ -104,7 +135,7 @@ func TestJobErrors(t *testing.T) {
 // partial, not an error, and the result file says so in its first line.
 func TestJobPartial(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "r.csv")
-	job := flights.Job{Options: flights.Options{TopK: 1}, Fail: []flights.Fault{{Kernel: "filter[1]"}},
+	job := flights.Job{Options: []flights.Option{flights.WithTopK(1)}, Fail: []flights.Fault{{Kernel: "filter[1]"}},
 		Files: flights.Files{Result: flights.OutputFile{Path: p}}}
 	defer job.Close()
 	out, err := job.Run(t.Context(), cpuExecutor(t))
@@ -127,5 +158,7 @@ func cpuExecutor(t *testing.T) *exec.Executor {
 	dev, err := cpu.New(cpu.WithStreams(2))
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, dev.Close()) })
-	return exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)))
+	e, err := exec.New(dev, exec.WithAllocator(leaktest.Allocator(t)))
+	require.NoError(t, err)
+	return e
 }

@@ -107,7 +107,7 @@ func TestBuildSkipsRowGroups(t *testing.T) {
 			}
 			src := openParquet(t, "pushdown.parquet", io.ReaderAt(r), int64(len(data)))
 
-			out := runOnCPU(t, src, 3, flights.Options{MinDelay: tc.minDelay, Partitions: 4})
+			out := runOnCPU(t, src, 3, flights.WithMinDelay(tc.minDelay), flights.WithPartitions(4))
 			assert.Equal(t, tc.skipped, out.Pipeline.Skipped, "seed %d", seed)
 			require.NoError(t, out.Report.Err(), "seed %d", seed)
 			require.NotNil(t, out.Table)
@@ -168,7 +168,7 @@ func TestSkippedRowsCountAsLost(t *testing.T) {
 	r := &fenced{data: data, fence: [][2]int64{{col.DataPageOffset(), col.DataPageOffset() + 1}}}
 
 	src := openParquet(t, "lost.parquet", io.ReaderAt(r), int64(len(data)))
-	out := runOnCPU(t, src, 2, flights.Options{MinDelay: 10, Partitions: 2})
+	out := runOnCPU(t, src, 2, flights.WithMinDelay(10), flights.WithPartitions(2))
 	assert.Equal(t, []int{0}, out.Pipeline.Skipped)
 	require.Error(t, out.Report.Err())
 	require.NotNil(t, out.Table)

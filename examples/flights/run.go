@@ -18,8 +18,8 @@ type Output struct {
 	// naming the root cause.
 	Table   *Table
 	ReadErr error
-	// Names: the rows have airport names and cities (Options.Airports
-	// was given and could be read).
+	// Names: the rows have airport names and cities (WithAirports was
+	// given and could be read).
 	Names bool
 	// Summary has the input's figures.
 	Summary Summary
@@ -37,16 +37,16 @@ func (out *Output) Complete() bool {
 	return out.Report.Err() == nil && out.ReadErr == nil && len(out.Table.Lost) == 0 && out.Table.NamesErr == nil
 }
 
-// Run builds the pipeline over src (opts.Partitions 0: one partition per
-// stream of every device of e), runs it on e, and returns the rows and
+// Run builds the pipeline over src with opts (without WithPartitions, one
+// partition per stream of every device of e), runs it on e, and returns the rows and
 // the report: it is Job.Run of a Job with only Options, over a source
 // the caller opened (and closes). A launch failure is not an error of
 // Run: the Report says what failed, and the Table holds the rows of the
 // partitions that ran with Table.Lost naming the others; when no result
 // could be computed at all, Table is nil and err is Output.ReadErr.
-// Errors that stop the run before any launch (a bad schema, an
-// over-budget buffer) are returned with a nil Output.
-func Run(ctx context.Context, e *exec.Executor, src kvio.Source, opts Options) (*Output, error) {
+// Errors that stop the run before any launch (an option's, a bad schema,
+// an over-budget buffer) are returned with a nil Output.
+func Run(ctx context.Context, e *exec.Executor, src kvio.Source, opts ...Option) (*Output, error) {
 	j := Job{Options: opts}
 	out, err := j.run(ctx, e, src, nil)
 	if err != nil {

@@ -577,10 +577,10 @@ func (e cpuEvent) String() string {
 }
 
 // Kind is the driver kind of the CPU device: importing this package
-// registers its driver under Kind, so gpu.Open(ctx, cpu.Kind, cfg) returns
-// a set of one CPU device with cfg.Streams streams (0: the default of New).
-// The driver takes no settings: a non-nil cfg.Driver is an error naming
-// its type.
+// registers its driver under Kind, so gpu.Open(ctx, cpu.Kind, opts...)
+// returns a set of one CPU device with gpu.WithStreams' streams (without
+// it, the default of New). The driver takes no driver settings: one is an
+// error naming its type.
 const Kind = "cpu"
 
 func init() { gpu.Register(Kind, driver{}) }
@@ -589,12 +589,12 @@ func init() { gpu.Register(Kind, driver{}) }
 type driver struct{}
 
 func (driver) Open(_ context.Context, cfg gpu.Config) (gpu.Set, error) {
-	if cfg.Driver != nil {
-		return nil, fmt.Errorf("cpu: open: driver settings of type %T: the CPU driver takes none", cfg.Driver)
+	if s := cfg.DriverSettings(); len(s) > 0 {
+		return nil, fmt.Errorf("cpu: open: a driver setting %T: the CPU driver takes none", s[0])
 	}
 	var opts []Option
-	if cfg.Streams != 0 {
-		opts = append(opts, WithStreams(cfg.Streams))
+	if n := cfg.Streams(); n != 0 {
+		opts = append(opts, WithStreams(n))
 	}
 	d, err := New(opts...)
 	if err != nil {

@@ -546,15 +546,15 @@ func TestLaunchDoesNotAllocate(t *testing.T) {
 func TestDriver(t *testing.T) {
 	assert.Contains(t, gpu.Drivers(), cpu.Kind)
 	for _, tc := range []struct {
-		name    string
-		streams int
-		want    int
+		name string
+		opts []gpu.Option
+		want int
 	}{
-		{"default", 0, runtime.GOMAXPROCS(0)},
-		{"three", 3, 3},
+		{"default", nil, runtime.GOMAXPROCS(0)},
+		{"three", []gpu.Option{gpu.WithStreams(3)}, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			set, err := gpu.Open(t.Context(), cpu.Kind, gpu.Config{Streams: tc.streams})
+			set, err := gpu.Open(t.Context(), cpu.Kind, tc.opts...)
 			require.NoError(t, err)
 			require.Len(t, set.Devices(), 1)
 			d := set.Devices()[0]
@@ -565,10 +565,25 @@ func TestDriver(t *testing.T) {
 			assert.ErrorIs(t, d.Stream(0).Launch(gpu.TaskFunc(func() {})), gpu.ErrClosed, "the set's Close closes the device")
 		})
 	}
-	set, err := gpu.Open(t.Context(), cpu.Kind, gpu.Config{Streams: -1})
-	assert.EqualError(t, err, "cpu: WithStreams(-1): a CPU device has 1 to 1024 streams")
+	set, err := gpu.Open(t.Context(), cpu.Kind, gpu.WithStreams(-1))
+	assert.EqualError(t, err, "gpu: WithStreams(-1): want at least 1 stream")
 	assert.Nil(t, set)
-	set, err = gpu.Open(t.Context(), cpu.Kind, gpu.Config{Driver: []string{"x"}})
-	assert.EqualError(t, err, "cpu: open: driver settings of type []string: the CPU driver takes none")
+	set, err = gpu.Open(t.Context(), cpu.Kind, gpu.WithStreams(2000))
+	assert.EqualError(t, err, "cpu: WithStreams(2000): a CPU device has 1 to 1024 streams")
+	assert.Nil(t, set)
+	set, err = gpu.Open(t.Context(), cpu.Kind, gpu.WithDriverSetting(setting("sim")))
+	assert.EqualError(t, err, `gpu: a setting of driver "sim" (cpu_test.setting) given to driver "cpu"`)
+	assert.Nil(t, set)
+	drv, err := gpu.Lookup(cpu.Kind)
+	require.NoError(t, err)
+	cfg, err := gpu.NewConfig(gpu.WithDriverSetting(setting(cpu.Kind)))
+	require.NoError(t, err)
+	set, err = drv.Open(t.Context(), cfg)
+	assert.EqualError(t, err, "cpu: open: a driver setting cpu_test.setting: the CPU driver takes none")
 	assert.Nil(t, set)
 }
+
+// setting is a driver setting of the kind it names.
+type setting string
+
+func (s setting) DriverKind() string { return string(s) }

@@ -50,7 +50,7 @@ func ExampleStream_Synchronize() {
 // The CPU device through the driver registry: importing package gpu/cpu
 // registers kind "cpu".
 func Example_registry() {
-	set, err := gpu.Open(context.Background(), cpu.Kind, gpu.Config{Streams: 2})
+	set, err := gpu.Open(context.Background(), cpu.Kind, gpu.WithStreams(2))
 	if err != nil {
 		fmt.Println(err)
 		return

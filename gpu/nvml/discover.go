@@ -216,8 +216,9 @@ func (inv Inventory) GPUs() []topology.DeviceFacts {
 	return nil
 }
 
-// DiscoverOption configures Discover.
-type DiscoverOption func(*discoverOptions)
+// Option configures Discover. An option given bad input returns an
+// error, which Discover returns prefixed with "nvml: ".
+type Option func(*discoverOptions) error
 
 type discoverOptions struct {
 	lib gonvml.Interface
@@ -225,9 +226,15 @@ type discoverOptions struct {
 
 // WithLibrary makes Discover use lib instead of the system NVML library
 // (go-nvml's New()). Tests pass go-nvml's mocks (pkg/nvml/mock/dgxa100, …).
-// A nil lib means the default.
-func WithLibrary(lib gonvml.Interface) DiscoverOption {
-	return func(o *discoverOptions) { o.lib = lib }
+// Without the option Discover uses the system library. Errors: a nil lib.
+func WithLibrary(lib gonvml.Interface) Option {
+	return func(o *discoverOptions) error {
+		if lib == nil {
+			return errors.New("WithLibrary: nil library (leave the option out for the system library)")
+		}
+		o.lib = lib
+		return nil
+	}
 }
 
 // affinityCPUs is the CPU count passed to nvmlDeviceGetCpuAffinity: the
@@ -236,7 +243,9 @@ func WithLibrary(lib gonvml.Interface) DiscoverOption {
 const affinityCPUs = 4096
 
 // Discover returns the host's devices: the CPU device (topology.CPUDevice)
-// always, and the GPUs NVML reports. It never fails and never panics:
+// always, and the GPUs NVML reports. It fails only on a bad option (the
+// first option's error; nil options are skipped), before asking NVML
+// anything, and it never panics:
 //
 //   - If NVML's Init fails (no driver or library on this host, the
 //     common case on CPU-only hosts) or panics, the result is CPU-only with
@@ -259,17 +268,20 @@ const affinityCPUs = 4096
 // the library exports their symbol (a missing symbol gets a Note, never a
 // call). Discover makes O(GPUs² + GPUs × NVLINK_MAX_LINKS) NVML calls and
 // is safe for concurrent use (NVML reference-counts Init and Shutdown).
-func Discover(ctx context.Context, opts ...DiscoverOption) (inv Inventory) {
+func Discover(ctx context.Context, opts ...Option) (inv Inventory, err error) {
 	var o discoverOptions
 	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
+		if opt == nil {
+			continue
+		}
+		if err := opt(&o); err != nil {
+			return Inventory{}, fmt.Errorf("nvml: %w", err)
 		}
 	}
 	inv.Devices = []topology.DeviceFacts{topology.CPUDevice()}
 	if err := ctx.Err(); err != nil {
 		inv.NVML.Reason = "nvml: not queried: " + err.Error()
-		return inv
+		return inv, nil
 	}
 	lib := o.lib
 	if lib == nil {
@@ -277,7 +289,7 @@ func Discover(ctx context.Context, opts ...DiscoverOption) (inv Inventory) {
 	}
 	if err := guard(func() gonvml.Return { return lib.Init() }); err != nil {
 		inv.NVML.Reason = "nvml: Init: " + err.Error()
-		return inv
+		return inv, nil
 	}
 	inv.NVML.Available = true
 	defer func() {
@@ -286,7 +298,7 @@ func Discover(ctx context.Context, opts ...DiscoverOption) (inv Inventory) {
 		}
 	}()
 	discoverGPUs(ctx, lib, &inv)
-	return inv
+	return inv, nil
 }
 
 func discoverGPUs(ctx context.Context, lib gonvml.Interface, inv *Inventory) {
@@ -670,7 +682,7 @@ func readGPU(i int, h gonvml.Device, numaErr error, note func(string, ...any)) (
 }
 
 // HealthCheck returns a health check for a lease pool
-// (lease.BackendConfig.HealthCheck, for the Devices of an Inventory that Discover
+// (lease.WithHealthCheck, for the Devices of an Inventory that Discover
 // made while NVML answered) that asks NVML, by UUID, whether a GPU is
 // still there: it initialises NVML, looks the GPU up
 // (nvmlDeviceGetHandleByUUID), reads its memory info, and shuts NVML down

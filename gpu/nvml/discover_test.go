@@ -30,7 +30,7 @@ func TestDiscoverMockServers(t *testing.T) {
 		{"dgxh100", dgxh100.New(), "NVIDIA H100 80GB HBM3", 81920, topology.ComputeCapability{Major: 9, Minor: 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			inv := nvml.Discover(context.Background(), nvml.WithLibrary(tc.server))
+			inv := discover(t, context.Background(), nvml.WithLibrary(tc.server))
 			assert.True(t, inv.NVML.Available)
 			assert.Empty(t, inv.NVML.Reason)
 			assert.Equal(t, tc.server.DriverVersion, inv.NVML.Driver)
@@ -114,7 +114,7 @@ func TestDiscoverFullFactsAndPerDeviceFailures(t *testing.T) {
 		return getHandle(i)
 	}
 
-	inv := nvml.Discover(context.Background(), nvml.WithLibrary(srv))
+	inv := discover(t, context.Background(), nvml.WithLibrary(srv))
 	assert.Equal(t, []string{
 		"gpu2: lost: memory: ERROR_GPU_IS_LOST (device left out)",
 		"gpu3: NUMA node: ERROR_NOT_SUPPORTED",
@@ -139,7 +139,7 @@ func TestDiscoverFullFactsAndPerDeviceFailures(t *testing.T) {
 		assert.NotEqual(t, topology.GPU(2), p.To, "no pair of the lost GPU")
 	}
 	g1, g3, g6, g7 := gpus[1], gpus[2], gpus[4], gpus[5]
-	again := nvml.Discover(context.Background(), nvml.WithLibrary(srv))
+	again := discover(t, context.Background(), nvml.WithLibrary(srv))
 	assert.Contains(t, again.Notes, "gpu0: handle: ERROR_GPU_IS_LOST (device left out)")
 	require.Len(t, again.Lost, 2, "gpu0 (no handle) and gpu2")
 	assert.Equal(t, topology.GPU(0), again.Lost[0].Device)
@@ -166,7 +166,7 @@ func TestDiscoverStopsOnCancel(t *testing.T) {
 		cancel() // cancel while reading gpu2
 		return getName()
 	}
-	inv := nvml.Discover(ctx, nvml.WithLibrary(srv))
+	inv := discover(t, ctx, nvml.WithLibrary(srv))
 	assert.True(t, inv.NVML.Available)
 	require.Len(t, inv.GPUs(), 3, "gpu0..gpu2 are kept")
 	assert.Equal(t, "NVIDIA H100 80GB HBM3", inv.GPUs()[2].Name)
@@ -175,7 +175,7 @@ func TestDiscoverStopsOnCancel(t *testing.T) {
 
 	// Done before it starts: NVML is not touched at all.
 	srv2 := dgxh100.New()
-	inv = nvml.Discover(ctx, nvml.WithLibrary(srv2))
+	inv = discover(t, ctx, nvml.WithLibrary(srv2))
 	assert.False(t, inv.NVML.Available)
 	assert.Equal(t, "nvml: not queried: context canceled", inv.NVML.Reason)
 	assert.Len(t, inv.Devices, 1)
@@ -214,7 +214,7 @@ func TestDiscoverInitFailureCallsNothingElse(t *testing.T) {
 			// (and be recovered into a Note); the recorded calls show that
 			// none was made at all.
 			lib := &mock.Interface{InitFunc: tc.init}
-			inv := nvml.Discover(context.Background(), nvml.WithLibrary(lib))
+			inv := discover(t, context.Background(), nvml.WithLibrary(lib))
 			assert.Equal(t, map[string]int{"Init": 1}, callCounts(lib))
 			assert.False(t, inv.NVML.Available)
 			assert.Equal(t, tc.reason, inv.NVML.Reason)
@@ -231,7 +231,7 @@ func TestDiscoverInitFailureCallsNothingElse(t *testing.T) {
 func TestDiscoverBareMockNeverPanics(t *testing.T) {
 	// Init succeeds but nothing else is implemented: everything is a Note.
 	lib := &mock.Interface{InitFunc: func() gonvml.Return { return gonvml.SUCCESS }}
-	inv := nvml.Discover(context.Background(), nvml.WithLibrary(lib))
+	inv := discover(t, context.Background(), nvml.WithLibrary(lib))
 	assert.True(t, inv.NVML.Available)
 	assert.Len(t, inv.Devices, 1)
 	require.Len(t, inv.Notes, 3, "%q", inv.Notes)
@@ -244,7 +244,7 @@ func TestDiscoverHostDefault(t *testing.T) {
 	// The real NVML of this host, through nvml.New(). On a host without
 	// the NVIDIA library it must say so and return the CPU only; on a GPU
 	// host it must list the GPUs. Either way it must not crash.
-	inv := nvml.Discover(context.Background())
+	inv := discover(t, context.Background())
 	require.NotEmpty(t, inv.Devices)
 	assert.Equal(t, topology.CPU, inv.Devices[0].ID)
 	if inv.NVML.Available {
@@ -261,4 +261,20 @@ func TestDiscoverHostDefault(t *testing.T) {
 	assert.True(t, strings.HasPrefix(inv.NVML.Reason, "nvml: Init: "), inv.NVML.Reason)
 	assert.Len(t, inv.Devices, 1)
 	assert.Empty(t, inv.Notes)
+}
+
+// discover is nvml.Discover for options that must be valid.
+func discover(t testing.TB, ctx context.Context, opts ...nvml.Option) nvml.Inventory {
+	t.Helper()
+	inv, err := nvml.Discover(ctx, opts...)
+	require.NoError(t, err)
+	return inv
+}
+
+// TestDiscoverOptionErrors checks that a nil library fails Discover
+// before NVML is asked, naming the option.
+func TestDiscoverOptionErrors(t *testing.T) {
+	inv, err := nvml.Discover(t.Context(), nvml.WithLibrary(nil))
+	require.EqualError(t, err, "nvml: WithLibrary: nil library (leave the option out for the system library)")
+	assert.Empty(t, inv.Devices)
 }

@@ -56,7 +56,7 @@ func id(i int) topology.DeviceID { return topology.GPU(i) }
 func TestDiscoverDGXA100NVSwitch(t *testing.T) {
 	srv, err := nvmlmock.New("dgxa100")
 	require.NoError(t, err)
-	inv := nvml.Discover(context.Background(), nvml.WithLibrary(srv))
+	inv := discover(t, context.Background(), nvml.WithLibrary(srv))
 	assert.Empty(t, inv.Notes, "every call the inventory makes is filled")
 	g := inv.GPUs()
 	require.Len(t, g, 8)
@@ -89,7 +89,7 @@ func TestDiscoverDGXA100NVSwitch(t *testing.T) {
 
 func TestDiscoverRealTopologies(t *testing.T) {
 	t.Run("dgx1-v100 direct NVLinks", func(t *testing.T) {
-		inv := nvml.Discover(context.Background(), nvml.WithLibrary(filled(t, 8, loadTopology(t, "dgx1-v100"))))
+		inv := discover(t, context.Background(), nvml.WithLibrary(filled(t, 8, loadTopology(t, "dgx1-v100"))))
 		assert.Empty(t, inv.Notes)
 		var g0 []nvml.NVLink
 		for _, l := range inv.Links {
@@ -108,7 +108,7 @@ func TestDiscoverRealTopologies(t *testing.T) {
 		assert.Equal(t, topology.P2PChipsetNotSupported, p.Read, "the fill's estimate for SYS")
 	})
 	t.Run("pcie 2 sockets", func(t *testing.T) {
-		inv := nvml.Discover(context.Background(), nvml.WithLibrary(filled(t, 8, loadTopology(t, "pcie-8gpu-2socket"))))
+		inv := discover(t, context.Background(), nvml.WithLibrary(filled(t, 8, loadTopology(t, "pcie-8gpu-2socket"))))
 		assert.Empty(t, inv.Notes, "no NVLink is not a failure")
 		assert.Empty(t, inv.Links)
 		p, _ := inv.Pair(id(2), id(3))
@@ -121,7 +121,7 @@ func TestDiscoverRealTopologies(t *testing.T) {
 		assert.Equal(t, "SYS", p.Label())
 	})
 	t.Run("rtx5090 no p2p", func(t *testing.T) {
-		inv := nvml.Discover(context.Background(), nvml.WithLibrary(filled(t, 2, loadTopology(t, "rtx5090-2gpu-no-p2p"))))
+		inv := discover(t, context.Background(), nvml.WithLibrary(filled(t, 2, loadTopology(t, "rtx5090-2gpu-no-p2p"))))
 		require.Len(t, inv.P2P, 2)
 		p := inv.P2P[0]
 		assert.Equal(t, "PHB", p.Label())
@@ -129,7 +129,7 @@ func TestDiscoverRealTopologies(t *testing.T) {
 		assert.Equal(t, "GNS", p.Write.String())
 	})
 	t.Run("a100 nvlink pairs", func(t *testing.T) {
-		inv := nvml.Discover(context.Background(), nvml.WithLibrary(filled(t, 8, loadTopology(t, "a100-pcie-8gpu-nvlink-pairs"))))
+		inv := discover(t, context.Background(), nvml.WithLibrary(filled(t, 8, loadTopology(t, "a100-pcie-8gpu-nvlink-pairs"))))
 		p, _ := inv.Pair(id(6), id(7))
 		assert.Equal(t, "NV12", p.Label())
 		p, _ = inv.Pair(id(1), id(2))
@@ -150,7 +150,7 @@ func TestDiscoverNotSupportedOnOneCall(t *testing.T) {
 	}
 	d5 := srv.Devices[5].(*server.Device)
 	d5.GetNvLinkRemotePciInfoFunc = func(int) (gonvml.PciInfo, gonvml.Return) { return gonvml.PciInfo{}, gonvml.ERROR_NOT_SUPPORTED }
-	inv := nvml.Discover(context.Background(), nvml.WithLibrary(srv))
+	inv := discover(t, context.Background(), nvml.WithLibrary(srv))
 	assert.Contains(t, inv.Notes, "p2p: atomics status gpu3→gpu0 and 6 more pairs: ERROR_NOT_SUPPORTED")
 	assert.Contains(t, inv.Notes, "gpu5: NVLink 0 remote PCI info: ERROR_NOT_SUPPORTED")
 	assert.Len(t, inv.Notes, 1+18, "one per gpu5 link, one folded for the pairs")
@@ -176,7 +176,7 @@ func TestDiscoverMissingSymbol(t *testing.T) {
 		}
 		return nil
 	}
-	inv := nvml.Discover(context.Background(), nvml.WithLibrary(srv))
+	inv := discover(t, context.Background(), nvml.WithLibrary(srv))
 	assert.Contains(t, inv.Notes, "nvml: nvmlDeviceGetP2PStatus: ERROR_FUNCTION_NOT_FOUND (not called)")
 	assert.Contains(t, inv.Notes, "nvml: nvmlDeviceGetNvLinkState: ERROR_FUNCTION_NOT_FOUND (not called)")
 	assert.Contains(t, inv.Notes, "gpu0: NUMA node: ERROR_FUNCTION_NOT_FOUND")
@@ -211,7 +211,7 @@ func TestDiscoverMIG(t *testing.T) {
 	srv.Devices[1].(*server.Device).MigMode = gonvml.DEVICE_MIG_ENABLE
 	// gpu2 is not MIG-capable: no note.
 	srv.Devices[2].(*server.Device).GetMigModeFunc = func() (int, int, gonvml.Return) { return 0, 0, gonvml.ERROR_NOT_SUPPORTED }
-	inv := nvml.Discover(context.Background(), nvml.WithLibrary(srv))
+	inv := discover(t, context.Background(), nvml.WithLibrary(srv))
 	assert.Equal(t, []nvml.MIGDevice{
 		{Parent: id(0), Index: 0, UUID: "MIG-a", MemoryBytes: 5 << 30},
 		{Parent: id(0), Index: 1, UUID: "MIG-b", MemoryBytes: 5 << 30},
@@ -264,7 +264,7 @@ func TestDiscoverNVSwitchPairQueriesFail(t *testing.T) {
 					return 0, gonvml.ERROR_UNKNOWN
 				}
 			}
-			inv := nvml.Discover(context.Background(), nvml.WithLibrary(srv))
+			inv := discover(t, context.Background(), nvml.WithLibrary(srv))
 			require.Len(t, inv.P2P, 56)
 			for _, p := range inv.P2P {
 				assert.Equal(t, topology.P2PNotReported, p.NVLink)
@@ -294,7 +294,7 @@ func TestDiscoverNVSwitchPairQueriesFail(t *testing.T) {
 				return gonvml.P2P_STATUS_NOT_SUPPORTED, gonvml.SUCCESS
 			}
 		}
-		inv := nvml.Discover(context.Background(), nvml.WithLibrary(srv))
+		inv := discover(t, context.Background(), nvml.WithLibrary(srv))
 		p, ok := inv.Pair(id(0), id(5))
 		require.True(t, ok)
 		assert.Zero(t, p.NVLinks, "NVML said no: no estimate")

@@ -11,7 +11,11 @@ import (
 
 // Discover with go-nvml's DGX A100 mock in place of the host's NVML.
 func ExampleDiscover() {
-	inv := nvml.Discover(context.Background(), nvml.WithLibrary(dgxa100.New()))
+	inv, err := nvml.Discover(context.Background(), nvml.WithLibrary(dgxa100.New()))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	fmt.Println(inv.NVML)
 	for _, d := range inv.GPUs()[:2] {
 		fmt.Printf("%v: %s, %d GiB, compute capability %v\n", d.ID, d.Name, d.MemoryBytes>>30, d.ComputeCapability)

@@ -25,10 +25,10 @@ import (
 // "none". Nothing pretends to run on a GPU.
 func TestAcquire(t *testing.T) {
 	t.Run("cpu-only", func(t *testing.T) {
-		b, _, err := openBackend(t.Context(), nil, lease.BackendConfig{})
+		b, _, err := openBackend(t.Context(), nil)
 		require.NoError(t, err)
 		defer b.CloseAndWait(t.Context())
-		a, err := b.Acquire(t.Context(), gpu.Config{Streams: 2})
+		a, err := b.Acquire(t.Context(), gpu.WithStreams(2))
 		require.NoError(t, err)
 		defer a.Release()
 		assert.Equal(t, topology.CPU, a.Device.ID())
@@ -39,10 +39,10 @@ func TestAcquire(t *testing.T) {
 	t.Run("dgxa100 mock", func(t *testing.T) {
 		lib, err := nvmlmock.New("dgxa100")
 		require.NoError(t, err)
-		b, _, err := openBackend(t.Context(), lib, lease.BackendConfig{})
+		b, _, err := openBackend(t.Context(), lib)
 		require.NoError(t, err)
 		defer b.CloseAndWait(t.Context())
-		a, err := b.Acquire(t.Context(), gpu.Config{})
+		a, err := b.Acquire(t.Context())
 		require.NoError(t, err)
 		defer a.Release()
 		assert.Equal(t, topology.CPU, a.Device.ID())
@@ -67,7 +67,7 @@ func TestAcquire(t *testing.T) {
 func TestInventoryFacts(t *testing.T) {
 	lib, err := nvmlmock.New("dgxa100")
 	require.NoError(t, err)
-	inv := nvml.Discover(t.Context(), nvml.WithLibrary(lib))
+	inv := discover(t, t.Context(), nvml.WithLibrary(lib))
 	f := inv.Facts()
 	require.Len(t, f.GPUs, 8)
 	require.Len(t, f.Pairs, 8)
@@ -81,7 +81,7 @@ func TestInventoryFacts(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, topology.RouteDirect, r.Kind)
 
-	cpuOnly := nvml.Discover(t.Context(), nvml.WithLibrary(nil)).Facts()
+	cpuOnly := discover(t, t.Context()).Facts()
 	assert.Nil(t, cpuOnly.Pairs)
 }
 
@@ -93,7 +93,7 @@ func TestInventoryFacts(t *testing.T) {
 func TestLeaseNeverLeasesLostGPU(t *testing.T) {
 	lib, err := nvmlmock.New("dgxa100")
 	require.NoError(t, err)
-	b, _, err := openBackend(t.Context(), lib, lease.BackendConfig{})
+	b, _, err := openBackend(t.Context(), lib)
 	require.NoError(t, err)
 	defer b.CloseAndWait(t.Context())
 	require.Equal(t, 8, b.NumGPUs())
@@ -117,7 +117,7 @@ func TestLeaseNeverLeasesLostGPU(t *testing.T) {
 	for _, d := range lib.Devices {
 		d.(*dgxa100.Device).GetMemoryInfoFunc = gpu0.GetMemoryInfoFunc
 	}
-	a, err := b.Acquire(t.Context(), gpu.Config{})
+	a, err := b.Acquire(t.Context())
 	require.NoError(t, err)
 	defer a.Release()
 	assert.Equal(t, topology.CPU, a.Device.ID())
@@ -133,7 +133,7 @@ func TestLeaseNeverLeasesLostGPU(t *testing.T) {
 
 func TestLeaseCPUOnly(t *testing.T) {
 	lib := &mock.Interface{InitFunc: func() gonvml.Return { return gonvml.ERROR_LIBRARY_NOT_FOUND }}
-	b, inv, err := openBackend(context.Background(), lib, lease.BackendConfig{})
+	b, inv, err := openBackend(context.Background(), lib)
 	require.NoError(t, err)
 	assert.Equal(t, 0, b.NumGPUs())
 	assert.Equal(t, "nvml: Init: ERROR_LIBRARY_NOT_FOUND", inv.NVML.Reason)
@@ -142,7 +142,7 @@ func TestLeaseCPUOnly(t *testing.T) {
 	devs, err := b.Devices()
 	require.NoError(t, err)
 	assert.Empty(t, devs)
-	a, err := b.Acquire(context.Background(), gpu.Config{Streams: 1}) // the CPU device is used as always
+	a, err := b.Acquire(context.Background(), gpu.WithStreams(1)) // the CPU device is used as always
 	require.NoError(t, err)
 	assert.Equal(t, topology.CPU, a.Device.ID())
 	assert.Equal(t, "no GPU: NVML unavailable (no NVIDIA driver library found, or it failed to start): nvml: Init: ERROR_LIBRARY_NOT_FOUND"+
@@ -152,7 +152,7 @@ func TestLeaseCPUOnly(t *testing.T) {
 }
 
 func TestLeaseMockDGX(t *testing.T) {
-	b, inv, err := openBackend(context.Background(), dgxa100.New(), lease.BackendConfig{})
+	b, inv, err := openBackend(context.Background(), dgxa100.New())
 	require.NoError(t, err)
 	assert.Len(t, inv.GPUs(), 8)
 	require.NoError(t, err)
@@ -173,17 +173,20 @@ func TestLeaseMockDGX(t *testing.T) {
 	closed(t, b)
 }
 
-// openBackend builds a lease backend, as cfg says, over the GPUs Discover
+// openBackend builds a lease backend, as opts say, over the GPUs Discover
 // finds through lib (nil: the system library), with NVML's health check
-// over the same library and NVML's status as the Source.
-func openBackend(ctx context.Context, lib gonvml.Interface, cfg lease.BackendConfig) (*lease.Backend, nvml.Inventory, error) {
-	var opts []nvml.DiscoverOption
+// over the same library and NVML's status as the source.
+func openBackend(ctx context.Context, lib gonvml.Interface, opts ...lease.Option) (*lease.Backend, nvml.Inventory, error) {
+	var dopts []nvml.Option
 	if lib != nil {
-		opts = append(opts, nvml.WithLibrary(lib))
+		dopts = append(dopts, nvml.WithLibrary(lib))
 	}
-	inv := nvml.Discover(ctx, opts...)
-	cfg.Devices, cfg.HealthCheck, cfg.Source = inv.Devices, nvml.HealthCheck(lib), inv.NVML.String()
-	b, err := lease.New(cfg)
+	inv, err := nvml.Discover(ctx, dopts...)
+	if err != nil {
+		return nil, inv, err
+	}
+	b, err := lease.New(append([]lease.Option{lease.WithDevices(inv.Devices), lease.WithHealthCheck(nvml.HealthCheck(lib)),
+		lease.WithSource(inv.NVML.String())}, opts...)...)
 	return b, inv, err
 }
 

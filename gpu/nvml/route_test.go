@@ -56,7 +56,7 @@ func init() { gpu.Register("test-list", listDriver{}) }
 func TestLeaseRoutesGPUsThroughListedDevices(t *testing.T) {
 	lib, err := nvmlmock.New("dgxa100")
 	require.NoError(t, err)
-	inv := nvml.Discover(t.Context(), nvml.WithLibrary(lib))
+	inv := discover(t, t.Context(), nvml.WithLibrary(lib))
 	gpus := inv.GPUs()
 	require.Len(t, gpus, 8)
 	listed.mu.Lock()
@@ -67,7 +67,7 @@ func TestLeaseRoutesGPUsThroughListedDevices(t *testing.T) {
 	listed.mu.Unlock()
 	t.Cleanup(func() { listed.mu.Lock(); listed.found = nil; listed.mu.Unlock() })
 
-	b, _, err := openBackend(t.Context(), lib, lease.BackendConfig{Drivers: []string{"test-list"}})
+	b, _, err := openBackend(t.Context(), lib, lease.WithDrivers("test-list"))
 	require.NoError(t, err)
 	defer closed(t, b)
 	require.Equal(t, 9, b.NumGPUs())
@@ -77,7 +77,7 @@ func TestLeaseRoutesGPUsThroughListedDevices(t *testing.T) {
 	assert.Equal(t, "opencl1", recs[8].Device)
 	assert.Equal(t, "test-list", recs[8].Runtime)
 
-	a, err := b.Acquire(t.Context(), gpu.Config{})
+	a, err := b.Acquire(t.Context())
 	require.NoError(t, err)
 	defer a.Release()
 	assert.Equal(t, topology.GPU(0), a.Claim.Device().ID)

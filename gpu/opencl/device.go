@@ -17,25 +17,25 @@ import (
 )
 
 // Kind is the driver kind of OpenCL devices: importing this package
-// registers its driver under Kind, so gpu.Open(ctx, opencl.Kind, cfg)
-// opens every available OpenCL device (see NewDevice), with cfg.Streams
-// streams each (0: DefaultStreams), as "opencl0", "opencl1", … in the
+// registers its driver under Kind, so gpu.Open(ctx, opencl.Kind, opts...)
+// opens every available OpenCL device (see NewDevice), with
+// gpu.WithStreams' streams each (without it, DefaultStreams), as "opencl0", "opencl1", … in the
 // order Devices lists them. With no OpenCL library the error wraps
 // ErrUnavailable; with no platform or no available device, ErrNoPlatform.
-// The driver takes no settings: a non-nil cfg.Driver is an error naming
-// its type (of Open and of OpenDevice).
+// The driver takes no driver settings: one is an error naming its type
+// (of Open and of OpenDevice).
 const Kind = "opencl"
 
 // DefaultStreams is the number of streams of a device the driver opens
-// when gpu.Config.Streams is 0.
+// without gpu.WithStreams.
 const DefaultStreams = 4
 
 // MaxStreams bounds the stream count of one device (each stream is an
 // OpenCL command queue, a waiter goroutine and a host-task goroutine).
 const MaxStreams = 64
 
-// DeviceOption configures NewDevice.
-type DeviceOption func(*deviceOptions) error
+// Option configures NewDevice.
+type Option func(*deviceOptions) error
 
 type deviceOptions struct {
 	index     int
@@ -51,7 +51,7 @@ const DefaultCloseWait = time.Second
 // before it returns an error (d > 0; default DefaultCloseWait). Close of
 // a device that was not abandoned waits for everything enqueued, without
 // bound. A d <= 0 makes NewDevice fail.
-func WithCloseWait(d time.Duration) DeviceOption {
+func WithCloseWait(d time.Duration) Option {
 	return func(o *deviceOptions) error {
 		if d <= 0 {
 			return fmt.Errorf("opencl: WithCloseWait(%v): the wait must be positive", d)
@@ -63,7 +63,7 @@ func WithCloseWait(d time.Duration) DeviceOption {
 
 // WithIndex sets the device's index n >= 0: its ID is topology.OpenCL(n),
 // "openclN". The default is 0. A negative n makes NewDevice fail.
-func WithIndex(n int) DeviceOption {
+func WithIndex(n int) Option {
 	return func(o *deviceOptions) error {
 		if n < 0 {
 			return fmt.Errorf("opencl: WithIndex(%d): the index must not be negative", n)
@@ -111,7 +111,7 @@ func WithIndex(n int) DeviceOption {
 // event fires (carrying its failures). Close waits for everything
 // enqueued, including those bridged events; no goroutine outlives it,
 // unless the device was abandoned (Abandon, see Close).
-func NewDevice(dev Info, streams int, opts ...DeviceOption) (gpu.CodeDevice, error) {
+func NewDevice(dev Info, streams int, opts ...Option) (gpu.CodeDevice, error) {
 	o := deviceOptions{closeWait: DefaultCloseWait}
 	for _, opt := range opts {
 		if opt == nil {
@@ -1021,7 +1021,7 @@ func (driver) Open(_ context.Context, cfg gpu.Config) (gpu.Set, error) {
 	if err := noSettings("open", cfg); err != nil {
 		return nil, err
 	}
-	streams := cfg.Streams
+	streams := cfg.Streams()
 	if streams == 0 {
 		streams = DefaultStreams
 	}
@@ -1047,8 +1047,8 @@ func (driver) Open(_ context.Context, cfg gpu.Config) (gpu.Set, error) {
 // noSettings refuses driver settings, which the OpenCL driver has none of,
 // for the driver's operation op.
 func noSettings(op string, cfg gpu.Config) error {
-	if cfg.Driver != nil {
-		return fmt.Errorf("opencl: %s: driver settings of type %T: the OpenCL driver takes none", op, cfg.Driver)
+	if s := cfg.DriverSettings(); len(s) > 0 {
+		return fmt.Errorf("opencl: %s: a driver setting %T: the OpenCL driver takes none", op, s[0])
 	}
 	return nil
 }

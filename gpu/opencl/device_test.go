@@ -62,7 +62,7 @@ func recordWait(t testing.TB, s gpu.Stream) error {
 
 func TestDriverOpen(t *testing.T) {
 	device(t)
-	set, err := gpu.Open(t.Context(), opencl.Kind, gpu.Config{Streams: 3})
+	set, err := gpu.Open(t.Context(), opencl.Kind, gpu.WithStreams(3))
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, set.Close()) }()
 	devs := set.Devices()
@@ -89,10 +89,12 @@ func TestDriverOpen(t *testing.T) {
 		}
 		assert.Panics(t, func() { d.Stream(3) })
 	}
-	_, err = gpu.Open(t.Context(), opencl.Kind, gpu.Config{Streams: opencl.MaxStreams + 1})
+	_, err = gpu.Open(t.Context(), opencl.Kind, gpu.WithStreams(opencl.MaxStreams+1))
 	assert.ErrorContains(t, err, "opencl: open: 65 streams per device: want 1 to 64")
-	_, err = gpu.Open(t.Context(), opencl.Kind, gpu.Config{Driver: 1})
-	assert.EqualError(t, err, "opencl: open: driver settings of type int: the OpenCL driver takes none")
+	_, err = gpu.Open(t.Context(), opencl.Kind, gpu.WithDriverSetting(setting(opencl.Kind)))
+	assert.EqualError(t, err, "opencl: open: a driver setting opencl_test.setting: the OpenCL driver takes none")
+	_, err = gpu.Open(t.Context(), opencl.Kind, gpu.WithDriverSetting(setting("sim")))
+	assert.EqualError(t, err, `gpu: a setting of driver "sim" (opencl_test.setting) given to driver "opencl"`)
 }
 
 func TestNewDeviceBadInput(t *testing.T) {
@@ -100,12 +102,12 @@ func TestNewDeviceBadInput(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		streams int
-		opts    []opencl.DeviceOption
+		opts    []opencl.Option
 		want    string
 	}{
 		{"no streams", 0, nil, "0 streams: want 1 to 64"},
 		{"too many streams", 65, nil, "65 streams: want 1 to 64"},
-		{"negative index", 1, []opencl.DeviceOption{opencl.WithIndex(-1)}, "opencl: WithIndex(-1): the index must not be negative"},
+		{"negative index", 1, []opencl.Option{opencl.WithIndex(-1)}, "opencl: WithIndex(-1): the index must not be negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, err := opencl.NewDevice(dev, tc.streams, tc.opts...)
@@ -808,7 +810,7 @@ func TestDeviceFaultInSubprocess(t *testing.T) {
 // childNoPlatform opens the driver where the ICD loader finds no
 // platform (OCL_ICD_VENDORS names an empty directory).
 func childNoPlatform() int {
-	set, err := gpu.Open(context.Background(), opencl.Kind, gpu.Config{})
+	set, err := gpu.Open(context.Background(), opencl.Kind)
 	if err == nil {
 		_ = set.Close()
 	}

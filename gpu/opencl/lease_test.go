@@ -21,7 +21,7 @@ import (
 func leaseBackend(t *testing.T) *lease.Backend {
 	t.Helper()
 	device(t)
-	b, err := lease.New(lease.BackendConfig{Drivers: []string{opencl.Kind}, LeaseTypes: []string{"gpu", "cpu"}})
+	b, err := lease.New(lease.WithDrivers(opencl.Kind), lease.WithLeaseTypes("gpu", "cpu"))
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_, err := b.CloseAndWait(context.Background())
@@ -83,8 +83,10 @@ func TestEnumerate(t *testing.T) {
 	}
 	drv, err := gpu.Lookup(opencl.Kind)
 	require.NoError(t, err)
-	_, err = drv.(gpu.Enumerator).OpenDevice(t.Context(), fs[0], gpu.Config{Driver: "x"})
-	assert.EqualError(t, err, "opencl: open device opencl0: driver settings of type string: the OpenCL driver takes none")
+	cfg, err := gpu.NewConfig(gpu.WithDriverSetting(setting(opencl.Kind)))
+	require.NoError(t, err)
+	_, err = drv.(gpu.Enumerator).OpenDevice(t.Context(), fs[0], cfg)
+	assert.EqualError(t, err, "opencl: open device opencl0: a driver setting opencl_test.setting: the OpenCL driver takes none")
 }
 
 // TestBackendAcquireOpenCL: Acquire on a backend that leases the OpenCL
@@ -99,7 +101,7 @@ func TestBackendAcquireOpenCL(t *testing.T) {
 	assert.Equal(t, opencl.Kind, recs[0].Runtime)
 	assert.Equal(t, device(t).Vendor, recs[0].Vendor)
 
-	a, err := b.Acquire(t.Context(), gpu.Config{Streams: 2})
+	a, err := b.Acquire(t.Context(), gpu.WithStreams(2))
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, a.Release()) }) // before the backend's close waits for it
 	require.NotNil(t, a.Claim)
@@ -122,14 +124,14 @@ func TestBackendCPUOpenCLNotLeasedByDefault(t *testing.T) {
 	if !strings.Contains(device(t).Type, "CPU") {
 		t.Skip("the first OpenCL device is no CPU device")
 	}
-	b, err := lease.New(lease.BackendConfig{Drivers: []string{opencl.Kind}})
+	b, err := lease.New(lease.WithDrivers(opencl.Kind))
 	require.NoError(t, err)
 	defer func() {
 		_, err := b.CloseAndWait(context.Background())
 		assert.NoError(t, err)
 	}()
 	assert.NotContains(t, b.Identity().Devices, "opencl0")
-	assert.Contains(t, b.Notes(), "opencl: opencl0 ("+device(t).Name+") is a cpu device: not leased (lease.BackendConfig.LeaseTypes [gpu])")
+	assert.Contains(t, b.Notes(), "opencl: opencl0 ("+device(t).Name+") is a cpu device: not leased (lease.WithLeaseTypes [gpu])")
 }
 
 // TestBackendAcquireOpenCLFIFO: while one run holds the only lease of an
@@ -140,7 +142,7 @@ func TestBackendAcquireOpenCLFIFO(t *testing.T) {
 	n := b.NumGPUs()
 	var held []*lease.Acquired
 	for range n {
-		a, err := b.Acquire(t.Context(), gpu.Config{Streams: 1})
+		a, err := b.Acquire(t.Context(), gpu.WithStreams(1))
 		require.NoError(t, err)
 		t.Cleanup(func() { assert.NoError(t, a.Release()) }) // before the backend's close waits for it
 		require.NotNil(t, a.Claim)
@@ -152,7 +154,7 @@ func TestBackendAcquireOpenCLFIFO(t *testing.T) {
 	}
 	got := make(chan result, 1)
 	go func() {
-		a, err := b.Acquire(t.Context(), gpu.Config{Streams: 1})
+		a, err := b.Acquire(t.Context(), gpu.WithStreams(1))
 		got <- result{a, err}
 	}()
 	for b.MetricsSnapshot().PendingClaimers == 0 {
@@ -177,7 +179,7 @@ func TestBackendAcquireOpenCLFIFO(t *testing.T) {
 // has) goes back, and the run goes to the CPU device, saying why.
 func TestBackendAcquireOpenCLOpenFails(t *testing.T) {
 	b := leaseBackend(t)
-	a, err := b.Acquire(t.Context(), gpu.Config{Streams: opencl.MaxStreams + 1})
+	a, err := b.Acquire(t.Context(), gpu.WithStreams(opencl.MaxStreams+1))
 	require.NoError(t, err)
 	defer a.Release()
 	assert.Equal(t, topology.CPU, a.Device.ID())
@@ -186,3 +188,8 @@ func TestBackendAcquireOpenCLOpenFails(t *testing.T) {
 	assert.Contains(t, a.Why, "65 streams: want 1 to 64: running on the CPU device")
 	assert.Zero(t, b.CloseSnapshot().ActiveGPUPermits, "the lease went back")
 }
+
+// setting is a driver setting of the kind it names.
+type setting string
+
+func (s setting) DriverKind() string { return string(s) }

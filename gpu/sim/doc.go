@@ -4,7 +4,7 @@
 //
 // [New] returns one gpu.Device per GPU of a machine, and importing the
 // package registers its driver under [Kind] ("sim") for gpu.Open (with
-// gpu.Config.GPUs, and a []Option such as [WithLoss] as gpu.Config.Driver).
+// [WithSimulation] of the GPUs and Options such as [WithLoss]).
 // It needs no cgo.
 //
 // A simulated GPU runs its kernels on the host, on streams of one shared

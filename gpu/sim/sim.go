@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/streamdag/streamdag/gpu"
@@ -197,29 +198,53 @@ func (s *simStream) Index() int                { return s.idx }
 func (s *simStream) String() string            { return fmt.Sprintf("%s stream %d (simulated)", s.dev, s.idx) }
 
 // Kind is the driver kind of simulated GPUs: importing this package
-// registers its driver under Kind, so gpu.Open(ctx, sim.Kind, cfg)
-// returns New(cfg.GPUs, cfg.Streams, opts...) as a gpu.Set, where
-// cfg.Streams 0 means 1 stream per simulated GPU and opts is
-// cfg.Driver, the driver's settings: nil (none) or a []Option (WithLoss,
-// WithLossAfter). Errors: New's, or settings of another type ("sim: open:
-// driver settings of type T: want []sim.Option or nil").
+// registers its driver under Kind, so gpu.Open(ctx, sim.Kind,
+// sim.WithSimulation(gpus, opts...), gpu.WithStreams(n)) returns New(gpus,
+// n, opts...) as a gpu.Set (without gpu.WithStreams, 1 stream per
+// simulated GPU). Errors: New's; no WithSimulation ("sim: open: no GPUs to
+// simulate (give sim.WithSimulation)").
 const Kind = "sim"
 
 func init() { gpu.Register(Kind, driver{}) }
+
+// simulation is the driver setting of WithSimulation.
+type simulation struct {
+	gpus []topology.DeviceFacts
+	opts []Option
+}
+
+// DriverKind returns Kind: only the sim driver takes the setting.
+func (simulation) DriverKind() string { return Kind }
+
+// WithSimulation is the sim driver's setting for gpu.Open: simulate gpus
+// (their IDs and facts, e.g. topology.Topology.GPUs(); copied) as New
+// does, with opts (WithLoss, WithLossAfter). gpu.Open of another kind
+// refuses it, naming the driver; a later WithSimulation replaces an
+// earlier one. Errors (from gpu.Open): New's.
+func WithSimulation(gpus []topology.DeviceFacts, opts ...Option) gpu.Option {
+	return gpu.WithDriverSetting(simulation{gpus: slices.Clone(gpus), opts: slices.Clone(opts)})
+}
 
 // driver opens simulated GPUs for gpu.Open.
 type driver struct{}
 
 func (driver) Open(_ context.Context, cfg gpu.Config) (gpu.Set, error) {
-	opts, ok := cfg.Driver.([]Option)
-	if !ok && cfg.Driver != nil {
-		return nil, fmt.Errorf("sim: open: driver settings of type %T: want []sim.Option or nil", cfg.Driver)
+	var sim *simulation
+	for _, s := range cfg.DriverSettings() {
+		v, ok := s.(simulation)
+		if !ok {
+			return nil, fmt.Errorf("sim: open: a driver setting %T: want sim.WithSimulation", s)
+		}
+		sim = &v
 	}
-	streams := cfg.Streams
+	if sim == nil {
+		return nil, errors.New("sim: open: no GPUs to simulate (give sim.WithSimulation)")
+	}
+	streams := cfg.Streams()
 	if streams == 0 {
 		streams = 1
 	}
-	s, err := New(cfg.GPUs, streams, opts...)
+	s, err := New(sim.gpus, streams, sim.opts...)
 	if err != nil {
 		return nil, err
 	}

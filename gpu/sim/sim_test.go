@@ -81,15 +81,15 @@ func TestDevicesAndCrossDeviceWait(t *testing.T) {
 func TestDriver(t *testing.T) {
 	assert.Contains(t, gpu.Drivers(), sim.Kind)
 	for _, tc := range []struct {
-		name    string
-		streams int
-		want    int
+		name string
+		opts []gpu.Option
+		want int
 	}{
-		{"default", 0, 1},
-		{"three", 3, 3},
+		{"default", nil, 1},
+		{"three", []gpu.Option{gpu.WithStreams(3)}, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			set, err := gpu.Open(t.Context(), sim.Kind, gpu.Config{Streams: tc.streams, GPUs: gpus(0, 1, 2)})
+			set, err := gpu.Open(t.Context(), sim.Kind, append(tc.opts, sim.WithSimulation(gpus(0, 1, 2)))...)
 			require.NoError(t, err)
 			defer func() { require.NoError(t, set.Close()) }()
 			require.Len(t, set.Devices(), 3)
@@ -99,16 +99,18 @@ func TestDriver(t *testing.T) {
 			}
 		})
 	}
-	set, err := gpu.Open(t.Context(), sim.Kind, gpu.Config{})
+	set, err := gpu.Open(t.Context(), sim.Kind)
+	assert.EqualError(t, err, "sim: open: no GPUs to simulate (give sim.WithSimulation)")
+	assert.Nil(t, set, "no typed nil in the interface")
+	set, err = gpu.Open(t.Context(), sim.Kind, sim.WithSimulation(nil))
 	assert.EqualError(t, err, "sim: New: no GPUs to simulate")
 	assert.Nil(t, set, "no typed nil in the interface")
 }
 
-// gpu.Open of sim.Kind takes a []sim.Option as the driver's settings: a
+// gpu.Open of sim.Kind takes sim.WithSimulation as the driver's setting: a
 // loss given there makes that GPU report its loss, as New's option does.
 func TestDriverSettings(t *testing.T) {
-	set, err := gpu.Open(t.Context(), sim.Kind, gpu.Config{GPUs: gpus(0, 1),
-		Driver: []sim.Option{sim.WithLoss(topology.GPU(1), 0.5)}})
+	set, err := gpu.Open(t.Context(), sim.Kind, sim.WithSimulation(gpus(0, 1), sim.WithLoss(topology.GPU(1), 0.5)))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, set.Close()) }()
 	ran, lost := runSteps(t, set.Devices()[1].Stream(0).(gpu.Lister), 10)
@@ -121,19 +123,24 @@ func TestDriverSettings(t *testing.T) {
 
 func TestDriverSettingsErrors(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		settings any
-		want     string
+		name string
+		opt  gpu.Option
+		want string
 	}{
-		{"another type", 3, "sim: open: driver settings of type int: want []sim.Option or nil"},
-		{"one option, not a slice", sim.WithLoss(topology.GPU(0), 0.5), "sim: open: driver settings of type sim.Option: want []sim.Option or nil"},
-		{"loss of an unknown GPU", []sim.Option{sim.WithLoss(topology.GPU(5), 0.5)}, "sim: New: a loss of gpu5, which is not among the 2 GPUs"},
-		{"bad fraction", []sim.Option{sim.WithLoss(topology.GPU(0), 2)}, "sim: WithLoss(gpu0, 2): the fraction must be in [0, 1]"},
+		{"a setting of another driver", gpu.WithDriverSetting(setting("cpu")), `gpu: a setting of driver "cpu" (sim_test.setting) given to driver "sim"`},
+		{"a setting of another type", gpu.WithDriverSetting(setting(sim.Kind)), "sim: open: a driver setting sim_test.setting: want sim.WithSimulation"},
+		{"loss of an unknown GPU", sim.WithSimulation(gpus(0, 1), sim.WithLoss(topology.GPU(5), 0.5)), "sim: New: a loss of gpu5, which is not among the 2 GPUs"},
+		{"bad fraction", sim.WithSimulation(gpus(0, 1), sim.WithLoss(topology.GPU(0), 2)), "sim: WithLoss(gpu0, 2): the fraction must be in [0, 1]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			set, err := gpu.Open(t.Context(), sim.Kind, gpu.Config{GPUs: gpus(0, 1), Driver: tc.settings})
+			set, err := gpu.Open(t.Context(), sim.Kind, tc.opt)
 			assert.EqualError(t, err, tc.want)
 			assert.Nil(t, set, "no typed nil in the interface")
 		})
 	}
 }
+
+// setting is a driver setting of the kind it names.
+type setting string
+
+func (s setting) DriverKind() string { return string(s) }

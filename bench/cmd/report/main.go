@@ -519,7 +519,10 @@ func measureBuild(s bench.GraphShape, minTime time.Duration) (Build, error) {
 		return Build{}, err
 	}
 	defer dev.Close()
-	e := exec.New(dev)
+	e, err := exec.New(dev)
+	if err != nil {
+		return Build{}, err
+	}
 	var p *exec.Plan
 	st, err = bench.Measure(func() (err error) { p, err = e.Plan(g); return err }, 3, maxRuns, mt)
 	if err != nil {
