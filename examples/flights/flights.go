@@ -145,6 +145,25 @@ type Partition struct {
 // statistics prove the filter rejects all its rows (Pipeline.Skipped);
 // the pipeline does not close src nor its view.
 func Build(src kvio.Source, opts Options) (*Pipeline, error) {
+	return build(src, 0, src.NumParts(), opts)
+}
+
+// BuildParts returns the flights pipeline over parts [lo, hi) of src
+// alone, as Build does over all of them: one shard of a run whose
+// shards together cover src. Its Partitions and Skipped name parts by
+// their index in src, and its result (Pipeline.Result) is the merged
+// groups of those parts (all of them with opts.TopK 0, which Finish
+// takes). It fails as Build does, and with an error naming src when
+// [lo, hi) is not a range of its parts.
+func BuildParts(src kvio.Source, lo, hi int, opts Options) (*Pipeline, error) {
+	if lo < 0 || lo > hi || hi > src.NumParts() {
+		return nil, fmt.Errorf("flights: parts [%d, %d) of %s: want 0 <= lo <= hi <= %d", lo, hi, src.Name(), src.NumParts())
+	}
+	return build(src, lo, hi, opts)
+}
+
+// build is Build over parts [lo, hi) of src.
+func build(src kvio.Source, lo, hi int, opts Options) (*Pipeline, error) {
 	key, err := keyOf(src.Name(), src.Schema())
 	if err != nil {
 		return nil, err
@@ -179,7 +198,7 @@ func Build(src kvio.Source, opts Options) (*Pipeline, error) {
 	nparts := src.NumParts()
 	p.skip = make([]bool, nparts)
 	if rs, ok := view.(kvio.IntRanger); ok {
-		for i := range nparts {
+		for i := lo; i < hi; i++ {
 			if r, ok := rs.IntRange(i, "delay"); ok && (r.AllNull || r.Max <= opts.MinDelay) {
 				p.skip[i] = true
 				p.Skipped = append(p.Skipped, i)
@@ -195,7 +214,7 @@ func Build(src kvio.Source, opts Options) (*Pipeline, error) {
 		rows   int64
 	}
 	var ranges []srcRange
-	for i := range nparts {
+	for i := lo; i < hi; i++ {
 		n := len(ranges)
 		if n == 0 || ranges[n-1].rows >= minSourceRows {
 			ranges = append(ranges, srcRange{lo: i, hi: i})
@@ -246,13 +265,22 @@ func Build(src kvio.Source, opts Options) (*Pipeline, error) {
 		}
 	}
 	merged := dag.AddValue[*groups](g, "merged")
-	sorted := dag.AddValue[*Table](g, "sorted")
-	top := dag.AddValue[*Table](g, "top")
 	partialIDs := make([]dag.BufferID, len(partials))
 	for i, h := range partials {
 		partialIDs[i] = h.ID()
 	}
 	g.AddKernel("merge", p.merge(partials, merged), dag.ReadsOptional(partialIDs...), dag.Writes(merged.ID()))
+	p.addFinish(merged)
+	return p, g.Validate()
+}
+
+// addFinish adds the kernels after merge to p's graph: sort, topk, the
+// join with its airports source when Options.Airports is set, and write
+// (Pipeline.Output).
+func (p *Pipeline) addFinish(merged dag.Value[*groups]) {
+	g, opts := p.Graph, p.opts
+	sorted := dag.AddValue[*Table](g, "sorted")
+	top := dag.AddValue[*Table](g, "top")
 	g.AddKernel("sort", p.sort(merged, sorted), dag.Reads(merged.ID()), dag.Writes(sorted.ID()))
 	g.AddKernel("topk", p.topk(sorted, top), dag.Reads(sorted.ID()), dag.Writes(top.ID()))
 	final := top
@@ -267,7 +295,6 @@ func Build(src kvio.Source, opts Options) (*Pipeline, error) {
 	}
 	p.Output = dag.AddValue[*Table](g, "result")
 	g.AddKernel("write", p.write(final, p.Output), dag.Reads(final.ID()), dag.Writes(p.Output.ID()))
-	return p, g.Validate()
 }
 
 // Table is the pipeline's result: the rows, and the partitions whose
