@@ -32,6 +32,9 @@
 // (OpenBackend, opened in Setup and released in Teardown): the first
 // open creates it, the last release closes it. Shards run on the CPU
 // device it hands out (lease.Backend.Acquire with no GPU configured).
+// Beam's Go harness does not call Teardown when a loopback worker stops,
+// so under Prism's loopback workers the backend stays open until the
+// process exits, shared by every later run's DoFns.
 //
 // # Failures
 //
