@@ -227,11 +227,29 @@ func Build(src kvio.Source, opts ...Option) (*Pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	return build(src, s)
+	return build(src, 0, src.NumParts(), s)
 }
 
-// build is Build with the options applied.
-func build(src kvio.Source, opts settings) (*Pipeline, error) {
+// BuildParts returns the flights pipeline over parts [lo, hi) of src
+// alone, as Build does over all of them: one shard of a run whose
+// shards together cover src. Its Partitions and Skipped name parts by
+// their index in src, and its result (Pipeline.Result) is the merged
+// groups of those parts (all of them without WithTopK, as Finish
+// takes them). It fails as Build does, and with an error naming src when
+// [lo, hi) is not a range of its parts.
+func BuildParts(src kvio.Source, lo, hi int, opts ...Option) (*Pipeline, error) {
+	if lo < 0 || lo > hi || hi > src.NumParts() {
+		return nil, fmt.Errorf("flights: parts [%d, %d) of %s: want 0 <= lo <= hi <= %d", lo, hi, src.Name(), src.NumParts())
+	}
+	s, err := newSettings(opts)
+	if err != nil {
+		return nil, err
+	}
+	return build(src, lo, hi, s)
+}
+
+// build is Build over parts [lo, hi) of src, with the options applied.
+func build(src kvio.Source, lo, hi int, opts settings) (*Pipeline, error) {
 	key, err := keyOf(src.Name(), src.Schema())
 	if err != nil {
 		return nil, err
@@ -266,7 +284,7 @@ func build(src kvio.Source, opts settings) (*Pipeline, error) {
 	nparts := src.NumParts()
 	p.skip = make([]bool, nparts)
 	if rs, ok := view.(kvio.IntRanger); ok {
-		for i := range nparts {
+		for i := lo; i < hi; i++ {
 			if r, ok := rs.IntRange(i, "delay"); ok && (r.AllNull || r.Max <= opts.MinDelay) {
 				p.skip[i] = true
 				p.Skipped = append(p.Skipped, i)
@@ -282,7 +300,7 @@ func build(src kvio.Source, opts settings) (*Pipeline, error) {
 		rows   int64
 	}
 	var ranges []srcRange
-	for i := range nparts {
+	for i := lo; i < hi; i++ {
 		n := len(ranges)
 		if n == 0 || ranges[n-1].rows >= minSourceRows {
 			ranges = append(ranges, srcRange{lo: i, hi: i})
@@ -333,13 +351,22 @@ func build(src kvio.Source, opts settings) (*Pipeline, error) {
 		}
 	}
 	merged := dag.AddValue[*groups](g, "merged")
-	sorted := dag.AddValue[*Table](g, "sorted")
-	top := dag.AddValue[*Table](g, "top")
 	partialIDs := make([]dag.BufferID, len(partials))
 	for i, h := range partials {
 		partialIDs[i] = h.ID()
 	}
 	g.AddKernel("merge", p.merge(partials, merged), dag.ReadsOptional(partialIDs...), dag.Writes(merged.ID()))
+	p.addFinish(merged)
+	return p, g.Validate()
+}
+
+// addFinish adds the kernels after merge to p's graph: sort, topk, the
+// join with its airports source when Options.Airports is set, and write
+// (Pipeline.Output).
+func (p *Pipeline) addFinish(merged dag.Value[*groups]) {
+	g, opts := p.Graph, p.opts
+	sorted := dag.AddValue[*Table](g, "sorted")
+	top := dag.AddValue[*Table](g, "top")
 	g.AddKernel("sort", p.sort(merged, sorted), dag.Reads(merged.ID()), dag.Writes(sorted.ID()))
 	g.AddKernel("topk", p.topk(sorted, top), dag.Reads(sorted.ID()), dag.Writes(top.ID()))
 	final := top
@@ -354,7 +381,6 @@ func build(src kvio.Source, opts settings) (*Pipeline, error) {
 	}
 	p.Output = dag.AddValue[*Table](g, "result")
 	g.AddKernel("write", p.write(final, p.Output), dag.Reads(final.ID()), dag.Writes(p.Output.ID()))
-	return p, g.Validate()
 }
 
 // Table is the pipeline's result: the rows, and the partitions whose

@@ -275,7 +275,7 @@ func (j *Job) plan(src kvio.Source, e *exec.Executor) (*Pipeline, *exec.Plan, er
 			opts.Partitions += d.NumStreams()
 		}
 	}
-	p, err := build(src, opts)
+	p, err := build(src, 0, src.NumParts(), opts)
 	if err != nil {
 		return nil, nil, err
 	}

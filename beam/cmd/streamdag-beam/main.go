@@ -1,0 +1,224 @@
+// Command streamdag-beam runs streamdag pipelines as shards on Apache
+// Beam's Prism runner, in this process.
+//
+//	streamdag-beam run flights --input FILE --shards N [--min-delay D] [--top K]
+//	                           [--airports FILE] [--streams N] [--out FILE.csv]
+//	                           [--fail KERNEL[:panic]@SHARD]... [--quiet]
+//
+// Exit status: 0 on success; 2 on a usage error; 1 when the run failed or
+// its result is partial.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	beamlog "github.com/apache/beam/sdks/v2/go/pkg/beam/log"
+	"github.com/spf13/cobra"
+
+	"github.com/streamdag/streamdag/beam/shard"
+	"github.com/streamdag/streamdag/examples/flights"
+	"github.com/streamdag/streamdag/internal/outfile"
+)
+
+func main() {
+	// A Beam worker binary's own flags come first; loopback workers run
+	// in this process, so there are none to parse here.
+	flag.CommandLine.Parse(nil)
+	// Prism and the SDK log each job's steps at INFO: only warnings and
+	// errors reach stderr (beam.Init sets up slog at this level).
+	beamlog.LogLevel = "warn"
+	beam.Init()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// errPartial reports a run whose result is partial.
+var errPartial = errors.New("partial result")
+
+// usageError is a command line that cannot run as written: exit status 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// run runs the command line args and returns its exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := &cobra.Command{Use: "streamdag-beam", Short: "Run streamdag pipelines as shards on Apache Beam (Prism)",
+		SilenceUsage: true, SilenceErrors: true}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	runCmd := &cobra.Command{Use: "run PIPELINE", Short: "Run a pipeline (flights)",
+		Args: func(_ *cobra.Command, args []string) error { return usagef("name a pipeline to run (known: flights)") },
+		RunE: func(*cobra.Command, []string) error { return nil }}
+	runCmd.AddCommand(newFlightsCmd())
+	root.AddCommand(runCmd)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	cmd, err := root.ExecuteContextC(ctx)
+	var usage usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &usage):
+		if cmd == nil {
+			cmd = root
+		}
+		fmt.Fprintf(stderr, "streamdag-beam: %v (see '%s --help')\n", err, cmd.CommandPath())
+		return 2
+	case errors.Is(err, errPartial):
+		return 1
+	default:
+		fmt.Fprintln(stderr, "streamdag-beam:", err)
+		return 1
+	}
+}
+
+type flightsFlags struct {
+	input, airports, out string
+	fail                 []string
+	minDelay             int64
+	shards, top, streams int
+	quiet                bool
+}
+
+func newFlightsCmd() *cobra.Command {
+	var f flightsFlags
+	cmd := &cobra.Command{
+		Use:   "flights",
+		Short: "The flights job, its input split into shards by row-group or record-batch ranges",
+		Long: `Runs the flights job of 'streamdag run flights' on Apache Beam's Prism runner:
+the input's parts (Parquet row groups, Arrow IPC record batches) are cut into
+--shards ranges; each shard's filter (delay > --min-delay) and partial
+group-by run as a streamdag graph inside a Beam DoFn on the CPU device; the
+partials cross to the merge as Arrow IPC, merge in a combine per group key,
+and sort, top-k, the join with --airports and the CSV run on one worker. The
+result is the single-node result, byte for byte.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runFlights(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.input, "input", "", "Parquet or Arrow IPC file (default: the embedded 200k-row sample)")
+	fl.IntVar(&f.shards, "shards", 2, "shards to cut the input's parts into (at most one per part)")
+	fl.Int64Var(&f.minDelay, "min-delay", 0, "keep flights with delay > N minutes")
+	fl.IntVar(&f.top, "top", 10, "print the K groups with the most flights; 0 prints all")
+	fl.StringVar(&f.airports, "airports", "", "airports.csv (iata,name,city,…) to add names and cities")
+	fl.IntVar(&f.streams, "streams", 0, "CPU streams of each shard's graph (0: GOMAXPROCS / shards)")
+	fl.StringVar(&f.out, "out", "", "also write the result to FILE.csv")
+	fl.StringArrayVar(&f.fail, "fail", nil, "make kernel KERNEL of shard SHARD's graph fail (KERNEL:panic to panic), e.g. 'filter[0]@1'; repeatable")
+	fl.BoolVar(&f.quiet, "quiet", false, "print only the result table and errors (no run summary)")
+	return cmd
+}
+
+// parseFault parses a --fail KERNEL[:panic]@SHARD.
+func parseFault(spec string) (shard.Fault, error) {
+	at := strings.LastIndex(spec, "@")
+	if at < 0 {
+		return shard.Fault{}, usagef("--fail %s: want KERNEL@SHARD or KERNEL:panic@SHARD", spec)
+	}
+	n, err := strconv.Atoi(spec[at+1:])
+	name, mode, _ := strings.Cut(spec[:at], ":")
+	if err != nil || n < 0 || name == "" || mode != "" && mode != "panic" {
+		return shard.Fault{}, usagef("--fail %s: want KERNEL@SHARD or KERNEL:panic@SHARD", spec)
+	}
+	return shard.Fault{Shard: n, Fault: flights.Fault{Kernel: name, Panic: mode == "panic"}}, nil
+}
+
+func runFlights(cmd *cobra.Command, f flightsFlags) error {
+	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	switch {
+	case f.shards < 1:
+		return usagef("--shards %d: want 1 or more", f.shards)
+	case f.top < 0:
+		return usagef("--top %d: must be 0 (all) or more", f.top)
+	case f.streams < 0:
+		return usagef("--streams %d: want 1 or more, or 0", f.streams)
+	case f.out != "" && flights.ResultFormat(f.out) != "csv":
+		return usagef("--out %s: want a .csv file name", f.out)
+	}
+	cfg := shard.Config{Input: f.input, Shards: f.shards, MinDelay: f.minDelay, TopK: f.top, Airports: f.airports, Streams: f.streams}
+	for _, spec := range f.fail {
+		x, err := parseFault(spec)
+		if err != nil {
+			return err
+		}
+		cfg.Fail = append(cfg.Fail, x)
+	}
+	if f.airports != "" {
+		if _, err := os.Stat(f.airports); err != nil {
+			return fmt.Errorf("--airports: %w", err)
+		}
+	}
+	var outs outfile.Set
+	defer outs.Discard()
+	out, err := outs.Add("--out", f.out)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	res, err := shard.Run(cmd.Context(), cfg)
+	if err != nil {
+		return err
+	}
+	wall := time.Since(start)
+	if err := flights.WriteTable(stdout, res.Table.Rows, res.Key, res.Names); err != nil {
+		return err
+	}
+	werr := out.Commit(func(w io.Writer) error { _, err := w.Write(res.CSV); return err })
+	if !f.quiet {
+		fmt.Fprintf(stderr, "%s: %d rows in %s, %s, on Prism (loopback workers), %s\n",
+			inputName(f.input), res.Rows, plural(len(res.Reports), "shard"), plural(res.Partitions, "partition"), wall.Round(time.Millisecond))
+		for _, r := range res.Reports {
+			fmt.Fprintf(stderr, "  shard %d: parts [%d, %d), %d rows, %s\n", r.Shard, r.PartLo, r.PartHi, r.Rows, plural(r.Partitions, "partition"))
+		}
+	}
+	if res.Complete() {
+		return werr
+	}
+	if res.Table.NamesErr != nil {
+		fmt.Fprintf(stderr, "no airport names or cities: %s\n", res.Table.NamesErr)
+	}
+	if n := len(res.Table.Lost); n > 0 {
+		var lost int64
+		for _, l := range res.Table.Lost {
+			lost += l.Rows
+		}
+		fmt.Fprintf(stderr, "PARTIAL RESULT: %d of %d partitions lost (%d of %d rows are not counted above):\n", n, res.Partitions, lost, res.Rows)
+		for _, l := range res.Table.Lost {
+			fmt.Fprintf(stderr, "  %s\n", l)
+		}
+	}
+	if werr != nil {
+		return werr
+	}
+	return errPartial
+}
+
+// inputName names the input in the summary.
+func inputName(input string) string {
+	if input == "" {
+		return flights.SampleName
+	}
+	return input
+}
+
+// plural returns "1 shard", "2 shards".
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}

@@ -1,0 +1,50 @@
+// Package shard runs streamdag pipelines as shards on Apache Beam: the
+// input is split into shards (ranges of a file's parts), each shard's
+// graph runs as an ordinary streamdag DAG inside a Beam DoFn on a worker,
+// and Beam moves the shards' partial results between stages and merges
+// them. It lives in a module of its own, so that the streamdag module
+// never depends on Beam.
+//
+// # Graphs cross processes as descriptions
+//
+// Kernels are Go closures, which no runner can send to a worker. A shard
+// therefore travels as a [Task]: the name of a [Template] registered in
+// every process of the job (Register, from an init function) and its
+// parameters as JSON. The worker looks the template up and rebuilds the
+// graph from the parameters. The flights job registers "flights.partial"
+// (FlightsTemplate): one shard's filter and partial group-by over parts
+// [PartLo, PartHi) of the input (flights.BuildParts).
+//
+// # Partials cross stages as Arrow IPC
+//
+// A shard's partial aggregates are a [Partial], whose Beam coder writes
+// them as an Arrow IPC stream (EncodePartial, DecodePartial), so what
+// crosses a stage is Arrow bytes, never a Go value's encoding. The merge
+// is a Beam combine per group key (CombinePerKey) whose accumulator keeps
+// one row per shard id: a shard's output delivered twice (a bundle that
+// a runner ran again after a failure, its first output not discarded) is
+// counted once.
+//
+// # One backend per process
+//
+// Each worker process has one lease.Backend (a process may hold only
+// one); the DoFns share it through a reference-counted handle
+// (OpenBackend, opened in Setup and released in Teardown): the first
+// open creates it, the last release closes it. Shards run on the CPU
+// device it hands out (lease.Backend.Acquire with no GPU configured).
+// Beam's Go harness does not call Teardown when a loopback worker stops,
+// so under Prism's loopback workers the backend stays open until the
+// process exits, shared by every later run's DoFns.
+//
+// # Failures
+//
+// A failed kernel in a shard does not fail the Beam job: the shard's
+// lost partitions come back as [Failure] records (shard, partition,
+// parts and rows, the kernel, the root error's text and the chain), and
+// the result is marked partial as `streamdag run flights` marks it. A
+// failure that stops a shard before its graph runs (an unreadable input)
+// fails the job with the shard's error.
+//
+// Layer: above examples/flights and the streamdag packages it uses; only
+// commands and tests import it.
+package shard

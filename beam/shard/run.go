@@ -1,0 +1,395 @@
+package shard
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"slices"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/prism"
+
+	"github.com/streamdag/streamdag/examples/flights"
+	"github.com/streamdag/streamdag/kvio"
+	"github.com/streamdag/streamdag/lease"
+)
+
+// Fault is a flights.Fault injected into one shard's graph: Fault.Kernel
+// names a kernel of that shard's graph ("filter[0]").
+type Fault struct {
+	Shard int
+	Fault flights.Fault
+}
+
+// Config is one sharded run of the flights job.
+type Config struct {
+	// Input is the Parquet or Arrow IPC file; "" is the embedded sample.
+	Input string
+	// Shards is the number of shards wanted, 1 or more: the input's
+	// parts (Parquet row groups, IPC record batches) are cut into that
+	// many ranges of consecutive parts, as even in parts as they go, or
+	// into one per part when it has fewer.
+	Shards int
+	// MinDelay keeps flights with delay > MinDelay minutes.
+	MinDelay int64
+	// TopK keeps the first TopK groups; 0 keeps all.
+	TopK int
+	// Airports is an airports.csv to join the names and cities from; ""
+	// joins none.
+	Airports string
+	// Streams is the number of streams of each shard's CPU device; 0 is
+	// GOMAXPROCS divided by the shards, at least 1.
+	Streams int
+	// Fail are the faults injected into the shards' graphs.
+	Fail []Fault
+	// twice are shards whose DoFn emits its output twice (tests: a
+	// bundle's output delivered again).
+	twice []int
+}
+
+// Outcome is a sharded run's result.
+type Outcome struct {
+	// CSV is the result as `streamdag run flights --out FILE.csv` writes
+	// it (flights.WriteResult): a partial result begins with its
+	// "# PARTIAL RESULT: …" line.
+	CSV []byte
+	// Table has the rows, the lost partitions (each Loss.Err a *Failure)
+	// and, when the airports could not be read, NamesErr.
+	Table *flights.Table
+	// Key is what the rows are grouped by; Names whether they have the
+	// airports' names and cities.
+	Key   flights.KeyKind
+	Names bool
+	// Reports are the shards' reports, in shard order.
+	Reports []Report
+	// Partitions and Rows are those of all the shards.
+	Partitions int
+	Rows       int64
+}
+
+// Complete reports whether o is a whole result: no partition lost, and
+// the airports' names when asked for.
+func (o *Outcome) Complete() bool { return len(o.Table.Lost) == 0 && o.Table.NamesErr == nil }
+
+// Split cuts n parts into at most shards ranges of consecutive parts, as
+// even in parts as they go: [lo, hi) pairs in order, covering [0, n).
+// With n 0 it returns the one empty range [0, 0). It panics for shards
+// below 1.
+func Split(n, shards int) [][2]int {
+	if shards < 1 {
+		panic("shard: Split needs 1 or more shards")
+	}
+	k := max(min(shards, n), 1)
+	out := make([][2]int, k)
+	for s := range k {
+		out[s] = [2]int{s * n / k, (s + 1) * n / k}
+	}
+	return out
+}
+
+// Run runs cfg's flights job on Beam's Prism runner, in this process
+// (Prism's loopback workers): one FlightsTemplate task per shard, the
+// partials merged by a combine per group key, and the finish (sort,
+// top-k, join, CSV) on one worker. A launch failure in a shard gives a
+// partial Outcome, not an error. Errors: a bad Config, the input's, and
+// the Beam job's (a shard or the finish that failed, naming it), each
+// naming what and where.
+func Run(ctx context.Context, cfg Config) (*Outcome, error) {
+	if cfg.Shards < 1 {
+		return nil, fmt.Errorf("shard: %d shards: want 1 or more", cfg.Shards)
+	}
+	if cfg.TopK < 0 {
+		return nil, fmt.Errorf("shard: top %d: want 0 (all) or more", cfg.TopK)
+	}
+	nparts, err := countParts(ctx, cfg.Input)
+	if err != nil {
+		return nil, err
+	}
+	ranges := Split(nparts, cfg.Shards)
+	streams := cfg.Streams
+	if streams == 0 {
+		streams = max(runtime.GOMAXPROCS(0)/len(ranges), 1)
+	}
+	tasks := make([]any, len(ranges))
+	for s, r := range ranges {
+		prm := FlightsParams{Input: cfg.Input, PartLo: r[0], PartHi: r[1], MinDelay: cfg.MinDelay}
+		for _, f := range cfg.Fail {
+			if f.Shard < 0 || f.Shard >= len(ranges) {
+				return nil, fmt.Errorf("shard: fault %s@%d: no shard %d (the run has %d)", f.Fault.Kernel, f.Shard, f.Shard, len(ranges))
+			}
+			if f.Shard == s {
+				prm.Fail = append(prm.Fail, f.Fault)
+			}
+		}
+		b, err := json.Marshal(prm)
+		if err != nil {
+			return nil, fmt.Errorf("shard: %w", err)
+		}
+		tasks[s] = Task{Shard: s, Template: FlightsTemplate, Params: b}
+	}
+	dir, err := os.MkdirTemp("", "streamdag-beam-")
+	if err != nil {
+		return nil, fmt.Errorf("shard: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	outPath := filepath.Join(dir, "outcome.json")
+
+	p, s := beam.NewPipelineWithRoot()
+	partials, reports := beam.ParDo2(s.Scope("shards"), &shardFn{Streams: streams, Twice: cfg.twice}, beam.Create(s, tasks...))
+	merged := beam.CombinePerKey(s.Scope("merge"), &mergeFn{}, beam.ParDo(s, &keyFn{}, partials))
+	beam.ParDo0(s.Scope("finish"), &finishFn{TopK: cfg.TopK, Airports: cfg.Airports, Streams: max(runtime.GOMAXPROCS(0), 1), Out: outPath},
+		beam.Impulse(s), beam.SideInput{Input: merged}, beam.SideInput{Input: reports})
+	if _, err := prism.Execute(ctx, p); err != nil {
+		return nil, fmt.Errorf("shard: beam job: %w", err)
+	}
+	b, err := os.ReadFile(outPath)
+	if err != nil {
+		return nil, fmt.Errorf("shard: the finish wrote no outcome: %w", err)
+	}
+	var doc outcomeDoc
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return nil, fmt.Errorf("shard: outcome: %w", err)
+	}
+	return doc.outcome(), nil
+}
+
+// countParts returns the number of parts of the input.
+func countParts(ctx context.Context, input string) (int, error) {
+	file, err := openInput(input)
+	if err != nil {
+		return 0, fmt.Errorf("shard: %w", err)
+	}
+	defer file.Close()
+	src, err := kvio.OpenAuto(ctx, file)
+	if err != nil {
+		return 0, fmt.Errorf("shard: %w", err)
+	}
+	defer src.Close()
+	return src.NumParts(), nil
+}
+
+// outcomeDoc is the Outcome as the finish writes it for the launcher.
+type outcomeDoc struct {
+	CSV      []byte
+	Rows     []flights.Row
+	Key      flights.KeyKind
+	Names    bool
+	NamesErr string
+	Reports  []Report
+}
+
+// outcome rebuilds the Outcome.
+func (d *outcomeDoc) outcome() *Outcome {
+	lost, parts, rows := losses(d.Reports)
+	t := &flights.Table{Rows: d.Rows, Lost: lost}
+	if d.NamesErr != "" {
+		t.NamesErr = fmt.Errorf("%s", d.NamesErr)
+	}
+	return &Outcome{CSV: d.CSV, Table: t, Key: d.Key, Names: d.Names, Reports: d.Reports, Partitions: parts, Rows: rows}
+}
+
+func init() {
+	beam.RegisterType(reflect.TypeOf(Task{}))
+	beam.RegisterType(reflect.TypeOf(Report{}))
+	register.DoFn4x1[context.Context, Task, func(Partial), func(Report), error](&shardFn{})
+	register.Emitter1[Partial]()
+	register.Emitter1[Report]()
+	register.DoFn2x0[Partial, func(string, Partial)](&keyFn{})
+	register.Emitter2[string, Partial]()
+	register.Combiner3[Partial, Partial, Partial](&mergeFn{})
+	register.DoFn4x1[context.Context, []byte, func(*string, *Partial) bool, func(*Report) bool, error](&finishFn{})
+	register.Iter2[string, Partial]()
+	register.Iter1[Report]()
+}
+
+// holder is the process's backend as a DoFn holds it, from Setup to
+// Teardown.
+type holder struct{ backend *lease.Backend }
+
+// open takes the process's backend (OpenBackend).
+func (h *holder) open() error {
+	b, err := OpenBackend()
+	h.backend = b
+	return err
+}
+
+// release gives it back, once.
+func (h *holder) release() error {
+	if h.backend == nil {
+		return nil
+	}
+	h.backend = nil
+	return ReleaseBackend(context.Background())
+}
+
+// shardFn runs each Task's template on this worker and emits its
+// Partial and Report (twice for the shards in Twice).
+type shardFn struct {
+	Streams int
+	Twice   []int
+	h       holder
+}
+
+// Setup takes the process's backend.
+func (f *shardFn) Setup() error { return f.h.open() }
+
+// Teardown gives it back.
+func (f *shardFn) Teardown() error { return f.h.release() }
+
+// ProcessElement runs t.
+func (f *shardFn) ProcessElement(ctx context.Context, t Task, partials func(Partial), reports func(Report)) error {
+	tmpl, err := lookup(t.Template)
+	if err != nil {
+		return err
+	}
+	part, rep, err := tmpl(ctx, Env{Backend: f.h.backend, Streams: f.Streams}, t)
+	if err != nil {
+		return err
+	}
+	for range 1 + b2i(slices.Contains(f.Twice, t.Shard)) {
+		partials(part)
+		reports(rep)
+	}
+	return nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// keyFn emits each row of a Partial under its group key, as a Partial
+// of that one row.
+type keyFn struct{}
+
+// ProcessElement splits p.
+func (keyFn) ProcessElement(p Partial, emit func(string, Partial)) {
+	for i := range p.Len() {
+		var one Partial
+		one.add(p.Shard[i], p.Key[i], p.Count[i], p.Sum[i], p.Max[i])
+		emit(p.Key[i], one)
+	}
+}
+
+// mergeFn merges the partials of one group key: its accumulator is a
+// Partial of at most one row per shard (the first one seen: a shard's
+// rows delivered again are counted once), its output that key's one
+// merged row (shard -1).
+type mergeFn struct{}
+
+// CreateAccumulator returns an empty Partial.
+func (mergeFn) CreateAccumulator() Partial { return Partial{} }
+
+// AddInput adds v's rows of shards a has no row of.
+func (mergeFn) AddInput(a, v Partial) Partial { return union(a, v) }
+
+// MergeAccumulators adds b's rows of shards a has no row of.
+func (mergeFn) MergeAccumulators(a, b Partial) Partial { return union(a, b) }
+
+// ExtractOutput adds a's rows up into one.
+func (mergeFn) ExtractOutput(a Partial) Partial {
+	var out Partial
+	if a.Len() == 0 {
+		return out
+	}
+	count, sum, mx := int64(0), int64(0), a.Max[0]
+	for i := range a.Len() {
+		count += a.Count[i]
+		sum += a.Sum[i]
+		mx = max(mx, a.Max[i])
+	}
+	out.add(-1, a.Key[0], count, sum, mx)
+	return out
+}
+
+// union returns a with the rows of b whose shard a has no row of.
+func union(a, b Partial) Partial {
+	for i := range b.Len() {
+		if !slices.Contains(a.Shard, b.Shard[i]) {
+			a.add(b.Shard[i], b.Key[i], b.Count[i], b.Sum[i], b.Max[i])
+		}
+	}
+	return a
+}
+
+// finishFn finishes the merged groups on one worker (flights.Finish:
+// sort, top-k, join and the CSV) and writes the outcome to Out for the
+// launcher.
+type finishFn struct {
+	TopK     int
+	Airports string
+	Streams  int
+	Out      string
+	h        holder
+}
+
+// Setup takes the process's backend.
+func (f *finishFn) Setup() error { return f.h.open() }
+
+// Teardown gives it back.
+func (f *finishFn) Teardown() error { return f.h.release() }
+
+// ProcessElement finishes the merged groups with the shards' reports.
+func (f *finishFn) ProcessElement(ctx context.Context, _ []byte, merged func(*string, *Partial) bool, reports func(*Report) bool) error {
+	var rows []flights.Row
+	var key string
+	var part Partial
+	for merged(&key, &part) {
+		for i := range part.Len() {
+			rows = append(rows, flights.Row{Key: part.Key[i], Count: part.Count[i], DelaySum: part.Sum[i], DelayMax: part.Max[i]})
+		}
+	}
+	var reps []Report
+	var r Report
+	for reports(&r) {
+		if !slices.ContainsFunc(reps, func(x Report) bool { return x.Shard == r.Shard }) {
+			reps = append(reps, r) // a shard's report delivered again counts once
+		}
+	}
+	slices.SortFunc(reps, func(a, b Report) int { return a.Shard - b.Shard })
+	if len(reps) == 0 {
+		return fmt.Errorf("shard: finish: no shard reported")
+	}
+	lost, parts, nrows := losses(reps)
+	var opts []flights.Option
+	if f.TopK > 0 {
+		opts = append(opts, flights.WithTopK(f.TopK))
+	}
+	if f.Airports != "" {
+		path := f.Airports
+		opts = append(opts, flights.WithAirports(func() (io.ReadCloser, error) { return os.Open(path) }))
+	}
+	fin, err := flights.Finish(reps[0].Key, rows, lost, opts...)
+	if err != nil {
+		return err
+	}
+	table, err := runGraph(ctx, Env{Backend: f.h.backend, Streams: f.Streams}, fin)
+	if err != nil {
+		return fmt.Errorf("shard: finish: %w", err)
+	}
+	doc := outcomeDoc{Rows: table.Rows, Key: reps[0].Key, Names: f.Airports != "" && table.NamesErr == nil,
+		NamesErr: flights.FirstLine(table.NamesErr), Reports: reps}
+	var csv bytes.Buffer
+	if err := flights.WriteResult(&csv, "csv", table, doc.Names, parts, nrows); err != nil {
+		return err
+	}
+	doc.CSV = csv.Bytes()
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return fmt.Errorf("shard: finish: %w", err)
+	}
+	tmp := f.Out + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("shard: finish: %w", err)
+	}
+	return os.Rename(tmp, f.Out)
+}

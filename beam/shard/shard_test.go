@@ -1,0 +1,310 @@
+package shard_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/beam/shard"
+	"github.com/streamdag/streamdag/examples/flights"
+	"github.com/streamdag/streamdag/exec"
+	"github.com/streamdag/streamdag/gpu/cpu"
+	"github.com/streamdag/streamdag/kvio"
+)
+
+func TestMain(m *testing.M) { ptest.Main(m) }
+
+// singleNode is the CSV `streamdag run flights --out FILE.csv` writes
+// for input (""; the embedded sample), minDelay, top and airports ("":
+// none), from flights.Job on a 2-stream CPU device.
+func singleNode(t *testing.T, input string, minDelay int64, top int, airports string) string {
+	t.Helper()
+	dev, err := cpu.New(cpu.WithStreams(2))
+	require.NoError(t, err)
+	defer dev.Close()
+	path := filepath.Join(t.TempDir(), "single.csv")
+	job := flights.Job{Input: input, Options: []flights.Option{flights.WithMinDelay(minDelay)},
+		Files: flights.Files{Result: flights.OutputFile{Path: path}}}
+	if top > 0 {
+		job.Options = append(job.Options, flights.WithTopK(top))
+	}
+	if airports != "" {
+		job.Options = append(job.Options, flights.WithAirports(func() (io.ReadCloser, error) { return os.Open(airports) }))
+	}
+	defer job.Close()
+	e, err := exec.New(dev)
+	require.NoError(t, err)
+	out, err := job.Run(t.Context(), e)
+	require.NoError(t, err)
+	require.True(t, out.Complete())
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return string(b)
+}
+
+// sharded runs cfg and returns its outcome, which must be complete.
+func sharded(t *testing.T, cfg shard.Config) *shard.Outcome {
+	t.Helper()
+	out, err := shard.Run(t.Context(), cfg)
+	require.NoError(t, err)
+	require.True(t, out.Complete(), "lost %v", out.Table.Lost)
+	return out
+}
+
+// multiPart writes the embedded sample as Parquet with row groups of
+// 25,000 rows (8 of them) and returns its path.
+func multiPart(t *testing.T) string {
+	t.Helper()
+	f, err := flights.Sample()
+	require.NoError(t, err)
+	defer f.Close()
+	src, err := kvio.OpenAuto(t.Context(), f)
+	require.NoError(t, err)
+	defer src.Close()
+	recs, err := kvio.ReadAll(t.Context(), src, memory.DefaultAllocator)
+	require.NoError(t, err)
+	defer func() {
+		for _, r := range recs {
+			r.Release()
+		}
+	}()
+	path := filepath.Join(t.TempDir(), "sample-8rg.parquet")
+	writeParquet(t, path, src.Schema(), recs)
+	return path
+}
+
+// TestShardedSampleMatchesSingleNode: on the embedded sample (one record
+// batch, so one shard however many are asked for) the sharded CSV is the
+// single-node CSV, byte for byte, for --min-delay 0, 15 and 60.
+func TestShardedSampleMatchesSingleNode(t *testing.T) {
+	for _, d := range []int64{0, 15, 60} {
+		want := singleNode(t, "", d, 10, "")
+		for _, n := range []int{1, 2, 4} {
+			t.Run(fmt.Sprintf("min-delay=%d/shards=%d", d, n), func(t *testing.T) {
+				out := sharded(t, shard.Config{Shards: n, MinDelay: d, TopK: 10})
+				assert.Len(t, out.Reports, 1)
+				assert.Equal(t, want, string(out.CSV))
+			})
+		}
+	}
+}
+
+// TestShardedRowGroupsMatchSingleNode: the sample as a Parquet file of 8
+// row groups runs in 1, 2 and 4 shards of row-group ranges, each giving
+// the single-node CSV byte for byte (all groups, --top 0).
+func TestShardedRowGroupsMatchSingleNode(t *testing.T) {
+	path := multiPart(t)
+	for _, d := range []int64{0, 15, 60} {
+		want := singleNode(t, path, d, 0, "")
+		for _, n := range []int{1, 2, 4} {
+			t.Run(fmt.Sprintf("min-delay=%d/shards=%d", d, n), func(t *testing.T) {
+				out := sharded(t, shard.Config{Input: path, Shards: n, MinDelay: d})
+				require.Len(t, out.Reports, n)
+				next := 0
+				for i, r := range out.Reports {
+					assert.Equal(t, i, r.Shard)
+					assert.Equal(t, next, r.PartLo, "shards cover the parts in order")
+					next = r.PartHi
+				}
+				assert.Equal(t, 8, next)
+				assert.Equal(t, int64(200000), out.Rows)
+				assert.Equal(t, want, string(out.CSV))
+			})
+		}
+	}
+}
+
+// dataFile returns the path of the shared data set name: in
+// $STREAMDAG_DATA (a relative path is taken from the repository root),
+// else in the repository's ../shared/data. It skips the test when the
+// file is absent, and fails it instead when STREAMDAG_DATA or CI is set.
+func dataFile(t *testing.T, name string) string {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	dir := os.Getenv("STREAMDAG_DATA")
+	required := dir != "" || os.Getenv("CI") != ""
+	switch {
+	case dir == "":
+		dir = filepath.Join(root, "..", "shared", "data")
+	case !filepath.IsAbs(dir):
+		dir = filepath.Join(root, dir)
+	}
+	path := filepath.Join(dir, name)
+	if _, err := os.Stat(path); err != nil {
+		if required {
+			t.Fatalf("shard: data set %s missing (set STREAMDAG_DATA): %v", name, err)
+		}
+		t.Skipf("shard: data set %s missing (set STREAMDAG_DATA): %v", name, err)
+	}
+	return path
+}
+
+// TestShardedDataFiles: the shared data sets give the single-node CSV
+// byte for byte: the 3M-row Parquet file in 4 shards with the airports
+// join, the two Arrow files in 2 and 4 shards.
+func TestShardedDataFiles(t *testing.T) {
+	for _, tc := range []struct {
+		file     string
+		shards   int
+		minDelay int64
+		airports bool
+	}{
+		{"flights-3m.parquet", 4, 15, true},
+		{"flights-200k.arrow", 2, 0, false},
+		{"flights-231k-multibatch.arrow", 4, 60, false},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			path := dataFile(t, tc.file)
+			airports := ""
+			if tc.airports {
+				airports = dataFile(t, "airports.csv")
+			}
+			want := singleNode(t, path, tc.minDelay, 10, airports)
+			out := sharded(t, shard.Config{Input: path, Shards: tc.shards, MinDelay: tc.minDelay, TopK: 10, Airports: airports})
+			assert.Equal(t, want, string(out.CSV))
+			assert.Equal(t, tc.airports, out.Names)
+		})
+	}
+}
+
+// TestShardFailureGivesPartialResult: a kernel that fails in shard 1
+// loses that shard's partition; the outcome is partial, marked as
+// `streamdag run flights` marks it, and the lost partition's record
+// names the shard, its parts and rows, the kernel, the root error and
+// the chain.
+func TestShardFailureGivesPartialResult(t *testing.T) {
+	path := multiPart(t)
+	out, err := shard.Run(t.Context(), shard.Config{Input: path, Shards: 2, Streams: 1, MinDelay: 15,
+		Fail: []shard.Fault{{Shard: 1, Fault: flights.Fault{Kernel: "filter[0]"}}}})
+	require.NoError(t, err)
+	assert.False(t, out.Complete())
+	require.Len(t, out.Table.Lost, 1)
+	l := out.Table.Lost[0]
+	var f *shard.Failure
+	require.ErrorAs(t, l.Err, &f)
+	assert.Equal(t, 1, f.Shard)
+	assert.Equal(t, 0, f.Partition)
+	assert.Equal(t, [2]int{4, 7}, [2]int{f.PartLo, f.PartHi}, "sources read at least 65,536 rows: parts 4-6, then 7")
+	assert.Equal(t, int64(75000), f.RowHi-f.RowLo)
+	assert.Equal(t, "filter[0]", f.Kernel)
+	assert.Equal(t, "groups[0]", f.Buffer)
+	assert.Equal(t, `exec: kernel "filter[0]": dag: injected failure`, f.Root)
+	assert.Equal(t, []string{"partial[0]", "filter[0]"}, f.Chain)
+	assert.Equal(t, 2, l.Partition, "numbered after shard 0's two partitions")
+	assert.Equal(t, "shard 1 partition 0: groups[0] was not written: partial[0] ← filter[0]: "+f.Root, f.Error())
+	head, _, _ := strings.Cut(string(out.CSV), "\n")
+	assert.Equal(t, "# PARTIAL RESULT: 1 of 4 partitions lost (75000 of 200000 input rows not counted)", head)
+	assert.Equal(t, head[2:], flights.PartialNote(out.Table, out.Partitions, out.Rows))
+
+	// The rows are those of the other parts: their single-node result.
+	half := filepath.Join(t.TempDir(), "kept.parquet")
+	writeParts(t, path, half, 0, 1, 2, 3, 7)
+	want := singleNode(t, half, 15, 0, "")
+	_, body, _ := strings.Cut(string(out.CSV), "\n")
+	assert.Equal(t, want, body)
+}
+
+// writeParts writes row groups parts of the Parquet file in to out.
+func writeParts(t *testing.T, in, out string, parts ...int) {
+	t.Helper()
+	f, err := kvio.Open(in)
+	require.NoError(t, err)
+	defer f.Close()
+	src, err := kvio.OpenAuto(t.Context(), f)
+	require.NoError(t, err)
+	defer src.Close()
+	var recs []arrow.RecordBatch
+	for _, i := range parts {
+		rec, err := src.ReadPart(t.Context(), i, memory.DefaultAllocator)
+		require.NoError(t, err)
+		defer rec.Release()
+		recs = append(recs, rec)
+	}
+	writeParquet(t, out, src.Schema(), recs)
+}
+
+// writeParquet writes recs as Parquet to path, in row groups of 25,000
+// rows, with statistics.
+func writeParquet(t *testing.T, path string, sc *arrow.Schema, recs []arrow.RecordBatch) {
+	t.Helper()
+	tbl := array.NewTableFromRecords(sc, recs)
+	defer tbl.Release()
+	var buf bytes.Buffer
+	require.NoError(t, pqarrow.WriteTable(tbl, &buf, 25000, parquet.NewWriterProperties(parquet.WithStats(true)), pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema())))
+	require.NoError(t, os.WriteFile(path, buf.Bytes(), 0o600))
+}
+
+// TestShardOutputDeliveredTwiceCountsOnce: a shard whose partials and
+// report reach the merge twice (a bundle run again after a failure,
+// its first output not discarded) is counted once: the combine keeps
+// one row per shard id for each key, and the finish one report per
+// shard, so the CSV is the single-node one.
+func TestShardOutputDeliveredTwiceCountsOnce(t *testing.T) {
+	path := multiPart(t)
+	want := singleNode(t, path, 15, 0, "")
+	cfg := shard.Config{Input: path, Shards: 4, MinDelay: 15}
+	shard.WithTwice(&cfg, 1, 3)
+	out := sharded(t, cfg)
+	assert.Len(t, out.Reports, 4)
+	assert.Equal(t, int64(200000), out.Rows)
+	assert.Equal(t, want, string(out.CSV))
+}
+
+// TestPartialCoder: a Partial crosses stages as an Arrow IPC stream and
+// reads back as it was; bytes that are not one are an error.
+func TestPartialCoder(t *testing.T) {
+	p := shard.Partial{Shard: []int32{0, 3}, Key: []string{"SFO", "17"}, Count: []int64{5, 1}, Sum: []int64{70, -2}, Max: []int64{30, -2}}
+	b, err := shard.EncodePartial(p)
+	require.NoError(t, err)
+	assert.Equal(t, []byte{0xff, 0xff, 0xff, 0xff}, b[:4], "an Arrow IPC stream message")
+	got, err := shard.DecodePartial(b)
+	require.NoError(t, err)
+	assert.Equal(t, p, got)
+
+	_, err = shard.EncodePartial(shard.Partial{Key: []string{"x"}})
+	assert.EqualError(t, err, "shard: encode partial: columns of 0, 1, 0, 0 and 0 rows")
+	_, err = shard.DecodePartial([]byte("not arrow"))
+	assert.ErrorContains(t, err, "shard: decode partial: ")
+}
+
+// TestBackendHandle: the process's backend is shared by its holders and
+// closed by the last release; a later open makes a new one.
+func TestBackendHandle(t *testing.T) {
+	before := shard.BackendHolders()
+	a, err := shard.OpenBackend()
+	require.NoError(t, err)
+	b, err := shard.OpenBackend()
+	require.NoError(t, err)
+	assert.Same(t, a, b)
+	assert.Equal(t, before+2, shard.BackendHolders())
+	require.NoError(t, shard.ReleaseBackend(t.Context()))
+	require.NoError(t, shard.ReleaseBackend(t.Context()))
+	assert.Equal(t, before, shard.BackendHolders())
+	if before == 0 {
+		c, err := shard.OpenBackend()
+		require.NoError(t, err)
+		assert.NotSame(t, a, c)
+		require.NoError(t, shard.ReleaseBackend(t.Context()))
+	}
+}
+
+// TestSplit: parts are cut into ranges as even as they go.
+func TestSplit(t *testing.T) {
+	assert.Equal(t, [][2]int{{0, 2}, {2, 5}, {5, 8}}, shard.Split(8, 3))
+	assert.Equal(t, [][2]int{{0, 1}, {1, 2}}, shard.Split(2, 4))
+	assert.Equal(t, [][2]int{{0, 0}}, shard.Split(0, 4))
+}
