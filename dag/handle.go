@@ -140,7 +140,9 @@ func Put[T any](l Launch, h Value[T], v T) error {
 // Bytes returns the host bytes of raw buffer id (AddBuffer; length
 // SizeBytes), which the launch's kernel declared among its reads or its
 // writes: a read's bytes to read, a write's to fill (the bytes of a range
-// binding are the whole buffer's; the kernel keeps to its range). The
+// binding are the whole buffer's; the kernel keeps to its range). A
+// write's bytes start each run at zero where no earlier launch of the run
+// wrote them. The
 // slice is valid during the launch. It returns an *AccessError when the
 // kernel declared neither, and nil bytes for a value buffer. Bytes of an
 // optional read whose writer failed hold what the buffer held before; ask

@@ -807,6 +807,7 @@ func (c *codeRun) prepare(dev gpu.CodeDevice, slots int) {
 	// has a variant of its own).
 	built := map[string]gpu.Program{}
 	failed := map[string]error{}
+	builtBy := map[string]string{} // a failed source's first kernel, which named the build
 	for k, h := range c.b.list {
 		op := &c.ops[h.idx]
 		if !op.kernel {
@@ -818,15 +819,16 @@ func (c *codeRun) prepare(dev gpu.CodeDevice, slots int) {
 			c.progs[k] = prog
 			continue
 		}
-		err, ok := failed[v.Source]
-		if !ok {
-			var prog gpu.Program
-			if prog, err = dev.Program(name, v.Source, ""); err == nil {
-				built[v.Source], c.progs[k] = prog, prog
-				continue
-			}
-			failed[v.Source] = err
+		if err, ok := failed[v.Source]; ok {
+			c.state[k].err = fmt.Errorf("exec: kernel %q: the program it shares with kernel %q: %w", name, builtBy[v.Source], err)
+			continue
 		}
+		prog, err := dev.Program(name, v.Source, "")
+		if err == nil {
+			built[v.Source], c.progs[k] = prog, prog
+			continue
+		}
+		failed[v.Source], builtBy[v.Source] = err, name
 		c.state[k].err = fmt.Errorf("exec: kernel %q: %w", name, err) // the device's error names it
 	}
 	if slots == 0 {

@@ -560,6 +560,37 @@ func TestCodeDeviceBuildError(t *testing.T) {
 	}
 }
 
+// Kernels that share a source that does not build each fail naming
+// themselves, and the second names the kernel whose program it shares
+// rather than passing that kernel's name off as its own program's.
+func TestCodeDeviceSharedBuildErrorNamesKernels(t *testing.T) {
+	const broken = "#error this kernel does not build\n__kernel void scale(__global ulong *a) {}"
+	for _, cd := range codeDevs() {
+		t.Run(cd.name, func(t *testing.T) {
+			e := cpuAnd(t, 1, cd.make(t, 1))
+			g := dag.New()
+			in, a, b := g.AddBuffer("in", 8), g.AddBuffer("a", 8), g.AddBuffer("b", 8)
+			g.AddKernel("source", put(in, 1), dag.Writes(in))
+			g.AddKernel("first", nil, dag.Reads(in), dag.Writes(a), dag.OpenCL(broken, "scale", ulongs, dag.BufferArg(in)))
+			g.AddKernel("second", nil, dag.Reads(in), dag.Writes(b), dag.OpenCL(broken, "scale", ulongs, dag.BufferArg(in)))
+			res, err := e.Run(t.Context(), g)
+			require.NoError(t, err)
+			defer res.Close()
+			first, second := launchByName(t, res, "first"), launchByName(t, res, "second")
+			require.Equal(t, exec.StatusFailed, first.Status)
+			require.Equal(t, exec.StatusFailed, second.Status)
+			if strings.Contains(first.Err.Error(), "the program it shares") { // the builds' order is the list's
+				first, second = second, first
+			}
+			assert.NotContains(t, first.Err.Error(), "the program it shares")
+			assert.ErrorContains(t, second.Err, fmt.Sprintf(`exec: kernel %q: the program it shares with kernel %q: `, second.Kernel, first.Kernel))
+			for _, l := range []exec.LaunchReport{first, second} {
+				assert.ErrorContains(t, l.Err, "this kernel does not build", "the compiler's log")
+			}
+		})
+	}
+}
+
 // Cancellation: a host kernel cancels the run's ctx while a long chain
 // waits for it on the code device. The code stream stops enqueueing; what
 // it had enqueued runs to completion, what it had not is cancelled, and
