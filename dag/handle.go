@@ -142,11 +142,11 @@ func Put[T any](l Launch, h Value[T], v T) error {
 // writes: a read's bytes to read, a write's to fill (the bytes of a range
 // binding are the whole buffer's; the kernel keeps to its range). A
 // write's bytes start each run at zero where no earlier launch of the run
-// wrote them. The
-// slice is valid during the launch. It returns an *AccessError when the
-// kernel declared neither, and nil bytes for a value buffer. Bytes of an
-// optional read whose writer failed hold what the buffer held before; ask
-// Launch.Missing first. O(declared bindings); no allocation.
+// wrote them. The slice is valid during the launch. It returns an
+// *AccessError when the kernel declared neither, and nil bytes for a value
+// buffer. Bytes of an optional read whose writer failed hold what the
+// buffer held before; ask Launch.Missing first. O(declared bindings); no
+// allocation.
 func Bytes(l Launch, id BufferID) ([]byte, error) {
 	b, err := l.Buffer(id, AccessAny)
 	if err != nil {
