@@ -45,11 +45,11 @@ var fakeclKernels = map[string]fakeKernel{
 }
 
 // fakeclDriver opens one fake code device, gpu0, of driver kind and
-// code kind "fakecl", with cfg.Streams() streams (0: 2).
+// code kind "fakecl", with cfg.Streams streams (0: 2).
 type fakeclDriver struct{}
 
 func (fakeclDriver) Open(_ context.Context, cfg gpu.Config) (gpu.Set, error) {
-	n := cfg.Streams()
+	n := cfg.Streams
 	if n == 0 {
 		n = 2
 	}

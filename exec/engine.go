@@ -825,7 +825,7 @@ func (r *run) enqueue(devs []gpu.Device) []error {
 	runs := r.runs
 	var errs []error
 	r.src = make([]progressSrc, len(runs))
-	gate := gpu.NewHostEvent()
+	gate := new(gpu.HostEvent)
 	defer gate.Set() // also when something here panics: no list waits forever
 	enqueueMu.Lock()
 	defer enqueueMu.Unlock()

@@ -18,11 +18,18 @@ type Option func(*Config) error
 
 // Config is what a driver is asked to open its devices with: the options
 // of one call, applied in order (NewConfig). The zero value asks for the
-// driver's defaults. A Config is read-only once built; it is safe for
-// concurrent use.
+// driver's defaults. A driver gets its own copy (Driver.Open,
+// Enumerator.OpenDevice) and must not modify Settings' elements; a Config
+// only read is safe for concurrent use.
 type Config struct {
-	streams int
-	driver  []DriverSetting
+	// Streams is the number of streams asked for on each device opened
+	// (WithStreams); 0 asks for the driver's default.
+	Streams int
+	// Settings are the driver settings given (WithDriverSetting), in the
+	// order given; nil when none was. Open has already refused a setting
+	// whose DriverKind is not the kind it opens, and a lease backend passes
+	// none, so a driver sees only its own kind's.
+	Settings []DriverSetting
 }
 
 // DriverSetting is a setting that only the driver of one kind takes: a
@@ -42,7 +49,7 @@ func WithStreams(n int) Option {
 		if n < 1 {
 			return fmt.Errorf("WithStreams(%d): want at least 1 stream", n)
 		}
-		c.streams = n
+		c.Streams = n
 		return nil
 	}
 }
@@ -55,7 +62,7 @@ func WithDriverSetting(s DriverSetting) Option {
 		if s == nil || s.DriverKind() == "" {
 			return errors.New("WithDriverSetting: nil setting or no driver kind")
 		}
-		c.driver = append(c.driver, s)
+		c.Settings = append(c.Settings, s)
 		return nil
 	}
 }
@@ -76,18 +83,10 @@ func NewConfig(opts ...Option) (Config, error) {
 	return c, nil
 }
 
-// Streams returns the streams asked for each device (WithStreams), 0 for
-// the driver's default.
-func (c Config) Streams() int { return c.streams }
-
-// DriverSettings returns the driver settings given (WithDriverSetting), in
-// order; nil when none was.
-func (c Config) DriverSettings() []DriverSetting { return slices.Clone(c.driver) }
-
-// ForDriver returns an error naming kind and the first driver setting
-// that is not of kind, nil when every setting is.
-func (c Config) ForDriver(kind string) error {
-	for _, s := range c.driver {
+// forDriver returns an error naming kind and the first driver setting of
+// c that is not of kind, nil when every setting is.
+func forDriver(c Config, kind string) error {
+	for _, s := range c.Settings {
 		if k := s.DriverKind(); k != kind {
 			return fmt.Errorf("gpu: a setting of driver %q (%T) given to driver %q", k, s, kind)
 		}
@@ -108,7 +107,7 @@ type Set interface {
 // the package (gpu/cpu, gpu/sim, …) makes the kind available to Open.
 type Driver interface {
 	// Open opens the kind's devices as cfg says (its driver settings, if
-	// any, are the kind's own: see Config.ForDriver). The caller owns the
+	// any, are the kind's own: Open has refused others). The caller owns the
 	// Set and must Close it. Errors name the kind and what was wrong;
 	// nothing is left running after an error.
 	Open(ctx context.Context, cfg Config) (Set, error)
@@ -161,7 +160,7 @@ func Open(ctx context.Context, kind string, opts ...Option) (Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := cfg.ForDriver(kind); err != nil {
+	if err := forDriver(cfg, kind); err != nil {
 		return nil, err
 	}
 	return d.Open(ctx, cfg)
@@ -212,25 +211,9 @@ type Enumerator interface {
 	// is valid.
 	Enumerate(ctx context.Context) ([]Found, error)
 	// OpenDevice opens the device f (from Enumerate: found again by
-	// f.Key) with cfg.Streams() streams (0: the driver's default), with the
+	// f.Key) with cfg.Streams streams (0: the driver's default), with the
 	// ID f.Device.ID. The caller owns the device and must Close it.
 	// Errors: the device is no longer listed, a bad stream count, the
 	// driver's own.
 	OpenDevice(ctx context.Context, f Found, cfg Config) (Device, error)
-}
-
-// Enumerate lists the devices of the driver registered under kind
-// (Enumerator.Enumerate), opening none. Errors: no driver of that kind,
-// one that is no Enumerator, or the driver's own (no library, no
-// platform). Safe for concurrent use.
-func Enumerate(ctx context.Context, kind string) ([]Found, error) {
-	d, err := Lookup(kind)
-	if err != nil {
-		return nil, err
-	}
-	e, ok := d.(Enumerator)
-	if !ok {
-		return nil, fmt.Errorf("gpu: enumerate: driver %q lists no devices (it does not implement gpu.Enumerator)", kind)
-	}
-	return e.Enumerate(ctx)
 }

@@ -49,11 +49,11 @@ func TestRegistry(t *testing.T) {
 	set, err := gpu.Open(t.Context(), "test-ok", gpu.WithStreams(3))
 	require.NoError(t, err)
 	assert.Equal(t, fakeSet{}, set)
-	assert.Equal(t, 3, got.Streams(), "the config reaches the driver")
+	assert.Equal(t, 3, got.Streams, "the config reaches the driver")
 
 	_, err = gpu.Open(t.Context(), "test-fail")
 	assert.ErrorIs(t, err, boom)
-	assert.Zero(t, got.Streams(), "no option: the driver's default")
+	assert.Zero(t, got.Streams, "no option: the driver's default")
 
 	_, err = gpu.Open(t.Context(), "test-ok", gpu.WithStreams(0))
 	assert.EqualError(t, err, "gpu: WithStreams(0): want at least 1 stream")

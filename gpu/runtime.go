@@ -213,23 +213,31 @@ type Progress interface {
 }
 
 // HostEvent is an event the host sets, as an OpenCL user event: a stream
-// told to Wait on it holds its later work until Set. The zero value is
-// not usable; call NewHostEvent. Safe for concurrent use.
+// told to Wait on it holds its later work until Set. The zero value is an
+// event that has not fired; a HostEvent must not be copied after first
+// use. Safe for concurrent use.
 type HostEvent struct {
-	ch   chan struct{}
-	once sync.Once
+	mk  sync.Once // makes ch
+	set sync.Once // closes ch
+	ch  chan struct{}
 }
 
-// NewHostEvent returns an event that has not fired.
-func NewHostEvent() *HostEvent { return &HostEvent{ch: make(chan struct{})} }
+// fired returns the channel that Set closes, making it on first use.
+func (e *HostEvent) fired() <-chan struct{} {
+	e.mk.Do(func() { e.ch = make(chan struct{}) })
+	return e.ch
+}
 
 // Set fires the event. Later calls do nothing.
-func (e *HostEvent) Set() { e.once.Do(func() { close(e.ch) }) }
+func (e *HostEvent) Set() {
+	e.fired()
+	e.set.Do(func() { close(e.ch) })
+}
 
 // Done reports whether Set has been called. It never blocks.
 func (e *HostEvent) Done() bool {
 	select {
-	case <-e.ch:
+	case <-e.fired():
 		return true
 	default:
 		return false
@@ -238,13 +246,14 @@ func (e *HostEvent) Done() bool {
 
 // Wait blocks until Set or until ctx is done (returning ctx.Err()).
 func (e *HostEvent) Wait(ctx context.Context) error {
+	ch := e.fired()
 	select {
-	case <-e.ch:
+	case <-ch:
 		return nil
 	default:
 	}
 	select {
-	case <-e.ch:
+	case <-ch:
 		return nil
 	case <-ctx.Done():
 		if e.Done() {

@@ -70,7 +70,7 @@ func (b *Backend) Acquire(ctx context.Context, opts ...gpu.Option) (*Acquired, e
 	if err != nil {
 		return nil, err
 	}
-	if s := cfg.DriverSettings(); len(s) > 0 {
+	if s := cfg.Settings; len(s) > 0 {
 		return nil, fmt.Errorf("lease: Acquire: a driver setting of %s (%T): the leased device's driver is not known in advance; give driver settings to gpu.Open", s[0].DriverKind(), s[0])
 	}
 	a := &Acquired{}

@@ -63,7 +63,7 @@ func (enumDriver) OpenDevice(_ context.Context, f gpu.Found, cfg gpu.Config) (gp
 		return nil, enum.openErr
 	}
 	enum.opened = append(enum.opened, f.Device.ID)
-	enum.streams = append(enum.streams, cfg.Streams())
+	enum.streams = append(enum.streams, cfg.Streams)
 	return &fakeDevice{info: f.Device}, nil
 }
 

@@ -52,8 +52,21 @@ func (d *leaseCountingDriver) Open(ctx context.Context, cfg gpu.Config) (gpu.Set
 	return drv.Open(ctx, cfg)
 }
 
+// enumerateOpenCL lists the devices of gpu/opencl's driver, opening none.
+func enumerateOpenCL(ctx context.Context) ([]gpu.Found, error) {
+	drv, err := gpu.Lookup(opencl.Kind)
+	if err != nil {
+		return nil, err
+	}
+	enum, ok := drv.(gpu.Enumerator)
+	if !ok {
+		return nil, fmt.Errorf("test driver: driver %q is not a gpu.Enumerator", opencl.Kind)
+	}
+	return enum.Enumerate(ctx)
+}
+
 func (d *leaseCountingDriver) Enumerate(ctx context.Context) ([]gpu.Found, error) {
-	fs, err := gpu.Enumerate(ctx, opencl.Kind)
+	fs, err := enumerateOpenCL(ctx)
 	for i := range fs {
 		fs[i].Type = "gpu"
 	}
@@ -63,7 +76,7 @@ func (d *leaseCountingDriver) Enumerate(ctx context.Context) ([]gpu.Found, error
 // OpenDevice opens the device of f as gpu/opencl's driver does: the
 // available device at f's position among the ones Enumerate lists.
 func (d *leaseCountingDriver) OpenDevice(ctx context.Context, f gpu.Found, cfg gpu.Config) (gpu.Device, error) {
-	fs, err := gpu.Enumerate(ctx, opencl.Kind)
+	fs, err := enumerateOpenCL(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +89,7 @@ func (d *leaseCountingDriver) OpenDevice(ctx context.Context, f gpu.Found, cfg g
 	if i < 0 || i >= len(ds) {
 		return nil, fmt.Errorf("test driver: no device %q", f.Key)
 	}
-	streams := cfg.Streams()
+	streams := cfg.Streams
 	if streams == 0 {
 		streams = opencl.DefaultStreams
 	}
@@ -204,7 +217,7 @@ func TestRunFlightsOpenCLStreamsCap(t *testing.T) {
 func TestRunFlightsOpensTheLeasedDeviceOnce(t *testing.T) {
 	needOpenCL(t)
 	useDriver(t, gpuLikeKind)
-	fs, err := gpu.Enumerate(t.Context(), opencl.Kind)
+	fs, err := enumerateOpenCL(t.Context())
 	require.NoError(t, err)
 	dir := t.TempDir()
 	cpuCSV := filepath.Join(dir, "cpu.csv")

@@ -589,11 +589,11 @@ func init() { gpu.Register(Kind, driver{}) }
 type driver struct{}
 
 func (driver) Open(_ context.Context, cfg gpu.Config) (gpu.Set, error) {
-	if s := cfg.DriverSettings(); len(s) > 0 {
+	if s := cfg.Settings; len(s) > 0 {
 		return nil, fmt.Errorf("cpu: open: a driver setting %T: the CPU driver takes none", s[0])
 	}
 	var opts []Option
-	if n := cfg.Streams(); n != 0 {
+	if n := cfg.Streams; n != 0 {
 		opts = append(opts, WithStreams(n))
 	}
 	d, err := New(opts...)

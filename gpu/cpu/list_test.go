@@ -27,7 +27,7 @@ func TestListSequenceAndProgress(t *testing.T) {
 	s0, s1 := d.Stream(0).(gpu.Lister), d.Stream(1).(gpu.Lister)
 	var order []string
 	require.NoError(t, s0.Launch(gpu.TaskFunc(func() { order = append(order, "task") })))
-	gate := gpu.NewHostEvent()
+	gate := new(gpu.HostEvent)
 	mid := make(chan struct{})
 	release := make(chan struct{})
 	c0, first, err := s0.EnqueueList(gate, 4, listFunc(func(p gpu.Progress) {
@@ -116,7 +116,7 @@ func TestListGateGivenUpAtClose(t *testing.T) {
 	d := newCPU(t, 1)
 	s := d.Stream(0).(gpu.Lister)
 	ran := false
-	_, _, err := s.EnqueueList(gpu.NewHostEvent(), 1, listFunc(func(gpu.Progress) { ran = true }))
+	_, _, err := s.EnqueueList(new(gpu.HostEvent), 1, listFunc(func(gpu.Progress) { ran = true }))
 	require.NoError(t, err)
 	require.NoError(t, d.Close())
 	assert.True(t, ran)

@@ -1021,7 +1021,7 @@ func (driver) Open(_ context.Context, cfg gpu.Config) (gpu.Set, error) {
 	if err := noSettings("open", cfg); err != nil {
 		return nil, err
 	}
-	streams := cfg.Streams()
+	streams := cfg.Streams
 	if streams == 0 {
 		streams = DefaultStreams
 	}
@@ -1047,7 +1047,7 @@ func (driver) Open(_ context.Context, cfg gpu.Config) (gpu.Set, error) {
 // noSettings refuses driver settings, which the OpenCL driver has none of,
 // for the driver's operation op.
 func noSettings(op string, cfg gpu.Config) error {
-	if s := cfg.DriverSettings(); len(s) > 0 {
+	if s := cfg.Settings; len(s) > 0 {
 		return fmt.Errorf("opencl: %s: a driver setting %T: the OpenCL driver takes none", op, s[0])
 	}
 	return nil

@@ -31,7 +31,7 @@ func TestDeviceListRunsAndEnqueues(t *testing.T) {
 	ls, ok := s.(gpu.Lister)
 	require.True(t, ok, "an OpenCL stream takes lists")
 	got := make([]int32, n)
-	gate := gpu.NewHostEvent()
+	gate := new(gpu.HostEvent)
 	done := make(chan error, 1)
 	c, first, err := ls.EnqueueList(gate, 3, listFunc(func(pr gpu.Progress) {
 		next, err := pr.Publish(0)
@@ -66,7 +66,7 @@ func TestDeviceListRunsAndEnqueues(t *testing.T) {
 	}
 	require.NoError(t, s.Synchronize(t.Context()))
 	assert.Equal(t, uint64(0), first, "a list counts from 0 on a counter of its own")
-	held := gpu.NewHostEvent()
+	held := new(gpu.HostEvent)
 	c2, _, err := ls.EnqueueList(held, 1, listFunc(func(gpu.Progress) {}))
 	require.NoError(t, err)
 	c3, _, err := ls.EnqueueList(nil, 1, listFunc(func(gpu.Progress) {}))

@@ -63,7 +63,11 @@ func scale(t *testing.T, d gpu.Device, x []int32, by int32) []int32 {
 // them, with its type, vendor, memory and a key, creating no context.
 func TestEnumerate(t *testing.T) {
 	d := device(t)
-	fs, err := gpu.Enumerate(t.Context(), opencl.Kind)
+	drv, err := gpu.Lookup(opencl.Kind)
+	require.NoError(t, err)
+	enum, ok := drv.(gpu.Enumerator)
+	require.True(t, ok, "the OpenCL driver is a gpu.Enumerator")
+	fs, err := enum.Enumerate(t.Context())
 	require.NoError(t, err)
 	require.NotEmpty(t, fs)
 	info := d
@@ -81,11 +85,9 @@ func TestEnumerate(t *testing.T) {
 		assert.False(t, keys[f.Key], "key %q given twice", f.Key)
 		keys[f.Key] = true
 	}
-	drv, err := gpu.Lookup(opencl.Kind)
-	require.NoError(t, err)
 	cfg, err := gpu.NewConfig(gpu.WithDriverSetting(setting(opencl.Kind)))
 	require.NoError(t, err)
-	_, err = drv.(gpu.Enumerator).OpenDevice(t.Context(), fs[0], cfg)
+	_, err = enum.OpenDevice(t.Context(), fs[0], cfg)
 	assert.EqualError(t, err, "opencl: open device opencl0: a driver setting opencl_test.setting: the OpenCL driver takes none")
 }
 

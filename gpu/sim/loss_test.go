@@ -115,7 +115,7 @@ func TestLostGPUTakesLists(t *testing.T) {
 	var nexts [2]uint64
 	var count *gpu.Counter
 	var first uint64
-	done, gate := make(chan struct{}), gpu.NewHostEvent()
+	done, gate := make(chan struct{}), new(gpu.HostEvent)
 	count, first, err = s.EnqueueList(gate, 4, listFunc(func(p gpu.Progress) {
 		defer close(done)
 		nexts[0], errs[0] = p.Publish(0)

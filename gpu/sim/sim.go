@@ -230,7 +230,7 @@ type driver struct{}
 
 func (driver) Open(_ context.Context, cfg gpu.Config) (gpu.Set, error) {
 	var sim *simulation
-	for _, s := range cfg.DriverSettings() {
+	for _, s := range cfg.Settings {
 		v, ok := s.(simulation)
 		if !ok {
 			return nil, fmt.Errorf("sim: open: a driver setting %T: want sim.WithSimulation", s)
@@ -240,7 +240,7 @@ func (driver) Open(_ context.Context, cfg gpu.Config) (gpu.Set, error) {
 	if sim == nil {
 		return nil, errors.New("sim: open: no GPUs to simulate (give sim.WithSimulation)")
 	}
-	streams := cfg.Streams()
+	streams := cfg.Streams
 	if streams == 0 {
 		streams = 1
 	}
