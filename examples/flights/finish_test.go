@@ -87,12 +87,7 @@ func TestFinishByHourAndErrors(t *testing.T) {
 	_, err = flights.Finish(flights.KeyOrigin, []flights.Row{{Key: "SFO"}}, nil)
 	assert.EqualError(t, err, `flights: finish: row 0 (key "SFO"): count 0, want 1 or more`)
 
-	f, err := flights.Sample()
-	require.NoError(t, err)
-	defer f.Close()
-	src, err := kvio.OpenAuto(t.Context(), f)
-	require.NoError(t, err)
-	defer src.Close()
+	src := openSample(t)
 	_, err = flights.BuildParts(src, 0, 2)
 	assert.EqualError(t, err, "flights: parts [0, 2) of flights-200k.arrow (embedded): want 0 <= lo <= hi <= 1")
 }
@@ -102,12 +97,7 @@ func TestFinishByHourAndErrors(t *testing.T) {
 // merged and finished, give the CSV of Build over the whole sample; the
 // partitions cover exactly the kept rows; bad row ranges are errors.
 func TestBuildPartsRowRanges(t *testing.T) {
-	f, err := flights.Sample()
-	require.NoError(t, err)
-	defer f.Close()
-	src, err := kvio.OpenAuto(t.Context(), f)
-	require.NoError(t, err)
-	defer src.Close()
+	src := openSample(t)
 	require.Equal(t, 1, src.NumParts())
 	opts := []flights.Option{flights.WithMinDelay(15), flights.WithTopK(5)}
 	whole := runOnCPU(t, src, 2, opts...)
@@ -136,4 +126,16 @@ func TestBuildPartsRowRanges(t *testing.T) {
 	assert.EqualError(t, err, "flights: rows [0, 200001) of parts [0, 1) of flights-200k.arrow (embedded): the parts have 200000 rows")
 	_, err = flights.Build(src, flights.WithRows(5, 4))
 	assert.EqualError(t, err, "flights: WithRows(5, 4): want 0 <= lo <= hi")
+}
+
+// openSample opens the embedded sample, closed at the test's end.
+func openSample(t *testing.T) kvio.Source {
+	t.Helper()
+	f, err := flights.Sample()
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	src, err := kvio.OpenAuto(t.Context(), f)
+	require.NoError(t, err)
+	t.Cleanup(func() { src.Close() })
+	return src
 }
