@@ -1,5 +1,6 @@
 // Package shard runs streamdag pipelines as shards on Apache Beam: the
-// input is split into shards (ranges of a file's parts), each shard's
+// input is split into shards (ranges of a file's parts, or of its rows
+// when it has fewer parts than shards: [Range]), each shard's
 // graph runs as an ordinary streamdag DAG inside a Beam DoFn on a worker,
 // and Beam moves the shards' partial results between stages and merges
 // them. It lives in a module of its own, so that the streamdag module
@@ -12,8 +13,8 @@
 // every process of the job (Register, from an init function) and its
 // parameters as JSON. The worker looks the template up and rebuilds the
 // graph from the parameters. The flights job registers "flights.partial"
-// (FlightsTemplate): one shard's filter and partial group-by over parts
-// [PartLo, PartHi) of the input (flights.BuildParts).
+// (FlightsTemplate): one shard's filter and partial group-by over its
+// Range of the input (flights.BuildParts with flights.WithRows).
 //
 // # Partials cross stages as Arrow IPC
 //

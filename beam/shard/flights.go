@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/streamdag/streamdag/examples/flights"
@@ -22,29 +23,29 @@ const FlightsTemplate = "flights.partial"
 func init() { Register(FlightsTemplate, flightsPartial) }
 
 // FlightsParams are the parameters of a FlightsTemplate task: the
-// flights pipeline of flights.BuildParts over parts [PartLo, PartHi) of
-// Input, keeping flights with delay > MinDelay minutes, with Fail
-// injected into its kernels (names of the shard's own graph, such as
-// "filter[0]").
+// flights pipeline of flights.BuildParts over Range of Input (its parts,
+// and flights.WithRows of its rows), keeping flights with delay >
+// MinDelay minutes, with Fail injected into its kernels (names of the
+// shard's own graph, such as "filter[0]").
 type FlightsParams struct {
-	Input          string // a Parquet or Arrow IPC file; "" is the embedded sample (flights.Sample)
-	PartLo, PartHi int
-	MinDelay       int64
-	Fail           []flights.Fault
+	Input    string // a Parquet or Arrow IPC file; "" is the embedded sample (flights.Sample)
+	Range    Range
+	MinDelay int64
+	Fail     []flights.Fault
 }
 
 // Report is what a shard's run says besides its partials: the group key,
-// its partitions, its input rows, the rows of parts not read (their
-// statistics rule out every row), and the partitions lost to failed
-// launches.
+// its range of the input, its partitions, its input rows, its rows of
+// parts not read (their statistics rule out every row), and the
+// partitions lost to failed launches.
 type Report struct {
-	Shard          int
-	Key            flights.KeyKind
-	PartLo, PartHi int // the parts of the input the shard ran over
-	Partitions     int
-	Rows           int64
-	SkippedRows    int64
-	Lost           []Failure
+	Shard       int
+	Key         flights.KeyKind
+	Range       Range // the rows of the input the shard ran over
+	Partitions  int
+	Rows        int64
+	SkippedRows int64
+	Lost        []Failure
 }
 
 // Failure is the serializable record of one partition a shard lost:
@@ -83,7 +84,8 @@ func flightsPartial(ctx context.Context, env Env, task Task) (Partial, Report, e
 		return Partial{}, Report{}, fmt.Errorf("shard: shard %d: %s parameters: %w", task.Shard, FlightsTemplate, err)
 	}
 	fail := func(err error) (Partial, Report, error) {
-		return Partial{}, Report{}, fmt.Errorf("shard: shard %d (parts [%d, %d)): %w", task.Shard, prm.PartLo, prm.PartHi, err)
+		r := prm.Range
+		return Partial{}, Report{}, fmt.Errorf("shard: shard %d (rows [%d, %d) of parts [%d, %d)): %w", task.Shard, r.RowLo, r.RowHi, r.PartLo, r.PartHi, err)
 	}
 	file, err := openInput(prm.Input)
 	if err != nil {
@@ -95,7 +97,9 @@ func flightsPartial(ctx context.Context, env Env, task Task) (Partial, Report, e
 		return fail(err)
 	}
 	defer src.Close()
-	p, err := flights.BuildParts(src, prm.PartLo, prm.PartHi, flights.WithMinDelay(prm.MinDelay), flights.WithPartitions(max(env.Streams, 1)))
+	r := prm.Range
+	p, err := flights.BuildParts(src, r.PartLo, r.PartHi, flights.WithRows(r.RowLo, r.RowHi),
+		flights.WithMinDelay(prm.MinDelay), flights.WithPartitions(max(env.Streams, 1)))
 	if err != nil {
 		return fail(err)
 	}
@@ -108,12 +112,14 @@ func flightsPartial(ctx context.Context, env Env, task Task) (Partial, Report, e
 	if err != nil {
 		return fail(err)
 	}
-	rep := Report{Shard: task.Shard, Key: p.Key, PartLo: prm.PartLo, PartHi: prm.PartHi, Partitions: len(p.Partitions)}
-	for i := prm.PartLo; i < prm.PartHi; i++ {
-		rep.Rows += src.PartRows(i)
-	}
-	for _, i := range p.Skipped {
-		rep.SkippedRows += src.PartRows(i)
+	rep := Report{Shard: task.Shard, Key: p.Key, Range: r, Partitions: len(p.Partitions), Rows: r.RowHi - r.RowLo}
+	var off int64 // the first row of part i, counted from part r.PartLo's
+	for i := r.PartLo; i < r.PartHi; i++ {
+		n := src.PartRows(i)
+		if slices.Contains(p.Skipped, i) {
+			rep.SkippedRows += max(min(off+n, r.RowHi)-max(off, r.RowLo), 0)
+		}
+		off += n
 	}
 	for _, l := range table.Lost {
 		f := Failure{Shard: task.Shard, Partition: l.Partition, PartLo: l.Part.PartLo, PartHi: l.Part.PartHi,

@@ -34,8 +34,8 @@ type Config struct {
 	Input string
 	// Shards is the number of shards wanted, 1 or more: the input's
 	// parts (Parquet row groups, IPC record batches) are cut into that
-	// many ranges of consecutive parts, as even in parts as they go, or
-	// into one per part when it has fewer.
+	// many ranges of consecutive parts, as even in parts as they go, or,
+	// when it has fewer parts, its rows into that many row ranges (Split).
 	Shards int
 	// MinDelay keeps flights with delay > MinDelay minutes.
 	MinDelay int64
@@ -78,18 +78,55 @@ type Outcome struct {
 // the airports' names when asked for.
 func (o *Outcome) Complete() bool { return len(o.Table.Lost) == 0 && o.Table.NamesErr == nil }
 
-// Split cuts n parts into at most shards ranges of consecutive parts, as
-// even in parts as they go: [lo, hi) pairs in order, covering [0, n).
-// With n 0 it returns the one empty range [0, 0). It panics for shards
-// below 1.
-func Split(n, shards int) [][2]int {
+// Range is one shard's input: rows [RowLo, RowHi) of the concatenated
+// parts [PartLo, PartHi) of the input, counted from the first row of
+// part PartLo.
+type Range struct {
+	PartLo, PartHi int
+	RowLo, RowHi   int64
+}
+
+// Split cuts an input whose parts have partRows rows into at most shards
+// Ranges, in order, covering its rows. With at least as many parts as
+// shards, each Range is whole consecutive parts, as even in parts as
+// they go. With fewer, the input's rows are cut as even as they go
+// (flights.SplitRows; at most one shard per row) and each Range names
+// the parts its rows touch. With no rows and fewer parts than shards
+// it returns one Range of all the parts. It panics for shards below 1.
+func Split(partRows []int64, shards int) []Range {
 	if shards < 1 {
 		panic("shard: Split needs 1 or more shards")
 	}
-	k := max(min(shards, n), 1)
-	out := make([][2]int, k)
-	for s := range k {
-		out[s] = [2]int{s * n / k, (s + 1) * n / k}
+	n := len(partRows)
+	start := make([]int64, n+1) // start[i]: the input's row of part i's first row
+	for i, r := range partRows {
+		start[i+1] = start[i] + r
+	}
+	total := start[n]
+	if total == 0 && n < shards {
+		return []Range{{PartHi: n}}
+	}
+	if n >= shards {
+		k := max(shards, 1)
+		out := make([]Range, k)
+		for s := range k {
+			lo, hi := s*n/k, (s+1)*n/k
+			out[s] = Range{PartLo: lo, PartHi: hi, RowHi: start[hi] - start[lo]}
+		}
+		return out
+	}
+	cuts := flights.SplitRows(0, total, int(min(int64(shards), total)))
+	out := make([]Range, len(cuts))
+	for s, c := range cuts {
+		lo := 0
+		for start[lo+1] <= c[0] {
+			lo++
+		}
+		hi := lo + 1
+		for hi < n && start[hi] < c[1] {
+			hi++
+		}
+		out[s] = Range{PartLo: lo, PartHi: hi, RowLo: c[0] - start[lo], RowHi: c[1] - start[lo]}
 	}
 	return out
 }
@@ -108,18 +145,18 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if cfg.TopK < 0 {
 		return nil, fmt.Errorf("shard: top %d: want 0 (all) or more", cfg.TopK)
 	}
-	nparts, err := countParts(ctx, cfg.Input)
+	partRows, err := countRows(ctx, cfg.Input)
 	if err != nil {
 		return nil, err
 	}
-	ranges := Split(nparts, cfg.Shards)
+	ranges := Split(partRows, cfg.Shards)
 	streams := cfg.Streams
 	if streams == 0 {
 		streams = max(runtime.GOMAXPROCS(0)/len(ranges), 1)
 	}
 	tasks := make([]any, len(ranges))
 	for s, r := range ranges {
-		prm := FlightsParams{Input: cfg.Input, PartLo: r[0], PartHi: r[1], MinDelay: cfg.MinDelay}
+		prm := FlightsParams{Input: cfg.Input, Range: r, MinDelay: cfg.MinDelay}
 		for _, f := range cfg.Fail {
 			if f.Shard < 0 || f.Shard >= len(ranges) {
 				return nil, fmt.Errorf("shard: fault %s@%d: no shard %d (the run has %d)", f.Fault.Kernel, f.Shard, f.Shard, len(ranges))
@@ -160,19 +197,23 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	return doc.outcome(), nil
 }
 
-// countParts returns the number of parts of the input.
-func countParts(ctx context.Context, input string) (int, error) {
+// countRows returns the rows of each part of the input.
+func countRows(ctx context.Context, input string) ([]int64, error) {
 	file, err := openInput(input)
 	if err != nil {
-		return 0, fmt.Errorf("shard: %w", err)
+		return nil, fmt.Errorf("shard: %w", err)
 	}
 	defer file.Close()
 	src, err := kvio.OpenAuto(ctx, file)
 	if err != nil {
-		return 0, fmt.Errorf("shard: %w", err)
+		return nil, fmt.Errorf("shard: %w", err)
 	}
 	defer src.Close()
-	return src.NumParts(), nil
+	rows := make([]int64, src.NumParts())
+	for i := range rows {
+		rows[i] = src.PartRows(i)
+	}
+	return rows, nil
 }
 
 // outcomeDoc is the Outcome as the finish writes it for the launcher.

@@ -86,22 +86,6 @@ func multiPart(t *testing.T) string {
 	return path
 }
 
-// TestShardedSampleMatchesSingleNode: on the embedded sample (one record
-// batch, so one shard however many are asked for) the sharded CSV is the
-// single-node CSV, byte for byte, for --min-delay 0, 15 and 60.
-func TestShardedSampleMatchesSingleNode(t *testing.T) {
-	for _, d := range []int64{0, 15, 60} {
-		want := singleNode(t, "", d, 10, "")
-		for _, n := range []int{1, 2, 4} {
-			t.Run(fmt.Sprintf("min-delay=%d/shards=%d", d, n), func(t *testing.T) {
-				out := sharded(t, shard.Config{Shards: n, MinDelay: d, TopK: 10})
-				assert.Len(t, out.Reports, 1)
-				assert.Equal(t, want, string(out.CSV))
-			})
-		}
-	}
-}
-
 // TestShardedRowGroupsMatchSingleNode: the sample as a Parquet file of 8
 // row groups runs in 1, 2 and 4 shards of row-group ranges, each giving
 // the single-node CSV byte for byte (all groups, --top 0).
@@ -116,8 +100,8 @@ func TestShardedRowGroupsMatchSingleNode(t *testing.T) {
 				next := 0
 				for i, r := range out.Reports {
 					assert.Equal(t, i, r.Shard)
-					assert.Equal(t, next, r.PartLo, "shards cover the parts in order")
-					next = r.PartHi
+					assert.Equal(t, next, r.Range.PartLo, "shards cover the parts in order")
+					next = r.Range.PartHi
 				}
 				assert.Equal(t, 8, next)
 				assert.Equal(t, int64(200000), out.Rows)
@@ -153,32 +137,77 @@ func dataFile(t *testing.T, name string) string {
 	return path
 }
 
-// TestShardedDataFiles: the shared data sets give the single-node CSV
-// byte for byte: the 3M-row Parquet file in 4 shards with the airports
-// join, the two Arrow files in 2 and 4 shards.
-func TestShardedDataFiles(t *testing.T) {
+// TestShardedMatchesSingleNode: the embedded sample (one record batch,
+// so cut into row ranges) and each shared data set, for --min-delay 0,
+// 15 and 60 in 1, 2 and 4 shards, give the single-node CSV byte for
+// byte (top 10; the 3M-row Parquet file with the airports join), and
+// run as that many shards, which cover the input's rows.
+func TestShardedMatchesSingleNode(t *testing.T) {
 	for _, tc := range []struct {
-		file     string
-		shards   int
-		minDelay int64
+		file     string // "" is the embedded sample
+		rows     int64
 		airports bool
 	}{
-		{"flights-3m.parquet", 4, 15, true},
-		{"flights-200k.arrow", 2, 0, false},
-		{"flights-231k-multibatch.arrow", 4, 60, false},
+		{"", 200000, false},
+		{"flights-3m.parquet", 0, true},
+		{"flights-200k.arrow", 200000, false},
+		{"flights-231k-multibatch.arrow", 0, false},
 	} {
-		t.Run(tc.file, func(t *testing.T) {
-			path := dataFile(t, tc.file)
-			airports := ""
+		name := tc.file
+		if name == "" {
+			name = "sample"
+		}
+		t.Run(name, func(t *testing.T) {
+			path, airports := "", ""
+			if tc.file != "" {
+				path = dataFile(t, tc.file)
+			}
 			if tc.airports {
 				airports = dataFile(t, "airports.csv")
 			}
-			want := singleNode(t, path, tc.minDelay, 10, airports)
-			out := sharded(t, shard.Config{Input: path, Shards: tc.shards, MinDelay: tc.minDelay, TopK: 10, Airports: airports})
-			assert.Equal(t, want, string(out.CSV))
-			assert.Equal(t, tc.airports, out.Names)
+			for _, d := range []int64{0, 15, 60} {
+				want := singleNode(t, path, d, 10, airports)
+				for _, n := range []int{1, 2, 4} {
+					t.Run(fmt.Sprintf("min-delay=%d/shards=%d", d, n), func(t *testing.T) {
+						out := sharded(t, shard.Config{Input: path, Shards: n, MinDelay: d, TopK: 10, Airports: airports})
+						require.Len(t, out.Reports, n)
+						var rows int64
+						for i, r := range out.Reports {
+							assert.Equal(t, i, r.Shard)
+							assert.Positive(t, r.Rows, "shard %d", i)
+							rows += r.Rows
+						}
+						assert.Equal(t, out.Rows, rows)
+						if tc.rows > 0 {
+							assert.Equal(t, tc.rows, out.Rows)
+						}
+						assert.Equal(t, tc.airports, out.Names)
+						assert.Equal(t, want, string(out.CSV))
+					})
+				}
+			}
 		})
 	}
+}
+
+// TestShardFailureInRowRange: the embedded sample in 2 shards is two
+// row ranges of its one record batch; a kernel that fails in shard 1
+// loses rows [100000, 200000) of part 0, and the result says so.
+func TestShardFailureInRowRange(t *testing.T) {
+	out, err := shard.Run(t.Context(), shard.Config{Shards: 2, Streams: 1,
+		Fail: []shard.Fault{{Shard: 1, Fault: flights.Fault{Kernel: "filter[0]"}}}})
+	require.NoError(t, err)
+	require.Len(t, out.Reports, 2)
+	assert.Equal(t, shard.Range{PartLo: 0, PartHi: 1, RowLo: 100000, RowHi: 200000}, out.Reports[1].Range)
+	require.Len(t, out.Table.Lost, 1)
+	l := out.Table.Lost[0]
+	var f *shard.Failure
+	require.ErrorAs(t, l.Err, &f)
+	assert.Equal(t, [4]int64{0, 1, 100000, 200000}, [4]int64{int64(f.PartLo), int64(f.PartHi), f.RowLo, f.RowHi})
+	assert.Equal(t, 1, l.Partition)
+	assert.Equal(t, "partition 1: 100000 rows lost (rows [100000, 200000) of part 0): "+f.Error(), l.String())
+	head, _, _ := strings.Cut(string(out.CSV), "\n")
+	assert.Equal(t, "# PARTIAL RESULT: 1 of 2 partitions lost (100000 of 200000 input rows not counted)", head)
 }
 
 // TestShardFailureGivesPartialResult: a kernel that fails in shard 1
@@ -302,9 +331,18 @@ func TestBackendHandle(t *testing.T) {
 	}
 }
 
-// TestSplit: parts are cut into ranges as even as they go.
+// TestSplit: parts are cut into ranges as even as they go; an input
+// with fewer parts than shards is cut into row ranges, each naming the
+// parts it touches.
 func TestSplit(t *testing.T) {
-	assert.Equal(t, [][2]int{{0, 2}, {2, 5}, {5, 8}}, shard.Split(8, 3))
-	assert.Equal(t, [][2]int{{0, 1}, {1, 2}}, shard.Split(2, 4))
-	assert.Equal(t, [][2]int{{0, 0}}, shard.Split(0, 4))
+	eight := []int64{10, 10, 10, 10, 10, 10, 10, 10}
+	assert.Equal(t, []shard.Range{{0, 2, 0, 20}, {2, 5, 0, 30}, {5, 8, 0, 30}}, shard.Split(eight, 3))
+	assert.Equal(t, []shard.Range{{0, 1, 0, 3}, {0, 1, 3, 6}, {0, 1, 6, 10}}, shard.Split([]int64{10}, 3))
+	assert.Equal(t, []shard.Range{{0, 1, 0, 10}, {1, 2, 0, 10}, {1, 2, 10, 20}, {2, 3, 0, 10}},
+		shard.Split([]int64{10, 20, 10}, 4))
+	assert.Equal(t, []shard.Range{{0, 1, 0, 10}, {0, 1, 10, 20}, {0, 2, 20, 30}}, shard.Split([]int64{25, 5}, 3),
+		"the last range runs over the end of part 0 into part 1")
+	assert.Equal(t, []shard.Range{{0, 1, 0, 1}, {0, 1, 1, 2}}, shard.Split([]int64{2}, 4))
+	assert.Equal(t, []shard.Range{{0, 0, 0, 0}}, shard.Split(nil, 4))
+	assert.Equal(t, []shard.Range{{0, 2, 0, 0}}, shard.Split([]int64{0, 0}, 4))
 }

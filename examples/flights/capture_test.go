@@ -13,20 +13,13 @@ import (
 	"github.com/streamdag/streamdag/failgraph"
 	"github.com/streamdag/streamdag/gpu/cpu"
 	"github.com/streamdag/streamdag/internal/leaktest"
-	"github.com/streamdag/streamdag/kvio"
 )
 
 // capturePipeline builds the flights pipeline over the embedded sample
 // in three partitions, with the faults given, and plans it on e.
 func capturePipeline(t *testing.T, e *exec.Executor, fail ...string) (*flights.Pipeline, *exec.Plan) {
 	t.Helper()
-	f, err := flights.Sample()
-	require.NoError(t, err)
-	t.Cleanup(func() { f.Close() })
-	src, err := kvio.OpenAuto(t.Context(), f)
-	require.NoError(t, err)
-	t.Cleanup(func() { src.Close() })
-	p, err := flights.Build(src, flights.WithPartitions(3))
+	p, err := flights.Build(openSample(t), flights.WithPartitions(3))
 	require.NoError(t, err)
 	for _, k := range fail {
 		require.NoError(t, p.Graph.InjectFailure(k, false))

@@ -87,12 +87,55 @@ func TestFinishByHourAndErrors(t *testing.T) {
 	_, err = flights.Finish(flights.KeyOrigin, []flights.Row{{Key: "SFO"}}, nil)
 	assert.EqualError(t, err, `flights: finish: row 0 (key "SFO"): count 0, want 1 or more`)
 
-	f, err := flights.Sample()
-	require.NoError(t, err)
-	defer f.Close()
-	src, err := kvio.OpenAuto(t.Context(), f)
-	require.NoError(t, err)
-	defer src.Close()
+	src := openSample(t)
 	_, err = flights.BuildParts(src, 0, 2)
 	assert.EqualError(t, err, "flights: parts [0, 2) of flights-200k.arrow (embedded): want 0 <= lo <= hi <= 1")
+}
+
+// TestBuildPartsRowRanges: BuildParts with WithRows over row ranges of
+// the embedded sample's one record batch (SplitRows into 3), their rows
+// merged and finished, give the CSV of Build over the whole sample; the
+// partitions cover exactly the kept rows; bad row ranges are errors.
+func TestBuildPartsRowRanges(t *testing.T) {
+	src := openSample(t)
+	require.Equal(t, 1, src.NumParts())
+	opts := []flights.Option{flights.WithMinDelay(15), flights.WithTopK(5)}
+	whole := runOnCPU(t, src, 2, opts...)
+	var want bytes.Buffer
+	require.NoError(t, flights.WriteCSV(&want, whole.Table.Rows, false))
+
+	cuts := flights.SplitRows(0, 200000, 3)
+	assert.Equal(t, [][2]int64{{0, 66666}, {66666, 133333}, {133333, 200000}}, cuts)
+	var rows []flights.Row
+	for _, c := range cuts {
+		p, err := flights.BuildParts(src, 0, 1, flights.WithMinDelay(15), flights.WithPartitions(2), flights.WithRows(c[0], c[1]))
+		require.NoError(t, err)
+		require.Len(t, p.Partitions, 2)
+		assert.Equal(t, c[0], p.Partitions[0].RowLo)
+		assert.Equal(t, p.Partitions[0].RowHi, p.Partitions[1].RowLo)
+		assert.Equal(t, c[1], p.Partitions[1].RowHi)
+		rows = append(rows, runPipeline(t, p).Rows...)
+	}
+	fin, err := flights.Finish(whole.Pipeline.Key, rows, nil, opts...)
+	require.NoError(t, err)
+	var got bytes.Buffer
+	require.NoError(t, flights.WriteCSV(&got, runPipeline(t, fin).Rows, false))
+	assert.Equal(t, want.String(), got.String())
+
+	_, err = flights.BuildParts(src, 0, 1, flights.WithRows(0, 200001))
+	assert.EqualError(t, err, "flights: rows [0, 200001) of parts [0, 1) of flights-200k.arrow (embedded): the parts have 200000 rows")
+	_, err = flights.Build(src, flights.WithRows(5, 4))
+	assert.EqualError(t, err, "flights: WithRows(5, 4): want 0 <= lo <= hi")
+}
+
+// openSample opens the embedded sample, closed at the test's end.
+func openSample(t *testing.T) kvio.Source {
+	t.Helper()
+	f, err := flights.Sample()
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	src, err := kvio.OpenAuto(t.Context(), f)
+	require.NoError(t, err)
+	t.Cleanup(func() { src.Close() })
+	return src
 }

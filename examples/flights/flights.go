@@ -35,6 +35,7 @@ type settings struct {
 	MinDelay   int64
 	TopK       int
 	Partitions int
+	Rows       *[2]int64 // WithRows' [lo, hi); nil: all rows
 	Airports   func() (io.ReadCloser, error)
 	Sink       func(*Table) error
 	OpenCL     bool
@@ -85,6 +86,38 @@ func WithPartitions(n int) Option {
 		s.Partitions = n
 		return nil
 	}
+}
+
+// WithRows keeps rows [lo, hi) of the parts the pipeline reads (all of
+// src for Build, parts [lo, hi) for BuildParts), counted from the first
+// row of its first part, and drops the others before the filter
+// (default: all rows). The parts wholly outside [lo, hi) are still
+// read: give BuildParts only the parts the rows touch. Build and
+// BuildParts fail, naming the source, when hi exceeds those parts' rows.
+// Errors: lo < 0 or hi < lo.
+func WithRows(lo, hi int64) Option {
+	return func(s *settings) error {
+		if lo < 0 || hi < lo {
+			return fmt.Errorf("WithRows(%d, %d): want 0 <= lo <= hi", lo, hi)
+		}
+		s.Rows = &[2]int64{lo, hi}
+		return nil
+	}
+}
+
+// SplitRows cuts rows [lo, hi) into n ranges of consecutive rows, as even
+// as they go: [lo, hi) pairs in order covering [lo, hi) (some empty when
+// hi-lo < n). It is how the pipeline cuts a source into partitions. It
+// panics for n below 1.
+func SplitRows(lo, hi int64, n int) [][2]int64 {
+	if n < 1 {
+		panic("flights: SplitRows needs 1 or more ranges")
+	}
+	out := make([][2]int64, n)
+	for j := range n {
+		out[j] = [2]int64{lo + (hi-lo)*int64(j)/int64(n), lo + (hi-lo)*int64(j+1)/int64(n)}
+	}
+	return out
 }
 
 // WithAirports makes the join open airports.csv (header iata,name,city,…)
@@ -295,11 +328,14 @@ func build(src kvio.Source, lo, hi int, opts settings) (*Pipeline, error) {
 	// Sources: one per part (a Parquet row group, an IPC batch), except that
 	// consecutive small parts are grouped into ranges of at least
 	// minSourceRows rows.
+	// kept are the rows [kept.lo, kept.hi) of each source (WithRows).
 	type srcRange struct {
 		lo, hi int
 		rows   int64
+		kept   struct{ lo, hi int64 }
 	}
 	var ranges []srcRange
+	var total int64
 	for i := lo; i < hi; i++ {
 		n := len(ranges)
 		if n == 0 || ranges[n-1].rows >= minSourceRows {
@@ -308,6 +344,20 @@ func build(src kvio.Source, lo, hi int, opts settings) (*Pipeline, error) {
 		}
 		ranges[n-1].hi = i + 1
 		ranges[n-1].rows += src.PartRows(i)
+		total += src.PartRows(i)
+	}
+	keep := [2]int64{0, total}
+	if opts.Rows != nil {
+		if opts.Rows[1] > total {
+			return nil, fmt.Errorf("flights: rows [%d, %d) of parts [%d, %d) of %s: the parts have %d rows", opts.Rows[0], opts.Rows[1], lo, hi, src.Name(), total)
+		}
+		keep = *opts.Rows
+	}
+	var off int64
+	for i := range ranges {
+		r := &ranges[i]
+		r.kept.lo, r.kept.hi = min(max(keep[0]-off, 0), r.rows), min(max(keep[1]-off, 0), r.rows)
+		off += r.rows
 	}
 	// A source is split into row ranges when there are fewer sources than
 	// partitions wanted.
@@ -331,8 +381,8 @@ func build(src kvio.Source, lo, hi int, opts settings) (*Pipeline, error) {
 		g.AddKernel(fmt.Sprintf("source[%d]", s), p.source(lo, hi, batches), dag.Writes(batches.ID()),
 			dag.ReadsOptional(*lane...), dag.Estimate(time.Duration(rows)*sourceNsPerRow))
 		*lane = nil
-		for j := range splits {
-			part := Partition{Source: s, PartLo: lo, PartHi: hi, RowLo: rows * int64(j) / int64(splits), RowHi: rows * int64(j+1) / int64(splits)}
+		for _, rr := range SplitRows(r.kept.lo, r.kept.hi, splits) {
+			part := Partition{Source: s, PartLo: lo, PartHi: hi, RowLo: rr[0], RowHi: rr[1]}
 			i := len(p.Partitions)
 			p.Partitions = append(p.Partitions, part)
 			if opts.OpenCL {

@@ -99,10 +99,11 @@ func newFlightsCmd() *cobra.Command {
 	var f flightsFlags
 	cmd := &cobra.Command{
 		Use:   "flights",
-		Short: "The flights job, its input split into shards by row-group or record-batch ranges",
+		Short: "The flights job, its input split into shards by row-group, record-batch or row ranges",
 		Long: `Runs the flights job of 'streamdag run flights' on Apache Beam's Prism runner:
 the input's parts (Parquet row groups, Arrow IPC record batches) are cut into
---shards ranges; each shard's filter (delay > --min-delay) and partial
+--shards ranges (an input with fewer parts than shards is cut into --shards
+row ranges instead); each shard's filter (delay > --min-delay) and partial
 group-by run as a streamdag graph inside a Beam DoFn on the CPU device; the
 partials cross to the merge as Arrow IPC, merge in a combine per group key,
 and sort, top-k, the join with --airports and the CSV run on one worker. The
@@ -112,7 +113,7 @@ result is the single-node result, byte for byte.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.input, "input", "", "Parquet or Arrow IPC file (default: the embedded 200k-row sample)")
-	fl.IntVar(&f.shards, "shards", 2, "shards to cut the input's parts into (at most one per part)")
+	fl.IntVar(&f.shards, "shards", 2, "shards to cut the input's parts, or its rows when it has fewer parts, into")
 	fl.Int64Var(&f.minDelay, "min-delay", 0, "keep flights with delay > N minutes")
 	fl.IntVar(&f.top, "top", 10, "print the K groups with the most flights; 0 prints all")
 	fl.StringVar(&f.airports, "airports", "", "airports.csv (iata,name,city,…) to add names and cities")
@@ -182,7 +183,8 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		fmt.Fprintf(stderr, "%s: %d rows in %s, %s, on Prism (loopback workers), %s\n",
 			inputName(f.input), res.Rows, plural(len(res.Reports), "shard"), plural(res.Partitions, "partition"), wall.Round(time.Millisecond))
 		for _, r := range res.Reports {
-			fmt.Fprintf(stderr, "  shard %d: parts [%d, %d), %d rows, %s\n", r.Shard, r.PartLo, r.PartHi, r.Rows, plural(r.Partitions, "partition"))
+			g := r.Range
+			fmt.Fprintf(stderr, "  shard %d: rows [%d, %d) of parts [%d, %d), %d rows, %s\n", r.Shard, g.RowLo, g.RowHi, g.PartLo, g.PartHi, r.Rows, plural(r.Partitions, "partition"))
 		}
 	}
 	if res.Complete() {

@@ -28,7 +28,7 @@ func TestFlightsCommand(t *testing.T) {
 		{"no shards", []string{"run", "flights", "--shards", "0"}, 2, "streamdag-beam: --shards 0: want 1 or more (see 'streamdag-beam run flights --help')\n", ""},
 		{"bad fail", []string{"run", "flights", "--fail", "filter[0]"}, 2, "streamdag-beam: --fail filter[0]: want KERNEL@SHARD or KERNEL:panic@SHARD (see 'streamdag-beam run flights --help')\n", ""},
 		{"json out", []string{"run", "flights", "--out", "x.json"}, 2, "streamdag-beam: --out x.json: want a .csv file name (see 'streamdag-beam run flights --help')\n", ""},
-		{"no such shard", []string{"run", "flights", "--fail", "filter[0]@3"}, 1, "streamdag-beam: shard: fault filter[0]@3: no shard 3 (the run has 1)\n", ""},
+		{"no such shard", []string{"run", "flights", "--fail", "filter[0]@3"}, 1, "streamdag-beam: shard: fault filter[0]@3: no shard 3 (the run has 2)\n", ""},
 		{"complete", []string{"run", "flights", "--top", "3", "--quiet", "--out", out}, 0, "", "key,count,delay_sum,delay_mean,delay_max"},
 		{"partial", []string{"run", "flights", "--top", "3", "--quiet", "--out", out, "--fail", "filter[0]@0"}, 1,
 			"PARTIAL RESULT: 1 of 2 partitions lost (100000 of 200000 rows are not counted above):\n" +
