@@ -213,7 +213,7 @@ func stuckScenario(t *testing.T) {
 	ds, err := opencl.Devices()
 	require.NoError(t, err)
 	require.NotEmpty(t, ds)
-	dev, err := opencl.NewDevice(ds[0], 1, opencl.WithCloseWait(100*time.Millisecond))
+	dev, err := opencl.NewDevice(ds[0], opencl.WithCloseWait(100*time.Millisecond))
 	require.NoError(t, err)
 	host, err := cpu.New(cpu.WithStreams(1))
 	require.NoError(t, err)

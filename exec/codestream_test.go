@@ -110,7 +110,7 @@ func openCLDevice(t testing.TB, streams int) gpu.CodeDevice {
 		t.Skipf("no OpenCL here: %v", err)
 	}
 	ds, _ := opencl.Devices()
-	d, err := opencl.NewDevice(ds[0], streams)
+	d, err := opencl.NewDevice(ds[0], opencl.WithStreams(streams))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, d.Close()) })
 	return d
@@ -807,7 +807,7 @@ func TestCodeDeviceExecuteRefuses(t *testing.T) {
 	t.Cleanup(p.ReleaseDeviceMemory) // before the device's leak check
 
 	t.Run("losing the last device that is not a code device", func(t *testing.T) {
-		set, err := sim.New([]topology.DeviceFacts{{ID: topology.GPU(0)}}, 1, sim.WithLoss(topology.GPU(0), 0))
+		set, err := sim.New([]topology.DeviceFacts{{ID: topology.GPU(0)}}, sim.WithLoss(topology.GPU(0), 0))
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, set.Close()) })
 		e, err := exec.NewMulti([]gpu.Device{set.Devices()[0], d}, nil, exec.WithAllocator(leaktest.Allocator(t)))

@@ -112,7 +112,7 @@ func TestDifferentialMultiDevice(t *testing.T) {
 					// A simulated GPU that reports its loss after that
 					// share of its own launches, on devices of its own
 					// (it stays lost), closed after the run.
-					set, err := sim.New(m.gpus, streams, sim.WithLoss(dev, after))
+					set, err := sim.New(m.gpus, sim.WithStreams(streams), sim.WithLoss(dev, after))
 					require.NoError(t, err)
 					defer func() { require.NoError(t, set.Close()) }()
 					e, err := exec.NewMulti(set.Devices(), m.topo, exec.WithPlacement(exec.Placement(key[0])), exec.WithAllocator(leaktest.Allocator(t)))

@@ -50,7 +50,7 @@ func ExampleNewMulti_openCL() {
 	defer host.Close()
 	devs := []gpu.Device{host}
 	if ds, err := opencl.Devices(); err == nil && len(ds) > 0 { // no OpenCL: the CPU alone
-		if cl, err := opencl.NewDevice(ds[0], 2); err == nil {
+		if cl, err := opencl.NewDevice(ds[0], opencl.WithStreams(2)); err == nil {
 			defer cl.Close()
 			devs = append(devs, cl)
 		}

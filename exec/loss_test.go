@@ -182,7 +182,7 @@ func TestDeviceLossPinnedKernelFails(t *testing.T) {
 // run's Result and an error naming the device, wrapping gpu.ErrDeviceLost;
 // the launches are cancelled with the loss.
 func TestDeviceLossOnTheOnlyDevice(t *testing.T) {
-	set, err := sim.New([]topology.DeviceFacts{{ID: topology.GPU(0)}}, 1, sim.WithLossAfter(topology.GPU(0), 1))
+	set, err := sim.New([]topology.DeviceFacts{{ID: topology.GPU(0)}}, sim.WithLossAfter(topology.GPU(0), 1))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, set.Close()) })
 	e, err := exec.NewMulti(set.Devices(), nil)

@@ -42,7 +42,7 @@ func codePairs() []codePair {
 			a := openCLDevice(t, 2)
 			ds, err := opencl.Devices()
 			require.NoError(t, err)
-			b, err := opencl.NewDevice(ds[0], 2, opencl.WithIndex(1))
+			b, err := opencl.NewDevice(ds[0], opencl.WithStreams(2), opencl.WithIndex(1))
 			require.NoError(t, err)
 			t.Cleanup(func() { require.NoError(t, b.Close()) })
 			return a, b, nil
@@ -389,7 +389,7 @@ func TestDrainSimulatedGPUs(t *testing.T) {
 // the plan keeps there), and the next run launches nothing on it.
 func ExampleExecutor_Drain() {
 	gpus := []topology.DeviceFacts{{ID: topology.GPU(0)}, {ID: topology.GPU(1)}, {ID: topology.GPU(2)}}
-	set, err := sim.New(gpus, 1)
+	set, err := sim.New(gpus)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -40,7 +40,7 @@ func lossyMachine(t *testing.T, name string, streams int, loss sim.Option, opts 
 func simExecutor(t *testing.T, m topology.Machine, streams int, loss sim.Option, opts ...exec.Option) (*exec.Executor, *topology.Topology) {
 	t.Helper()
 	topo, gpus := gpusOf(t, m)
-	set, err := sim.New(gpus, streams, loss)
+	set, err := sim.New(gpus, sim.WithStreams(streams), loss)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, set.Close()) })
 	e, err := exec.NewMulti(set.Devices(), topo, append([]exec.Option{exec.WithAllocator(leaktest.Allocator(t))}, opts...)...)

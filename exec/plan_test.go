@@ -165,7 +165,7 @@ func BenchmarkPlanOnSimulatedGPUs(b *testing.B) {
 	for i := range gpus {
 		gpus[i].MemoryBytes = m.MemoryBytes
 	}
-	set, err := sim.New(gpus, 2)
+	set, err := sim.New(gpus, sim.WithStreams(2))
 	require.NoError(b, err)
 	defer func() { require.NoError(b, set.Close()) }()
 	dev, err := cpu.New(cpu.WithStreams(2))

@@ -22,7 +22,7 @@ import (
 // topology, made with opts (a loss: sim.WithLoss, say).
 func twoSimGPUs(t *testing.T, streams int, opts ...sim.Option) *exec.Executor {
 	t.Helper()
-	set, err := sim.New([]topology.DeviceFacts{{ID: topology.GPU(0)}, {ID: topology.GPU(1)}}, streams, opts...)
+	set, err := sim.New([]topology.DeviceFacts{{ID: topology.GPU(0)}, {ID: topology.GPU(1)}}, append([]sim.Option{sim.WithStreams(streams)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, set.Close()) })
 	e, err := exec.NewMulti(set.Devices(), nil, exec.WithAllocator(leaktest.Allocator(t)))

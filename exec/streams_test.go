@@ -23,7 +23,7 @@ func TestPerDeviceStreamCounts(t *testing.T) {
 	dev, err := cpu.New(cpu.WithStreams(2))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, dev.Close()) })
-	set, err := sim.New([]topology.DeviceFacts{{ID: topology.GPU(0)}}, 4)
+	set, err := sim.New([]topology.DeviceFacts{{ID: topology.GPU(0)}}, sim.WithStreams(4))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, set.Close()) })
 	e, err := exec.NewMulti([]gpu.Device{dev, set.Devices()[0]}, nil,

@@ -160,7 +160,7 @@ func (otherKind) Kind() string { return "other" }
 // gets nothing from any strategy, and the answer holds.
 func TestPlacementSkipsDevicesWithoutCode(t *testing.T) {
 	const seed = 7
-	set, err := sim.New([]topology.DeviceFacts{{ID: topology.GPU(1)}}, 2)
+	set, err := sim.New([]topology.DeviceFacts{{ID: topology.GPU(1)}}, sim.WithStreams(2))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, set.Close()) })
 	gpu1 := set.Devices()[0]

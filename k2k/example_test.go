@@ -24,7 +24,7 @@ func ExampleRouter() {
 		fmt.Println(err)
 		return
 	}
-	gpus, err := sim.New(topo.GPUs(), 1)
+	gpus, err := sim.New(topo.GPUs())
 	if err != nil {
 		fmt.Println(err)
 		return

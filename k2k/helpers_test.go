@@ -50,7 +50,7 @@ func embedded(t *testing.T, name string) *topology.Topology {
 // simGPUs opens one simulated GPU per GPU of topo, closed at cleanup.
 func simGPUs(t *testing.T, topo *topology.Topology) []gpu.Device {
 	t.Helper()
-	set, err := sim.New(topo.GPUs(), 1)
+	set, err := sim.New(topo.GPUs())
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, set.Close()) })
 	return set.Devices()
@@ -85,7 +85,7 @@ func openCLDevices(t *testing.T, n int) []gpu.Device {
 	}
 	var out []gpu.Device
 	for i := range n {
-		d, err := opencl.NewDevice(ds[0], 1, opencl.WithIndex(i))
+		d, err := opencl.NewDevice(ds[0], opencl.WithIndex(i))
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, d.Close()) })
 		out = append(out, d)

@@ -93,7 +93,7 @@ func (d *leaseCountingDriver) OpenDevice(ctx context.Context, f gpu.Found, cfg g
 	if streams == 0 {
 		streams = opencl.DefaultStreams
 	}
-	dev, err := opencl.NewDevice(ds[i], streams, opencl.WithIndex(f.Device.ID.Index))
+	dev, err := opencl.NewDevice(ds[i], opencl.WithStreams(streams), opencl.WithIndex(f.Device.ID.Index))
 	if err != nil {
 		return nil, err
 	}

@@ -180,7 +180,7 @@ func BenchmarkDeviceKernels(b *testing.B) {
 	cpuDev, err := cpu.New()
 	require.NoError(b, err)
 	defer cpuDev.Close()
-	clDev, err := opencl.NewDevice(ds[0], cpuDev.NumStreams())
+	clDev, err := opencl.NewDevice(ds[0], opencl.WithStreams(cpuDev.NumStreams()))
 	require.NoError(b, err)
 	defer clDev.Close()
 	s := clDev.Stream(0).(gpu.CodeStream)

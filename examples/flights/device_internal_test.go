@@ -28,7 +28,7 @@ func openCLDevice(t *testing.T) gpu.CodeDevice {
 		}
 		t.Skipf("no OpenCL device (install pocl-opencl-icd): %v", err)
 	}
-	d, err := opencl.NewDevice(ds[0], 1)
+	d, err := opencl.NewDevice(ds[0])
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, d.Close()) })
 	return d

@@ -174,7 +174,7 @@ func TestDeviceGraphOnOpenCL(t *testing.T) {
 				host, err := cpu.New(cpu.WithStreams(2))
 				require.NoError(t, err)
 				defer func() { assert.NoError(t, host.Close()) }()
-				cl, err := opencl.NewDevice(ds[0], 2)
+				cl, err := opencl.NewDevice(ds[0], opencl.WithStreams(2))
 				require.NoError(t, err)
 				defer func() { assert.NoError(t, cl.Close()) }()
 				e, err := exec.NewMulti([]gpu.Device{host, cl}, nil, exec.WithAllocator(leaktest.Allocator(t)))
@@ -264,7 +264,7 @@ func hostAndOpenCL(t *testing.T, streams int) (gpu.Device, gpu.CodeDevice) {
 	host, err := cpu.New(cpu.WithStreams(streams))
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, host.Close()) })
-	cl, err := opencl.NewDevice(ds[0], streams)
+	cl, err := opencl.NewDevice(ds[0], opencl.WithStreams(streams))
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, cl.Close()) })
 	return host, cl

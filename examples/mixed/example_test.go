@@ -61,7 +61,7 @@ func Example() {
 		fmt.Println("no OpenCL device:", err)
 		return
 	}
-	cl, err := opencl.NewDevice(ds[0], 1)
+	cl, err := opencl.NewDevice(ds[0])
 	if err != nil {
 		fmt.Println(err)
 		return

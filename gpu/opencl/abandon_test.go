@@ -25,7 +25,7 @@ func childAbandon() int {
 		say("setup: %v", err)
 		return 2
 	}
-	d, err := opencl.NewDevice(ds[0], 1, opencl.WithCloseWait(100*time.Millisecond))
+	d, err := opencl.NewDevice(ds[0], opencl.WithCloseWait(100*time.Millisecond))
 	if err != nil {
 		say("setup: %v", err)
 		return 2
@@ -75,6 +75,6 @@ func TestDeviceAbandon(t *testing.T) {
 
 // WithCloseWait takes a positive wait.
 func TestDeviceCloseWaitBadInput(t *testing.T) {
-	_, err := opencl.NewDevice(device(t), 1, opencl.WithCloseWait(0))
+	_, err := opencl.NewDevice(device(t), opencl.WithCloseWait(0))
 	assert.ErrorContains(t, err, "opencl: WithCloseWait(0s): the wait must be positive")
 }

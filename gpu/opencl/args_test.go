@@ -254,7 +254,7 @@ func childSubBufferReuse() int {
 		say("setup: %v", err)
 		return 2
 	}
-	d, err := opencl.NewDevice(ds[0], 2)
+	d, err := opencl.NewDevice(ds[0], opencl.WithStreams(2))
 	if err != nil {
 		say("setup: %v", err)
 		return 2

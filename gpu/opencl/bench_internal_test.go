@@ -18,7 +18,7 @@ func BenchmarkLaunchKernel(b *testing.B) {
 	if err != nil || len(ds) == 0 {
 		b.Skipf("no OpenCL device: %v", err)
 	}
-	d, err := NewDevice(ds[0], 2)
+	d, err := NewDevice(ds[0], WithStreams(2))
 	if err != nil {
 		b.Fatal(err)
 	}

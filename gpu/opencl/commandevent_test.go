@@ -15,7 +15,7 @@ import (
 // commands until the command has run); once the stream has released that
 // marker, an event that has fired; after Close, the event Close recorded.
 func TestCommandEvent(t *testing.T) {
-	d, err := opencl.NewDevice(device(t), 2)
+	d, err := opencl.NewDevice(device(t), opencl.WithStreams(2))
 	require.NoError(t, err)
 	m, err := d.Alloc(16)
 	require.NoError(t, err)

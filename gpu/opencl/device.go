@@ -38,8 +38,22 @@ const MaxStreams = 64
 type Option func(*deviceOptions) error
 
 type deviceOptions struct {
+	streams   int
 	index     int
 	closeWait time.Duration
+}
+
+// WithStreams sets the device's number of streams, n in [1, MaxStreams]
+// (default 1). An n outside that range makes NewDevice fail with an
+// error naming n.
+func WithStreams(n int) Option {
+	return func(o *deviceOptions) error {
+		if n < 1 || n > MaxStreams {
+			return fmt.Errorf("opencl: WithStreams(%d): want 1 to %d streams", n, MaxStreams)
+		}
+		o.streams = n
+		return nil
+	}
 }
 
 // DefaultCloseWait is how long Close waits for the commands of an
@@ -74,13 +88,13 @@ func WithIndex(n int) Option {
 }
 
 // NewDevice opens dev (from Platforms, Devices or InfoOf) as a gpu.CodeDevice
-// with streams streams (1 to MaxStreams): one OpenCL context, one
+// with WithStreams' streams (default 1): one OpenCL context, one
 // in-order command queue per stream (with a waiter goroutine) and one
 // goroutine per stream that runs its host tasks. Kind and Code are
 // "opencl"; Info gives the device's name, vendor, global memory and
 // compute units (as Cores). The caller owns the device and must Close it.
-// Errors (nothing is left running after one): a bad stream count or
-// option, the zero Info, a failed OpenCL call (naming it and its
+// Errors (nothing is left running after one): a bad option (such as a
+// stream count outside [1, MaxStreams]), the zero Info, a failed OpenCL call (naming it and its
 // status), ErrUnavailable.
 //
 // Streams are gpu.CodeStreams. LaunchKernel binds the arguments on the
@@ -111,8 +125,8 @@ func WithIndex(n int) Option {
 // event fires (carrying its failures). Close waits for everything
 // enqueued, including those bridged events; no goroutine outlives it,
 // unless the device was abandoned (Abandon, see Close).
-func NewDevice(dev Info, streams int, opts ...Option) (gpu.CodeDevice, error) {
-	o := deviceOptions{closeWait: DefaultCloseWait}
+func NewDevice(dev Info, opts ...Option) (gpu.CodeDevice, error) {
+	o := deviceOptions{streams: 1, closeWait: DefaultCloseWait}
 	for _, opt := range opts {
 		if opt == nil {
 			continue
@@ -123,9 +137,6 @@ func NewDevice(dev Info, streams int, opts ...Option) (gpu.CodeDevice, error) {
 	}
 	if dev.d.IsZero() {
 		return nil, errors.New("opencl: new device: the zero Info names no device (take one from Platforms, Devices or InfoOf)")
-	}
-	if streams < 1 || streams > MaxStreams {
-		return nil, fmt.Errorf("opencl: new device %s: %d streams: want 1 to %d", dev.Name, streams, MaxStreams)
 	}
 	c, err := cl.Open(dev.d)
 	if err != nil {
@@ -146,7 +157,7 @@ func NewDevice(dev Info, streams int, opts ...Option) (gpu.CodeDevice, error) {
 		fillGen:   1,
 		classes:   sizeClasses(info.BaseAlignBytes),
 	}
-	for i := range streams {
+	for i := range o.streams {
 		q, err := c.NewQueue()
 		if err != nil {
 			_ = c.Close()
@@ -1034,7 +1045,7 @@ func (driver) Open(_ context.Context, cfg gpu.Config) (gpu.Set, error) {
 	}
 	set := &deviceSet{}
 	for i, d := range avail {
-		dev, err := NewDevice(d, streams, WithIndex(i))
+		dev, err := NewDevice(d, WithStreams(streams), WithIndex(i))
 		if err != nil {
 			_ = set.Close()
 			return nil, err

@@ -28,7 +28,7 @@ import (
 // closed (and checked) at cleanup.
 func newDevice(t testing.TB, streams int) gpu.CodeDevice {
 	t.Helper()
-	d, err := opencl.NewDevice(device(t), streams)
+	d, err := opencl.NewDevice(device(t), opencl.WithStreams(streams))
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, d.Close()) })
 	return d
@@ -100,24 +100,29 @@ func TestDriverOpen(t *testing.T) {
 func TestNewDeviceBadInput(t *testing.T) {
 	dev := device(t)
 	for _, tc := range []struct {
-		name    string
-		streams int
-		opts    []opencl.Option
-		want    string
+		name string
+		opts []opencl.Option
+		want string
 	}{
-		{"no streams", 0, nil, "0 streams: want 1 to 64"},
-		{"too many streams", 65, nil, "65 streams: want 1 to 64"},
-		{"negative index", 1, []opencl.Option{opencl.WithIndex(-1)}, "opencl: WithIndex(-1): the index must not be negative"},
+		{"no streams", []opencl.Option{opencl.WithStreams(0)}, "opencl: WithStreams(0): want 1 to 64 streams"},
+		{"negative streams", []opencl.Option{opencl.WithStreams(-2)}, "opencl: WithStreams(-2): want 1 to 64 streams"},
+		{"too many streams", []opencl.Option{opencl.WithStreams(opencl.MaxStreams + 1)}, "opencl: WithStreams(65): want 1 to 64 streams"},
+		{"negative index", []opencl.Option{opencl.WithIndex(-1)}, "opencl: WithIndex(-1): the index must not be negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := opencl.NewDevice(dev, tc.streams, tc.opts...)
+			d, err := opencl.NewDevice(dev, tc.opts...)
 			assert.Nil(t, d)
-			assert.ErrorContains(t, err, tc.want)
+			assert.EqualError(t, err, tc.want)
 		})
 	}
-	d, err := opencl.NewDevice(dev, 1, opencl.WithIndex(5), nil)
+	d, err := opencl.NewDevice(dev, opencl.WithIndex(5), nil)
 	require.NoError(t, err)
 	assert.Equal(t, "opencl5", d.ID().String())
+	assert.Equal(t, 1, d.NumStreams(), "without WithStreams")
+	require.NoError(t, d.Close())
+	d, err = opencl.NewDevice(dev, opencl.WithStreams(opencl.MaxStreams))
+	require.NoError(t, err)
+	assert.Equal(t, opencl.MaxStreams, d.NumStreams())
 	require.NoError(t, d.Close())
 }
 
@@ -496,7 +501,7 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 // refuses new work with gpu.ErrClosed; Record after Close returns a
 // fired event; the leak check in TestMain sees every goroutine gone.
 func TestDeviceClose(t *testing.T) {
-	d, err := opencl.NewDevice(device(t), 2)
+	d, err := opencl.NewDevice(device(t), opencl.WithStreams(2))
 	require.NoError(t, err)
 	p, err := d.Program("test", kernels, "")
 	require.NoError(t, err)
@@ -628,7 +633,7 @@ func childDevice() (gpu.CodeDevice, gpu.Program, gpu.Memory, error) {
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	d, err := opencl.NewDevice(ds[0], 2)
+	d, err := opencl.NewDevice(ds[0], opencl.WithStreams(2))
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -78,7 +78,7 @@ func (driver) OpenDevice(_ context.Context, f gpu.Found, cfg gpu.Config) (gpu.De
 	if i < 0 {
 		return nil, fmt.Errorf("opencl: open device %v (%s): no available OpenCL device is %q any more", f.Device.ID, f.Device.Name, f.Key)
 	}
-	return NewDevice(avail[i], streams, WithIndex(f.Device.ID.Index))
+	return NewDevice(avail[i], WithStreams(streams), WithIndex(f.Device.ID.Index))
 }
 
 // available returns the available devices of every platform, in

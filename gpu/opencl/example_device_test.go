@@ -19,7 +19,7 @@ func ExampleNewDevice() {
 		fmt.Println("no OpenCL device:", err)
 		return
 	}
-	d, err := opencl.NewDevice(ds[0], 2)
+	d, err := opencl.NewDevice(ds[0], opencl.WithStreams(2))
 	if err != nil {
 		fmt.Println(err)
 		return

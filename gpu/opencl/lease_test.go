@@ -187,7 +187,7 @@ func TestBackendAcquireOpenCLOpenFails(t *testing.T) {
 	assert.Equal(t, topology.CPU, a.Device.ID())
 	assert.Nil(t, a.Claim)
 	assert.Contains(t, a.Why, "opencl0 ("+device(t).Name+") leased, but driver opencl could not open it: ")
-	assert.Contains(t, a.Why, "65 streams: want 1 to 64: running on the CPU device")
+	assert.Contains(t, a.Why, "opencl: WithStreams(65): want 1 to 64 streams: running on the CPU device")
 	assert.Zero(t, b.CloseSnapshot().ActiveGPUPermits, "the lease went back")
 }
 

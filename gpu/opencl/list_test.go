@@ -55,7 +55,7 @@ func TestPlatformsDescribeDevices(t *testing.T) {
 // TestNewDeviceZeroInfo: the zero Info is refused with an error, and
 // nothing is left running.
 func TestNewDeviceZeroInfo(t *testing.T) {
-	d, err := opencl.NewDevice(opencl.Info{}, 1)
+	d, err := opencl.NewDevice(opencl.Info{})
 	assert.Nil(t, d)
 	assert.EqualError(t, err, "opencl: new device: the zero Info names no device (take one from Platforms, Devices or InfoOf)")
 }
@@ -67,7 +67,7 @@ func TestNewDeviceOpensTheHandle(t *testing.T) {
 	info := device(t)
 	edited := info
 	edited.Name, edited.GlobalMemBytes, edited.BaseAlignBytes = "edited", 1, 3
-	d, err := opencl.NewDevice(edited, 1)
+	d, err := opencl.NewDevice(edited)
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, d.Close()) }()
 	assert.Equal(t, info.Name, d.Info().Name)

@@ -44,7 +44,7 @@ func runSteps(t *testing.T, s gpu.Lister, n uint64) (ran uint64, lost error) {
 // their first publish, later tasks are refused with it; the other GPUs go
 // on.
 func TestWithLoss(t *testing.T) {
-	set, err := sim.New(gpus(0, 1), 1, sim.WithLoss(topology.GPU(1), 0.5))
+	set, err := sim.New(gpus(0, 1), sim.WithLoss(topology.GPU(1), 0.5))
 	require.NoError(t, err)
 	defer set.Close()
 	g0, g1 := set.Devices()[0].Stream(0).(gpu.Lister), set.Devices()[1].Stream(0).(gpu.Lister)
@@ -66,7 +66,7 @@ func TestWithLoss(t *testing.T) {
 // WithLossAfter counts launches across lists; WithLoss(0) loses the GPU
 // before its first launch.
 func TestWithLossAfterAndAtZero(t *testing.T) {
-	set, err := sim.New(gpus(0, 1), 1, sim.WithLossAfter(topology.GPU(0), 7), sim.WithLoss(topology.GPU(1), 0))
+	set, err := sim.New(gpus(0, 1), sim.WithLossAfter(topology.GPU(0), 7), sim.WithLoss(topology.GPU(1), 0))
 	require.NoError(t, err)
 	defer set.Close()
 	g0, g1 := set.Devices()[0].Stream(0).(gpu.Lister), set.Devices()[1].Stream(0).(gpu.Lister)
@@ -93,7 +93,7 @@ func TestLossOptionErrors(t *testing.T) {
 		{"unknown GPU", sim.WithLoss(topology.GPU(5), 0.5), "gpu5, which is not among the 1 GPUs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := sim.New(gpus(0), 1, tc.opt)
+			_, err := sim.New(gpus(0), tc.opt)
 			assert.ErrorContains(t, err, tc.want)
 		})
 	}
@@ -104,7 +104,7 @@ func TestLossOptionErrors(t *testing.T) {
 // *gpu.LostError), and the counter reaches the list's end once the list
 // has published its steps on it and returned.
 func TestLostGPUTakesLists(t *testing.T) {
-	set, err := sim.New(gpus(0), 1, sim.WithLossAfter(topology.GPU(0), 1))
+	set, err := sim.New(gpus(0), sim.WithLossAfter(topology.GPU(0), 1))
 	require.NoError(t, err)
 	defer set.Close()
 	s := set.Devices()[0].Stream(0).(gpu.Lister)

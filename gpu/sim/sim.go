@@ -33,7 +33,22 @@ var _ gpu.Set = (*set)(nil)
 type Option func(*options) error
 
 type options struct {
-	loss map[topology.DeviceID]lossAt
+	streams int // per simulated GPU
+	loss    map[topology.DeviceID]lossAt
+}
+
+// WithStreams sets the number of streams of each simulated GPU, n in
+// [1, cpu.MaxStreams] (default 1); New also wants n × the number of GPUs
+// within cpu.MaxStreams. An n outside [1, cpu.MaxStreams] makes New fail
+// with an error naming n.
+func WithStreams(n int) Option {
+	return func(o *options) error {
+		if n < 1 || n > cpu.MaxStreams {
+			return fmt.Errorf("sim: WithStreams(%d): want 1 to %d streams per device", n, cpu.MaxStreams)
+		}
+		o.streams = n
+		return nil
+	}
 }
 
 // lossAt is when a simulated GPU is lost: once frac of the launches queued
@@ -85,12 +100,12 @@ func (o *options) lose(dev topology.DeviceID, at lossAt) {
 
 // New returns a gpu.Set of simulated GPUs (as the package describes
 // them), one per entry of gpus (their IDs and facts, e.g.
-// topology.Topology.GPUs()), each with streamsPerDevice streams
-// (1..cpu.MaxStreams in all); its Close stops every stream. Errors: no
-// GPUs, a non-GPU or duplicate ID, a bad stream count, a bad option or
-// one naming a GPU not in gpus.
-func New(gpus []topology.DeviceFacts, streamsPerDevice int, opts ...Option) (gpu.Set, error) {
-	var o options
+// topology.Topology.GPUs()), each with WithStreams' streams (default 1;
+// at most cpu.MaxStreams in all); its Close stops every stream. Errors: no
+// GPUs, a non-GPU or duplicate ID, more than cpu.MaxStreams streams in
+// all, a bad option or one naming a GPU not in gpus.
+func New(gpus []topology.DeviceFacts, opts ...Option) (gpu.Set, error) {
+	o := options{streams: 1}
 	for _, opt := range opts {
 		if opt == nil {
 			continue
@@ -114,7 +129,8 @@ func New(gpus []topology.DeviceFacts, streamsPerDevice int, opts ...Option) (gpu
 			return nil, fmt.Errorf("sim: New: a loss of %s, which is not among the %d GPUs", dev, len(gpus))
 		}
 	}
-	if streamsPerDevice < 1 || streamsPerDevice*len(gpus) > cpu.MaxStreams {
+	streamsPerDevice := o.streams
+	if streamsPerDevice*len(gpus) > cpu.MaxStreams {
 		return nil, fmt.Errorf("sim: New: %d streams per device × %d GPUs: want 1 to %d streams in all",
 			streamsPerDevice, len(gpus), cpu.MaxStreams)
 	}
@@ -200,8 +216,8 @@ func (s *simStream) String() string            { return fmt.Sprintf("%s stream %
 // Kind is the driver kind of simulated GPUs: importing this package
 // registers its driver under Kind, so gpu.Open(ctx, sim.Kind,
 // sim.WithSimulation(gpus, opts...), gpu.WithStreams(n)) returns New(gpus,
-// n, opts...) as a gpu.Set (without gpu.WithStreams, 1 stream per
-// simulated GPU). Errors: New's; no WithSimulation ("sim: open: no GPUs to
+// opts..., WithStreams(n)) as a gpu.Set (without gpu.WithStreams,
+// New(gpus, opts...): 1 stream per simulated GPU unless opts say). Errors: New's; no WithSimulation ("sim: open: no GPUs to
 // simulate (give sim.WithSimulation)").
 const Kind = "sim"
 
@@ -218,7 +234,8 @@ func (simulation) DriverKind() string { return Kind }
 
 // WithSimulation is the sim driver's setting for gpu.Open: simulate gpus
 // (their IDs and facts, e.g. topology.Topology.GPUs(); copied) as New
-// does, with opts (WithLoss, WithLossAfter). gpu.Open of another kind
+// does, with opts (WithStreams, WithLoss, WithLossAfter; gpu.Open's
+// gpu.WithStreams overrides WithStreams). gpu.Open of another kind
 // refuses it, naming the driver; a later WithSimulation replaces an
 // earlier one. Errors (from gpu.Open): New's.
 func WithSimulation(gpus []topology.DeviceFacts, opts ...Option) gpu.Option {
@@ -240,11 +257,11 @@ func (driver) Open(_ context.Context, cfg gpu.Config) (gpu.Set, error) {
 	if sim == nil {
 		return nil, errors.New("sim: open: no GPUs to simulate (give sim.WithSimulation)")
 	}
-	streams := cfg.Streams
-	if streams == 0 {
-		streams = 1
+	opts := sim.opts
+	if cfg.Streams != 0 {
+		opts = append(slices.Clip(opts), WithStreams(cfg.Streams))
 	}
-	s, err := New(sim.gpus, streams, sim.opts...)
+	s, err := New(sim.gpus, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -25,21 +25,46 @@ func gpus(indices ...int) []topology.DeviceFacts {
 
 func TestNewErrors(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		gpus    []topology.DeviceFacts
-		streams int
-		want    string
+		name string
+		gpus []topology.DeviceFacts
+		opts []sim.Option
+		want string
 	}{
-		{"no GPUs", nil, 1, "sim: New: no GPUs to simulate"},
-		{"CPU given", []topology.DeviceFacts{topology.CPUDevice()}, 1, "sim: New: cpu is not a distinct GPU"},
-		{"twice", gpus(1, 1), 1, "sim: New: gpu1 is not a distinct GPU"},
-		{"no streams", gpus(0), 0, "sim: New: 0 streams per device × 1 GPUs: want 1 to 1024 streams in all"},
-		{"too many streams", gpus(0, 1), 513, "sim: New: 513 streams per device × 2 GPUs: want 1 to 1024 streams in all"},
+		{"no GPUs", nil, nil, "sim: New: no GPUs to simulate"},
+		{"CPU given", []topology.DeviceFacts{topology.CPUDevice()}, nil, "sim: New: cpu is not a distinct GPU"},
+		{"twice", gpus(1, 1), nil, "sim: New: gpu1 is not a distinct GPU"},
+		{"no streams", gpus(0), []sim.Option{sim.WithStreams(0)}, "sim: WithStreams(0): want 1 to 1024 streams per device"},
+		{"negative streams", gpus(0), []sim.Option{sim.WithStreams(-1)}, "sim: WithStreams(-1): want 1 to 1024 streams per device"},
+		{"too many streams per device", gpus(0), []sim.Option{sim.WithStreams(1025)}, "sim: WithStreams(1025): want 1 to 1024 streams per device"},
+		{"too many streams in all", gpus(0, 1), []sim.Option{sim.WithStreams(513)}, "sim: New: 513 streams per device × 2 GPUs: want 1 to 1024 streams in all"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := sim.New(tc.gpus, tc.streams)
+			s, err := sim.New(tc.gpus, tc.opts...)
 			assert.EqualError(t, err, tc.want)
 			assert.Nil(t, s)
+		})
+	}
+}
+
+// Without WithStreams each simulated GPU has one stream; a later
+// WithStreams replaces an earlier one.
+func TestNewStreams(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []sim.Option
+		want int
+	}{
+		{"default", nil, 1},
+		{"two", []sim.Option{sim.WithStreams(2)}, 2},
+		{"last wins", []sim.Option{sim.WithStreams(5), sim.WithStreams(3)}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := sim.New(gpus(0, 1), tc.opts...)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, s.Close()) }()
+			for _, d := range s.Devices() {
+				assert.Equal(t, tc.want, d.NumStreams(), d.ID())
+			}
 		})
 	}
 }
@@ -47,7 +72,7 @@ func TestNewErrors(t *testing.T) {
 // Each simulated GPU has its own streams, IDs and facts; an event recorded
 // on one GPU orders a stream of another.
 func TestDevicesAndCrossDeviceWait(t *testing.T) {
-	s, err := sim.New(gpus(0, 3), 2)
+	s, err := sim.New(gpus(0, 3), sim.WithStreams(2))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, s.Close()) }()
 	devs := s.Devices()
@@ -81,15 +106,18 @@ func TestDevicesAndCrossDeviceWait(t *testing.T) {
 func TestDriver(t *testing.T) {
 	assert.Contains(t, gpu.Drivers(), sim.Kind)
 	for _, tc := range []struct {
-		name string
-		opts []gpu.Option
-		want int
+		name    string
+		opts    []gpu.Option
+		simOpts []sim.Option
+		want    int
 	}{
-		{"default", nil, 1},
-		{"three", []gpu.Option{gpu.WithStreams(3)}, 3},
+		{"default", nil, nil, 1},
+		{"three", []gpu.Option{gpu.WithStreams(3)}, nil, 3},
+		{"the setting's", nil, []sim.Option{sim.WithStreams(2)}, 2},
+		{"gpu.WithStreams overrides the setting's", []gpu.Option{gpu.WithStreams(3)}, []sim.Option{sim.WithStreams(2)}, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			set, err := gpu.Open(t.Context(), sim.Kind, append(tc.opts, sim.WithSimulation(gpus(0, 1, 2)))...)
+			set, err := gpu.Open(t.Context(), sim.Kind, append(tc.opts, sim.WithSimulation(gpus(0, 1, 2), tc.simOpts...))...)
 			require.NoError(t, err)
 			defer func() { require.NoError(t, set.Close()) }()
 			require.Len(t, set.Devices(), 3)
