@@ -9,6 +9,8 @@ import (
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/gpu/opencl"
 	"github.com/streamdag/streamdag/lease"
+
+	"github.com/streamdag/streamdag/internal/cli"
 )
 
 // The values of run flights --device.
@@ -193,7 +195,7 @@ func chooseDevice(flag string, l leased) (deviceChoice, error) {
 		}
 		return deviceChoice{openCL: true, why: "--device opencl: " + l.why + ", beside the CPU device"}, nil
 	}
-	return deviceChoice{}, usagef("--device %s: want cpu, opencl or auto", flag)
+	return deviceChoice{}, cli.Usagef("--device %s: want cpu, opencl or auto", flag)
 }
 
 // noteText joins the backend's notes of the OpenCL driver, each without

@@ -97,10 +97,10 @@ func TestChooseDevice(t *testing.T) {
 // TestRunFlightsBadDevice: an unknown --device is a usage error, and
 // --device opencl with --topology is refused before anything runs.
 func TestRunFlightsBadDevice(t *testing.T) {
-	code, _, errs := cli(t, "run", "flights", "--device", "cuda")
+	code, _, errs := runArgs(t, "run", "flights", "--device", "cuda")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errs, "--device cuda: want cpu, opencl or auto")
-	code, _, errs = cli(t, "run", "flights", "--device", "opencl", "--topology", "sim:dgx1-v100")
+	code, _, errs = runArgs(t, "run", "flights", "--device", "opencl", "--topology", "sim:dgx1-v100")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errs, "--device opencl and --topology")
 }
@@ -137,7 +137,7 @@ func TestRunFlightsDeviceOpenCLSameCSV(t *testing.T) {
 			csvs := map[string]string{}
 			for _, dev := range []string{deviceCPU, deviceOpenCL} {
 				path := filepath.Join(dir, dev+".csv")
-				code, _, errs := cli(t, append([]string{"run", "flights", "--device", dev, "--top", "0", "--out", path}, args...)...)
+				code, _, errs := runArgs(t, append([]string{"run", "flights", "--device", dev, "--top", "0", "--out", path}, args...)...)
 				require.Equal(t, 0, code, errs)
 				b, err := os.ReadFile(path)
 				require.NoError(t, err)
@@ -219,7 +219,7 @@ func TestRunFlightsWithoutOpenCL(t *testing.T) {
 // skipped, and the result is partial.
 func TestRunFlightsDeviceOpenCLFail(t *testing.T) {
 	needOpenCL(t)
-	code, _, errs := cli(t, "run", "flights", "--device", "opencl", "--fail", "filter[1]", "--top", "3")
+	code, _, errs := runArgs(t, "run", "flights", "--device", "opencl", "--fail", "filter[1]", "--top", "3")
 	assert.Equal(t, 1, code, errs)
 	assert.Contains(t, errs, `filter[1]: failed (failure #1): exec: kernel "filter[1]": dag: injected failure`)
 	assert.Contains(t, errs, "partial[1]: skipped (failure #1) ← copy keep[1] cpu→opencl0 ← filter[1]")
@@ -240,7 +240,7 @@ func TestRunFlightsDeviceAutoWithoutGPU(t *testing.T) {
 			t.Skipf("an OpenCL GPU is present (%s): auto takes it", d.Name)
 		}
 	}
-	code, _, errs := cli(t, "run", "flights", "--top", "1")
+	code, _, errs := runArgs(t, "run", "flights", "--top", "1")
 	require.Equal(t, 0, code, errs)
 	assert.Contains(t, errs, "--device auto: no OpenCL GPU (no GPU: ")
 	assert.Contains(t, errs, "opencl: opencl0 ("+ds[0].Name+") is a cpu device: not leased")

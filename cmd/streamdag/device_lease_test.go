@@ -167,7 +167,7 @@ func TestRunFlightsDeviceOpenCLLeased(t *testing.T) {
 	needOpenCL(t)
 	dir := t.TempDir()
 	rep, metrics := filepath.Join(dir, "r.json"), filepath.Join(dir, "m.json")
-	code, _, errs := cli(t, "run", "flights", "--device", "opencl", "--top", "1", "--report", rep, "--metrics", metrics)
+	code, _, errs := runArgs(t, "run", "flights", "--device", "opencl", "--top", "1", "--report", rep, "--metrics", metrics)
 	require.Equal(t, 0, code, errs)
 	assert.Regexp(t, `devices: cpu and opencl0; --device opencl: opencl0 \(.+\) leased, beside the CPU device\n`, errs)
 	for _, src := range []struct {
@@ -191,16 +191,16 @@ func TestRunFlightsDeviceOpenCLLeased(t *testing.T) {
 // streams than that, the summary says how many streams each device has.
 func TestRunFlightsOpenCLStreamsCap(t *testing.T) {
 	over := strconv.Itoa(opencl.MaxStreams + 1)
-	code, _, errs := cli(t, "run", "flights", "--device", "opencl", "--streams", over)
+	code, _, errs := runArgs(t, "run", "flights", "--device", "opencl", "--streams", over)
 	assert.Equal(t, 2, code, errs)
 	assert.Contains(t, errs, "--streams "+over+" with --device opencl: an OpenCL device opens at most "+strconv.Itoa(opencl.MaxStreams)+" streams")
-	code, out, errs := cli(t, "run", "flights", "--help")
+	code, out, errs := runArgs(t, "run", "flights", "--help")
 	require.Equal(t, 0, code, errs)
 	assert.Contains(t, out, "an OpenCL device gets as many, at most "+strconv.Itoa(opencl.MaxStreams)+" (--device opencl refuses more)")
 
 	needOpenCL(t)
 	useDriver(t, gpuLikeKind)
-	code, _, errs = cli(t, "run", "flights", "--device", deviceAuto, "--streams", over, "--top", "1")
+	code, _, errs = runArgs(t, "run", "flights", "--device", deviceAuto, "--streams", over, "--top", "1")
 	require.Equal(t, 0, code, errs)
 	assert.Contains(t, errs, "; opencl0 has "+strconv.Itoa(opencl.MaxStreams)+" streams, the most an OpenCL device opens, and cpu "+over+"\n")
 	assert.Contains(t, errs, " launches on "+over+", "+strconv.Itoa(opencl.MaxStreams)+" streams of each of 2 devices (cpu, opencl0),")
@@ -221,7 +221,7 @@ func TestRunFlightsOpensTheLeasedDeviceOnce(t *testing.T) {
 	require.NoError(t, err)
 	dir := t.TempDir()
 	cpuCSV := filepath.Join(dir, "cpu.csv")
-	code, _, errs := cli(t, "run", "flights", "--device", "cpu", "--top", "0", "--out", cpuCSV)
+	code, _, errs := runArgs(t, "run", "flights", "--device", "cpu", "--top", "0", "--out", cpuCSV)
 	require.Equal(t, 0, code, errs)
 	assert.Empty(t, countingDriver.take(), "--device cpu leases nothing")
 	want, err := os.ReadFile(cpuCSV)
@@ -233,7 +233,7 @@ func TestRunFlightsOpensTheLeasedDeviceOnce(t *testing.T) {
 	} {
 		t.Run(tc.flag, func(t *testing.T) {
 			csv, rep := filepath.Join(dir, tc.flag+".csv"), filepath.Join(dir, tc.flag+".json")
-			code, _, errs := cli(t, "run", "flights", "--device", tc.flag, "--top", "0", "--out", csv, "--report", rep)
+			code, _, errs := runArgs(t, "run", "flights", "--device", tc.flag, "--top", "0", "--out", csv, "--report", rep)
 			opened := countingDriver.take()
 			require.Equal(t, 0, code, errs)
 			require.Len(t, opened, 1, "the leased device is opened once")

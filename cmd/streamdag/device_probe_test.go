@@ -152,7 +152,7 @@ func TestRunFlightsAsksNoDriverNeedlessly(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			pats := withGPUNodes(t, tc.nodes...)
 			before := probes.asked.Load()
-			code, _, errs := cli(t, append([]string{"run", "flights", "--top", "1"}, tc.args...)...)
+			code, _, errs := runArgs(t, append([]string{"run", "flights", "--top", "1"}, tc.args...)...)
 			require.Equal(t, tc.code, code, errs)
 			assert.Equal(t, tc.asked, probes.asked.Load()-before, "Enumerate calls")
 			why := tc.why

@@ -17,6 +17,8 @@ import (
 	"github.com/streamdag/streamdag/gpu/sim"
 	"github.com/streamdag/streamdag/lease"
 	"github.com/streamdag/streamdag/topology"
+
+	"github.com/streamdag/streamdag/internal/cli"
 )
 
 // defaultSimStreams is the stream count of each simulated GPU when
@@ -171,7 +173,7 @@ func runDevices(ctx context.Context, backend *lease.Backend, plan leasePlan, top
 			ids[i] = g.ID.String()
 		}
 		if !slices.Contains(ids, loss.dev.String()) {
-			return nil, usagef("--lose-device %s: %s is not a device of %s (%s)", loss.flag, loss.dev, topoSpec, strings.Join(ids, ", "))
+			return nil, cli.Usagef("--lose-device %s: %s is not a device of %s (%s)", loss.flag, loss.dev, topoSpec, strings.Join(ids, ", "))
 		}
 		simOpts = append(simOpts, sim.WithLoss(loss.dev, loss.after))
 	}
@@ -262,22 +264,22 @@ type lossSpec struct {
 func parseLoss(s string) (lossSpec, error) {
 	dev, at, ok := strings.Cut(s, "@")
 	if !ok {
-		return lossSpec{}, usagef("--lose-device %s: want DEVICE@PERCENT, e.g. gpu3@50%%", s)
+		return lossSpec{}, cli.Usagef("--lose-device %s: want DEVICE@PERCENT, e.g. gpu3@50%%", s)
 	}
 	id, err := topology.ParseDeviceID(dev)
 	if err != nil {
-		return lossSpec{}, usagef("--lose-device %s: %w", s, err)
+		return lossSpec{}, cli.Usagef("--lose-device %s: %w", s, err)
 	}
 	pct, isPct := strings.CutSuffix(at, "%")
 	f, err := strconv.ParseFloat(pct, 64)
 	if !isPct && err == nil && f > 1 && f <= 100 {
-		return lossSpec{}, usagef("--lose-device %s: the point %s has no %%: write %s@%s%% (a percentage of the launches) or a fraction 0–1", s, at, dev, at)
+		return lossSpec{}, cli.Usagef("--lose-device %s: the point %s has no %%: write %s@%s%% (a percentage of the launches) or a fraction 0–1", s, at, dev, at)
 	}
 	if isPct {
 		f /= 100
 	}
 	if err != nil || math.IsNaN(f) || f < 0 || f > 1 {
-		return lossSpec{}, usagef("--lose-device %s: the point must be 0–100%% of the device's launches", s)
+		return lossSpec{}, cli.Usagef("--lose-device %s: the point must be 0–100%% of the device's launches", s)
 	}
 	return lossSpec{flag: s, dev: id, after: f}, nil
 }

@@ -26,13 +26,13 @@ type devicesJSON struct {
 }
 
 func TestDevicesHost(t *testing.T) {
-	code, out, errs := cli(t, "devices")
+	code, out, errs := runArgs(t, "devices")
 	require.Equal(t, 0, code, errs)
 	assert.True(t, strings.HasPrefix(out, "ID "), out)
 	assert.Contains(t, out, "\ncpu ")
 	assert.Contains(t, out, "\nNVML ")
 
-	code, out, errs = cli(t, "devices", "--json")
+	code, out, errs = runArgs(t, "devices", "--json")
 	require.Equal(t, 0, code, errs)
 	var j devicesJSON
 	require.NoError(t, json.Unmarshal([]byte(out), &j))
@@ -88,11 +88,11 @@ func TestDevicesNVMLMock(t *testing.T) {
 
 // The shipped command has no flag that swaps this host's NVML for a mock.
 func TestDevicesHasNoMockFlag(t *testing.T) {
-	code, out, _ := cli(t, "devices", "--help")
+	code, out, _ := runArgs(t, "devices", "--help")
 	require.Equal(t, 0, code)
 	assert.Contains(t, out, "--json")
 	assert.NotContains(t, out, "mock")
-	code, _, errs := cli(t, "devices", "--nvml-mock", "dgxa100")
+	code, _, errs := runArgs(t, "devices", "--nvml-mock", "dgxa100")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errs, "unknown flag: --nvml-mock")
 }
@@ -104,9 +104,9 @@ func TestDevicesOpenCL(t *testing.T) {
 	if clErr != nil && os.Getenv("CI") != "" {
 		t.Fatalf("OpenCL needed under CI (.ci/run installs pocl-opencl-icd): %v", clErr)
 	}
-	code, out, errs := cli(t, "devices")
+	code, out, errs := runArgs(t, "devices")
 	require.Equal(t, 0, code, errs)
-	code, jout, errs := cli(t, "devices", "--json")
+	code, jout, errs := runArgs(t, "devices", "--json")
 	require.Equal(t, 0, code, errs)
 	var j struct {
 		OpenCL struct {

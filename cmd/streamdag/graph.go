@@ -14,6 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/streamdag/streamdag/internal/outfile"
+
+	"github.com/streamdag/streamdag/internal/cli"
 )
 
 // errNoGraphviz reports that Graphviz's dot is not on PATH.
@@ -50,16 +52,16 @@ func renderGraph(stdin io.Reader, stdout io.Writer, in, out, format string) erro
 	switch ext := strings.ToLower(filepath.Ext(out)); {
 	case ext == ".svg" || ext == ".png":
 		if format != "" && format != ext[1:] {
-			return usagef("--format %s contradicts --out %s", format, out)
+			return cli.Usagef("--format %s contradicts --out %s", format, out)
 		}
 		format = ext[1:]
 	case out != "" && format == "":
-		return usagef("--out %s: want a .svg or .png file name (or give --format)", out)
+		return cli.Usagef("--out %s: want a .svg or .png file name (or give --format)", out)
 	case format == "":
 		format = "svg"
 	}
 	if format != "svg" && format != "png" {
-		return usagef("--format %s: want svg or png", format)
+		return cli.Usagef("--format %s: want svg or png", format)
 	}
 	var outs outfile.Set
 	defer outs.Discard()
@@ -70,7 +72,7 @@ func renderGraph(stdin io.Reader, stdout io.Writer, in, out, format string) erro
 	var src []byte
 	if in == "" {
 		if f, ok := stdin.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-			return usagef("no --in FILE, and standard input is a terminal: pass --in plan.dot or pipe DOT in")
+			return cli.Usagef("no --in FILE, and standard input is a terminal: pass --in plan.dot or pipe DOT in")
 		}
 		src, err = io.ReadAll(stdin)
 	} else {

@@ -44,7 +44,7 @@ func TestRunFlightsKvioLine(t *testing.T) {
 			t.Setenv(kvio.EnvAutoDirectIORead, "on")
 			dir := t.TempDir()
 			metrics, report := filepath.Join(dir, "m.json"), filepath.Join(dir, "r.json")
-			code, _, errs := cli(t, append([]string{"run", "flights", "--top", "1", "--metrics", metrics, "--report", report}, tc.args...)...)
+			code, _, errs := runArgs(t, append([]string{"run", "flights", "--top", "1", "--metrics", metrics, "--report", report}, tc.args...)...)
 			require.Equal(t, 0, code, errs)
 			var line string
 			for l := range strings.Lines(errs) {

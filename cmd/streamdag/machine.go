@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/streamdag/streamdag/topology"
+
+	"github.com/streamdag/streamdag/internal/cli"
 )
 
 // machine is a topology read for the CLI: from "sim:NAME" (an embedded
@@ -27,7 +29,7 @@ func loadMachine(spec string) (machine, error) {
 	if name, ok := strings.CutPrefix(spec, "sim:"); ok {
 		m, err := topology.LoadMachine(name)
 		if err != nil {
-			return machine{}, usageError{err}
+			return machine{}, cli.UsageError{Err: err}
 		}
 		out := machine{facts: m.Facts, source: "sim:" + name + " (" + m.Description + ")", memory: m.MemoryBytes}
 		if m.SpecFound {

@@ -15,14 +15,16 @@ import (
 	"github.com/streamdag/streamdag/internal/leaktest"
 	"github.com/streamdag/streamdag/internal/testdata"
 	"github.com/streamdag/streamdag/topology"
+
+	"github.com/streamdag/streamdag/internal/cli"
 )
 
 func TestMain(m *testing.M) { leaktest.Main(m) }
 
-// cli runs the command line with args as main does (the same exit
+// runArgs runs the command line with args as main does (the same exit
 // statuses and error lines) and returns its exit status, stdout and
 // stderr.
-func cli(t *testing.T, args ...string) (int, string, string) {
+func runArgs(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	code := run(t.Context(), args, strings.NewReader(""), &out, &errb)
@@ -32,7 +34,7 @@ func cli(t *testing.T, args ...string) (int, string, string) {
 func TestRunFlightsEmbedded(t *testing.T) {
 	dir := t.TempDir()
 	csvPath := filepath.Join(dir, "out.csv")
-	code, out, errs := cli(t, "run", "flights", "--top", "0", "--streams", "3", "--out", csvPath)
+	code, out, errs := runArgs(t, "run", "flights", "--top", "0", "--streams", "3", "--out", csvPath)
 	require.Equal(t, 0, code, errs)
 	assert.Contains(t, out, "hour")
 	assert.Contains(t, errs, "200000 rows")
@@ -48,7 +50,7 @@ func TestRunFlightsEmbedded(t *testing.T) {
 func TestRunFlightsJSONAndDOT(t *testing.T) {
 	dir := t.TempDir()
 	jsonPath, dotPath := filepath.Join(dir, "out.json"), filepath.Join(dir, "f.dot")
-	code, _, errs := cli(t, "run", "flights", "--top", "3", "--out", jsonPath, "--dot", dotPath)
+	code, _, errs := runArgs(t, "run", "flights", "--top", "3", "--out", jsonPath, "--dot", dotPath)
 	require.Equal(t, 0, code, errs)
 	b, err := os.ReadFile(jsonPath)
 	require.NoError(t, err)
@@ -71,7 +73,7 @@ func TestRunFlightsJSONAndDOT(t *testing.T) {
 }
 
 func TestRunFlightsMultibatch(t *testing.T) {
-	code, out, errs := cli(t, "run", "flights", "--input", testdata.File(t, "flights-231k-multibatch.arrow"),
+	code, out, errs := runArgs(t, "run", "flights", "--input", testdata.File(t, "flights-231k-multibatch.arrow"),
 		"--top", "2", "--streams", "4")
 	require.Equal(t, 0, code, errs)
 	assert.Contains(t, errs, "231083 rows")
@@ -118,7 +120,7 @@ func TestBadInput(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			code, _, errs := cli(t, c.args...)
+			code, _, errs := runArgs(t, c.args...)
 			assert.Equal(t, c.code, code, errs)
 			assert.Contains(t, errs, c.want)
 			assert.Equal(t, 1, strings.Count(errs, "streamdag: "), "one error line: %q", errs)
@@ -130,7 +132,7 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestDevicesJSON(t *testing.T) {
-	code, out, errs := cli(t, "devices", "--json")
+	code, out, errs := runArgs(t, "devices", "--json")
 	require.Equal(t, 0, code, errs)
 	var inv struct {
 		NVML struct {
@@ -150,7 +152,7 @@ func TestDevicesJSON(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
-	code, out, _ := cli(t, "version")
+	code, out, _ := runArgs(t, "version")
 	require.Equal(t, 0, code)
 	assert.True(t, strings.HasPrefix(out, "streamdag "+version))
 }
@@ -160,7 +162,7 @@ func TestRunFlightsFailInjection(t *testing.T) {
 		t.Run("mode="+mode, func(t *testing.T) {
 			dir := t.TempDir()
 			rep, edot := filepath.Join(dir, "r.json"), filepath.Join(dir, "e.dot")
-			code, out, errs := cli(t, "run", "flights", "--streams", "3", "--top", "0", "--fail", "filter[1]"+mode,
+			code, out, errs := runArgs(t, "run", "flights", "--streams", "3", "--top", "0", "--fail", "filter[1]"+mode,
 				"--report", rep, "--errors-dot", edot)
 			require.Equal(t, 1, code, errs)
 			assert.Contains(t, out, "hour", "the partial result is printed")
@@ -201,7 +203,7 @@ func TestRunFlightsFailInjection(t *testing.T) {
 func TestRunFlightsMetricsAndQuiet(t *testing.T) {
 	dir := t.TempDir()
 	metrics, rep := filepath.Join(dir, "m.json"), filepath.Join(dir, "r.json")
-	code, out, errs := cli(t, "run", "flights", "--quiet", "--top", "1", "--metrics", metrics, "--report", rep)
+	code, out, errs := runArgs(t, "run", "flights", "--quiet", "--top", "1", "--metrics", metrics, "--report", rep)
 	require.Equal(t, 0, code, errs)
 	assert.Empty(t, errs, "--quiet prints no summary")
 	assert.Contains(t, out, "17")
@@ -250,9 +252,9 @@ func TestRunFlightsMetricsAndQuiet(t *testing.T) {
 func TestRunFlightsOnSimulatedGPUs(t *testing.T) {
 	dir := t.TempDir()
 	cpu, sim, rep := filepath.Join(dir, "cpu.csv"), filepath.Join(dir, "sim.csv"), filepath.Join(dir, "r.json")
-	code, _, errs := cli(t, "run", "flights", "--top", "0", "--out", cpu)
+	code, _, errs := runArgs(t, "run", "flights", "--top", "0", "--out", cpu)
 	require.Equal(t, 0, code, errs)
-	code, _, errs = cli(t, "run", "flights", "--top", "0", "--out", sim, "--topology", "sim:dgx1-v100", "--report", rep)
+	code, _, errs = runArgs(t, "run", "flights", "--top", "0", "--out", sim, "--topology", "sim:dgx1-v100", "--report", rep)
 	require.Equal(t, 0, code, errs)
 	assert.Contains(t, errs, "8 simulated V100 GPUs")
 	assert.Contains(t, errs, "placement heft")
@@ -273,7 +275,7 @@ func TestRunFlightsOnSimulatedGPUs(t *testing.T) {
 	}
 	assert.Greater(t, len(devices), 1, "work spread over several simulated GPUs")
 
-	code, _, errs = cli(t, "run", "flights", "--topology", "sim:nosuch")
+	code, _, errs = runArgs(t, "run", "flights", "--topology", "sim:nosuch")
 	assert.Equal(t, 2, code, "an unknown machine is a usage error")
 	assert.Contains(t, errs, `no machine "nosuch"`)
 }
@@ -301,7 +303,7 @@ func TestParseLoss(t *testing.T) {
 		"tpu1@50%":  "--lose-device tpu1@50%: ",
 	} {
 		_, err := parseLoss(s)
-		var ue usageError
+		var ue cli.UsageError
 		require.ErrorAs(t, err, &ue, s)
 		assert.ErrorContains(t, err, msg, s)
 	}
@@ -312,10 +314,10 @@ func TestParseLoss(t *testing.T) {
 func TestRunFlightsLoseDevice(t *testing.T) {
 	dir := t.TempDir()
 	cpu, lost := filepath.Join(dir, "cpu.csv"), filepath.Join(dir, "lost.csv")
-	code, _, errs := cli(t, "run", "flights", "--top", "0", "--out", cpu)
+	code, _, errs := runArgs(t, "run", "flights", "--top", "0", "--out", cpu)
 	require.Equal(t, 0, code, errs)
 	for _, at := range []string{"0%", "50%"} {
-		code, _, errs = cli(t, "run", "flights", "--top", "0", "--out", lost, "--topology", "sim:dgx1-v100", "--lose-device", "gpu3@"+at)
+		code, _, errs = runArgs(t, "run", "flights", "--top", "0", "--out", lost, "--topology", "sim:dgx1-v100", "--lose-device", "gpu3@"+at)
 		require.Equal(t, 0, code, errs)
 		assert.Contains(t, errs, "lost gpu3:")
 		a, err := os.ReadFile(cpu)

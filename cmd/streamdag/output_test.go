@@ -25,9 +25,9 @@ func TestRunFlightsLoseDeviceWritesEveryFile(t *testing.T) {
 	input := testdata.File(t, "flights-3m.parquet")
 	dir := t.TempDir()
 	path := func(name string) string { return filepath.Join(dir, name) }
-	code, _, errs := cli(t, "run", "flights", "--input", input, "--top", "0", "--out", path("cpu.csv"), "--quiet")
+	code, _, errs := runArgs(t, "run", "flights", "--input", input, "--top", "0", "--out", path("cpu.csv"), "--quiet")
 	require.Equal(t, 0, code, errs)
-	code, out, errs := cli(t, "run", "flights", "--input", input, "--top", "0", "--topology", "sim:dgx1-v100",
+	code, out, errs := runArgs(t, "run", "flights", "--input", input, "--top", "0", "--topology", "sim:dgx1-v100",
 		"--lose-device", "gpu3@50%", "--trace", path("t.json"), "--dot", path("p.dot"), "--report", path("r.json"),
 		"--out", path("o.csv"))
 	require.Equal(t, 0, code, errs)
@@ -96,7 +96,7 @@ func TestRunFlightsLoseDeviceWritesEveryFile(t *testing.T) {
 	assert.Equal(t, "gpu3", tf.OtherData["lost_device"])
 
 	needDot(t)
-	code, _, errs = cli(t, "graph", "--in", path("p.dot"), "--out", path("p.svg"))
+	code, _, errs = runArgs(t, "graph", "--in", path("p.dot"), "--out", path("p.svg"))
 	require.Equal(t, 0, code, errs)
 	svg, err := os.ReadFile(path("p.svg"))
 	require.NoError(t, err)
@@ -121,7 +121,7 @@ func TestRunFlightsUnwritableOutputFailsBeforeRun(t *testing.T) {
 			if flag != "--out" {
 				args = append(args, "--out", out)
 			}
-			code, stdout, errs := cli(t, args...)
+			code, stdout, errs := runArgs(t, args...)
 			assert.Equal(t, 1, code, errs)
 			assert.Equal(t, 1, strings.Count(errs, flag+" "+bad), "the error once, naming the flag: %q", errs)
 			assert.NotContains(t, errs, "rows in", "the run did not start")
@@ -136,13 +136,13 @@ func TestRunFlightsUnwritableOutputFailsBeforeRun(t *testing.T) {
 	}
 	t.Run("two flags, one file", func(t *testing.T) {
 		p := filepath.Join(t.TempDir(), "x.json")
-		code, _, errs := cli(t, "run", "flights", "--trace", p, "--report", p)
+		code, _, errs := runArgs(t, "run", "flights", "--trace", p, "--report", p)
 		assert.Equal(t, 2, code, errs)
 		assert.Contains(t, errs, "--trace and --report both name")
 	})
 	t.Run("a directory", func(t *testing.T) {
 		dir := t.TempDir()
-		code, _, errs := cli(t, "run", "flights", "--report", dir)
+		code, _, errs := runArgs(t, "run", "flights", "--report", dir)
 		assert.Equal(t, 1, code, errs)
 		assert.Contains(t, errs, "is a directory")
 	})
@@ -156,7 +156,7 @@ func TestRunFlightsPartialResultMarked(t *testing.T) {
 	csvPath, jsonPath := filepath.Join(dir, "o.csv"), filepath.Join(dir, "o.json")
 	require.NoError(t, os.WriteFile(csvPath, []byte("old\n"), 0o600))
 
-	code, _, errs := cli(t, "run", "flights", "--fail", "filter[1]", "--out", csvPath, "--quiet")
+	code, _, errs := runArgs(t, "run", "flights", "--fail", "filter[1]", "--out", csvPath, "--quiet")
 	require.Equal(t, 1, code, errs)
 	b, err := os.ReadFile(csvPath)
 	require.NoError(t, err)
@@ -171,7 +171,7 @@ func TestRunFlightsPartialResultMarked(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o600), st.Mode().Perm(), "an existing file keeps its mode")
 
-	code, _, errs = cli(t, "run", "flights", "--fail", "filter[1]", "--out", jsonPath, "--quiet")
+	code, _, errs = runArgs(t, "run", "flights", "--fail", "filter[1]", "--out", jsonPath, "--quiet")
 	require.Equal(t, 1, code, errs)
 	b, err = os.ReadFile(jsonPath)
 	require.NoError(t, err)
@@ -187,7 +187,7 @@ func TestRunFlightsPartialResultMarked(t *testing.T) {
 		Error: `exec: kernel "filter[1]": dag: injected failure`}, doc.Lost[0])
 	assert.NotEmpty(t, doc.Rows)
 
-	code, _, errs = cli(t, "run", "flights", "--fail", "write", "--out", csvPath, "--quiet")
+	code, _, errs = runArgs(t, "run", "flights", "--fail", "write", "--out", csvPath, "--quiet")
 	require.Equal(t, 1, code, errs)
 	assert.Contains(t, errs, "not written (no result)")
 	b, err = os.ReadFile(csvPath)
@@ -202,7 +202,7 @@ func TestRunFlightsBadAirports(t *testing.T) {
 	dir := t.TempDir()
 	bad, out := filepath.Join(dir, "airports.csv"), filepath.Join(dir, "o.csv")
 	require.NoError(t, os.WriteFile(bad, []byte("foo,bar\n1,2\n"), 0o644))
-	code, stdout, errs := cli(t, "run", "flights", "--input", input, "--airports", bad, "--top", "3", "--out", out, "--quiet")
+	code, stdout, errs := runArgs(t, "run", "flights", "--input", input, "--airports", bad, "--top", "3", "--out", out, "--quiet")
 	assert.Equal(t, 1, code, errs)
 	assert.True(t, strings.HasPrefix(stdout, "origin  count"), "the table is printed: %q", stdout)
 	assert.Contains(t, stdout, "DFW")
@@ -216,7 +216,7 @@ func TestRunFlightsBadAirports(t *testing.T) {
 // The summary after a device loss counts every launch, names the devices
 // used, and prints times one way; --json gives the same counts.
 func TestRunFlightsSummaryAfterLoss(t *testing.T) {
-	code, out, errs := cli(t, "run", "flights", "--topology", "sim:dgx1-v100", "--lose-device", "gpu3@50%", "--json")
+	code, out, errs := runArgs(t, "run", "flights", "--topology", "sim:dgx1-v100", "--lose-device", "gpu3@50%", "--json")
 	require.Equal(t, 0, code, errs)
 	var s runSummary
 	require.NoError(t, json.Unmarshal([]byte(out), &s))
@@ -261,7 +261,7 @@ func TestFmtDuration(t *testing.T) {
 // them, and the summary says so; the rate counts only rows read.
 func TestRunFlightsSummarySkippedParts(t *testing.T) {
 	input := testdata.File(t, "flights-3m.parquet")
-	code, out, errs := cli(t, "run", "flights", "--input", input, "--min-delay", "2000")
+	code, out, errs := runArgs(t, "run", "flights", "--input", input, "--min-delay", "2000")
 	require.Equal(t, 0, code, errs)
 	assert.Equal(t, "origin  count  delay_sum  delay_mean  delay_max\n", out, "no group passes the filter")
 	assert.Regexp(t, regexp.MustCompile(`3000000 rows in \d+ partitions \((\d+) of \d+ source parts, 3000000 rows, not read: their delay statistics rule out every row\)`), errs)

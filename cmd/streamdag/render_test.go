@@ -57,7 +57,7 @@ func renderPlan(t *testing.T, dot, m, streams, input string) {
 	if input != "" {
 		args = append(args, "--input", input)
 	}
-	code, _, errs := cli(t, args...)
+	code, _, errs := runArgs(t, args...)
 	require.Equal(t, 0, code, errs)
 	src, err := os.ReadFile(plan)
 	require.NoError(t, err)
@@ -70,7 +70,7 @@ func renderPlan(t *testing.T, dot, m, streams, input string) {
 	assert.Empty(t, stderr.String(), "no Graphviz errors or warnings")
 	assert.Contains(t, string(out), "gpu0 stream 0")
 
-	code, _, errs = cli(t, "graph", "--in", plan, "--out", svg)
+	code, _, errs = runArgs(t, "graph", "--in", plan, "--out", svg)
 	require.Equal(t, 0, code, errs)
 	b, err := os.ReadFile(svg)
 	require.NoError(t, err)

@@ -16,11 +16,11 @@ import (
 func TestRunFlightsReplay(t *testing.T) {
 	dir := t.TempDir()
 	plainPath, replayPath := filepath.Join(dir, "plain.csv"), filepath.Join(dir, "replay.csv")
-	code, _, errs := cli(t, "run", "flights", "--streams", "2", "--out", plainPath)
+	code, _, errs := runArgs(t, "run", "flights", "--streams", "2", "--out", plainPath)
 	require.Equal(t, 0, code, errs)
 	assert.NotContains(t, errs, "replayed capture")
 	assert.NotContains(t, errs, "ran plan")
-	code, _, errs = cli(t, "run", "flights", "--streams", "2", "--replay", "2", "--out", replayPath)
+	code, _, errs = runArgs(t, "run", "flights", "--streams", "2", "--replay", "2", "--out", replayPath)
 	require.Equal(t, 0, code, errs)
 	assert.Contains(t, errs, "\nreplayed capture 2 times (engine lists)\n")
 	plain, err := os.ReadFile(plainPath)
@@ -29,7 +29,7 @@ func TestRunFlightsReplay(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, string(plain), string(replayed))
 
-	code, _, errs = cli(t, "run", "flights", "--streams", "2", "--replay", "1", "--fail", "filter[1]")
+	code, _, errs = runArgs(t, "run", "flights", "--streams", "2", "--replay", "1", "--fail", "filter[1]")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errs, "\nran plan, not replayed: exec: capture doomed: kernel \"filter[1]\" failed: exec: kernel \"filter[1]\": dag: injected failure\n")
 }

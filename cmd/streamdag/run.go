@@ -18,6 +18,8 @@ import (
 	"github.com/streamdag/streamdag/failgraph"
 	"github.com/streamdag/streamdag/gpu/cpu"
 	"github.com/streamdag/streamdag/gpu/opencl"
+
+	"github.com/streamdag/streamdag/internal/cli"
 )
 
 func newRunCmd() *cobra.Command {
@@ -26,9 +28,9 @@ func newRunCmd() *cobra.Command {
 		Short: "Run a pipeline (flights)",
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return usagef("name a pipeline to run (known: flights)")
+				return cli.Usagef("name a pipeline to run (known: flights)")
 			}
-			return usagef("unknown pipeline %q (known: flights)", args[0])
+			return cli.Usagef("unknown pipeline %q (known: flights)", args[0])
 		},
 		RunE: func(*cobra.Command, []string) error { return nil }, // Args refuses every call
 	}
@@ -106,30 +108,30 @@ type fault struct {
 // error is a usage error.
 func checkFlightsFlags(f flightsFlags) (faults []fault, err error) {
 	if f.streams < 0 || f.streams > cpu.MaxStreams {
-		return nil, usagef("--streams %d: want 1 to %d, or 0 for GOMAXPROCS", f.streams, cpu.MaxStreams)
+		return nil, cli.Usagef("--streams %d: want 1 to %d, or 0 for GOMAXPROCS", f.streams, cpu.MaxStreams)
 	}
 	if f.device == deviceOpenCL && f.streams > opencl.MaxStreams {
-		return nil, usagef("--streams %d with --device opencl: an OpenCL device opens at most %d streams; want 1 to %d, or 0", f.streams, opencl.MaxStreams, opencl.MaxStreams)
+		return nil, cli.Usagef("--streams %d with --device opencl: an OpenCL device opens at most %d streams; want 1 to %d, or 0", f.streams, opencl.MaxStreams, opencl.MaxStreams)
 	}
 	if f.top < 0 {
-		return nil, usagef("--top %d: must be 0 (all) or more", f.top)
+		return nil, cli.Usagef("--top %d: must be 0 (all) or more", f.top)
 	}
 	if f.replays < 0 {
-		return nil, usagef("--replay %d: must be 0 (no capture) or more", f.replays)
+		return nil, cli.Usagef("--replay %d: must be 0 (no capture) or more", f.replays)
 	}
 	switch {
 	case f.device != deviceAuto && f.device != deviceCPU && f.device != deviceOpenCL:
-		return nil, usagef("--device %s: want cpu, opencl or auto", f.device)
+		return nil, cli.Usagef("--device %s: want cpu, opencl or auto", f.device)
 	case f.topology != "" && f.device == deviceOpenCL:
-		return nil, usagef("--device opencl and --topology: simulated GPUs run host code only; choose one")
+		return nil, cli.Usagef("--device opencl and --topology: simulated GPUs run host code only; choose one")
 	}
 	if f.out != "" && flights.ResultFormat(f.out) == "" {
-		return nil, usagef("--out %s: want a .csv or .json file name", f.out)
+		return nil, cli.Usagef("--out %s: want a .csv or .json file name", f.out)
 	}
 	for _, spec := range f.fail {
 		name, mode, _ := strings.Cut(spec, ":")
 		if name == "" || mode != "" && mode != "panic" {
-			return nil, usagef("--fail %s: want KERNEL or KERNEL:panic", spec)
+			return nil, cli.Usagef("--fail %s: want KERNEL or KERNEL:panic", spec)
 		}
 		faults = append(faults, fault{spec, flights.Fault{Kernel: name, Panic: mode == "panic"}})
 	}
@@ -150,7 +152,7 @@ func flightsJob(f flightsFlags) (*flights.Job, []fault, *lossSpec, error) {
 	var loss *lossSpec
 	if f.loseDevice != "" {
 		if f.topology == "" {
-			return nil, nil, nil, usagef("--lose-device needs --topology: only simulated GPUs can be lost")
+			return nil, nil, nil, cli.Usagef("--lose-device needs --topology: only simulated GPUs can be lost")
 		}
 		spec, err := parseLoss(f.loseDevice)
 		if err != nil {
@@ -177,7 +179,7 @@ func flightsJob(f flightsFlags) (*flights.Job, []fault, *lossSpec, error) {
 	}
 	err = job.Prepare()
 	if errors.Is(err, flights.ErrSamePath) {
-		err = usageError{err}
+		err = cli.UsageError{Err: err}
 	}
 	return job, faults, loss, err
 }
@@ -240,7 +242,7 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	if out == nil {
 		var fe *flights.FaultError
 		if errors.As(err, &fe) {
-			return usagef("--fail %s: %w", faults[fe.Index].spec, fe.Err)
+			return cli.Usagef("--fail %s: %w", faults[fe.Index].spec, fe.Err)
 		}
 		return err
 	}

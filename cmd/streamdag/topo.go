@@ -13,6 +13,8 @@ import (
 
 	"github.com/streamdag/streamdag/gpu/nvml"
 	"github.com/streamdag/streamdag/topology"
+
+	"github.com/streamdag/streamdag/internal/cli"
 )
 
 // topoOptions are the flags of `streamdag topo`.
@@ -66,7 +68,7 @@ which may go through another GPU.`,
 
 // topoUsage returns a usage error (exit status 2).
 func topoUsage(_ *cobra.Command, format string, args ...any) error {
-	return usagef(format, args...)
+	return cli.Usagef(format, args...)
 }
 
 func runTopo(cmd *cobra.Command, o topoOptions) error {

@@ -37,7 +37,7 @@ type topoOut struct {
 
 func topoJSON(t *testing.T, args ...string) topoOut {
 	t.Helper()
-	code, out, errs := cli(t, append([]string{"topo", "--json"}, args...)...)
+	code, out, errs := runArgs(t, append([]string{"topo", "--json"}, args...)...)
 	require.Equal(t, 0, code, errs)
 	var o topoOut
 	require.NoError(t, json.Unmarshal([]byte(out), &o), out)
@@ -94,7 +94,7 @@ func TestTopoRTX5090NoP2P(t *testing.T) {
 		assert.Equal(t, []string{l.Src, "cpu", l.Dst}, l.Path)
 	}
 	// The JSON twin gives the same answer, and the text output says so.
-	code, out, errs := cli(t, "topo", "--file", filepath.Join(dir, "rtx5090-2gpu-no-p2p.json"))
+	code, out, errs := runArgs(t, "topo", "--file", filepath.Join(dir, "rtx5090-2gpu-no-p2p.json"))
 	require.Equal(t, 0, code, errs)
 	assert.Contains(t, out, "gpu0→cpu→gpu1")
 	assert.Contains(t, out, "no (GNS)")
@@ -103,7 +103,7 @@ func TestTopoRTX5090NoP2P(t *testing.T) {
 
 func TestTopoText(t *testing.T) {
 	dir := testdata.Topologies(t)
-	code, out, errs := cli(t, "topo", "--file", filepath.Join(dir, "raw", "dgx-a100-10nic-tabs.txt"), "--gpu", "h100", "--bytes", "1048576")
+	code, out, errs := runArgs(t, "topo", "--file", filepath.Join(dir, "raw", "dgx-a100-10nic-tabs.txt"), "--gpu", "h100", "--bytes", "1048576")
 	require.Equal(t, 0, code, errs)
 	assert.Contains(t, out, "gpu model: H100 from --gpu h100")
 	assert.Contains(t, out, "NV12 300.0")
@@ -113,7 +113,7 @@ func TestTopoText(t *testing.T) {
 }
 
 func TestTopoNoFileCPUOnly(t *testing.T) {
-	code, out, errs := cli(t, "topo")
+	code, out, errs := runArgs(t, "topo")
 	require.Equal(t, 0, code, errs)
 	assert.Contains(t, out, "source: this machine's inventory")
 	if strings.Contains(out, "no GPUs found") {
@@ -129,28 +129,28 @@ func TestTopoErrors(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.txt")
 	require.NoError(t, os.WriteFile(bad, []byte("\tGPU0\tGPU1\nGPU0\t X \tNV1\nGPU1\tNV2\t X \n"), 0o644))
-	code, _, errs := cli(t, "topo", "--file", bad)
+	code, _, errs := runArgs(t, "topo", "--file", bad)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errs, "line 3, col 6")
 	assert.Contains(t, errs, "asymmetric")
 
-	code, _, errs = cli(t, "topo", "--file", filepath.Join(dir, "missing.txt"))
+	code, _, errs = runArgs(t, "topo", "--file", filepath.Join(dir, "missing.txt"))
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errs, "missing.txt")
 
-	code, _, errs = cli(t, "topo", "--gpu", "Voodoo5")
+	code, _, errs = runArgs(t, "topo", "--gpu", "Voodoo5")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errs, `unknown --gpu "Voodoo5"`)
 
-	code, _, _ = cli(t, "topo", "--bytes", "-1")
+	code, _, _ = runArgs(t, "topo", "--bytes", "-1")
 	assert.Equal(t, 2, code)
-	code, _, _ = cli(t, "topo", "--p2p-mode", "z")
+	code, _, _ = runArgs(t, "topo", "--p2p-mode", "z")
 	assert.Equal(t, 2, code)
 
 	t.Run("p2p size mismatch", func(t *testing.T) {
 		topo := testdata.Topologies(t)
 		// A p2p matrix of 2 GPUs does not fit an 8-GPU machine.
-		code, _, errs = cli(t, "topo", "--file", filepath.Join(topo, "dgx1-v100.topo-m.txt"), "--p2p", filepath.Join(topo, "rtx5090-2gpu-no-p2p.topo-p2p.txt"))
+		code, _, errs = runArgs(t, "topo", "--file", filepath.Join(topo, "dgx1-v100.topo-m.txt"), "--p2p", filepath.Join(topo, "rtx5090-2gpu-no-p2p.topo-p2p.txt"))
 		assert.Equal(t, 1, code)
 		assert.Contains(t, errs, "2 GPUs")
 	})

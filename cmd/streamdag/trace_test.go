@@ -17,7 +17,7 @@ import (
 func TestRunFlightsTrace(t *testing.T) {
 	dir := t.TempDir()
 	tracePath := filepath.Join(dir, "t.json")
-	code, _, errs := cli(t, "run", "flights", "--streams", "3", "--fail", "filter[1]", "--trace", tracePath, "--quiet")
+	code, _, errs := runArgs(t, "run", "flights", "--streams", "3", "--fail", "filter[1]", "--trace", tracePath, "--quiet")
 	require.Equal(t, 1, code, errs)
 	b, err := os.ReadFile(tracePath)
 	require.NoError(t, err)
@@ -52,7 +52,7 @@ func TestRunFlightsTrace(t *testing.T) {
 }
 
 func TestRunFlightsJSONOutput(t *testing.T) {
-	code, out, errs := cli(t, "run", "flights", "--streams", "3", "--top", "2", "--json", "--quiet")
+	code, out, errs := runArgs(t, "run", "flights", "--streams", "3", "--top", "2", "--json", "--quiet")
 	require.Equal(t, 0, code, errs)
 	var s runSummary
 	require.NoError(t, json.Unmarshal([]byte(out), &s), "stdout is one JSON document:\n%s", out)
@@ -66,7 +66,7 @@ func TestRunFlightsJSONOutput(t *testing.T) {
 	assert.Empty(t, s.Problems)
 	assert.Empty(t, s.Lost)
 
-	code, out, _ = cli(t, "run", "flights", "--streams", "3", "--json", "--quiet", "--fail", "filter[2]")
+	code, out, _ = runArgs(t, "run", "flights", "--streams", "3", "--json", "--quiet", "--fail", "filter[2]")
 	require.Equal(t, 1, code)
 	s = runSummary{}
 	require.NoError(t, json.Unmarshal([]byte(out), &s))
@@ -133,14 +133,14 @@ func TestProgressBar(t *testing.T) {
 func TestGraphCommand(t *testing.T) {
 	dir := t.TempDir()
 	dotPath := filepath.Join(dir, "plan.dot")
-	code, _, errs := cli(t, "run", "flights", "--quiet", "--dot", dotPath)
+	code, _, errs := runArgs(t, "run", "flights", "--quiet", "--dot", dotPath)
 	require.Equal(t, 0, code, errs)
 
 	if _, err := osexec.LookPath("dot"); err != nil {
 		t.Log("Graphviz not installed: rendering not checked (apt-get install graphviz)")
 	} else {
 		svg := filepath.Join(dir, "plan.svg")
-		code, _, errs = cli(t, "graph", "--in", dotPath, "--out", svg)
+		code, _, errs = runArgs(t, "graph", "--in", dotPath, "--out", svg)
 		require.Equal(t, 0, code, errs)
 		b, err := os.ReadFile(svg)
 		require.NoError(t, err)
@@ -148,26 +148,26 @@ func TestGraphCommand(t *testing.T) {
 		assert.Contains(t, string(b), "cpu stream 0")
 
 		png := filepath.Join(dir, "plan.png")
-		code, _, errs = cli(t, "graph", "--in", dotPath, "--out", png)
+		code, _, errs = runArgs(t, "graph", "--in", dotPath, "--out", png)
 		require.Equal(t, 0, code, errs)
 		b, err = os.ReadFile(png)
 		require.NoError(t, err)
 		assert.True(t, bytes.HasPrefix(b, []byte("\x89PNG")), "a PNG file")
 
-		code, out, errs := cli(t, "graph", "--in", dotPath)
+		code, out, errs := runArgs(t, "graph", "--in", dotPath)
 		require.Equal(t, 0, code, errs)
 		assert.True(t, strings.Contains(out, "<svg"), "SVG on stdout by default")
 
 		bad := filepath.Join(dir, "bad.dot")
 		require.NoError(t, os.WriteFile(bad, []byte("digraph { a -> }"), 0o644))
-		code, _, errs = cli(t, "graph", "--in", bad, "--out", svg)
+		code, _, errs = runArgs(t, "graph", "--in", bad, "--out", svg)
 		assert.Equal(t, 1, code)
 		assert.Contains(t, errs, "bad.dot")
 	}
 
 	// Without Graphviz on PATH, the command says how to install it.
 	t.Setenv("PATH", "")
-	code, _, errs = cli(t, "graph", "--in", dotPath, "--out", filepath.Join(dir, "x.svg"))
+	code, _, errs = runArgs(t, "graph", "--in", dotPath, "--out", filepath.Join(dir, "x.svg"))
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errs, "apt-get install graphviz")
 }
@@ -189,14 +189,14 @@ func TestGraphCommandBadArgs(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			code, _, errs := cli(t, c.args...)
+			code, _, errs := runArgs(t, c.args...)
 			assert.Equal(t, c.code, code)
 			assert.Contains(t, errs, c.want)
 		})
 	}
 	empty := filepath.Join(dir, "empty.dot")
 	require.NoError(t, os.WriteFile(empty, nil, 0o644))
-	code, _, errs := cli(t, "graph", "--in", empty)
+	code, _, errs := runArgs(t, "graph", "--in", empty)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errs, "no DOT to render")
 }

@@ -2,7 +2,7 @@
 // Beam's Prism runner, in this process.
 //
 //	streamdag-beam run flights --input FILE --shards N [--min-delay D] [--top K]
-//	                           [--airports FILE] [--streams N] [--out FILE.csv]
+//	                           [--airports FILE] [--streams N] [--out FILE.csv|FILE.json]
 //	                           [--fail KERNEL[:panic]@SHARD]... [--quiet]
 //
 // Exit status: 0 on success; 2 on a usage error; 1 when the run failed or
@@ -28,6 +28,7 @@ import (
 
 	"github.com/streamdag/streamdag/beam/shard"
 	"github.com/streamdag/streamdag/examples/flights"
+	"github.com/streamdag/streamdag/internal/cli"
 	"github.com/streamdag/streamdag/internal/outfile"
 )
 
@@ -45,46 +46,21 @@ func main() {
 	os.Exit(code)
 }
 
-// errPartial reports a run whose result is partial.
+// errPartial reports a run whose result is partial; the command has
+// printed the lost partitions.
 var errPartial = errors.New("partial result")
-
-// usageError is a command line that cannot run as written: exit status 2.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-
-func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
 // run runs the command line args and returns its exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	root := &cobra.Command{Use: "streamdag-beam", Short: "Run streamdag pipelines as shards on Apache Beam (Prism)",
-		SilenceUsage: true, SilenceErrors: true}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root := &cobra.Command{Use: "streamdag-beam", Short: "Run streamdag pipelines as shards on Apache Beam (Prism)"}
 	runCmd := &cobra.Command{Use: "run PIPELINE", Short: "Run a pipeline (flights)",
-		Args: func(_ *cobra.Command, args []string) error { return usagef("name a pipeline to run (known: flights)") },
+		Args: func(_ *cobra.Command, args []string) error {
+			return cli.Usagef("name a pipeline to run (known: flights)")
+		},
 		RunE: func(*cobra.Command, []string) error { return nil }}
 	runCmd.AddCommand(newFlightsCmd())
 	root.AddCommand(runCmd)
-	root.SetArgs(args)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	cmd, err := root.ExecuteContextC(ctx)
-	var usage usageError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &usage):
-		if cmd == nil {
-			cmd = root
-		}
-		fmt.Fprintf(stderr, "streamdag-beam: %v (see '%s --help')\n", err, cmd.CommandPath())
-		return 2
-	case errors.Is(err, errPartial):
-		return 1
-	default:
-		fmt.Fprintln(stderr, "streamdag-beam:", err)
-		return 1
-	}
+	return cli.Execute(ctx, root, args, strings.NewReader(""), stdout, stderr, errPartial)
 }
 
 type flightsFlags struct {
@@ -118,7 +94,7 @@ result is the single-node result, byte for byte.`,
 	fl.IntVar(&f.top, "top", 10, "print the K groups with the most flights; 0 prints all")
 	fl.StringVar(&f.airports, "airports", "", "airports.csv (iata,name,city,…) to add names and cities")
 	fl.IntVar(&f.streams, "streams", 0, "CPU streams of each shard's graph (0: GOMAXPROCS / shards)")
-	fl.StringVar(&f.out, "out", "", "also write the result to FILE.csv")
+	fl.StringVar(&f.out, "out", "", "also write the result to FILE.csv or FILE.json (as streamdag run flights --out writes it)")
 	fl.StringArrayVar(&f.fail, "fail", nil, "make kernel KERNEL of shard SHARD's graph fail (KERNEL:panic to panic), e.g. 'filter[0]@1'; repeatable")
 	fl.BoolVar(&f.quiet, "quiet", false, "print only the result table and errors (no run summary)")
 	return cmd
@@ -128,12 +104,12 @@ result is the single-node result, byte for byte.`,
 func parseFault(spec string) (shard.Fault, error) {
 	at := strings.LastIndex(spec, "@")
 	if at < 0 {
-		return shard.Fault{}, usagef("--fail %s: want KERNEL@SHARD or KERNEL:panic@SHARD", spec)
+		return shard.Fault{}, cli.Usagef("--fail %s: want KERNEL@SHARD or KERNEL:panic@SHARD", spec)
 	}
 	n, err := strconv.Atoi(spec[at+1:])
 	name, mode, _ := strings.Cut(spec[:at], ":")
 	if err != nil || n < 0 || name == "" || mode != "" && mode != "panic" {
-		return shard.Fault{}, usagef("--fail %s: want KERNEL@SHARD or KERNEL:panic@SHARD", spec)
+		return shard.Fault{}, cli.Usagef("--fail %s: want KERNEL@SHARD or KERNEL:panic@SHARD", spec)
 	}
 	return shard.Fault{Shard: n, Fault: flights.Fault{Kernel: name, Panic: mode == "panic"}}, nil
 }
@@ -142,13 +118,13 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	switch {
 	case f.shards < 1:
-		return usagef("--shards %d: want 1 or more", f.shards)
+		return cli.Usagef("--shards %d: want 1 or more", f.shards)
 	case f.top < 0:
-		return usagef("--top %d: must be 0 (all) or more", f.top)
+		return cli.Usagef("--top %d: must be 0 (all) or more", f.top)
 	case f.streams < 0:
-		return usagef("--streams %d: want 1 or more, or 0", f.streams)
-	case f.out != "" && flights.ResultFormat(f.out) != "csv":
-		return usagef("--out %s: want a .csv file name", f.out)
+		return cli.Usagef("--streams %d: want 1 or more, or 0", f.streams)
+	case f.out != "" && flights.ResultFormat(f.out) == "":
+		return cli.Usagef("--out %s: want a .csv or .json file name", f.out)
 	}
 	cfg := shard.Config{Input: f.input, Shards: f.shards, MinDelay: f.minDelay, TopK: f.top, Airports: f.airports, Streams: f.streams}
 	for _, spec := range f.fail {
@@ -178,7 +154,13 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	if err := flights.WriteTable(stdout, res.Table.Rows, res.Key, res.Names); err != nil {
 		return err
 	}
-	werr := out.Commit(func(w io.Writer) error { _, err := w.Write(res.CSV); return err })
+	werr := out.Commit(func(w io.Writer) error {
+		if flights.ResultFormat(f.out) == "json" {
+			return flights.WriteResult(w, "json", res.Table, res.Names, res.Partitions, res.Rows)
+		}
+		_, err := w.Write(res.CSV)
+		return err
+	})
 	if !f.quiet {
 		fmt.Fprintf(stderr, "%s: %d rows in %s, %s, on Prism (loopback workers), %s\n",
 			inputName(f.input), res.Rows, plural(len(res.Reports), "shard"), plural(res.Partitions, "partition"), wall.Round(time.Millisecond))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -9,6 +10,10 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/examples/flights"
+	"github.com/streamdag/streamdag/exec"
+	"github.com/streamdag/streamdag/gpu/cpu"
 )
 
 func TestMain(m *testing.M) { ptest.Main(m) }
@@ -27,7 +32,9 @@ func TestFlightsCommand(t *testing.T) {
 	}{
 		{"no shards", []string{"run", "flights", "--shards", "0"}, 2, "streamdag-beam: --shards 0: want 1 or more (see 'streamdag-beam run flights --help')\n", ""},
 		{"bad fail", []string{"run", "flights", "--fail", "filter[0]"}, 2, "streamdag-beam: --fail filter[0]: want KERNEL@SHARD or KERNEL:panic@SHARD (see 'streamdag-beam run flights --help')\n", ""},
-		{"json out", []string{"run", "flights", "--out", "x.json"}, 2, "streamdag-beam: --out x.json: want a .csv file name (see 'streamdag-beam run flights --help')\n", ""},
+		{"txt out", []string{"run", "flights", "--out", "x.txt"}, 2, "streamdag-beam: --out x.txt: want a .csv or .json file name (see 'streamdag-beam run flights --help')\n", ""},
+		{"no pipeline", []string{"run"}, 2, "streamdag-beam: name a pipeline to run (known: flights) (see 'streamdag-beam run --help')\n", ""},
+		{"bad flag", []string{"run", "flights", "--shards", "two"}, 2, "streamdag-beam: invalid argument \"two\" for \"--shards\" flag: strconv.ParseInt: parsing \"two\": invalid syntax (see 'streamdag-beam run flights --help')\n", ""},
 		{"no such shard", []string{"run", "flights", "--fail", "filter[0]@3"}, 1, "streamdag-beam: shard: fault filter[0]@3: no shard 3 (the run has 2)\n", ""},
 		{"complete", []string{"run", "flights", "--top", "3", "--quiet", "--out", out}, 0, "", "key,count,delay_sum,delay_mean,delay_max"},
 		{"partial", []string{"run", "flights", "--top", "3", "--quiet", "--out", out, "--fail", "filter[0]@0"}, 1,
@@ -50,4 +57,46 @@ func TestFlightsCommand(t *testing.T) {
 			assert.Equal(t, tc.csvFirst, string(first))
 		})
 	}
+}
+
+// TestJSONOutMatchesSingleNode: --out FILE.json writes what `streamdag
+// run flights --out FILE.json` writes for the same flags; a partial
+// result's JSON is marked partial and names the lost partition's shard,
+// chain and root error.
+func TestJSONOutMatchesSingleNode(t *testing.T) {
+	dir := t.TempDir()
+	single := filepath.Join(dir, "single.json")
+	dev, err := cpu.New(cpu.WithStreams(2))
+	require.NoError(t, err)
+	defer dev.Close()
+	job := flights.Job{Options: []flights.Option{flights.WithMinDelay(15), flights.WithTopK(3)},
+		Files: flights.Files{Result: flights.OutputFile{Path: single}}}
+	defer job.Close()
+	e, err := exec.New(dev)
+	require.NoError(t, err)
+	_, err = job.Run(t.Context(), e)
+	require.NoError(t, err)
+	want, err := os.ReadFile(single)
+	require.NoError(t, err)
+
+	out := filepath.Join(dir, "sharded.json")
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, run(t.Context(), []string{"run", "flights", "--shards", "2", "--min-delay", "15", "--top", "3", "--quiet", "--out", out}, &stdout, &stderr), stderr.String())
+	got, err := os.ReadFile(out)
+	require.NoError(t, err)
+	assert.Equal(t, string(want), string(got))
+
+	require.Equal(t, 1, run(t.Context(), []string{"run", "flights", "--shards", "2", "--top", "3", "--quiet", "--out", out, "--fail", "filter[0]@1"}, &stdout, &stderr))
+	got, err = os.ReadFile(out)
+	require.NoError(t, err)
+	var doc struct {
+		Partial bool                    `json:"partial"`
+		Lost    []flights.LostPartition `json:"lost"`
+		Rows    []flights.Row           `json:"rows"`
+	}
+	require.NoError(t, json.Unmarshal(got, &doc))
+	assert.True(t, doc.Partial)
+	assert.Equal(t, []flights.LostPartition{{Partition: 1, Rows: 100000, RowLo: 100000, RowHi: 200000, PartLo: 0, PartHi: 1,
+		Error: `shard 1 partition 0: groups[0] was not written: partial[0] ← filter[0]: exec: kernel "filter[0]": dag: injected failure`}}, doc.Lost)
+	assert.Len(t, doc.Rows, 3)
 }
