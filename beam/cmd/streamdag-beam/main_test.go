@@ -9,6 +9,8 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/streamdag/streamdag/beam/shard"
 )
 
 func TestMain(m *testing.M) { ptest.Main(m) }
@@ -27,6 +29,7 @@ func TestFlightsCommand(t *testing.T) {
 	}{
 		{"no shards", []string{"run", "flights", "--shards", "0"}, 2, "streamdag-beam: --shards 0: want 1 or more (see 'streamdag-beam run flights --help')\n", ""},
 		{"bad fail", []string{"run", "flights", "--fail", "filter[0]"}, 2, "streamdag-beam: --fail filter[0]: want KERNEL@SHARD or KERNEL:panic@SHARD (see 'streamdag-beam run flights --help')\n", ""},
+		{"negative attempts", []string{"run", "flights", "--attempts", "-1"}, 2, "streamdag-beam: --attempts -1: want 1 or more, or 0 (3) (see 'streamdag-beam run flights --help')\n", ""},
 		{"json out", []string{"run", "flights", "--out", "x.json"}, 2, "streamdag-beam: --out x.json: want a .csv file name (see 'streamdag-beam run flights --help')\n", ""},
 		{"no such shard", []string{"run", "flights", "--fail", "filter[0]@3"}, 1, "streamdag-beam: shard: fault filter[0]@3: no shard 3 (the run has 2)\n", ""},
 		{"complete", []string{"run", "flights", "--top", "3", "--quiet", "--out", out}, 0, "", "key,count,delay_sum,delay_mean,delay_max"},
@@ -50,4 +53,13 @@ func TestFlightsCommand(t *testing.T) {
 			assert.Equal(t, tc.csvFirst, string(first))
 		})
 	}
+}
+
+// TestShardLine: a shard's summary line says how many attempts it took
+// when it took more than one.
+func TestShardLine(t *testing.T) {
+	r := shard.Report{Shard: 1, Attempt: 1, Range: shard.Range{PartLo: 0, PartHi: 1, RowLo: 100000, RowHi: 200000}, Rows: 100000, Partitions: 1}
+	assert.Equal(t, "shard 1: rows [100000, 200000) of parts [0, 1), 100000 rows, 1 partition", shardLine(r))
+	r.Attempt, r.Partitions = 2, 2
+	assert.Equal(t, "shard 1: rows [100000, 200000) of parts [0, 1), 100000 rows, 2 partitions, 2 attempts", shardLine(r))
 }
