@@ -22,9 +22,9 @@
 // them as an Arrow IPC stream (EncodePartial, DecodePartial), so what
 // crosses a stage is Arrow bytes, never a Go value's encoding. The merge
 // is a Beam combine per group key (CombinePerKey) whose accumulator keeps
-// one row per shard id: a shard's output delivered twice (a bundle that
-// a runner ran again after a failure, its first output not discarded) is
-// counted once.
+// one row per shard id, and the finish keeps one report per shard (its
+// latest attempt's): a shard whose output reached them from more than
+// one attempt is counted once.
 //
 // # One backend per process
 //
@@ -42,9 +42,17 @@
 // A failed kernel in a shard does not fail the Beam job: the shard's
 // lost partitions come back as [Failure] records (shard, partition,
 // parts and rows, the kernel, the root error's text and the chain), and
-// the result is marked partial as `streamdag run flights` marks it. A
-// failure that stops a shard before its graph runs (an unreadable input)
-// fails the job with the shard's error.
+// the result is marked partial as `streamdag run flights` marks it.
+//
+// A failure that stops a shard (its template's error: the input cannot
+// be opened or read, the device cannot be acquired) fails that attempt
+// only. The shard DoFn is splittable, its restriction the shard's
+// attempts not yet made (Config.Attempts); after a failed attempt it
+// self-checkpoints, and the runner makes the next attempt in a new
+// bundle. Its restriction tracker refuses every other split, so no two
+// attempts of a shard run at once. When the last attempt fails, the job
+// fails with an error naming the shard, the attempts and the last
+// error.
 //
 // Layer: above examples/flights and the streamdag packages it uses; only
 // commands and tests import it.

@@ -34,12 +34,14 @@ type FlightsParams struct {
 	Fail     []flights.Fault
 }
 
-// Report is what a shard's run says besides its partials: the group key,
-// its range of the input, its partitions, its input rows, its rows of
-// parts not read (their statistics rule out every row), and the
-// partitions lost to failed launches.
+// Report is what a shard's run says besides its partials: the attempt
+// that produced it, the group key, its range of the input, its
+// partitions, its input rows, its rows of parts not read (their
+// statistics rule out every row), and the partitions lost to failed
+// launches.
 type Report struct {
 	Shard       int
+	Attempt     int // 1 up, set by the DoFn (a Template leaves it 0)
 	Key         flights.KeyKind
 	Range       Range // the rows of the input the shard ran over
 	Partitions  int

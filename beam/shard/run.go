@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,8 +12,12 @@ import (
 	"reflect"
 	"runtime"
 	"slices"
+	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/sdf"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/rtrackers/offsetrange"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/log"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/prism"
 
@@ -49,10 +54,35 @@ type Config struct {
 	Streams int
 	// Fail are the faults injected into the shards' graphs.
 	Fail []Fault
-	// twice are shards whose DoFn emits its output twice (tests: a
-	// bundle's output delivered again).
-	twice []int
+	// Attempts is how many times a shard is run before its failure
+	// fails the job, 1 or more; 0 is DefaultAttempts. An attempt fails
+	// when its template returns an error (the input cannot be opened or
+	// read, the device cannot be acquired); a launch failure inside the
+	// graph does not fail it (its partitions are lost).
+	Attempts int
+	// flaky are shards whose first attempts fail with an injected
+	// transient error (tests).
+	flaky []flake
 }
+
+// DefaultAttempts is the number of attempts of a shard when
+// Config.Attempts is 0.
+const DefaultAttempts = 3
+
+// retryDelay is how long after a failed attempt its shard's next
+// attempt is scheduled.
+const retryDelay = 100 * time.Millisecond
+
+// flake makes the first Attempts attempts of shard Shard fail with
+// errTransient: before the template runs, or, with AfterEmit, after the
+// attempt has emitted its partial and report.
+type flake struct {
+	Shard, Attempts int
+	AfterEmit       bool
+}
+
+// errTransient is the failure a flake injects.
+var errTransient = errors.New("injected transient failure")
 
 // Outcome is a sharded run's result.
 type Outcome struct {
@@ -132,18 +162,26 @@ func Split(partRows []int64, shards int) []Range {
 }
 
 // Run runs cfg's flights job on Beam's Prism runner, in this process
-// (Prism's loopback workers): one FlightsTemplate task per shard, the
-// partials merged by a combine per group key, and the finish (sort,
-// top-k, join, CSV) on one worker. A launch failure in a shard gives a
-// partial Outcome, not an error. Errors: a bad Config, the input's, and
-// the Beam job's (a shard or the finish that failed, naming it), each
-// naming what and where.
+// (Prism's loopback workers): one FlightsTemplate task per shard, each
+// run up to cfg.Attempts times until an attempt succeeds, the partials
+// merged by a combine per group key, and the finish (sort, top-k, join,
+// CSV) on one worker. A launch failure in a shard gives a partial
+// Outcome, not an error. Errors: a bad Config, the input's, and the Beam
+// job's (a shard whose last attempt failed, naming it, the attempts and
+// the last error; or the finish), each naming what and where.
 func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if cfg.Shards < 1 {
 		return nil, fmt.Errorf("shard: %d shards: want 1 or more", cfg.Shards)
 	}
 	if cfg.TopK < 0 {
 		return nil, fmt.Errorf("shard: top %d: want 0 (all) or more", cfg.TopK)
+	}
+	if cfg.Attempts < 0 {
+		return nil, fmt.Errorf("shard: %d attempts: want 1 or more, or 0 (%d)", cfg.Attempts, DefaultAttempts)
+	}
+	attempts := cfg.Attempts
+	if attempts == 0 {
+		attempts = DefaultAttempts
 	}
 	partRows, err := countRows(ctx, cfg.Input)
 	if err != nil {
@@ -179,7 +217,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	outPath := filepath.Join(dir, "outcome.json")
 
 	p, s := beam.NewPipelineWithRoot()
-	partials, reports := beam.ParDo2(s.Scope("shards"), &shardFn{Streams: streams, Twice: cfg.twice}, beam.Create(s, tasks...))
+	partials, reports := beam.ParDo2(s.Scope("shards"), &shardFn{Streams: streams, Attempts: attempts, Flaky: cfg.flaky}, beam.Create(s, tasks...))
 	merged := beam.CombinePerKey(s.Scope("merge"), &mergeFn{}, beam.ParDo(s, &keyFn{}, partials))
 	beam.ParDo0(s.Scope("finish"), &finishFn{TopK: cfg.TopK, Airports: cfg.Airports, Streams: max(runtime.GOMAXPROCS(0), 1), Out: outPath},
 		beam.Impulse(s), beam.SideInput{Input: merged}, beam.SideInput{Input: reports})
@@ -239,7 +277,7 @@ func (d *outcomeDoc) outcome() *Outcome {
 func init() {
 	beam.RegisterType(reflect.TypeOf(Task{}))
 	beam.RegisterType(reflect.TypeOf(Report{}))
-	register.DoFn4x1[context.Context, Task, func(Partial), func(Report), error](&shardFn{})
+	register.DoFn5x2[context.Context, *sdf.LockRTracker, Task, func(Partial), func(Report), sdf.ProcessContinuation, error](&shardFn{})
 	register.Emitter1[Partial]()
 	register.Emitter1[Report]()
 	register.DoFn2x0[Partial, func(string, Partial)](&keyFn{})
@@ -271,11 +309,18 @@ func (h *holder) release() error {
 }
 
 // shardFn runs each Task's template on this worker and emits its
-// Partial and Report (twice for the shards in Twice).
+// Partial and Report. It is a splittable DoFn whose restriction is the
+// task's attempts not yet made, [next, Attempts+1) of attempts numbered
+// from 1: each ProcessElement claims and makes one attempt, and after a
+// failed one that is not the last it self-checkpoints, so that the
+// runner makes the next attempt in a new bundle. Its tracker
+// (attemptTracker) splits only at that checkpoint, so no two attempts
+// of a task run at once.
 type shardFn struct {
-	Streams int
-	Twice   []int
-	h       holder
+	Streams  int
+	Attempts int
+	Flaky    []flake
+	h        holder
 }
 
 // Setup takes the process's backend.
@@ -284,8 +329,60 @@ func (f *shardFn) Setup() error { return f.h.open() }
 // Teardown gives it back.
 func (f *shardFn) Teardown() error { return f.h.release() }
 
-// ProcessElement runs t.
-func (f *shardFn) ProcessElement(ctx context.Context, t Task, partials func(Partial), reports func(Report)) error {
+// CreateInitialRestriction returns all of a task's attempts.
+func (f *shardFn) CreateInitialRestriction(Task) offsetrange.Restriction {
+	return offsetrange.Restriction{Start: 1, End: int64(f.Attempts) + 1}
+}
+
+// SplitRestriction keeps rest whole: the attempts are made one after
+// another.
+func (f *shardFn) SplitRestriction(_ Task, rest offsetrange.Restriction) []offsetrange.Restriction {
+	return []offsetrange.Restriction{rest}
+}
+
+// RestrictionSize is rest's attempts.
+func (f *shardFn) RestrictionSize(_ Task, rest offsetrange.Restriction) float64 { return rest.Size() }
+
+// CreateTracker tracks rest with an attemptTracker.
+func (f *shardFn) CreateTracker(rest offsetrange.Restriction) *sdf.LockRTracker {
+	return sdf.NewLockRTracker(&attemptTracker{Tracker: offsetrange.NewTracker(rest)})
+}
+
+// ProcessElement makes t's next attempt. On success it claims the rest
+// of the restriction and stops. On failure it fails the bundle (and the
+// job) after the last attempt, or when ctx is done, with an error naming
+// the shard, the attempts and the last error; else it logs the failure
+// and self-checkpoints, to resume at the next attempt after retryDelay.
+func (f *shardFn) ProcessElement(ctx context.Context, rt *sdf.LockRTracker, t Task, partials func(Partial), reports func(Report)) (sdf.ProcessContinuation, error) {
+	rest := rt.GetRestriction().(offsetrange.Restriction)
+	n := rest.Start
+	if !rt.TryClaim(n) {
+		return sdf.StopProcessing(), rt.GetError()
+	}
+	err := f.attempt(ctx, int(n), t, partials, reports)
+	switch {
+	case err == nil:
+		rt.TryClaim(rest.End) // done: the attempts left are not needed
+		return sdf.StopProcessing(), nil
+	case n+1 < rest.End && ctx.Err() == nil:
+		log.Warnf(ctx, "shard: shard %d: attempt %d of %d failed, the next in %s: %v", t.Shard, n, rest.End-1, retryDelay, err)
+		rt.Mu.Lock()
+		rt.Rt.(*attemptTracker).ended = true
+		rt.Mu.Unlock()
+		return sdf.ResumeProcessingIn(retryDelay), nil
+	case n == 1:
+		return nil, fmt.Errorf("shard: shard %d: 1 attempt failed: %w", t.Shard, err)
+	}
+	return nil, fmt.Errorf("shard: shard %d: %d attempts failed; the last: %w", t.Shard, n, err)
+}
+
+// attempt runs t's template as attempt n and emits its partial and its
+// report (with Attempt n), failing as f.Flaky says.
+func (f *shardFn) attempt(ctx context.Context, n int, t Task, partials func(Partial), reports func(Report)) error {
+	i := slices.IndexFunc(f.Flaky, func(x flake) bool { return x.Shard == t.Shard && n <= x.Attempts })
+	if i >= 0 && !f.Flaky[i].AfterEmit {
+		return errTransient
+	}
 	tmpl, err := lookup(t.Template)
 	if err != nil {
 		return err
@@ -294,18 +391,33 @@ func (f *shardFn) ProcessElement(ctx context.Context, t Task, partials func(Part
 	if err != nil {
 		return err
 	}
-	for range 1 + b2i(slices.Contains(f.Twice, t.Shard)) {
-		partials(part)
-		reports(rep)
+	rep.Attempt = n
+	partials(part)
+	reports(rep)
+	if i >= 0 {
+		return errTransient
 	}
 	return nil
 }
 
-func b2i(b bool) int {
-	if b {
-		return 1
+// attemptTracker is an offsetrange.Tracker over a task's attempts that
+// splits only at a self-checkpoint (fraction 0) after the claimed
+// attempt has ended, and refuses every other split: a dynamic split
+// would start the next attempt while the claimed one runs. It is used
+// under an sdf.LockRTracker, whose lock guards ended.
+type attemptTracker struct {
+	*offsetrange.Tracker
+	ended bool // the claimed attempt failed and ProcessElement is checkpointing
+}
+
+// TrySplit splits as offsetrange.Tracker's at fraction 0 once the
+// claimed attempt has ended; else it returns the restriction whole and
+// no residual.
+func (t *attemptTracker) TrySplit(fraction float64) (primary, residual any, err error) {
+	if fraction > 0 || !t.ended {
+		return t.GetRestriction(), nil, nil
 	}
-	return 0
+	return t.Tracker.TrySplit(fraction)
 }
 
 // keyFn emits each row of a Partial under its group key, as a Partial
@@ -322,9 +434,10 @@ func (keyFn) ProcessElement(p Partial, emit func(string, Partial)) {
 }
 
 // mergeFn merges the partials of one group key: its accumulator is a
-// Partial of at most one row per shard (the first one seen: a shard's
-// rows delivered again are counted once), its output that key's one
-// merged row (shard -1).
+// Partial of at most one row per shard (the first one seen: the rows of
+// a shard's attempts are the same, and a shard whose output reached the
+// merge from more than one attempt is counted once), its output that
+// key's one merged row (shard -1).
 type mergeFn struct{}
 
 // CreateAccumulator returns an empty Partial.
@@ -389,11 +502,14 @@ func (f *finishFn) ProcessElement(ctx context.Context, _ []byte, merged func(*st
 			rows = append(rows, flights.Row{Key: part.Key[i], Count: part.Count[i], DelaySum: part.Sum[i], DelayMax: part.Max[i]})
 		}
 	}
-	var reps []Report
+	var reps []Report // one per shard: its latest attempt's
 	var r Report
 	for reports(&r) {
-		if !slices.ContainsFunc(reps, func(x Report) bool { return x.Shard == r.Shard }) {
-			reps = append(reps, r) // a shard's report delivered again counts once
+		switch i := slices.IndexFunc(reps, func(x Report) bool { return x.Shard == r.Shard }); {
+		case i < 0:
+			reps = append(reps, r)
+		case r.Attempt > reps[i].Attempt:
+			reps[i] = r
 		}
 	}
 	slices.SortFunc(reps, func(a, b Report) int { return a.Shard - b.Shard })

@@ -14,9 +14,11 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/rtrackers/offsetrange"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/ptest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/streamdag/streamdag/beam/shard"
 	"github.com/streamdag/streamdag/examples/flights"
@@ -277,20 +279,93 @@ func writeParquet(t *testing.T, path string, sc *arrow.Schema, recs []arrow.Reco
 	require.NoError(t, os.WriteFile(path, buf.Bytes(), 0o600))
 }
 
-// TestShardOutputDeliveredTwiceCountsOnce: a shard whose partials and
-// report reach the merge twice (a bundle run again after a failure,
-// its first output not discarded) is counted once: the combine keeps
-// one row per shard id for each key, and the finish one report per
-// shard, so the CSV is the single-node one.
-func TestShardOutputDeliveredTwiceCountsOnce(t *testing.T) {
+// TestShardFailsOnceThenSucceeds: shard 1 of 4 (and of 2) whose first
+// attempt fails, before its graph runs or after it has emitted its
+// output (which then reaches the merge and the finish), is run again
+// by Prism in a new bundle; the job succeeds with the single-node CSV,
+// the rows and partitions of a run without the failure (counted once),
+// and the shard's report is its second attempt's.
+func TestShardFailsOnceThenSucceeds(t *testing.T) {
 	path := multiPart(t)
 	want := singleNode(t, path, 15, 0, "")
-	cfg := shard.Config{Input: path, Shards: 4, MinDelay: 15}
-	shard.WithTwice(&cfg, 1, 3)
-	out := sharded(t, cfg)
-	assert.Len(t, out.Reports, 4)
-	assert.Equal(t, int64(200000), out.Rows)
-	assert.Equal(t, want, string(out.CSV))
+	for _, n := range []int{4, 2} {
+		base := sharded(t, shard.Config{Input: path, Shards: n, MinDelay: 15, Streams: 1})
+		for _, afterEmit := range []bool{false, true} {
+			t.Run(fmt.Sprintf("shards=%d/after-emit=%t", n, afterEmit), func(t *testing.T) {
+				cfg := shard.Config{Input: path, Shards: n, MinDelay: 15, Streams: 1}
+				shard.WithFlaky(&cfg, 1, 1, afterEmit)
+				out := sharded(t, cfg)
+				require.Len(t, out.Reports, n)
+				for i, r := range out.Reports {
+					assert.Equal(t, i, r.Shard)
+					attempt := 1
+					if i == 1 {
+						attempt = 2
+					}
+					assert.Equal(t, attempt, r.Attempt, "shard %d", i)
+				}
+				assert.Equal(t, int64(200000), out.Rows)
+				assert.Equal(t, base.Partitions, out.Partitions)
+				assert.Equal(t, want, string(out.CSV))
+			})
+		}
+	}
+}
+
+// TestShardAttemptsExhausted: a shard whose every attempt fails (3 by
+// default) fails the job with an error naming the shard, the attempts
+// and the last error, and leaves no goroutine of its attempts behind
+// (the devices they acquired are released).
+func TestShardAttemptsExhausted(t *testing.T) {
+	for _, tc := range []struct {
+		attempts, failed int
+		afterEmit        bool
+	}{
+		{0, 3, false},
+		{2, 2, true},
+	} {
+		t.Run(fmt.Sprintf("attempts=%d/after-emit=%t", tc.attempts, tc.afterEmit), func(t *testing.T) {
+			defer goleak.VerifyNone(t, goleak.IgnoreCurrent(),
+				// Prism's job server, and its element manager's wait for a failed job's bundles.
+				goleak.IgnoreAnyFunction("github.com/apache/beam/sdks/v2/go/pkg/beam/runners/prism/internal/jobservices.(*Server).Serve"),
+				goleak.IgnoreAnyFunction("github.com/apache/beam/sdks/v2/go/pkg/beam/runners/prism/internal/engine.(*ElementManager).Bundles.func1"))
+			cfg := shard.Config{Shards: 2, Attempts: tc.attempts}
+			shard.WithFlaky(&cfg, 1, tc.failed, tc.afterEmit)
+			_, err := shard.Run(t.Context(), cfg)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), fmt.Sprintf("shard: shard 1: %d attempts failed; the last: injected transient failure", tc.failed))
+		})
+	}
+}
+
+// TestAttemptTrackerSplits: the shard DoFn's tracker refuses a dynamic
+// split (any fraction) while an attempt runs, and a split at fraction
+// above 0 after it ended; at its checkpoint it keeps the claimed
+// attempt and hands the rest on.
+func TestAttemptTrackerSplits(t *testing.T) {
+	rt := shard.NewAttemptTracker(offsetrange.Restriction{Start: 1, End: 4})
+	require.True(t, rt.TryClaim(int64(1)))
+	for _, f := range []float64{0.5, 0} {
+		p, r, err := rt.TrySplit(f)
+		require.NoError(t, err)
+		assert.Nil(t, r, "split at %v while attempt 1 runs", f)
+		assert.Equal(t, offsetrange.Restriction{Start: 1, End: 4}, p)
+	}
+	shard.EndAttempt(rt)
+	_, r, err := rt.TrySplit(0.5)
+	require.NoError(t, err)
+	assert.Nil(t, r)
+	p, r, err := rt.TrySplit(0)
+	require.NoError(t, err)
+	assert.Equal(t, offsetrange.Restriction{Start: 1, End: 2}, p)
+	assert.Equal(t, offsetrange.Restriction{Start: 2, End: 4}, r)
+	assert.True(t, rt.IsDone())
+}
+
+// TestBadAttempts: a negative attempt count is an error.
+func TestBadAttempts(t *testing.T) {
+	_, err := shard.Run(t.Context(), shard.Config{Shards: 2, Attempts: -1})
+	assert.EqualError(t, err, "shard: -1 attempts: want 1 or more, or 0 (3)")
 }
 
 // TestPartialCoder: a Partial crosses stages as an Arrow IPC stream and

@@ -29,7 +29,9 @@ type Env struct {
 // Template rebuilds and runs one shard's graph from task.Params in env,
 // and returns its partial aggregates (every row with Shard task.Shard)
 // and its report. A launch failure inside the graph is not an error: it
-// is in the Report's Lost. Errors stop the shard (and the Beam job).
+// is in the Report's Lost. An error fails this attempt of the shard: the
+// shard is run again, up to Config.Attempts times, and the last failed
+// attempt fails the Beam job.
 type Template func(ctx context.Context, env Env, task Task) (Partial, Report, error)
 
 // templates are the registered templates by name.

@@ -2,8 +2,13 @@
 // Beam's Prism runner, in this process.
 //
 //	streamdag-beam run flights --input FILE --shards N [--min-delay D] [--top K]
-//	                           [--airports FILE] [--streams N] [--out FILE.csv|FILE.json]
-//	                           [--fail KERNEL[:panic]@SHARD]... [--quiet]
+//	                           [--airports FILE] [--streams N] [--attempts N]
+//	                           [--out FILE.csv|FILE.json] [--fail KERNEL[:panic]@SHARD]...
+//	                           [--quiet]
+//
+// A shard whose attempt fails (its input cannot be read, its device
+// cannot be acquired) is run again, up to --attempts times (0: 3); a
+// kernel that fails inside a shard's graph loses its partitions instead.
 //
 // Exit status: 0 on success; 2 on a usage error; 1 when the run failed or
 // its result is partial.
@@ -68,6 +73,7 @@ type flightsFlags struct {
 	fail                 []string
 	minDelay             int64
 	shards, top, streams int
+	attempts             int
 	quiet                bool
 }
 
@@ -83,7 +89,10 @@ row ranges instead); each shard's filter (delay > --min-delay) and partial
 group-by run as a streamdag graph inside a Beam DoFn on the CPU device; the
 partials cross to the merge as Arrow IPC, merge in a combine per group key,
 and sort, top-k, the join with --airports and the CSV run on one worker. The
-result is the single-node result, byte for byte.`,
+result is the single-node result, byte for byte. A shard whose attempt fails
+(its input cannot be read, its device cannot be acquired) is run again, up to
+--attempts times; a kernel that fails inside a shard's graph loses that
+shard's partitions, and the result is partial.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runFlights(cmd, f) },
 	}
@@ -94,6 +103,7 @@ result is the single-node result, byte for byte.`,
 	fl.IntVar(&f.top, "top", 10, "print the K groups with the most flights; 0 prints all")
 	fl.StringVar(&f.airports, "airports", "", "airports.csv (iata,name,city,…) to add names and cities")
 	fl.IntVar(&f.streams, "streams", 0, "CPU streams of each shard's graph (0: GOMAXPROCS / shards)")
+	fl.IntVar(&f.attempts, "attempts", 0, fmt.Sprintf("attempts of each shard before its failure fails the run (0: %d)", shard.DefaultAttempts))
 	fl.StringVar(&f.out, "out", "", "also write the result to FILE.csv or FILE.json (as streamdag run flights --out writes it)")
 	fl.StringArrayVar(&f.fail, "fail", nil, "make kernel KERNEL of shard SHARD's graph fail (KERNEL:panic to panic), e.g. 'filter[0]@1'; repeatable")
 	fl.BoolVar(&f.quiet, "quiet", false, "print only the result table and errors (no run summary)")
@@ -125,8 +135,10 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		return cli.Usagef("--streams %d: want 1 or more, or 0", f.streams)
 	case f.out != "" && flights.ResultFormat(f.out) == "":
 		return cli.Usagef("--out %s: want a .csv or .json file name", f.out)
+	case f.attempts < 0:
+		return cli.Usagef("--attempts %d: want 1 or more, or 0 (%d)", f.attempts, shard.DefaultAttempts)
 	}
-	cfg := shard.Config{Input: f.input, Shards: f.shards, MinDelay: f.minDelay, TopK: f.top, Airports: f.airports, Streams: f.streams}
+	cfg := shard.Config{Input: f.input, Shards: f.shards, MinDelay: f.minDelay, TopK: f.top, Airports: f.airports, Streams: f.streams, Attempts: f.attempts}
 	for _, spec := range f.fail {
 		x, err := parseFault(spec)
 		if err != nil {
@@ -165,8 +177,7 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		fmt.Fprintf(stderr, "%s: %d rows in %s, %s, on Prism (loopback workers), %s\n",
 			inputName(f.input), res.Rows, plural(len(res.Reports), "shard"), plural(res.Partitions, "partition"), wall.Round(time.Millisecond))
 		for _, r := range res.Reports {
-			g := r.Range
-			fmt.Fprintf(stderr, "  shard %d: rows [%d, %d) of parts [%d, %d), %d rows, %s\n", r.Shard, g.RowLo, g.RowHi, g.PartLo, g.PartHi, r.Rows, plural(r.Partitions, "partition"))
+			fmt.Fprintf(stderr, "  %s\n", shardLine(r))
 		}
 	}
 	if res.Complete() {
@@ -189,6 +200,17 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		return werr
 	}
 	return errPartial
+}
+
+// shardLine is r's line of the summary: its range, rows and partitions,
+// and its attempts when it took more than one.
+func shardLine(r shard.Report) string {
+	g := r.Range
+	s := fmt.Sprintf("shard %d: rows [%d, %d) of parts [%d, %d), %d rows, %s", r.Shard, g.RowLo, g.RowHi, g.PartLo, g.PartHi, r.Rows, plural(r.Partitions, "partition"))
+	if r.Attempt > 1 {
+		s += fmt.Sprintf(", %d attempts", r.Attempt)
+	}
+	return s
 }
 
 // inputName names the input in the summary.

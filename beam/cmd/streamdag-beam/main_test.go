@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamdag/streamdag/beam/shard"
 	"github.com/streamdag/streamdag/examples/flights"
 	"github.com/streamdag/streamdag/exec"
 	"github.com/streamdag/streamdag/gpu/cpu"
@@ -35,6 +36,7 @@ func TestFlightsCommand(t *testing.T) {
 		{"txt out", []string{"run", "flights", "--out", "x.txt"}, 2, "streamdag-beam: --out x.txt: want a .csv or .json file name (see 'streamdag-beam run flights --help')\n", ""},
 		{"no pipeline", []string{"run"}, 2, "streamdag-beam: name a pipeline to run (known: flights) (see 'streamdag-beam run --help')\n", ""},
 		{"bad flag", []string{"run", "flights", "--shards", "two"}, 2, "streamdag-beam: invalid argument \"two\" for \"--shards\" flag: strconv.ParseInt: parsing \"two\": invalid syntax (see 'streamdag-beam run flights --help')\n", ""},
+		{"negative attempts", []string{"run", "flights", "--attempts", "-1"}, 2, "streamdag-beam: --attempts -1: want 1 or more, or 0 (3) (see 'streamdag-beam run flights --help')\n", ""},
 		{"no such shard", []string{"run", "flights", "--fail", "filter[0]@3"}, 1, "streamdag-beam: shard: fault filter[0]@3: no shard 3 (the run has 2)\n", ""},
 		{"complete", []string{"run", "flights", "--top", "3", "--quiet", "--out", out}, 0, "", "key,count,delay_sum,delay_mean,delay_max"},
 		{"partial", []string{"run", "flights", "--top", "3", "--quiet", "--out", out, "--fail", "filter[0]@0"}, 1,
@@ -99,4 +101,13 @@ func TestJSONOutMatchesSingleNode(t *testing.T) {
 	assert.Equal(t, []flights.LostPartition{{Partition: 1, Rows: 100000, RowLo: 100000, RowHi: 200000, PartLo: 0, PartHi: 1,
 		Error: `shard 1 partition 0: groups[0] was not written: partial[0] ← filter[0]: exec: kernel "filter[0]": dag: injected failure`}}, doc.Lost)
 	assert.Len(t, doc.Rows, 3)
+}
+
+// TestShardLine: a shard's summary line says how many attempts it took
+// when it took more than one.
+func TestShardLine(t *testing.T) {
+	r := shard.Report{Shard: 1, Attempt: 1, Range: shard.Range{PartLo: 0, PartHi: 1, RowLo: 100000, RowHi: 200000}, Rows: 100000, Partitions: 1}
+	assert.Equal(t, "shard 1: rows [100000, 200000) of parts [0, 1), 100000 rows, 1 partition", shardLine(r))
+	r.Attempt, r.Partitions = 2, 2
+	assert.Equal(t, "shard 1: rows [100000, 200000) of parts [0, 1), 100000 rows, 2 partitions, 2 attempts", shardLine(r))
 }
