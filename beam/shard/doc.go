@@ -46,13 +46,14 @@
 //
 // A failure that stops a shard (its template's error: the input cannot
 // be opened or read, the device cannot be acquired) fails that attempt
-// only. The shard DoFn is splittable, its restriction the shard's
-// attempts not yet made (Config.Attempts); after a failed attempt it
-// self-checkpoints, and the runner makes the next attempt in a new
-// bundle. Its restriction tracker refuses every other split, so no two
-// attempts of a shard run at once. When the last attempt fails, the job
-// fails with an error naming the shard, the attempts and the last
-// error.
+// only. Attempt n of every shard is a stage of the pipeline
+// (Config.Attempts stages); a failed attempt sends its Task, with the
+// error added to Task.Failed, to the next stage, through a Reshuffle so
+// that the next attempt runs in a bundle of its own. The pipeline stays
+// bounded: a batch job on every runner. When the last attempt fails, the
+// job fails with an error naming the shard, the attempts and the last
+// error (a *JobError). A fault naming no kernel of its shard's graph is
+// an error before the job starts (a *flights.FaultError).
 //
 // Layer: above examples/flights and the streamdag packages it uses; only
 // commands and tests import it.

@@ -35,13 +35,15 @@ type FlightsParams struct {
 }
 
 // Report is what a shard's run says besides its partials: the attempt
-// that produced it, the group key, its range of the input, its
+// that produced it and the errors of the attempts that failed before it,
+// the group key, its range of the input, its
 // partitions, its input rows, its rows of parts not read (their
 // statistics rule out every row), and the partitions lost to failed
 // launches.
 type Report struct {
 	Shard       int
-	Attempt     int // 1 up, set by the DoFn (a Template leaves it 0)
+	Attempt     int      // 1 up, set by the DoFn (a Template leaves it 0)
+	Failed      []string // the earlier attempts' errors, first lines (Task.Failed)
 	Key         flights.KeyKind
 	Range       Range // the rows of the input the shard ran over
 	Partitions  int
@@ -100,15 +102,9 @@ func flightsPartial(ctx context.Context, env Env, task Task) (Partial, Report, e
 	}
 	defer src.Close()
 	r := prm.Range
-	p, err := flights.BuildParts(src, r.PartLo, r.PartHi, flights.WithRows(r.RowLo, r.RowHi),
-		flights.WithMinDelay(prm.MinDelay), flights.WithPartitions(max(env.Streams, 1)))
+	p, err := buildShard(src, prm, env.Streams)
 	if err != nil {
 		return fail(err)
-	}
-	for _, f := range prm.Fail {
-		if err := p.Graph.InjectFailure(f.Kernel, f.Panic); err != nil {
-			return fail(fmt.Errorf("fault %s: %w", f.Kernel, err))
-		}
 	}
 	table, err := runGraph(ctx, env, p)
 	if err != nil {
@@ -140,6 +136,26 @@ func flightsPartial(ctx context.Context, env Env, task Task) (Partial, Report, e
 		part.add(int32(task.Shard), r.Key, r.Count, r.DelaySum, r.DelayMax)
 	}
 	return part, rep, nil
+}
+
+// buildShard builds the graph of prm's shard of src, in as many
+// partitions as the shard's device has streams (at least 1), with
+// prm.Fail injected. Errors: flights.BuildParts's, and a
+// *flights.FaultError for a fault naming no kernel of the graph (Index
+// its position in prm.Fail).
+func buildShard(src kvio.Source, prm FlightsParams, streams int) (*flights.Pipeline, error) {
+	r := prm.Range
+	p, err := flights.BuildParts(src, r.PartLo, r.PartHi, flights.WithRows(r.RowLo, r.RowHi),
+		flights.WithMinDelay(prm.MinDelay), flights.WithPartitions(max(streams, 1)))
+	if err != nil {
+		return nil, err
+	}
+	for i, f := range prm.Fail {
+		if err := p.Graph.InjectFailure(f.Kernel, f.Panic); err != nil {
+			return nil, &flights.FaultError{Index: i, Fault: f, Err: err}
+		}
+	}
+	return p, nil
 }
 
 // openInput opens path, or the embedded sample for "".

@@ -12,12 +12,9 @@ import (
 	"reflect"
 	"runtime"
 	"slices"
-	"time"
+	"strings"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/sdf"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/rtrackers/offsetrange"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/log"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/prism"
 
@@ -68,10 +65,6 @@ type Config struct {
 // DefaultAttempts is the number of attempts of a shard when
 // Config.Attempts is 0.
 const DefaultAttempts = 3
-
-// retryDelay is how long after a failed attempt its shard's next
-// attempt is scheduled.
-const retryDelay = 100 * time.Millisecond
 
 // flake makes the first Attempts attempts of shard Shard fail with
 // errTransient: before the template runs, or, with AfterEmit, after the
@@ -183,31 +176,9 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if attempts == 0 {
 		attempts = DefaultAttempts
 	}
-	partRows, err := countRows(ctx, cfg.Input)
+	tasks, streams, err := flightsTasks(ctx, cfg)
 	if err != nil {
 		return nil, err
-	}
-	ranges := Split(partRows, cfg.Shards)
-	streams := cfg.Streams
-	if streams == 0 {
-		streams = max(runtime.GOMAXPROCS(0)/len(ranges), 1)
-	}
-	tasks := make([]any, len(ranges))
-	for s, r := range ranges {
-		prm := FlightsParams{Input: cfg.Input, Range: r, MinDelay: cfg.MinDelay}
-		for _, f := range cfg.Fail {
-			if f.Shard < 0 || f.Shard >= len(ranges) {
-				return nil, fmt.Errorf("shard: fault %s@%d: no shard %d (the run has %d)", f.Fault.Kernel, f.Shard, f.Shard, len(ranges))
-			}
-			if f.Shard == s {
-				prm.Fail = append(prm.Fail, f.Fault)
-			}
-		}
-		b, err := json.Marshal(prm)
-		if err != nil {
-			return nil, fmt.Errorf("shard: %w", err)
-		}
-		tasks[s] = Task{Shard: s, Template: FlightsTemplate, Params: b}
 	}
 	dir, err := os.MkdirTemp("", "streamdag-beam-")
 	if err != nil {
@@ -217,12 +188,25 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	outPath := filepath.Join(dir, "outcome.json")
 
 	p, s := beam.NewPipelineWithRoot()
-	partials, reports := beam.ParDo2(s.Scope("shards"), &shardFn{Streams: streams, Attempts: attempts, Flaky: cfg.flaky}, beam.Create(s, tasks...))
-	merged := beam.CombinePerKey(s.Scope("merge"), &mergeFn{}, beam.ParDo(s, &keyFn{}, partials))
+	// Attempt n of every shard is a stage of its own; the tasks whose
+	// attempt failed flow to the next stage, through a Reshuffle so that
+	// the next attempt runs in a bundle of its own, not fused with the
+	// failed one.
+	pending := beam.Create(s, tasks...)
+	var partials, reports []beam.PCollection
+	for n := 1; n <= attempts; n++ {
+		scope := s.Scope(fmt.Sprintf("attempt %d", n))
+		if n > 1 {
+			pending = beam.Reshuffle(scope, pending)
+		}
+		part, rep, retry := beam.ParDo3(scope, &shardFn{Streams: streams, Attempt: n, Attempts: attempts, Flaky: cfg.flaky}, pending)
+		partials, reports, pending = append(partials, part), append(reports, rep), retry
+	}
+	merged := beam.CombinePerKey(s.Scope("merge"), &mergeFn{}, beam.ParDo(s, &keyFn{}, beam.Flatten(s, partials...)))
 	beam.ParDo0(s.Scope("finish"), &finishFn{TopK: cfg.TopK, Airports: cfg.Airports, Streams: max(runtime.GOMAXPROCS(0), 1), Out: outPath},
-		beam.Impulse(s), beam.SideInput{Input: merged}, beam.SideInput{Input: reports})
+		beam.Impulse(s), beam.SideInput{Input: merged}, beam.SideInput{Input: beam.Flatten(s, reports...)})
 	if _, err := prism.Execute(ctx, p); err != nil {
-		return nil, fmt.Errorf("shard: beam job: %w", err)
+		return nil, jobError(err)
 	}
 	b, err := os.ReadFile(outPath)
 	if err != nil {
@@ -235,23 +219,87 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	return doc.outcome(), nil
 }
 
-// countRows returns the rows of each part of the input.
-func countRows(ctx context.Context, input string) ([]int64, error) {
-	file, err := openInput(input)
+// JobError is the error of a Beam job that failed in one of this
+// package's DoFns: its text is the DoFn's error ("shard: shard 1: 3
+// attempts failed; the last: …", "shard: finish: …"), found in the
+// runner's report of the failed bundle, which Unwrap returns whole.
+type JobError struct {
+	Msg string // the DoFn's error text
+	Job error  // the runner's error
+}
+
+// Error returns Msg.
+func (e *JobError) Error() string { return e.Msg }
+
+// Unwrap returns Job.
+func (e *JobError) Unwrap() error { return e.Job }
+
+// jobError is a failed job's error: a *JobError when the runner's error
+// carries one of this package's DoFn errors (the text from its last line
+// that begins "shard: "), else the runner's error.
+func jobError(err error) error {
+	lines := strings.Split(err.Error(), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.HasPrefix(lines[i], "shard: ") {
+			return &JobError{Msg: strings.Join(lines[i:], "\n"), Job: err}
+		}
+	}
+	return fmt.Errorf("shard: beam job: %w", err)
+}
+
+// flightsTasks cuts cfg's input into shards and returns their tasks,
+// with the streams of each shard's device. It builds the graph of each
+// shard that cfg.Fail names, so that a fault naming no kernel is an
+// error here (a *flights.FaultError, Index its position in cfg.Fail),
+// before the job starts. Errors: the input's, and a fault's.
+func flightsTasks(ctx context.Context, cfg Config) (tasks []any, streams int, err error) {
+	file, err := openInput(cfg.Input)
 	if err != nil {
-		return nil, fmt.Errorf("shard: %w", err)
+		return nil, 0, fmt.Errorf("shard: %w", err)
 	}
 	defer file.Close()
 	src, err := kvio.OpenAuto(ctx, file)
 	if err != nil {
-		return nil, fmt.Errorf("shard: %w", err)
+		return nil, 0, fmt.Errorf("shard: %w", err)
 	}
 	defer src.Close()
-	rows := make([]int64, src.NumParts())
-	for i := range rows {
-		rows[i] = src.PartRows(i)
+	partRows := make([]int64, src.NumParts())
+	for i := range partRows {
+		partRows[i] = src.PartRows(i)
 	}
-	return rows, nil
+	ranges := Split(partRows, cfg.Shards)
+	streams = cfg.Streams
+	if streams == 0 {
+		streams = max(runtime.GOMAXPROCS(0)/len(ranges), 1)
+	}
+	index := make([][]int, len(ranges)) // index[s]: the positions in cfg.Fail of shard s's faults
+	for i, f := range cfg.Fail {
+		if f.Shard < 0 || f.Shard >= len(ranges) {
+			return nil, 0, fmt.Errorf("shard: fault %s@%d: no shard %d (the run has %d)", f.Fault.Kernel, f.Shard, f.Shard, len(ranges))
+		}
+		index[f.Shard] = append(index[f.Shard], i)
+	}
+	tasks = make([]any, len(ranges))
+	for s, r := range ranges {
+		prm := FlightsParams{Input: cfg.Input, Range: r, MinDelay: cfg.MinDelay}
+		for _, i := range index[s] {
+			prm.Fail = append(prm.Fail, cfg.Fail[i].Fault)
+		}
+		if len(prm.Fail) > 0 {
+			if _, err := buildShard(src, prm, streams); err != nil {
+				if fe, ok := errors.AsType[*flights.FaultError](err); ok {
+					fe.Index = index[s][fe.Index]
+				}
+				return nil, 0, fmt.Errorf("shard: shard %d: %w", s, err)
+			}
+		}
+		b, err := json.Marshal(prm)
+		if err != nil {
+			return nil, 0, fmt.Errorf("shard: %w", err)
+		}
+		tasks[s] = Task{Shard: s, Template: FlightsTemplate, Params: b}
+	}
+	return tasks, streams, nil
 }
 
 // outcomeDoc is the Outcome as the finish writes it for the launcher.
@@ -277,7 +325,8 @@ func (d *outcomeDoc) outcome() *Outcome {
 func init() {
 	beam.RegisterType(reflect.TypeOf(Task{}))
 	beam.RegisterType(reflect.TypeOf(Report{}))
-	register.DoFn5x2[context.Context, *sdf.LockRTracker, Task, func(Partial), func(Report), sdf.ProcessContinuation, error](&shardFn{})
+	register.DoFn5x1[context.Context, Task, func(Partial), func(Report), func(Task), error](&shardFn{})
+	register.Emitter1[Task]()
 	register.Emitter1[Partial]()
 	register.Emitter1[Report]()
 	register.DoFn2x0[Partial, func(string, Partial)](&keyFn{})
@@ -308,19 +357,16 @@ func (h *holder) release() error {
 	return ReleaseBackend(context.Background())
 }
 
-// shardFn runs each Task's template on this worker and emits its
-// Partial and Report. It is a splittable DoFn whose restriction is the
-// task's attempts not yet made, [next, Attempts+1) of attempts numbered
-// from 1: each ProcessElement claims and makes one attempt, and after a
-// failed one that is not the last it self-checkpoints, so that the
-// runner makes the next attempt in a new bundle. Its tracker
-// (attemptTracker) splits only at that checkpoint, so no two attempts
-// of a task run at once.
+// shardFn makes attempt Attempt (of Attempts, numbered from 1) of each
+// Task: it runs the task's template on this worker and emits its Partial
+// and Report. A failed attempt that is not the last sends the task, with
+// the failure added to Task.Failed, to its retry output, the next
+// attempt's input; the last fails the bundle, and with it the job.
 type shardFn struct {
-	Streams  int
-	Attempts int
-	Flaky    []flake
-	h        holder
+	Streams           int
+	Attempt, Attempts int
+	Flaky             []flake
+	h                 holder
 }
 
 // Setup takes the process's backend.
@@ -329,57 +375,28 @@ func (f *shardFn) Setup() error { return f.h.open() }
 // Teardown gives it back.
 func (f *shardFn) Teardown() error { return f.h.release() }
 
-// CreateInitialRestriction returns all of a task's attempts.
-func (f *shardFn) CreateInitialRestriction(Task) offsetrange.Restriction {
-	return offsetrange.Restriction{Start: 1, End: int64(f.Attempts) + 1}
-}
-
-// SplitRestriction keeps rest whole: the attempts are made one after
-// another.
-func (f *shardFn) SplitRestriction(_ Task, rest offsetrange.Restriction) []offsetrange.Restriction {
-	return []offsetrange.Restriction{rest}
-}
-
-// RestrictionSize is rest's attempts.
-func (f *shardFn) RestrictionSize(_ Task, rest offsetrange.Restriction) float64 { return rest.Size() }
-
-// CreateTracker tracks rest with an attemptTracker.
-func (f *shardFn) CreateTracker(rest offsetrange.Restriction) *sdf.LockRTracker {
-	return sdf.NewLockRTracker(&attemptTracker{Tracker: offsetrange.NewTracker(rest)})
-}
-
-// ProcessElement makes t's next attempt. On success it claims the rest
-// of the restriction and stops. On failure it fails the bundle (and the
-// job) after the last attempt, or when ctx is done, with an error naming
-// the shard, the attempts and the last error; else it logs the failure
-// and self-checkpoints, to resume at the next attempt after retryDelay.
-func (f *shardFn) ProcessElement(ctx context.Context, rt *sdf.LockRTracker, t Task, partials func(Partial), reports func(Report)) (sdf.ProcessContinuation, error) {
-	rest := rt.GetRestriction().(offsetrange.Restriction)
-	n := rest.Start
-	if !rt.TryClaim(n) {
-		return sdf.StopProcessing(), rt.GetError()
-	}
-	err := f.attempt(ctx, int(n), t, partials, reports)
+// ProcessElement makes t's attempt. A failure of the last attempt, or
+// one after ctx is done, is its error, naming the shard, the attempts
+// and the last error.
+func (f *shardFn) ProcessElement(ctx context.Context, t Task, partials func(Partial), reports func(Report), retry func(Task)) error {
+	err := f.attempt(ctx, t, partials, reports)
 	switch {
 	case err == nil:
-		rt.TryClaim(rest.End) // done: the attempts left are not needed
-		return sdf.StopProcessing(), nil
-	case n+1 < rest.End && ctx.Err() == nil:
-		log.Warnf(ctx, "shard: shard %d: attempt %d of %d failed, the next in %s: %v", t.Shard, n, rest.End-1, retryDelay, err)
-		rt.Mu.Lock()
-		rt.Rt.(*attemptTracker).ended = true
-		rt.Mu.Unlock()
-		return sdf.ResumeProcessingIn(retryDelay), nil
-	case n == 1:
-		return nil, fmt.Errorf("shard: shard %d: 1 attempt failed: %w", t.Shard, err)
+		return nil
+	case f.Attempt < f.Attempts && ctx.Err() == nil:
+		t.Failed = append(slices.Clip(t.Failed), flights.FirstLine(err))
+		retry(t)
+		return nil
+	case f.Attempt == 1:
+		return fmt.Errorf("shard: shard %d: 1 attempt failed: %w", t.Shard, err)
 	}
-	return nil, fmt.Errorf("shard: shard %d: %d attempts failed; the last: %w", t.Shard, n, err)
+	return fmt.Errorf("shard: shard %d: %d attempts failed; the last: %w", t.Shard, f.Attempt, err)
 }
 
-// attempt runs t's template as attempt n and emits its partial and its
-// report (with Attempt n), failing as f.Flaky says.
-func (f *shardFn) attempt(ctx context.Context, n int, t Task, partials func(Partial), reports func(Report)) error {
-	i := slices.IndexFunc(f.Flaky, func(x flake) bool { return x.Shard == t.Shard && n <= x.Attempts })
+// attempt runs t's template and emits its partial and its report (with
+// Attempt and Failed set), failing as f.Flaky says.
+func (f *shardFn) attempt(ctx context.Context, t Task, partials func(Partial), reports func(Report)) error {
+	i := slices.IndexFunc(f.Flaky, func(x flake) bool { return x.Shard == t.Shard && f.Attempt <= x.Attempts })
 	if i >= 0 && !f.Flaky[i].AfterEmit {
 		return errTransient
 	}
@@ -391,33 +408,13 @@ func (f *shardFn) attempt(ctx context.Context, n int, t Task, partials func(Part
 	if err != nil {
 		return err
 	}
-	rep.Attempt = n
+	rep.Attempt, rep.Failed = f.Attempt, t.Failed
 	partials(part)
 	reports(rep)
 	if i >= 0 {
 		return errTransient
 	}
 	return nil
-}
-
-// attemptTracker is an offsetrange.Tracker over a task's attempts that
-// splits only at a self-checkpoint (fraction 0) after the claimed
-// attempt has ended, and refuses every other split: a dynamic split
-// would start the next attempt while the claimed one runs. It is used
-// under an sdf.LockRTracker, whose lock guards ended.
-type attemptTracker struct {
-	*offsetrange.Tracker
-	ended bool // the claimed attempt failed and ProcessElement is checkpointing
-}
-
-// TrySplit splits as offsetrange.Tracker's at fraction 0 once the
-// claimed attempt has ended; else it returns the restriction whole and
-// no residual.
-func (t *attemptTracker) TrySplit(fraction float64) (primary, residual any, err error) {
-	if fraction > 0 || !t.ended {
-		return t.GetRestriction(), nil, nil
-	}
-	return t.Tracker.TrySplit(fraction)
 }
 
 // keyFn emits each row of a Partial under its group key, as a Partial

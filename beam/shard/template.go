@@ -13,9 +13,10 @@ import (
 // the registered Template that rebuilds its graph on the worker, and the
 // template's parameters as JSON.
 type Task struct {
-	Shard    int    // the shard's index, 0 up
-	Template string // a name given to Register
-	Params   []byte // the template's parameters, JSON
+	Shard    int      // the shard's index, 0 up
+	Template string   // a name given to Register
+	Params   []byte   // the template's parameters, JSON
+	Failed   []string // the errors of the task's failed attempts, first lines, in order
 }
 
 // Env is what a Template runs with on a worker: the process's backend

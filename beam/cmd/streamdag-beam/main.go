@@ -4,7 +4,7 @@
 //	streamdag-beam run flights --input FILE --shards N [--min-delay D] [--top K]
 //	                           [--airports FILE] [--streams N] [--attempts N]
 //	                           [--out FILE.csv|FILE.json] [--fail KERNEL[:panic]@SHARD]...
-//	                           [--quiet]
+//	                           [--quiet] [--beam-log off|error|warn|info|debug]
 //
 // A shard whose attempt fails (its input cannot be read, its device
 // cannot be acquired) is run again, up to --attempts times (0: 3); a
@@ -20,6 +20,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strconv"
@@ -28,7 +29,6 @@ import (
 	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
-	beamlog "github.com/apache/beam/sdks/v2/go/pkg/beam/log"
 	"github.com/spf13/cobra"
 
 	"github.com/streamdag/streamdag/beam/shard"
@@ -41,9 +41,6 @@ func main() {
 	// A Beam worker binary's own flags come first; loopback workers run
 	// in this process, so there are none to parse here.
 	flag.CommandLine.Parse(nil)
-	// Prism and the SDK log each job's steps at INFO: only warnings and
-	// errors reach stderr (beam.Init sets up slog at this level).
-	beamlog.LogLevel = "warn"
 	beam.Init()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
@@ -75,6 +72,7 @@ type flightsFlags struct {
 	shards, top, streams int
 	attempts             int
 	quiet                bool
+	beamLog              string
 }
 
 func newFlightsCmd() *cobra.Command {
@@ -107,6 +105,7 @@ shard's partitions, and the result is partial.`,
 	fl.StringVar(&f.out, "out", "", "also write the result to FILE.csv or FILE.json (as streamdag run flights --out writes it)")
 	fl.StringArrayVar(&f.fail, "fail", nil, "make kernel KERNEL of shard SHARD's graph fail (KERNEL:panic to panic), e.g. 'filter[0]@1'; repeatable")
 	fl.BoolVar(&f.quiet, "quiet", false, "print only the result table and errors (no run summary)")
+	fl.StringVar(&f.beamLog, "beam-log", "off", "what Prism and the Beam SDK log on stderr: off, error, warn, info or debug")
 	return cmd
 }
 
@@ -138,6 +137,14 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	case f.attempts < 0:
 		return cli.Usagef("--attempts %d: want 1 or more, or 0 (%d)", f.attempts, shard.DefaultAttempts)
 	}
+	level, ok := beamLevels[f.beamLog]
+	if !ok {
+		return cli.Usagef("--beam-log %s: want off, error, warn, info or debug", f.beamLog)
+	}
+	// Prism and the SDK log through slog's default logger. The command
+	// reports what a run says itself: a shard's failed attempts in its
+	// summary line, the job's error as its DoFn's.
+	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
 	cfg := shard.Config{Input: f.input, Shards: f.shards, MinDelay: f.minDelay, TopK: f.top, Airports: f.airports, Streams: f.streams, Attempts: f.attempts}
 	for _, spec := range f.fail {
 		x, err := parseFault(spec)
@@ -159,6 +166,9 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	}
 	start := time.Now()
 	res, err := shard.Run(cmd.Context(), cfg)
+	if _, ok := errors.AsType[*flights.FaultError](err); ok {
+		return cli.UsageError{Err: err}
+	}
 	if err != nil {
 		return err
 	}
@@ -202,13 +212,22 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	return errPartial
 }
 
+// beamLevels are the --beam-log levels; off is above every level Beam
+// logs at.
+var beamLevels = map[string]slog.Level{"off": slog.LevelError + 100, "error": slog.LevelError, "warn": slog.LevelWarn, "info": slog.LevelInfo, "debug": slog.LevelDebug}
+
 // shardLine is r's line of the summary: its range, rows and partitions,
-// and its attempts when it took more than one.
+// and, when it took more than one attempt, its attempts and the errors
+// of those that failed.
 func shardLine(r shard.Report) string {
 	g := r.Range
 	s := fmt.Sprintf("shard %d: rows [%d, %d) of parts [%d, %d), %d rows, %s", r.Shard, g.RowLo, g.RowHi, g.PartLo, g.PartHi, r.Rows, plural(r.Partitions, "partition"))
 	if r.Attempt > 1 {
-		s += fmt.Sprintf(", %d attempts", r.Attempt)
+		failed := make([]string, len(r.Failed))
+		for i, e := range r.Failed {
+			failed[i] = fmt.Sprintf("attempt %d: %s", i+1, e)
+		}
+		s += fmt.Sprintf(", %d attempts (%s)", r.Attempt, strings.Join(failed, "; "))
 	}
 	return s
 }

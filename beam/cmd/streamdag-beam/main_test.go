@@ -36,6 +36,8 @@ func TestFlightsCommand(t *testing.T) {
 		{"txt out", []string{"run", "flights", "--out", "x.txt"}, 2, "streamdag-beam: --out x.txt: want a .csv or .json file name (see 'streamdag-beam run flights --help')\n", ""},
 		{"no pipeline", []string{"run"}, 2, "streamdag-beam: name a pipeline to run (known: flights) (see 'streamdag-beam run --help')\n", ""},
 		{"bad flag", []string{"run", "flights", "--shards", "two"}, 2, "streamdag-beam: invalid argument \"two\" for \"--shards\" flag: strconv.ParseInt: parsing \"two\": invalid syntax (see 'streamdag-beam run flights --help')\n", ""},
+		{"unknown kernel", []string{"run", "flights", "--streams", "1", "--fail", "nosuch@1"}, 2, "streamdag-beam: shard: shard 1: flights: fault nosuch: dag: no kernel \"nosuch\" to fail (kernels: source[0], filter[0], partial[0], merge, sort, topk, write) (see 'streamdag-beam run flights --help')\n", ""},
+		{"bad beam log", []string{"run", "flights", "--beam-log", "loud"}, 2, "streamdag-beam: --beam-log loud: want off, error, warn, info or debug (see 'streamdag-beam run flights --help')\n", ""},
 		{"negative attempts", []string{"run", "flights", "--attempts", "-1"}, 2, "streamdag-beam: --attempts -1: want 1 or more, or 0 (3) (see 'streamdag-beam run flights --help')\n", ""},
 		{"no such shard", []string{"run", "flights", "--fail", "filter[0]@3"}, 1, "streamdag-beam: shard: fault filter[0]@3: no shard 3 (the run has 2)\n", ""},
 		{"complete", []string{"run", "flights", "--top", "3", "--quiet", "--out", out}, 0, "", "key,count,delay_sum,delay_mean,delay_max"},
@@ -108,6 +110,6 @@ func TestJSONOutMatchesSingleNode(t *testing.T) {
 func TestShardLine(t *testing.T) {
 	r := shard.Report{Shard: 1, Attempt: 1, Range: shard.Range{PartLo: 0, PartHi: 1, RowLo: 100000, RowHi: 200000}, Rows: 100000, Partitions: 1}
 	assert.Equal(t, "shard 1: rows [100000, 200000) of parts [0, 1), 100000 rows, 1 partition", shardLine(r))
-	r.Attempt, r.Partitions = 2, 2
-	assert.Equal(t, "shard 1: rows [100000, 200000) of parts [0, 1), 100000 rows, 2 partitions, 2 attempts", shardLine(r))
+	r.Attempt, r.Partitions, r.Failed = 3, 2, []string{"kvio: read: EIO", "lease: no device"}
+	assert.Equal(t, "shard 1: rows [100000, 200000) of parts [0, 1), 100000 rows, 2 partitions, 3 attempts (attempt 1: kvio: read: EIO; attempt 2: lease: no device)", shardLine(r))
 }
