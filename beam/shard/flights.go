@@ -107,7 +107,16 @@ func flightsPartial(ctx context.Context, env Env, task Task) (Partial, Report, e
 		return fail(err)
 	}
 	table, err := runGraph(ctx, env, p)
-	if err != nil {
+	if _, ok := errors.AsType[*failgraph.UnwrittenError](err); ok {
+		// A kernel past the partitions (merge, sort, top-k, write)
+		// failed: the shard has no result, and each of its partitions
+		// is lost to that failure, as a launch failure loses them, not
+		// retried.
+		table = &flights.Table{}
+		for i, part := range p.Partitions {
+			table.Lost = append(table.Lost, flights.Loss{Partition: i, Part: part, Rows: part.RowHi - part.RowLo, Err: err})
+		}
+	} else if err != nil {
 		return fail(err)
 	}
 	rep := Report{Shard: task.Shard, Key: p.Key, Range: r, Partitions: len(p.Partitions), Rows: r.RowHi - r.RowLo}

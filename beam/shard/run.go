@@ -249,9 +249,10 @@ func jobError(err error) error {
 
 // flightsTasks cuts cfg's input into shards and returns their tasks,
 // with the streams of each shard's device. It builds the graph of each
-// shard that cfg.Fail names, so that a fault naming no kernel is an
-// error here (a *flights.FaultError, Index its position in cfg.Fail),
-// before the job starts. Errors: the input's, and a fault's.
+// shard that cfg.Fail names, so that a fault naming no shard of the run
+// or no kernel of its shard's graph is an error here (a
+// *flights.FaultError, Index its position in cfg.Fail), before the job
+// starts. Errors: the input's, and a fault's.
 func flightsTasks(ctx context.Context, cfg Config) (tasks []any, streams int, err error) {
 	file, err := openInput(cfg.Input)
 	if err != nil {
@@ -275,7 +276,7 @@ func flightsTasks(ctx context.Context, cfg Config) (tasks []any, streams int, er
 	index := make([][]int, len(ranges)) // index[s]: the positions in cfg.Fail of shard s's faults
 	for i, f := range cfg.Fail {
 		if f.Shard < 0 || f.Shard >= len(ranges) {
-			return nil, 0, fmt.Errorf("shard: fault %s@%d: no shard %d (the run has %d)", f.Fault.Kernel, f.Shard, f.Shard, len(ranges))
+			return nil, 0, fmt.Errorf("shard: %w", &flights.FaultError{Index: i, Fault: f.Fault, Err: fmt.Errorf("no shard %d (the run has %d)", f.Shard, len(ranges))})
 		}
 		index[f.Shard] = append(index[f.Shard], i)
 	}

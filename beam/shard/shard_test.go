@@ -249,6 +249,33 @@ func TestShardFailureGivesPartialResult(t *testing.T) {
 	assert.Equal(t, want, body)
 }
 
+// TestShardMergeFailureLosesItsPartitions: a kernel past a shard's
+// partitions (its merge) that fails leaves the shard no result: each of
+// its partitions is lost to that failure, with its chain, in a partial
+// result; the shard is not run again.
+func TestShardMergeFailureLosesItsPartitions(t *testing.T) {
+	out, err := shard.Run(t.Context(), shard.Config{Shards: 4, Streams: 2,
+		Fail: []shard.Fault{{Shard: 1, Fault: flights.Fault{Kernel: "merge"}}}})
+	require.NoError(t, err)
+	assert.False(t, out.Complete())
+	require.Len(t, out.Table.Lost, 2)
+	for i, l := range out.Table.Lost {
+		var f *shard.Failure
+		require.ErrorAs(t, l.Err, &f)
+		assert.Equal(t, 1, f.Shard)
+		assert.Equal(t, i, f.Partition)
+		assert.Equal(t, 2+i, l.Partition, "numbered after shard 0's two partitions")
+		assert.Equal(t, int64(25000), l.Rows)
+		assert.Equal(t, "merge", f.Kernel)
+		assert.Equal(t, "result", f.Buffer)
+		assert.Equal(t, []string{"write", "topk", "sort", "merge"}, f.Chain)
+		assert.Equal(t, `exec: kernel "merge": dag: injected failure`, f.Root)
+	}
+	assert.Equal(t, 1, out.Reports[1].Attempt)
+	head, _, _ := strings.Cut(string(out.CSV), "\n")
+	assert.Equal(t, "# PARTIAL RESULT: 2 of 8 partitions lost (50000 of 200000 input rows not counted)", head)
+}
+
 // writeParts writes row groups parts of the Parquet file in to out.
 func writeParts(t *testing.T, in, out string, parts ...int) {
 	t.Helper()

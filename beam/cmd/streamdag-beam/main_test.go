@@ -39,7 +39,7 @@ func TestFlightsCommand(t *testing.T) {
 		{"unknown kernel", []string{"run", "flights", "--streams", "1", "--fail", "nosuch@1"}, 2, "streamdag-beam: shard: shard 1: flights: fault nosuch: dag: no kernel \"nosuch\" to fail (kernels: source[0], filter[0], partial[0], merge, sort, topk, write) (see 'streamdag-beam run flights --help')\n", ""},
 		{"bad beam log", []string{"run", "flights", "--beam-log", "loud"}, 2, "streamdag-beam: --beam-log loud: want off, error, warn, info or debug (see 'streamdag-beam run flights --help')\n", ""},
 		{"negative attempts", []string{"run", "flights", "--attempts", "-1"}, 2, "streamdag-beam: --attempts -1: want 1 or more, or 0 (3) (see 'streamdag-beam run flights --help')\n", ""},
-		{"no such shard", []string{"run", "flights", "--fail", "filter[0]@3"}, 1, "streamdag-beam: shard: fault filter[0]@3: no shard 3 (the run has 2)\n", ""},
+		{"no such shard", []string{"run", "flights", "--fail", "filter[0]@3"}, 2, "streamdag-beam: shard: flights: fault filter[0]: no shard 3 (the run has 2) (see 'streamdag-beam run flights --help')\n", ""},
 		{"complete", []string{"run", "flights", "--top", "3", "--quiet", "--out", out}, 0, "", "key,count,delay_sum,delay_mean,delay_max"},
 		{"partial", []string{"run", "flights", "--top", "3", "--quiet", "--out", out, "--fail", "filter[0]@0"}, 1,
 			"PARTIAL RESULT: 1 of 2 partitions lost (100000 of 200000 rows are not counted above):\n" +
