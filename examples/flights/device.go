@@ -318,7 +318,10 @@ func (p *Pipeline) codeRows(c *coder, rec arrow.RecordBatch, lo, hi int, dst []i
 			return err
 		}
 		for i := lo; i < hi; i++ {
-			h, ok := hour(i)
+			h, ok, err := hour(i)
+			if err != nil {
+				return err
+			}
 			if !ok {
 				dst[i-lo] = -1
 				continue
