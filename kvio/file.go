@@ -475,8 +475,13 @@ func (f *File) probes() bool {
 // request, which helps; at least one.
 func cpuWorkers() int { return max(1, runtime.GOMAXPROCS(0)-1) }
 
-// grow raises the size to end after a write.
-func (f *File) grow(end int64) {
+// grow raises the size to off+n after a write of n bytes at off; a
+// write that wrote nothing leaves it as it was.
+func (f *File) grow(off int64, n int) {
+	if n == 0 {
+		return
+	}
+	end := off + int64(n)
 	for {
 		s := f.size.Load()
 		if end <= s || f.size.CompareAndSwap(s, end) {

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -351,5 +352,25 @@ func TestOpenRefusesWhatIsNotARegularFile(t *testing.T) {
 			}
 			assert.EqualError(t, err, c.want)
 		})
+	}
+}
+
+// diskFull is an io.ReaderAt over a string whose writes fail having
+// written nothing.
+type diskFull struct{ *strings.Reader }
+
+func (diskFull) WriteAt([]byte, int64) (int, error) { return 0, errors.New("disk full") }
+
+// A write that wrote nothing leaves Size as it was, also past the end of
+// the file: inline (at most the GDS threshold) and in chunks.
+func TestFailedWriteLeavesSize(t *testing.T) {
+	f, err := kvio.NewFile("full", diskFull{strings.NewReader("hello")}, 5, kvio.WithGDSThreshold(4), kvio.WithTaskSize(4))
+	require.NoError(t, err)
+	defer f.Close()
+	for _, n := range []int{2, 10} {
+		got, err := f.WriteAt(make([]byte, n), 100)
+		assert.Zero(t, got)
+		assert.EqualError(t, err, "kvio: write full at 100: disk full", "%d bytes", n)
+		assert.Equal(t, int64(5), f.Size(), "%d bytes", n)
 	}
 }
