@@ -55,27 +55,51 @@ func failures(rep *exec.Report) map[string]string {
 }
 
 // A "time" that is no hour of day (negative, 24 or more, NaN, too large
-// for an integer) fails the partition's partial group-by, naming the row
-// and the value, rather than adding a group of a key outside 0–23; the
-// other partition's groups are the result.
+// for an integer) fails its partition, naming the row and the value,
+// rather than adding a group of a key outside 0–23: partial[p] on the
+// CPU graph, columns[p] on the device graph (WithOpenCL, run here with
+// its Go variants). A row the filter drops (its delay is not above
+// --min-delay, or null) is not grouped, so its time is not checked, on
+// either graph.
 func TestTimeOutsideTheDayFailsItsPartition(t *testing.T) {
-	sc := arrow.NewSchema([]arrow.Field{{Name: "delay", Type: arrow.PrimitiveTypes.Int16}, {Name: "time", Type: arrow.PrimitiveTypes.Float64}}, nil)
-	for _, bad := range []float64{-0.5, 24, math.NaN(), 1e300} {
-		src := ipcSource(t, "hours.arrow", sc, 8, func(b *array.RecordBuilder, i int) {
-			b.Field(0).(*array.Int16Builder).Append(30)
-			tm := 13.5
+	sc := arrow.NewSchema([]arrow.Field{{Name: "delay", Type: arrow.PrimitiveTypes.Int16, Nullable: true}, {Name: "time", Type: arrow.PrimitiveTypes.Float64}}, nil)
+	source := func(bad float64, delay6 int16, null6 bool) kvio.Source {
+		return ipcSource(t, "hours.arrow", sc, 8, func(b *array.RecordBuilder, i int) {
+			d, tm := int16(30), 13.5
 			if i == 6 {
-				tm = bad
+				d, tm = delay6, bad
+			}
+			if i == 6 && null6 {
+				b.Field(0).(*array.Int16Builder).AppendNull()
+			} else {
+				b.Field(0).(*array.Int16Builder).Append(d)
 			}
 			b.Field(1).(*array.Float64Builder).Append(tm)
 		})
-		out, err := flights.Run(t.Context(), cpuExecutor(t), src, flights.WithPartitions(2))
-		require.NoError(t, err)
-		require.NotNil(t, out.Table)
-		require.Len(t, out.Table.Rows, 1, "time %v", bad)
-		r := out.Table.Rows[0]
-		assert.Equal(t, [4]int64{13, 4, 120, 30}, [4]int64{mustAtoi(t, r.Key), r.Count, r.DelaySum, r.DelayMax}, "time %v", bad)
-		assert.Equal(t, map[string]string{"partial[1]": `exec: kernel "partial[1]": flights: row 6: time ` + fmt.Sprint(bad) + ` is not an hour of day, want [0, 24)`}, failures(out.Report))
+	}
+	for _, graph := range []struct {
+		name, kernel string
+		opts         []flights.Option
+	}{{"cpu", "partial", nil}, {"device", "columns", []flights.Option{flights.WithOpenCL()}}} {
+		opts := append([]flights.Option{flights.WithPartitions(2)}, graph.opts...)
+		for _, bad := range []float64{-0.5, 24, math.NaN(), 1e300} {
+			out := runOnCPU(t, source(bad, 30, false), 2, opts...)
+			require.NotNil(t, out.Table)
+			require.Len(t, out.Table.Rows, 1, "%s, time %v", graph.name, bad)
+			r := out.Table.Rows[0]
+			assert.Equal(t, [4]int64{13, 4, 120, 30}, [4]int64{mustAtoi(t, r.Key), r.Count, r.DelaySum, r.DelayMax}, "%s, time %v", graph.name, bad)
+			k := graph.kernel + "[1]"
+			assert.Equal(t, map[string]string{k: `exec: kernel "` + k + `": flights: row 6: time ` + fmt.Sprint(bad) + ` is not an hour of day, want [0, 24)`}, failures(out.Report))
+
+			for _, null := range []bool{false, true} {
+				out = runOnCPU(t, source(bad, 0, null), 2, opts...)
+				require.NotNil(t, out.Table)
+				require.Len(t, out.Table.Rows, 1, "%s, time %v, null delay %v", graph.name, bad, null)
+				r = out.Table.Rows[0]
+				assert.Equal(t, [4]int64{13, 7, 210, 30}, [4]int64{mustAtoi(t, r.Key), r.Count, r.DelaySum, r.DelayMax}, "%s, time %v, null delay %v", graph.name, bad, null)
+				assert.Empty(t, failures(out.Report), "%s, time %v, null delay %v", graph.name, bad, null)
+			}
+		}
 	}
 }
 
