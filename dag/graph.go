@@ -557,8 +557,8 @@ func (g *Graph) rangeFor(k KernelID, bd buffers.Binding, verb string) (buffers.B
 		return buffers.Binding{}, false
 	}
 	if off, n := bd.Offset, bd.Length; off < 0 || n < 0 || off > b.extent()-n {
-		g.errs = append(g.errs, fmt.Errorf("dag: kernel %q %s [%d:%d) of buffer %q, which has %d bytes",
-			g.KernelName(k), verb, off, off+n, g.bufferName(int(bd.Buffer)), b.extent()))
+		g.errs = append(g.errs, fmt.Errorf("dag: kernel %q %s %s of buffer %q, which has %d bytes",
+			g.KernelName(k), verb, rangeText(off, n), g.bufferName(int(bd.Buffer)), b.extent()))
 		return buffers.Binding{}, false
 	}
 	return bd, true

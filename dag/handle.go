@@ -82,10 +82,19 @@ type RangeError struct {
 // writes`.
 func (e *RangeError) Error() string {
 	if e.Offset < 0 || e.Length < 0 || e.Offset > e.SizeBytes-e.Length {
-		return fmt.Sprintf("dag: kernel %q: [%d:%d) is outside buffer %q, which has %d bytes",
-			e.Kernel, e.Offset, e.Offset+e.Length, e.Name, e.SizeBytes)
+		return fmt.Sprintf("dag: kernel %q: %s is outside buffer %q, which has %d bytes",
+			e.Kernel, rangeText(e.Offset, e.Length), e.Name, e.SizeBytes)
 	}
 	return fmt.Sprintf("dag: kernel %q: [%d:%d) of buffer %q is not among its writes", e.Kernel, e.Offset, e.Offset+e.Length, e.Name)
+}
+
+// rangeText writes bytes [offset, offset+length) as "[a:b)", or as
+// "[a:a+n)" (or "[a:a-n)") when the end overflows int64.
+func rangeText(offset, length int64) string {
+	if end := offset + length; (length > 0) == (end > offset) || length == 0 {
+		return fmt.Sprintf("[%d:%d)", offset, end)
+	}
+	return fmt.Sprintf("[%d:%d%+d)", offset, offset, length)
 }
 
 // Get returns the value of h's buffer, which the launch's kernel declared

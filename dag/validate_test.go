@@ -2,6 +2,7 @@ package dag_test
 
 import (
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -123,6 +124,14 @@ func TestValidateProblems(t *testing.T) {
 				g.AddKernel("k", nop, dag.ReadsRange(x, -2, 4))
 			},
 			want: message(`dag: kernel "k" reads [-2:2) of buffer "x", which has 8 bytes`),
+		},
+		{
+			name: "read range whose end overflows int64",
+			build: func(g *dag.Graph) {
+				x := g.AddBuffer("x", 8, dag.Input())
+				g.AddKernel("k", nop, dag.ReadsRange(x, math.MaxInt64, 2))
+			},
+			want: message(`dag: kernel "k" reads [9223372036854775807:9223372036854775807+2) of buffer "x", which has 8 bytes`),
 		},
 		{
 			name: "read range of two bytes of a value buffer",

@@ -84,11 +84,14 @@ func Open(path string, opts ...Option) (*File, error) {
 // OpenFile opens the file at path with os.OpenFile's flag and perm. Name
 // returns path as given; Size is the size of the file when opened, and grows
 // with writes past it. It returns an error, opening nothing, for an invalid
-// Option or KVIKIO_* variable, or compat mode off (ErrNoCuFile); or the
-// error of os.OpenFile or Stat. With Options.DirectIORead or DirectIOWrite
-// it also opens the file with O_DIRECT; a file system that refuses that
-// (EINVAL) leaves the File buffered, as File.DirectIO reports. Close the
-// File to close the operating-system files.
+// Option or KVIKIO_* variable, compat mode off (ErrNoCuFile), or a path
+// that is not a regular file (a directory, a named pipe, a socket or a
+// device: "kvio: open PATH: a named pipe, want a regular file"), checked
+// before it is opened; or the error of os.OpenFile or Stat. With
+// Options.DirectIORead or DirectIOWrite it also opens the file with
+// O_DIRECT; a file system that refuses that (EINVAL) leaves the File
+// buffered, as File.DirectIO reports. Close the File to close the
+// operating-system files.
 func OpenFile(path string, flag int, perm os.FileMode, opts ...Option) (*File, error) {
 	o, err := newOptions(opts)
 	if err != nil {
@@ -98,6 +101,11 @@ func OpenFile(path string, flag int, perm os.FileMode, opts ...Option) (*File, e
 	if err != nil {
 		return nil, fmt.Errorf("kvio: open %s: %w", path, err)
 	}
+	// Refuse what is not a regular file before opening it: the open of a
+	// named pipe blocks until its other end is opened.
+	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
+		return nil, irregularError(path, st.Mode())
+	}
 	osf, err := os.OpenFile(path, flag, perm)
 	if err != nil {
 		return nil, fmt.Errorf("kvio: %w", err)
@@ -105,6 +113,9 @@ func OpenFile(path string, flag int, perm os.FileMode, opts ...Option) (*File, e
 	st, err := osf.Stat()
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("kvio: %w", err), osf.Close())
+	}
+	if !st.Mode().IsRegular() { // replaced since the Stat above
+		return nil, errors.Join(irregularError(path, st.Mode()), osf.Close())
 	}
 	f := newFile(path, osf, st.Size(), o)
 	f.own, f.mode = osf, mode
@@ -139,6 +150,23 @@ func NewFile(name string, r io.ReaderAt, sizeBytes int64, opts ...Option) (*File
 		f.why = "not an operating-system file"
 	}
 	return f, nil
+}
+
+// irregularError is OpenFile's error for a path that is not a regular
+// file, such as "kvio: open in: a named pipe, want a regular file".
+func irregularError(path string, mode os.FileMode) error {
+	what := "an irregular file"
+	switch {
+	case mode.IsDir():
+		what = "a directory"
+	case mode&os.ModeNamedPipe != 0:
+		what = "a named pipe"
+	case mode&os.ModeSocket != 0:
+		what = "a socket"
+	case mode&os.ModeDevice != 0:
+		what = "a device"
+	}
+	return fmt.Errorf("kvio: open %s: %s, want a regular file", path, what)
 }
 
 func newFile(name string, r io.ReaderAt, size int64, o Options) *File {
@@ -447,8 +475,13 @@ func (f *File) probes() bool {
 // request, which helps; at least one.
 func cpuWorkers() int { return max(1, runtime.GOMAXPROCS(0)-1) }
 
-// grow raises the size to end after a write.
-func (f *File) grow(end int64) {
+// grow raises the size to off+n after a write of n bytes at off; a
+// write that wrote nothing leaves it as it was.
+func (f *File) grow(off int64, n int) {
+	if n == 0 {
+		return
+	}
+	end := off + int64(n)
 	for {
 		s := f.size.Load()
 		if end <= s || f.size.CompareAndSwap(s, end) {

@@ -8,9 +8,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -315,4 +318,59 @@ func TestOpenClose(t *testing.T) {
 
 	_, err = kvio.Open(filepath.Join(t.TempDir(), "absent"))
 	assert.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// Open refuses what is not a regular file, naming it, before it opens
+// anything: a directory, and a named pipe with no writer, whose open(2)
+// would block until one came (and which pread(2) cannot read anyway).
+func TestOpenRefusesWhatIsNotARegularFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	for _, c := range []struct{ name, path, want string }{
+		{"directory", dir, "kvio: open " + dir + ": a directory, want a regular file"},
+		{"named pipe", fifo, "kvio: open " + fifo + ": a named pipe, want a regular file"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() {
+				f, err := kvio.Open(c.path)
+				if err == nil {
+					err = errors.Join(errors.New("no error"), f.Close())
+				}
+				done <- err
+			}()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(time.Minute): // a correct Open returns at once
+				if w, werr := os.OpenFile(c.path, os.O_WRONLY|syscall.O_NONBLOCK, 0); werr == nil {
+					_ = w.Close() // lets the blocked open return
+				}
+				<-done
+				t.Fatal("Open blocked")
+			}
+			assert.EqualError(t, err, c.want)
+		})
+	}
+}
+
+// diskFull is an io.ReaderAt over a string whose writes fail having
+// written nothing.
+type diskFull struct{ *strings.Reader }
+
+func (diskFull) WriteAt([]byte, int64) (int, error) { return 0, errors.New("disk full") }
+
+// A write that wrote nothing leaves Size as it was, also past the end of
+// the file: inline (at most the GDS threshold) and in chunks.
+func TestFailedWriteLeavesSize(t *testing.T) {
+	f, err := kvio.NewFile("full", diskFull{strings.NewReader("hello")}, 5, kvio.WithGDSThreshold(4), kvio.WithTaskSize(4))
+	require.NoError(t, err)
+	defer f.Close()
+	for _, n := range []int{2, 10} {
+		got, err := f.WriteAt(make([]byte, n), 100)
+		assert.Zero(t, got)
+		assert.EqualError(t, err, "kvio: write full at 100: disk full", "%d bytes", n)
+		assert.Equal(t, int64(5), f.Size(), "%d bytes", n)
+	}
 }

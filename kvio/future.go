@@ -43,7 +43,7 @@ func (f *File) start(ctx context.Context, op opKind, p []byte, off int64) *Futur
 	if int64(len(p)) <= f.opts.GDSThresholdBytes {
 		fu.n, fu.err = f.inline(op, p, off)
 		if op == opWrite {
-			f.grow(off + int64(fu.n))
+			f.grow(off, fu.n)
 		}
 		close(fu.done) // before Done: Close waits for in-flight requests, so the Future must be done first
 		f.inflight.Done()
@@ -202,7 +202,7 @@ func (fu *Future) maybeDone() {
 		fu.err = &ShortReadError{File: f.name, Offset: fu.off, Want: int64(fu.want), Got: int64(got)}
 	}
 	if fu.op == opWrite {
-		f.grow(fu.off + int64(fu.n))
+		f.grow(fu.off, fu.n)
 	}
 	fu.stop()
 	fu.cancel(nil)

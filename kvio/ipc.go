@@ -39,7 +39,7 @@ var _ Source = (*ipcSource)(nil)
 // WithBudget and WithMmap apply.
 //
 // It returns an error naming the file for an empty, truncated or corrupt
-// file, an unknown column, a failed read, or a failed mmap. ReadPart also
+// file, an unknown or ambiguous column, a failed read, or a failed mmap. ReadPart also
 // fails for a record batch whose projected columns fail arrow-go's
 // array.ValidateFull (offsets, UTF-8, null counts);
 // a changed value is not found (see the package documentation, "Damaged

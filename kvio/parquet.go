@@ -66,13 +66,14 @@ var pqArrowProps = pqarrow.ArrowReadProperties{PreAllocBinaryData: true}
 //
 // It returns an error naming the file for an empty, truncated or corrupt
 // file (including a chunk of a column that repeats nothing whose value
-// count differs from its row group's row count), an unknown column, or a
-// failed read; ReadPart fails for a page that does not decode (the page
-// decoder names the column, the page and what is wrong: a level or a
-// dictionary index out of range, a run or a page holding fewer values
-// than it claims, more values than the row group's rows). Page CRCs are
-// not checked, so a changed value is found only where the page's codec
-// checks its content (see the package documentation, "Damaged files").
+// count differs from its row group's row count), an unknown or ambiguous
+// column, or a failed read; ReadPart fails for a page that does not
+// decode (the page decoder names the column, the page and what is
+// wrong: a level or a dictionary index out of range, a run or a page
+// holding fewer values than it claims, more values than the row group's
+// rows). Page CRCs are not checked, so a changed value is found only
+// where the page's codec checks its content (see the package
+// documentation, "Damaged files").
 // The footer, and buffers used while decoding (compressed and
 // decompressed pages, decoded dictionaries), live on the Go heap, not in
 // the allocator of ReadPart; the page decoder keeps decompressed pages

@@ -5,9 +5,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -166,6 +169,30 @@ func TestSelectErrors(t *testing.T) {
 			assert.EqualError(t, err, fmt.Sprintf("kvio: select %s: unknown column %q (have val, id)", path, "big"))
 		})
 	}
+}
+
+// A column name two columns of the file share is ambiguous: opening or
+// selecting by it is an error naming both, not a silent pick of the first.
+func TestSelectAmbiguousColumn(t *testing.T) {
+	sc := arrow.NewSchema([]arrow.Field{{Name: "delay", Type: arrow.PrimitiveTypes.Int16}, {Name: "id", Type: arrow.PrimitiveTypes.Int16}, {Name: "delay", Type: arrow.PrimitiveTypes.Int16}}, nil)
+	batch := func(_, n int) arrow.RecordBatch {
+		b := array.NewRecordBuilder(memory.NewGoAllocator(), sc)
+		defer b.Release()
+		for i := range 3 {
+			b.Field(i).(*array.Int16Builder).AppendValues(make([]int16, n), nil)
+		}
+		return b.NewRecordBatch()
+	}
+	path := filepath.Join(t.TempDir(), "dup.arrow")
+	require.NoError(t, os.WriteFile(path, ipcBytes(t, sc, batch, 4), 0o600))
+	f, err := kvio.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = kvio.OpenAuto(t.Context(), f, kvio.WithColumns("id", "delay"))
+	assert.EqualError(t, err, fmt.Sprintf("kvio: open %s: column %q is ambiguous: columns 0 and 2 have that name", path, "delay"))
+	s := openSource(t, path, kvio.OpenAuto)
+	_, err = kvio.Select(s, "delay")
+	assert.EqualError(t, err, fmt.Sprintf("kvio: select %s: column %q is ambiguous: columns 0 and 2 have that name", path, "delay"))
 }
 
 // TestSelectClose: closing a view fails its later reads but not those of

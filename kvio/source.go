@@ -98,7 +98,8 @@ func WithMmap() LoadOption {
 }
 
 // WithColumns keeps only the named top-level columns, in the order given.
-// Opening fails when a name is not a column of the file or is given twice.
+// Opening fails when a name is not a column of the file, is the name of
+// several, or is given twice.
 // With no names every column is kept, as without the option. For Parquet,
 // columns left out are not read; for Arrow IPC they are read and dropped.
 func WithColumns(names ...string) LoadOption {
@@ -121,7 +122,7 @@ func WithColumns(names ...string) LoadOption {
 //
 // With no names it returns a view of every column. It fails, with an
 // error naming the Source's file and the column, when a name is not a
-// column of s.Schema() or is given twice.
+// column of s.Schema(), is the name of several, or is given twice.
 //
 // The view holds nothing of its own: closing it makes its later ReadPart
 // calls fail with ErrClosed and waits for its calls in flight, but does
@@ -416,8 +417,9 @@ type readerAtFunc func(p []byte, off int64) (int, error)
 func (fn readerAtFunc) ReadAt(p []byte, off int64) (int, error) { return fn(p, off) }
 
 // project returns the indices in sc of the top-level columns names, in the
-// order given, or nil for no names. op names the call in errors ("open",
-// "select").
+// order given, or nil for no names. A name that is not one column's (none,
+// or several share it) or that is given twice is an error; op names the
+// call in errors ("open", "select").
 func project(op, file string, sc *arrow.Schema, names []string) ([]int, error) {
 	if len(names) == 0 {
 		return nil, nil
@@ -428,6 +430,8 @@ func project(op, file string, sc *arrow.Schema, names []string) ([]int, error) {
 		switch {
 		case len(i) == 0:
 			return nil, fmt.Errorf("kvio: %s %s: unknown column %q (have %s)", op, file, name, fieldNames(sc))
+		case len(i) > 1:
+			return nil, fmt.Errorf("kvio: %s %s: column %q is ambiguous: columns %d and %d have that name", op, file, name, i[0], i[1])
 		case slices.Contains(idx, i[0]):
 			return nil, fmt.Errorf("kvio: %s %s: column %q selected twice", op, file, name)
 		}

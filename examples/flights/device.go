@@ -310,15 +310,29 @@ func (p *Pipeline) columns(part Partition, in dag.Value[batchList], delay, key d
 }
 
 // codeRows writes the group code of rows [lo, hi) of rec into dst (-1
-// for a null key).
+// for a null key). By hour, a row the filter drops (its delay null or
+// not above MinDelay) gets -1 without its time being looked at, so that
+// a time that is no hour fails the rows the CPU graph's partial fails,
+// no more.
 func (p *Pipeline) codeRows(c *coder, rec arrow.RecordBatch, lo, hi int, dst []int32) error {
 	if p.Key == KeyHour {
 		hour, err := hourColumn(rec, "time")
 		if err != nil {
 			return err
 		}
+		delay, err := int64Column(rec, "delay")
+		if err != nil {
+			return err
+		}
 		for i := lo; i < hi; i++ {
-			h, ok := hour(i)
+			if d, ok := delay(i); !ok || d <= p.opts.MinDelay {
+				dst[i-lo] = -1
+				continue
+			}
+			h, ok, err := hour(i)
+			if err != nil {
+				return err
+			}
 			if !ok {
 				dst[i-lo] = -1
 				continue

@@ -51,6 +51,8 @@
 //
 // Key: the "origin" column (utf8 or large_utf8) when the file has one,
 // else the hour of day, floor of the "time" column (float32 or float64),
-// as an integer 0–23. delay may be any signed integer column. Rows whose
-// delay or key is null are left out.
+// as an integer 0–23; a time outside [0, 24) or NaN fails its partition
+// (partial[p], or columns[p] with WithOpenCL), naming the row and the
+// value. delay may be any signed integer column. Rows whose delay or key
+// is null are left out.
 package flights

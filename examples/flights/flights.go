@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"math/bits"
 	"slices"
 	"strconv"
@@ -777,7 +776,10 @@ func (p *Pipeline) partial(in dag.Value[batchList], selected dag.Value[selection
 				return err
 			}
 			for i := range sel[b].rows {
-				h, ok := hour(i)
+				h, ok, err := hour(i)
+				if err != nil {
+					return err
+				}
 				if !ok {
 					continue
 				}
@@ -1136,19 +1138,32 @@ func stringArray(col arrow.Array, name string) (func(int) (string, bool), error)
 	return nil, fmt.Errorf("flights: column %q is %s, not a string", name, col.DataType())
 }
 
-// hourColumn returns an accessor giving floor(time) of a float column.
-func hourColumn(rec arrow.RecordBatch, name string) (func(int) (int64, bool), error) {
+// hourColumn returns an accessor giving floor(time) of row i of a float
+// column: ok is false for a null row, and err names the row and value of
+// a time that is no hour of day (outside [0, 24), or NaN).
+func hourColumn(rec arrow.RecordBatch, name string) (func(i int) (hour int64, ok bool, err error), error) {
 	col, err := column(rec, name)
 	if err != nil {
 		return nil, err
 	}
 	switch a := col.(type) {
 	case *array.Float32:
-		return func(i int) (int64, bool) { return int64(math.Floor(float64(a.Value(i)))), a.IsValid(i) }, nil
+		return func(i int) (int64, bool, error) { return hourOf(i, float64(a.Value(i)), a.IsValid(i)) }, nil
 	case *array.Float64:
-		return func(i int) (int64, bool) { return int64(math.Floor(a.Value(i))), a.IsValid(i) }, nil
+		return func(i int) (int64, bool, error) { return hourOf(i, a.Value(i), a.IsValid(i)) }, nil
 	}
 	return nil, fmt.Errorf("flights: column %q is %s, not a float", name, col.DataType())
+}
+
+// hourOf is hourColumn's accessor for row i, of time t, valid or null.
+func hourOf(i int, t float64, valid bool) (int64, bool, error) {
+	if !valid {
+		return 0, false, nil
+	}
+	if !(t >= 0 && t < 24) { // also NaN
+		return 0, false, fmt.Errorf("flights: row %d: time %v is not an hour of day, want [0, 24)", i, t)
+	}
+	return int64(t), true, nil // t ≥ 0: the conversion is floor
 }
 
 func column(rec arrow.RecordBatch, name string) (arrow.Array, error) {

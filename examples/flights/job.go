@@ -137,9 +137,10 @@ type Summary struct {
 // Prepare checks the Job's files and prepares them (see Files), so that
 // a path that cannot be written fails before the run; Run calls it when
 // it was not called. Errors: an OutputFile's, as "NAME PATH: detail"; two
-// naming one path (ErrSamePath); a Result path with neither .csv nor
-// .json. A later call returns the first one's error. Call Close when
-// done, on every path.
+// naming one path, or one whose rename would replace the Input
+// (ErrSamePath: "the input and --out both name PATH"); a Result path
+// with neither .csv nor .json. A later call returns the first one's
+// error. Call Close when done, on every path.
 func (j *Job) Prepare() error {
 	if !j.prepared {
 		j.prepared = true
@@ -152,6 +153,9 @@ func (j *Job) Prepare() error {
 func (j *Job) prepare() error {
 	if p := j.Files.Result.Path; p != "" && ResultFormat(p) == "" {
 		return fmt.Errorf("%s %s: want a .csv or .json file name", j.name("result", j.Files.Result), p)
+	}
+	if j.Input != "" {
+		j.outs.Keep("the input", j.Input)
 	}
 	for i, x := range j.Files.all() {
 		var err error

@@ -95,6 +95,31 @@ func TestOptionErrors(t *testing.T) {
 	}
 }
 
+// TestJobRefusesToWriteOverItsInput: an output file naming the input
+// file is an ErrSamePath before anything runs, and the input is left as
+// it was (the rename of the output would have replaced it).
+func TestJobRefusesToWriteOverItsInput(t *testing.T) {
+	e := cpuExecutor(t)
+	sample, err := flights.Sample()
+	require.NoError(t, err)
+	data := make([]byte, sample.Size())
+	_, err = sample.ReadAt(data, 0)
+	require.NoError(t, err)
+	require.NoError(t, sample.Close())
+	in := filepath.Join(t.TempDir(), "in.json")
+	require.NoError(t, os.WriteFile(in, data, 0o600))
+
+	job := flights.Job{Input: in, Files: flights.Files{Result: flights.OutputFile{Path: in, Name: "--out"}}}
+	out, err := job.Run(t.Context(), e)
+	job.Close()
+	assert.Nil(t, out)
+	require.ErrorIs(t, err, flights.ErrSamePath)
+	assert.EqualError(t, err, "the input and --out both name "+in)
+	got, err := os.ReadFile(in)
+	require.NoError(t, err)
+	assert.Equal(t, data, got, "the input is left as it was")
+}
+
 // TestJobErrors checks the errors that stop a job before its run: two
 // files naming one path, a fault naming no kernel, a metrics file with no
 // backend; and that the files prepared are removed, their paths left as

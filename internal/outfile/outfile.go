@@ -20,7 +20,8 @@ import (
 var ErrSamePath = errors.New("outfile: two outputs name one file")
 
 // SamePathError is Set.Add's error for a path an earlier output of the
-// set already names: First and Second name the outputs (as given to Add).
+// set already names, or whose rename would replace a file the set keeps
+// (Set.Keep): First and Second name the two (as given to Keep and Add).
 type SamePathError struct{ First, Second, Path string }
 
 func (e *SamePathError) Error() string {
@@ -40,12 +41,35 @@ type File struct {
 
 // Set is the output files of one command, prepared together. The zero
 // Set is empty and ready; it is not safe for concurrent use.
-type Set struct{ files []*File }
+type Set struct {
+	files []*File
+	kept  []kept
+}
+
+// kept is a file Set.Keep recorded.
+type kept struct {
+	name string
+	info fs.FileInfo
+}
+
+// Keep records path (named name in errors, e.g. a flag "--input") as a
+// file the command reads, so that a later Add of a path whose rename
+// would replace it is a *SamePathError: the same path, the same file
+// through a symlinked directory or a hard link, or the target of a
+// symlink given to Keep. An output that is itself a symlink to the file
+// replaces only the link, and is allowed. A path that cannot be stat'ed
+// records nothing (the command's read of it reports why).
+func (s *Set) Keep(name, path string) {
+	if st, err := os.Stat(path); err == nil {
+		s.kept = append(s.kept, kept{name: name, info: st})
+	}
+}
 
 // Add prepares path (named name in errors, e.g. a flag "--out") for
 // writing: the path must not be a directory, and a temporary file must be
 // creatable in its directory. A path an earlier file of s names (after
-// filepath.Abs) is a *SamePathError. An empty path gives a nil *File and
+// filepath.Abs), or one that names a file s keeps (Keep), is a
+// *SamePathError. An empty path gives a nil *File and
 // no error. Other errors read "NAME PATH: detail".
 func (s *Set) Add(name, path string) (*File, error) {
 	if path == "" {
@@ -58,6 +82,13 @@ func (s *Set) Add(name, path string) (*File, error) {
 	for _, f := range s.files {
 		if other, _ := filepath.Abs(f.path); other == abs {
 			return nil, &SamePathError{First: f.name, Second: name, Path: path}
+		}
+	}
+	if st, err := os.Lstat(path); err == nil { // the entry the rename replaces
+		for _, k := range s.kept {
+			if os.SameFile(k.info, st) {
+				return nil, &SamePathError{First: k.name, Second: name, Path: path}
+			}
 		}
 	}
 	mode := fs.FileMode(0o644)

@@ -74,3 +74,43 @@ func TestAddErrors(t *testing.T) {
 	_, err = s.Add("--report", missing)
 	assert.EqualError(t, err, "--report "+missing+": no directory "+filepath.Join(dir, "no"))
 }
+
+// TestAddRefusesAKeptFile: an output whose rename would replace a file
+// the command reads is refused before anything is written, by its path,
+// through a symlinked directory or as the target of a symlinked input; an
+// output that is a symlink to the input only replaces the link.
+func TestAddRefusesAKeptFile(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.json")
+	require.NoError(t, os.WriteFile(in, []byte("input"), 0o600))
+	linkDir := filepath.Join(t.TempDir(), "d")
+	require.NoError(t, os.Symlink(dir, linkDir))
+	linkIn := filepath.Join(dir, "link.json")
+	require.NoError(t, os.Symlink(in, linkIn))
+
+	for _, c := range []struct{ name, kept, out string }{
+		{"its path", in, in},
+		{"through a symlinked directory", in, filepath.Join(linkDir, "in.json")},
+		{"the target of a symlinked input", linkIn, in},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var s outfile.Set
+			defer s.Discard()
+			s.Keep("--input", c.kept)
+			_, err := s.Add("--out", c.out)
+			require.ErrorIs(t, err, outfile.ErrSamePath)
+			assert.EqualError(t, err, "--input and --out both name "+c.out)
+		})
+	}
+	var s outfile.Set
+	s.Keep("--input", in)
+	f, err := s.Add("--out", linkIn)
+	require.NoError(t, err)
+	require.NoError(t, f.Commit(func(w io.Writer) error { _, err := io.WriteString(w, "output"); return err }))
+	got, err := os.ReadFile(in)
+	require.NoError(t, err)
+	assert.Equal(t, "input", string(got), "the link was replaced, not its target")
+	names, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	assert.Len(t, names, 2, "in.json and link.json, no temporary file")
+}
