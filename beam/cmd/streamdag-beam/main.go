@@ -160,7 +160,14 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	}
 	var outs outfile.Set
 	defer outs.Discard()
+	outs.Keep("--input", f.input)
+	if f.airports != "" {
+		outs.Keep("--airports", f.airports)
+	}
 	out, err := outs.Add("--out", f.out)
+	if errors.Is(err, outfile.ErrSamePath) {
+		return cli.UsageError{Err: err}
+	}
 	if err != nil {
 		return err
 	}

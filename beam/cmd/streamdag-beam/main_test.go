@@ -113,3 +113,17 @@ func TestShardLine(t *testing.T) {
 	r.Attempt, r.Partitions, r.Failed = 3, 2, []string{"kvio: read: EIO", "lease: no device"}
 	assert.Equal(t, "shard 1: rows [100000, 200000) of parts [0, 1), 100000 rows, 2 partitions, 3 attempts (attempt 1: kvio: read: EIO; attempt 2: lease: no device)", shardLine(r))
 }
+
+// TestOutNamingAnInput: an --out that would replace --input or
+// --airports is a usage error, and the file is left as it was.
+func TestOutNamingAnInput(t *testing.T) {
+	in := filepath.Join(t.TempDir(), "airports.csv")
+	require.NoError(t, os.WriteFile(in, []byte("iata,name,city\n"), 0o600))
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), []string{"run", "flights", "--airports", in, "--out", in}, &stdout, &stderr)
+	assert.Equal(t, 2, code)
+	assert.Equal(t, "streamdag-beam: --airports and --out both name "+in+" (see 'streamdag-beam run flights --help')\n", stderr.String())
+	b, err := os.ReadFile(in)
+	require.NoError(t, err)
+	assert.Equal(t, "iata,name,city\n", string(b))
+}
