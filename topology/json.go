@@ -33,7 +33,8 @@ type jsonTopology struct {
 //	 "numa": [0, 1, null, …],                   // optional; null or absent = unknown
 //	 "p2p": {"mode": "rw", "matrix": [["X","GNS"], …]}}  // optional; mode: letters of r, w, n, a
 //
-// Other fields (description, source, notes, …) are ignored. GPU i gets
+// Other fields (description, source, notes, …) are ignored, and so is a
+// leading UTF-8 byte-order mark. GPU i gets
 // ID gpu<i>. Syntax and type errors are *ParseError with Line and Col;
 // a bad value is a *ParseError whose Field names it ("matrix[2][3]")
 // with Line and Col 0, wrapping ErrUnknownLabel, ErrRaggedRow,

@@ -237,6 +237,43 @@ func TestParseMatrixSpaces(t *testing.T) {
 	assert.Equal(t, topology.P2PGPUNotSupported, m.Status[0][1])
 }
 
+// Files saved by Windows tools begin with a UTF-8 byte-order mark: every
+// parser skips it, and reads the file as it reads it without one.
+func TestParseSkipsBOM(t *testing.T) {
+	const bom = "\ufeff"
+	read := func(name string) string {
+		b, err := os.ReadFile(testdata.TopologyFile(t, name))
+		require.NoError(t, err)
+		return string(b)
+	}
+	for _, name := range []string{"dgx1-v100.topo-m.txt", "raw/dgx-a100-10nic-tabs.txt", "dgx1-v100.json"} {
+		t.Run(name, func(t *testing.T) {
+			parse := topology.ParseMatrix
+			if strings.HasSuffix(name, ".json") {
+				parse = topology.ParseJSON
+			}
+			want, err := parse(strings.NewReader(read(name)))
+			require.NoError(t, err)
+			got, err := parse(strings.NewReader(bom + read(name)))
+			require.NoError(t, err)
+			assert.Equal(t, want, got)
+		})
+	}
+	want, err := topology.ParseP2P(strings.NewReader(read("rtx5090-2gpu-no-p2p.topo-p2p.txt")))
+	require.NoError(t, err)
+	got, err := topology.ParseP2P(strings.NewReader(bom + read("rtx5090-2gpu-no-p2p.topo-p2p.txt")))
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+	// The description, which names the GPU model, is read too.
+	m, err := topology.ParseMachine([]byte(bom + read("dgx1-v100.json")))
+	require.NoError(t, err)
+	assert.True(t, m.SpecFound, "the description names the model")
+	assert.Equal(t, "V100", m.Spec.Name)
+	// Only a leading mark is skipped: one inside the text is a bad label.
+	_, err = topology.ParseMatrix(strings.NewReader("\n" + bom + read("dgx1-v100.topo-m.txt")))
+	assert.ErrorIs(t, err, topology.ErrUnknownLabel)
+}
+
 func TestParseMatrixErrors(t *testing.T) {
 	const hdr = "\tGPU0\tGPU1\tGPU2\tCPU Affinity\tNUMA Affinity\n"
 	tests := []struct {
