@@ -21,7 +21,8 @@ var (
 	// ErrAsymmetric: the link kinds of (i, j) and (j, i) differ, or X is
 	// off the diagonal, or the diagonal is not X.
 	ErrAsymmetric = errors.New("topology: asymmetric matrix")
-	// ErrNoMatrix: the text holds no header naming a GPU.
+	// ErrNoMatrix: the text holds no header naming a GPU, or a JSON
+	// description no matrix.
 	ErrNoMatrix = errors.New("topology: no matrix")
 	// ErrBadValue: an affinity cell, JSON value or count is malformed.
 	ErrBadValue = errors.New("topology: bad value")

@@ -363,7 +363,8 @@ func TestParseJSONErrors(t *testing.T) {
 		{"syntax", "{\n \"matrix\": [[\"X\",]]\n}", topology.ErrBadValue, 2, 18, ""},
 		{"type", "{\n \"matrix\": 7}", topology.ErrBadValue, 2, 12, ""},
 		{"trailing", "{\"matrix\":[[\"X\"]]}\n x", topology.ErrBadValue, 2, 2, ""},
-		{"no matrix", "{}", topology.ErrNoMatrix, 0, 0, "matrix"},
+		{"no matrix", "{}", topology.ErrNoMatrix, 0, 0, ""},
+		{"empty matrix", `{"matrix": []}`, topology.ErrNoMatrix, 0, 0, ""},
 		{"ragged", `{"matrix":[["X","NV1"],["NV1"]]}`, topology.ErrRaggedRow, 0, 0, "matrix[1]"},
 		{"unknown", `{"matrix":[["X","NVX"],["NV1","X"]]}`, topology.ErrUnknownLabel, 0, 0, "matrix[0][1]"},
 		{"asymmetric", `{"matrix":[["X","NV1"],["NV2","X"]]}`, topology.ErrAsymmetric, 0, 0, "matrix[1][0]"},
@@ -479,6 +480,10 @@ func TestSentinelsNamePackage(t *testing.T) {
 	assert.EqualError(t, pe, `topology: json: line 1, col 2: bad value: CPU list "3-1"`)
 	_, err := topology.ParseMatrix(strings.NewReader(""))
 	assert.EqualError(t, err, "topology: nvidia-smi topo -m: no matrix: empty input")
+	_, err = topology.ParseJSON(strings.NewReader(`{"gpus": 2}`))
+	assert.EqualError(t, err, `topology: json: no matrix: the object has no "matrix" field (want one row of topo -m cells per GPU)`)
+	_, err = topology.ParseJSON(strings.NewReader(`{"matrix": []}`))
+	assert.EqualError(t, err, `topology: json: no matrix: "matrix" is empty (want one row of topo -m cells per GPU)`)
 	_, err = topology.ParseP2PCap("q")
 	assert.EqualError(t, err, `topology: unknown label "q"`)
 	assert.ErrorIs(t, err, topology.ErrUnknownLabel)
