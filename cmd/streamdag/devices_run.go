@@ -218,9 +218,11 @@ func placementSummary(p *exec.Plan, rep *exec.Report) string {
 		// recovery's included.
 		copies += " over both phases"
 	}
-	return fmt.Sprintf("placement %s: %d of %d GPUs used, modeled makespan %s, %s (%s), %d through the host, modeled copy time %s",
-		rep.Placement, len(used), len(p.Devices()), fmtDuration(rep.Makespan), copies,
-		strings.Join(links, ", "), via, fmtDuration(modeled))
+	if len(links) > 0 {
+		copies += " (" + strings.Join(links, ", ") + ")"
+	}
+	return fmt.Sprintf("placement %s: %d of %d GPUs used, modeled makespan %s, %s, %d through the host, modeled copy time %s",
+		rep.Placement, len(used), len(p.Devices()), fmtDuration(rep.Makespan), copies, via, fmtDuration(modeled))
 }
 
 // devicesLabel names the devices a run used: "cpu", or "each of 6 devices

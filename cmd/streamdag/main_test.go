@@ -280,6 +280,25 @@ func TestRunFlightsOnSimulatedGPUs(t *testing.T) {
 	assert.Contains(t, errs, `no machine "nosuch"`)
 }
 
+// A run that needs no copy (two GPUs that share no P2P, and enough
+// streams on one for the whole pipeline) has a placement line with no
+// empty list of links.
+func TestRunFlightsPlacementWithoutCopies(t *testing.T) {
+	topo := filepath.Join(t.TempDir(), "two-sys.json")
+	require.NoError(t, os.WriteFile(topo, []byte(`{"matrix": [["X", "SYS"], ["SYS", "X"]]}`), 0o644))
+	code, _, errs := runArgs(t, "run", "flights", "--topology", topo, "--streams", "8", "--top", "1")
+	require.Equal(t, 0, code, errs)
+	var line string
+	for l := range strings.SplitSeq(errs, "\n") {
+		if strings.HasPrefix(l, "placement ") {
+			line = l
+		}
+	}
+	require.Contains(t, line, "1 of 2 GPUs used", "the placement keeps the run on one GPU: %s", errs)
+	assert.Contains(t, line, ", 0 copies, 0 through the host, modeled copy time 0.000 µs")
+	assert.NotContains(t, line, "()")
+}
+
 // --lose-device DEVICE@P% (or a fraction 0–1) is parsed here, and each
 // bad form is a usage error that says what to write.
 func TestParseLoss(t *testing.T) {
