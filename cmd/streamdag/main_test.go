@@ -115,6 +115,9 @@ func TestBadInput(t *testing.T) {
 			"gpu9 is not a device of sim:dgx1-v100 (gpu0, gpu1, gpu2, gpu3, gpu4, gpu5, gpu6, gpu7)"},
 		{"trace under a file", []string{"run", "flights", "--trace", filepath.Join(garbage, "t.json")}, 1, "garbage.parquet is not a directory"},
 		{"lose-device without point", []string{"run", "flights", "--topology", "sim:dgx1-v100", "--lose-device", "gpu3"}, 2, "DEVICE@PERCENT"},
+		// On the sample, with 2 streams per GPU, the placement leaves gpu5 and gpu6 idle.
+		{"lose-device of a GPU the placement does not use", []string{"run", "flights", "--topology", "sim:dgx1-v100", "--lose-device", "gpu5@50%"}, 2,
+			"--lose-device gpu5@50%: the placement puts no kernel on gpu5, so its loss would change nothing (it uses gpu0, gpu1, gpu2, gpu3, gpu4, gpu7)"},
 		{"lose-device of the CPU", []string{"run", "flights", "--topology", "sim:dgx1-v100", "--lose-device", "cpu@50%"}, 2,
 			"--lose-device cpu@50%: cpu is not a device of sim:dgx1-v100 (gpu0, gpu1, gpu2, gpu3, gpu4, gpu5, gpu6, gpu7)"},
 	}
