@@ -22,7 +22,7 @@ func FuzzParseMatrix(f *testing.F) {
 		"\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \tNV2\t0-3\t0\t\tN/A\nGPU1\tNV2\t X \t0-3\t0\t\tN/A\n",
 		"  GPU0 GPU1 NIC0 CPU Affinity\nGPU0 X SOC PIX 1-1\nGPU1 SOC X PHB 1-1\nNIC0 PIX PHB X\n\nNIC Legend:\n\n  NIC0: mlx5_0\n",
 		"\t    GPU0GPU1mlx5_0\tCPU Affinity\nGPU0\t X \tPXB\tPIX\t0\nGPU1\tPXB\t X \tSYS\t0\nmlx5_0\tPIX\tSYS\t X \n",
-		"\tGPU0\nGPU0\tNV0\n", "", "GPU0", "\tGPU0\tGPU0\n",
+		"\tGPU0\nGPU0\tNV0\n", "", "GPU0", "\tGPU0\tGPU0\n", "\ufeff\tGPU0\nGPU0\tX\n",
 	} {
 		f.Add(s)
 	}

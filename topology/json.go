@@ -33,11 +33,14 @@ type jsonTopology struct {
 //	 "numa": [0, 1, null, …],                   // optional; null or absent = unknown
 //	 "p2p": {"mode": "rw", "matrix": [["X","GNS"], …]}}  // optional; mode: letters of r, w, n, a
 //
-// Other fields (description, source, notes, …) are ignored. GPU i gets
+// Other fields (description, source, notes, …) are ignored, and so is a
+// leading UTF-8 byte-order mark. GPU i gets
 // ID gpu<i>. Syntax and type errors are *ParseError with Line and Col;
 // a bad value is a *ParseError whose Field names it ("matrix[2][3]")
 // with Line and Col 0, wrapping ErrUnknownLabel, ErrRaggedRow,
-// ErrAsymmetric or ErrBadValue as for ParseMatrix. It never panics.
+// ErrAsymmetric or ErrBadValue as for ParseMatrix; a matrix absent (or
+// null) or empty is one wrapping ErrNoMatrix, with no Field or place. It
+// never panics.
 func ParseJSON(r io.Reader) (Facts, error) {
 	text, err := readAll(r, formatJSON)
 	if err != nil {
@@ -71,7 +74,11 @@ func ParseJSON(r io.Reader) (Facts, error) {
 	}
 	n := len(j.Matrix)
 	if n == 0 {
-		return Facts{}, ferr("matrix", "", fmt.Errorf("%w: no matrix", ErrNoMatrix))
+		what := `the object has no "matrix" field`
+		if j.Matrix != nil {
+			what = `"matrix" is empty`
+		}
+		return Facts{}, ferr("", "", fmt.Errorf("%w: %s (want one row of topo -m cells per GPU)", ErrNoMatrix, what))
 	}
 	if j.GPUs != nil && *j.GPUs != n {
 		return Facts{}, ferr("gpus", fmt.Sprint(*j.GPUs), fmt.Errorf("%w: gpus is %d but the matrix has %d rows", ErrRaggedRow, *j.GPUs, n))

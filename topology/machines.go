@@ -64,6 +64,7 @@ func LoadMachine(name string) (Machine, error) {
 // name the model, the description can). Name is the file's "name" field.
 // Errors are ParseJSON's.
 func ParseMachine(b []byte) (Machine, error) {
+	b = bytes.TrimPrefix(b, []byte(bom))
 	facts, err := ParseJSON(bytes.NewReader(b))
 	if err != nil {
 		return Machine{}, err

@@ -21,7 +21,8 @@ var (
 	// ErrAsymmetric: the link kinds of (i, j) and (j, i) differ, or X is
 	// off the diagonal, or the diagonal is not X.
 	ErrAsymmetric = errors.New("topology: asymmetric matrix")
-	// ErrNoMatrix: the text holds no header naming a GPU.
+	// ErrNoMatrix: the text holds no header naming a GPU, or a JSON
+	// description no matrix.
 	ErrNoMatrix = errors.New("topology: no matrix")
 	// ErrBadValue: an affinity cell, JSON value or count is malformed.
 	ErrBadValue = errors.New("topology: bad value")
@@ -38,7 +39,8 @@ type ParseError struct {
 	// Format is "nvidia-smi topo -m", "nvidia-smi topo -p2p" or "json".
 	Format string
 	// Line and Col are 1-based; Col counts bytes from the start of the
-	// line (a tab is one byte). Both are 0 when the place is unknown, and
+	// line (a tab is one byte), on line 1 from after a leading UTF-8
+	// byte-order mark, which every parser skips. Both are 0 when the place is unknown, and
 	// Col is 0 when the whole line is at fault. For a JSON value error
 	// they point at the start of the document and Field names the value.
 	Line, Col int
@@ -80,6 +82,12 @@ const (
 	formatJSON  = "json"
 )
 
+// bom is the UTF-8 byte-order mark that files saved by Windows tools
+// begin with.
+const bom = "\ufeff"
+
+// readAll reads the input of a parser, without a leading bom: lines and
+// columns count from after it.
 func readAll(r io.Reader, format string) (string, error) {
 	b, err := io.ReadAll(io.LimitReader(r, MaxInputBytes+1))
 	if err != nil {
@@ -88,7 +96,7 @@ func readAll(r io.Reader, format string) (string, error) {
 	if len(b) > MaxInputBytes {
 		return "", &ParseError{Format: format, Err: fmt.Errorf("%w: more than %d bytes", ErrTooLarge, MaxInputBytes)}
 	}
-	return string(b), nil
+	return strings.TrimPrefix(string(b), bom), nil
 }
 
 // cell is one field of a line with its 1-based byte column.
@@ -409,7 +417,8 @@ type NIC struct {
 // tabs or by spaces, NIC rows and columns (NIC0…, mlx5_0…) mixed with the
 // GPU ones, the CPU Affinity, NUMA Affinity and GPU NUMA ID columns (any
 // subset), SOC for SYS (old drivers), a legend and a NIC legend after the
-// matrix, a header whose tabs were lost when pasted. Blank lines before
+// matrix, a header whose tabs were lost when pasted, a leading UTF-8
+// byte-order mark (files saved by Windows tools). Blank lines before
 // the header are skipped; the matrix ends at a blank line, a "Legend" line
 // or the end of input.
 //
@@ -543,7 +552,8 @@ type P2PMatrix struct {
 // ParseP2P parses the text of `nvidia-smi topo -p2p r` (or w, n, a, p):
 // a header of GPU labels, one row per GPU (rows may start with a space),
 // cells X on the diagonal and OK, CNS, GNS, TNS, NS or U elsewhere, then
-// an optional legend. Tabs or spaces separate cells. The text does not say
+// an optional legend. Tabs or spaces separate cells; a leading UTF-8
+// byte-order mark is skipped. The text does not say
 // which capability was queried; the caller knows (Facts.ApplyP2P).
 //
 // Errors are *ParseError with Line and Col: ErrNoMatrix, ErrUnknownLabel,

@@ -237,6 +237,43 @@ func TestParseMatrixSpaces(t *testing.T) {
 	assert.Equal(t, topology.P2PGPUNotSupported, m.Status[0][1])
 }
 
+// Files saved by Windows tools begin with a UTF-8 byte-order mark: every
+// parser skips it, and reads the file as it reads it without one.
+func TestParseSkipsBOM(t *testing.T) {
+	const bom = "\ufeff"
+	read := func(name string) string {
+		b, err := os.ReadFile(testdata.TopologyFile(t, name))
+		require.NoError(t, err)
+		return string(b)
+	}
+	for _, name := range []string{"dgx1-v100.topo-m.txt", "raw/dgx-a100-10nic-tabs.txt", "dgx1-v100.json"} {
+		t.Run(name, func(t *testing.T) {
+			parse := topology.ParseMatrix
+			if strings.HasSuffix(name, ".json") {
+				parse = topology.ParseJSON
+			}
+			want, err := parse(strings.NewReader(read(name)))
+			require.NoError(t, err)
+			got, err := parse(strings.NewReader(bom + read(name)))
+			require.NoError(t, err)
+			assert.Equal(t, want, got)
+		})
+	}
+	want, err := topology.ParseP2P(strings.NewReader(read("rtx5090-2gpu-no-p2p.topo-p2p.txt")))
+	require.NoError(t, err)
+	got, err := topology.ParseP2P(strings.NewReader(bom + read("rtx5090-2gpu-no-p2p.topo-p2p.txt")))
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+	// The description, which names the GPU model, is read too.
+	m, err := topology.ParseMachine([]byte(bom + read("dgx1-v100.json")))
+	require.NoError(t, err)
+	assert.True(t, m.SpecFound, "the description names the model")
+	assert.Equal(t, "V100", m.Spec.Name)
+	// Only a leading mark is skipped: one inside the text is a bad label.
+	_, err = topology.ParseMatrix(strings.NewReader("\n" + bom + read("dgx1-v100.topo-m.txt")))
+	assert.ErrorIs(t, err, topology.ErrUnknownLabel)
+}
+
 func TestParseMatrixErrors(t *testing.T) {
 	const hdr = "\tGPU0\tGPU1\tGPU2\tCPU Affinity\tNUMA Affinity\n"
 	tests := []struct {
@@ -326,7 +363,8 @@ func TestParseJSONErrors(t *testing.T) {
 		{"syntax", "{\n \"matrix\": [[\"X\",]]\n}", topology.ErrBadValue, 2, 18, ""},
 		{"type", "{\n \"matrix\": 7}", topology.ErrBadValue, 2, 12, ""},
 		{"trailing", "{\"matrix\":[[\"X\"]]}\n x", topology.ErrBadValue, 2, 2, ""},
-		{"no matrix", "{}", topology.ErrNoMatrix, 0, 0, "matrix"},
+		{"no matrix", "{}", topology.ErrNoMatrix, 0, 0, ""},
+		{"empty matrix", `{"matrix": []}`, topology.ErrNoMatrix, 0, 0, ""},
 		{"ragged", `{"matrix":[["X","NV1"],["NV1"]]}`, topology.ErrRaggedRow, 0, 0, "matrix[1]"},
 		{"unknown", `{"matrix":[["X","NVX"],["NV1","X"]]}`, topology.ErrUnknownLabel, 0, 0, "matrix[0][1]"},
 		{"asymmetric", `{"matrix":[["X","NV1"],["NV2","X"]]}`, topology.ErrAsymmetric, 0, 0, "matrix[1][0]"},
@@ -442,6 +480,10 @@ func TestSentinelsNamePackage(t *testing.T) {
 	assert.EqualError(t, pe, `topology: json: line 1, col 2: bad value: CPU list "3-1"`)
 	_, err := topology.ParseMatrix(strings.NewReader(""))
 	assert.EqualError(t, err, "topology: nvidia-smi topo -m: no matrix: empty input")
+	_, err = topology.ParseJSON(strings.NewReader(`{"gpus": 2}`))
+	assert.EqualError(t, err, `topology: json: no matrix: the object has no "matrix" field (want one row of topo -m cells per GPU)`)
+	_, err = topology.ParseJSON(strings.NewReader(`{"matrix": []}`))
+	assert.EqualError(t, err, `topology: json: no matrix: "matrix" is empty (want one row of topo -m cells per GPU)`)
 	_, err = topology.ParseP2PCap("q")
 	assert.EqualError(t, err, `topology: unknown label "q"`)
 	assert.ErrorIs(t, err, topology.ErrUnknownLabel)

@@ -193,10 +193,7 @@ func runDevices(ctx context.Context, backend *lease.Backend, plan leasePlan, top
 // placementSummary is one line on the placement and copies of a
 // multi-device run.
 func placementSummary(p *exec.Plan, rep *exec.Report) string {
-	used := map[int]bool{}
-	for _, d := range p.Placement().Device {
-		used[d] = true
-	}
+	used := usedDevices(p)
 	var links []string
 	for k, n := range rep.BytesByLink {
 		links = append(links, fmt.Sprintf("%s %.1f MB", k, float64(n)/1e6))
@@ -218,9 +215,27 @@ func placementSummary(p *exec.Plan, rep *exec.Report) string {
 		// recovery's included.
 		copies += " over both phases"
 	}
-	return fmt.Sprintf("placement %s: %d of %d GPUs used, modeled makespan %s, %s (%s), %d through the host, modeled copy time %s",
-		rep.Placement, len(used), len(p.Devices()), fmtDuration(rep.Makespan), copies,
-		strings.Join(links, ", "), via, fmtDuration(modeled))
+	if len(links) > 0 {
+		copies += " (" + strings.Join(links, ", ") + ")"
+	}
+	return fmt.Sprintf("placement %s: %d of %d GPUs used, modeled makespan %s, %s, %d through the host, modeled copy time %s",
+		rep.Placement, len(used), len(p.Devices()), fmtDuration(rep.Makespan), copies, via, fmtDuration(modeled))
+}
+
+// usedDevices returns the devices p places a kernel on, in p's order.
+func usedDevices(p *exec.Plan) []topology.DeviceID {
+	devs := p.Devices()
+	used := make([]bool, len(devs))
+	for _, d := range p.Placement().Device {
+		used[d] = true
+	}
+	var out []topology.DeviceID
+	for i, id := range devs {
+		if used[i] {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // devicesLabel names the devices a run used: "cpu", or "each of 6 devices
@@ -257,6 +272,22 @@ type lossSpec struct {
 	flag  string
 	dev   topology.DeviceID
 	after float64
+}
+
+// checkPlan refuses (a usage error) a loss of a GPU plan puts no kernel
+// on: no launch would ever learn of it, and the run would go as without
+// the flag.
+func (l lossSpec) checkPlan(plan *exec.Plan) error {
+	used := usedDevices(plan)
+	if slices.Contains(used, l.dev) {
+		return nil
+	}
+	names := make([]string, len(used))
+	for i, id := range used {
+		names[i] = id.String()
+	}
+	return cli.Usagef("--lose-device %s: the placement puts no kernel on %s, so its loss would change nothing (it uses %s)",
+		l.flag, l.dev, strings.Join(names, ", "))
 }
 
 // parseLoss parses --lose-device DEVICE@P% (or DEVICE@F with F a fraction

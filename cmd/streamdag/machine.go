@@ -42,7 +42,9 @@ func loadMachine(spec string) (machine, error) {
 		return machine{}, err
 	}
 	var out machine
-	if bytes.HasPrefix(bytes.TrimSpace(b), []byte("{")) {
+	// JSON begins with "{", after a UTF-8 byte-order mark when a Windows
+	// tool saved the file (the parsers skip it).
+	if bytes.HasPrefix(bytes.TrimSpace(bytes.TrimPrefix(b, []byte("\ufeff"))), []byte("{")) {
 		// Read as an embedded machine is: the description can name the
 		// GPU model and memory.
 		var m topology.Machine

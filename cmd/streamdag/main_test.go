@@ -115,6 +115,9 @@ func TestBadInput(t *testing.T) {
 			"gpu9 is not a device of sim:dgx1-v100 (gpu0, gpu1, gpu2, gpu3, gpu4, gpu5, gpu6, gpu7)"},
 		{"trace under a file", []string{"run", "flights", "--trace", filepath.Join(garbage, "t.json")}, 1, "garbage.parquet is not a directory"},
 		{"lose-device without point", []string{"run", "flights", "--topology", "sim:dgx1-v100", "--lose-device", "gpu3"}, 2, "DEVICE@PERCENT"},
+		// On the sample, with 2 streams per GPU, the placement leaves gpu5 and gpu6 idle.
+		{"lose-device of a GPU the placement does not use", []string{"run", "flights", "--topology", "sim:dgx1-v100", "--lose-device", "gpu5@50%"}, 2,
+			"--lose-device gpu5@50%: the placement puts no kernel on gpu5, so its loss would change nothing (it uses gpu0, gpu1, gpu2, gpu3, gpu4, gpu7)"},
 		{"lose-device of the CPU", []string{"run", "flights", "--topology", "sim:dgx1-v100", "--lose-device", "cpu@50%"}, 2,
 			"--lose-device cpu@50%: cpu is not a device of sim:dgx1-v100 (gpu0, gpu1, gpu2, gpu3, gpu4, gpu5, gpu6, gpu7)"},
 	}
@@ -278,6 +281,25 @@ func TestRunFlightsOnSimulatedGPUs(t *testing.T) {
 	code, _, errs = runArgs(t, "run", "flights", "--topology", "sim:nosuch")
 	assert.Equal(t, 2, code, "an unknown machine is a usage error")
 	assert.Contains(t, errs, `no machine "nosuch"`)
+}
+
+// A run that needs no copy (two GPUs that share no P2P, and enough
+// streams on one for the whole pipeline) has a placement line with no
+// empty list of links.
+func TestRunFlightsPlacementWithoutCopies(t *testing.T) {
+	topo := filepath.Join(t.TempDir(), "two-sys.json")
+	require.NoError(t, os.WriteFile(topo, []byte(`{"matrix": [["X", "SYS"], ["SYS", "X"]]}`), 0o644))
+	code, _, errs := runArgs(t, "run", "flights", "--topology", topo, "--streams", "8", "--top", "1")
+	require.Equal(t, 0, code, errs)
+	var line string
+	for l := range strings.SplitSeq(errs, "\n") {
+		if strings.HasPrefix(l, "placement ") {
+			line = l
+		}
+	}
+	require.Contains(t, line, "1 of 2 GPUs used", "the placement keeps the run on one GPU: %s", errs)
+	assert.Contains(t, line, ", 0 copies, 0 through the host, modeled copy time 0.000 µs")
+	assert.NotContains(t, line, "()")
 }
 
 // --lose-device DEVICE@P% (or a fraction 0–1) is parsed here, and each

@@ -213,6 +213,9 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 	}
 	defer setup.release()
 	job.Backend = backend
+	if loss != nil {
+		job.CheckPlan = loss.checkPlan
+	}
 	if setup.openCL {
 		id := setup.devs[len(setup.devs)-1].ID()
 		job.Options = append(job.Options, flights.WithOpenCL(), flights.WithDevice(id)) // filter and partial on the OpenCL device

@@ -112,6 +112,36 @@ func TestTopoText(t *testing.T) {
 	assert.Greater(t, len(lines), 8+56)
 }
 
+// A file that begins with a UTF-8 byte-order mark (as Windows tools save
+// it) reads as the file without one: the JSON one as JSON, its description
+// naming the GPU model.
+func TestTopoFileWithBOM(t *testing.T) {
+	topo, dir := testdata.Topologies(t), t.TempDir()
+	withBOM := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(topo, name))
+		require.NoError(t, err)
+		path := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(path, append([]byte("\ufeff"), b...), 0o644))
+		return path
+	}
+	same := func(t *testing.T, plain, marked []string) {
+		code, want, errs := runArgs(t, plain...)
+		require.Equal(t, 0, code, errs)
+		code, got, errs := runArgs(t, marked...)
+		require.Equal(t, 0, code, errs)
+		assert.Equal(t, want, got)
+	}
+	t.Run("json", func(t *testing.T) {
+		name := "rtx5090-2gpu-no-p2p.json"
+		same(t, []string{"topo", "--file", filepath.Join(topo, name)}, []string{"topo", "--file", withBOM(name)})
+	})
+	t.Run("topo -m and -p2p", func(t *testing.T) {
+		m, p2p := "rtx5090-2gpu-no-p2p.topo-m.txt", "rtx5090-2gpu-no-p2p.topo-p2p.txt"
+		same(t, []string{"topo", "--file", filepath.Join(topo, m), "--p2p", filepath.Join(topo, p2p)},
+			[]string{"topo", "--file", withBOM(m), "--p2p", withBOM(p2p)})
+	})
+}
+
 func TestTopoNoFileCPUOnly(t *testing.T) {
 	code, out, errs := runArgs(t, "topo")
 	require.Equal(t, 0, code, errs)

@@ -113,6 +113,10 @@ type Job struct {
 	// replayed: the Output is the captured run's, and Output.Capture says
 	// why. 0 runs the plan once, with no capture.
 	Replays int
+	// CheckPlan, when not nil, is called with the plan before the plan
+	// file is written and before anything runs: an error from it stops
+	// Run, which returns it as it is, with a nil Output.
+	CheckPlan func(*exec.Plan) error
 	// OnRun, when not nil, is called with the planned pipeline just
 	// before it runs; the function it returns is called when the run
 	// ends (a progress display).
@@ -184,8 +188,9 @@ func (j *Job) Close() { j.outs.Discard() }
 // the output's Report says what failed and Table what is left (or
 // ReadErr why there is none). Errors that stop the job before the run
 // (Files.Metrics without a Backend, Prepare's, the input's, Build's, a
-// *FaultError, the plan's, the run's) come with a nil Output; errors
-// writing the files after the run are joined and come with the Output.
+// *FaultError, the plan's, CheckPlan's, the run's) come with a nil
+// Output; errors writing the files after the run are joined and come with
+// the Output.
 func (j *Job) Run(ctx context.Context, e *exec.Executor) (*Output, error) {
 	if j.Files.Metrics.Path != "" && j.Backend == nil {
 		return nil, fmt.Errorf("%s %s: no Backend to take the metrics of", j.name("metrics", j.Files.Metrics), j.Files.Metrics.Path)
@@ -291,6 +296,11 @@ func (j *Job) plan(src kvio.Source, e *exec.Executor) (*Pipeline, *exec.Plan, er
 	plan, err := e.Plan(p.Graph)
 	if err != nil {
 		return nil, nil, err
+	}
+	if j.CheckPlan != nil {
+		if err := j.CheckPlan(plan); err != nil {
+			return nil, nil, err
+		}
 	}
 	// The plan is known now: write it before the run.
 	if err := j.files[1].Commit(func(w io.Writer) error {

@@ -2,6 +2,7 @@ package flights_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -150,6 +151,18 @@ func TestJobErrors(t *testing.T) {
 	out, err = metrics.Run(t.Context(), e)
 	assert.Nil(t, out)
 	assert.EqualError(t, err, "flights: metrics file "+p+": no Backend to take the metrics of")
+
+	// CheckPlan sees the plan before the plan file is written: its error
+	// stops the job, returned as it is.
+	refused := errors.New("refused")
+	var planned int
+	check := flights.Job{Files: flights.Files{Plan: flights.OutputFile{Path: p}},
+		CheckPlan: func(plan *exec.Plan) error { planned = len(plan.Devices()); return refused }}
+	out, err = check.Run(t.Context(), e)
+	check.Close()
+	assert.Nil(t, out)
+	assert.Equal(t, refused, err)
+	assert.Equal(t, 1, planned, "CheckPlan sees the plan on the executor's one device")
 
 	left, err := os.ReadDir(dir)
 	require.NoError(t, err)
