@@ -20,6 +20,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/prism"
 
 	"github.com/streamdag/streamdag/examples/flights"
+	"github.com/streamdag/streamdag/gpu/cpu"
 	"github.com/streamdag/streamdag/kvio"
 	"github.com/streamdag/streamdag/lease"
 )
@@ -47,8 +48,9 @@ type Config struct {
 	// Airports is an airports.csv to join the names and cities from; ""
 	// joins none.
 	Airports string
-	// Streams is the number of streams of each shard's CPU device; 0 is
-	// GOMAXPROCS divided by the shards, at least 1.
+	// Streams is the number of streams of each shard's CPU device, 1 to
+	// cpu.MaxStreams; 0 is GOMAXPROCS divided by the shards, at least 1
+	// and at most cpu.MaxStreams.
 	Streams int
 	// Fail are the faults injected into the shards' graphs.
 	Fail []Fault
@@ -176,6 +178,9 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if cfg.TopK < 0 {
 		return nil, fmt.Errorf("shard: top %d: want 0 (all) or more", cfg.TopK)
 	}
+	if cfg.Streams < 0 || cfg.Streams > cpu.MaxStreams {
+		return nil, fmt.Errorf("shard: %d streams: want 1 to %d, or 0", cfg.Streams, cpu.MaxStreams)
+	}
 	if cfg.Attempts < 0 {
 		return nil, fmt.Errorf("shard: %d attempts: want 1 or more, or 0 (%d)", cfg.Attempts, DefaultAttempts)
 	}
@@ -210,7 +215,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		partials, reports, pending = append(partials, part), append(reports, rep), retry
 	}
 	merged := beam.CombinePerKey(s.Scope("merge"), &mergeFn{}, beam.ParDo(s, &keyFn{}, beam.Flatten(s, partials...)))
-	beam.ParDo0(s.Scope("finish"), &finishFn{TopK: cfg.TopK, Airports: cfg.Airports, Streams: max(runtime.GOMAXPROCS(0), 1), Out: outPath},
+	beam.ParDo0(s.Scope("finish"), &finishFn{TopK: cfg.TopK, Airports: cfg.Airports, Streams: min(max(runtime.GOMAXPROCS(0), 1), cpu.MaxStreams), Out: outPath},
 		beam.Impulse(s), beam.SideInput{Input: merged}, beam.SideInput{Input: beam.Flatten(s, reports...)})
 	if _, err := prism.Execute(ctx, p); err != nil {
 		if ctx.Err() != nil {
@@ -294,7 +299,7 @@ func flightsTasks(ctx context.Context, cfg Config) (tasks []any, streams int, er
 	}
 	streams = cfg.Streams
 	if streams == 0 {
-		streams = max(runtime.GOMAXPROCS(0)/len(ranges), 1)
+		streams = min(max(runtime.GOMAXPROCS(0)/len(ranges), 1), cpu.MaxStreams)
 	}
 	index := make([][]int, len(ranges)) // index[s]: the positions in cfg.Fail of shard s's faults
 	for i, f := range cfg.Fail {

@@ -409,6 +409,15 @@ func TestBadAttempts(t *testing.T) {
 	assert.EqualError(t, err, "shard: -1 attempts: want 1 or more, or 0 (3)")
 }
 
+// TestBadStreams: a stream count a CPU device cannot open is an error
+// before the job starts, not each shard's failed attempts.
+func TestBadStreams(t *testing.T) {
+	for _, n := range []int{-1, cpu.MaxStreams + 1} {
+		_, err := shard.Run(t.Context(), shard.Config{Shards: 2, Streams: n})
+		assert.EqualError(t, err, fmt.Sprintf("shard: %d streams: want 1 to 1024, or 0", n))
+	}
+}
+
 // TestPartialCoder: a Partial crosses stages as an Arrow IPC stream and
 // reads back as it was; bytes that are not one are an error.
 func TestPartialCoder(t *testing.T) {

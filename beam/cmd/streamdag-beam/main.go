@@ -33,6 +33,7 @@ import (
 
 	"github.com/streamdag/streamdag/beam/shard"
 	"github.com/streamdag/streamdag/examples/flights"
+	"github.com/streamdag/streamdag/gpu/cpu"
 	"github.com/streamdag/streamdag/internal/cli"
 	"github.com/streamdag/streamdag/internal/outfile"
 )
@@ -100,7 +101,7 @@ shard's partitions, and the result is partial.`,
 	fl.Int64Var(&f.minDelay, "min-delay", 0, "keep flights with delay > N minutes")
 	fl.IntVar(&f.top, "top", 10, "print the K groups with the most flights; 0 prints all")
 	fl.StringVar(&f.airports, "airports", "", "airports.csv (iata,name,city,…) to add names and cities")
-	fl.IntVar(&f.streams, "streams", 0, "CPU streams of each shard's graph (0: GOMAXPROCS / shards)")
+	fl.IntVar(&f.streams, "streams", 0, fmt.Sprintf("CPU streams of each shard's graph, 1 to %d (0: GOMAXPROCS / shards)", cpu.MaxStreams))
 	fl.IntVar(&f.attempts, "attempts", 0, fmt.Sprintf("attempts of each shard before its failure fails the run (0: %d)", shard.DefaultAttempts))
 	fl.StringVar(&f.out, "out", "", "also write the result to FILE.csv or FILE.json (as streamdag run flights --out writes it)")
 	fl.StringArrayVar(&f.fail, "fail", nil, "make kernel KERNEL of shard SHARD's graph fail (KERNEL:panic to panic), e.g. 'filter[0]@1'; repeatable")
@@ -130,8 +131,8 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		return cli.Usagef("--shards %d: want 1 or more", f.shards)
 	case f.top < 0:
 		return cli.Usagef("--top %d: must be 0 (all) or more", f.top)
-	case f.streams < 0:
-		return cli.Usagef("--streams %d: want 1 or more, or 0", f.streams)
+	case f.streams < 0 || f.streams > cpu.MaxStreams:
+		return cli.Usagef("--streams %d: want 1 to %d, or 0", f.streams, cpu.MaxStreams)
 	case f.out != "" && flights.ResultFormat(f.out) == "":
 		return cli.Usagef("--out %s: want a .csv or .json file name", f.out)
 	case f.attempts < 0:
