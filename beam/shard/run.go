@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
@@ -217,7 +218,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	merged := beam.CombinePerKey(s.Scope("merge"), &mergeFn{}, beam.ParDo(s, &keyFn{}, beam.Flatten(s, partials...)))
 	beam.ParDo0(s.Scope("finish"), &finishFn{TopK: cfg.TopK, Airports: cfg.Airports, Streams: min(max(runtime.GOMAXPROCS(0), 1), cpu.MaxStreams), Out: outPath},
 		beam.Impulse(s), beam.SideInput{Input: merged}, beam.SideInput{Input: beam.Flatten(s, reports...)})
-	if _, err := prism.Execute(ctx, p); err != nil {
+	if err := execute(ctx, p, dir); err != nil {
 		if ctx.Err() != nil {
 			// The runner's error is its own RPCs cancelled; what
 			// stopped the run is ctx.
@@ -234,6 +235,32 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		return nil, fmt.Errorf("shard: outcome: %w", err)
 	}
 	return doc.outcome(), nil
+}
+
+// executing serialises the runs of this process: execute points the
+// process's temporary directory at the run's own while the runner runs.
+var executing sync.Mutex
+
+// execute runs p on Prism with $TMPDIR set to dir, then restores it. In
+// loopback mode the Beam SDK creates an empty "beamloopbackworker-*"
+// file in os.TempDir() for each job and never removes it; under dir it
+// goes when the run removes dir. Runs in one process wait for each other.
+func execute(ctx context.Context, p *beam.Pipeline, dir string) error {
+	executing.Lock()
+	defer executing.Unlock()
+	old, had := os.LookupEnv("TMPDIR")
+	if err := os.Setenv("TMPDIR", dir); err != nil {
+		return fmt.Errorf("shard: %w", err)
+	}
+	defer func() {
+		if had {
+			os.Setenv("TMPDIR", old)
+		} else {
+			os.Unsetenv("TMPDIR")
+		}
+	}()
+	_, err := prism.Execute(ctx, p)
+	return err
 }
 
 // JobError is the error of a Beam job that failed in one of this

@@ -534,3 +534,19 @@ func TestRunStopped(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	assert.EqualError(t, err, "shard: run stopped: context canceled")
 }
+
+// TestRunLeavesNoTempFiles: a run leaves nothing in the temporary
+// directory, not even the file the Beam SDK's loopback mode creates
+// there and never removes.
+func TestRunLeavesNoTempFiles(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	sharded(t, shard.Config{Shards: 2, TopK: 1})
+	left, err := os.ReadDir(tmp)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range left {
+		names = append(names, e.Name())
+	}
+	assert.Empty(t, names)
+}
