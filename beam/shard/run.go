@@ -165,13 +165,15 @@ func Split(partRows []int64, shards int) []Range {
 // (Prism's loopback workers): one FlightsTemplate task per shard, each
 // run up to cfg.Attempts times until an attempt succeeds, the partials
 // merged by a combine per group key, and the finish (sort, top-k, join,
-// CSV) on one worker. A launch failure in a shard gives a partial
-// Outcome, not an error. Errors: a bad Config, the input's (one the
-// flights job cannot run on, such as a delay column that is not an
-// integer or Airports with an input grouped by hour, is
+// CSV) on one worker. Runs in one process run one at a time; a run
+// leaves nothing in the temporary directory. A launch failure in a shard
+// gives a partial Outcome, not an error. Errors: a bad Config, the
+// input's (one the flights job cannot run on, such as a delay column
+// that is not an integer or Airports with an input grouped by hour, is
 // flights.BuildParts's error, before the job starts), ctx's ("shard: run
-// stopped: context canceled", wrapping ctx.Err()), and the Beam job's (a shard whose last attempt failed, naming it, the attempts and
-// the last error; or the finish), each naming what and where.
+// stopped: context canceled", wrapping ctx.Err()), and the Beam job's (a
+// shard whose last attempt failed, naming it, the attempts and the last
+// error; or the finish), each naming what and where.
 func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if cfg.Shards < 1 {
 		return nil, fmt.Errorf("shard: %d shards: want 1 or more", cfg.Shards)
