@@ -36,6 +36,7 @@ import (
 	"github.com/streamdag/streamdag/gpu/cpu"
 	"github.com/streamdag/streamdag/internal/cli"
 	"github.com/streamdag/streamdag/internal/outfile"
+	"github.com/streamdag/streamdag/kvio"
 )
 
 func main() {
@@ -155,8 +156,8 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		cfg.Fail = append(cfg.Fail, x)
 	}
 	if f.airports != "" {
-		if _, err := os.Stat(f.airports); err != nil {
-			return fmt.Errorf("--airports: %w", err)
+		if err := checkAirports(f.airports); err != nil {
+			return err
 		}
 	}
 	var outs outfile.Set
@@ -218,6 +219,26 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		return werr
 	}
 	return errPartial
+}
+
+// checkAirports fails for an --airports path that does not exist, and
+// for a device, pipe or socket (kvio.Open's error), whose reading might
+// never end (/dev/zero has no line end to stop the header at). A
+// directory is left to the finish, which reports it as the missing
+// names, as `streamdag run flights` does.
+func checkAirports(path string) error {
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return fmt.Errorf("--airports: %w", err)
+	case fi.Mode().IsRegular() || fi.IsDir():
+		return nil
+	}
+	f, err := kvio.Open(path)
+	if err != nil {
+		return fmt.Errorf("--airports: %w", err)
+	}
+	return f.Close()
 }
 
 // beamLevels are the --beam-log levels; off is above every level Beam
