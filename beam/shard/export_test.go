@@ -10,3 +10,10 @@ func WithFlaky(cfg *Config, s, attempts int, afterEmit bool) {
 
 // BackendHolders is backendHolders.
 var BackendHolders = backendHolders
+
+// OnAttempt makes each shard attempt call f as it starts, until the
+// returned undo is called.
+func OnAttempt(f func()) (undo func()) {
+	attemptHook.Store(&f)
+	return func() { attemptHook.Store(nil) }
+}

@@ -13,12 +13,15 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/prism"
 
 	"github.com/streamdag/streamdag/examples/flights"
+	"github.com/streamdag/streamdag/gpu/cpu"
 	"github.com/streamdag/streamdag/kvio"
 	"github.com/streamdag/streamdag/lease"
 )
@@ -46,8 +49,9 @@ type Config struct {
 	// Airports is an airports.csv to join the names and cities from; ""
 	// joins none.
 	Airports string
-	// Streams is the number of streams of each shard's CPU device; 0 is
-	// GOMAXPROCS divided by the shards, at least 1.
+	// Streams is the number of streams of each shard's CPU device, 1 to
+	// cpu.MaxStreams; 0 is GOMAXPROCS divided by the shards, at least 1
+	// and at most cpu.MaxStreams.
 	Streams int
 	// Fail are the faults injected into the shards' graphs.
 	Fail []Fault
@@ -73,6 +77,9 @@ type flake struct {
 	Shard, Attempts int
 	AfterEmit       bool
 }
+
+// attemptHook, when set (tests), is called as each attempt starts.
+var attemptHook atomic.Pointer[func()]
 
 // errTransient is the failure a flake injects.
 var errTransient = errors.New("injected transient failure")
@@ -158,16 +165,24 @@ func Split(partRows []int64, shards int) []Range {
 // (Prism's loopback workers): one FlightsTemplate task per shard, each
 // run up to cfg.Attempts times until an attempt succeeds, the partials
 // merged by a combine per group key, and the finish (sort, top-k, join,
-// CSV) on one worker. A launch failure in a shard gives a partial
-// Outcome, not an error. Errors: a bad Config, the input's, and the Beam
-// job's (a shard whose last attempt failed, naming it, the attempts and
-// the last error; or the finish), each naming what and where.
+// CSV) on one worker. Runs in one process run one at a time; a run
+// leaves nothing in the temporary directory. A launch failure in a shard
+// gives a partial Outcome, not an error. Errors: a bad Config, the
+// input's (one the flights job cannot run on, such as a delay column
+// that is not an integer or Airports with an input grouped by hour, is
+// flights.BuildParts's error, before the job starts), ctx's ("shard: run
+// stopped: context canceled", wrapping ctx.Err()), and the Beam job's (a
+// shard whose last attempt failed, naming it, the attempts and the last
+// error; or the finish), each naming what and where.
 func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if cfg.Shards < 1 {
 		return nil, fmt.Errorf("shard: %d shards: want 1 or more", cfg.Shards)
 	}
 	if cfg.TopK < 0 {
 		return nil, fmt.Errorf("shard: top %d: want 0 (all) or more", cfg.TopK)
+	}
+	if cfg.Streams < 0 || cfg.Streams > cpu.MaxStreams {
+		return nil, fmt.Errorf("shard: %d streams: want 1 to %d, or 0", cfg.Streams, cpu.MaxStreams)
 	}
 	if cfg.Attempts < 0 {
 		return nil, fmt.Errorf("shard: %d attempts: want 1 or more, or 0 (%d)", cfg.Attempts, DefaultAttempts)
@@ -203,9 +218,14 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		partials, reports, pending = append(partials, part), append(reports, rep), retry
 	}
 	merged := beam.CombinePerKey(s.Scope("merge"), &mergeFn{}, beam.ParDo(s, &keyFn{}, beam.Flatten(s, partials...)))
-	beam.ParDo0(s.Scope("finish"), &finishFn{TopK: cfg.TopK, Airports: cfg.Airports, Streams: max(runtime.GOMAXPROCS(0), 1), Out: outPath},
+	beam.ParDo0(s.Scope("finish"), &finishFn{TopK: cfg.TopK, Airports: cfg.Airports, Streams: min(max(runtime.GOMAXPROCS(0), 1), cpu.MaxStreams), Out: outPath},
 		beam.Impulse(s), beam.SideInput{Input: merged}, beam.SideInput{Input: beam.Flatten(s, reports...)})
-	if _, err := prism.Execute(ctx, p); err != nil {
+	if err := execute(ctx, p, dir); err != nil {
+		if ctx.Err() != nil {
+			// The runner's error is its own RPCs cancelled; what
+			// stopped the run is ctx.
+			return nil, fmt.Errorf("shard: run stopped: %w", ctx.Err())
+		}
 		return nil, jobError(err)
 	}
 	b, err := os.ReadFile(outPath)
@@ -217,6 +237,32 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		return nil, fmt.Errorf("shard: outcome: %w", err)
 	}
 	return doc.outcome(), nil
+}
+
+// executing serialises the runs of this process: execute points the
+// process's temporary directory at the run's own while the runner runs.
+var executing sync.Mutex
+
+// execute runs p on Prism with $TMPDIR set to dir, then restores it. In
+// loopback mode the Beam SDK creates an empty "beamloopbackworker-*"
+// file in os.TempDir() for each job and never removes it; under dir it
+// goes when the run removes dir. Runs in one process wait for each other.
+func execute(ctx context.Context, p *beam.Pipeline, dir string) error {
+	executing.Lock()
+	defer executing.Unlock()
+	old, had := os.LookupEnv("TMPDIR")
+	if err := os.Setenv("TMPDIR", dir); err != nil {
+		return fmt.Errorf("shard: %w", err)
+	}
+	defer func() {
+		if had {
+			os.Setenv("TMPDIR", old)
+		} else {
+			os.Unsetenv("TMPDIR")
+		}
+	}()
+	_, err := prism.Execute(ctx, p)
+	return err
 }
 
 // JobError is the error of a Beam job that failed in one of this
@@ -249,10 +295,11 @@ func jobError(err error) error {
 
 // flightsTasks cuts cfg's input into shards and returns their tasks,
 // with the streams of each shard's device. It builds the graph of each
-// shard that cfg.Fail names, so that a fault naming no shard of the run
-// or no kernel of its shard's graph is an error here (a
-// *flights.FaultError, Index its position in cfg.Fail), before the job
-// starts. Errors: the input's, and a fault's.
+// shard that cfg.Fail names, and shard 0's with cfg.Airports, so that an
+// input the job cannot run on (flights.BuildParts's error) and a fault
+// naming no shard of the run or no kernel of its shard's graph (a
+// *flights.FaultError, Index its position in cfg.Fail) are errors here,
+// before the job starts. Errors: the input's, and a fault's.
 func flightsTasks(ctx context.Context, cfg Config) (tasks []any, streams int, err error) {
 	file, err := openInput(cfg.Input)
 	if err != nil {
@@ -269,9 +316,19 @@ func flightsTasks(ctx context.Context, cfg Config) (tasks []any, streams int, er
 		partRows[i] = src.PartRows(i)
 	}
 	ranges := Split(partRows, cfg.Shards)
+	// The input's schema is every shard's: an input the job cannot run
+	// on fails here, as it fails `streamdag run flights`, not in each
+	// attempt of each shard.
+	check := []flights.Option{flights.WithRows(ranges[0].RowLo, ranges[0].RowHi)}
+	if cfg.Airports != "" {
+		check = append(check, flights.WithAirports(func() (io.ReadCloser, error) { return os.Open(cfg.Airports) }))
+	}
+	if _, err := flights.BuildParts(src, ranges[0].PartLo, ranges[0].PartHi, check...); err != nil {
+		return nil, 0, fmt.Errorf("shard: %w", err)
+	}
 	streams = cfg.Streams
 	if streams == 0 {
-		streams = max(runtime.GOMAXPROCS(0)/len(ranges), 1)
+		streams = min(max(runtime.GOMAXPROCS(0)/len(ranges), 1), cpu.MaxStreams)
 	}
 	index := make([][]int, len(ranges)) // index[s]: the positions in cfg.Fail of shard s's faults
 	for i, f := range cfg.Fail {
@@ -397,6 +454,9 @@ func (f *shardFn) ProcessElement(ctx context.Context, t Task, partials func(Part
 // attempt runs t's template and emits its partial and its report (with
 // Attempt and Failed set), failing as f.Flaky says.
 func (f *shardFn) attempt(ctx context.Context, t Task, partials func(Partial), reports func(Report)) error {
+	if h := attemptHook.Load(); h != nil {
+		(*h)()
+	}
 	i := slices.IndexFunc(f.Flaky, func(x flake) bool { return x.Shard == t.Shard && f.Attempt <= x.Attempts })
 	if i >= 0 && !f.Flaky[i].AfterEmit {
 		return errTransient
@@ -525,7 +585,7 @@ func (f *finishFn) ProcessElement(ctx context.Context, _ []byte, merged func(*st
 	}
 	fin, err := flights.Finish(reps[0].Key, rows, lost, opts...)
 	if err != nil {
-		return err
+		return fmt.Errorf("shard: finish: %w", err)
 	}
 	table, err := runGraph(ctx, Env{Backend: f.h.backend, Streams: f.Streams}, fin)
 	if err != nil {
@@ -535,7 +595,7 @@ func (f *finishFn) ProcessElement(ctx context.Context, _ []byte, merged func(*st
 		NamesErr: flights.FirstLine(table.NamesErr), Reports: reps}
 	var csv bytes.Buffer
 	if err := flights.WriteResult(&csv, "csv", table, doc.Names, parts, nrows); err != nil {
-		return err
+		return fmt.Errorf("shard: finish: %w", err)
 	}
 	doc.CSV = csv.Bytes()
 	b, err := json.Marshal(doc)
@@ -546,5 +606,8 @@ func (f *finishFn) ProcessElement(ctx context.Context, _ []byte, merged func(*st
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return fmt.Errorf("shard: finish: %w", err)
 	}
-	return os.Rename(tmp, f.Out)
+	if err := os.Rename(tmp, f.Out); err != nil {
+		return fmt.Errorf("shard: finish: %w", err)
+	}
+	return nil
 }

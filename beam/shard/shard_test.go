@@ -2,6 +2,7 @@ package shard_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -408,6 +409,15 @@ func TestBadAttempts(t *testing.T) {
 	assert.EqualError(t, err, "shard: -1 attempts: want 1 or more, or 0 (3)")
 }
 
+// TestBadStreams: a stream count a CPU device cannot open is an error
+// before the job starts, not each shard's failed attempts.
+func TestBadStreams(t *testing.T) {
+	for _, n := range []int{-1, cpu.MaxStreams + 1} {
+		_, err := shard.Run(t.Context(), shard.Config{Shards: 2, Streams: n})
+		assert.EqualError(t, err, fmt.Sprintf("shard: %d streams: want 1 to 1024, or 0", n))
+	}
+}
+
 // TestPartialCoder: a Partial crosses stages as an Arrow IPC stream and
 // reads back as it was; bytes that are not one are an error.
 func TestPartialCoder(t *testing.T) {
@@ -460,4 +470,88 @@ func TestSplit(t *testing.T) {
 	assert.Equal(t, []shard.Range{{0, 1, 0, 1}, {0, 1, 1, 2}}, shard.Split([]int64{2}, 4))
 	assert.Equal(t, []shard.Range{{0, 0, 0, 0}}, shard.Split(nil, 4))
 	assert.Equal(t, []shard.Range{{0, 2, 0, 0}}, shard.Split([]int64{0, 0}, 4))
+}
+
+// TestInputErrorsBeforeTheJob: an input the flights job cannot run on
+// (a delay column that is not an integer; --airports with an input
+// grouped by hour) is the single-node command's error, before the job
+// starts, not a shard's failed attempts.
+func TestInputErrorsBeforeTheJob(t *testing.T) {
+	dir := t.TempDir()
+	airports := filepath.Join(dir, "airports.csv")
+	require.NoError(t, os.WriteFile(airports, []byte("iata,name,city\nSFO,San Francisco,San Francisco\n"), 0o600))
+	sc := arrow.NewSchema([]arrow.Field{{Name: "delay", Type: arrow.BinaryTypes.String}, {Name: "time", Type: arrow.PrimitiveTypes.Float32}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+	defer b.Release()
+	for i := range 5 {
+		b.Field(0).(*array.StringBuilder).Append(fmt.Sprint(i))
+		b.Field(1).(*array.Float32Builder).Append(float32(i))
+	}
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	text := filepath.Join(dir, "text-delay.parquet")
+	writeParquet(t, text, sc, []arrow.RecordBatch{rec})
+
+	for _, tc := range []struct {
+		name string
+		cfg  shard.Config
+	}{
+		{"text delay", shard.Config{Input: text, Shards: 4}},
+		{"airports by hour", shard.Config{Shards: 2, Airports: airports}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := kvio.Open(tc.cfg.Input)
+			if tc.cfg.Input == "" {
+				f, err = flights.Sample()
+			}
+			require.NoError(t, err)
+			defer f.Close()
+			src, err := kvio.OpenAuto(t.Context(), f)
+			require.NoError(t, err)
+			defer src.Close()
+			var opts []flights.Option
+			if tc.cfg.Airports != "" {
+				opts = append(opts, flights.WithAirports(func() (io.ReadCloser, error) { return os.Open(airports) }))
+			}
+			_, want := flights.Build(src, opts...)
+			require.Error(t, want)
+
+			_, err = shard.Run(t.Context(), tc.cfg)
+			require.Error(t, err)
+			_, isJob := errors.AsType[*shard.JobError](err)
+			assert.False(t, isJob, "a job error: %v", err)
+			assert.EqualError(t, err, "shard: "+want.Error())
+		})
+	}
+}
+
+// TestRunStopped: a run whose context is cancelled while its shards run
+// (SIGINT) stops with the context's error, not the runner's.
+func TestRunStopped(t *testing.T) {
+	if raceEnabled {
+		// The job is cancelled while its bundles run: the SDK harness's
+		// shutdown race of TestShardAttemptsExhausted.
+		t.Skip("the Beam SDK harness races on a cancelled job's shutdown under the race detector")
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer shard.OnAttempt(cancel)()
+	_, err := shard.Run(ctx, shard.Config{Shards: 2})
+	require.ErrorIs(t, err, context.Canceled)
+	assert.EqualError(t, err, "shard: run stopped: context canceled")
+}
+
+// TestRunLeavesNoTempFiles: a run leaves nothing in the temporary
+// directory, not even the file the Beam SDK's loopback mode creates
+// there and never removes.
+func TestRunLeavesNoTempFiles(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	sharded(t, shard.Config{Shards: 2, TopK: 1})
+	left, err := os.ReadDir(tmp)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range left {
+		names = append(names, e.Name())
+	}
+	assert.Empty(t, names)
 }

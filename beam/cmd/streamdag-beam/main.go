@@ -33,8 +33,10 @@ import (
 
 	"github.com/streamdag/streamdag/beam/shard"
 	"github.com/streamdag/streamdag/examples/flights"
+	"github.com/streamdag/streamdag/gpu/cpu"
 	"github.com/streamdag/streamdag/internal/cli"
 	"github.com/streamdag/streamdag/internal/outfile"
+	"github.com/streamdag/streamdag/kvio"
 )
 
 func main() {
@@ -100,7 +102,7 @@ shard's partitions, and the result is partial.`,
 	fl.Int64Var(&f.minDelay, "min-delay", 0, "keep flights with delay > N minutes")
 	fl.IntVar(&f.top, "top", 10, "print the K groups with the most flights; 0 prints all")
 	fl.StringVar(&f.airports, "airports", "", "airports.csv (iata,name,city,…) to add names and cities")
-	fl.IntVar(&f.streams, "streams", 0, "CPU streams of each shard's graph (0: GOMAXPROCS / shards)")
+	fl.IntVar(&f.streams, "streams", 0, fmt.Sprintf("CPU streams of each shard's graph, 1 to %d (0: GOMAXPROCS / shards)", cpu.MaxStreams))
 	fl.IntVar(&f.attempts, "attempts", 0, fmt.Sprintf("attempts of each shard before its failure fails the run (0: %d)", shard.DefaultAttempts))
 	fl.StringVar(&f.out, "out", "", "also write the result to FILE.csv or FILE.json (as streamdag run flights --out writes it)")
 	fl.StringArrayVar(&f.fail, "fail", nil, "make kernel KERNEL of shard SHARD's graph fail (KERNEL:panic to panic), e.g. 'filter[0]@1'; repeatable")
@@ -130,8 +132,8 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		return cli.Usagef("--shards %d: want 1 or more", f.shards)
 	case f.top < 0:
 		return cli.Usagef("--top %d: must be 0 (all) or more", f.top)
-	case f.streams < 0:
-		return cli.Usagef("--streams %d: want 1 or more, or 0", f.streams)
+	case f.streams < 0 || f.streams > cpu.MaxStreams:
+		return cli.Usagef("--streams %d: want 1 to %d, or 0", f.streams, cpu.MaxStreams)
 	case f.out != "" && flights.ResultFormat(f.out) == "":
 		return cli.Usagef("--out %s: want a .csv or .json file name", f.out)
 	case f.attempts < 0:
@@ -154,8 +156,8 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		cfg.Fail = append(cfg.Fail, x)
 	}
 	if f.airports != "" {
-		if _, err := os.Stat(f.airports); err != nil {
-			return fmt.Errorf("--airports: %w", err)
+		if err := checkAirports(f.airports); err != nil {
+			return err
 		}
 	}
 	var outs outfile.Set
@@ -217,6 +219,26 @@ func runFlights(cmd *cobra.Command, f flightsFlags) error {
 		return werr
 	}
 	return errPartial
+}
+
+// checkAirports fails for an --airports path that does not exist, and
+// for a device, pipe or socket (kvio.Open's error), whose reading might
+// never end (/dev/zero has no line end to stop the header at). A
+// directory is left to the finish, which reports it as the missing
+// names, as `streamdag run flights` does.
+func checkAirports(path string) error {
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return fmt.Errorf("--airports: %w", err)
+	case fi.Mode().IsRegular() || fi.IsDir():
+		return nil
+	}
+	f, err := kvio.Open(path)
+	if err != nil {
+		return fmt.Errorf("--airports: %w", err)
+	}
+	return f.Close()
 }
 
 // beamLevels are the --beam-log levels; off is above every level Beam

@@ -37,6 +37,8 @@ func TestFlightsCommand(t *testing.T) {
 		{"no pipeline", []string{"run"}, 2, "streamdag-beam: name a pipeline to run (known: flights) (see 'streamdag-beam run --help')\n", ""},
 		{"bad flag", []string{"run", "flights", "--shards", "two"}, 2, "streamdag-beam: invalid argument \"two\" for \"--shards\" flag: strconv.ParseInt: parsing \"two\": invalid syntax (see 'streamdag-beam run flights --help')\n", ""},
 		{"unknown kernel", []string{"run", "flights", "--streams", "1", "--fail", "nosuch@1"}, 2, "streamdag-beam: shard: shard 1: flights: fault nosuch: dag: no kernel \"nosuch\" to fail (kernels: source[0], filter[0], partial[0], merge, sort, topk, write) (see 'streamdag-beam run flights --help')\n", ""},
+		{"too many streams", []string{"run", "flights", "--streams", "1025"}, 2, "streamdag-beam: --streams 1025: want 1 to 1024, or 0 (see 'streamdag-beam run flights --help')\n", ""},
+		{"airports device", []string{"run", "flights", "--airports", "/dev/zero"}, 1, "streamdag-beam: --airports: kvio: open /dev/zero: a device, want a regular file\n", ""},
 		{"bad beam log", []string{"run", "flights", "--beam-log", "loud"}, 2, "streamdag-beam: --beam-log loud: want off, error, warn, info or debug (see 'streamdag-beam run flights --help')\n", ""},
 		{"negative attempts", []string{"run", "flights", "--attempts", "-1"}, 2, "streamdag-beam: --attempts -1: want 1 or more, or 0 (3) (see 'streamdag-beam run flights --help')\n", ""},
 		{"no such shard", []string{"run", "flights", "--fail", "filter[0]@3"}, 2, "streamdag-beam: shard: flights: fault filter[0]: no shard 3 (the run has 2) (see 'streamdag-beam run flights --help')\n", ""},
