@@ -87,6 +87,8 @@ type PlannedBuffer struct {
 // at a time or concurrently.
 type Plan struct {
 	graph     *dag.Graph
+	nkernels  int                    // the graph's kernels when it was planned
+	nbuffers  int                    // the graph's buffers when it was planned
 	devices   []topology.DeviceID    // the executor's devices, by index
 	streams   []int                  // streams by device
 	sbase     []int                  // by device: the global index of its stream 0
@@ -540,7 +542,7 @@ func newPlan(g *dag.Graph, devs []topology.DeviceID, nstreams []int, code []dag.
 	if mem == nil {
 		mem = make([]bool, len(devs))
 	}
-	p := &Plan{graph: g, devices: devs, streams: slices.Clone(nstreams), mem: slices.Clone(mem), code: slices.Clone(code), placement: pl}
+	p := &Plan{graph: g, nkernels: g.NumKernels(), nbuffers: g.NumBuffers(), devices: devs, streams: slices.Clone(nstreams), mem: slices.Clone(mem), code: slices.Clone(code), placement: pl}
 	p.sbase = make([]int, len(devs))
 	for d, n := range nstreams {
 		p.sbase[d] = len(p.sdev)
