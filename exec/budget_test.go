@@ -213,7 +213,8 @@ func TestInputOfBufferOnlyDeviceCodeWrites(t *testing.T) {
 
 // A run that cannot start, because its graph does not validate or its
 // plan does not fit the executor (another device count, or other
-// devices), releases its input values once.
+// devices), or it was given no graph or plan, releases its input values
+// once.
 func TestRunThatCannotStartReleasesInputs(t *testing.T) {
 	dev, err := cpu.New(cpu.WithStreams(2))
 	require.NoError(t, err)
@@ -255,6 +256,18 @@ func TestRunThatCannotStartReleasesInputs(t *testing.T) {
 			_, err := sims.Execute(t.Context(), pc, exec.WithInput(cin, v))
 			return err
 		}, "exec: plan for cpu as device 0, the executor's is gpu0"},
+		{"nil plan", func(v *soleInput) error {
+			_, err := e.Execute(t.Context(), nil, exec.WithInput(in, v))
+			return err
+		}, "exec: nil plan"},
+		{"nil plan to capture", func(v *soleInput) error {
+			_, _, err := e.Capture(t.Context(), nil, exec.WithInput(in, v))
+			return err
+		}, "exec: nil plan"},
+		{"nil graph", func(v *soleInput) error {
+			_, err := e.Run(t.Context(), nil, exec.WithInput(in, v))
+			return err
+		}, "exec: nil graph"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := &soleInput{v: 1}
@@ -262,4 +275,8 @@ func TestRunThatCannotStartReleasesInputs(t *testing.T) {
 			assert.Equal(t, int32(1), v.releases.Load())
 		})
 	}
+	_, err = e.Plan(nil)
+	assert.EqualError(t, err, "exec: nil graph")
+	_, _, err = e.Drain(t.Context(), nil, topology.CPU, nil)
+	assert.EqualError(t, err, "exec: nil plan")
 }

@@ -258,7 +258,7 @@ func (e *Executor) Run(ctx context.Context, g *dag.Graph, opts ...RunOption) (*R
 }
 
 // Execute runs plan p. It returns an error only when the run could not
-// start (a run option's error, a plan for other devices than the
+// start (a run option's error, a nil plan, a plan for other devices than the
 // executor's or for more streams than a device has, a plan whose graph
 // has grown since it was planned, an input for an
 // unknown buffer, ctx done while waiting for budget that concurrent runs
@@ -419,8 +419,11 @@ func (e *Executor) execute(ctx context.Context, p *Plan, keep bool, cp *Capture,
 // fits returns nil when p can run on e's devices: as many devices, each
 // the one the plan has at its index (the same id, running the same kind
 // of code) with at least the streams the plan has for it; and when p's
-// graph has not grown since it was planned.
+// graph has not grown since it was planned. A nil p is an error.
 func (e *Executor) fits(p *Plan) error {
+	if p == nil {
+		return errors.New("exec: nil plan")
+	}
 	if nk, nb := p.graph.NumKernels(), p.graph.NumBuffers(); nk != p.nkernels || nb != p.nbuffers {
 		return fmt.Errorf("exec: plan of a graph of %d kernels and %d buffers, which has %d kernels and %d buffers now: plan it again", p.nkernels, p.nbuffers, nk, nb)
 	}

@@ -209,7 +209,7 @@ func (p *Plan) Placement() placement.Assignment {
 // variant runs its Go function on the CPU device or a simulated GPU and
 // its OpenCL C on an OpenCL device (with no OpenCL device in the
 // executor, the Go function runs: the same answer); a kernel that reads or writes a value buffer never goes to a
-// code device. Errors: g.Validate's; a kernel no device of the executor
+// code device. Errors: a nil g; g.Validate's; a kernel no device of the executor
 // has code for (an OpenCL-only kernel on an executor without an OpenCL
 // device), naming the kernel; a kernel that touches a value buffer and
 // would run on a code device (pinned there, or with code for nothing
@@ -224,6 +224,9 @@ func (p *Plan) Placement() placement.Assignment {
 // nil). Plan reads g and does not change it when g is already validated,
 // so such a graph may be planned from several goroutines at once.
 func (e *Executor) Plan(g *dag.Graph) (*Plan, error) {
+	if g == nil {
+		return nil, errors.New("exec: nil graph")
+	}
 	// A graph that passed Validate and has not changed since keeps its
 	// order (g.Order is nil otherwise): it would pass again, so planning
 	// it again does not re-validate it.
