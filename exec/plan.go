@@ -934,6 +934,7 @@ func variantOf(k dag.Kernel, kind dag.CodeKind) *dag.Variant {
 
 // GlobalStream returns launch i's stream as a global index: the streams
 // of devices before its device, plus its Stream (StreamOf inverts it).
+// It panics when i is out of range (0 <= i < NumLaunches).
 func (p *Plan) GlobalStream(i int) int { return p.sbase[p.launches[i].Device] + p.launches[i].Stream }
 
 func argmin(xs []int) int {
