@@ -212,7 +212,9 @@ func TestInputOfBufferOnlyDeviceCodeWrites(t *testing.T) {
 }
 
 // A run that cannot start, because its graph does not validate or its
-// plan does not fit the executor, releases its input values once.
+// plan does not fit the executor (another device count, or other
+// devices), or it was given no graph or plan, releases its input values
+// once.
 func TestRunThatCannotStartReleasesInputs(t *testing.T) {
 	dev, err := cpu.New(cpu.WithStreams(2))
 	require.NoError(t, err)
@@ -223,6 +225,17 @@ func TestRunThatCannotStartReleasesInputs(t *testing.T) {
 	g.AddKernel("k", nop, dag.Reads(in), dag.Writes(dag.AddValue[any](g, "out").ID()))
 	p, err := twoSimGPUs(t, 1).Plan(g)
 	require.NoError(t, err)
+	// A plan for a CPU device and a code device, on an executor of two
+	// simulated GPUs: as many devices, with enough streams, but others.
+	code := dag.New()
+	cin := dag.AddValue[any](code, "in", dag.Input()).ID()
+	a, b := code.AddBuffer("a", 8), code.AddBuffer("b", 8)
+	code.AddKernel("src", put(a, 1), dag.Reads(cin), dag.Writes(a))
+	code.AddKernel("scale", nil, dag.Reads(a), dag.Writes(b),
+		dag.OpenCL(scaleCL, "scale", ulongs, dag.BufferArg(a), dag.BufferArg(b), dag.ScalarArg(uint64(3)), dag.ScalarArg(uint64(1))))
+	pc, err := cpuAnd(t, 1, fakeDevice(t, 7, 1)).Plan(code)
+	require.NoError(t, err)
+	sims := twoSimGPUs(t, 2)
 	bad := dag.New()
 	x := dag.AddValue[any](bad, "x", dag.Input()).ID()
 	bad.AddKernel("k", nop, dag.Reads(x), dag.Reads(bad.AddBuffer("y", 8))) // y is never written
@@ -239,6 +252,22 @@ func TestRunThatCannotStartReleasesInputs(t *testing.T) {
 			_, err := e.Execute(t.Context(), p, exec.WithInput(in, v))
 			return err
 		}, "exec: plan for 2 devices, executor has 1"},
+		{"plan for other devices", func(v *soleInput) error {
+			_, err := sims.Execute(t.Context(), pc, exec.WithInput(cin, v))
+			return err
+		}, "exec: plan for cpu as device 0, the executor's is gpu0"},
+		{"nil plan", func(v *soleInput) error {
+			_, err := e.Execute(t.Context(), nil, exec.WithInput(in, v))
+			return err
+		}, "exec: nil plan"},
+		{"nil plan to capture", func(v *soleInput) error {
+			_, _, err := e.Capture(t.Context(), nil, exec.WithInput(in, v))
+			return err
+		}, "exec: nil plan"},
+		{"nil graph", func(v *soleInput) error {
+			_, err := e.Run(t.Context(), nil, exec.WithInput(in, v))
+			return err
+		}, "exec: nil graph"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := &soleInput{v: 1}
@@ -246,4 +275,8 @@ func TestRunThatCannotStartReleasesInputs(t *testing.T) {
 			assert.Equal(t, int32(1), v.releases.Load())
 		})
 	}
+	_, err = e.Plan(nil)
+	assert.EqualError(t, err, "exec: nil graph")
+	_, _, err = e.Drain(t.Context(), nil, topology.CPU, nil)
+	assert.EqualError(t, err, "exec: nil plan")
 }

@@ -191,10 +191,7 @@ func (c *Capture) String() string {
 // the plan.
 func (c *Capture) Replay(ctx context.Context, opts ...RunOption) (*Result, error) {
 	if c.err != nil {
-		var rc runConfig
-		for _, o := range opts {
-			o(&rc)
-		}
+		rc, _ := runOptions(opts) // the doom comes first
 		releaseInputs(rc.inputs)
 		return nil, c.err
 	}

@@ -228,7 +228,7 @@ func TestCaptureFailedKernelRefused(t *testing.T) {
 			assert.Contains(t, c.String(), "exec: capture doomed")
 
 			rel := &released{}
-			res2, err := c.Replay(t.Context(), exec.WithInput(in.ID(), rel))
+			res2, err := c.Replay(t.Context(), exec.WithInput(in.ID(), rel), nil) // a nil option is ignored, as Execute ignores it
 			assert.Nil(t, res2)
 			require.ErrorIs(t, err, dag.ErrInjected)
 			assert.Same(t, c.Err(), err)

@@ -258,7 +258,9 @@ func (e *Executor) Run(ctx context.Context, g *dag.Graph, opts ...RunOption) (*R
 }
 
 // Execute runs plan p. It returns an error only when the run could not
-// start (a run option's error, a plan for more streams than a device has, an input for an
+// start (a run option's error, a nil plan, a plan for other devices than the
+// executor's or for more streams than a device has, a plan whose graph
+// has grown since it was planned, an input for an
 // unknown buffer, ctx done while waiting for budget that concurrent runs
 // hold, or run from inside a kernel) or a device refused work (closed, or
 // lost where the run cannot recover: see below). A raw buffer
@@ -415,12 +417,23 @@ func (e *Executor) execute(ctx context.Context, p *Plan, keep bool, cp *Capture,
 }
 
 // fits returns nil when p can run on e's devices: as many devices, each
-// with at least the streams the plan has for it.
+// the one the plan has at its index (the same id, running the same kind
+// of code) with at least the streams the plan has for it; and when p's
+// graph has not grown since it was planned. A nil p is an error.
 func (e *Executor) fits(p *Plan) error {
+	if p == nil {
+		return errors.New("exec: nil plan")
+	}
+	if nk, nb := p.graph.NumKernels(), p.graph.NumBuffers(); nk != p.nkernels || nb != p.nbuffers {
+		return fmt.Errorf("exec: plan of a graph of %d kernels and %d buffers, which has %d kernels and %d buffers now: plan it again", p.nkernels, p.nbuffers, nk, nb)
+	}
 	if len(p.devices) != len(e.devs) {
 		return fmt.Errorf("exec: plan for %d devices, executor has %d", len(p.devices), len(e.devs))
 	}
 	for d, n := range p.streams {
+		if id, code := e.devs[d].ID(), codeOf(e.devs[d]); id != p.devices[d] || code != p.code[d] {
+			return fmt.Errorf("exec: plan for %s as device %d, the executor's is %s (runs %s code, the plan's %s)", p.devices[d], d, id, code, p.code[d])
+		}
 		if n > e.devs[d].NumStreams() {
 			return fmt.Errorf("exec: plan for %d streams on %s, the executor's device has %d", n, e.devs[d].ID(), e.devs[d].NumStreams())
 		}

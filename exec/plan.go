@@ -87,6 +87,8 @@ type PlannedBuffer struct {
 // at a time or concurrently.
 type Plan struct {
 	graph     *dag.Graph
+	nkernels  int                    // the graph's kernels when it was planned
+	nbuffers  int                    // the graph's buffers when it was planned
 	devices   []topology.DeviceID    // the executor's devices, by index
 	streams   []int                  // streams by device
 	sbase     []int                  // by device: the global index of its stream 0
@@ -207,7 +209,7 @@ func (p *Plan) Placement() placement.Assignment {
 // variant runs its Go function on the CPU device or a simulated GPU and
 // its OpenCL C on an OpenCL device (with no OpenCL device in the
 // executor, the Go function runs: the same answer); a kernel that reads or writes a value buffer never goes to a
-// code device. Errors: g.Validate's; a kernel no device of the executor
+// code device. Errors: a nil g; g.Validate's; a kernel no device of the executor
 // has code for (an OpenCL-only kernel on an executor without an OpenCL
 // device), naming the kernel; a kernel that touches a value buffer and
 // would run on a code device (pinned there, or with code for nothing
@@ -222,6 +224,9 @@ func (p *Plan) Placement() placement.Assignment {
 // nil). Plan reads g and does not change it when g is already validated,
 // so such a graph may be planned from several goroutines at once.
 func (e *Executor) Plan(g *dag.Graph) (*Plan, error) {
+	if g == nil {
+		return nil, errors.New("exec: nil graph")
+	}
 	// A graph that passed Validate and has not changed since keeps its
 	// order (g.Order is nil otherwise): it would pass again, so planning
 	// it again does not re-validate it.
@@ -540,7 +545,7 @@ func newPlan(g *dag.Graph, devs []topology.DeviceID, nstreams []int, code []dag.
 	if mem == nil {
 		mem = make([]bool, len(devs))
 	}
-	p := &Plan{graph: g, devices: devs, streams: slices.Clone(nstreams), mem: slices.Clone(mem), code: slices.Clone(code), placement: pl}
+	p := &Plan{graph: g, nkernels: g.NumKernels(), nbuffers: g.NumBuffers(), devices: devs, streams: slices.Clone(nstreams), mem: slices.Clone(mem), code: slices.Clone(code), placement: pl}
 	p.sbase = make([]int, len(devs))
 	for d, n := range nstreams {
 		p.sbase[d] = len(p.sdev)
@@ -929,6 +934,7 @@ func variantOf(k dag.Kernel, kind dag.CodeKind) *dag.Variant {
 
 // GlobalStream returns launch i's stream as a global index: the streams
 // of devices before its device, plus its Stream (StreamOf inverts it).
+// It panics when i is out of range (0 <= i < NumLaunches).
 func (p *Plan) GlobalStream(i int) int { return p.sbase[p.launches[i].Device] + p.launches[i].Stream }
 
 func argmin(xs []int) int {

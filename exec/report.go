@@ -295,13 +295,14 @@ func (r *Result) Err() error { return r.Report.Err() }
 // to it; errors.Unwrap walks that chain one link at a time, through a
 // *failgraph.SkipError per skipped kernel, to the root kernel's error
 // (see the package doc). After Close it returns an error matching
-// ErrResultClosed. An unknown id is an error.
+// ErrResultClosed. An unknown id is an error, and so is one the graph
+// gained after it was planned.
 // Bytes the run left on a code device alone (written by device code there
 // and read by no launch elsewhere, so no run copies them back) are copied
 // home, with their taint, by the first Buffer or Value of the buffer; the
 // run's device memory is held until Close for that.
 func (r *Result) Buffer(id dag.BufferID) (*buffers.Buffer, error) {
-	if id < 0 || int(id) >= r.graph.NumBuffers() {
+	if id < 0 || int(id) >= r.run.plan.nbuffers {
 		return nil, fmt.Errorf("exec: result has no buffer id %d", id)
 	}
 	if r.run.bufs == nil {

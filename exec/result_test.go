@@ -241,3 +241,60 @@ func TestKernelPanicReadsAsPanicError(t *testing.T) {
 	require.ErrorAs(t, res.Err(), &pe)
 	assert.Equal(t, "boom", pe.Value)
 }
+
+// A graph that grows after it was planned does not reach the plan or its
+// results: a Result made before the growth says it has no buffer of the
+// new ids (an error, not an index out of range), and Execute, Capture,
+// a Replay of a capture of the plan and Drain refuse to run it,
+// releasing the inputs they were given, until the graph is planned again.
+func TestGraphGrownAfterPlan(t *testing.T) {
+	e := twoSimGPUs(t, 2)
+	g := dag.New()
+	in := dag.AddValue[*soleInput](g, "in", dag.Input())
+	b := g.AddBuffer("b", 8)
+	g.AddKernel("k", putU64(b, 0, 3, nil), dag.Reads(in.ID()), dag.Writes(b))
+	p, err := e.Plan(g)
+	require.NoError(t, err)
+	c, res, err := e.Capture(t.Context(), p, exec.WithInput(in.ID(), &soleInput{v: 1}))
+	require.NoError(t, err)
+	defer res.Close()
+	require.NoError(t, c.Err())
+
+	late := g.AddBuffer("late", 8)
+	lateV := dag.AddValue[int64](g, "late value")
+	g.AddKernel("fill late", putU64(late, 0, 4, nil), dag.Writes(late))
+	assert.Equal(t, uint64(3), uint64Of(t, res, b))
+	_, err = res.Buffer(late)
+	assert.EqualError(t, err, "exec: result has no buffer id 2")
+	_, err = exec.Get(res, lateV)
+	assert.EqualError(t, err, "exec: result has no buffer id 3")
+
+	const want = "exec: plan of a graph of 1 kernels and 2 buffers, which has 2 kernels and 4 buffers now: plan it again"
+	for name, run := range map[string]func(v *soleInput) error{
+		"execute": func(v *soleInput) error {
+			_, err := e.Execute(t.Context(), p, exec.WithInput(in.ID(), v))
+			return err
+		},
+		"capture": func(v *soleInput) error {
+			_, _, err := e.Capture(t.Context(), p, exec.WithInput(in.ID(), v))
+			return err
+		},
+		"replay": func(v *soleInput) error {
+			_, err := c.Replay(t.Context(), exec.WithInput(in.ID(), v))
+			return err
+		},
+	} {
+		v := &soleInput{v: 1}
+		assert.EqualError(t, run(v), want, name)
+		assert.Equal(t, int32(1), v.releases.Load(), name)
+	}
+	_, _, err = e.Drain(t.Context(), p, topology.GPU(1), nil)
+	assert.EqualError(t, err, want)
+
+	p2, err := e.Plan(g)
+	require.NoError(t, err)
+	res2, err := e.Execute(t.Context(), p2, exec.WithInput(in.ID(), &soleInput{v: 1}))
+	require.NoError(t, err)
+	defer res2.Close()
+	assert.Equal(t, uint64(4), uint64Of(t, res2, late))
+}

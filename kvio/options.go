@@ -285,6 +285,7 @@ const maxThreads = 1 << 16
 
 // Option changes one setting of [Options]. It returns an error when the value
 // is invalid; Open, OpenFile and NewFile return that error and open nothing.
+// They ignore a nil Option.
 type Option func(*Options) error
 
 // WithCompatMode sets Options.CompatMode.
@@ -352,13 +353,17 @@ func WithDirectIO(read, write bool) Option {
 	}
 }
 
-// newOptions returns Settings with opts applied, or the first error.
+// newOptions returns Settings with opts applied (nil ones ignored), or
+// the first error.
 func newOptions(opts []Option) (Options, error) {
 	o, err := Settings()
 	if err != nil {
 		return Options{}, err
 	}
 	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
 		if err := opt(&o); err != nil {
 			return Options{}, err
 		}

@@ -112,6 +112,11 @@ func TestInvalidOptions(t *testing.T) {
 	}
 	_, err := kvio.NewFile("mem", bytes.NewReader(nil), -1)
 	assert.EqualError(t, err, "kvio: NewFile mem: negative size -1 bytes")
+	// A nil option is ignored, as every constructor of the module ignores one.
+	f, err := kvio.NewFile("mem", bytes.NewReader([]byte{1, 2}), 2, nil, kvio.WithThreads(2))
+	require.NoError(t, err)
+	assert.Equal(t, 2, f.Options().NumThreads)
+	require.NoError(t, f.Close())
 }
 
 func TestParseCompatMode(t *testing.T) {
