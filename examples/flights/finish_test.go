@@ -139,3 +139,33 @@ func openSample(t *testing.T) kvio.Source {
 	t.Cleanup(func() { src.Close() })
 	return src
 }
+
+// endless is an airports.csv header followed by bytes that never end,
+// as a device gives them.
+type endless struct{ head string }
+
+func (e *endless) Read(b []byte) (int, error) {
+	n := copy(b, e.head)
+	e.head = e.head[n:]
+	for i := n; i < len(b); i++ {
+		b[i] = 'x'
+	}
+	return len(b), nil
+}
+
+// TestAirportsThatNeverEnd: an airports source that gives more than an
+// airports.csv could hold ends the join's read with an error naming it,
+// and the result goes on without the names.
+func TestAirportsThatNeverEnd(t *testing.T) {
+	airports := func() (io.ReadCloser, error) { return io.NopCloser(&endless{head: "iata,name,city\n"}), nil }
+	fin, err := flights.Finish(flights.KeyOrigin, []flights.Row{{Key: "SFO", Count: 1, DelaySum: 20, DelayMax: 20}}, nil, flights.WithAirports(airports))
+	require.NoError(t, err)
+	e := cpuExecutor(t)
+	res, err := e.Run(t.Context(), fin.Graph)
+	require.NoError(t, err)
+	defer res.Close()
+	table, err := fin.Result(res)
+	require.NoError(t, err)
+	require.Len(t, table.Rows, 1)
+	assert.ErrorContains(t, table.NamesErr, "flights: airports: more than 64 MiB: not an airports.csv")
+}

@@ -120,8 +120,10 @@ func SplitRows(lo, hi int64, n int) [][2]int64 {
 }
 
 // WithAirports makes the join open airports.csv (header iata,name,city,…)
-// with open, which the airports kernel calls at run time. Errors: a nil
-// open.
+// with open, which the airports kernel calls at run time. The kernel
+// reads at most 64 MiB of it, and stops at a read after its context is
+// done: a source that gives more fails the kernel, and the result goes
+// on without names. Errors: a nil open.
 func WithAirports(open func() (io.ReadCloser, error)) Option {
 	return func(s *settings) error {
 		if open == nil {
@@ -1010,14 +1012,42 @@ type airport struct{ name, city string }
 // airportMap is the value of the airport_names buffer: iata → airport.
 type airportMap map[string]airport
 
+// maxAirportsBytes is the most bytes the airports kernel reads of an
+// airports.csv (OurAirports' whole list is about 12 MiB): a source that
+// gives more, such as a device that never ends, is not an airports.csv.
+const maxAirportsBytes = 64 << 20
+
+// airportsReader reads r for the airports kernel: an error once it has
+// given maxAirportsBytes, or once ctx is done.
+type airportsReader struct {
+	ctx  context.Context
+	r    io.Reader
+	left int64
+}
+
+func (a *airportsReader) Read(b []byte) (int, error) {
+	if err := a.ctx.Err(); err != nil {
+		return 0, err
+	}
+	if a.left <= 0 {
+		return 0, fmt.Errorf("more than %d MiB: not an airports.csv", maxAirportsBytes>>20)
+	}
+	if int64(len(b)) > a.left {
+		b = b[:a.left]
+	}
+	n, err := a.r.Read(b)
+	a.left -= int64(n)
+	return n, err
+}
+
 func (p *Pipeline) airports(out dag.Value[airportMap]) dag.KernelFunc {
-	return func(_ context.Context, l dag.Launch) error {
+	return func(ctx context.Context, l dag.Launch) error {
 		rc, err := p.opts.Airports()
 		if err != nil {
 			return fmt.Errorf("flights: airports: %w", err)
 		}
 		defer rc.Close()
-		r := csv.NewReader(rc)
+		r := csv.NewReader(&airportsReader{ctx: ctx, r: rc, left: maxAirportsBytes})
 		head, err := r.Read()
 		if err != nil {
 			return fmt.Errorf("flights: airports: header: %w", err)
